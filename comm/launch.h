@@ -1,0 +1,23 @@
+// Process launch: a run under mpirun or srun gets an MPI world; a plain run is a world of one that needs
+// no MPI at all. Users never call MPI themselves.
+#pragma once
+#include <memory>
+
+#include "comm/communicator.h"
+
+namespace zshard::comm {
+
+// True when a launcher (OpenMPI's mpirun, a PMI/PMIx launcher, or SLURM's srun) started this process.
+bool launched_by_mpi();
+
+// Initialises MPI when launched by mpirun/srun, and returns the world communicator (self otherwise).
+std::unique_ptr<Communicator> init_world(int* argc, char*** argv);
+
+// Ends every rank of the job at once (MPI_Abort when MPI is up): used when one rank fails so that no
+// other rank is left waiting in a collective. Does not return.
+[[noreturn]] void abort_world(int exit_code);
+
+// MPI_Finalize if MPI was initialised; safe to call always.
+void finalize_world();
+
+}  // namespace zshard::comm

@@ -1,0 +1,102 @@
+#include "kernels/allocator.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "kernels/error.h"
+
+namespace zshard {
+
+std::string_view category_name(Category c) {
+  switch (c) {
+    case Category::params: return "params";
+    case Category::grads: return "grads";
+    case Category::optimizer: return "optimizer";
+    case Category::activations: return "activations";
+    case Category::comm: return "comm";
+    case Category::workspace: return "workspace";
+  }
+  return "?";
+}
+
+int64_t MemStats::model_states_live() const {
+  return live[int(Category::params)] + live[int(Category::grads)] + live[int(Category::optimizer)];
+}
+
+namespace {
+// 64-byte alignment keeps SIMD loads aligned and buffers off each other's cache lines.
+void* cpu_allocate(size_t bytes) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+void cpu_release(void* p) { std::free(p); }
+}  // namespace
+
+Allocator::Allocator(Device device) : device_(device) {
+  if (device == Device::cpu) raw_ = {cpu_allocate, cpu_release};
+}
+
+Allocator& Allocator::of(Device device) {
+  static Allocator cpu(Device::cpu);
+  static Allocator cuda(Device::cuda);
+  return device == Device::cpu ? cpu : cuda;
+}
+
+void Allocator::set_raw(RawAllocator raw) {
+  std::lock_guard lock(mutex_);
+  raw_ = raw;
+}
+
+void* Allocator::allocate(size_t bytes, Category category) {
+  if (bytes == 0) bytes = 1;
+  ZS_CHECK(raw_.allocate, "no allocator for device ", device_name(device_),
+           " (was zshard built with CUDA?)");
+  void* p = nullptr;
+  try {
+    p = raw_.allocate(bytes);
+  } catch (const std::bad_alloc&) {
+    std::lock_guard lock(mutex_);
+    fail("out of memory on ", device_name(device_), ": allocating ", bytes, " bytes for ",
+         category_name(category), " with ", stats_.live_total, " bytes live");
+  }
+  std::lock_guard lock(mutex_);
+  const int c = int(category);
+  stats_.live[c] += int64_t(bytes);
+  stats_.live_total += int64_t(bytes);
+  if (stats_.live[c] > stats_.peak[c]) stats_.peak[c] = stats_.live[c];
+  if (stats_.live_total > stats_.peak_total) stats_.peak_total = stats_.live_total;
+  const int64_t states = stats_.model_states_live();
+  if (states > stats_.model_states_peak) stats_.model_states_peak = states;
+  return p;
+}
+
+void Allocator::release(void* ptr, size_t bytes, Category category) {
+  if (!ptr) return;
+  if (bytes == 0) bytes = 1;
+  raw_.release(ptr);
+  std::lock_guard lock(mutex_);
+  stats_.live[int(category)] -= int64_t(bytes);
+  stats_.live_total -= int64_t(bytes);
+}
+
+MemStats Allocator::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void Allocator::reset_peaks() {
+  std::lock_guard lock(mutex_);
+  stats_.peak = stats_.live;
+  stats_.peak_total = stats_.live_total;
+  stats_.model_states_peak = stats_.model_states_live();
+}
+
+Buffer::Buffer(size_t bytes, Device device, Category category)
+    : bytes_(bytes), device_(device), category_(category) {
+  ptr_ = Allocator::of(device).allocate(bytes, category);
+}
+
+Buffer::~Buffer() { Allocator::of(device_).release(ptr_, bytes_, category_); }
+
+}  // namespace zshard

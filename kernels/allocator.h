@@ -1,0 +1,79 @@
+// Tracking allocator: every large buffer in zshard is allocated here under a category, so that the
+// memory report reads what was really allocated instead of estimating it.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string_view>
+
+#include "kernels/dtype.h"
+
+namespace zshard {
+
+// Model states are params + grads + optimizer (what the ZeRO formulas count). Transient full-size
+// unit buffers that only exist around a collective (gathered params, unsharded grads before a
+// reduce-scatter, staging) are `comm`.
+enum class Category : uint8_t { params, grads, optimizer, activations, comm, workspace };
+constexpr int kNumCategories = 6;
+constexpr std::array<Category, kNumCategories> kAllCategories = {
+    Category::params, Category::grads, Category::optimizer,
+    Category::activations, Category::comm, Category::workspace};
+
+std::string_view category_name(Category c);
+
+struct MemStats {
+  std::array<int64_t, kNumCategories> live{};
+  std::array<int64_t, kNumCategories> peak{};
+  int64_t live_total = 0;
+  int64_t peak_total = 0;  // peak of the sum, not the sum of peaks
+  int64_t model_states_peak = 0;  // peak of params+grads+optimizer together
+  int64_t model_states_live() const;
+};
+
+// Raw memory source of one device; the CUDA library installs its own at start-up.
+struct RawAllocator {
+  void* (*allocate)(size_t bytes) = nullptr;
+  void (*release)(void* ptr) = nullptr;
+};
+
+class Allocator {
+ public:
+  static Allocator& of(Device device);
+
+  void* allocate(size_t bytes, Category category);
+  void release(void* ptr, size_t bytes, Category category);
+  MemStats stats() const;
+  void reset_peaks();  // peaks restart from the current live bytes
+  void set_raw(RawAllocator raw);
+
+ private:
+  explicit Allocator(Device device);
+  Device device_;
+  RawAllocator raw_;
+  mutable std::mutex mutex_;
+  MemStats stats_;
+};
+
+// An owned allocation; frees itself through the allocator that made it.
+class Buffer {
+ public:
+  Buffer(size_t bytes, Device device, Category category);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+  Category category() const { return category_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_;
+  Category category_;
+};
+
+}  // namespace zshard

@@ -1,0 +1,21 @@
+// Byte-level memory operations that work on host and device pointers alike. On CPU builds the device
+// versions throw; kernels/cuda installs the real ones.
+#pragma once
+#include <cstddef>
+
+#include "kernels/dtype.h"
+
+namespace zshard {
+
+void memset_device(Device device, void* ptr, int value, size_t bytes);
+// Copies between any two devices (host<->device, device<->device, host<->host).
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+
+struct DeviceMemoryOps {
+  void (*memset)(void* ptr, int value, size_t bytes) = nullptr;
+  // kind: 0 host->device, 1 device->host, 2 device->device
+  void (*copy)(void* dst, const void* src, size_t bytes, int kind) = nullptr;
+};
+void set_device_memory_ops(DeviceMemoryOps ops);
+
+}  // namespace zshard

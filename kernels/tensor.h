@@ -1,0 +1,55 @@
+// Tensor: a typed, shaped view into a tracked Buffer. Views share the buffer, so a unit's parameters
+// can be views into one flat buffer (see shard/flat_unit.h) without copies.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/allocator.h"
+#include "kernels/dtype.h"
+#include "kernels/error.h"
+
+namespace zshard {
+
+using Shape = std::vector<int64_t>;
+int64_t shape_numel(const Shape& shape);
+std::string shape_str(const Shape& shape);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  static Tensor empty(Shape shape, DType dtype, Device device, Category category);
+  static Tensor zeros(Shape shape, DType dtype, Device device, Category category);
+
+  bool defined() const { return buffer_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return buffer_ ? buffer_->device() : Device::cpu; }
+  Category category() const { return buffer_->category(); }
+
+  void* raw() const { return static_cast<char*>(buffer_->data()) + offset_bytes_; }
+  template <class T>
+  T* data() const {
+    ZS_CHECK(dtype_of<T>() == dtype_, "tensor holds ", dtype_name(dtype_), ", accessed as ",
+             dtype_name(dtype_of<T>()));
+    return static_cast<T*>(raw());
+  }
+
+  // A view of `shape` starting `offset` elements into this tensor.
+  Tensor view(int64_t offset, Shape shape) const;
+  Tensor reshape(Shape shape) const { return view(0, std::move(shape)); }
+  void zero_();  // host or device memset
+
+ private:
+  std::shared_ptr<Buffer> buffer_;
+  size_t offset_bytes_ = 0;
+  Shape shape_;
+  DType dtype_ = DType::f32;
+};
+
+}  // namespace zshard

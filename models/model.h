@@ -1,0 +1,77 @@
+// The model API: how a model plugs into the zshard runtime.
+//
+// A model is an ordered list of units (for GPT-2: embeddings, one per block, the final LayerNorm).
+// Each unit declares its parameters; the runtime owns them, flattens each unit into one buffer and
+// shards it (shard/flat_unit.h). The model never knows the strategy: around each unit's computation it
+// asks the runtime for the unit's parameters and hands back its gradients:
+//
+//   forward:   p = ctx.gather(u);  ...compute...;  ctx.release(u);
+//   backward:  p = ctx.gather(u);  g = ctx.grads(u);  ...accumulate into g...;  ctx.release(u);
+//              ctx.grads_ready(u);   // the last time anything adds into u's gradients this micro-step
+//
+// A unit may be gathered more than once (GPT-2's head reuses the embedding unit's wte), and its
+// gradients may be requested in several places before grads_ready.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.h"
+
+namespace zshard {
+
+struct ParamSpec {
+  std::string name;   // the name in saved weights (Hugging Face GPT-2 names for GPT-2)
+  Shape shape;        // the saved layout
+  bool weight_decay;  // AdamW decays matrices and embeddings, not biases or LayerNorm gains
+  int64_t numel() const { return shape_numel(shape); }
+};
+
+struct UnitSpec {
+  std::string name;
+  std::vector<ParamSpec> params;
+  int64_t numel() const;
+};
+
+// Views of one unit's parameters or gradients, in UnitSpec::params order.
+using UnitTensors = std::vector<Tensor>;
+
+class ParamContext {
+ public:
+  virtual ~ParamContext() = default;
+  // Full parameters of `unit`, valid until the matching release().
+  virtual const UnitTensors& gather(int unit) = 0;
+  virtual void release(int unit) = 0;
+  // Full-size gradient accumulators of `unit`, valid until grads_ready(). Backward ops add into them.
+  virtual const UnitTensors& grads(int unit) = 0;
+  virtual void grads_ready(int unit) = 0;
+  // Device and dtype in which the model should compute.
+  virtual Device device() const = 0;
+  virtual DType compute_dtype() const = 0;
+};
+
+// One micro-batch on this rank: B sequences of T tokens, inputs and targets (B*T each, host memory).
+struct Batch {
+  const int32_t* inputs = nullptr;
+  const int32_t* targets = nullptr;
+  int B = 0;
+  int T = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::vector<UnitSpec> units() const = 0;
+  // Fills one unit's parameters with their initial values; the same seed gives the same values whatever
+  // the world size or strategy.
+  virtual void init_unit(int unit, const UnitTensors& params, uint64_t seed) const = 0;
+  // Forward and backward over one micro-batch. Adds loss_scale * d(sum of token losses)/d(param) into
+  // ctx.grads and returns the sum of the B*T token losses.
+  virtual double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) = 0;
+  // Forward only; returns the sum of the token losses.
+  virtual double forward(ParamContext& ctx, const Batch& batch) = 0;
+  // Bytes this model will allocate for activations at batch (B, T): what the memory estimator uses.
+  virtual int64_t activation_bytes(int B, int T, DType dtype) const = 0;
+};
+
+}  // namespace zshard

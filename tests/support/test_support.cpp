@@ -1,0 +1,52 @@
+#include "tests/support/test_support.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <random>
+
+#include "kernels/error.h"
+
+namespace zshard::test {
+
+namespace {
+comm::Communicator* g_world = nullptr;
+
+template <class T>
+double rel_diff(const std::vector<T>& a, const std::vector<T>& b) {
+  ZS_CHECK(a.size() == b.size(), "comparing vectors of ", a.size(), " and ", b.size(), " elements");
+  double scale = 0, diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, std::abs(double(b[i])));
+    diff = std::max(diff, std::abs(double(a[i]) - double(b[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+}  // namespace
+
+comm::Communicator& world() {
+  ZS_CHECK(g_world, "world() used outside an MPI test binary");
+  return *g_world;
+}
+void set_world(comm::Communicator* w) { g_world = w; }
+
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) { return rel_diff(a, b); }
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) { return rel_diff(a, b); }
+
+TempDir::TempDir(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  std::random_device rd;
+  path_ = std::filesystem::temp_directory_path() /
+          (tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
+           std::to_string(rd()));
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+}  // namespace zshard::test

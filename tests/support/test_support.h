@@ -1,0 +1,31 @@
+// Helpers shared by the test suites.
+#pragma once
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace zshard::test {
+
+// The world communicator of an MPI test binary (set up by tests/mpi/mpi_test_main.cpp).
+comm::Communicator& world();
+void set_world(comm::Communicator* world);
+
+// max_i |a_i - b_i| / max(max_i |b_i|, tiny): the error relative to the reference's scale.
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b);
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b);
+
+// A fresh, empty directory under the system temp dir, removed at destruction.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag = "zshard");
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace zshard::test
