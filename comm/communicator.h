@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "kernels/dtype.h"
 
@@ -17,10 +18,12 @@ enum class ReduceOp { sum, avg };
 enum class Collective { all_gather, reduce_scatter, all_reduce, broadcast };
 constexpr int kNumCollectives = 4;
 
+std::string_view collective_name(Collective c);
+
 using Clock = std::chrono::steady_clock;
 
 // Handle of an operation in flight. The buffers it was given must stay alive until wait() returns or
-// test() returns true.
+// test() returns true; the Work must not outlive its communicator.
 class Work {
  public:
   virtual ~Work() = default;
@@ -47,6 +50,11 @@ struct CommStats {
   double seconds_waiting = 0;  // time spent blocked in wait(): exposed communication
   int64_t total_bytes() const;
 };
+
+// The bus bytes of one collective in a group of `group_size` ranks, in integers (floor). `buffer_bytes` is
+// the full buffer: size()*count elements for all_gather and reduce_scatter, count for the others. A group
+// of one moves nothing, so every collective, broadcast included, counts 0 there.
+int64_t bus_bytes(Collective c, int group_size, int64_t buffer_bytes);
 
 class Communicator {
  public:

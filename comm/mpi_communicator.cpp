@@ -1,0 +1,179 @@
+#include "comm/mpi_communicator.h"
+
+#include <climits>
+#include <cstdio>
+
+#include "comm/launch.h"
+#include "comm/polling_work.h"
+#include "kernels/error.h"
+
+namespace zshard::comm {
+
+namespace {
+
+// MPI has no average: the sum is divided by the group size once the operation completes.
+struct Average {
+  void* buf;
+  size_t count;
+  DType dtype;
+  int group_size;
+};
+
+template <class T>
+void divide(T* values, size_t count, int by) {
+  for (size_t i = 0; i < count; ++i) values[i] /= T(by);
+}
+
+void apply(const Average& avg) {
+  if (avg.dtype == DType::f32) divide(static_cast<float*>(avg.buf), avg.count, avg.group_size);
+  else divide(static_cast<double*>(avg.buf), avg.count, avg.group_size);
+}
+
+class MpiWork final : public PollingWork {
+ public:
+  MpiWork(CommStats* stats, std::optional<Average> average) : PollingWork(stats), average_(average) {}
+  ~MpiWork() override;
+  MPI_Request* request() { return &request_; }
+
+ private:
+  bool poll() override {
+    int flag = 0;
+    ZS_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+    if (flag && average_) apply(*average_);
+    return flag != 0;
+  }
+
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  std::optional<Average> average_;
+};
+
+// MPI forbids freeing the request of a collective, and the operation may still write into the caller's
+// buffers: finish it before they can be released. If that fails the job is broken, so end it rather than
+// leave peers waiting. A wait that already timed out has reported the failure; the caller aborts.
+MpiWork::~MpiWork() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (done() || abandoned() || finalized) return;
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zshard: %s\n", e.what());
+    abort_world(1);
+  }
+}
+
+// Two-byte types (bf16, f16, u16) travel as opaque 16-bit words: fine for moving, wrong for reducing.
+MPI_Datatype mpi_type(DType dtype, bool reduction, const std::string& what) {
+  switch (dtype) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT;
+    case DType::bf16:
+    case DType::f16:
+    case DType::u16:
+      if (!reduction) return MPI_UINT16_T;
+      break;
+  }
+  fail(what, ": the mpi backend reduces only f32, f64 and i32");
+}
+
+}  // namespace
+
+void mpi_fail(int code, std::string_view call, const char* file, int line) {
+  char message[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, message, &length) != MPI_SUCCESS) length = 0;
+  fail(file, ":", line, ": ", call, " failed: ", length ? std::string(message, length) : "MPI error",
+       " (code ", code, ")");
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+  ZS_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  ZS_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  ZS_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owned_ && !finalized) MPI_Comm_free(&comm_);  // after MPI_Finalize the handle is gone anyway
+}
+
+std::string MpiCommunicator::describe(const Op& op) const {
+  return detail::concat(collective_name(op.collective), " of ", op.count, " ", dtype_name(op.dtype),
+                        " elements", op.reduce == ReduceOp::avg ? " (avg)" : op.reduce ? " (sum)" : "",
+                        op.root >= 0 ? " from root " + std::to_string(op.root) : "", " on rank ", rank_,
+                        " of ", size_, " (mpi)");
+}
+
+// What the four collectives share: checks, the Work, the byte count and the deadline. `issue` starts the
+// MPI operation with the int count and datatype and returns its error code.
+template <class Issue>
+WorkPtr MpiCommunicator::start(const Op& op, Issue&& issue) {
+  const std::string what = describe(op);
+  ZS_CHECK(op.count <= size_t(INT_MAX), what, ": the mpi backend takes at most ", INT_MAX,
+           " elements per rank; split the buffer");
+  const MPI_Datatype type = mpi_type(op.dtype, op.reduce.has_value(), what);
+  std::optional<Average> average;
+  if (op.reduce == ReduceOp::avg) {
+    ZS_CHECK(op.dtype == DType::f32 || op.dtype == DType::f64, what, ": avg needs f32 or f64");
+    average = Average{op.result, op.count, op.dtype, size_};
+  }
+
+  auto work = std::make_unique<MpiWork>(&stats_, average);
+  if (int rc = issue(int(op.count), type, work->request()); rc != MPI_SUCCESS)
+    mpi_fail(rc, what, __FILE__, __LINE__);
+
+  const bool per_rank_blocks =
+      op.collective == Collective::all_gather || op.collective == Collective::reduce_scatter;
+  const int64_t buffer_bytes = int64_t(op.count * dtype_size(op.dtype)) * (per_rank_blocks ? size_ : 1);
+  count(op.collective, bus_bytes(op.collective, size_, buffer_bytes));
+  work->set_default_deadline(timeout_, what);
+  return work;
+}
+
+WorkPtr MpiCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
+  const bool in_place = send == static_cast<const char*>(recv) + size_t(rank_) * count * dtype_size(dtype);
+  return start(Op{Collective::all_gather, count, dtype, {}}, [&](int n, MPI_Datatype type, MPI_Request* req) {
+    return MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, type, recv, n, type, comm_, req);
+  });
+}
+
+WorkPtr MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+  return start(Op{Collective::reduce_scatter, count, dtype, op, recv},
+               [&](int n, MPI_Datatype type, MPI_Request* req) {
+                 return MPI_Ireduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, n, type, MPI_SUM,
+                                                  comm_, req);
+               });
+}
+
+WorkPtr MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  return start(Op{Collective::all_reduce, count, dtype, op, buf}, [&](int n, MPI_Datatype type, MPI_Request* req) {
+    return MPI_Iallreduce(MPI_IN_PLACE, buf, n, type, MPI_SUM, comm_, req);
+  });
+}
+
+WorkPtr MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) {
+  ZS_CHECK(root >= 0 && root < size_, "broadcast from root ", root, " in a group of ", size_, " ranks");
+  return start(Op{Collective::broadcast, count, dtype, {}, nullptr, root},
+               [&](int n, MPI_Datatype type, MPI_Request* req) { return MPI_Ibcast(buf, n, type, root, comm_, req); });
+}
+
+void MpiCommunicator::barrier() {
+  MpiWork work(&stats_, std::nullopt);
+  ZS_MPI_CHECK(MPI_Ibarrier(comm_, work.request()));
+  work.set_default_deadline(timeout_, detail::concat("barrier on rank ", rank_, " of ", size_, " (mpi)"));
+  work.wait();
+}
+
+// MPI_Comm_split blocks (MPI has no non-blocking split); it is a setup-time call.
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  ZS_CHECK(color >= 0, "split color must be >= 0, got ", color);
+  MPI_Comm group = MPI_COMM_NULL;
+  ZS_MPI_CHECK(MPI_Comm_split(comm_, color, key, &group));
+  auto result = std::make_unique<MpiCommunicator>(group, true);
+  result->set_timeout(timeout_);
+  return result;
+}
+
+}  // namespace zshard::comm

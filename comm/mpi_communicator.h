@@ -1,0 +1,65 @@
+// The MPI backend: host buffers and non-blocking MPI collectives, completed by polling MPI_Test so that
+// wait() honours its deadline. Element counts above INT_MAX per rank are rejected (MPI counts are int).
+#pragma once
+#include <mpi.h>
+
+#include <optional>
+#include <string_view>
+
+#include "comm/communicator.h"
+
+namespace zshard::comm {
+
+// Throws zshard::Error with file:line, the failing call and MPI's error string.
+[[noreturn]] void mpi_fail(int code, std::string_view call, const char* file, int line);
+
+#define ZS_MPI_CHECK(call)                                                  \
+  do {                                                                      \
+    if (int zs_mpi_rc_ = (call); zs_mpi_rc_ != MPI_SUCCESS)                 \
+      ::zshard::comm::mpi_fail(zs_mpi_rc_, #call, __FILE__, __LINE__);      \
+  } while (0)
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Wraps `comm` and makes its MPI errors return (and so throw) instead of aborting. With `owned`, the
+  // communicator is freed at destruction (split results); MPI_COMM_WORLD is passed unowned.
+  explicit MpiCommunicator(MPI_Comm comm, bool owned = false);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+  MPI_Comm handle() const { return comm_; }
+
+  // In place when send == recv + rank()*count (MPI_IN_PLACE).
+  WorkPtr all_gather(const void* send, void* recv, size_t count, DType dtype) override;
+  // send == recv is allowed too: the input is read from recv and block rank() lands at its start.
+  WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
+  WorkPtr all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
+  WorkPtr broadcast(void* buf, size_t count, DType dtype, int root) override;
+  // Non-blocking barrier waited with the communicator's timeout.
+  void barrier() override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+
+ private:
+  struct Op {
+    Collective collective;
+    size_t count;
+    DType dtype;
+    std::optional<ReduceOp> reduce;  // reductions only
+    void* result = nullptr;          // what avg divides on completion
+    int root = -1;                   // broadcast only
+  };
+  template <class Issue>
+  WorkPtr start(const Op& op, Issue&& issue);
+  std::string describe(const Op& op) const;
+
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace zshard::comm

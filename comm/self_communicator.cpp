@@ -1,0 +1,54 @@
+#include "comm/self_communicator.h"
+
+#include <cstring>
+
+#include "comm/polling_work.h"
+#include "kernels/error.h"
+
+namespace zshard::comm {
+
+namespace {
+class CompletedWork final : public PollingWork {
+ public:
+  using PollingWork::PollingWork;
+
+ private:
+  bool poll() override { return true; }
+};
+
+// memmove: send and recv may be the same buffer (in place).
+void copy(const void* send, void* recv, size_t count, DType dtype) {
+  if (send != recv && count > 0) std::memmove(recv, send, count * dtype_size(dtype));
+}
+}  // namespace
+
+WorkPtr SelfCommunicator::done(Collective c) {
+  count(c, bus_bytes(c, 1, 0));
+  return std::make_unique<CompletedWork>(&stats_);
+}
+
+WorkPtr SelfCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
+  copy(send, recv, count, dtype);
+  return done(Collective::all_gather);
+}
+
+WorkPtr SelfCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp) {
+  copy(send, recv, count, dtype);  // the sum, or the average, of one contribution
+  return done(Collective::reduce_scatter);
+}
+
+WorkPtr SelfCommunicator::all_reduce(void*, size_t, DType, ReduceOp) { return done(Collective::all_reduce); }
+
+WorkPtr SelfCommunicator::broadcast(void*, size_t, DType, int root) {
+  ZS_CHECK(root == 0, "broadcast from root ", root, " in a group of one rank");
+  return done(Collective::broadcast);
+}
+
+std::unique_ptr<Communicator> SelfCommunicator::split(int color, int) {
+  ZS_CHECK(color >= 0, "split color must be >= 0, got ", color);
+  auto group = std::make_unique<SelfCommunicator>();
+  group->set_timeout(timeout_);
+  return group;
+}
+
+}  // namespace zshard::comm

@@ -1,0 +1,26 @@
+// The world of one rank, with no MPI: every collective is a local copy (or nothing) and completes at once.
+// It accepts every dtype and op, since with one rank a reduction is the identity.
+#pragma once
+#include "comm/communicator.h"
+
+namespace zshard::comm {
+
+class SelfCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string backend() const override { return "self"; }
+
+  WorkPtr all_gather(const void* send, void* recv, size_t count, DType dtype) override;
+  WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
+  WorkPtr all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
+  WorkPtr broadcast(void* buf, size_t count, DType dtype, int root) override;
+  void barrier() override {}
+  std::unique_ptr<Communicator> split(int color, int key) override;
+
+ private:
+  // Counts the call (0 bytes: a group of one moves nothing) and returns a completed Work.
+  WorkPtr done(Collective c);
+};
+
+}  // namespace zshard::comm

@@ -1,0 +1,61 @@
+// LayerNorm over the last dimension, biased variance (as PyTorch), eps = kLayerNormEps.
+#include <cmath>
+#include <cstddef>
+
+#include "kernels/cpu/ops.h"
+
+namespace zshard::cpu {
+
+template <class T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N, int C) {
+  for (int i = 0; i < N; ++i) {
+    const T* x = inp + size_t(i) * C;
+    T* o = out + size_t(i) * C;
+    T sum = 0;
+    for (int c = 0; c < C; ++c) sum += x[c];
+    const T mu = sum / T(C);
+    // Two passes: the variance of centred values does not cancel catastrophically.
+    T sq = 0;
+    for (int c = 0; c < C; ++c) sq += (x[c] - mu) * (x[c] - mu);
+    const T rs = T(1) / std::sqrt(sq / T(C) + T(kLayerNormEps));
+    for (int c = 0; c < C; ++c) o[c] = (x[c] - mu) * rs * weight[c] + bias[c];
+    mean[i] = mu;
+    rstd[i] = rs;
+  }
+}
+
+template <class T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int N, int C) {
+  for (int i = 0; i < N; ++i) {
+    const T* x = inp + size_t(i) * C;
+    const T* d = dout + size_t(i) * C;
+    T* dx = dinp + size_t(i) * C;
+    const T mu = mean[i], rs = rstd[i];
+    // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight.
+    T g_sum = 0, gx_sum = 0;
+    for (int c = 0; c < C; ++c) {
+      const T xhat = (x[c] - mu) * rs;
+      const T g = d[c] * weight[c];
+      g_sum += g;
+      gx_sum += g * xhat;
+      dbias[c] += d[c];
+      dweight[c] += d[c] * xhat;
+    }
+    const T g_mean = g_sum / T(C), gx_mean = gx_sum / T(C);
+    for (int c = 0; c < C; ++c) {
+      const T xhat = (x[c] - mu) * rs;
+      dx[c] += rs * (d[c] * weight[c] - g_mean - xhat * gx_mean);
+    }
+  }
+}
+
+#define ZS_INSTANTIATE(T)                                                                               \
+  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int);               \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int, \
+                                      int);
+ZS_INSTANTIATE(float)
+ZS_INSTANTIATE(double)
+#undef ZS_INSTANTIATE
+
+}  // namespace zshard::cpu

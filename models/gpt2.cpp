@@ -1,0 +1,225 @@
+#include "models/gpt2.h"
+
+#include <cmath>
+#include <numbers>
+#include <string>
+
+#include "kernels/error.h"
+#include "models/gpt2_layers.h"
+
+namespace zshard {
+
+namespace {
+
+constexpr double kInitStd = 0.02;  // Hugging Face's initializer_range
+
+// A parameter with its initial distribution: mean + std * N(0, 1).
+struct ParamDef {
+  ParamSpec spec;
+  double init_mean;
+  double init_std;
+};
+
+std::vector<ParamDef> param_defs(const GPT2Config& c, int unit) {
+  const int final_unit = c.layers + 1;
+  ZS_CHECK(unit >= 0 && unit <= final_unit, "GPT-2 has units 0..", final_unit, ", not ", unit);
+  const int64_t C = c.dim;
+  const auto mat = [](std::string name, Shape shape, double std) {
+    return ParamDef{{std::move(name), std::move(shape), true}, 0.0, std};
+  };
+  const auto vec = [](std::string name, int64_t n, double value) {
+    return ParamDef{{std::move(name), {n}, false}, value, 0.0};
+  };
+  if (unit == 0) return {mat("wte.weight", {c.vocab, C}, kInitStd), mat("wpe.weight", {c.ctx, C}, kInitStd)};
+  if (unit == final_unit) return {vec("ln_f.weight", C, 1.0), vec("ln_f.bias", C, 0.0)};
+  // The two projections into the residual stream start smaller, so that its variance does not grow
+  // with depth (GPT-2 paper, Hugging Face init).
+  const double proj_std = kInitStd / std::sqrt(2.0 * c.layers);
+  const std::string h = "h." + std::to_string(unit - 1) + ".";
+  std::vector<ParamDef> defs = {
+      vec(h + "ln_1.weight", C, 1.0),
+      vec(h + "ln_1.bias", C, 0.0),
+      mat(h + "attn.c_attn.weight", {C, 3 * C}, kInitStd),
+      vec(h + "attn.c_attn.bias", 3 * C, 0.0),
+      mat(h + "attn.c_proj.weight", {C, C}, proj_std),
+      vec(h + "attn.c_proj.bias", C, 0.0),
+      vec(h + "ln_2.weight", C, 1.0),
+      vec(h + "ln_2.bias", C, 0.0),
+      mat(h + "mlp.c_fc.weight", {C, 4 * C}, kInitStd),
+      vec(h + "mlp.c_fc.bias", 4 * C, 0.0),
+      mat(h + "mlp.c_proj.weight", {4 * C, C}, proj_std),
+      vec(h + "mlp.c_proj.bias", C, 0.0),
+  };
+  ZS_CHECK(defs.size() == gpt2::kNumBlockParams, "GPT-2 block params out of step with gpt2::BlockParam");
+  return defs;
+}
+
+std::string unit_name(const GPT2Config& c, int unit) {
+  if (unit == 0) return "embed";
+  if (unit == c.layers + 1) return "ln_f";
+  return "h." + std::to_string(unit - 1);
+}
+
+uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// N(0, 1) samples from splitmix64 and Box-Muller, written out so that the values depend on nothing but
+// the seed (not on a standard library's distributions).
+class NormalStream {
+ public:
+  NormalStream(uint64_t seed, int unit, int param)
+      : state_(mix64(mix64(mix64(seed) ^ uint64_t(unit)) ^ uint64_t(param))) {}
+
+  double next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double u1 = double((next_u64() >> 11) + 1) * 0x1p-53;  // (0, 1]: log(u1) is finite
+    const double u2 = double(next_u64() >> 11) * 0x1p-53;        // [0, 1)
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    const double theta = 2.0 * std::numbers::pi * u2;
+    spare_ = r * std::sin(theta);
+    has_spare_ = true;
+    return r * std::cos(theta);
+  }
+
+ private:
+  uint64_t next_u64() { return mix64(state_ += 0x9e3779b97f4a7c15ull); }
+
+  uint64_t state_;
+  double spare_ = 0.0;
+  bool has_spare_ = false;
+};
+
+template <class T>
+void fill(const Tensor& t, const ParamDef& def, NormalStream& rng) {
+  T* x = t.data<T>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    x[i] = T(def.init_std == 0.0 ? def.init_mean : def.init_mean + def.init_std * rng.next());
+}
+
+}  // namespace
+
+GPT2::GPT2(GPT2Config config) : config_(config) { config_.validate(); }
+
+GPT2::~GPT2() = default;
+
+std::vector<UnitSpec> GPT2::units() const {
+  std::vector<UnitSpec> units;
+  for (int u = 0; u < num_units(); ++u) {
+    UnitSpec unit{unit_name(config_, u), {}};
+    for (ParamDef& def : param_defs(config_, u)) unit.params.push_back(std::move(def.spec));
+    units.push_back(std::move(unit));
+  }
+  return units;
+}
+
+void GPT2::init_unit(int unit, const UnitTensors& params, uint64_t seed) const {
+  const std::vector<ParamDef> defs = param_defs(config_, unit);
+  ZS_CHECK(params.size() == defs.size(), "GPT-2 unit ", unit, " has ", defs.size(), " params, got ",
+           params.size(), " tensors");
+  for (size_t i = 0; i < defs.size(); ++i) {
+    const Tensor& t = params[i];
+    ZS_CHECK(t.shape() == defs[i].spec.shape, defs[i].spec.name, ": expected shape ",
+             shape_str(defs[i].spec.shape), ", got ", shape_str(t.shape()));
+    ZS_CHECK(t.device() == Device::cpu, defs[i].spec.name, ": init_unit fills host tensors only");
+    NormalStream rng(seed, unit, int(i));
+    switch (t.dtype()) {
+      case DType::f32: fill<float>(t, defs[i], rng); break;
+      case DType::f64: fill<double>(t, defs[i], rng); break;
+      default: fail(defs[i].spec.name, ": init_unit fills f32 or f64, not ", dtype_name(t.dtype()));
+    }
+  }
+}
+
+int64_t GPT2::activation_bytes(int B, int T, DType dtype) const {
+  ZS_CHECK(B > 0 && T > 0, "GPT-2 activation_bytes: B and T must be positive, got B=", B, " T=", T);
+  return gpt2::Activations::bytes(config_, B, T, dtype);
+}
+
+void GPT2::check_batch(const Batch& batch) const {
+  ZS_CHECK(batch.B > 0 && batch.T > 0, "GPT-2 batch: B and T must be positive, got B=", batch.B,
+           " T=", batch.T);
+  ZS_CHECK(batch.T <= config_.ctx, "GPT-2 batch: sequence length T=", batch.T, " exceeds the context ",
+           config_.ctx);
+  ZS_CHECK(batch.inputs && batch.targets, "GPT-2 batch: inputs and targets must both be given");
+  const int64_t n = int64_t(batch.B) * batch.T;
+  for (const auto& [tokens, what] : {std::pair{batch.inputs, "input"}, std::pair{batch.targets, "target"}})
+    for (int64_t i = 0; i < n; ++i)
+      ZS_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab, "GPT-2 batch: ", what, " token ", tokens[i],
+               " at position ", i, " is outside the vocabulary [0, ", config_.vocab, ")");
+}
+
+double GPT2::forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) {
+  return run(ctx, batch, true, loss_scale);
+}
+
+double GPT2::forward(ParamContext& ctx, const Batch& batch) { return run(ctx, batch, false, 0.0f); }
+
+double GPT2::run(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
+  check_batch(batch);
+  ZS_CHECK(ctx.device() == Device::cpu, "GPT-2 computes on cpu only so far, the context asks for ",
+           device_name(ctx.device()));
+  switch (ctx.compute_dtype()) {
+    case DType::f32: return run_as<float>(ctx, batch, backward, loss_scale);
+    case DType::f64: return run_as<double>(ctx, batch, backward, loss_scale);
+    default: fail("GPT-2 computes in f32 or f64, not ", dtype_name(ctx.compute_dtype()));
+  }
+}
+
+template <class T>
+double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
+  const DType dtype = dtype_of<T>();
+  if (!acts_ || acts_->B != batch.B || acts_->T != batch.T || acts_->dtype != dtype ||
+      acts_->device != ctx.device()) {
+    acts_.reset();  // free the old buffers before allocating the new ones
+    acts_ = std::make_unique<gpt2::Activations>();
+    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device());
+  }
+  const gpt2::Layers<T> layers{config_, *acts_};
+  const int L = config_.layers;
+  const int final_unit = L + 1;
+
+  layers.embedding_forward(batch.inputs, ctx.gather(0));
+  ctx.release(0);
+  for (int l = 0; l < L; ++l) {
+    layers.block_forward(l, ctx.gather(1 + l));
+    ctx.release(1 + l);
+  }
+  layers.final_norm_forward(ctx.gather(final_unit));
+  ctx.release(final_unit);
+
+  // The LM head is tied to wte, so it gathers the embedding unit again. Its backward runs under the
+  // same gather: the largest unit is gathered twice per step, not three times.
+  const Tensor& wte = ctx.gather(0)[gpt2::kWte];
+  const double loss = layers.head_forward(wte, batch.targets, backward, T(loss_scale));
+  if (backward) layers.head_backward(wte, ctx.grads(0)[gpt2::kWte]);
+  ctx.release(0);
+  if (!backward) return loss;
+
+  {
+    const UnitTensors& p = ctx.gather(final_unit);
+    const UnitTensors& g = ctx.grads(final_unit);
+    layers.final_norm_backward(p, g);
+    ctx.release(final_unit);
+    ctx.grads_ready(final_unit);
+  }
+  for (int l = L - 1; l >= 0; --l) {
+    const UnitTensors& p = ctx.gather(1 + l);
+    const UnitTensors& g = ctx.grads(1 + l);
+    layers.block_backward(l, p, g);
+    ctx.release(1 + l);
+    ctx.grads_ready(1 + l);
+  }
+  // The embedding backward reads only the tokens, so unit 0 is not gathered for it. Its grads hold the
+  // head's dwte already; this is the last addition, so grads_ready(0) comes last.
+  layers.embedding_backward(batch.inputs, ctx.grads(0));
+  ctx.grads_ready(0);
+  return loss;
+}
+
+}  // namespace zshard

@@ -1,0 +1,50 @@
+// GPT-2 (Radford et al. 2019) as a zshard Model, numerically the Hugging Face GPT2LMHeadModel: pre-LN
+// blocks, tanh GELU, LayerNorm eps 1e-5, the LM head tied to wte.
+//
+// Units, in order (parameter names are the Hugging Face names, layouts the Conv1D (in, out) ones):
+//   0        "embed"  wte.weight (V,C), wpe.weight (ctx,C)
+//   1..L     "h.{i}"  ln_1.{weight,bias}, attn.c_attn.{weight (C,3C), bias}, attn.c_proj.{weight (C,C), bias},
+//                     ln_2.{weight,bias}, mlp.c_fc.{weight (C,4C), bias}, mlp.c_proj.{weight (4C,C), bias}
+//   L+1      "ln_f"   ln_f.{weight,bias}
+#pragma once
+#include <memory>
+
+#include "models/gpt2_config.h"
+#include "models/model.h"
+
+namespace zshard {
+
+namespace gpt2 {
+struct Activations;
+}
+
+class GPT2 final : public Model {
+ public:
+  explicit GPT2(GPT2Config config);  // validates the config
+  ~GPT2() override;
+
+  const GPT2Config& config() const { return config_; }
+  int num_units() const { return config_.layers + 2; }
+
+  std::vector<UnitSpec> units() const override;
+  // Hugging Face init: matrices and embeddings N(0, 0.02), the residual projections (c_proj weights)
+  // N(0, 0.02/sqrt(2*layers)), biases 0, LayerNorm gains 1. Values depend on (seed, unit, param index)
+  // only; f32 tensors get the f64 values rounded.
+  void init_unit(int unit, const UnitTensors& params, uint64_t seed) const override;
+  // Computes in ctx.compute_dtype() (f32 or f64) on ctx.device() (cpu so far).
+  double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
+  double forward(ParamContext& ctx, const Batch& batch) override;
+  int64_t activation_bytes(int B, int T, DType dtype) const override;
+
+ private:
+  double run(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);
+  template <class T>
+  double run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);
+  void check_batch(const Batch& batch) const;
+
+  GPT2Config config_;
+  // Kept between steps; reallocated only when (B, T), dtype or device change.
+  std::unique_ptr<gpt2::Activations> acts_;
+};
+
+}  // namespace zshard

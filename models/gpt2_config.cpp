@@ -1,0 +1,54 @@
+#include "models/gpt2_config.h"
+
+#include <array>
+
+#include "kernels/error.h"
+
+namespace zshard {
+
+namespace {
+struct NamedConfig {
+  std::string_view name;
+  GPT2Config config;
+};
+
+constexpr int kGPT2Vocab = 50257;
+constexpr int kGPT2Ctx = 1024;
+
+const std::array<NamedConfig, 5> kNamedConfigs = {{
+    {"tiny", {2, 64, 4, 256, 128}},
+    {"gpt2", {12, 768, 12, kGPT2Vocab, kGPT2Ctx}},
+    {"gpt2-medium", {24, 1024, 16, kGPT2Vocab, kGPT2Ctx}},
+    {"gpt2-large", {36, 1280, 20, kGPT2Vocab, kGPT2Ctx}},
+    {"gpt2-xl", {48, 1600, 25, kGPT2Vocab, kGPT2Ctx}},
+}};
+}  // namespace
+
+void GPT2Config::validate() const {
+  ZS_CHECK(layers > 0 && dim > 0 && heads > 0 && vocab > 0 && ctx > 0,
+           "GPT-2 config: layers, dim, heads, vocab and ctx must all be positive, got layers=", layers,
+           " dim=", dim, " heads=", heads, " vocab=", vocab, " ctx=", ctx);
+  ZS_CHECK(dim % heads == 0, "GPT-2 config: dim ", dim, " is not divisible by heads ", heads);
+}
+
+int64_t GPT2Config::num_params() const {
+  const int64_t C = dim;
+  const int64_t per_block = 12 * C * C + 13 * C;  // 4 matrices (3C^2, C^2, 4C^2, 4C^2) + biases + 2 LNs
+  return int64_t(vocab) * C + int64_t(ctx) * C + layers * per_block + 2 * C;
+}
+
+GPT2Config gpt2_config(std::string_view name) {
+  for (const NamedConfig& named : kNamedConfigs)
+    if (named.name == name) return named.config;
+  std::string valid;
+  for (const std::string& n : gpt2_config_names()) valid += (valid.empty() ? "" : ", ") + n;
+  fail("unknown GPT-2 config '", name, "' (valid: ", valid, ")");
+}
+
+std::vector<std::string> gpt2_config_names() {
+  std::vector<std::string> names;
+  for (const NamedConfig& named : kNamedConfigs) names.emplace_back(named.name);
+  return names;
+}
+
+}  // namespace zshard

@@ -1,0 +1,29 @@
+// GPT-2 family hyperparameters, with the named sizes of the released models.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zshard {
+
+struct GPT2Config {
+  int layers = 0;  // transformer blocks
+  int dim = 0;     // channels C
+  int heads = 0;   // attention heads; dim % heads == 0
+  int vocab = 0;   // V
+  int ctx = 0;     // maximum sequence length (rows of wpe)
+
+  // Throws zshard::Error naming the offending field.
+  void validate() const;
+  int head_dim() const { return dim / heads; }
+  // Parameter elements, the tied wte counted once.
+  int64_t num_params() const;
+};
+
+// "tiny" (tests, byte-level default data), "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl".
+// Throws zshard::Error listing the valid names for any other name.
+GPT2Config gpt2_config(std::string_view name);
+std::vector<std::string> gpt2_config_names();
+
+}  // namespace zshard

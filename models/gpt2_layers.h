@@ -1,0 +1,76 @@
+// GPT-2 internals shared by gpt2.cpp (units, protocol) and gpt2_layers.cpp (the math): the activation
+// buffers and each unit's forward and backward, written out by hand in the style of llm.c.
+#pragma once
+#include <cstdint>
+
+#include "models/gpt2_config.h"
+#include "models/model.h"
+
+namespace zshard::gpt2 {
+
+// Indices into a block unit's params and grads, in the order GPT2::units() declares them.
+enum BlockParam {
+  kLn1Weight, kLn1Bias, kAttnWeight, kAttnBias, kAttnProjWeight, kAttnProjBias,
+  kLn2Weight, kLn2Bias, kFcWeight, kFcBias, kFcProjWeight, kFcProjBias, kNumBlockParams
+};
+// Indices into the embedding and final LayerNorm units.
+enum EmbedParam { kWte, kWpe };
+enum FinalNormParam { kLnfWeight, kLnfBias };
+
+// Everything forward_backward keeps for one (B, T): views into a single activations allocation.
+// Per-block buffers have a leading layer dimension L.
+struct Activations {
+  int B = 0, T = 0;
+  DType dtype = DType::f32;
+  Device device = Device::cpu;
+  Tensor storage;
+
+  Tensor encoded;                        // (B,T,C) wte + wpe: block 0's input
+  Tensor ln1, ln1_mean, ln1_rstd;        // (L,B,T,C), (L,B,T), (L,B,T)
+  Tensor qkv;                            // (L,B,T,3C)
+  Tensor att;                            // (L,B,NH,T,T) softmax probabilities
+  Tensor atty;                           // (L,B,T,C) attention output before c_proj
+  Tensor residual2;                      // (L,B,T,C) after the attention residual add
+  Tensor ln2, ln2_mean, ln2_rstd;
+  Tensor fch, fch_gelu;                  // (L,B,T,4C)
+  Tensor residual3;                      // (L,B,T,C) block output
+  Tensor lnf, lnf_mean, lnf_rstd;        // (B,T,C), (B,T), (B,T)
+  Tensor logits;                         // (B,T,V); overwritten by dlogits in the backward
+  Tensor losses;                         // (B,T)
+  Tensor proj;                           // (B,T,C) a c_proj output before its residual add (scratch)
+  // Backward scratch, shared by all blocks. dresidual carries d(loss)/d(residual stream).
+  Tensor dresidual, dln, datty;          // (B,T,C)
+  Tensor dqkv;                           // (B,T,3C)
+  Tensor dfch, dfch_gelu;                // (B,T,4C)
+
+  // Bytes of the one allocation for (B, T): what activation_bytes reports and allocate() allocates.
+  static int64_t bytes(const GPT2Config& c, int B, int T, DType dtype);
+  void allocate(const GPT2Config& c, int b, int t, DType type, Device dev);
+};
+
+// GPT-2's computation in dtype T (float or double) over one set of activations.
+template <class T>
+struct Layers {
+  const GPT2Config& c;
+  Activations& a;
+
+  void embedding_forward(const int32_t* tokens, const UnitTensors& p) const;
+  // Adds the residual-stream gradient into dwte and dwpe; reads no parameters.
+  void embedding_backward(const int32_t* tokens, const UnitTensors& g) const;
+  void block_forward(int layer, const UnitTensors& p) const;
+  // On entry a.dresidual holds d(loss)/d(block output); on exit d(loss)/d(block input).
+  void block_backward(int layer, const UnitTensors& p, const UnitTensors& g) const;
+  void final_norm_forward(const UnitTensors& p) const;
+  // From a.dln = d(loss)/d(lnf) to a.dresidual = d(loss)/d(last block output).
+  void final_norm_backward(const UnitTensors& p, const UnitTensors& g) const;
+  // logits = lnf @ wte^T and the token losses; returns their sum. With `backward`, the logits are
+  // replaced by dlogits = dloss * (softmax - onehot).
+  double head_forward(const Tensor& wte, const int32_t* targets, bool backward, T dloss) const;
+  // a.dln = dlogits @ wte (set) and dwte += dlogits^T @ lnf.
+  void head_backward(const Tensor& wte, const Tensor& dwte) const;
+};
+
+extern template struct Layers<float>;
+extern template struct Layers<double>;
+
+}  // namespace zshard::gpt2

@@ -1,0 +1,50 @@
+#include "runtime/cli_options.h"
+
+namespace zshard {
+
+void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
+  app.option_defaults()->always_capture_default();
+  app.add_option("--model", o.model, "model config: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl");
+  app.add_option("--layers", o.overrides.layers, "override the number of blocks (0 = config's)");
+  app.add_option("--dim", o.overrides.dim, "override the width (0 = config's)");
+  app.add_option("--heads", o.overrides.heads, "override the attention heads (0 = config's)");
+  app.add_option("--vocab", o.overrides.vocab, "override the vocabulary size (0 = config's)");
+  app.add_option("--ctx", o.overrides.ctx, "override the context length (0 = config's)");
+  app.add_option("--init-from", o.init_from, "initial weights (safetensors, Hugging Face GPT-2 names)");
+  app.add_option("--data", o.data, "'default' (embedded text), a text file (bytes) or an llm.c .bin token file");
+  app.add_option("--batch", o.batch, "global sequences per micro-step, split across ranks");
+  app.add_option("--seq", o.seq, "tokens per sequence");
+  app.add_option("--grad-accum", o.grad_accum, "micro-steps per optimizer step");
+  app.add_option("--rank-batches", o.rank_batches, "per-rank sequences, comma separated, summing to --batch")
+      ->delimiter(',');
+  app.add_option("--steps", o.steps, "optimizer steps");
+  app.add_option("--lr", o.lr, "peak learning rate");
+  app.add_option("--warmup", o.warmup, "linear warmup steps");
+  app.add_option("--lr-schedule", o.lr_schedule, "constant or cosine (decays to --min-lr)");
+  app.add_option("--min-lr", o.min_lr, "final learning rate of the cosine schedule");
+  app.add_option("--wd", o.wd, "AdamW weight decay (matrices and embeddings only)");
+  app.add_option("--beta1", o.beta1, "AdamW beta1");
+  app.add_option("--beta2", o.beta2, "AdamW beta2");
+  app.add_option("--eps", o.eps, "AdamW epsilon");
+  app.add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0 disables)");
+  app.add_option("--seed", o.seed, "initialisation seed");
+  app.add_option("--strategy", strategy, "ddp, zero1, zero2, zero3 or hybrid");
+  app.add_option("--shard-group", o.strategy.shard_group, "hybrid: ranks per shard group (divides the world)");
+  app.add_option("--reshard-after-forward", o.strategy.reshard_after_forward,
+                 "zero3/hybrid: free gathered params after each unit's forward (true/false)");
+  app.add_option("--max-inflight", o.strategy.max_inflight, "zero3/hybrid: gathered units alive at once");
+  app.add_option("--comm-timeout", o.comm_timeout_s, "seconds a collective may take before the job aborts");
+  app.add_option("--log-json", o.log_json, "write one JSON object per step to this file");
+  app.add_option("--log-every", o.log_every, "progress line every N steps");
+  app.add_option("--save", o.save, "save the final weights (safetensors)");
+  app.add_option("--mem-report", o.mem_report, "write the memory report as JSON to this file");
+}
+
+std::string cli_error_line(const CLI::Error& e) {
+  std::string msg = e.what();
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  for (char& c : msg) if (c == '\n') c = ' ';
+  return msg;
+}
+
+}  // namespace zshard

@@ -1,0 +1,58 @@
+// Token datasets: the whole token stream in memory as int32, from the embedded default corpus (bytes),
+// a text file (bytes) or an llm.c token file (256 int32 header: magic 20240520, version 1, token count;
+// then uint16 tokens).
+//
+// The batch of a step is global and fixed whatever the world size: sequence k of global micro-step s
+// starts at token (s*B + k)*T, wrapping around the end of the stream, and a rank fills a contiguous
+// slice of the B sequences.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zshard {
+
+// The default corpus compiled into the library (generated from models/data/default_corpus.txt).
+extern const uint8_t kDefaultCorpus[];
+extern const size_t kDefaultCorpusSize;
+
+constexpr int kByteVocab = 256;
+constexpr int kGpt2Vocab = 50257;  // the tokenizer llm.c token files are made with
+constexpr int32_t kLlmcMagic = 20240520;
+constexpr int32_t kLlmcVersion = 1;
+constexpr int kLlmcHeaderInts = 256;
+
+class TokenDataset {
+ public:
+  // `spec` is "default" (the embedded corpus), an llm.c token file (first int32 is the magic, or the
+  // name ends in ".bin") or any other file, read as bytes.
+  static TokenDataset load(const std::string& spec);
+  static TokenDataset from_default_corpus();
+  static TokenDataset from_text_file(const std::string& path);
+  static TokenDataset from_llmc_file(const std::string& path);
+  static TokenDataset from_tokens(std::vector<int32_t> tokens, int vocab_size, std::string source);
+
+  int64_t size() const { return int64_t(tokens_.size()); }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  // The vocabulary the data was made for: 256 for bytes, 50257 (GPT-2) for llm.c token files.
+  int vocab_size() const { return vocab_size_; }
+  const std::string& source() const { return source_; }
+
+  // Errors naming the data source when a token id is >= `vocab` (the model's vocabulary) ...
+  void check_vocab(int vocab) const;
+  // ... or when the stream is shorter than the T + 1 tokens one sequence with its targets needs.
+  void check_seq_len(int T) const;
+
+  // Fills sequences [k0, k0 + b) of the B sequences of global micro-step `micro_step`: b*T inputs and
+  // b*T targets (the next token of each input), row-major.
+  void fill_batch(int64_t micro_step, int B, int T, int k0, int b, int32_t* inputs,
+                  int32_t* targets) const;
+
+ private:
+  std::vector<int32_t> tokens_;
+  int vocab_size_ = kByteVocab;
+  std::string source_;
+};
+
+}  // namespace zshard

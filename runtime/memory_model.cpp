@@ -1,0 +1,38 @@
+#include "runtime/memory_model.h"
+
+namespace zshard {
+
+namespace {
+// Bytes of `psi` elements of `bytes` each, cut into `parts` shards (rounded up like the flat units).
+int64_t sharded(int64_t psi, int bytes, int parts) { return (psi + parts - 1) / parts * bytes; }
+}  // namespace
+
+ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& d) {
+  ModelStateBytes m;
+  m.params = params_sharded(kind) ? sharded(psi, d.param_bytes, group) : psi * d.param_bytes;
+  m.grads = grads_sharded(kind) ? sharded(psi, d.grad_bytes, group) : psi * d.grad_bytes;
+  m.optimizer = sharded(psi, d.optimizer_bytes, group);
+  return m;
+}
+
+int64_t predict_comm_bytes(StrategyKind kind, int world, int group, int64_t psi, int grad_accum,
+                           const DtypePolicy& d) {
+  // One collective over a full unit buffer in a group of n moves (n-1)/n of it per rank.
+  auto pass = [&](int n, int bytes) { return double(psi) * bytes * (n - 1) / n; };
+  const int replicas = world / group;
+  const int K = grad_accum;
+  double total = 0;
+  switch (kind) {
+    case StrategyKind::ddp: total = 2 * pass(world, d.grad_bytes); break;
+    case StrategyKind::zero1: total = pass(world, d.grad_bytes) + pass(world, d.param_bytes); break;
+    case StrategyKind::zero2: total = K * pass(world, d.grad_bytes) + pass(world, d.param_bytes); break;
+    case StrategyKind::zero3:
+    case StrategyKind::hybrid:
+      total = K * (2 * pass(group, d.param_bytes) + pass(group, d.grad_bytes));
+      total += K * 2 * pass(replicas, d.grad_bytes) / group;
+      break;
+  }
+  return int64_t(total);
+}
+
+}  // namespace zshard

@@ -1,0 +1,38 @@
+// The ZeRO paper's arithmetic for model-state bytes and communication volume per rank, for any
+// strategy, world size and dtype policy. The memory report prints it beside what the allocator
+// measured; the estimator (zshard-mem) uses it for models that were never run.
+#pragma once
+#include <cstdint>
+
+#include "runtime/strategy.h"
+
+namespace zshard {
+
+struct DtypePolicy {
+  int param_bytes = 4;      // compute copy of the parameters
+  int grad_bytes = 4;
+  int optimizer_bytes = 8;  // K per parameter: Adam m+v in fp32 (+4 for an fp32 master copy in mixed precision)
+  static DtypePolicy fp32() { return {4, 4, 8}; }
+  static DtypePolicy mixed_bf16() { return {2, 2, 12}; }
+};
+
+struct ModelStateBytes {
+  int64_t params = 0;
+  int64_t grads = 0;
+  int64_t optimizer = 0;
+  int64_t total() const { return params + grads + optimizer; }
+};
+
+// psi: parameter elements. `group` is the shard group size (world for zero1/2/3, G for hybrid, 1 for
+// ddp), as returned by shard_group_size(). ddp 16Ψ, zero1 4Ψ+12Ψ/N, zero2 2Ψ+14Ψ/N, zero3 16Ψ/N with
+// the mixed-precision policy.
+ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& dtypes);
+
+// Bytes one rank moves per optimizer step (nccl-tests bus convention), with `grad_accum` micro-steps:
+// ddp 2Ψ(N-1)/N; zero1 the same (reduce-scatter + all-gather); zero2 reduce-scatters every micro-step;
+// zero3 3Ψ(N-1)/N per micro-step; hybrid the zero3 volume inside groups plus an all-reduce of each shard
+// across the N/G replicas.
+int64_t predict_comm_bytes(StrategyKind kind, int world, int group, int64_t psi, int grad_accum,
+                           const DtypePolicy& dtypes);
+
+}  // namespace zshard

@@ -1,0 +1,142 @@
+#include "runtime/memory_report.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <ostream>
+
+#include <nlohmann/json.hpp>
+
+namespace zshard {
+
+namespace {
+
+// Per-rank record shipped through one all-gather of doubles (byte counts stay exact below 2^53).
+constexpr int kRecord = 2 * kNumCategories + 5;
+
+std::vector<double> encode(const RankMemory& r) {
+  std::vector<double> v;
+  for (int c = 0; c < kNumCategories; ++c) v.push_back(double(r.stats.live[c]));
+  for (int c = 0; c < kNumCategories; ++c) v.push_back(double(r.stats.peak[c]));
+  v.push_back(double(r.stats.live_total));
+  v.push_back(double(r.stats.peak_total));
+  v.push_back(double(r.stats.model_states_peak));
+  v.push_back(r.comm_bytes_per_step);
+  v.push_back(r.comm_exposed_ms_per_step);
+  return v;
+}
+
+RankMemory decode(const double* v) {
+  RankMemory r;
+  for (int c = 0; c < kNumCategories; ++c) r.stats.live[c] = int64_t(v[c]);
+  for (int c = 0; c < kNumCategories; ++c) r.stats.peak[c] = int64_t(v[kNumCategories + c]);
+  r.stats.live_total = int64_t(v[2 * kNumCategories]);
+  r.stats.peak_total = int64_t(v[2 * kNumCategories + 1]);
+  r.stats.model_states_peak = int64_t(v[2 * kNumCategories + 2]);
+  r.comm_bytes_per_step = v[2 * kNumCategories + 3];
+  r.comm_exposed_ms_per_step = v[2 * kNumCategories + 4];
+  return r;
+}
+
+std::string mib(double bytes) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(bytes < 10 * 1048576.0 ? 3 : 1) << bytes / 1048576.0;
+  return os.str();
+}
+
+}  // namespace
+
+MemoryReport MemoryReport::collect(Trainer& trainer) {
+  MemoryReport rep;
+  ShardedParams& params = trainer.params();
+  comm::Communicator& world = params.world();
+  rep.strategy = std::string(strategy_name(params.options().kind));
+  rep.world = world.size();
+  rep.shard_group = params.shard_group_size();
+  int64_t max_unit = 0;
+  for (int u = 0; u < params.num_units(); ++u) {
+    rep.params += params.layout(u).numel();
+    max_unit = std::max(max_unit, params.layout(u).numel());
+  }
+  const DtypePolicy dtypes = DtypePolicy::fp32();
+  rep.predicted = predict_model_states(params.options().kind, rep.shard_group, rep.params, dtypes);
+  rep.predicted_inflight = params_sharded(params.options().kind)
+                               ? int64_t(params.options().max_inflight) * max_unit * dtypes.param_bytes
+                               : 0;
+  rep.predicted_comm_bytes = predict_comm_bytes(params.options().kind, rep.world, rep.shard_group, rep.params,
+                                                trainer.options().grad_accum, dtypes);
+
+  RankMemory mine;
+  mine.stats = Allocator::of(Device::cpu).stats();
+  const auto& history = trainer.history();
+  for (const auto& h : history) {
+    mine.comm_bytes_per_step += double(h.comm_bytes) / history.size();
+    mine.comm_exposed_ms_per_step += h.comm_exposed_ms / history.size();
+  }
+  const std::vector<double> local = encode(mine);
+  std::vector<double> all(size_t(kRecord) * world.size());
+  world.all_gather(local.data(), all.data(), kRecord, DType::f64)->wait();
+  for (int r = 0; r < world.size(); ++r) rep.ranks.push_back(decode(all.data() + size_t(r) * kRecord));
+  return rep;
+}
+
+int64_t MemoryReport::measured_model_states() const {
+  int64_t m = 0;
+  for (const auto& r : ranks) m = std::max(m, r.stats.model_states_live());
+  return m;
+}
+
+void MemoryReport::print(std::ostream& out) const {
+  out << "memory report: " << strategy << ", world " << world << ", shard group " << shard_group << ", "
+      << params << " parameters (MiB; live / peak per category)\n";
+  out << std::left << std::setw(6) << "rank";
+  for (Category c : kAllCategories) out << std::setw(20) << category_name(c);
+  out << std::setw(12) << "peak total" << "comm/step\n";
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const MemStats& s = ranks[r].stats;
+    out << std::setw(6) << r;
+    for (Category c : kAllCategories)
+      out << std::setw(20) << (mib(double(s.live[int(c)])) + " / " + mib(double(s.peak[int(c)])));
+    out << std::setw(12) << mib(double(s.peak_total)) << mib(ranks[r].comm_bytes_per_step) << "\n";
+  }
+  const double measured = double(measured_model_states());
+  out << "model states per rank: measured " << mib(measured) << " MiB, predicted " << mib(double(predicted.total()))
+      << " MiB (params " << mib(double(predicted.params)) << " + grads " << mib(double(predicted.grads))
+      << " + optimizer " << mib(double(predicted.optimizer)) << "), ratio " << std::fixed << std::setprecision(3)
+      << measured / std::max(1.0, double(predicted.total())) << "\n";
+  if (predicted_inflight > 0)
+    out << "gathered units in flight (comm): up to ~" << mib(double(predicted_inflight)) << " MiB predicted\n";
+  out << "communication per step per rank: measured " << mib(ranks.empty() ? 0 : ranks[0].comm_bytes_per_step)
+      << " MiB, theory " << mib(double(predicted_comm_bytes)) << " MiB\n";
+}
+
+nlohmann::json MemoryReport::to_json() const {
+  nlohmann::json j;
+  j["strategy"] = strategy;
+  j["world"] = world;
+  j["shard_group"] = shard_group;
+  j["params"] = params;
+  j["predicted"] = {{"params", predicted.params},
+                    {"grads", predicted.grads},
+                    {"optimizer", predicted.optimizer},
+                    {"model_states", predicted.total()},
+                    {"gathered_in_flight", predicted_inflight},
+                    {"comm_bytes_per_step", predicted_comm_bytes}};
+  j["measured_model_states_max"] = measured_model_states();
+  for (const auto& r : ranks) {
+    nlohmann::json rank;
+    for (Category c : kAllCategories) {
+      rank["live"][std::string(category_name(c))] = r.stats.live[int(c)];
+      rank["peak"][std::string(category_name(c))] = r.stats.peak[int(c)];
+    }
+    rank["live_total"] = r.stats.live_total;
+    rank["peak_total"] = r.stats.peak_total;
+    rank["model_states_live"] = r.stats.model_states_live();
+    rank["model_states_peak"] = r.stats.model_states_peak;
+    rank["comm_bytes_per_step"] = r.comm_bytes_per_step;
+    rank["comm_exposed_ms_per_step"] = r.comm_exposed_ms_per_step;
+    j["ranks"].push_back(rank);
+  }
+  return j;
+}
+
+}  // namespace zshard

@@ -1,0 +1,41 @@
+// The memory report at the end of a run: per rank and category, live and peak bytes read from the
+// tracking allocator, beside the ZeRO prediction for the strategy, world size and dtypes; and
+// communication bytes per step measured by the communicator beside theory.
+#pragma once
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "kernels/allocator.h"
+#include "runtime/memory_model.h"
+#include "runtime/trainer.h"
+
+namespace zshard {
+
+struct RankMemory {
+  MemStats stats;
+  double comm_bytes_per_step = 0;
+  double comm_exposed_ms_per_step = 0;
+};
+
+struct MemoryReport {
+  std::string strategy;
+  int world = 1;
+  int shard_group = 1;
+  int64_t params = 0;  // Ψ
+  ModelStateBytes predicted;
+  int64_t predicted_inflight = 0;  // largest gathered units in flight (sharded params), an estimate
+  int64_t predicted_comm_bytes = 0;
+  std::vector<RankMemory> ranks;
+
+  // Collective over the trainer's world; every rank returns the full report.
+  static MemoryReport collect(Trainer& trainer);
+  // Max over ranks of the measured live model-state bytes (params + grads + optimizer).
+  int64_t measured_model_states() const;
+  void print(std::ostream& out) const;
+  nlohmann::json to_json() const;
+};
+
+}  // namespace zshard

@@ -1,0 +1,59 @@
+#include "runtime/strategy.h"
+
+#include "kernels/error.h"
+
+namespace zshard {
+
+StrategyKind parse_strategy(std::string_view name) {
+  if (name == "ddp") return StrategyKind::ddp;
+  if (name == "zero1") return StrategyKind::zero1;
+  if (name == "zero2") return StrategyKind::zero2;
+  if (name == "zero3") return StrategyKind::zero3;
+  if (name == "hybrid") return StrategyKind::hybrid;
+  throw UsageError(detail::concat("--strategy: unknown strategy '", name,
+                                  "' (valid: ddp, zero1, zero2, zero3, hybrid)"));
+}
+
+std::string_view strategy_name(StrategyKind kind) {
+  switch (kind) {
+    case StrategyKind::ddp: return "ddp";
+    case StrategyKind::zero1: return "zero1";
+    case StrategyKind::zero2: return "zero2";
+    case StrategyKind::zero3: return "zero3";
+    case StrategyKind::hybrid: return "hybrid";
+  }
+  return "?";
+}
+
+bool params_sharded(StrategyKind kind) { return kind == StrategyKind::zero3 || kind == StrategyKind::hybrid; }
+
+bool grads_sharded(StrategyKind kind) {
+  return kind == StrategyKind::zero2 || kind == StrategyKind::zero3 || kind == StrategyKind::hybrid;
+}
+
+int shard_group_size(const StrategyOptions& options, int world_size) {
+  switch (options.kind) {
+    case StrategyKind::ddp: return 1;
+    case StrategyKind::zero1:
+    case StrategyKind::zero2:
+    case StrategyKind::zero3: return world_size;
+    case StrategyKind::hybrid: {
+      const int g = options.shard_group;
+      if (g < 1 || world_size % g != 0)
+        throw UsageError(detail::concat("--shard-group ", g, " does not divide the world size ",
+                                        world_size, " (hybrid needs groups of G consecutive ranks)"));
+      return g;
+    }
+  }
+  return 1;
+}
+
+StrategyGroups StrategyGroups::make(comm::Communicator& world, int group) {
+  const int r = world.rank();
+  StrategyGroups g;
+  g.shard = world.split(r / group, r);
+  g.replica = world.split(r % group, r);
+  return g;
+}
+
+}  // namespace zshard

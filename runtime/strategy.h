@@ -1,0 +1,42 @@
+// Strategies: what each rank keeps resident and how gradients are reduced. The table of
+// ../shared/DESIGN.md reduces to three questions, answered here once so that the rest of the runtime
+// never switches on the strategy name:
+//   - the shard group: the ranks a unit is split across (1 for ddp, the world for zero1/2/3, G for hybrid);
+//   - are parameters sharded between uses (zero3, hybrid), or resident in full;
+//   - are gradients sharded (zero2, zero3, hybrid), or resident in full (ddp, zero1).
+// Gradients are reduce-scattered inside the shard group, then all-reduced across the replica group
+// (ranks holding the same shard). ddp is the degenerate case: shard group of one, all-reduce over the world.
+#pragma once
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "comm/communicator.h"
+
+namespace zshard {
+
+enum class StrategyKind { ddp, zero1, zero2, zero3, hybrid };
+
+StrategyKind parse_strategy(std::string_view name);  // throws UsageError naming the valid ones
+std::string_view strategy_name(StrategyKind kind);
+
+struct StrategyOptions {
+  StrategyKind kind = StrategyKind::ddp;
+  int shard_group = 0;                // hybrid only: ranks per shard group (must divide the world)
+  bool reshard_after_forward = true;  // zero3/hybrid: free gathered params after each unit's forward
+  int max_inflight = 2;               // zero3/hybrid: gathered units alive at once (prefetch depth + 1)
+};
+
+bool params_sharded(StrategyKind kind);
+bool grads_sharded(StrategyKind kind);
+// Shard group size for a world of `world_size` ranks; throws UsageError when hybrid's group does not fit.
+int shard_group_size(const StrategyOptions& options, int world_size);
+
+// The two sub-communicators a strategy reduces over; both are views of `world`.
+struct StrategyGroups {
+  std::unique_ptr<comm::Communicator> shard;    // ranks that split a unit between them
+  std::unique_ptr<comm::Communicator> replica;  // ranks holding the same shard
+  static StrategyGroups make(comm::Communicator& world, int shard_group_size);
+};
+
+}  // namespace zshard

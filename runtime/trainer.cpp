@@ -1,0 +1,263 @@
+#include "runtime/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <iomanip>
+#include <ostream>
+
+#include <nlohmann/json.hpp>
+
+#include "models/gpt2.h"
+#include "models/gpt2_weights.h"
+#include "models/safetensors.h"
+#include "runtime/setup_failure.h"
+
+namespace zshard {
+
+namespace {
+
+template <class... Args>
+[[noreturn]] void usage(const Args&... args) {
+  throw UsageError(detail::concat(args...));
+}
+
+// Sequences of the global batch per rank: --rank-batches, or an even split with the remainder on the
+// first ranks. The gradient stays the exact global mean whatever the split (losses are summed and
+// scaled by 1/global tokens).
+std::vector<int> split_batch(const TrainOptions& o, int world_size) {
+  if (!o.rank_batches.empty()) return o.rank_batches;
+  std::vector<int> b(world_size, o.batch / world_size);
+  for (int r = 0; r < o.batch % world_size; ++r) ++b[r];
+  return b;
+}
+
+// Test hook: ZSHARD_FAULT_RANK=r ZSHARD_FAULT_STEP=s makes rank r fail in step s, so tests can check
+// that one failing rank ends the whole job instead of leaving its peers in a collective.
+void maybe_inject_fault(int rank, int step) {
+  const char* r = std::getenv("ZSHARD_FAULT_RANK");
+  const char* s = std::getenv("ZSHARD_FAULT_STEP");
+  if (r && s && std::atoi(r) == rank && std::atoi(s) == step)
+    fail("injected fault (ZSHARD_FAULT_RANK=", r, ", ZSHARD_FAULT_STEP=", s, ")");
+}
+
+// Every parameter present with its shape, and nothing from another model, before any rank allocates.
+void check_weights_file(const std::string& path, const Model& model) {
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  std::vector<std::string> expected;
+  for (const UnitSpec& unit : model.units()) {
+    for (const ParamSpec& p : unit.params) {
+      const SafetensorsEntry& e = file.entry(resolve_name(file, p.name));
+      if (e.shape != p.shape)
+        fail(path, ": tensor ", e.name, " has shape ", shape_str(e.shape), ", the model needs ",
+             shape_str(p.shape));
+      expected.push_back(p.name);
+    }
+  }
+  const std::vector<std::string> extra = unmatched_tensors(file, expected);
+  if (!extra.empty())
+    fail(path, ": tensor ", extra.front(), " (and ", extra.size() - 1,
+         " more) belongs to no parameter of this model; was it saved from another size?");
+}
+
+}  // namespace
+
+void validate_options(const TrainOptions& o, int world_size) {
+  if (o.batch < 1) usage("--batch must be >= 1, got ", o.batch);
+  if (o.seq < 1) usage("--seq must be >= 1, got ", o.seq);
+  if (o.steps < 0) usage("--steps must be >= 0, got ", o.steps);
+  if (o.grad_accum < 1) usage("--grad-accum must be >= 1, got ", o.grad_accum);
+  if (!(o.lr >= 0)) usage("--lr must be >= 0, got ", o.lr);
+  if (!(o.min_lr >= 0)) usage("--min-lr must be >= 0, got ", o.min_lr);
+  if (o.warmup < 0) usage("--warmup must be >= 0, got ", o.warmup);
+  if (o.lr_schedule != "constant" && o.lr_schedule != "cosine")
+    usage("--lr-schedule must be constant or cosine, got '", o.lr_schedule, "'");
+  if (!(o.wd >= 0)) usage("--wd must be >= 0, got ", o.wd);
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) usage("--beta1 must be in [0, 1), got ", o.beta1);
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) usage("--beta2 must be in [0, 1), got ", o.beta2);
+  if (!(o.eps > 0)) usage("--eps must be > 0, got ", o.eps);
+  if (!(o.grad_clip >= 0)) usage("--grad-clip must be >= 0 (0 disables), got ", o.grad_clip);
+  if (o.log_every < 1) usage("--log-every must be >= 1, got ", o.log_every);
+  if (!(o.comm_timeout_s > 0)) usage("--comm-timeout must be > 0 seconds, got ", o.comm_timeout_s);
+  if (o.strategy.max_inflight < 1) usage("--max-inflight must be >= 1, got ", o.strategy.max_inflight);
+  if (o.strategy.kind != StrategyKind::hybrid && o.strategy.shard_group != 0)
+    usage("--shard-group is only for --strategy hybrid");
+  shard_group_size(o.strategy, world_size);  // throws for a group that does not divide the world
+  if (!o.rank_batches.empty()) {
+    if (int(o.rank_batches.size()) != world_size)
+      usage("--rank-batches has ", o.rank_batches.size(), " entries but the world has ", world_size,
+            " ranks (one entry per rank)");
+    int64_t sum = 0;
+    for (int b : o.rank_batches) {
+      if (b < 1) usage("--rank-batches: every rank needs at least one sequence, got ", b);
+      sum += b;
+    }
+    if (sum != o.batch) usage("--rank-batches sums to ", sum, " but --batch is ", o.batch);
+  } else if (o.batch < world_size) {
+    usage("--batch ", o.batch, " is smaller than the world size ", world_size,
+          ": every rank needs at least one sequence");
+  }
+}
+
+GPT2Config resolve_model_config(const TrainOptions& o) {
+  GPT2Config c;
+  try {
+    c = gpt2_config(o.model);
+  } catch (const Error& e) {
+    usage("--model: ", e.what());
+  }
+  if (o.overrides.layers) c.layers = o.overrides.layers;
+  if (o.overrides.dim) c.dim = o.overrides.dim;
+  if (o.overrides.heads) c.heads = o.overrides.heads;
+  if (o.overrides.vocab) c.vocab = o.overrides.vocab;
+  if (o.overrides.ctx) c.ctx = o.overrides.ctx;
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    usage("model size: ", e.what());
+  }
+  if (o.seq > c.ctx) usage("--seq ", o.seq, " exceeds the model context ", c.ctx, " (--ctx)");
+  return c;
+}
+
+Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : options_(options), world_(world) {
+  run_agreed(world, [&] {
+    validate_options(options_, world.size());
+    config_ = resolve_model_config(options_);
+    if (config_.num_params() < world.size())
+      usage("the model has ", config_.num_params(), " parameters, fewer than the ", world.size(),
+            " ranks that would shard it");
+    data_ = TokenDataset::load(options_.data);
+    data_.check_vocab(config_.vocab);
+    data_.check_seq_len(options_.seq);
+    model_ = std::make_unique<GPT2>(config_);
+    if (!options_.init_from.empty()) check_weights_file(options_.init_from, *model_);
+    if (!options_.log_json.empty() && world.rank() == 0) {
+      log_json_.open(options_.log_json);
+      if (!log_json_) usage("--log-json: cannot write '", options_.log_json, "'");
+    }
+  });
+  const std::vector<int> batches = split_batch(options_, world.size());
+  rank_batch_ = batches[world.rank()];
+  for (int r = 0; r < world.rank(); ++r) rank_offset_ += batches[r];
+  inputs_.resize(size_t(rank_batch_) * options_.seq);
+  targets_.resize(inputs_.size());
+  schedule_ = {options_.lr, options_.min_lr, options_.warmup, std::max(options_.steps, 1),
+               options_.lr_schedule == "cosine"};
+  world.set_timeout(std::chrono::duration_cast<comm::Clock::duration>(
+      std::chrono::duration<double>(options_.comm_timeout_s)));
+  params_ = std::make_unique<ShardedParams>(*model_, world, options_.strategy, options_.seed);
+  if (!options_.init_from.empty()) load_weights(options_.init_from);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::load_weights(const std::string& path) {
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  for (int u = 0; u < params_->num_units(); ++u) {
+    const FlatLayout& layout = params_->layout(u);
+    std::vector<float> full(layout.padded_numel(), 0.0f);
+    for (size_t i = 0; i < layout.spec().params.size(); ++i) {
+      const ParamSpec& p = layout.spec().params[i];
+      file.read_f32(resolve_name(file, p.name), full.data() + layout.offset(int(i)), p.shape);
+    }
+    params_->set_unit_params(u, full.data());
+  }
+}
+
+void Trainer::save_weights(const std::string& path) {
+  std::vector<std::vector<float>> units;
+  std::vector<SafetensorsArray> arrays;
+  for (int u = 0; u < params_->num_units(); ++u) units.push_back(params_->full_unit_params(u));
+  if (world_.rank() != 0) return;
+  for (int u = 0; u < params_->num_units(); ++u) {
+    const FlatLayout& layout = params_->layout(u);
+    for (size_t i = 0; i < layout.spec().params.size(); ++i) {
+      const ParamSpec& p = layout.spec().params[i];
+      arrays.push_back({p.name, units[u].data() + layout.offset(int(i)), p.shape});
+    }
+  }
+  save_safetensors(path, arrays, {{"format", "pt"}, {"producer", "zshard"}});
+}
+
+StepResult Trainer::step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int K = options_.grad_accum, B = options_.batch, T = options_.seq;
+  const double global_tokens = double(B) * T * K;
+  const comm::CommStats before = params_->comm_stats();
+  maybe_inject_fault(world_.rank(), steps_done_ + 1);
+
+  double loss_sum = 0;
+  for (int m = 0; m < K; ++m) {
+    params_->begin_micro_step(/*sync_grads=*/m == K - 1);
+    const int64_t micro_step = int64_t(steps_done_) * K + m;
+    data_.fill_batch(micro_step, B, T, rank_offset_, rank_batch_, inputs_.data(), targets_.data());
+    const Batch batch{inputs_.data(), targets_.data(), rank_batch_, T};
+    loss_sum += model_->forward_backward(*params_, batch, float(1.0 / global_tokens));
+    params_->end_micro_step();
+  }
+
+  StepResult r;
+  r.step = steps_done_ + 1;
+  r.grad_norm = params_->grad_norm();
+  // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
+  float clip_scale = 1.0f;
+  if (options_.grad_clip > 0) {
+    const double coef = options_.grad_clip / (r.grad_norm + 1e-6);
+    if (coef < 1.0) clip_scale = float(coef);
+  }
+  r.lr = schedule_.at(steps_done_);
+  cpu::AdamWParams hp{r.lr, options_.beta1, options_.beta2, options_.eps, options_.wd, r.step, clip_scale};
+  params_->optimizer_step(hp);
+  comm::all_reduce_sum(world_, &loss_sum, 1);
+  r.loss = loss_sum / global_tokens;
+
+  const comm::CommStats after = params_->comm_stats();
+  r.comm_bytes = after.total_bytes() - before.total_bytes();
+  r.comm_exposed_ms = (after.seconds_waiting - before.seconds_waiting) * 1e3;
+  r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  r.tokens_per_s = global_tokens / (r.ms / 1e3);
+  ++steps_done_;
+  history_.push_back(r);
+  return r;
+}
+
+void Trainer::log_step(const StepResult& r, std::ostream* out) {
+  if (world_.rank() != 0) return;
+  if (log_json_.is_open()) {
+    nlohmann::json j = {{"step", r.step},           {"loss", r.loss},
+                        {"lr", r.lr},               {"grad_norm", r.grad_norm},
+                        {"ms", r.ms},               {"tokens_per_s", r.tokens_per_s},
+                        {"comm_bytes", r.comm_bytes}, {"comm_exposed_ms", r.comm_exposed_ms}};
+    log_json_ << j.dump() << '\n' << std::flush;
+  }
+  if (!out) return;
+  const bool last = r.step == options_.steps;
+  if (r.step == 1 || r.step % options_.log_every == 0 || last) {
+    const double eta = train_seconds_ / r.step * (options_.steps - r.step);
+    *out << "step " << std::setw(5) << r.step << "/" << options_.steps << "  loss " << std::fixed
+         << std::setprecision(4) << r.loss << "  norm " << std::setprecision(3) << r.grad_norm << "  lr "
+         << std::scientific << std::setprecision(2) << r.lr << std::fixed << "  "
+         << std::setprecision(0) << r.tokens_per_s << " tok/s  " << std::setprecision(1) << r.ms
+         << " ms  ETA " << std::setprecision(0) << eta << " s\n"
+         << std::flush;
+  }
+}
+
+void Trainer::run(std::ostream* out) {
+  while (steps_done_ < options_.steps) {
+    const StepResult r = step();
+    train_seconds_ += r.ms / 1e3;
+    log_step(r, out);
+  }
+  if (out && world_.rank() == 0 && !history_.empty()) {
+    double tok_s = 0;
+    for (const auto& h : history_) tok_s += h.tokens_per_s;
+    *out << "done: " << history_.size() << " steps, loss " << std::fixed << std::setprecision(4)
+         << history_.front().loss << " -> " << history_.back().loss << ", mean "
+         << std::setprecision(0) << tok_s / history_.size() << " tok/s, " << std::setprecision(1)
+         << train_seconds_ << " s\n";
+  }
+}
+
+}  // namespace zshard

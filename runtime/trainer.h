@@ -1,0 +1,113 @@
+// Trainer: the step loop shared by zshard-train, the benchmarks and the tests. One optimizer step is
+// `grad_accum` micro-steps over the fixed global batch, each rank taking its slice; then the global
+// gradient norm, clipping, and AdamW on what each rank owns.
+#pragma once
+#include <cstdint>
+#include <fstream>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "models/gpt2_config.h"
+#include "models/model.h"
+#include "runtime/data.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/sharded_params.h"
+#include "runtime/strategy.h"
+
+namespace zshard {
+
+struct TrainOptions {
+  // model
+  std::string model = "tiny";
+  GPT2Config overrides;  // non-zero fields replace the named config's (--layers --dim --heads --vocab --ctx)
+  std::string init_from;  // safetensors with Hugging Face GPT-2 names
+  // data and batch
+  std::string data = "default";
+  int batch = 8;  // global sequences per micro-step
+  int seq = 64;
+  int grad_accum = 1;
+  std::vector<int> rank_batches;  // per-rank share of --batch; empty = even split
+  // optimizer
+  int steps = 300;
+  float lr = 3e-3f;
+  int warmup = 0;
+  std::string lr_schedule = "cosine";
+  float min_lr = 0.0f;
+  float wd = 0.1f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float grad_clip = 1.0f;
+  uint64_t seed = 1337;
+  // runtime
+  StrategyOptions strategy;
+  double comm_timeout_s = 300;
+  // output
+  std::string log_json;
+  std::string save;
+  std::string mem_report;
+  int log_every = 10;
+};
+
+// Checks every option that does not need the data or the model; throws UsageError naming the flag.
+void validate_options(const TrainOptions& options, int world_size);
+GPT2Config resolve_model_config(const TrainOptions& options);
+
+struct StepResult {
+  int step = 0;        // 1-based index of the optimizer step just taken
+  double loss = 0;     // global mean token loss over the step's whole batch
+  double grad_norm = 0;
+  float lr = 0;
+  double ms = 0;
+  double tokens_per_s = 0;
+  int64_t comm_bytes = 0;    // this rank, this step
+  double comm_exposed_ms = 0;  // time this rank spent blocked on communication
+};
+
+class Trainer {
+ public:
+  // Everything that can fail on bad input (options, data, weights file headers) is checked before the
+  // first collective, so a bad run fails on every rank alike instead of hanging.
+  Trainer(const TrainOptions& options, comm::Communicator& world);
+  ~Trainer();
+
+  StepResult step();
+  // Runs the remaining steps; rank 0 prints progress to `out` (null: silent).
+  void run(std::ostream* out);
+
+  int steps_done() const { return steps_done_; }
+  const TrainOptions& options() const { return options_; }
+  const GPT2Config& config() const { return config_; }
+  Model& model() { return *model_; }
+  ShardedParams& params() { return *params_; }
+  const std::vector<StepResult>& history() const { return history_; }
+  int rank_batch() const { return rank_batch_; }
+  int rank_offset() const { return rank_offset_; }
+
+  // Writes the consolidated model (Hugging Face GPT-2 names, F32) from rank 0. Collective.
+  void save_weights(const std::string& path);
+
+ private:
+  void load_weights(const std::string& path);
+  void log_step(const StepResult& r, std::ostream* out);
+
+  TrainOptions options_;
+  comm::Communicator& world_;
+  GPT2Config config_;
+  TokenDataset data_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<ShardedParams> params_;
+  LrSchedule schedule_;
+  int rank_batch_ = 0;
+  int rank_offset_ = 0;
+  int steps_done_ = 0;
+  std::vector<int32_t> inputs_, targets_;
+  std::vector<StepResult> history_;
+  std::ofstream log_json_;
+  double train_seconds_ = 0;
+};
+
+}  // namespace zshard

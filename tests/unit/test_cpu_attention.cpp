@@ -1,0 +1,129 @@
+// Causal multi-head attention: forward against a direct loop implementation, causality, backward against
+// finite differences, float against double. Sequences longer than 64 cross the kernel's row blocks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "tests/unit/cpu_op_check.h"
+
+namespace zshard::cpu {
+namespace {
+
+using test::Arrays;
+
+struct AttentionCase {
+  int B = 2, Tn = 5, C = 8, NH = 2;
+  size_t qkv_size() const { return size_t(B) * Tn * 3 * C; }
+  std::vector<size_t> input_sizes() const { return {qkv_size()}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in, std::vector<T>* att = nullptr) const {
+    std::vector<T> out(size_t(B) * Tn * C), probs(size_t(B) * NH * Tn * Tn, T(-1));
+    attention_forward(out.data(), probs.data(), in[0].data(), B, Tn, C, NH);
+    if (att) *att = probs;
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    std::vector<T> att;
+    forward(in, &att);
+    attention_backward(g[0].data(), dout.data(), in[0].data(), att.data(), B, Tn, C, NH);
+  }
+};
+
+// Scores, causal softmax and weighted sum written out element by element.
+void reference_attention(const AttentionCase& c, const std::vector<double>& qkv, std::vector<double>& out,
+                         std::vector<double>& att) {
+  const int hs = c.C / c.NH;
+  out.assign(size_t(c.B) * c.Tn * c.C, 0.0);
+  att.assign(size_t(c.B) * c.NH * c.Tn * c.Tn, 0.0);
+  const auto at = [&](int b, int t, int part, int h, int d) {
+    return qkv[(size_t(b) * c.Tn + t) * 3 * c.C + size_t(part) * c.C + size_t(h) * hs + d];
+  };
+  for (int b = 0; b < c.B; ++b) {
+    for (int h = 0; h < c.NH; ++h) {
+      for (int t = 0; t < c.Tn; ++t) {
+        double* p = att.data() + ((size_t(b) * c.NH + h) * c.Tn + t) * c.Tn;
+        double mx = -INFINITY;
+        for (int s = 0; s <= t; ++s) {
+          for (int d = 0; d < hs; ++d) p[s] += at(b, t, 0, h, d) * at(b, s, 1, h, d);
+          p[s] /= std::sqrt(double(hs));
+          mx = std::max(mx, p[s]);
+        }
+        double sum = 0;
+        for (int s = 0; s <= t; ++s) sum += (p[s] = std::exp(p[s] - mx));
+        for (int s = 0; s <= t; ++s) p[s] /= sum;
+        for (int d = 0; d < hs; ++d) {
+          double acc = 0;
+          for (int s = 0; s <= t; ++s) acc += p[s] * at(b, s, 2, h, d);
+          out[(size_t(b) * c.Tn + t) * c.C + size_t(h) * hs + d] = acc;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuAttention, ForwardMatchesReference) {
+  for (const AttentionCase& c : {AttentionCase{}, AttentionCase{1, 130, 16, 2}}) {
+    std::mt19937 rng(11);
+    const Arrays<double> in = test::random_inputs(c, rng);
+    std::vector<double> att, ref_out, ref_att;
+    const std::vector<double> out = c.forward(in, &att);
+    reference_attention(c, in[0], ref_out, ref_att);
+    EXPECT_LE(test::max_rel_diff(out, ref_out), 1e-13) << "T=" << c.Tn;
+    // Includes the exact zeros above the diagonal (the buffer was filled with -1).
+    EXPECT_LE(test::max_rel_diff(att, ref_att), 1e-13) << "T=" << c.Tn;
+    for (size_t r = 0; r < size_t(c.B) * c.NH * c.Tn; ++r)
+      for (int s = int(r % c.Tn) + 1; s < c.Tn; ++s) ASSERT_EQ(att[r * c.Tn + s], 0.0);
+  }
+}
+
+TEST(CpuAttention, IsCausal) {
+  const AttentionCase c{2, 70, 8, 2};
+  const int C3 = 3 * c.C;
+  std::mt19937 rng(12);
+  const Arrays<double> in = test::random_inputs(c, rng);
+  const std::vector<double> out = c.forward(in);
+  for (int t0 : {1, 3, 64, 69}) {
+    // Forward: changing token t0's q, k and v leaves every earlier output unchanged, bit for bit.
+    Arrays<double> changed = in;
+    for (int b = 0; b < c.B; ++b)
+      for (int j = 0; j < C3; ++j) changed[0][(size_t(b) * c.Tn + t0) * C3 + j] += 10.0 + j;
+    const std::vector<double> out_changed = c.forward(changed);
+    for (int b = 0; b < c.B; ++b)
+      for (int t = 0; t < c.Tn; ++t)
+        for (int k = 0; k < c.C; ++k) {
+          const size_t i = (size_t(b) * c.Tn + t) * c.C + k;
+          if (t < t0) {
+            ASSERT_EQ(out_changed[i], out[i]) << "t0=" << t0 << " t=" << t;
+          } else if (t == t0 && k == 0) {
+            EXPECT_NE(out_changed[i], out[i]);
+          }
+        }
+
+    // Backward: gradients from outputs before t0 never reach qkv at t0 or later.
+    std::vector<double> dout = test::random_vector(out.size(), rng);
+    for (int b = 0; b < c.B; ++b)
+      std::fill(dout.begin() + (size_t(b) * c.Tn + t0) * c.C, dout.begin() + size_t(b + 1) * c.Tn * c.C, 0.0);
+    Arrays<double> grads = test::zeros_like(in);
+    c.backward(in, dout, grads);
+    for (int b = 0; b < c.B; ++b)
+      for (int t = t0; t < c.Tn; ++t)
+        for (int j = 0; j < C3; ++j) ASSERT_EQ(grads[0][(size_t(b) * c.Tn + t) * C3 + j], 0.0);
+  }
+}
+
+TEST(CpuAttention, BackwardMatchesFiniteDifferences) {
+  test::expect_backward_matches_finite_differences(AttentionCase{});
+  test::expect_backward_matches_finite_differences(AttentionCase{1, 70, 8, 2});
+}
+
+TEST(CpuAttention, FloatMatchesDouble) {
+  test::expect_float_matches_double(AttentionCase{});
+  test::expect_float_matches_double(AttentionCase{1, 150, 32, 4});
+}
+
+}  // namespace
+}  // namespace zshard::cpu

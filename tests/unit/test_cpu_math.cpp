@@ -1,0 +1,133 @@
+// GEMM against a triple loop, AdamW against a hand-written two-step reference, sum_squares and axpy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/error.h"
+#include "tests/unit/cpu_op_check.h"
+
+namespace zshard::cpu {
+namespace {
+
+template <class T>
+class CpuGemm : public ::testing::Test {};
+using Precisions = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(CpuGemm, Precisions);
+
+TYPED_TEST(CpuGemm, MatchesTripleLoopForEveryTranspose) {
+  using T = TypeParam;
+  const int M = 5, N = 7, K = 4;
+  const T alpha = T(0.7), beta = T(-0.3);
+  const double tolerance = std::is_same_v<T, float> ? 1e-6 : 1e-14;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      // Stored shapes and padded row strides; the padding must not be read or written.
+      const int a_rows = ta ? K : M, a_cols = ta ? M : K, lda = a_cols + 3;
+      const int b_rows = tb ? N : K, b_cols = tb ? K : N, ldb = b_cols + 2;
+      const int ldc = N + 5;
+      std::mt19937 rng(20 + 2 * ta + tb);
+      const auto A = test::convert<T>(test::random_vector(size_t(a_rows) * lda, rng));
+      const auto B = test::convert<T>(test::random_vector(size_t(b_rows) * ldb, rng));
+      const auto C0 = test::convert<T>(test::random_vector(size_t(M) * ldc, rng));
+      std::vector<T> C = C0;
+      gemm<T>(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+
+      std::vector<double> expected = test::convert<double>(C0), got = test::convert<double>(C);
+      for (int i = 0; i < M; ++i) {
+        for (int j = 0; j < N; ++j) {
+          double acc = 0;
+          for (int k = 0; k < K; ++k) {
+            const double a = ta ? A[size_t(k) * lda + i] : A[size_t(i) * lda + k];
+            const double b = tb ? B[size_t(j) * ldb + k] : B[size_t(k) * ldb + j];
+            acc += a * b;
+          }
+          expected[size_t(i) * ldc + j] = double(alpha) * acc + double(beta) * double(C0[size_t(i) * ldc + j]);
+        }
+      }
+      // Padding columns of C are compared too: expected keeps C0 there.
+      EXPECT_LE(test::max_rel_diff(got, expected), tolerance) << "trans_a=" << ta << " trans_b=" << tb;
+    }
+  }
+}
+
+TYPED_TEST(CpuGemm, RejectsBadStrides) {
+  using T = TypeParam;
+  std::vector<T> buf(64);
+  EXPECT_THROW(gemm<T>(false, false, 4, 4, 4, T(1), buf.data(), 3, buf.data(), 4, T(0), buf.data(), 4), Error);
+  EXPECT_THROW(gemm<T>(false, true, 4, 4, 2, T(1), buf.data(), 2, buf.data(), 1, T(0), buf.data(), 4), Error);
+  EXPECT_THROW(gemm<T>(false, false, 4, 4, 4, T(1), buf.data(), 4, buf.data(), 4, T(0), buf.data(), 3), Error);
+}
+
+// Two AdamW steps written out as in the PyTorch documentation (explicit m_hat and v_hat), in double.
+TEST(CpuAdamW, MatchesTwoStepReference) {
+  AdamWParams hp;
+  hp.lr = 0.01f;
+  hp.beta1 = 0.9f;
+  hp.beta2 = 0.95f;
+  hp.eps = 1e-8f;
+  hp.weight_decay = 0.1f;
+  hp.grad_scale = 0.5f;
+  // The op reads the float hyperparameters; the reference uses the same values widened to double.
+  const double lr = hp.lr, b1 = hp.beta1, b2 = hp.beta2, eps = hp.eps, wd = hp.weight_decay, gs = hp.grad_scale;
+
+  std::vector<double> p = {0.5, -1.25, 2.0, 0.0};
+  const std::vector<std::vector<double>> grads = {{0.2, -0.4, 1e-3, 0.0}, {-0.1, 0.3, 5.0, 0.0}};
+  std::vector<double> ref_p = p, ref_m(p.size(), 0.0), ref_v(p.size(), 0.0);
+  std::vector<double> m(p.size(), 0.0), v(p.size(), 0.0);
+  for (int t = 1; t <= 2; ++t) {
+    hp.step = t;
+    adamw_step(p.data(), grads[t - 1].data(), m.data(), v.data(), p.size(), hp);
+    for (size_t i = 0; i < p.size(); ++i) {
+      const double g = gs * grads[t - 1][i];
+      ref_p[i] -= lr * wd * ref_p[i];
+      ref_m[i] = b1 * ref_m[i] + (1 - b1) * g;
+      ref_v[i] = b2 * ref_v[i] + (1 - b2) * g * g;
+      const double m_hat = ref_m[i] / (1 - std::pow(b1, t));
+      const double v_hat = ref_v[i] / (1 - std::pow(b2, t));
+      ref_p[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
+    }
+    for (size_t i = 0; i < p.size(); ++i) {
+      EXPECT_NEAR(p[i], ref_p[i], 1e-15) << "step " << t << " element " << i;
+      EXPECT_NEAR(m[i], ref_m[i], 1e-16) << "step " << t << " element " << i;
+      EXPECT_NEAR(v[i], ref_v[i], 1e-17) << "step " << t << " element " << i;
+    }
+  }
+  // Step 1 moves each element by about lr against its gradient sign (m_hat / sqrt(v_hat) = sign(g)),
+  // after the decay; a zero gradient only decays.
+  EXPECT_NEAR(ref_p[3], 0.0, 0.0);
+
+  std::vector<float> pf = {0.5f}, gf = {0.2f}, mf = {0.f}, vf = {0.f};
+  hp.step = 1;
+  adamw_step(pf.data(), gf.data(), mf.data(), vf.data(), 1, hp);
+  EXPECT_NEAR(pf[0], 0.5 * (1 - lr * wd) - lr, 1e-7);
+}
+
+TEST(CpuAdamW, RejectsStepZero) {
+  AdamWParams hp;
+  hp.step = 0;
+  double p = 1, g = 1, m = 0, v = 0;
+  EXPECT_THROW(adamw_step(&p, &g, &m, &v, 1, hp), Error);
+}
+
+TEST(CpuReductions, SumSquaresAndAxpy) {
+  std::mt19937 rng(30);
+  const std::vector<double> x = test::random_vector(1003, rng);  // not a multiple of the unrolling
+  double expected = 0;
+  for (double e : x) expected += e * e;
+  EXPECT_NEAR(sum_squares(x.data(), x.size()), expected, 1e-12 * expected);
+  const std::vector<float> xf = test::convert<float>(x);
+  double expected_f = 0;
+  for (float e : xf) expected_f += double(e) * double(e);
+  EXPECT_NEAR(sum_squares(xf.data(), xf.size()), expected_f, 1e-12 * expected_f);
+  EXPECT_EQ(sum_squares(x.data(), 0), 0.0);
+
+  std::vector<double> y = test::random_vector(x.size(), rng);
+  const std::vector<double> y0 = y;
+  axpy(y.data(), x.data(), -0.5, x.size());
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_DOUBLE_EQ(y[i], y0[i] - 0.5 * x[i]);
+}
+
+}  // namespace
+}  // namespace zshard::cpu

@@ -1,0 +1,260 @@
+// CPU ops other than attention and GEMM: forward against direct references, backward against finite
+// differences, float against double. (Attention: test_cpu_attention.cpp; GEMM and the optimizer path:
+// test_cpu_math.cpp.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/error.h"
+#include "tests/unit/cpu_op_check.h"
+
+namespace zshard::cpu {
+namespace {
+
+using test::Arrays;
+
+struct EmbeddingCase {
+  int B = 2, Tn = 5, C = 8, V = 11;
+  // Repeated tokens check that the scatter accumulates.
+  std::vector<int32_t> tokens = {3, 7, 3, 0, 10, 7, 7, 1, 3, 5};
+  std::vector<size_t> input_sizes() const { return {size_t(V) * C, size_t(Tn) * C}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> out(size_t(B) * Tn * C);
+    embedding_forward(out.data(), tokens.data(), in[0].data(), in[1].data(), B, Tn, C);
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>&, const std::vector<T>& dout, Arrays<T>& g) const {
+    embedding_backward(g[0].data(), g[1].data(), dout.data(), tokens.data(), B, Tn, C);
+  }
+};
+
+struct LayerNormCase {
+  int N = 10, C = 8;
+  std::vector<size_t> input_sizes() const { return {size_t(N) * C, size_t(C), size_t(C)}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in, std::vector<T>* mean = nullptr, std::vector<T>* rstd = nullptr) const {
+    std::vector<T> out(size_t(N) * C), mu(N), rs(N);
+    layernorm_forward(out.data(), mu.data(), rs.data(), in[0].data(), in[1].data(), in[2].data(), N, C);
+    if (mean) *mean = mu;
+    if (rstd) *rstd = rs;
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    std::vector<T> mean, rstd;
+    forward(in, &mean, &rstd);
+    layernorm_backward(g[0].data(), g[1].data(), g[2].data(), dout.data(), in[0].data(), in[1].data(),
+                       mean.data(), rstd.data(), N, C);
+  }
+};
+
+struct LinearCase {
+  bool with_bias = true;
+  int N = 10, C = 8, OC = 6;
+  std::vector<size_t> input_sizes() const {
+    std::vector<size_t> sizes = {size_t(N) * C, size_t(C) * OC};
+    if (with_bias) sizes.push_back(OC);
+    return sizes;
+  }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> out(size_t(N) * OC);
+    linear_forward(out.data(), in[0].data(), in[1].data(), with_bias ? in[2].data() : nullptr, N, C, OC);
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    linear_backward(g[0].data(), g[1].data(), with_bias ? g[2].data() : nullptr, dout.data(), in[0].data(),
+                    in[1].data(), N, C, OC);
+  }
+};
+
+struct GeluCase {
+  size_t n = 40;
+  std::vector<size_t> input_sizes() const { return {n}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> out(n);
+    gelu_forward(out.data(), in[0].data(), n);
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    gelu_backward(g[0].data(), in[0].data(), dout.data(), n);
+  }
+};
+
+struct ResidualCase {
+  size_t n = 40;
+  std::vector<size_t> input_sizes() const { return {n, n}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> out(n);
+    residual_forward(out.data(), in[0].data(), in[1].data(), n);
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>&, const std::vector<T>& dout, Arrays<T>& g) const {
+    residual_backward(g[0].data(), g[1].data(), dout.data(), n);
+  }
+};
+
+// The output is the returned loss sum; d(output) is the op's scalar dloss. The op SETS dlogits, so the
+// case adds them to the gradient itself to fit the accumulating harness.
+struct CrossEntropyCase {
+  int N = 6, V = 11;
+  std::vector<int32_t> targets = {0, 10, 4, 4, 7, 2};
+  std::vector<size_t> input_sizes() const { return {size_t(N) * V}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> losses(N);
+    return {T(cross_entropy_forward_backward<T>(nullptr, losses.data(), in[0].data(), targets.data(), N, V, T(0)))};
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    std::vector<T> dlogits(size_t(N) * V), losses(N);
+    cross_entropy_forward_backward(dlogits.data(), losses.data(), in[0].data(), targets.data(), N, V, dout[0]);
+    for (size_t i = 0; i < dlogits.size(); ++i) g[0][i] += dlogits[i];
+  }
+};
+
+TEST(CpuOpsBackward, Embedding) { test::expect_backward_matches_finite_differences(EmbeddingCase{}); }
+TEST(CpuOpsBackward, LayerNorm) { test::expect_backward_matches_finite_differences(LayerNormCase{}); }
+TEST(CpuOpsBackward, Linear) { test::expect_backward_matches_finite_differences(LinearCase{}); }
+TEST(CpuOpsBackward, LinearNoBias) { test::expect_backward_matches_finite_differences(LinearCase{false}); }
+TEST(CpuOpsBackward, Gelu) { test::expect_backward_matches_finite_differences(GeluCase{}); }
+TEST(CpuOpsBackward, Residual) { test::expect_backward_matches_finite_differences(ResidualCase{}); }
+TEST(CpuOpsBackward, CrossEntropy) { test::expect_backward_matches_finite_differences(CrossEntropyCase{}); }
+
+TEST(CpuOpsFloat, Embedding) { test::expect_float_matches_double(EmbeddingCase{}); }
+TEST(CpuOpsFloat, LayerNorm) { test::expect_float_matches_double(LayerNormCase{}); }
+TEST(CpuOpsFloat, LayerNormWide) { test::expect_float_matches_double(LayerNormCase{4, 768}); }
+TEST(CpuOpsFloat, Linear) { test::expect_float_matches_double(LinearCase{true, 16, 64, 48}); }
+TEST(CpuOpsFloat, LinearNoBias) { test::expect_float_matches_double(LinearCase{false}); }
+TEST(CpuOpsFloat, Gelu) { test::expect_float_matches_double(GeluCase{1000}); }
+TEST(CpuOpsFloat, Residual) { test::expect_float_matches_double(ResidualCase{}); }
+TEST(CpuOpsFloat, CrossEntropy) { test::expect_float_matches_double(CrossEntropyCase{}); }
+
+TEST(CpuOpsForward, EmbeddingAddsTokenAndPosition) {
+  const EmbeddingCase c;
+  std::mt19937 rng(3);
+  const Arrays<double> in = test::random_inputs(c, rng);
+  const std::vector<double> out = c.forward(in);
+  for (int b = 0; b < c.B; ++b)
+    for (int t = 0; t < c.Tn; ++t)
+      for (int k = 0; k < c.C; ++k)
+        EXPECT_EQ(out[(size_t(b) * c.Tn + t) * c.C + k],
+                  in[0][size_t(c.tokens[b * c.Tn + t]) * c.C + k] + in[1][size_t(t) * c.C + k]);
+}
+
+TEST(CpuOpsForward, LayerNormNormalisesRows) {
+  const LayerNormCase c;
+  std::mt19937 rng(4);
+  Arrays<double> in = test::random_inputs(c, rng);
+  std::vector<double> mean, rstd;
+  const std::vector<double> out = c.forward(in, &mean, &rstd);
+  for (int i = 0; i < c.N; ++i) {
+    double mu = 0, var = 0;
+    for (int k = 0; k < c.C; ++k) mu += in[0][size_t(i) * c.C + k] / c.C;
+    for (int k = 0; k < c.C; ++k) var += std::pow(in[0][size_t(i) * c.C + k] - mu, 2) / c.C;  // biased
+    EXPECT_NEAR(mean[i], mu, 1e-14);
+    EXPECT_NEAR(rstd[i], 1 / std::sqrt(var + kLayerNormEps), 1e-12);
+    for (int k = 0; k < c.C; ++k) {
+      const double xhat = (in[0][size_t(i) * c.C + k] - mu) / std::sqrt(var + kLayerNormEps);
+      EXPECT_NEAR(out[size_t(i) * c.C + k], xhat * in[1][k] + in[2][k], 1e-12);
+    }
+  }
+}
+
+TEST(CpuOpsForward, LinearUsesInOutLayout) {
+  for (bool with_bias : {true, false}) {
+    const LinearCase c{with_bias};
+    std::mt19937 rng(5);
+    const Arrays<double> in = test::random_inputs(c, rng);
+    const std::vector<double> out = c.forward(in);
+    for (int i = 0; i < c.N; ++i) {
+      for (int j = 0; j < c.OC; ++j) {
+        double expected = with_bias ? in[2][j] : 0.0;
+        for (int k = 0; k < c.C; ++k) expected += in[0][size_t(i) * c.C + k] * in[1][size_t(k) * c.OC + j];
+        EXPECT_NEAR(out[size_t(i) * c.OC + j], expected, 1e-12);
+      }
+    }
+  }
+}
+
+TEST(CpuOpsForward, GeluTanhApproximation) {
+  // Reference values of 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  const std::vector<double> x = {-3.0, -1.0, 0.0, 0.5, 1.0, 3.0};
+  const std::vector<double> expected = {-0.0036373920817729943, -0.15880800939172324, 0.0,
+                                        0.34571400982514394, 0.8411919906082768, 2.996362607918227};
+  std::vector<double> out(x.size());
+  gelu_forward(out.data(), x.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(out[i], expected[i], 1e-13) << "x=" << x[i];
+}
+
+TEST(CpuOpsForward, CrossEntropyMatchesLogSumExp) {
+  // Large offsets: a naive exp would overflow, so this also checks the max subtraction.
+  const int N = 4, V = 7;
+  std::mt19937 rng(6);
+  std::vector<double> logits = test::random_vector(size_t(N) * V, rng);
+  for (int j = 0; j < V; ++j) logits[j] += 1000.0;
+  for (int j = 0; j < V; ++j) logits[size_t(V) + j] -= 1000.0;
+  const std::vector<int32_t> targets = {1, 6, 0, 3};
+
+  std::vector<double> losses(N);
+  const double total = cross_entropy_forward_backward<double>(nullptr, losses.data(), logits.data(),
+                                                              targets.data(), N, V, 0.0);
+  double expected_total = 0;
+  for (int i = 0; i < N; ++i) {
+    const double* x = logits.data() + size_t(i) * V;
+    const double shift = x[0];  // any shift is exact on paper; this one keeps exp finite
+    long double sum = 0;
+    for (int j = 0; j < V; ++j) sum += std::exp((long double)(x[j] - shift));
+    const double expected = double(std::log(sum) + shift - x[targets[i]]);
+    EXPECT_NEAR(losses[i], expected, 1e-12 * std::max(1.0, std::abs(expected))) << "row " << i;
+    expected_total += expected;
+  }
+  EXPECT_NEAR(total, expected_total, 1e-11);
+
+  std::vector<float> logits_f(logits.begin(), logits.end()), losses_f(N);
+  cross_entropy_forward_backward<float>(nullptr, losses_f.data(), logits_f.data(), targets.data(), N, V, 0.f);
+  for (float l : losses_f) EXPECT_TRUE(std::isfinite(l));
+}
+
+TEST(CpuOpsForward, CrossEntropyGradientMayAliasLogits) {
+  const CrossEntropyCase c;
+  const double dloss = 0.25;
+  std::mt19937 rng(7);
+  std::vector<double> logits = test::random_vector(size_t(c.N) * c.V, rng);
+  std::vector<double> dlogits(logits.size(), 123.0), losses(c.N), losses_aliased(c.N);
+  const double total = cross_entropy_forward_backward(dlogits.data(), losses.data(), logits.data(),
+                                                      c.targets.data(), c.N, c.V, dloss);
+  // SET, not accumulated: the 123 is gone, each row sums to 0.
+  for (int i = 0; i < c.N; ++i) {
+    double row = 0;
+    for (int j = 0; j < c.V; ++j) row += dlogits[size_t(i) * c.V + j];
+    EXPECT_NEAR(row, 0.0, 1e-15);
+  }
+  const double total_aliased = cross_entropy_forward_backward(logits.data(), losses_aliased.data(),
+                                                              logits.data(), c.targets.data(), c.N, c.V, dloss);
+  EXPECT_EQ(total_aliased, total);
+  EXPECT_EQ(losses_aliased, losses);
+  EXPECT_EQ(logits, dlogits);
+}
+
+TEST(CpuOpsForward, CrossEntropyRejectsBadTarget) {
+  const std::vector<double> logits(6, 0.0);
+  std::vector<double> losses(2);
+  const std::vector<int32_t> targets = {1, 3};
+  EXPECT_THROW(cross_entropy_forward_backward<double>(nullptr, losses.data(), logits.data(), targets.data(), 2,
+                                                      3, 1.0),
+               Error);
+}
+
+}  // namespace
+}  // namespace zshard::cpu
