@@ -51,7 +51,7 @@ TokenDataset TokenDataset::load(const std::string& spec) {
 }
 
 TokenDataset TokenDataset::from_default_corpus() {
-  return from_bytes(kDefaultCorpus, kDefaultCorpusSize, "embedded default corpus");
+  return from_bytes(kDefaultCorpus, kDefaultCorpusSize, "default (embedded corpus)");
 }
 
 TokenDataset TokenDataset::from_text_file(const std::string& path) {

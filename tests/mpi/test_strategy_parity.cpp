@@ -1,0 +1,112 @@
+// Every strategy trains the tiny model exactly like the single-process run with the same global batch:
+// same per-step losses and same final parameters, clipping on. Also gradient accumulation against the
+// large batch, uneven per-rank batches against the even split, and memory against the ZeRO formulas.
+// zshard-test-np: 2 3 4
+#include <gtest/gtest.h>
+
+#include "kernels/allocator.h"
+#include "runtime/memory_model.h"
+#include "tests/support/test_support.h"
+#include "tests/support/training_runs.h"
+
+namespace zshard {
+namespace {
+
+using test::RunResult;
+
+constexpr double kTolerance = 1e-5;
+
+void expect_same_run(const RunResult& got, const RunResult& want, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t s = 0; s < want.losses.size(); ++s)
+    EXPECT_LE(std::abs(got.losses[s] - want.losses[s]) / std::abs(want.losses[s]), kTolerance)
+        << what << ": loss of step " << s + 1 << " is " << got.losses[s] << ", want " << want.losses[s];
+  EXPECT_LE(test::max_rel_diff(got.params, want.params), kTolerance) << what << ": final parameters";
+}
+
+std::vector<StrategyOptions> strategies_for(int world) {
+  std::vector<StrategyOptions> out;
+  for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
+    out.push_back({k, 0, true, 2});
+  out.push_back({StrategyKind::zero3, 0, false, 2});  // keep gathered params until backward
+  // hybrid with every group size that divides the world (G = 1 and G = world are the corner cases)
+  for (int g = 1; g <= world; ++g)
+    if (world % g == 0) out.push_back({StrategyKind::hybrid, g, true, 2});
+  return out;
+}
+
+std::string describe(const StrategyOptions& s) {
+  std::string d(strategy_name(s.kind));
+  if (s.kind == StrategyKind::hybrid) d += " G=" + std::to_string(s.shard_group);
+  if (!s.reshard_after_forward) d += " no-reshard";
+  return d;
+}
+
+TEST(StrategyParity, EveryStrategyMatchesSingleProcess) {
+  const TrainOptions base = test::tiny_options(30);
+  const RunResult reference = test::train_single_process(base);
+  ASSERT_LT(reference.losses.back(), reference.losses.front());  // it really trains
+  for (const StrategyOptions& s : strategies_for(test::world().size())) {
+    TrainOptions o = base;
+    o.strategy = s;
+    expect_same_run(test::train(o, test::world()), reference, describe(s));
+  }
+}
+
+TEST(StrategyParity, GradAccumulationEqualsLargeBatch) {
+  const int n = test::world().size();
+  for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero3}) {
+    TrainOptions large = test::tiny_options(10);
+    large.strategy.kind = k;
+    large.batch = 4 * n;
+    TrainOptions accumulated = large;
+    accumulated.batch = n;
+    accumulated.grad_accum = 4;
+    expect_same_run(test::train(accumulated, test::world()), test::train(large, test::world()),
+                    std::string(strategy_name(k)) + " grad-accum 4");
+  }
+}
+
+TEST(StrategyParity, UnevenRankBatchesEqualEvenSplit) {
+  if (test::world().size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero3}) {
+    TrainOptions even = test::tiny_options(10);
+    even.strategy.kind = k;
+    TrainOptions uneven = even;
+    uneven.rank_batches = {3, 1, 2, 2};
+    even.rank_batches = {2, 2, 2, 2};
+    expect_same_run(test::train(uneven, test::world()), test::train(even, test::world()),
+                    std::string(strategy_name(k)) + " rank-batches 3,1,2,2");
+  }
+}
+
+// Live model-state bytes of a freshly built trainer, max over ranks.
+int64_t model_state_bytes(const TrainOptions& o) {
+  const int64_t before = Allocator::of(Device::cpu).stats().model_states_live();
+  Trainer trainer(o, test::world());
+  double bytes = double(Allocator::of(Device::cpu).stats().model_states_live() - before);
+  double all[8] = {};
+  test::world().all_gather(&bytes, all, 1, DType::f64)->wait();
+  return int64_t(*std::max_element(all, all + test::world().size()));
+}
+
+TEST(StrategyMemory, MeasuredModelStatesFollowTheFormulas) {
+  const int n = test::world().size();
+  TrainOptions o = test::tiny_options(1);
+  o.model = "gpt2";  // big enough that padding is negligible
+  o.overrides = {2, 256, 4, 4096, 128};
+  const int64_t psi = resolve_model_config(o).num_params();
+  int64_t ddp_bytes = 0;
+  for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3}) {
+    o.strategy.kind = k;
+    const int64_t measured = model_state_bytes(o);
+    const int64_t predicted =
+        predict_model_states(k, k == StrategyKind::ddp ? 1 : n, psi, DtypePolicy::fp32()).total();
+    EXPECT_NEAR(double(measured) / double(predicted), 1.0, 0.05) << strategy_name(k);
+    if (k == StrategyKind::ddp) ddp_bytes = measured;
+    if (k == StrategyKind::zero3 && n == 4) EXPECT_LE(double(measured), 0.3 * double(ddp_bytes));
+  }
+}
+
+}  // namespace
+}  // namespace zshard

@@ -1,0 +1,43 @@
+#include "tests/support/training_runs.h"
+
+#include "comm/self_communicator.h"
+
+namespace zshard::test {
+
+TrainOptions tiny_options(int steps) {
+  TrainOptions o;
+  o.model = "tiny";
+  o.batch = 8;
+  o.seq = 32;
+  o.steps = steps;
+  o.lr = 3e-3f;
+  o.warmup = 3;
+  o.grad_clip = 1.0f;  // active: the tiny model's early gradient norms are above 1
+  o.seed = 7;
+  return o;
+}
+
+RunResult train(const TrainOptions& options, comm::Communicator& comm) {
+  Trainer trainer(options, comm);
+  trainer.run(nullptr);
+  RunResult r;
+  for (const auto& h : trainer.history()) {
+    r.losses.push_back(h.loss);
+    r.grad_norms.push_back(h.grad_norm);
+  }
+  for (int u = 0; u < trainer.params().num_units(); ++u) {
+    const std::vector<float> full = trainer.params().full_unit_params(u);
+    r.params.insert(r.params.end(), full.begin(), full.begin() + trainer.params().layout(u).numel());
+  }
+  return r;
+}
+
+RunResult train_single_process(const TrainOptions& options) {
+  comm::SelfCommunicator self;
+  TrainOptions single = options;
+  single.strategy = StrategyOptions{};
+  single.rank_batches.clear();
+  return train(single, self);
+}
+
+}  // namespace zshard::test

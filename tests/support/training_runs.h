@@ -1,0 +1,23 @@
+// Running short training jobs in-process, for the parity tests: the same options on a world of one
+// (the reference) and on the MPI world under any strategy.
+#pragma once
+#include <vector>
+
+#include "comm/communicator.h"
+#include "runtime/trainer.h"
+
+namespace zshard::test {
+
+struct RunResult {
+  std::vector<double> losses;       // per optimizer step, global mean
+  std::vector<double> grad_norms;
+  std::vector<float> params;        // every unit's full flat parameters, concatenated
+};
+
+// The tiny model on the embedded default data with clipping on; tests change what they compare.
+TrainOptions tiny_options(int steps);
+RunResult train(const TrainOptions& options, comm::Communicator& comm);
+// The single-process reference run of the same options.
+RunResult train_single_process(const TrainOptions& options);
+
+}  // namespace zshard::test
