@@ -134,29 +134,33 @@ WorkPtr MpiCommunicator::start(const Op& op, Issue&& issue) {
 
 WorkPtr MpiCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
   const bool in_place = send == static_cast<const char*>(recv) + size_t(rank_) * count * dtype_size(dtype);
-  return start(Op{Collective::all_gather, count, dtype, {}}, [&](int n, MPI_Datatype type, MPI_Request* req) {
+  const Op spec{Collective::all_gather, count, dtype, {}};
+  return start(spec, [&](int n, MPI_Datatype type, MPI_Request* req) {
     return MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, type, recv, n, type, comm_, req);
   });
 }
 
-WorkPtr MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
-  return start(Op{Collective::reduce_scatter, count, dtype, op, recv},
-               [&](int n, MPI_Datatype type, MPI_Request* req) {
-                 return MPI_Ireduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, n, type, MPI_SUM,
-                                                  comm_, req);
-               });
+WorkPtr MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
+                                        ReduceOp op) {
+  const Op spec{Collective::reduce_scatter, count, dtype, op, recv};
+  return start(spec, [&](int n, MPI_Datatype type, MPI_Request* req) {
+    return MPI_Ireduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, n, type, MPI_SUM, comm_, req);
+  });
 }
 
 WorkPtr MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
-  return start(Op{Collective::all_reduce, count, dtype, op, buf}, [&](int n, MPI_Datatype type, MPI_Request* req) {
+  const Op spec{Collective::all_reduce, count, dtype, op, buf};
+  return start(spec, [&](int n, MPI_Datatype type, MPI_Request* req) {
     return MPI_Iallreduce(MPI_IN_PLACE, buf, n, type, MPI_SUM, comm_, req);
   });
 }
 
 WorkPtr MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) {
   ZS_CHECK(root >= 0 && root < size_, "broadcast from root ", root, " in a group of ", size_, " ranks");
-  return start(Op{Collective::broadcast, count, dtype, {}, nullptr, root},
-               [&](int n, MPI_Datatype type, MPI_Request* req) { return MPI_Ibcast(buf, n, type, root, comm_, req); });
+  const Op spec{Collective::broadcast, count, dtype, {}, nullptr, root};
+  return start(spec, [&](int n, MPI_Datatype type, MPI_Request* req) {
+    return MPI_Ibcast(buf, n, type, root, comm_, req);
+  });
 }
 
 void MpiCommunicator::barrier() {

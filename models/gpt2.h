@@ -3,8 +3,9 @@
 //
 // Units, in order (parameter names are the Hugging Face names, layouts the Conv1D (in, out) ones):
 //   0        "embed"  wte.weight (V,C), wpe.weight (ctx,C)
-//   1..L     "h.{i}"  ln_1.{weight,bias}, attn.c_attn.{weight (C,3C), bias}, attn.c_proj.{weight (C,C), bias},
-//                     ln_2.{weight,bias}, mlp.c_fc.{weight (C,4C), bias}, mlp.c_proj.{weight (4C,C), bias}
+//   1..L     "h.{i}"  ln_1.{weight,bias}, attn.c_attn.{weight (C,3C), bias},
+//                     attn.c_proj.{weight (C,C), bias}, ln_2.{weight,bias},
+//                     mlp.c_fc.{weight (C,4C), bias}, mlp.c_proj.{weight (4C,C), bias}
 //   L+1      "ln_f"   ln_f.{weight,bias}
 #pragma once
 #include <memory>
@@ -31,7 +32,10 @@ class GPT2 final : public Model {
   // N(0, 0.02/sqrt(2*layers)), biases 0, LayerNorm gains 1. Values depend on (seed, unit, param index)
   // only; f32 tensors get the f64 values rounded.
   void init_unit(int unit, const UnitTensors& params, uint64_t seed) const override;
-  // Computes in ctx.compute_dtype() (f32 or f64) on ctx.device() (cpu so far).
+  // Computes in ctx.compute_dtype() (f32 or f64) on ctx.device() (cpu so far). forward_backward
+  // gathers every unit twice: forward and backward, except unit 0, whose second gather serves the tied
+  // head (logits, then dlogits into dwte); the embedding backward needs no parameters. grads_ready runs
+  // from unit L+1 down to unit 0.
   double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
   double forward(ParamContext& ctx, const Batch& batch) override;
   int64_t activation_bytes(int B, int T, DType dtype) const override;

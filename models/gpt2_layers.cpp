@@ -22,7 +22,9 @@ struct Ops {
   static void gelu_backward(auto... args) { cpu::gelu_backward<T>(args...); }
   static void residual_forward(auto... args) { cpu::residual_forward<T>(args...); }
   static void gemm(auto... args) { cpu::gemm<T>(args...); }
-  static double cross_entropy(auto... args) { return cpu::cross_entropy_forward_backward<T>(args...); }
+  static double cross_entropy_forward_backward(auto... args) {
+    return cpu::cross_entropy_forward_backward<T>(args...);
+  }
 };
 
 // The one description of the activation layout: calls f(tensor, shape) for every buffer, in order.
@@ -195,7 +197,7 @@ double Layers<T>::head_forward(const Tensor& wte, const int32_t* targets, bool b
   // wte is (V, C): logits = lnf @ wte^T.
   Ops<T>::gemm(false, true, N, V, C, T(1), a.lnf.data<T>(), C, wte.data<T>(), C, T(0), logits, V);
   T* dlogits = backward ? logits : nullptr;
-  return Ops<T>::cross_entropy(dlogits, a.losses.data<T>(), logits, targets, N, V, dloss);
+  return Ops<T>::cross_entropy_forward_backward(dlogits, a.losses.data<T>(), logits, targets, N, V, dloss);
 }
 
 template <class T>

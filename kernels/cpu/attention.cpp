@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/error.h"
 
 namespace zshard::cpu {
@@ -22,12 +23,8 @@ template <class T>
 void causal_softmax_row(T* row, int n, int len) {
   T mx = row[0];
   for (int j = 1; j < n; ++j) mx = std::max(mx, row[j]);
-  T sum = 0;
-  for (int j = 0; j < n; ++j) {
-    row[j] = std::exp(row[j] - mx);
-    sum += row[j];
-  }
-  const T inv = T(1) / sum;
+  for (int j = 0; j < n; ++j) row[j] = detail::exp_nonpositive(row[j] - mx);
+  const T inv = T(1) / detail::sum_of(row, n);
   for (int j = 0; j < n; ++j) row[j] *= inv;
   std::fill(row + n, row + len, T(0));
 }
@@ -35,8 +32,7 @@ void causal_softmax_row(T* row, int n, int len) {
 // Softmax backward in place: dp <- p * (dp - sum(p * dp)). Masked entries have p = 0 and come out 0.
 template <class T>
 void softmax_backward_row(T* dp, const T* p, int len) {
-  T dot = 0;
-  for (int j = 0; j < len; ++j) dot += p[j] * dp[j];
+  const T dot = detail::lane_sum<T>(len, [=](size_t j) { return p[j] * dp[j]; });
   for (int j = 0; j < len; ++j) dp[j] = p[j] * (dp[j] - dot);
 }
 

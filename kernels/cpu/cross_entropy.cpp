@@ -4,6 +4,7 @@
 #include <cstddef>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/error.h"
 
 namespace zshard::cpu {
@@ -20,19 +21,16 @@ double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, co
     for (int j = 1; j < V; ++j) mx = std::max(mx, x[j]);
     // Read before the row is overwritten: dlogits may alias logits.
     const T x_target = x[target];
-    T sum = 0;
+    T sum;
     if (dlogits) {
       T* d = dlogits + size_t(i) * V;
-      for (int j = 0; j < V; ++j) {
-        const T e = std::exp(x[j] - mx);
-        d[j] = e;
-        sum += e;
-      }
+      for (int j = 0; j < V; ++j) d[j] = detail::exp_nonpositive(x[j] - mx);
+      sum = detail::sum_of(d, V);
       const T factor = dloss / sum;
       for (int j = 0; j < V; ++j) d[j] *= factor;
       d[target] -= dloss;
     } else {
-      for (int j = 0; j < V; ++j) sum += std::exp(x[j] - mx);
+      sum = detail::lane_sum<T>(V, [=](size_t j) { return detail::exp_nonpositive(x[j] - mx); });
     }
     const T loss = std::log(sum) + mx - x_target;
     losses[i] = loss;

@@ -3,6 +3,7 @@
 #include <cstddef>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace zshard::cpu {
 
@@ -11,12 +12,9 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
   for (int i = 0; i < N; ++i) {
     const T* x = inp + size_t(i) * C;
     T* o = out + size_t(i) * C;
-    T sum = 0;
-    for (int c = 0; c < C; ++c) sum += x[c];
-    const T mu = sum / T(C);
+    const T mu = detail::sum_of(x, C) / T(C);
     // Two passes: the variance of centred values does not cancel catastrophically.
-    T sq = 0;
-    for (int c = 0; c < C; ++c) sq += (x[c] - mu) * (x[c] - mu);
+    const T sq = detail::lane_sum<T>(C, [=](size_t c) { return (x[c] - mu) * (x[c] - mu); });
     const T rs = T(1) / std::sqrt(sq / T(C) + T(kLayerNormEps));
     for (int c = 0; c < C; ++c) o[c] = (x[c] - mu) * rs * weight[c] + bias[c];
     mean[i] = mu;
@@ -33,18 +31,14 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     T* dx = dinp + size_t(i) * C;
     const T mu = mean[i], rs = rstd[i];
     // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight.
-    T g_sum = 0, gx_sum = 0;
+    const T g_mean = detail::lane_sum<T>(C, [=](size_t c) { return d[c] * weight[c]; }) / T(C);
+    const T gx_mean =
+        detail::lane_sum<T>(C, [=](size_t c) { return d[c] * weight[c] * (x[c] - mu) * rs; }) /
+        T(C);
     for (int c = 0; c < C; ++c) {
       const T xhat = (x[c] - mu) * rs;
-      const T g = d[c] * weight[c];
-      g_sum += g;
-      gx_sum += g * xhat;
       dbias[c] += d[c];
       dweight[c] += d[c] * xhat;
-    }
-    const T g_mean = g_sum / T(C), gx_mean = gx_sum / T(C);
-    for (int c = 0; c < C; ++c) {
-      const T xhat = (x[c] - mu) * rs;
       dx[c] += rs * (d[c] * weight[c] - g_mean - xhat * gx_mean);
     }
   }

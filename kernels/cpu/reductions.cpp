@@ -2,21 +2,13 @@
 #include <cstddef>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace zshard::cpu {
 
 template <class T>
 double sum_squares(const T* x, size_t n) {
-  // Independent partial sums: the compiler may vectorise them without reassociating (no -ffast-math).
-  constexpr size_t kLanes = 8;
-  double partial[kLanes] = {};
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (size_t l = 0; l < kLanes; ++l) partial[l] += double(x[i + l]) * double(x[i + l]);
-  double sum = 0;
-  for (; i < n; ++i) sum += double(x[i]) * double(x[i]);
-  for (double p : partial) sum += p;
-  return sum;
+  return detail::lane_sum<double>(n, [x](size_t i) { return double(x[i]) * double(x[i]); });
 }
 
 template <class T>

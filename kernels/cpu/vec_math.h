@@ -1,79 +1,66 @@
-// Internal helpers for the CPU ops: loop bodies that GCC/Clang auto-vectorise without -ffast-math.
-// (std::exp is a libm call and floating-point reductions need reassociation, so neither vectorises
-// in a plain loop.)
+// Internal helpers for the CPU ops: loop bodies that GCC auto-vectorises without -ffast-math
+// (std::exp is a libm call, and floating-point reductions need reassociation).
 #pragma once
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
 namespace zshard::cpu::detail {
 
-// A reduction over i in [0, n) with independent partial accumulators: the compiler may then keep
-// them in vector registers. The result's rounding differs from a sequential sum by a few ulp.
-template <class Acc, class Load, class Combine>
-inline Acc lane_reduce(size_t n, Acc init, Load load, Combine combine) {
+// sum over i in [0, n) of load(i), accumulated in Acc with independent partial sums that the compiler
+// may keep in vector registers. The rounding differs from a sequential loop by a few ulp.
+template <class Acc, class Load>
+inline Acc lane_sum(size_t n, Load load) {
   constexpr size_t kLanes = 8;
-  Acc acc[kLanes];
-  for (Acc& a : acc) a = init;
+  Acc acc[kLanes] = {};
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (size_t l = 0; l < kLanes; ++l) acc[l] = combine(acc[l], load(i + l));
-  for (; i < n; ++i) acc[0] = combine(acc[0], load(i));
-  Acc result = acc[0];
-  for (size_t l = 1; l < kLanes; ++l) result = combine(result, acc[l]);
-  return result;
-}
-
-template <class T>
-inline T max_of(const T* x, size_t n) {
-  return lane_reduce(n, x[0], [x](size_t i) { return x[i]; }, [](T a, T b) { return a < b ? b : a; });
+    for (size_t l = 0; l < kLanes; ++l) acc[l] += load(i + l);
+  for (; i < n; ++i) acc[0] += load(i);
+  Acc sum = 0;
+  for (Acc a : acc) sum += a;
+  return sum;
 }
 
 template <class T>
 inline T sum_of(const T* x, size_t n) {
-  return lane_reduce(n, T(0), [x](size_t i) { return x[i]; }, [](T a, T b) { return a + b; });
+  return lane_sum<T>(n, [x](size_t i) { return x[i]; });
 }
 
-template <class T>
-struct ExpTraits;
-template <>
-struct ExpTraits<float> {
-  using Bits = int32_t;
-  static constexpr float kMin = -87.0f;                  // exp(-87) is near the smallest normal float
-  static constexpr float kLn2Hi = 0.693359375f;           // few mantissa bits: n * kLn2Hi is exact
-  static constexpr float kLn2Lo = -2.12194440e-4f;
-  static constexpr float kRoundMagic = 12582912.0f;       // 1.5 * 2^23
-  static constexpr int kMantissaBits = 23, kExponentBias = 127;
-  static constexpr int kDegree = 7;                       // Taylor remainder (ln2/2)^8/8! ~ 5e-9
-};
-template <>
-struct ExpTraits<double> {
-  using Bits = int64_t;
-  static constexpr double kMin = -708.0;
-  static constexpr double kLn2Hi = 6.93147180369123816490e-01;
-  static constexpr double kLn2Lo = 1.90821492927058770002e-10;
-  static constexpr double kRoundMagic = 6755399441055744.0;  // 1.5 * 2^52
-  static constexpr int kMantissaBits = 52, kExponentBias = 1023;
-  static constexpr int kDegree = 13;                         // (ln2/2)^14/14! ~ 4e-18
-};
-
-// exp(x) for x <= 0 (softmax arguments after subtracting the row max), within a few ulp of std::exp;
-// 0 below ExpTraits::kMin, NaN stays NaN. exp(x) = 2^n exp(r), n = round(x / ln2), |r| <= ln2/2,
-// with the rounding done by the magic-constant trick and 2^n built from its exponent bits.
-template <class T>
-inline T exp_nonpositive(T x) {
-  using K = ExpTraits<T>;
-  using Bits = typename K::Bits;
-  constexpr T kLog2e = T(1.44269504088896340736);
-  const T xc = x < K::kMin ? K::kMin : x;
-  const T shifted = xc * kLog2e + K::kRoundMagic;  // n sits in the low mantissa bits
-  const T n = shifted - K::kRoundMagic;
-  const T r = (xc - n * K::kLn2Hi) - n * K::kLn2Lo;
-  T p = T(1);
-  for (int k = K::kDegree; k >= 1; --k) p = T(1) + p * r / T(k);  // Horner on the Taylor series
-  const Bits n_bits = std::bit_cast<Bits>(shifted) - std::bit_cast<Bits>(K::kRoundMagic);
-  const T scale = std::bit_cast<T>(Bits((n_bits + K::kExponentBias) << K::kMantissaBits));
-  return x < K::kMin ? T(0) : p * scale;
+// exp(x) for x <= 0 (softmax arguments after subtracting the row max), within about 1 ulp of std::exp
+// where the result is a normal float, 0 below -87.5; positive NaN stays NaN, negative NaN gives 0.
+// exp(x) = 2^n exp(r) with n = round(x / ln2), |r| <= ln2/2, exp(r) by its Taylor series to degree 7
+// (remainder (ln2/2)^8/8! ~ 5e-9); n is rounded by the magic-constant trick and 2^n is built from bits.
+inline float exp_nonpositive(float x) {
+  constexpr float kMin = -87.5f;                 // keeps 2^n normal; exp(x) is denormal below ~-87.34
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;         // few mantissa bits, so n * kLn2Hi is exact
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  constexpr float kRoundMagic = 12582912.0f;     // 1.5 * 2^23
+  // Range test and selects in integer arithmetic on the bit patterns (for negative x a larger unsigned
+  // pattern is a more negative number): a float compare, or float code under a condition, may trap, so
+  // under the default -ftrapping-math the compiler would branch and not vectorise.
+  const uint32_t x_bits = std::bit_cast<uint32_t>(x), min_bits = std::bit_cast<uint32_t>(kMin);
+  const uint32_t keep = uint32_t(x_bits > min_bits) - 1;  // all ones when x >= kMin, else 0
+  const float xc = std::bit_cast<float>((x_bits & keep) | (min_bits & ~keep));
+  const float shifted = xc * kLog2e + kRoundMagic;  // n sits in the low mantissa bits
+  const float n = shifted - kRoundMagic;
+  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.f / 5040.f;  // Horner, 1/k! from k = 7 down
+  p = p * r + 1.f / 720.f;
+  p = p * r + 1.f / 120.f;
+  p = p * r + 1.f / 24.f;
+  p = p * r + 1.f / 6.f;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const int32_t n_int = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRoundMagic);
+  const float scale = std::bit_cast<float>((n_int + 127) << 23);
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(p * scale) & keep);
 }
+
+// Double is the precision of the finite-difference tests, not of training: libm's exp.
+inline double exp_nonpositive(double x) { return std::exp(x); }
 
 }  // namespace zshard::cpu::detail

@@ -158,7 +158,8 @@ TEST(Communicator, SplitGroupsRunCollectivesWithinThemselves) {
     int color, key;
     std::vector<int> members;
   };
-  std::vector<Scheme> schemes = {{"parity", me % 2, me, {}}, {"pairs", me / 2, me, {}}, {"reversed", 0, -me, {}}};
+  std::vector<Scheme> schemes = {
+      {"parity", me % 2, me, {}}, {"pairs", me / 2, me, {}}, {"reversed", 0, -me, {}}};
   for (int r = 0; r < n; ++r) {
     if (r % 2 == me % 2) schemes[0].members.push_back(r);
     if (r / 2 == me / 2) schemes[1].members.push_back(r);
@@ -265,9 +266,11 @@ TEST(Communicator, TwoByteTypesMoveButDoNotReduce) {
   for (DType dtype : {DType::u16, DType::bf16, DType::f16}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     std::vector<uint16_t> mine(5), gathered(n * 5);
-    for (int i = 0; i < 5; ++i) mine[i] = uint16_t(1000 * me + i + 60000 * (i == 4));
+    // The last word has its top bit set: nothing may treat the words as signed or as numbers.
+    auto word = [](int rank, int i) { return uint16_t(1000 * rank + i + (i == 4 ? 60000 : 0)); };
+    for (int i = 0; i < 5; ++i) mine[i] = word(me, i);
     comm.all_gather(mine.data(), gathered.data(), 5, dtype)->wait();
-    for (int k = 0; k < n * 5; ++k) EXPECT_EQ(gathered[k], uint16_t(1000 * (k / 5) + k % 5 + 60000 * (k % 5 == 4)));
+    for (int k = 0; k < n * 5; ++k) EXPECT_EQ(gathered[k], word(k / 5, k % 5));
     std::vector<uint16_t> bcast(3, uint16_t(me == 0 ? 0xBEEF : 0));
     comm.broadcast(bcast.data(), 3, dtype, 0)->wait();
     EXPECT_EQ(bcast, std::vector<uint16_t>(3, 0xBEEF));

@@ -1,0 +1,35 @@
+# Shared helpers for the command-line tests (sourced by tests/cli/test_*.sh).
+set -u
+TRAIN="$ZSHARD_BIN/zshard-train"
+MPIRUN=("$MPIEXEC" --oversubscribe --bind-to none)
+failures=0
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+# expect_failure NAME EXIT_CODE REGEX -- COMMAND...: the command must exit with EXIT_CODE ("nonzero" for
+# any non-zero code) within 60 s, and its stderr must match REGEX.
+expect_failure() {
+  local name=$1 want=$2 regex=$3
+  shift 4
+  local start=$SECONDS
+  timeout 60 "$@" >"$WORK/out" 2>"$WORK/err"
+  local code=$? took=$((SECONDS - start))
+  local ok=1
+  if [ "$code" = 124 ]; then ok=0; echo "FAIL $name: still running after 60 s (hang)";
+  elif [ "$want" = nonzero ] && [ "$code" = 0 ]; then ok=0; echo "FAIL $name: exit 0, want non-zero";
+  elif [ "$want" != nonzero ] && [ "$code" != "$want" ]; then ok=0; echo "FAIL $name: exit $code, want $want"; fi
+  if ! grep -Eq -- "$regex" "$WORK/err"; then ok=0; echo "FAIL $name: stderr does not match /$regex/:"; cat "$WORK/err"; fi
+  if [ $ok = 1 ]; then echo "ok   $name (exit $code, ${took}s)"; else failures=$((failures + 1)); fi
+}
+
+# expect_one_line NAME REGEX: the last command's stderr has exactly one line matching REGEX.
+expect_one_line() {
+  local n
+  n=$(grep -Ec -- "$2" "$WORK/err")
+  if [ "$n" != 1 ]; then echo "FAIL $1: $n lines match /$2/, want exactly one"; failures=$((failures + 1)); fi
+}
+
+finish() {
+  echo "$failures failed"
+  [ "$failures" = 0 ]
+}

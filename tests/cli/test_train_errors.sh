@@ -1,0 +1,32 @@
+# Bad input to zshard-train: one clear line naming the culprit, non-zero exit on every rank, no hang.
+source "$(dirname "$0")/lib.sh"
+
+expect_failure "bad value" 2 "--batch must be >= 1" -- "$TRAIN" --batch 0
+expect_one_line "bad value" "--batch"
+expect_failure "unknown flag" 2 "--no-such-flag" -- "$TRAIN" --no-such-flag 3
+expect_failure "non-numeric value" 2 "--steps" -- "$TRAIN" --steps many
+expect_failure "unknown model" 2 "unknown.*gpt2-xl|gpt2-xl.*" -- "$TRAIN" --model gpt5
+expect_failure "missing data file" 1 "no/such/file" -- "$TRAIN" --data "$WORK/no/such/file"
+expect_failure "seq beyond context" 2 "--seq 4096 exceeds" -- "$TRAIN" --seq 4096
+expect_failure "missing weights" 1 "missing.safetensors" -- "$TRAIN" --init-from "$WORK/missing.safetensors"
+
+# Under mpirun: rank 0 prints the line once, every rank exits non-zero, the job ends promptly.
+expect_failure "unknown strategy" 2 "unknown strategy 'zero4'" -- "${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero4
+expect_one_line "unknown strategy" "zero4"
+expect_failure "rank-batches count" 2 "--rank-batches has 3 entries but the world has 4" -- \
+  "${MPIRUN[@]}" -np 4 "$TRAIN" --batch 8 --rank-batches 3,3,2
+expect_one_line "rank-batches count" "rank-batches"
+expect_failure "rank-batches sum" 2 "--rank-batches sums to 7 but --batch is 8" -- \
+  "${MPIRUN[@]}" -np 4 "$TRAIN" --batch 8 --rank-batches 3,1,2,1
+expect_failure "shard group" 2 "--shard-group 3 does not divide the world size 4" -- \
+  "${MPIRUN[@]}" -np 4 "$TRAIN" --strategy hybrid --shard-group 3
+expect_failure "batch smaller than world" 2 "--batch 3 is smaller than the world size 4" -- \
+  "${MPIRUN[@]}" -np 4 "$TRAIN" --batch 3
+
+# One rank fails in the middle of step 3 while its peers wait in collectives: the whole job ends
+# within seconds with that rank's message.
+for strategy in ddp zero3; do
+  ZSHARD_FAULT_RANK=2 ZSHARD_FAULT_STEP=3 expect_failure "rank fails mid-run ($strategy)" nonzero \
+    "rank 2: injected fault" -- "${MPIRUN[@]}" -np 4 "$TRAIN" --strategy $strategy --steps 10
+done
+finish

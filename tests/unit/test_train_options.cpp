@@ -1,0 +1,79 @@
+// Set-up validation of the trainer: every bad option is refused before the first collective, with a
+// message naming the flag. Multi-rank exits for the same errors are covered by tests/cli.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "comm/self_communicator.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/setup_failure.h"
+#include "runtime/trainer.h"
+
+namespace zshard {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A world that claims `size` ranks; set-up only all-reduces, and with one real process the sum is
+// the local value.
+class PretendWorld : public comm::SelfCommunicator {
+ public:
+  explicit PretendWorld(int size) : size_(size) {}
+  int size() const override { return size_; }
+
+ private:
+  int size_;
+};
+
+std::string setup_error(const TrainOptions& o, int world_size) {
+  PretendWorld world(world_size);
+  try {
+    Trainer trainer(o, world);
+  } catch (const SetupFailure& e) {
+    EXPECT_TRUE(e.report());
+    return std::to_string(e.exit_code()) + ": " + e.what();
+  }
+  return "no error";
+}
+
+TEST(TrainOptions, ModelSmallerThanWorldIsRefused) {
+  TrainOptions o;
+  o.overrides = {1, 1, 1, 1, 1};
+  o.seq = 1;
+  o.batch = 64;
+  EXPECT_THAT(setup_error(o, 64), HasSubstr("2: the model has"));
+  EXPECT_THAT(setup_error(o, 64), HasSubstr("fewer than the 64 ranks"));
+}
+
+TEST(TrainOptions, BadValuesNameTheirFlag) {
+  auto with = [](auto edit) {
+    TrainOptions o;
+    edit(o);
+    return setup_error(o, 4);
+  };
+  EXPECT_THAT(with([](TrainOptions& o) { o.grad_accum = 0; }), HasSubstr("2: --grad-accum must be >= 1"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.beta2 = 1.0f; }), HasSubstr("2: --beta2 must be in [0, 1)"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.lr_schedule = "linear"; }), HasSubstr("2: --lr-schedule"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.grad_clip = -1; }), HasSubstr("2: --grad-clip"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.strategy.shard_group = 2; }),
+              HasSubstr("2: --shard-group is only for --strategy hybrid"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches = {2, 2, 2, 0}; }),
+              HasSubstr("every rank needs at least one sequence"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.overrides.heads = 5; }), HasSubstr("2: model size"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.data = "/no/such/data.bin"; }), HasSubstr("1: "));
+  EXPECT_THAT(with([](TrainOptions& o) { o.log_json = "/no/such/dir/log.json"; }), HasSubstr("2: --log-json"));
+}
+
+TEST(LrSchedule, WarmupThenCosineToMin) {
+  const LrSchedule s{1.0f, 0.1f, 4, 14, true};
+  EXPECT_FLOAT_EQ(s.at(0), 0.25f);
+  EXPECT_FLOAT_EQ(s.at(3), 1.0f);
+  EXPECT_FLOAT_EQ(s.at(4), 1.0f);
+  EXPECT_NEAR(s.at(9), 0.55f, 1e-6);  // halfway through the decay
+  EXPECT_NEAR(s.at(14), 0.1f, 1e-6);
+  EXPECT_NEAR(s.at(100), 0.1f, 1e-6);  // stays at the floor past the end
+  const LrSchedule constant{0.5f, 0.0f, 0, 10, false};
+  EXPECT_FLOAT_EQ(constant.at(7), 0.5f);
+}
+
+}  // namespace
+}  // namespace zshard
