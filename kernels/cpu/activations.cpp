@@ -3,6 +3,7 @@
 #include <cstddef>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace zshard::cpu {
 
@@ -16,7 +17,7 @@ void gelu_forward(T* out, const T* inp, size_t n) {
   const T s = T(kSqrt2OverPi), a = T(kGeluCubic);
   for (size_t i = 0; i < n; ++i) {
     const T x = inp[i];
-    out[i] = T(0.5) * x * (T(1) + std::tanh(s * (x + a * x * x * x)));
+    out[i] = T(0.5) * x * (T(1) + detail::tanh_approx(s * (x + a * x * x * x)));
   }
 }
 
@@ -25,7 +26,7 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
   const T s = T(kSqrt2OverPi), a = T(kGeluCubic);
   for (size_t i = 0; i < n; ++i) {
     const T x = inp[i];
-    const T th = std::tanh(s * (x + a * x * x * x));
+    const T th = detail::tanh_approx(s * (x + a * x * x * x));
     const T sech2 = T(1) - th * th;
     const T grad = T(0.5) * (T(1) + th) + T(0.5) * x * sech2 * s * (T(1) + T(3) * a * x * x);
     dinp[i] += grad * dout[i];

@@ -35,12 +35,12 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     const T gx_mean =
         detail::lane_sum<T>(C, [=](size_t c) { return d[c] * weight[c] * (x[c] - mu) * rs; }) /
         T(C);
+    // Two loops: fewer arrays written per loop keeps the compiler's runtime alias checks affordable.
     for (int c = 0; c < C; ++c) {
-      const T xhat = (x[c] - mu) * rs;
       dbias[c] += d[c];
-      dweight[c] += d[c] * xhat;
-      dx[c] += rs * (d[c] * weight[c] - g_mean - xhat * gx_mean);
+      dweight[c] += d[c] * (x[c] - mu) * rs;
     }
+    for (int c = 0; c < C; ++c) dx[c] += rs * (d[c] * weight[c] - g_mean - (x[c] - mu) * rs * gx_mean);
   }
 }
 

@@ -29,7 +29,7 @@ inline T sum_of(const T* x, size_t n) {
 }
 
 // exp(x) for x <= 0 (softmax arguments after subtracting the row max), within about 1 ulp of std::exp
-// where the result is a normal float, 0 below -87.5; positive NaN stays NaN, negative NaN gives 0.
+// where the result is a normal float, 0 below -87.5 (and for -inf); NaN stays NaN.
 // exp(x) = 2^n exp(r) with n = round(x / ln2), |r| <= ln2/2, exp(r) by its Taylor series to degree 7
 // (remainder (ln2/2)^8/8! ~ 5e-9); n is rounded by the magic-constant trick and 2^n is built from bits.
 inline float exp_nonpositive(float x) {
@@ -42,7 +42,8 @@ inline float exp_nonpositive(float x) {
   // pattern is a more negative number): a float compare, or float code under a condition, may trap, so
   // under the default -ftrapping-math the compiler would branch and not vectorise.
   const uint32_t x_bits = std::bit_cast<uint32_t>(x), min_bits = std::bit_cast<uint32_t>(kMin);
-  const uint32_t keep = uint32_t(x_bits > min_bits) - 1;  // all ones when x >= kMin, else 0
+  const uint32_t below = uint32_t(x_bits > min_bits) & uint32_t(x_bits <= 0xff800000u);  // NaNs are above -inf
+  const uint32_t keep = below - 1;  // all ones when x >= kMin or NaN, else 0
   const float xc = std::bit_cast<float>((x_bits & keep) | (min_bits & ~keep));
   const float shifted = xc * kLog2e + kRoundMagic;  // n sits in the low mantissa bits
   const float n = shifted - kRoundMagic;
@@ -60,7 +61,16 @@ inline float exp_nonpositive(float x) {
   return std::bit_cast<float>(std::bit_cast<uint32_t>(p * scale) & keep);
 }
 
-// Double is the precision of the finite-difference tests, not of training: libm's exp.
+// tanh(u) = sign(u) (1 - e) / (1 + e) with e = exp(-2|u|) <= 1. Absolute error below 3e-7, relative
+// error larger for |u| << 1 where 1 - e cancels: meant for GELU, which adds tanh to 1.
+inline float tanh_approx(float u) {
+  const uint32_t bits = std::bit_cast<uint32_t>(u), sign = bits & 0x80000000u;
+  const float e = exp_nonpositive(-2.f * std::bit_cast<float>(bits ^ sign));
+  return std::bit_cast<float>(std::bit_cast<uint32_t>((1.f - e) / (1.f + e)) | sign);
+}
+
+// Double is the precision of the finite-difference tests, not of training: libm.
 inline double exp_nonpositive(double x) { return std::exp(x); }
+inline double tanh_approx(double u) { return std::tanh(u); }
 
 }  // namespace zshard::cpu::detail

@@ -1,10 +1,12 @@
-// GEMM against a triple loop, AdamW against a hand-written two-step reference, sum_squares and axpy.
+// GEMM against a triple loop, AdamW against a hand-written two-step reference, sum_squares and axpy,
+// and the vectorisable exp/tanh/sum helpers of kernels/cpu/vec_math.h against libm.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/error.h"
 #include "tests/unit/cpu_op_check.h"
 
@@ -127,6 +129,43 @@ TEST(CpuReductions, SumSquaresAndAxpy) {
   const std::vector<double> y0 = y;
   axpy(y.data(), x.data(), -0.5, x.size());
   for (size_t i = 0; i < y.size(); ++i) EXPECT_DOUBLE_EQ(y[i], y0[i] - 0.5 * x[i]);
+}
+
+TEST(CpuVecMath, ExpNonPositiveWithinTwoUlp) {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> dist(-87.3f, 0.f);  // where exp is a normal float
+  for (int i = 0; i < 200000; ++i) {
+    const float x = i < 1000 ? -float(i) * 1e-3f : dist(rng);
+    const double exact = std::exp(double(x));
+    const float ulp = std::nextafter(float(exact), 1.f) - float(exact);
+    ASSERT_LE(std::abs(double(detail::exp_nonpositive(x)) - exact), 2.0 * ulp) << "x=" << x;
+  }
+  EXPECT_EQ(detail::exp_nonpositive(0.f), 1.f);
+  EXPECT_EQ(detail::exp_nonpositive(-100.f), 0.f);
+  EXPECT_EQ(detail::exp_nonpositive(-INFINITY), 0.f);
+  EXPECT_TRUE(std::isnan(detail::exp_nonpositive(NAN)));
+  EXPECT_TRUE(std::isnan(detail::exp_nonpositive(-NAN)));
+}
+
+TEST(CpuVecMath, TanhApproxAbsoluteError) {
+  double worst = 0;
+  for (int i = -200000; i <= 200000; ++i) {
+    const float u = float(i) * 1e-4f;  // [-20, 20]
+    worst = std::max(worst, std::abs(double(detail::tanh_approx(u)) - std::tanh(double(u))));
+  }
+  EXPECT_LE(worst, 3e-7);
+  EXPECT_EQ(detail::tanh_approx(INFINITY), 1.f);
+  EXPECT_EQ(detail::tanh_approx(-INFINITY), -1.f);
+  EXPECT_TRUE(std::isnan(detail::tanh_approx(NAN)));
+  EXPECT_TRUE(std::isnan(detail::tanh_approx(-NAN)));
+}
+
+TEST(CpuVecMath, LaneSumCoversEveryElement) {
+  for (size_t n : {0, 1, 7, 8, 9, 17, 100}) {
+    std::vector<double> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = double(i + 1);
+    EXPECT_EQ(detail::sum_of(x.data(), n), double(n * (n + 1) / 2)) << "n=" << n;
+  }
 }
 
 }  // namespace

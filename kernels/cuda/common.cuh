@@ -1,0 +1,71 @@
+// Helpers shared by the kernel files (not part of the public API): fp32 load/store for float and bf16,
+// warp and block reductions, launch sizes, and the row-major GEMM every matrix op goes through.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <type_traits>
+
+#include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/runtime.h"
+#include "kernels/error.h"
+
+namespace zshard::cuda {
+
+constexpr int kWarpSize = 32;
+constexpr int kBlockSize = 256;  // default for element-wise kernels
+
+inline unsigned grid_for(size_t n, int block = kBlockSize) {
+  const size_t blocks = (n + block - 1) / block;
+  // Grid-stride loops cover the rest; 65535 * 4 blocks is plenty to fill any current GPU.
+  return unsigned(blocks < 65535u * 4 ? (blocks > 0 ? blocks : 1) : 65535u * 4);
+}
+
+// Arithmetic is fp32 whatever T is: bf16 values are widened on load and rounded once on store.
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+
+inline float host_f32(float x) { return x; }
+inline float host_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int o = kWarpSize / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+  for (int o = kWarpSize / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+// Block-wide reduction for blockDim.x a multiple of 32 (<= 1024); every thread gets the result.
+// `scratch` holds 32 floats; the leading sync lets callers reuse it back to back.
+template <bool kMax>
+__device__ float block_reduce(float x, float* scratch) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  x = kMax ? warp_max(x) : warp_sum(x);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = x;
+  __syncthreads();
+  float r = lane < warps ? scratch[lane] : (kMax ? -INFINITY : 0.f);
+  return kMax ? warp_max(r) : warp_sum(r);
+}
+
+// Row-major C = alpha op(A) op(B) + beta C for `batch` matrices at the given element strides (linear.cu).
+template <class T>
+void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
+                  long long stride_a, const T* B, int ldb, long long stride_b, float beta, T* C, int ldc,
+                  long long stride_c, int batch, cudaStream_t stream);
+
+// Sum of x[i] in double (reductions.cu); synchronises `stream`.
+template <class T>
+double sum_as_double(const T* x, size_t n, cudaStream_t stream);
+
+}  // namespace zshard::cuda

@@ -1,0 +1,98 @@
+// Element-wise ops: GELU (tanh approximation, as kernels/cpu), the residual add, and axpy.
+#include "kernels/cuda/common.cuh"
+
+namespace zshard::cuda {
+
+namespace {
+
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kGeluCubic = 0.044715f;
+
+template <class T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float x = to_f32(inp[i]);
+    out[i] = from_f32<T>(0.5f * x * (1.f + tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x))));
+  }
+}
+
+template <class T>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float x = to_f32(inp[i]);
+    const float th = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+    const float sech2 = 1.f - th * th;
+    const float grad = 0.5f * (1.f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.f + 3.f * kGeluCubic * x * x);
+    dinp[i] = from_f32<T>(to_f32(dinp[i]) + grad * to_f32(dout[i]));
+  }
+}
+
+template <class T>
+__global__ void residual_forward_kernel(T* out, const T* a, const T* b, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+}
+
+template <class T>
+__global__ void residual_backward_kernel(T* da, T* db, const T* dout, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float d = to_f32(dout[i]);
+    da[i] = from_f32<T>(to_f32(da[i]) + d);
+    db[i] = from_f32<T>(to_f32(db[i]) + d);
+  }
+}
+
+template <class T>
+__global__ void axpy_kernel(T* y, const T* x, float alpha, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    y[i] = from_f32<T>(to_f32(y[i]) + alpha * to_f32(x[i]));
+}
+
+}  // namespace
+
+template <class T>
+void gelu_forward(T* out, const T* inp, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  gelu_forward_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(out, inp, n);
+  ZS_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  gelu_backward_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(dinp, inp, dout, n);
+  ZS_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void residual_forward(T* out, const T* a, const T* b, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  residual_forward_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(out, a, b, n);
+  ZS_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void residual_backward(T* da, T* db, const T* dout, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  residual_backward_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(da, db, dout, n);
+  ZS_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void axpy(T* y, const T* x, T alpha, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  axpy_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(y, x, host_f32(alpha), n);
+  ZS_CUDA_CHECK_LAUNCH();
+}
+
+#define ZS_INSTANTIATE(T)                                                                               \
+  template void gelu_forward<T>(T*, const T*, size_t, cudaStream_t);                                    \
+  template void gelu_backward<T>(T*, const T*, const T*, size_t, cudaStream_t);                         \
+  template void residual_forward<T>(T*, const T*, const T*, size_t, cudaStream_t);                      \
+  template void residual_backward<T>(T*, T*, const T*, size_t, cudaStream_t);                           \
+  template void axpy<T>(T*, const T*, T, size_t, cudaStream_t);
+ZS_INSTANTIATE(float)
+ZS_INSTANTIATE(bf16)
+#undef ZS_INSTANTIATE
+
+}  // namespace zshard::cuda

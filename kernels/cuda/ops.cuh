@@ -1,0 +1,86 @@
+// CUDA twins of the CPU reference ops (kernels/cpu/ops.h): same names, same arguments, same conventions
+// (row-major, backward ACCUMULATES into every gradient, Conv1D weight layout), in namespace zshard::cuda.
+// Pointers are device pointers. Instantiated for T = float and T = __nv_bfloat16; bf16 ops compute in fp32
+// and round once on store.
+//
+// Streams: every op takes a trailing `cudaStream_t stream` (default: the legacy default stream) and only
+// enqueues work on it, except the two that return a host value (cross_entropy_forward_backward,
+// sum_squares), which synchronise that stream. Every launch is followed by a cudaGetLastError check.
+// Ops that need scratch (attention_backward) take it from the tracking allocator as `workspace`.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/ops.h"
+
+namespace zshard::cuda {
+
+using cpu::AdamWParams;
+using bf16 = __nv_bfloat16;
+
+template <class T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C,
+                       cudaStream_t stream = nullptr);
+// dwte uses atomics (tokens repeat), so its summation order, and for bf16 its rounding, is not fixed.
+template <class T>
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
+                        cudaStream_t stream = nullptr);
+
+template <class T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N, int C,
+                       cudaStream_t stream = nullptr);
+template <class T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int N, int C, cudaStream_t stream = nullptr);
+
+// cuBLAS with fp32 accumulation (CUBLAS_COMPUTE_32F: no TF32 for fp32 inputs).
+template <class T>
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
+          T beta, T* C, int ldc, cudaStream_t stream = nullptr);
+template <class T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
+                    cudaStream_t stream = nullptr);
+template <class T>
+void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
+                     int C, int OC, cudaStream_t stream = nullptr);
+
+template <class T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH,
+                       cudaStream_t stream = nullptr);
+template <class T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int NH,
+                        cudaStream_t stream = nullptr);
+
+template <class T>
+void gelu_forward(T* out, const T* inp, size_t n, cudaStream_t stream = nullptr);
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n, cudaStream_t stream = nullptr);
+
+template <class T>
+void residual_forward(T* out, const T* a, const T* b, size_t n, cudaStream_t stream = nullptr);
+template <class T>
+void residual_backward(T* da, T* db, const T* dout, size_t n, cudaStream_t stream = nullptr);
+
+// One block per row. dlogits may alias logits. Returns the sum of the N losses (synchronises `stream`).
+template <class T>
+double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
+                                      int V, T dloss, cudaStream_t stream = nullptr);
+
+// AdamW on the fp32 master shard (param, m, v) with gradients G = float or bf16. When `param_bf16` is not
+// null the kernel also writes the bf16 compute copy of the updated parameters, in the same pass.
+template <class G>
+void adamw_step(float* param, const G* grad, float* m, float* v, size_t n, const AdamWParams& hp,
+                bf16* param_bf16 = nullptr, cudaStream_t stream = nullptr);
+
+// Sum of squares accumulated in double (CUB DeviceReduce). Synchronises `stream`.
+template <class T>
+double sum_squares(const T* x, size_t n, cudaStream_t stream = nullptr);
+
+// y += alpha * x
+template <class T>
+void axpy(T* y, const T* x, T alpha, size_t n, cudaStream_t stream = nullptr);
+
+}  // namespace zshard::cuda

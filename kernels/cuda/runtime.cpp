@@ -1,0 +1,85 @@
+#include "kernels/cuda/runtime.h"
+
+#include <nccl.h>
+
+#include <cstdio>
+
+#include "kernels/allocator.h"
+#include "kernels/device_memory.h"
+#include "kernels/error.h"
+
+namespace zshard::cuda {
+
+void cuda_fail(cudaError_t code, std::string_view call, const char* file, int line) {
+  fail(file, ":", line, ": ", call, " failed: ", cudaGetErrorString(code), " (", cudaGetErrorName(code),
+       ", code ", int(code), ")");
+}
+
+void cublas_fail(cublasStatus_t code, std::string_view call, const char* file, int line) {
+  fail(file, ":", line, ": ", call, " failed: ", cublasGetStatusString(code), " (code ", int(code), ")");
+}
+
+void nccl_fail(int code, std::string_view call, const char* file, int line) {
+  fail(file, ":", line, ": ", call, " failed: ", ncclGetErrorString(ncclResult_t(code)), " (code ", code,
+       ")");
+}
+
+bool cuda_available() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error so later queries start clean
+    return false;
+  }
+  return count > 0;
+}
+
+namespace {
+
+void* device_allocate(size_t bytes) {
+  void* ptr = nullptr;
+  ZS_CUDA_CHECK(cudaMalloc(&ptr, bytes));
+  return ptr;
+}
+
+// Called from destructors: report, never throw.
+void device_release(void* ptr) {
+  if (cudaError_t rc = cudaFree(ptr); rc != cudaSuccess && rc != cudaErrorCudartUnloading)
+    std::fprintf(stderr, "zshard: cudaFree failed: %s\n", cudaGetErrorString(rc));
+}
+
+void device_memset(void* ptr, int value, size_t bytes) { ZS_CUDA_CHECK(cudaMemset(ptr, value, bytes)); }
+
+void device_copy(void* dst, const void* src, size_t bytes, int kind) {
+  constexpr cudaMemcpyKind kKinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                       cudaMemcpyDeviceToDevice};
+  ZS_CHECK(kind >= 0 && kind < 3, "copy_bytes: bad copy kind ", kind);
+  ZS_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kKinds[kind]));
+}
+
+struct HandleHolder {
+  cublasHandle_t handle = nullptr;
+  ~HandleHolder() {
+    if (handle) cublasDestroy(handle);
+  }
+};
+
+}  // namespace
+
+void cuda_init(int device) {
+  ZS_CHECK(cuda_available(), "cuda_init: no CUDA device is available");
+  int count = 0;
+  ZS_CUDA_CHECK(cudaGetDeviceCount(&count));
+  ZS_CHECK(device >= 0 && device < count, "cuda_init: device ", device, " out of range (", count,
+           " visible)");
+  ZS_CUDA_CHECK(cudaSetDevice(device));
+  Allocator::of(Device::cuda).set_raw({device_allocate, device_release});
+  set_device_memory_ops({device_memset, device_copy});
+}
+
+cublasHandle_t cublas_handle() {
+  thread_local HandleHolder holder;
+  if (!holder.handle) ZS_CUBLAS_CHECK(cublasCreate(&holder.handle));
+  return holder.handle;
+}
+
+}  // namespace zshard::cuda

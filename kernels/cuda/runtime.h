@@ -1,0 +1,49 @@
+// CUDA runtime glue: error-check macros, device selection, and the hooks that make the tracking allocator
+// and the byte copies of kernels/ work on device memory.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <string_view>
+
+namespace zshard::cuda {
+
+// Each throws zshard::Error "file:line: call failed: <library message> (code N)".
+[[noreturn]] void cuda_fail(cudaError_t code, std::string_view call, const char* file, int line);
+[[noreturn]] void cublas_fail(cublasStatus_t code, std::string_view call, const char* file, int line);
+// The code is an ncclResult_t; taken as int so that this header does not need nccl.h.
+[[noreturn]] void nccl_fail(int code, std::string_view call, const char* file, int line);
+
+// True when at least one GPU is usable. Without a driver or a device it returns false, never throws.
+bool cuda_available();
+
+// Selects `device` for this thread and installs the cudaMalloc/cudaFree raw allocator and the device
+// memset/copy ops, so that Buffer(…, Device::cuda, …) and copy_bytes work. Call once per process before
+// any device allocation.
+void cuda_init(int device);
+
+// The cuBLAS handle of the current thread (created on first use, lives until the thread ends).
+cublasHandle_t cublas_handle();
+
+}  // namespace zshard::cuda
+
+#define ZS_CUDA_CHECK(call)                                                      \
+  do {                                                                           \
+    if (cudaError_t zs_cuda_rc_ = (call); zs_cuda_rc_ != cudaSuccess)            \
+      ::zshard::cuda::cuda_fail(zs_cuda_rc_, #call, __FILE__, __LINE__);         \
+  } while (0)
+
+#define ZS_CUBLAS_CHECK(call)                                                    \
+  do {                                                                           \
+    if (cublasStatus_t zs_cublas_rc_ = (call); zs_cublas_rc_ != CUBLAS_STATUS_SUCCESS) \
+      ::zshard::cuda::cublas_fail(zs_cublas_rc_, #call, __FILE__, __LINE__);     \
+  } while (0)
+
+#define ZS_NCCL_CHECK(call)                                                      \
+  do {                                                                           \
+    if (int zs_nccl_rc_ = int(call); zs_nccl_rc_ != 0 /* ncclSuccess */)         \
+      ::zshard::cuda::nccl_fail(zs_nccl_rc_, #call, __FILE__, __LINE__);        \
+  } while (0)
+
+// After a kernel launch: launch-configuration errors surface here, at the launching line.
+#define ZS_CUDA_CHECK_LAUNCH() ZS_CUDA_CHECK(cudaGetLastError())

@@ -1,0 +1,129 @@
+#include "runtime/memory_estimator.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <functional>
+
+#include "kernels/error.h"
+#include "models/gpt2.h"
+
+namespace zshard {
+
+namespace {
+
+template <class... Args>
+[[noreturn]] void usage(const Args&... args) {
+  throw UsageError(detail::concat(args...));
+}
+
+// Parameter elements of GPT-2's units in the runtime's order (models/gpt2.h): embed, blocks, ln_f.
+std::vector<int64_t> gpt2_unit_sizes(const GPT2Config& c) {
+  const int64_t C = c.dim;
+  std::vector<int64_t> units{int64_t(c.vocab) * C + int64_t(c.ctx) * C};
+  units.insert(units.end(), c.layers, 12 * C * C + 13 * C);
+  units.push_back(2 * C);
+  return units;
+}
+
+int64_t padded(int64_t n, int group) { return (n + group - 1) / group * group; }
+
+// Sum of the `k` largest entries.
+int64_t largest(std::vector<int64_t> v, int k) {
+  std::sort(v.begin(), v.end(), std::greater<>());
+  int64_t sum = 0;
+  for (int i = 0; i < k && i < int(v.size()); ++i) sum += v[i];
+  return sum;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const EstimateInput& in) {
+  if (in.world < 1) usage("--world must be >= 1, got ", in.world);
+  StrategyOptions so;
+  so.kind = in.kind;
+  so.shard_group = in.kind == StrategyKind::hybrid ? in.shard_group : 0;
+  MemoryEstimate e;
+  e.shard_group = shard_group_size(so, in.world);
+  const int G = e.shard_group;
+  const DtypePolicy& d = in.dtypes;
+  if (!in.config) {
+    e.params = in.params;
+    e.model_states = predict_model_states(in.kind, G, in.params, d);
+    return e;
+  }
+
+  // Per-unit padding, exactly as the flat units shard (shard/flat_unit.h).
+  std::vector<int64_t> units;
+  int64_t padded_total = 0;
+  for (int64_t n : gpt2_unit_sizes(*in.config)) {
+    e.params += n;
+    units.push_back(padded(n, G));
+    padded_total += units.back();
+  }
+  const int64_t shard_total = padded_total / G;
+  const bool p_sharded = params_sharded(in.kind), g_sharded = grads_sharded(in.kind);
+  e.model_states.params = (p_sharded ? shard_total : padded_total) * d.param_bytes;
+  e.model_states.grads = (g_sharded ? shard_total : padded_total) * d.grad_bytes;
+  e.model_states.optimizer = shard_total * d.optimizer_bytes;
+
+  if (p_sharded) e.gathered_in_flight = largest(units, std::max(1, in.max_inflight)) * d.param_bytes;
+  // Sharded grads: a full gradient buffer per unit in backward. GPT-2's tied head opens the embedding's
+  // at the start of backward and it lives to the end, beside one other unit's.
+  if (g_sharded) e.comm_buffers += largest(units, 2) * d.grad_bytes;
+  // Reduce-scatter outputs: in the worst case every unit's reduction is in flight at the end of backward.
+  if (G > 1) e.comm_buffers += shard_total * d.grad_bytes;
+
+  const DType act = d.param_bytes == 2 ? DType::bf16 : DType::f32;
+  e.activations = GPT2(*in.config).activation_bytes(std::max(1, in.rank_batch), in.seq, act);
+  return e;
+}
+
+int largest_rank_batch(EstimateInput in, int64_t device_bytes) {
+  if (!in.config) return -1;
+  // The estimate grows with the batch only through activations, linearly: double, then bisect.
+  in.rank_batch = 1;
+  if (estimate_memory(in).total() > device_bytes) return 0;
+  int lo = 1, hi = 2;
+  for (;;) {
+    in.rank_batch = hi;
+    if (estimate_memory(in).total() > device_bytes) break;
+    lo = hi;
+    if (hi > (1 << 29)) return lo;
+    hi *= 2;
+  }
+  while (hi - lo > 1) {
+    in.rank_batch = lo + (hi - lo) / 2;
+    (estimate_memory(in).total() > device_bytes ? hi : lo) = in.rank_batch;
+  }
+  return lo;
+}
+
+int64_t parse_bytes(const std::string& text, const std::string& flag) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    usage(flag, " must be a size such as 80GiB, 40GB or 1.5e9, got '", text, "'");
+  }
+  std::string unit = text.substr(used);
+  for (char& ch : unit) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  const std::vector<std::pair<std::string, double>> units = {
+      {"", 1},          {"b", 1},           {"kb", 1e3},        {"mb", 1e6},           {"gb", 1e9},
+      {"tb", 1e12},     {"kib", 1024.0},    {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  for (const auto& [name, scale] : units)
+    if (unit == name) {
+      if (!(value > 0) || !std::isfinite(value)) usage(flag, " must be positive, got '", text, "'");
+      return int64_t(value * scale);
+    }
+  usage(flag, ": unknown unit '", text.substr(used), "' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");
+}
+
+DtypePolicy parse_dtype_policy(const std::string& name) {
+  if (name == "fp32") return DtypePolicy::fp32();
+  if (name == "mixed") return DtypePolicy::mixed_bf16();
+  usage("--dtype must be fp32 or mixed, got '", name, "'");
+}
+
+}  // namespace zshard

@@ -1,0 +1,52 @@
+// The memory estimator behind zshard-mem: per-rank bytes of a training run that was never run, from
+// the ZeRO model-state arithmetic (memory_model.h) plus what zshard's runtime allocates around it:
+// gathered units in flight, transient full-size gradient buffers, activations. Works from a GPT-2
+// config (every term) or from a bare parameter count (model states only: without units or layers there
+// is nothing to size the other terms from).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/gpt2_config.h"
+#include "runtime/memory_model.h"
+#include "runtime/strategy.h"
+
+namespace zshard {
+
+struct EstimateInput {
+  std::optional<GPT2Config> config;  // unset: `params` alone, model states only
+  int64_t params = 0;                // Ψ; taken from the config when one is given
+  StrategyKind kind = StrategyKind::ddp;
+  int world = 1;
+  int shard_group = 0;  // hybrid only (0: the world)
+  int max_inflight = 2;
+  DtypePolicy dtypes = DtypePolicy::fp32();
+  int rank_batch = 1;  // sequences per micro-step on this rank
+  int seq = 64;
+};
+
+struct MemoryEstimate {
+  int shard_group = 1;
+  int64_t params = 0;  // Ψ
+  ModelStateBytes model_states;
+  int64_t gathered_in_flight = 0;  // full parameter units alive at once (zero3/hybrid)
+  int64_t comm_buffers = 0;        // transient full-size gradients and reduce-scatter outputs
+  int64_t activations = 0;
+  int64_t total() const { return model_states.total() + gathered_in_flight + comm_buffers + activations; }
+};
+
+// Throws UsageError for a world or shard group that does not fit the strategy.
+MemoryEstimate estimate_memory(const EstimateInput& in);
+
+// The largest per-rank micro-batch whose estimate fits in `device_bytes` (0 when not even one sequence
+// fits, or without a config, -1: activations unknown).
+int largest_rank_batch(EstimateInput in, int64_t device_bytes);
+
+// Parses "80GiB", "80GB", "1.5e9", "512MiB" into bytes; throws UsageError naming `flag` otherwise.
+int64_t parse_bytes(const std::string& text, const std::string& flag);
+// "fp32" or "mixed" (bf16/fp16 params and grads, fp32 master + Adam: the ZeRO paper's K=12).
+DtypePolicy parse_dtype_policy(const std::string& name);
+
+}  // namespace zshard
