@@ -238,7 +238,6 @@ int main(int argc, char** argv) {
         }
         if (rank == 0) std::cout << "\n" << std::flush;
         rows.push_back(row);
-        if (size > max_bytes / o.factor) break;  // no overflow past the top size
       }
     }
     if (rank == 0) {

@@ -87,7 +87,7 @@ class CheckpointReader {
   const SafetensorsFile& file(int shard);
 
   std::string dir_;
-  const Manifest& manifest_;
+  std::vector<CheckpointFile> files_;
   std::vector<FlatLayout> layouts_;
   std::map<int, SafetensorsFile> open_;
 };

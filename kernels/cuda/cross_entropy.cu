@@ -1,0 +1,55 @@
+// Fused softmax cross-entropy, forward and backward, one block per row of logits.
+#include "kernels/cuda/common.cuh"
+
+namespace zshard::cuda {
+
+namespace {
+
+constexpr int kRowThreads = 512;
+
+// A target outside [0, V) yields a NaN loss (a device cannot throw); the data loaders validate tokens.
+template <class T>
+__global__ void cross_entropy_kernel(T* dlogits, T* losses, const T* logits, const int32_t* targets, int V,
+                                     float dloss) {
+  __shared__ float scratch[kWarpSize];
+  const size_t row = blockIdx.x;
+  const T* x = logits + row * V;
+  const int target = targets[row];
+  const bool valid = target >= 0 && target < V;
+  // Read before any thread overwrites the row (dlogits may alias logits); the reductions below sync.
+  const float x_target = threadIdx.x == 0 && valid ? to_f32(x[target]) : 0.f;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, to_f32(x[j]));
+  mx = block_reduce<true>(mx, scratch);
+  float sum = 0;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(to_f32(x[j]) - mx);
+  sum = block_reduce<false>(sum, scratch);
+  if (dlogits) {
+    T* d = dlogits + row * V;
+    const float factor = dloss / sum;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+      d[j] = from_f32<T>(expf(to_f32(x[j]) - mx) * factor - (j == target ? dloss : 0.f));
+  }
+  if (threadIdx.x == 0) losses[row] = from_f32<T>(valid ? logf(sum) + mx - x_target : NAN);
+}
+
+}  // namespace
+
+template <class T>
+double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
+                                      int V, T dloss, cudaStream_t stream) {
+  if (N == 0) return 0.0;
+  cross_entropy_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(dlogits, losses, logits, targets, V,
+                                                               host_f32(dloss));
+  ZS_CUDA_CHECK_LAUNCH();
+  return sum_as_double(losses, size_t(N), stream);
+}
+
+#define ZS_INSTANTIATE(T)                                                                               \
+  template double cross_entropy_forward_backward<T>(T*, T*, const T*, const int32_t*, int, int, T,      \
+                                                    cudaStream_t);
+ZS_INSTANTIATE(float)
+ZS_INSTANTIATE(bf16)
+#undef ZS_INSTANTIATE
+
+}  // namespace zshard::cuda
