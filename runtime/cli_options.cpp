@@ -38,6 +38,12 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   app.add_option("--log-every", o.log_every, "progress line every N steps");
   app.add_option("--save", o.save, "save the final weights (safetensors)");
   app.add_option("--mem-report", o.mem_report, "write the memory report as JSON to this file");
+  app.add_option("--save-dir", o.save_dir, "write checkpoints into DIR/step-NNNNNNNN (with a final save)");
+  app.add_option("--save-every", o.save_every, "checkpoint every N steps (0 = only the final save)");
+  app.add_option("--keep", o.keep, "keep the newest K checkpoints in --save-dir (0 = all)");
+  app.add_option("--resume", o.resume,
+                 "continue from a checkpoint directory, or 'latest' (newest committed in --save-dir); "
+                 "any world size and strategy");
 }
 
 std::string cli_error_line(const CLI::Error& e) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/launch.h"
+#include "runtime/checkpointing.h"
 #include "runtime/cli_options.h"
 #include "runtime/memory_report.h"
 #include "runtime/setup_failure.h"
@@ -42,7 +43,10 @@ int main(int argc, char** argv) {
                 << trainer.config().num_params() << " parameters, batch " << options.batch << "x"
                 << options.seq << (options.grad_accum > 1 ? " x" + std::to_string(options.grad_accum) : "")
                 << ", " << options.steps << " steps\n";
-    trainer.run(&std::cout);
+    Checkpointer checkpoints(trainer, &std::cout);
+    install_stop_handlers();
+    trainer.run(&std::cout, [&] { return checkpoints.after_step(); });
+    checkpoints.save();  // the final save (also after a stop signal)
     if (!options.save.empty()) trainer.save_weights(options.save);
     const MemoryReport report = MemoryReport::collect(trainer);
     if (rank == 0) {

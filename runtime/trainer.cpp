@@ -12,6 +12,7 @@
 #include "models/gpt2_weights.h"
 #include "models/safetensors.h"
 #include "runtime/setup_failure.h"
+#include "shard/checkpoint.h"
 
 namespace zshard {
 
@@ -79,6 +80,12 @@ void validate_options(const TrainOptions& o, int world_size) {
   if (!(o.grad_clip >= 0)) usage("--grad-clip must be >= 0 (0 disables), got ", o.grad_clip);
   if (o.log_every < 1) usage("--log-every must be >= 1, got ", o.log_every);
   if (!(o.comm_timeout_s > 0)) usage("--comm-timeout must be > 0 seconds, got ", o.comm_timeout_s);
+  if (o.save_every < 0) usage("--save-every must be >= 0 (0 = only the final save), got ", o.save_every);
+  if (o.keep < 0) usage("--keep must be >= 0 (0 keeps every checkpoint), got ", o.keep);
+  if (o.save_dir.empty() && (o.save_every > 0 || o.keep > 0)) usage("--save-every and --keep need --save-dir");
+  if (o.resume == "latest" && o.save_dir.empty()) usage("--resume latest needs --save-dir (where to look)");
+  if (!o.resume.empty() && !o.init_from.empty())
+    usage("--resume and --init-from exclude each other (the checkpoint holds the weights)");
   if (o.strategy.max_inflight < 1) usage("--max-inflight must be >= 1, got ", o.strategy.max_inflight);
   if (o.strategy.kind != StrategyKind::hybrid && o.strategy.shard_group != 0)
     usage("--shard-group is only for --strategy hybrid");
@@ -167,17 +174,8 @@ void Trainer::load_weights(const std::string& path) {
 
 void Trainer::save_weights(const std::string& path) {
   std::vector<std::vector<float>> units;
-  std::vector<SafetensorsArray> arrays;
   for (int u = 0; u < params_->num_units(); ++u) units.push_back(params_->full_unit_params(u));
-  if (world_.rank() != 0) return;
-  for (int u = 0; u < params_->num_units(); ++u) {
-    const FlatLayout& layout = params_->layout(u);
-    for (size_t i = 0; i < layout.spec().params.size(); ++i) {
-      const ParamSpec& p = layout.spec().params[i];
-      arrays.push_back({p.name, units[u].data() + layout.offset(int(i)), p.shape});
-    }
-  }
-  save_safetensors(path, arrays, {{"format", "pt"}, {"producer", "zshard"}});
+  if (world_.rank() == 0) save_consolidated(path, model_->units(), units);
 }
 
 StepResult Trainer::step() {
@@ -234,7 +232,7 @@ void Trainer::log_step(const StepResult& r, std::ostream* out) {
   if (!out) return;
   const bool last = r.step == options_.steps;
   if (r.step == 1 || r.step % options_.log_every == 0 || last) {
-    const double eta = train_seconds_ / r.step * (options_.steps - r.step);
+    const double eta = train_seconds_ / double(history_.size()) * (options_.steps - r.step);
     *out << "step " << std::setw(5) << r.step << "/" << options_.steps << "  loss " << std::fixed
          << std::setprecision(4) << r.loss << "  norm " << std::setprecision(3) << r.grad_norm << "  lr "
          << std::scientific << std::setprecision(2) << r.lr << std::fixed << "  "
@@ -244,11 +242,12 @@ void Trainer::log_step(const StepResult& r, std::ostream* out) {
   }
 }
 
-void Trainer::run(std::ostream* out) {
+void Trainer::run(std::ostream* out, const std::function<bool()>& after_step) {
   while (steps_done_ < options_.steps) {
     const StepResult r = step();
     train_seconds_ += r.ms / 1e3;
     log_step(r, out);
+    if (after_step && !after_step()) break;
   }
   if (out && world_.rank() == 0 && !history_.empty()) {
     double tok_s = 0;

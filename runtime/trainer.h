@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -50,6 +51,11 @@ struct TrainOptions {
   std::string save;
   std::string mem_report;
   int log_every = 10;
+  // checkpoints (runtime/checkpointing.h)
+  std::string save_dir;
+  int save_every = 0;  // 0: only the final save
+  int keep = 0;        // 0: keep every checkpoint
+  std::string resume;  // a checkpoint directory, or "latest": the newest one in save_dir
 };
 
 // Checks every option that does not need the data or the model; throws UsageError naming the flag.
@@ -75,8 +81,12 @@ class Trainer {
   ~Trainer();
 
   StepResult step();
-  // Runs the remaining steps; rank 0 prints progress to `out` (null: silent).
-  void run(std::ostream* out);
+  // Runs the remaining steps; rank 0 prints progress to `out` (null: silent). `after_step`, when
+  // given, runs on every rank after every step; returning false ends the run early.
+  void run(std::ostream* out, const std::function<bool()>& after_step = {});
+  // Continues after `steps` steps (from a checkpoint): the LR schedule, the data position and AdamW's
+  // bias correction all follow from the step count.
+  void restore_steps_done(int steps) { steps_done_ = steps; }
 
   int steps_done() const { return steps_done_; }
   const TrainOptions& options() const { return options_; }

@@ -1,4 +1,4 @@
-// Fused softmax cross-entropy, forward and backward in one pass over the logits.
+// Fused softmax cross-entropy: loss and logits gradient in one call, row by row.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>

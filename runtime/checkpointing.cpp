@@ -1,0 +1,271 @@
+#include "runtime/checkpointing.h"
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <iomanip>
+#include <ostream>
+#include <thread>
+
+#include "runtime/setup_failure.h"
+#include "shard/checkpoint.h"
+
+namespace zshard {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+template <class... Args>
+[[noreturn]] void usage(const Args&... args) {
+  throw UsageError(detail::concat(args...));
+}
+
+// Test hook: ZSHARD_TEST_PAUSE_IN_SAVE=seconds holds rank 0 between the rank files and the manifest,
+// so a test can kill the job in the middle of a save.
+void maybe_pause_in_save() {
+  if (const char* s = std::getenv("ZSHARD_TEST_PAUSE_IN_SAVE"))
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(s)));
+}
+
+std::string manifest_path(const std::string& dir) { return (fs::path(dir) / kManifestFile).string(); }
+
+json model_json(const GPT2Config& c) {
+  return {{"layers", c.layers}, {"dim", c.dim}, {"heads", c.heads}, {"vocab", c.vocab}, {"ctx", c.ctx}};
+}
+
+std::string describe_model(const json& m) {
+  std::string out;
+  for (const char* key : {"layers", "dim", "heads", "vocab", "ctx"})
+    out += (out.empty() ? "" : ", ") + std::string(key) + " " + m.at(key).dump();
+  return out;
+}
+
+void remove_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) fail(dir, ": cannot remove (", ec.message(), ")");
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  // SA_RESETHAND: a second signal of the same kind takes the default action and ends the process.
+  sa.sa_flags = SA_RESTART | SA_RESETHAND;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+Checkpointer::Checkpointer(Trainer& trainer, std::ostream* out)
+    : trainer_(trainer), world_(trainer.params().world()), out_(world_.rank() == 0 ? out : nullptr) {
+  const TrainOptions& o = trainer.options();
+  std::string dir;
+  Manifest manifest;
+  std::vector<std::string> report;
+  run_agreed(world_, [&] {
+    if (!o.resume.empty()) {
+      dir = o.resume;
+      if (dir == "latest") {
+        dir.clear();
+        for (const CheckpointEntry& e : list_checkpoints(o.save_dir)) if (e.committed) dir = e.path;
+        if (dir.empty()) usage("--resume latest: no committed checkpoint in --save-dir ", o.save_dir);
+      }
+      manifest = read_manifest(dir);
+      report = compare_with_flags(dir, manifest);
+      check_units(dir, manifest, trainer.model().units());
+      // Every rank checks that the files are there; rank r checksums files r, r + N, ... so each file
+      // is read once.
+      for (size_t s = 0; s < manifest.files.size(); ++s)
+        verify_file(dir, manifest.files[s], int(s) % world_.size() == world_.rank());
+    }
+    check_save_dir(dir, manifest.step);
+  });
+  if (dir.empty()) return;
+
+  ShardedParams& params = trainer.params();
+  run_agreed(world_, [&] {
+    CheckpointReader reader(dir, manifest);
+    for (int u = 0; u < params.num_units(); ++u) {
+      const FlatLayout& layout = params.layout(u);
+      const int64_t begin = layout.shard_begin(params.shard_index()), n = layout.shard_numel();
+      reader.read(u, "params", begin, n, params.owned_params(u).data<float>());
+      reader.read(u, "m", begin, n, params.adam_m(u).data<float>());
+      reader.read(u, "v", begin, n, params.adam_v(u).data<float>());
+    }
+  });
+  params.sync_resident_params();
+  trainer.restore_steps_done(manifest.step);
+  resumed_step_ = manifest.step;
+  std::error_code ec;
+  if (!o.save_dir.empty() && fs::equivalent(dir, fs::path(o.save_dir) / step_dir_name(manifest.step), ec))
+    saved_step_ = manifest.step;
+  if (out_) for (const std::string& line : report) *out_ << "zshard-train: " << line << "\n";
+}
+
+json Checkpointer::run_state(int step, const std::vector<int>& rank_batches) const {
+  const TrainOptions& o = trainer_.options();
+  return {
+      {"model", model_json(trainer_.config())},
+      {"model_name", o.model},
+      {"strategy", {{"kind", strategy_name(o.strategy.kind)},
+                    {"shard_group", trainer_.params().shard_group_size()},
+                    {"world_size", world_.size()}}},
+      {"rank_batches", rank_batches},
+      // Flags that decide what the next steps compute, by flag name: resuming with other values works
+      // but no longer repeats the uninterrupted run, so the resume notes them.
+      {"flags", {{"data", o.data}, {"batch", o.batch}, {"seq", o.seq}, {"grad-accum", o.grad_accum},
+                 {"steps", o.steps}, {"lr", o.lr}, {"warmup", o.warmup}, {"lr-schedule", o.lr_schedule},
+                 {"min-lr", o.min_lr}, {"wd", o.wd}, {"beta1", o.beta1}, {"beta2", o.beta2},
+                 {"eps", o.eps}, {"grad-clip", o.grad_clip}, {"seed", o.seed}}},
+      // Positions, all determined by the step count.
+      {"lr_schedule_position", step},
+      {"adam_step", step},
+      {"data_position", {{"micro_steps", int64_t(step) * o.grad_accum}, {"sequences_per_micro_step", o.batch}}},
+      {"rng", {{"seed", o.seed}, {"draws_after_init", 0}}},
+  };
+}
+
+std::vector<std::string> Checkpointer::compare_with_flags(const std::string& dir, const Manifest& m) const {
+  const json want = model_json(trainer_.config());
+  const json now = run_state(m.step, {});
+  try {
+    const json& saved = m.run;
+    if (saved.at("model") != want)
+      usage(manifest_path(dir), ": the checkpoint's model (", describe_model(saved.at("model")),
+            ") does not match the flags (", describe_model(want), ")");
+    const json& s = saved.at("strategy");
+    std::vector<std::string> lines = {detail::concat(
+        "resumed from ", dir, " at step ", m.step, " (saved by ", s.at("kind").get<std::string>(), " on ",
+        s.at("world_size").get<int>(), " rank(s))")};
+    for (const auto& [flag, value] : saved.at("flags").items())
+      if (now.at("flags").value(flag, json()) != value)
+        lines.push_back(detail::concat("note: --", flag, " was ", value.dump(),
+                                       " when saved; the run will not repeat the uninterrupted one"));
+    return lines;
+  } catch (const json::exception& e) {
+    fail(manifest_path(dir), ": not a valid zshard manifest (", e.what(), ")");
+  }
+}
+
+void Checkpointer::check_save_dir(const std::string& resume_dir, int resumed_step) const {
+  const std::string& save_dir = trainer_.options().save_dir;
+  if (save_dir.empty()) return;
+  // Saving never overwrites a checkpoint: the save directory may hold only what led to this run.
+  for (const CheckpointEntry& e : list_checkpoints(save_dir)) {
+    if (!e.committed) continue;  // an interrupted save: not a checkpoint, overwritten when reached
+    std::error_code ec;
+    if (resume_dir.empty())
+      usage("--save-dir ", save_dir, " already holds checkpoints (", e.path,
+            "); continue them with --resume latest, or choose another directory");
+    if (e.step > resumed_step || (e.step == resumed_step && !fs::equivalent(e.path, resume_dir, ec)))
+      usage("--save-dir ", save_dir, " holds ", e.path, ", which a save of this run would overwrite; ",
+            "choose another directory");
+  }
+  std::error_code ec;
+  if (world_.rank() == 0 && !fs::create_directories(save_dir, ec) && ec)
+    fail("--save-dir ", save_dir, ": cannot create (", ec.message(), ")");
+}
+
+bool Checkpointer::after_step() {
+  const TrainOptions& o = trainer_.options();
+  if (o.save_every > 0 && trainer_.steps_done() % o.save_every == 0) save();
+  double signalled = g_stop_signal != 0 ? 1.0 : 0.0;
+  comm::all_reduce_sum(world_, &signalled, 1);
+  if (signalled == 0) return true;
+  if (out_)
+    *out_ << "zshard-train: stop signal received; stopping after step " << trainer_.steps_done()
+          << (o.save_dir.empty() ? " (no --save-dir: nothing saved)" : "") << "\n";
+  return false;
+}
+
+void Checkpointer::save() {
+  const TrainOptions& o = trainer_.options();
+  const int step = trainer_.steps_done();
+  if (o.save_dir.empty() || step == saved_step_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string dir = (fs::path(o.save_dir) / step_dir_name(step)).string();
+  ShardedParams& params = trainer_.params();
+
+  // Replica 0's shard group writes: world ranks 0..G-1, whose shard index is their rank.
+  run_agreed(world_, [&] {
+    if (world_.rank() != 0) return;
+    remove_dir(dir);  // what an interrupted save of this step left
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) fail(dir, ": cannot create (", ec.message(), ")");
+  });
+  CheckpointFile file;
+  run_agreed(world_, [&] {
+    if (world_.rank() >= params.shard_group_size()) return;
+    std::vector<FlatLayout> layouts;
+    std::vector<ShardState> units;
+    for (int u = 0; u < params.num_units(); ++u) {
+      layouts.push_back(params.layout(u));
+      units.push_back({params.owned_params(u).data<float>(), params.adam_m(u).data<float>(),
+                       params.adam_v(u).data<float>()});
+    }
+    file = write_rank_file(dir, params.shard_index(), layouts, units);
+  });
+  // The gather doubles as the barrier: every rank file is in place before the manifest is written.
+  constexpr int kFields = 5;
+  const int32_t mine[kFields] = {int32_t(file.checksum), int32_t(file.checksum >> 32), int32_t(file.bytes),
+                                 int32_t(file.bytes >> 32), trainer_.rank_batch()};
+  std::vector<int32_t> all(size_t(kFields) * world_.size());
+  world_.all_gather(mine, all.data(), kFields, DType::i32)->wait();
+  const auto u64 = [](int32_t lo, int32_t hi) { return uint64_t(uint32_t(lo)) | uint64_t(uint32_t(hi)) << 32; };
+
+  uint64_t total_bytes = 0;
+  run_agreed(world_, [&] {
+    if (world_.rank() != 0) return;
+    Manifest m;
+    m.step = step;
+    m.group_size = params.shard_group_size();
+    m.units = trainer_.model().units();
+    std::vector<int> rank_batches;
+    for (int r = 0; r < world_.size(); ++r) {
+      const int32_t* f = &all[size_t(r) * kFields];
+      rank_batches.push_back(f[4]);
+      if (r < m.group_size) m.files.push_back({rank_file_name(r), u64(f[2], f[3]), u64(f[0], f[1])});
+      if (r < m.group_size) total_bytes += m.files.back().bytes;
+    }
+    m.run = run_state(step, rank_batches);
+    maybe_pause_in_save();
+    sync_dir(dir);
+    commit_manifest(dir, m);
+    prune(step);
+  });
+  saved_step_ = step;
+  if (out_)
+    *out_ << "zshard-train: checkpoint " << dir << " saved (" << std::fixed << std::setprecision(1)
+          << double(total_bytes) / (1 << 20) << " MiB, "
+          << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s)\n";
+}
+
+void Checkpointer::prune(int newest_step) const {
+  const int keep = trainer_.options().keep;
+  const std::vector<CheckpointEntry> entries = list_checkpoints(trainer_.options().save_dir);
+  int kept = 0;
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    if (it->step >= newest_step) {
+      kept += it->committed;
+    } else if (!it->committed) {
+      remove_dir(it->path);  // an interrupted save, older than a committed checkpoint
+    } else if (keep > 0 && ++kept > keep) {
+      // Uncommit first: a crash in the middle leaves a directory that is not a checkpoint.
+      std::error_code ec;
+      fs::remove(manifest_path(it->path), ec);
+      sync_dir(it->path);
+      remove_dir(it->path);
+    }
+  }
+}
+
+}  // namespace zshard

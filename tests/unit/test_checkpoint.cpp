@@ -1,0 +1,255 @@
+// The checkpoint format on its own: resharding reads between any saved and any target group size, the
+// manifest round trip, the commit marker, and one clear error per kind of bad input. Then the
+// Checkpointer's checks against the flags and --keep, in a single process.
+#include "shard/checkpoint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "comm/self_communicator.h"
+#include "runtime/checkpointing.h"
+#include "runtime/setup_failure.h"
+#include "tests/support/test_support.h"
+#include "tests/support/training_runs.h"
+
+namespace zshard {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using test::TempDir;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Two units of 13 and 5 elements: sizes that no group size divides evenly.
+std::vector<UnitSpec> toy_units() {
+  return {{"a", {{"a.w", {3, 3}, true}, {"a.b", {4}, false}}}, {"b", {{"b.g", {5}, false}}}};
+}
+
+// Saved value of element e of unit u in tensor kind k: distinct everywhere.
+float value(int u, int k, int64_t e) { return float(1000 * u + 100 * k + e + 1); }
+
+// Writes a committed checkpoint of toy_units() cut into `group` shards.
+Manifest write_toy(const std::string& dir, int group) {
+  fs::create_directories(dir);
+  Manifest m;
+  m.step = 7;
+  m.group_size = group;
+  m.units = toy_units();
+  m.run = {{"note", "toy"}};
+  const std::vector<FlatLayout> layouts = m.layouts();
+  for (int s = 0; s < group; ++s) {
+    std::vector<std::vector<float>> store;
+    std::vector<ShardState> states;
+    for (size_t u = 0; u < layouts.size(); ++u) {
+      for (int k = 0; k < 3; ++k) {
+        std::vector<float> shard(size_t(layouts[u].shard_numel()), 0.0f);
+        for (int64_t i = 0; i < layouts[u].shard_numel(); ++i) {
+          const int64_t e = layouts[u].shard_begin(s) + i;
+          if (e < layouts[u].numel()) shard[size_t(i)] = value(int(u), k, e);
+        }
+        store.push_back(std::move(shard));
+      }
+    }
+    for (size_t u = 0; u < layouts.size(); ++u)
+      states.push_back({store[3 * u].data(), store[3 * u + 1].data(), store[3 * u + 2].data()});
+    m.files.push_back(write_rank_file(dir, s, layouts, states));
+  }
+  commit_manifest(dir, m);
+  return m;
+}
+
+TEST(Checkpoint, Fnv1aKnownValues) {
+  EXPECT_EQ(fnv1a64("", 0), 0xcbf29ce484222325ull);
+  EXPECT_EQ(fnv1a64("a", 1), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(fnv1a64("foobar", 6), 0x85944171f73967e8ull);
+}
+
+TEST(Checkpoint, ReadsEveryTargetLayoutFromEverySavedLayout) {
+  TempDir tmp;
+  for (int saved : {1, 2, 3, 5, 20}) {
+    const std::string dir = tmp.file("g" + std::to_string(saved));
+    write_toy(dir, saved);
+    const Manifest m = read_manifest(dir);
+    CheckpointReader reader(dir, m);
+    for (int target : {1, 2, 3, 4, 16}) {
+      for (size_t u = 0; u < m.units.size(); ++u) {
+        const FlatLayout layout(m.units[u], target);
+        for (int s = 0; s < target; ++s) {
+          for (int k = 0; k < 3; ++k) {
+            std::vector<float> got(size_t(layout.shard_numel()), -1.0f);
+            reader.read(int(u), kShardKinds[k], layout.shard_begin(s), layout.shard_numel(), got.data());
+            for (int64_t i = 0; i < layout.shard_numel(); ++i) {
+              const int64_t e = layout.shard_begin(s) + i;
+              EXPECT_EQ(got[size_t(i)], e < layout.numel() ? value(int(u), k, e) : 0.0f)
+                  << "saved " << saved << " target " << target << " unit " << u << " element " << e;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Checkpoint, ManifestRoundTripAndCommitMarker) {
+  TempDir tmp;
+  const Manifest written = write_toy(tmp.file("step-00000007"), 3);
+  const Manifest read = read_manifest(tmp.file("step-00000007"));
+  EXPECT_EQ(read.step, 7);
+  EXPECT_EQ(read.group_size, 3);
+  EXPECT_EQ(read.run, written.run);
+  ASSERT_EQ(read.files.size(), 3u);
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(read.files[s].checksum, written.files[s].checksum);
+    verify_file(tmp.file("step-00000007"), read.files[s], /*full=*/true);
+  }
+  // A directory without its manifest is not a checkpoint; other names are ignored.
+  fs::create_directories(tmp.file("step-00000009"));
+  fs::create_directories(tmp.file("step-12"));
+  fs::create_directories(tmp.file("other"));
+  const std::vector<CheckpointEntry> all = list_checkpoints(tmp.path().string());
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_TRUE(all[0].step == 7 && all[0].committed);
+  EXPECT_TRUE(all[1].step == 9 && !all[1].committed);
+  EXPECT_TRUE(list_checkpoints(tmp.file("missing")).empty());
+}
+
+TEST(Checkpoint, BadInputNamesTheFileAndTheProblem) {
+  TempDir tmp;
+  const std::string dir = tmp.file("ck");
+  const Manifest m = write_toy(dir, 2);
+  const std::string rank1 = dir + "/rank-00001.safetensors";
+
+  EXPECT_THAT(error_of([&] { read_manifest(tmp.file("nope")); }),
+              AllOf(HasSubstr("nope"), HasSubstr("not a checkpoint (no such directory)")));
+  fs::create_directories(tmp.file("empty"));
+  EXPECT_THAT(error_of([&] { read_manifest(tmp.file("empty")); }),
+              AllOf(HasSubstr("empty"), HasSubstr("not a checkpoint (no manifest.json")));
+
+  // Corrupt: same size, one byte flipped near the end (in the Adam state).
+  fs::copy_file(rank1, tmp.file("keep"));
+  {
+    std::fstream f(rank1, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x7f');
+  }
+  EXPECT_THAT(error_of([&] { verify_file(dir, m.files[1], true); }),
+              AllOf(HasSubstr("rank-00001.safetensors"), HasSubstr("checksum mismatch")));
+  EXPECT_EQ(error_of([&] { verify_file(dir, m.files[1], false); }), "(no error)");  // size only
+  fs::resize_file(rank1, fs::file_size(rank1) - 4);
+  EXPECT_THAT(error_of([&] { verify_file(dir, m.files[1], false); }),
+              AllOf(HasSubstr("rank-00001.safetensors"), HasSubstr("the manifest records")));
+  fs::remove(rank1);
+  EXPECT_THAT(error_of([&] { verify_file(dir, m.files[1], false); }),
+              AllOf(HasSubstr("rank-00001.safetensors"), HasSubstr("missing")));
+  fs::copy_file(tmp.file("keep"), rank1);
+  verify_file(dir, m.files[1], true);
+
+  // Truncated or inconsistent manifests.
+  const std::string manifest = dir + "/manifest.json";
+  std::string text;
+  {
+    std::ifstream in(manifest);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::ofstream(manifest) << text.substr(0, text.size() / 2);
+  EXPECT_THAT(error_of([&] { read_manifest(dir); }),
+              AllOf(HasSubstr("manifest.json"), HasSubstr("truncated or not JSON")));
+  const auto pos = text.find("\"padded_numel\": 14");
+  ASSERT_NE(pos, std::string::npos);
+  std::ofstream(manifest) << text.substr(0, pos) << "\"padded_numel\": 16" << text.substr(pos + 18);
+  EXPECT_THAT(error_of([&] { read_manifest(dir); }),
+              AllOf(HasSubstr("manifest.json"), HasSubstr("unit a: inconsistent layout")));
+}
+
+// ---- the Checkpointer in one process ----
+
+struct Job {
+  comm::SelfCommunicator self;
+  std::unique_ptr<Trainer> trainer;
+  std::unique_ptr<Checkpointer> checkpoints;
+  explicit Job(const TrainOptions& o) {
+    trainer = std::make_unique<Trainer>(o, self);
+    checkpoints = std::make_unique<Checkpointer>(*trainer, nullptr);
+  }
+  void run() {
+    trainer->run(nullptr, [&] { return checkpoints->after_step(); });
+    checkpoints->save();
+  }
+};
+
+std::string setup_error(const TrainOptions& o) {
+  try {
+    Job job(o);
+  } catch (const SetupFailure& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Checkpointer, KeepsTheNewestAndRemovesInterruptedSaves) {
+  TempDir tmp;
+  TrainOptions o = test::tiny_options(6);
+  o.save_dir = tmp.file("run");
+  o.save_every = 2;
+  o.keep = 2;
+  fs::create_directories(tmp.file("run/step-00000001"));  // an interrupted save, older than step 2
+  Job(o).run();
+  const std::vector<CheckpointEntry> left = list_checkpoints(o.save_dir);
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_TRUE(left[0].step == 4 && left[0].committed);
+  EXPECT_TRUE(left[1].step == 6 && left[1].committed);
+
+  // Resuming the newest with nothing left to do saves nothing and modifies nothing.
+  const uint64_t before = file_checksum(left[1].path + "/manifest.json");
+  o.resume = "latest";
+  Job again(o);
+  EXPECT_EQ(again.checkpoints->resumed_step(), 6);
+  again.run();
+  EXPECT_EQ(file_checksum(left[1].path + "/manifest.json"), before);
+  EXPECT_EQ(list_checkpoints(o.save_dir).size(), 2u);
+}
+
+TEST(Checkpointer, RejectsMismatchedModelAndOccupiedSaveDir) {
+  TempDir tmp;
+  TrainOptions o = test::tiny_options(2);
+  o.save_dir = tmp.file("run");
+  Job(o).run();
+  const std::string ckpt = o.save_dir + "/" + step_dir_name(2);
+
+  TrainOptions fresh = o;  // a new run into a directory that holds checkpoints
+  EXPECT_THAT(setup_error(fresh), AllOf(HasSubstr("already holds checkpoints"), HasSubstr("--resume latest")));
+
+  TrainOptions other = o;
+  other.save_dir.clear();
+  other.resume = ckpt;
+  other.overrides.layers = 3;
+  EXPECT_THAT(setup_error(other), AllOf(HasSubstr(ckpt + "/manifest.json"), HasSubstr("does not match the flags")));
+
+  TrainOptions older = o;  // resuming an older checkpoint into the same directory would overwrite newer ones
+  older.save_dir = tmp.file("run2");
+  older.save_every = 1;
+  Job(older).run();
+  older.resume = older.save_dir + "/" + step_dir_name(1);
+  EXPECT_THAT(setup_error(older), HasSubstr("which a save of this run would overwrite"));
+
+  TrainOptions none = o;
+  none.save_dir = tmp.file("empty");
+  none.resume = "latest";
+  EXPECT_THAT(setup_error(none), HasSubstr("--resume latest: no committed checkpoint"));
+}
+
+}  // namespace
+}  // namespace zshard

@@ -1,0 +1,335 @@
+// Every CUDA op against its CPU reference (kernels/cpu) on random inputs. Plain C++: the kernels are
+// reached through the zshard::cuda API and data moves with cudaMemcpy. Without a GPU every test skips.
+//
+// Tolerances, as max_rel_diff (max abs error over the reference's max abs value):
+// - fp32: 1e-5. Both sides compute in fp32; only summation order and libm-vs-CUDA math differ.
+// - bf16: kBf16Tolerance = 3e-2. Inputs are rounded to bf16 first and the CPU reference runs in fp32 on
+//   those same values, so input rounding is shared. The GPU then rounds outputs and stored intermediates
+//   (softmax probabilities, score gradients, mean/rstd, atomics into dwte) to an 8-bit mantissa, unit
+//   roundoff 2^-8 ~ 4e-3; a few such roundings in a chain give ~1e-2. An indexing bug gives O(1).
+#include <gtest/gtest.h>
+
+#ifdef ZSHARD_WITH_CUDA
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/runtime.h"
+#include "tests/support/test_support.h"
+
+namespace zshard::cuda {
+namespace {
+
+using Vec = std::vector<float>;
+constexpr double kF32Tolerance = 1e-5;
+constexpr double kBf16Tolerance = 3e-2;
+
+template <class T>
+constexpr double tolerance() {
+  return std::is_same_v<T, float> ? kF32Tolerance : kBf16Tolerance;
+}
+
+float to_float(float x) { return x; }
+float to_float(bf16 x) { return __bfloat162float(x); }
+template <class T>
+T from_float(float x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  else return __float2bfloat16(x);
+}
+
+// The values T can hold: what both sides of a comparison start from.
+template <class T>
+Vec rounded(Vec x) {
+  for (float& e : x) e = to_float(from_float<T>(e));
+  return x;
+}
+
+template <class T>
+Vec random_vec(size_t n, std::mt19937& rng, float lo = -2.f, float hi = 2.f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Vec x(n);
+  for (float& e : x) e = dist(rng);
+  return rounded<T>(x);
+}
+
+// A device array of T filled from floats; get() reads it back as floats.
+template <class T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(const Vec& host) : n_(host.size()) {
+    ZS_CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
+    std::vector<T> staged(n_);
+    for (size_t i = 0; i < n_; ++i) staged[i] = from_float<T>(host[i]);
+    ZS_CUDA_CHECK(cudaMemcpy(ptr_, staged.data(), bytes(), cudaMemcpyHostToDevice));
+  }
+  ~DeviceArray() { cudaFree(ptr_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  T* get() const { return ptr_; }
+  Vec host() const {
+    std::vector<T> staged(n_);
+    ZS_CUDA_CHECK(cudaMemcpy(staged.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
+    Vec out(n_);
+    for (size_t i = 0; i < n_; ++i) out[i] = to_float(staged[i]);
+    return out;
+  }
+
+ private:
+  size_t bytes() const { return n_ * sizeof(T); }
+  T* ptr_ = nullptr;
+  size_t n_;
+};
+
+class DeviceInts {
+ public:
+  explicit DeviceInts(const std::vector<int32_t>& host) : n_(host.size()) {
+    ZS_CUDA_CHECK(cudaMalloc(&ptr_, n_ * sizeof(int32_t)));
+    ZS_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
+  ~DeviceInts() { cudaFree(ptr_); }
+  DeviceInts(const DeviceInts&) = delete;
+  DeviceInts& operator=(const DeviceInts&) = delete;
+  const int32_t* get() const { return ptr_; }
+
+ private:
+  int32_t* ptr_ = nullptr;
+  size_t n_;
+};
+
+void expect_close(const Vec& got, const Vec& want, double tol, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  EXPECT_LE(test::max_rel_diff(got, want), tol) << what;
+}
+
+// Skips without a GPU; otherwise selects device 0 once (allocator and copy hooks included).
+bool gpu_ready() {
+  static const bool ready = [] {
+    if (!cuda_available()) return false;
+    cuda_init(0);
+    return true;
+  }();
+  return ready;
+}
+#define ZS_REQUIRE_GPU() \
+  if (!gpu_ready()) GTEST_SKIP() << "no CUDA device"
+
+std::vector<int32_t> random_ints(size_t n, int hi, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> dist(0, hi - 1);
+  std::vector<int32_t> x(n);
+  for (int32_t& e : x) e = dist(rng);
+  return x;
+}
+
+template <class T>
+void check_embedding() {
+  const int B = 3, Tn = 7, C = 40, V = 13;
+  std::mt19937 rng(1);
+  const auto tokens = random_ints(size_t(B) * Tn, V, rng);  // V < B*Tn: tokens repeat
+  const Vec wte = random_vec<T>(size_t(V) * C, rng), wpe = random_vec<T>(size_t(Tn) * C, rng);
+  const Vec dout = random_vec<T>(size_t(B) * Tn * C, rng);
+  Vec dwte = random_vec<T>(wte.size(), rng), dwpe = random_vec<T>(wpe.size(), rng);  // backward accumulates
+  DeviceInts d_tokens(tokens);
+  DeviceArray<T> d_wte(wte), d_wpe(wpe), d_dout(dout), d_out(Vec(dout.size())), d_dwte(dwte), d_dwpe(dwpe);
+  embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(), d_wpe.get(), B, Tn, C);
+  embedding_backward(d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(), B, Tn, C);
+  Vec out(dout.size());
+  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C);
+  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C);
+  expect_close(d_out.host(), out, tolerance<T>(), "out");
+  expect_close(d_dwte.host(), dwte, tolerance<T>(), "dwte");
+  expect_close(d_dwpe.host(), dwpe, tolerance<T>(), "dwpe");
+}
+
+template <class T>
+void check_layernorm() {
+  const int N = 11, C = 70;  // C not a multiple of the warp size
+  std::mt19937 rng(2);
+  const Vec inp = random_vec<T>(size_t(N) * C, rng), w = random_vec<T>(C, rng), b = random_vec<T>(C, rng);
+  const Vec dout = random_vec<T>(inp.size(), rng);
+  Vec dinp = random_vec<T>(inp.size(), rng), dw = random_vec<T>(C, rng), db = random_vec<T>(C, rng);
+  DeviceArray<T> d_inp(inp), d_w(w), d_b(b), d_dout(dout), d_out(Vec(inp.size())), d_mean(Vec(N)),
+      d_rstd(Vec(N)), d_dinp(dinp), d_dw(dw), d_db(db);
+  layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_inp.get(), d_w.get(), d_b.get(), N, C);
+  layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(), d_mean.get(),
+                     d_rstd.get(), N, C);
+  Vec out(inp.size()), mean(N), rstd(N);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+  cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                          rstd.data(), N, C);
+  expect_close(d_out.host(), out, tolerance<T>(), "out");
+  expect_close(d_mean.host(), mean, tolerance<T>(), "mean");
+  expect_close(d_rstd.host(), rstd, tolerance<T>(), "rstd");
+  expect_close(d_dinp.host(), dinp, tolerance<T>(), "dinp");
+  expect_close(d_dw.host(), dw, tolerance<T>(), "dweight");
+  expect_close(d_db.host(), db, tolerance<T>(), "dbias");
+}
+
+template <class T>
+void check_linear() {
+  const int N = 9, C = 20, OC = 33;
+  std::mt19937 rng(3);
+  const Vec inp = random_vec<T>(size_t(N) * C, rng), w = random_vec<T>(size_t(C) * OC, rng);
+  const Vec bias = random_vec<T>(OC, rng), dout = random_vec<T>(size_t(N) * OC, rng);
+  Vec dinp = random_vec<T>(inp.size(), rng), dw = random_vec<T>(w.size(), rng), db = random_vec<T>(OC, rng);
+  DeviceArray<T> d_inp(inp), d_w(w), d_bias(bias), d_dout(dout), d_out(Vec(dout.size())), d_dinp(dinp),
+      d_dw(dw), d_db(db);
+  linear_forward(d_out.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC);
+  linear_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(), N, C, OC);
+  Vec out(dout.size());
+  cpu::linear_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  cpu::linear_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+  expect_close(d_out.host(), out, tolerance<T>(), "out");
+  expect_close(d_dinp.host(), dinp, tolerance<T>(), "dinp");
+  expect_close(d_dw.host(), dw, tolerance<T>(), "dweight");
+  expect_close(d_db.host(), db, tolerance<T>(), "dbias");
+}
+
+// Both operands transposed, padded leading dimensions, alpha and beta: the paths linear does not take.
+template <class T>
+void check_gemm() {
+  const int M = 7, N = 12, K = 5, lda = M + 3, ldb = K + 2, ldc = N + 1;
+  std::mt19937 rng(4);
+  const Vec A = random_vec<T>(size_t(K) * lda, rng), Bm = random_vec<T>(size_t(N) * ldb, rng);
+  Vec Cm = random_vec<T>(size_t(M) * ldc, rng);
+  DeviceArray<T> d_a(A), d_b(Bm), d_c(Cm);
+  const float alpha = 0.5f, beta = -1.5f;
+  gemm<T>(true, true, M, N, K, from_float<T>(alpha), d_a.get(), lda, d_b.get(), ldb, from_float<T>(beta),
+          d_c.get(), ldc);
+  cpu::gemm<float>(true, true, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, Cm.data(), ldc);
+  expect_close(d_c.host(), Cm, tolerance<T>(), "C");
+}
+
+template <class T>
+void check_attention() {
+  const int B = 2, Tn = 37, C = 24, NH = 3;  // T > 32: rows span several warp iterations
+  std::mt19937 rng(5);
+  const Vec qkv = random_vec<T>(size_t(B) * Tn * 3 * C, rng), dout = random_vec<T>(size_t(B) * Tn * C, rng);
+  Vec dqkv = random_vec<T>(qkv.size(), rng);
+  const size_t att_size = size_t(B) * NH * Tn * Tn;
+  DeviceArray<T> d_qkv(qkv), d_dout(dout), d_out(Vec(dout.size())), d_att(Vec(att_size)), d_dqkv(dqkv);
+  attention_forward(d_out.get(), d_att.get(), d_qkv.get(), B, Tn, C, NH);
+  attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, Tn, C, NH);
+  Vec out(dout.size()), att(att_size);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, Tn, C, NH);
+  expect_close(d_out.host(), out, tolerance<T>(), "out");
+  expect_close(d_att.host(), att, tolerance<T>(), "att");
+  expect_close(d_dqkv.host(), dqkv, tolerance<T>(), "dqkv");
+}
+
+template <class T>
+void check_elementwise() {
+  const size_t n = 3001;
+  std::mt19937 rng(6);
+  const Vec x = random_vec<T>(n, rng, -5.f, 5.f), y = random_vec<T>(n, rng), dout = random_vec<T>(n, rng);
+  Vec dx = random_vec<T>(n, rng), da = random_vec<T>(n, rng), db = random_vec<T>(n, rng);
+  Vec acc = random_vec<T>(n, rng);
+  DeviceArray<T> d_x(x), d_y(y), d_dout(dout), d_gelu(Vec(n)), d_sum(Vec(n)), d_dx(dx), d_da(da), d_db(db),
+      d_acc(acc);
+  gelu_forward(d_gelu.get(), d_x.get(), n);
+  gelu_backward(d_dx.get(), d_x.get(), d_dout.get(), n);
+  residual_forward(d_sum.get(), d_x.get(), d_y.get(), n);
+  residual_backward(d_da.get(), d_db.get(), d_dout.get(), n);
+  axpy(d_acc.get(), d_y.get(), from_float<T>(-0.75f), n);
+  Vec gelu(n), sum(n);
+  cpu::gelu_forward(gelu.data(), x.data(), n);
+  cpu::gelu_backward(dx.data(), x.data(), dout.data(), n);
+  cpu::residual_forward(sum.data(), x.data(), y.data(), n);
+  cpu::residual_backward(da.data(), db.data(), dout.data(), n);
+  cpu::axpy(acc.data(), y.data(), -0.75f, n);
+  expect_close(d_gelu.host(), gelu, tolerance<T>(), "gelu");
+  expect_close(d_dx.host(), dx, tolerance<T>(), "gelu dinp");
+  expect_close(d_sum.host(), sum, tolerance<T>(), "residual");
+  expect_close(d_da.host(), da, tolerance<T>(), "residual da");
+  expect_close(d_db.host(), db, tolerance<T>(), "residual db");
+  expect_close(d_acc.host(), acc, tolerance<T>(), "axpy");
+}
+
+template <class T>
+void check_cross_entropy(bool in_place) {
+  const int N = 6, V = 1500;  // V > the 512 threads of a row's block
+  std::mt19937 rng(7);
+  const Vec logits = random_vec<T>(size_t(N) * V, rng, -4.f, 4.f);
+  const auto targets = random_ints(N, V, rng);
+  const float dloss = to_float(from_float<T>(1.f / N));
+  DeviceInts d_targets(targets);
+  DeviceArray<T> d_logits(logits), d_losses(Vec(N)), d_dlogits(Vec(logits.size()));
+  T* dl = in_place ? d_logits.get() : d_dlogits.get();
+  const double total = cross_entropy_forward_backward(dl, d_losses.get(), d_logits.get(), d_targets.get(), N,
+                                                      V, from_float<T>(dloss));
+  Vec dlogits(logits.size()), losses(N);
+  const double want = cpu::cross_entropy_forward_backward(dlogits.data(), losses.data(), logits.data(),
+                                                          targets.data(), N, V, dloss);
+  expect_close(d_losses.host(), losses, tolerance<T>(), "losses");
+  expect_close(in_place ? d_logits.host() : d_dlogits.host(), dlogits, tolerance<T>(), "dlogits");
+  EXPECT_NEAR(total, want, tolerance<T>() * std::abs(want)) << "loss sum";
+}
+
+template <class G>
+void check_adamw() {
+  const size_t n = 4099;
+  std::mt19937 rng(8);
+  Vec param = random_vec<float>(n, rng), m = random_vec<float>(n, rng, -0.1f, 0.1f);
+  Vec v = random_vec<float>(n, rng, 0.f, 0.1f);
+  const Vec grad = random_vec<G>(n, rng);
+  const cpu::AdamWParams hp{.lr = 1e-2f, .weight_decay = 0.1f, .step = 3, .grad_scale = 0.5f};
+  DeviceArray<float> d_param(param), d_m(m), d_v(v);
+  DeviceArray<G> d_grad(grad);
+  DeviceArray<bf16> d_copy(Vec(n));
+  adamw_step(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), n, hp, d_copy.get());
+  cpu::adamw_step(param.data(), grad.data(), m.data(), v.data(), n, hp);
+  expect_close(d_param.host(), param, kF32Tolerance, "fp32 master");
+  expect_close(d_m.host(), m, kF32Tolerance, "m");
+  expect_close(d_v.host(), v, kF32Tolerance, "v");
+  // The compute copy is the master rounded once: within half a bf16 ulp (2^-9) of it.
+  expect_close(d_copy.host(), param, 1.0 / 256, "bf16 copy");
+}
+
+template <class T>
+void check_sum_squares() {
+  const size_t n = 100003;
+  std::mt19937 rng(9);
+  const Vec x = random_vec<T>(n, rng);
+  DeviceArray<T> d_x(x);
+  const double want = cpu::sum_squares(x.data(), n);
+  // Exact inputs and double accumulation on both sides: only the summation order differs.
+  EXPECT_NEAR(sum_squares(d_x.get(), n), want, 1e-12 * want);
+}
+
+TEST(CudaOps, Embedding) { ZS_REQUIRE_GPU(); check_embedding<float>(); }
+TEST(CudaOps, EmbeddingBf16) { ZS_REQUIRE_GPU(); check_embedding<bf16>(); }
+TEST(CudaOps, LayerNorm) { ZS_REQUIRE_GPU(); check_layernorm<float>(); }
+TEST(CudaOps, LayerNormBf16) { ZS_REQUIRE_GPU(); check_layernorm<bf16>(); }
+TEST(CudaOps, Linear) { ZS_REQUIRE_GPU(); check_linear<float>(); }
+TEST(CudaOps, LinearBf16) { ZS_REQUIRE_GPU(); check_linear<bf16>(); }
+TEST(CudaOps, GemmTransposed) { ZS_REQUIRE_GPU(); check_gemm<float>(); }
+TEST(CudaOps, GemmTransposedBf16) { ZS_REQUIRE_GPU(); check_gemm<bf16>(); }
+TEST(CudaOps, Attention) { ZS_REQUIRE_GPU(); check_attention<float>(); }
+TEST(CudaOps, AttentionBf16) { ZS_REQUIRE_GPU(); check_attention<bf16>(); }
+TEST(CudaOps, Elementwise) { ZS_REQUIRE_GPU(); check_elementwise<float>(); }
+TEST(CudaOps, ElementwiseBf16) { ZS_REQUIRE_GPU(); check_elementwise<bf16>(); }
+TEST(CudaOps, CrossEntropy) { ZS_REQUIRE_GPU(); check_cross_entropy<float>(false); }
+TEST(CudaOps, CrossEntropyInPlace) { ZS_REQUIRE_GPU(); check_cross_entropy<float>(true); }
+TEST(CudaOps, CrossEntropyBf16) { ZS_REQUIRE_GPU(); check_cross_entropy<bf16>(false); }
+TEST(CudaOps, AdamW) { ZS_REQUIRE_GPU(); check_adamw<float>(); }
+TEST(CudaOps, AdamWBf16Grads) { ZS_REQUIRE_GPU(); check_adamw<bf16>(); }
+TEST(CudaOps, SumSquares) { ZS_REQUIRE_GPU(); check_sum_squares<float>(); }
+TEST(CudaOps, SumSquaresBf16) { ZS_REQUIRE_GPU(); check_sum_squares<bf16>(); }
+
+TEST(CudaRuntime, AvailabilityQueryNeverThrows) { EXPECT_NO_THROW(cuda_available()); }
+
+}  // namespace
+}  // namespace zshard::cuda
+
+#else
+
+TEST(CudaOps, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without ZSHARD_WITH_CUDA"; }
+
+#endif

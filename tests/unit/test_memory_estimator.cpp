@@ -1,0 +1,141 @@
+// The ZeRO paper's model-state arithmetic (Rajbhandari et al. 2020, table 1) as zshard-mem computes it,
+// and the estimator's extra terms for GPT-2 configs.
+#include <gtest/gtest.h>
+
+#include "kernels/error.h"
+#include "models/gpt2.h"
+#include "runtime/memory_estimator.h"
+
+namespace zshard {
+namespace {
+
+constexpr int64_t kPsi = 7'500'000'000;
+
+double model_state_gb(StrategyKind kind, int world) {
+  EstimateInput in;
+  in.params = kPsi;
+  in.kind = kind;
+  in.world = world;
+  in.dtypes = DtypePolicy::mixed_bf16();
+  return double(estimate_memory(in).model_states.total()) / 1e9;
+}
+
+// 7.5e9 parameters, mixed-precision Adam (K=12): ddp 16Ψ, zero1 4Ψ+12Ψ/N, zero2 2Ψ+14Ψ/N, zero3 16Ψ/N.
+TEST(MemoryEstimator, ZeroPaperTableFor7_5B) {
+  struct Row {
+    int world;
+    double ddp, zero1, zero2, zero3;  // GB
+  };
+  const Row rows[] = {
+      {1, 120, 120, 120, 120},
+      {4, 120, 52.5, 41.25, 30},
+      {16, 120, 35.625, 21.5625, 7.5},
+      {64, 120, 31.40625, 16.640625, 1.875},
+      {1024, 120, 30.087890625, 15.1025390625, 0.1171875},
+  };
+  for (const Row& r : rows) {
+    SCOPED_TRACE("N=" + std::to_string(r.world));
+    // Shards round up to whole elements, so allow a few bytes per rank.
+    EXPECT_NEAR(model_state_gb(StrategyKind::ddp, r.world), r.ddp, 1e-6);
+    EXPECT_NEAR(model_state_gb(StrategyKind::zero1, r.world), r.zero1, 1e-6);
+    EXPECT_NEAR(model_state_gb(StrategyKind::zero2, r.world), r.zero2, 1e-6);
+    EXPECT_NEAR(model_state_gb(StrategyKind::zero3, r.world), r.zero3, 1e-6);
+  }
+  // The paper's rounded figures at N=64: 120, 31.4, 16.6, 1.88 GB.
+  EXPECT_NEAR(model_state_gb(StrategyKind::zero1, 64), 31.4, 0.05);
+  EXPECT_NEAR(model_state_gb(StrategyKind::zero2, 64), 16.6, 0.05);
+  EXPECT_NEAR(model_state_gb(StrategyKind::zero3, 64), 1.88, 0.01);
+}
+
+// zshard's CPU path: 4-byte params and grads, K=8 (Adam m and v): still 16 bytes per parameter.
+TEST(MemoryEstimator, Fp32PolicyIsSixteenBytesWithKEight) {
+  EstimateInput in;
+  in.params = 1'000'000;
+  in.world = 4;
+  in.kind = StrategyKind::ddp;
+  const ModelStateBytes ddp = estimate_memory(in).model_states;
+  EXPECT_EQ(ddp.params, 4'000'000);
+  EXPECT_EQ(ddp.grads, 4'000'000);
+  EXPECT_EQ(ddp.optimizer, 8'000'000);
+  in.kind = StrategyKind::zero2;
+  const ModelStateBytes z2 = estimate_memory(in).model_states;
+  EXPECT_EQ(z2.total(), 4'000'000 + 12'000'000 / 4);
+}
+
+TEST(MemoryEstimator, HybridShardsInsideItsGroup) {
+  EstimateInput in;
+  in.params = 8'000'000;
+  in.kind = StrategyKind::hybrid;
+  in.world = 16;
+  in.shard_group = 4;
+  in.dtypes = DtypePolicy::mixed_bf16();
+  const MemoryEstimate e = estimate_memory(in);
+  EXPECT_EQ(e.shard_group, 4);
+  EXPECT_EQ(e.model_states.total(), 16 * 8'000'000 / 4);
+  in.shard_group = 3;
+  EXPECT_THROW(estimate_memory(in), UsageError);
+}
+
+TEST(MemoryEstimator, Gpt2ConfigCountsEveryTerm) {
+  EstimateInput in;
+  in.config = gpt2_config("gpt2");
+  in.kind = StrategyKind::zero3;
+  in.world = 4;
+  in.rank_batch = 2;
+  in.seq = 128;
+  const MemoryEstimate e = estimate_memory(in);
+  EXPECT_EQ(e.params, in.config->num_params());
+  // Per-unit padding adds at most group-1 elements per unit.
+  const int64_t units = in.config->layers + 2;
+  EXPECT_GE(e.model_states.total(), 16 * e.params / 4);
+  EXPECT_LE(e.model_states.total(), 16 * (e.params + units * 3) / 4 + 16);
+  // Two units in flight: the embedding (wte + wpe) and one block.
+  const int64_t C = in.config->dim;
+  const int64_t embed = int64_t(in.config->vocab + in.config->ctx) * C, block = 12 * C * C + 13 * C;
+  EXPECT_EQ(e.gathered_in_flight, (embed + block) * 4);
+  EXPECT_EQ(e.activations, GPT2(*in.config).activation_bytes(2, 128, DType::f32));
+  EXPECT_GT(e.comm_buffers, 0);
+
+  in.kind = StrategyKind::ddp;
+  const MemoryEstimate ddp = estimate_memory(in);
+  EXPECT_EQ(ddp.gathered_in_flight, 0);
+  EXPECT_EQ(ddp.comm_buffers, 0);
+  EXPECT_EQ(ddp.model_states.total(), 16 * ddp.params);
+}
+
+TEST(MemoryEstimator, LargestBatchFitsAndTheNextDoesNot) {
+  EstimateInput in;
+  in.config = gpt2_config("gpt2");
+  in.kind = StrategyKind::zero3;
+  in.world = 8;
+  in.seq = 1024;
+  const int64_t device = int64_t(80) << 30;
+  const int b = largest_rank_batch(in, device);
+  ASSERT_GT(b, 0);
+  in.rank_batch = b;
+  EXPECT_LE(estimate_memory(in).total(), device);
+  in.rank_batch = b + 1;
+  EXPECT_GT(estimate_memory(in).total(), device);
+  EXPECT_EQ(largest_rank_batch(in, 1000), 0);
+  EstimateInput bare;
+  bare.params = 1000;
+  EXPECT_EQ(largest_rank_batch(bare, device), -1);
+}
+
+TEST(MemoryEstimator, ParsesSizes) {
+  EXPECT_EQ(parse_bytes("80GiB", "--device-mem"), int64_t(80) << 30);
+  EXPECT_EQ(parse_bytes("40GB", "--device-mem"), int64_t(40'000'000'000));
+  EXPECT_EQ(parse_bytes("1.5e9", "--device-mem"), int64_t(1'500'000'000));
+  EXPECT_EQ(parse_bytes("512mib", "--device-mem"), int64_t(512) << 20);
+  try {
+    parse_bytes("80 furlongs", "--device-mem");
+    FAIL() << "no throw";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--device-mem"), std::string::npos);
+  }
+  EXPECT_THROW(parse_bytes("-1GB", "--device-mem"), UsageError);
+  EXPECT_THROW(parse_dtype_policy("fp8"), UsageError);
+}
+
+}  // namespace
+}  // namespace zshard
