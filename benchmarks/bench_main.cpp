@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -14,11 +13,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "comm/launch.h"
 #include "kernels/allocator.h"
 #include "runtime/cli_options.h"
 #include "runtime/memory_report.h"
 #include "runtime/setup_failure.h"
+#include "runtime/tool_runner.h"
 #include "runtime/trainer.h"
 
 using namespace zshard;
@@ -175,8 +174,6 @@ std::string hostname() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto world = comm::init_world(&argc, &argv);
-  const int rank = world->rank();
   TrainOptions options;
   options.steps = 5;
   options.log_every = 1000000;
@@ -191,23 +188,11 @@ int main(int argc, char** argv) {
   app.add_option("--warmup-steps", bench.warmup_steps, "untimed steps before the timed ones");
   app.add_option("--json", bench.json_path, "write the results as JSON to this file");
   app.add_option("--peak-tflops", bench.peak_tflops, "peak TFLOP/s of one rank's device, for MFU (0 = unknown)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Error& e) {
-    const int code = e.get_exit_code() == 0 ? 0 : 2;
-    if (rank == 0) {
-      if (code == 0) std::cout << app.help();
-      else std::cerr << "zshard-bench: " << cli_error_line(e) << "\n";
-    }
-    world.reset();
-    comm::finalize_world();
-    return code;
-  }
-
-  try {
+  return run_tool("zshard-bench", argc, argv, app, [&](comm::Communicator& world) {
+    const int rank = world.rank();
     std::vector<std::string> to_run;
     GPT2Config config;
-    run_agreed(*world, [&] {
+    run_agreed(world, [&] {
       config = resolve_model_config(options);
       if (options.steps < 1) throw UsageError("--steps must be >= 1, got " + std::to_string(options.steps));
       if (bench.warmup_steps < 0) throw UsageError("--warmup-steps must be >= 0");
@@ -215,54 +200,43 @@ int main(int argc, char** argv) {
       for (const std::string& s : bench.strategies) {
         parse_strategy(s);
         if (s != "hybrid") to_run.push_back(s);
-        else if (hybrid_group(world->size(), options.strategy.shard_group)) to_run.push_back(s);
+        else if (hybrid_group(world.size(), options.strategy.shard_group)) to_run.push_back(s);
       }
       if (!bench.json_path.empty() && rank == 0 && !std::ofstream(bench.json_path))
         throw UsageError("--json: cannot write '" + bench.json_path + "'");
     });
     if (rank == 0)
       std::cout << "zshard-bench: " << options.model << " (" << config.num_params() << " parameters), world "
-                << world->size() << " (" << world->backend() << "), global batch " << options.batch << "x"
+                << world.size() << " (" << world.backend() << "), global batch " << options.batch << "x"
                 << options.seq << (options.grad_accum > 1 ? " x" + std::to_string(options.grad_accum) : "")
                 << ", " << bench.warmup_steps << " warm-up + " << options.steps << " timed steps\n";
     json results = json::array();
     for (const std::string& s : to_run) {
       TrainOptions o = options;
-      o.strategy.shard_group = s == "hybrid" ? *hybrid_group(world->size(), options.strategy.shard_group) : 0;
-      results.push_back(run_strategy(s, o, bench, *world));
-      if (rank == 0) std::cout << "  " << s << ": median " << fixed(results.back()["step_ms"]["median"], 1) << " ms\n" << std::flush;
+      o.strategy.shard_group = s == "hybrid" ? *hybrid_group(world.size(), options.strategy.shard_group) : 0;
+      results.push_back(run_strategy(s, o, bench, world));
+      if (rank == 0)
+        std::cout << "  " << s << ": median " << fixed(results.back()["step_ms"]["median"], 1) << " ms\n"
+                  << std::flush;
     }
-    if (rank == 0) {
-      print_table(results, std::cout);
-      if (!bench.json_path.empty()) {
-        json doc = {{"tool", "zshard-bench"},
-                    {"machine", {{"host", hostname()}, {"hardware_threads", std::thread::hardware_concurrency()}}},
-                    {"model", {{"name", options.model}, {"layers", config.layers}, {"dim", config.dim},
-                               {"heads", config.heads}, {"vocab", config.vocab}, {"ctx", config.ctx},
-                               {"params", config.num_params()}}},
-                    {"batch", options.batch},
-                    {"seq", options.seq},
-                    {"grad_accum", options.grad_accum},
-                    {"rank_batch_max", (options.batch + world->size() - 1) / world->size()},
-                    {"max_inflight", options.strategy.max_inflight},
-                    {"warmup_steps", bench.warmup_steps},
-                    {"steps", options.steps},
-                    {"world", world->size()},
-                    {"peak_tflops_per_rank", bench.peak_tflops},
-                    {"results", results}};
-        std::ofstream(bench.json_path) << doc.dump(2) << "\n";
-      }
-    }
-  } catch (const SetupFailure& e) {
-    if (e.report()) std::cerr << "zshard-bench: error: " << e.what() << "\n";
-    world.reset();
-    comm::finalize_world();
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    std::cerr << "zshard-bench: rank " << rank << ": " << e.what() << "\n";
-    comm::abort_world(1);
-  }
-  world.reset();
-  comm::finalize_world();
-  return 0;
+    if (rank != 0) return;
+    print_table(results, std::cout);
+    if (bench.json_path.empty()) return;
+    json doc = {{"tool", "zshard-bench"},
+                {"machine", {{"host", hostname()}, {"hardware_threads", std::thread::hardware_concurrency()}}},
+                {"model", {{"name", options.model}, {"layers", config.layers}, {"dim", config.dim},
+                           {"heads", config.heads}, {"vocab", config.vocab}, {"ctx", config.ctx},
+                           {"params", config.num_params()}}},
+                {"batch", options.batch},
+                {"seq", options.seq},
+                {"grad_accum", options.grad_accum},
+                {"rank_batch_max", (options.batch + world.size() - 1) / world.size()},
+                {"max_inflight", options.strategy.max_inflight},
+                {"warmup_steps", bench.warmup_steps},
+                {"steps", options.steps},
+                {"world", world.size()},
+                {"peak_tflops_per_rank", bench.peak_tflops},
+                {"results", results}};
+    std::ofstream(bench.json_path) << doc.dump(2) << "\n";
+  });
 }

@@ -2,7 +2,8 @@
 // sweep, in the conventions of nccl-tests: size is the full buffer (all ranks' blocks), time the mean
 // over ranks of one call, algbw = size / time, busbw = algbw * 2(n-1)/n for all_reduce and (n-1)/n for
 // all_gather and reduce_scatter. Every size is checked element by element. On the MPI backend a raw
-// MPI column (the same blocking MPI collective) runs interleaved with zshard's for the ratio.
+// MPI column (the blocking collective) and a raw non-blocking one (the MPI_I* call zshard issues, then
+// MPI_Wait) run interleaved with zshard's, so a gap splits into MPI's algorithms and zshard's overhead.
 #include <algorithm>
 #include <fstream>
 #include <iomanip>
@@ -10,13 +11,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "comm/launch.h"
 #include "comm/mpi_communicator.h"
 #include "kernels/allocator.h"
 #include "kernels/device_memory.h"
 #include "runtime/cli_options.h"
 #include "runtime/memory_estimator.h"
 #include "runtime/setup_failure.h"
+#include "runtime/tool_runner.h"
 
 using namespace zshard;
 using comm::Collective;
@@ -29,7 +30,7 @@ struct SweepOptions {
   std::string max_size = "256MiB";
   int factor = 2;
   int rounds = 3;                    // interleaved zshard / raw rounds per size; the median is reported
-  std::string bytes_per_round = "64MiB";  // iterations per round: this much data, at least 2 calls
+  double round_ms = 50;              // calls per round: about this long, at least 2
   std::vector<std::string> ops{"all_gather", "reduce_scatter", "all_reduce"};
   std::string json_path;
 };
@@ -63,19 +64,26 @@ class Case {
     }
   }
 
-  void raw_call(MPI_Comm c) {
+  // Raw MPI: the blocking collective, or (nonblocking) the MPI_I* form zshard issues, then MPI_Wait.
+  void raw_call(MPI_Comm c, bool nonblocking = false) {
     const int block = int(elems_ / n_);
+    MPI_Request req;
     switch (op_) {
       case Collective::all_gather:
-        ZS_MPI_CHECK(MPI_Allgather(send_.data(), block, MPI_FLOAT, recv_.data(), block, MPI_FLOAT, c));
+        ZS_MPI_CHECK(nonblocking ? MPI_Iallgather(send_.data(), block, MPI_FLOAT, recv_.data(), block, MPI_FLOAT, c, &req)
+                                 : MPI_Allgather(send_.data(), block, MPI_FLOAT, recv_.data(), block, MPI_FLOAT, c));
         break;
       case Collective::reduce_scatter:
-        ZS_MPI_CHECK(MPI_Reduce_scatter_block(send_.data(), recv_.data(), block, MPI_FLOAT, MPI_SUM, c));
+        ZS_MPI_CHECK(nonblocking
+                         ? MPI_Ireduce_scatter_block(send_.data(), recv_.data(), block, MPI_FLOAT, MPI_SUM, c, &req)
+                         : MPI_Reduce_scatter_block(send_.data(), recv_.data(), block, MPI_FLOAT, MPI_SUM, c));
         break;
       default:
-        ZS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, recv_.data(), int(elems_), MPI_FLOAT, MPI_SUM, c));
+        ZS_MPI_CHECK(nonblocking ? MPI_Iallreduce(MPI_IN_PLACE, recv_.data(), int(elems_), MPI_FLOAT, MPI_SUM, c, &req)
+                                 : MPI_Allreduce(MPI_IN_PLACE, recv_.data(), int(elems_), MPI_FLOAT, MPI_SUM, c));
         break;
     }
+    if (nonblocking) ZS_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
   }
 
   // Fills the inputs with the pattern, runs `call` once and counts wrong elements of this rank's result.
@@ -83,7 +91,7 @@ class Case {
   int64_t check(Call&& call) {
     const int r = world_.rank();
     const int64_t block = elems_ / n_;
-    std::vector<float> host(size_t(elems_));
+    std::vector<float> host(static_cast<size_t>(elems_));
     if (op_ == Collective::all_gather) {
       for (int64_t j = 0; j < block; ++j) host[size_t(j)] = input(r, j);
       copy_bytes(send_.data(), world_.device(), host.data(), Device::cpu, size_t(block) * 4);
@@ -150,8 +158,6 @@ Collective parse_op(const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto world = comm::init_world(&argc, &argv);
-  const int rank = world->rank(), n = world->size();
   SweepOptions o;
   CLI::App app{"zshard-commbench: collective bandwidth through zshard's communicator (nccl-tests conventions)"};
   app.option_defaults()->always_capture_default();
@@ -159,37 +165,25 @@ int main(int argc, char** argv) {
   app.add_option("--max-size", o.max_size, "largest buffer, e.g. 256MiB");
   app.add_option("--factor", o.factor, "size multiplier between steps of the sweep");
   app.add_option("--rounds", o.rounds, "interleaved zshard / raw MPI timing rounds per size (median reported)");
-  app.add_option("--bytes-per-round", o.bytes_per_round, "data per timing round: sets the calls per round (>= 2)");
+  app.add_option("--round-ms", o.round_ms, "length of a timing round: sets the calls per round (2 to 1000)");
   app.add_option("--ops", o.ops, "collectives, comma separated")->delimiter(',');
   app.add_option("--json", o.json_path, "write the rows as JSON to this file");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Error& e) {
-    const int code = e.get_exit_code() == 0 ? 0 : 2;
-    if (rank == 0) {
-      if (code == 0) std::cout << app.help();
-      else std::cerr << "zshard-commbench: " << cli_error_line(e) << "\n";
-    }
-    world.reset();
-    comm::finalize_world();
-    return code;
-  }
-
-  try {
-    int64_t min_bytes = 0, max_bytes = 0, round_bytes = 0;
+  return run_tool("zshard-commbench", argc, argv, app, [&](comm::Communicator& world) {
+    const int rank = world.rank(), n = world.size();
+    int64_t min_bytes = 0, max_bytes = 0;
     std::vector<Collective> ops;
-    run_agreed(*world, [&] {
+    run_agreed(world, [&] {
       min_bytes = parse_bytes(o.min_size, "--min-size");
       max_bytes = parse_bytes(o.max_size, "--max-size");
-      round_bytes = parse_bytes(o.bytes_per_round, "--bytes-per-round");
+      if (!(o.round_ms > 0)) throw UsageError("--round-ms must be > 0");
       if (max_bytes < min_bytes) throw UsageError("--max-size must be >= --min-size");
       if (o.factor < 2) throw UsageError("--factor must be >= 2, got " + std::to_string(o.factor));
       if (o.rounds < 1) throw UsageError("--rounds must be >= 1, got " + std::to_string(o.rounds));
       for (const std::string& name : o.ops) ops.push_back(parse_op(name));
     });
-    auto* mpi = dynamic_cast<comm::MpiCommunicator*>(world.get());
+    auto* mpi = dynamic_cast<comm::MpiCommunicator*>(&world);
     if (rank == 0)
-      std::cout << "zshard-commbench: " << n << " rank(s), backend " << world->backend() << ", float32, "
+      std::cout << "zshard-commbench: " << n << " rank(s), backend " << world.backend() << ", float32, "
                 << o.rounds << " round(s) per size" << (mpi ? ", raw MPI interleaved" : "") << "\n";
     json rows = json::array();
     int64_t total_wrong = 0;
@@ -199,23 +193,30 @@ int main(int argc, char** argv) {
         std::cout << "\n# " << comm::collective_name(op) << "\n"
                   << std::setw(12) << "size(B)" << std::setw(12) << "count" << std::setw(7) << "type" << std::setw(12)
                   << "time(us)" << std::setw(10) << "algbw" << std::setw(10) << "busbw" << std::setw(8) << "#wrong"
-                  << (mpi ? "  raw-MPI time(us)   busbw   ratio" : "") << "\n";
+                  << (mpi ? "  raw-MPI time(us)   busbw   ratio  nonblocking-MPI busbw  ratio" : "") << "\n";
       for (int64_t size = min_bytes; size <= max_bytes; size *= o.factor) {
         // Whole float blocks per rank: the size rounds down to a multiple of 4n bytes (at least one each).
         const int64_t elems = op == Collective::all_reduce ? std::max<int64_t>(1, size / 4)
                                                            : std::max<int64_t>(1, size / 4 / n) * n;
-        Case c(*world, op, elems);
+        Case c(world, op, elems);
         double wrong = double(c.check([&] { c.zshard_call(); }));
-        if (mpi) wrong += double(c.check([&] { c.raw_call(mpi->handle()); }));
-        comm::all_reduce_sum(*world, &wrong, 1);
+        if (mpi) {
+          wrong += double(c.check([&] { c.raw_call(mpi->handle()); }));
+          wrong += double(c.check([&] { c.raw_call(mpi->handle(), true); }));
+        }
+        comm::all_reduce_sum(world, &wrong, 1);
         total_wrong += int64_t(wrong);
-        const int iters = int(std::clamp<int64_t>(round_bytes / c.bytes(), 2, 1000));
         c.zshard_call();  // warm-up
         if (mpi) c.raw_call(mpi->handle());
-        std::vector<double> zs, raw;
+        // The same call count on every rank: from the rank-averaged time of one call.
+        const double once = time_calls(world, 1, [&] { c.zshard_call(); });
+        const int iters = int(std::clamp(o.round_ms / 1e3 / once, 2.0, 1000.0));
+        std::vector<double> zs, raw, raw_nb;
         for (int r = 0; r < o.rounds; ++r) {
-          zs.push_back(time_calls(*world, iters, [&] { c.zshard_call(); }));
-          if (mpi) raw.push_back(time_calls(*world, iters, [&] { c.raw_call(mpi->handle()); }));
+          zs.push_back(time_calls(world, iters, [&] { c.zshard_call(); }));
+          if (!mpi) continue;
+          raw.push_back(time_calls(world, iters, [&] { c.raw_call(mpi->handle()); }));
+          raw_nb.push_back(time_calls(world, iters, [&] { c.raw_call(mpi->handle(), true); }));
         }
         const double t = median(zs), algbw = double(c.bytes()) / t / 1e9, busbw = algbw * bus_factor(op, n);
         json row = {{"op", comm::collective_name(op)}, {"size", c.bytes()}, {"count", c.elems()},
@@ -228,13 +229,17 @@ int main(int argc, char** argv) {
         if (mpi) {
           const double rt = median(raw), rbus = double(c.bytes()) / rt / 1e9 * bus_factor(op, n);
           const double ratio = n > 1 ? busbw / rbus : 1.0;
+          const double nb_bus = double(c.bytes()) / median(raw_nb) / 1e9 * bus_factor(op, n);
+          const double nb_ratio = n > 1 ? busbw / nb_bus : 1.0;
           if (c.bytes() >= (1 << 20)) min_ratio_from_1mib = std::min(min_ratio_from_1mib, ratio);
           row["raw_time_us"] = rt * 1e6;
           row["raw_busbw"] = rbus;
           row["busbw_ratio"] = ratio;
+          row["raw_nonblocking_busbw"] = nb_bus;
+          row["nonblocking_busbw_ratio"] = nb_ratio;
           if (rank == 0)
             std::cout << std::setw(18) << std::setprecision(1) << rt * 1e6 << std::setw(8) << std::setprecision(3)
-                      << rbus << std::setw(8) << ratio;
+                      << rbus << std::setw(8) << ratio << std::setw(23) << nb_bus << std::setw(7) << nb_ratio;
         }
         if (rank == 0) std::cout << "\n" << std::flush;
         rows.push_back(row);
@@ -247,25 +252,10 @@ int main(int argc, char** argv) {
                   << min_ratio_from_1mib;
       std::cout << "\n";
       if (!o.json_path.empty())
-        std::ofstream(o.json_path) << json{{"tool", "zshard-commbench"}, {"world", n}, {"backend", world->backend()},
+        std::ofstream(o.json_path) << json{{"tool", "zshard-commbench"}, {"world", n}, {"backend", world.backend()},
                                            {"rows", rows}}.dump(2)
                                    << "\n";
     }
-    if (total_wrong > 0) {
-      world.reset();
-      comm::finalize_world();
-      return 1;
-    }
-  } catch (const SetupFailure& e) {
-    if (e.report()) std::cerr << "zshard-commbench: error: " << e.what() << "\n";
-    world.reset();
-    comm::finalize_world();
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    std::cerr << "zshard-commbench: rank " << rank << ": " << e.what() << "\n";
-    comm::abort_world(1);
-  }
-  world.reset();
-  comm::finalize_world();
-  return 0;
+    if (total_wrong > 0) fail(total_wrong, " wrong elements");
+  });
 }

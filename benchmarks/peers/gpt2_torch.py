@@ -10,7 +10,8 @@ Modes:
   parity  trains a small GPT-2 for a few AdamW steps in float32 on one CPU thread, trains zshard-train
           from the same weights and tokens with the same hyperparameters, and compares the per-step
           losses (exit 0 when every step agrees within --rtol, else 1).
-  bench   times one training step (forward + backward + AdamW) on one CPU thread and prints JSON.
+  bench   times one training step (forward + backward + AdamW) on one CPU thread and prints JSON:
+          wall-clock and process CPU time per step (the latter is less disturbed by other load).
 
 Run it with the system interpreter (/usr/bin/python3), which is the one with torch installed.
 """
@@ -209,7 +210,6 @@ def zshard_losses(zshard_train, workdir, weights, data, dims, args):
 def parity_case(vocab, args):
     """One parity comparison at the given vocabulary size; returns the max relative loss difference."""
     dims = (args.layers, args.dim, args.heads, vocab, args.ctx)
-    torch.manual_seed(args.seed)
     model = GPT2(*dims)
     model.init_weights(args.seed)
     # Tokens drawn from a small random subset of the vocabulary: the model can learn their frequencies,
@@ -252,25 +252,26 @@ def cmd_bench(args):
     for i, override in enumerate((args.layers, args.dim, args.heads, args.vocab, args.ctx)):
         if override:
             dims[i] = override
-    torch.manual_seed(args.seed)
     model = GPT2(*dims)
     model.init_weights(args.seed)
     opt = make_optimizer(model, 1e-4, 0.1, 0.9, 0.95, 1e-8)
     gen = torch.Generator().manual_seed(args.seed)
     inputs = torch.randint(0, dims[3], (args.batch, args.seq), generator=gen)
     targets = torch.randint(0, dims[3], (args.batch, args.seq), generator=gen)
-    times = []
+    wall, cpu = [], []
     for _ in range(args.warmup + args.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         model(inputs, targets).backward()
         opt.step()
-        times.append((time.perf_counter() - t0) * 1e3)
-    timed = times[args.warmup:]
+        wall.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)
+    timed, timed_cpu = wall[args.warmup:], cpu[args.warmup:]
     print(json.dumps({"impl": "torch", "torch": torch.__version__, "threads": torch.get_num_threads(),
                       "model": args.model, "layers": dims[0], "dim": dims[1], "heads": dims[2],
                       "vocab": dims[3], "ctx": dims[4], "batch": args.batch, "seq": args.seq,
-                      "warmup": args.warmup, "step_ms": timed, "median_ms": statistics.median(timed)}))
+                      "warmup": args.warmup, "step_ms": timed, "median_ms": statistics.median(timed),
+                      "step_cpu_ms": timed_cpu, "median_cpu_ms": statistics.median(timed_cpu)}))
     return 0
 
 

@@ -165,7 +165,8 @@ void NcclCommunicator::check_watchdog() {
   }
 }
 
-void NcclCommunicator::arm(std::shared_ptr<Event> event, Clock::time_point deadline, const std::string& what) {
+void NcclCommunicator::arm(std::shared_ptr<Event> event, Clock::time_point deadline,
+                           const std::string& what) {
   check_watchdog();
   ZS_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, event->handle, 0));
   armed_.push_back({std::move(event), deadline, what});
@@ -201,7 +202,8 @@ WorkPtr NcclCommunicator::start(Collective collective, size_t count, DType dtype
   auto event = std::make_shared<Event>();
   ZS_CUDA_CHECK(cudaEventRecord(event->handle, comm_stream_));
 
-  const bool per_rank_blocks = collective == Collective::all_gather || collective == Collective::reduce_scatter;
+  const bool per_rank_blocks =
+      collective == Collective::all_gather || collective == Collective::reduce_scatter;
   const int64_t buffer_bytes = int64_t(count * dtype_size(dtype)) * (per_rank_blocks ? size_ : 1);
   this->count(collective, bus_bytes(collective, size_, buffer_bytes));
   auto work = std::make_unique<NcclWork>(this, std::move(event));
@@ -253,7 +255,8 @@ WorkPtr NcclCommunicator::broadcast(void* buf, size_t count, DType dtype, int ro
 // Not counted in the stats, as with the mpi backend.
 void NcclCommunicator::barrier() {
   check_watchdog();
-  ZS_NCCL_CHECK(ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_, comm_stream_));
+  ZS_NCCL_CHECK(
+      ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_, comm_stream_));
   synchronize();
 }
 
@@ -266,7 +269,8 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   return std::unique_ptr<Communicator>(new NcclCommunicator(group, device_, compute_stream_, timeout_));
 #else
   (void)key;
-  fail("split of the nccl communicator needs NCCL >= 2.18 (ncclCommSplit); this build has ", NCCL_VERSION_CODE);
+  fail("split of the nccl communicator needs NCCL >= 2.18 (ncclCommSplit); this build has ",
+       NCCL_VERSION_CODE);
 #endif
 }
 

@@ -94,7 +94,8 @@ template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N, int C,
                        cudaStream_t stream) {
   if (N == 0) return;
-  layernorm_forward_kernel<<<row_blocks(N), kBlockSize, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  layernorm_forward_kernel<<<row_blocks(N), kBlockSize, 0, stream>>>(out, mean, rstd, inp, weight, bias, N,
+                                                                     C);
   ZS_CUDA_CHECK_LAUNCH();
 }
 
@@ -105,7 +106,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   layernorm_dinp_kernel<<<row_blocks(N), kBlockSize, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
   ZS_CUDA_CHECK_LAUNCH();
   const unsigned col_blocks = unsigned((C + kWarpSize - 1) / kWarpSize);
-  layernorm_dparams_kernel<<<col_blocks, kBlockSize, 0, stream>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
+  layernorm_dparams_kernel<<<col_blocks, kBlockSize, 0, stream>>>(dweight, dbias, dout, inp, mean, rstd, N,
+                                                                   C);
   ZS_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,7 +6,8 @@
 // Streams: every op takes a trailing `cudaStream_t stream` (default: the legacy default stream) and only
 // enqueues work on it, except the two that return a host value (cross_entropy_forward_backward,
 // sum_squares), which synchronise that stream. Every launch is followed by a cudaGetLastError check.
-// Ops that need scratch (attention_backward) take it from the tracking allocator as `workspace`.
+// Ops that need scratch (attention_backward, the two reductions) take it from the tracking allocator as
+// `workspace`, so cuda_init (kernels/cuda/runtime.h) must have run. Needs sm_80 or newer (bf16 atomics).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

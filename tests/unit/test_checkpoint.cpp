@@ -199,6 +199,26 @@ std::string setup_error(const TrainOptions& o) {
   return "(no error)";
 }
 
+TEST(Checkpointer, FlagsNeedTheirCompanions) {
+  const auto with = [](auto edit) {
+    TrainOptions o = test::tiny_options(1);
+    edit(o);
+    return setup_error(o);
+  };
+  EXPECT_THAT(with([](TrainOptions& o) { o.save_every = 2; }), HasSubstr("--save-every and --keep need --save-dir"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.resume = "latest"; }), HasSubstr("--resume latest needs --save-dir"));
+  EXPECT_THAT(with([](TrainOptions& o) {
+                o.resume = "x";
+                o.init_from = "y";
+              }),
+              HasSubstr("--resume and --init-from exclude each other"));
+  EXPECT_THAT(with([](TrainOptions& o) {
+                o.save_dir = "x";
+                o.keep = -1;
+              }),
+              HasSubstr("--keep must be >= 0"));
+}
+
 TEST(Checkpointer, KeepsTheNewestAndRemovesInterruptedSaves) {
   TempDir tmp;
   TrainOptions o = test::tiny_options(6);

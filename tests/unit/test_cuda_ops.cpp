@@ -50,6 +50,8 @@ Vec rounded(Vec x) {
   return x;
 }
 
+Vec zeros(size_t n) { return Vec(n, 0.f); }
+
 template <class T>
 Vec random_vec(size_t n, std::mt19937& rng, float lo = -2.f, float hi = 2.f) {
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -136,7 +138,7 @@ void check_embedding() {
   const Vec dout = random_vec<T>(size_t(B) * Tn * C, rng);
   Vec dwte = random_vec<T>(wte.size(), rng), dwpe = random_vec<T>(wpe.size(), rng);  // backward accumulates
   DeviceInts d_tokens(tokens);
-  DeviceArray<T> d_wte(wte), d_wpe(wpe), d_dout(dout), d_out(Vec(dout.size())), d_dwte(dwte), d_dwpe(dwpe);
+  DeviceArray<T> d_wte(wte), d_wpe(wpe), d_dout(dout), d_out(zeros(dout.size())), d_dwte(dwte), d_dwpe(dwpe);
   embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(), d_wpe.get(), B, Tn, C);
   embedding_backward(d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(), B, Tn, C);
   Vec out(dout.size());
@@ -154,8 +156,8 @@ void check_layernorm() {
   const Vec inp = random_vec<T>(size_t(N) * C, rng), w = random_vec<T>(C, rng), b = random_vec<T>(C, rng);
   const Vec dout = random_vec<T>(inp.size(), rng);
   Vec dinp = random_vec<T>(inp.size(), rng), dw = random_vec<T>(C, rng), db = random_vec<T>(C, rng);
-  DeviceArray<T> d_inp(inp), d_w(w), d_b(b), d_dout(dout), d_out(Vec(inp.size())), d_mean(Vec(N)),
-      d_rstd(Vec(N)), d_dinp(dinp), d_dw(dw), d_db(db);
+  DeviceArray<T> d_inp(inp), d_w(w), d_b(b), d_dout(dout), d_out(zeros(inp.size())), d_mean(zeros(N)),
+      d_rstd(zeros(N)), d_dinp(dinp), d_dw(dw), d_db(db);
   layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_inp.get(), d_w.get(), d_b.get(), N, C);
   layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(), d_mean.get(),
                      d_rstd.get(), N, C);
@@ -178,7 +180,7 @@ void check_linear() {
   const Vec inp = random_vec<T>(size_t(N) * C, rng), w = random_vec<T>(size_t(C) * OC, rng);
   const Vec bias = random_vec<T>(OC, rng), dout = random_vec<T>(size_t(N) * OC, rng);
   Vec dinp = random_vec<T>(inp.size(), rng), dw = random_vec<T>(w.size(), rng), db = random_vec<T>(OC, rng);
-  DeviceArray<T> d_inp(inp), d_w(w), d_bias(bias), d_dout(dout), d_out(Vec(dout.size())), d_dinp(dinp),
+  DeviceArray<T> d_inp(inp), d_w(w), d_bias(bias), d_dout(dout), d_out(zeros(dout.size())), d_dinp(dinp),
       d_dw(dw), d_db(db);
   linear_forward(d_out.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC);
   linear_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(), N, C, OC);
@@ -213,7 +215,7 @@ void check_attention() {
   const Vec qkv = random_vec<T>(size_t(B) * Tn * 3 * C, rng), dout = random_vec<T>(size_t(B) * Tn * C, rng);
   Vec dqkv = random_vec<T>(qkv.size(), rng);
   const size_t att_size = size_t(B) * NH * Tn * Tn;
-  DeviceArray<T> d_qkv(qkv), d_dout(dout), d_out(Vec(dout.size())), d_att(Vec(att_size)), d_dqkv(dqkv);
+  DeviceArray<T> d_qkv(qkv), d_dout(dout), d_out(zeros(dout.size())), d_att(zeros(att_size)), d_dqkv(dqkv);
   attention_forward(d_out.get(), d_att.get(), d_qkv.get(), B, Tn, C, NH);
   attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_att.get(), B, Tn, C, NH);
   Vec out(dout.size()), att(att_size);
@@ -231,8 +233,8 @@ void check_elementwise() {
   const Vec x = random_vec<T>(n, rng, -5.f, 5.f), y = random_vec<T>(n, rng), dout = random_vec<T>(n, rng);
   Vec dx = random_vec<T>(n, rng), da = random_vec<T>(n, rng), db = random_vec<T>(n, rng);
   Vec acc = random_vec<T>(n, rng);
-  DeviceArray<T> d_x(x), d_y(y), d_dout(dout), d_gelu(Vec(n)), d_sum(Vec(n)), d_dx(dx), d_da(da), d_db(db),
-      d_acc(acc);
+  DeviceArray<T> d_x(x), d_y(y), d_dout(dout), d_gelu(zeros(n)), d_sum(zeros(n)), d_dx(dx), d_da(da),
+      d_db(db), d_acc(acc);
   gelu_forward(d_gelu.get(), d_x.get(), n);
   gelu_backward(d_dx.get(), d_x.get(), d_dout.get(), n);
   residual_forward(d_sum.get(), d_x.get(), d_y.get(), n);
@@ -260,7 +262,7 @@ void check_cross_entropy(bool in_place) {
   const auto targets = random_ints(N, V, rng);
   const float dloss = to_float(from_float<T>(1.f / N));
   DeviceInts d_targets(targets);
-  DeviceArray<T> d_logits(logits), d_losses(Vec(N)), d_dlogits(Vec(logits.size()));
+  DeviceArray<T> d_logits(logits), d_losses(zeros(N)), d_dlogits(zeros(logits.size()));
   T* dl = in_place ? d_logits.get() : d_dlogits.get();
   const double total = cross_entropy_forward_backward(dl, d_losses.get(), d_logits.get(), d_targets.get(), N,
                                                       V, from_float<T>(dloss));
@@ -282,7 +284,7 @@ void check_adamw() {
   const cpu::AdamWParams hp{.lr = 1e-2f, .weight_decay = 0.1f, .step = 3, .grad_scale = 0.5f};
   DeviceArray<float> d_param(param), d_m(m), d_v(v);
   DeviceArray<G> d_grad(grad);
-  DeviceArray<bf16> d_copy(Vec(n));
+  DeviceArray<bf16> d_copy(zeros(n));
   adamw_step(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), n, hp, d_copy.get());
   cpu::adamw_step(param.data(), grad.data(), m.data(), v.data(), n, hp);
   expect_close(d_param.host(), param, kF32Tolerance, "fp32 master");

@@ -1,0 +1,194 @@
+// zshard-mem: per-rank memory of a run before running it. For a GPT-2 config (--model) or a bare
+// parameter count (--params 7.5e9), world sizes, strategies and a dtype policy: bytes of params, grads,
+// optimizer state, gathered units in flight, communication buffers and activations, and the largest
+// batch that fits --device-mem. --check FILE compares the estimate with what zshard-bench measured.
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/cli_options.h"
+#include "runtime/memory_estimator.h"
+
+using namespace zshard;
+using nlohmann::json;
+
+namespace {
+
+struct MemOptions {
+  std::string model;
+  double params = 0;
+  std::vector<int> worlds{1};
+  std::vector<std::string> strategies{"ddp", "zero1", "zero2", "zero3"};
+  int shard_group = 0;
+  std::string dtype = "fp32";
+  int batch = 8;
+  int seq = 64;
+  int max_inflight = 2;
+  std::string device_mem;
+  std::string json_path;
+  std::string check;
+};
+
+std::string human(double bytes) {
+  std::ostringstream os;
+  os << std::fixed;
+  if (bytes >= 1e9) os << std::setprecision(2) << bytes / 1e9 << " GB";
+  else if (bytes >= 1e6) os << std::setprecision(2) << bytes / 1e6 << " MB";
+  else os << std::setprecision(1) << bytes / 1e3 << " kB";
+  return os.str();
+}
+
+json to_json(const MemoryEstimate& e) {
+  return {{"shard_group", e.shard_group},
+          {"params", e.params},
+          {"param_bytes", e.model_states.params},
+          {"grad_bytes", e.model_states.grads},
+          {"optimizer_bytes", e.model_states.optimizer},
+          {"model_states_bytes", e.model_states.total()},
+          {"gathered_in_flight_bytes", e.gathered_in_flight},
+          {"comm_buffer_bytes", e.comm_buffers},
+          {"activation_bytes", e.activations},
+          {"total_bytes", e.total()}};
+}
+
+// Estimates each zshard-bench result in `path` and prints it beside the measurement. True when every
+// model-state estimate is within 5% and every peak within 15%.
+bool check_against(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("--check: cannot read '" + path + "'");
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::exception& e) {
+    throw UsageError("--check: '" + path + "' is not zshard-bench JSON: " + e.what());
+  }
+  const json& m = doc.at("model");
+  GPT2Config c{m.at("layers"), m.at("dim"), m.at("heads"), m.at("vocab"), m.at("ctx")};
+  std::cout << "estimate vs zshard-bench (" << path << "): " << m.at("name").get<std::string>() << ", world "
+            << doc.at("world") << ", rank batch " << doc.at("rank_batch_max") << "x" << doc.at("seq") << "\n"
+            << std::left << std::setw(9) << "strategy" << std::right << std::setw(14) << "states est"
+            << std::setw(14) << "measured" << std::setw(8) << "ratio" << std::setw(14) << "peak est" << std::setw(14)
+            << "measured" << std::setw(8) << "ratio" << "\n";
+  bool ok = true;
+  for (const json& r : doc.at("results")) {
+    EstimateInput e;
+    e.config = c;
+    e.kind = parse_strategy(r.at("strategy").get<std::string>());
+    e.world = r.at("world");
+    e.shard_group = r.at("shard_group");
+    e.max_inflight = doc.at("max_inflight");
+    e.rank_batch = doc.at("rank_batch_max");
+    e.seq = doc.at("seq");
+    const MemoryEstimate est = estimate_memory(e);
+    const double states = r.at("model_states_bytes").at("measured"), peak = r.at("peak_total_bytes");
+    const double rs = double(est.model_states.total()) / states, rp = double(est.total()) / peak;
+    const bool good = std::abs(rs - 1) <= 0.05 && std::abs(rp - 1) <= 0.15;
+    ok = ok && good;
+    std::cout << std::left << std::setw(9) << r.at("strategy").get<std::string>() << std::right << std::setw(14)
+              << human(double(est.model_states.total())) << std::setw(14) << human(states) << std::setw(8)
+              << std::fixed << std::setprecision(3) << rs << std::setw(14) << human(double(est.total()))
+              << std::setw(14) << human(peak) << std::setw(8) << rp << (good ? "  ok" : "  OUTSIDE 5%/15%")
+              << "\n";
+  }
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MemOptions o;
+  CLI::App app{"zshard-mem: per-rank memory estimate for a model, world size, strategy and dtype policy"};
+  app.option_defaults()->always_capture_default();
+  auto* model = app.add_option("--model", o.model, "GPT-2 config: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl");
+  app.add_option("--params", o.params, "bare parameter count, e.g. 7.5e9 (model states only)")->excludes(model);
+  app.add_option("--world", o.worlds, "world sizes, comma separated")->delimiter(',');
+  app.add_option("--strategy", o.strategies, "strategies, comma separated")->delimiter(',');
+  app.add_option("--shard-group", o.shard_group, "hybrid: ranks per shard group (0 = min(world, 8))");
+  app.add_option("--dtype", o.dtype, "fp32 (zshard's CPU path) or mixed (2-byte params/grads, K=12)");
+  app.add_option("--batch", o.batch, "global sequences per micro-step, split across the world");
+  app.add_option("--seq", o.seq, "tokens per sequence");
+  app.add_option("--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once");
+  app.add_option("--device-mem", o.device_mem, "device memory, e.g. 80GiB: also print the largest batch that fits");
+  app.add_option("--json", o.json_path, "write the estimates as JSON to this file");
+  app.add_option("--check", o.check, "zshard-bench JSON: compare the estimate with its measurements");
+  try {
+    app.parse(argc, argv);
+    if (!o.check.empty()) return check_against(o.check) ? 0 : 1;
+    if (o.model.empty() && !(o.params > 0)) throw UsageError("give --model NAME or --params COUNT (> 0)");
+    if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
+    if (o.seq < 1) throw UsageError("--seq must be >= 1, got " + std::to_string(o.seq));
+    if (o.max_inflight < 1) throw UsageError("--max-inflight must be >= 1");
+    EstimateInput base;
+    base.dtypes = parse_dtype_policy(o.dtype);
+    base.seq = o.seq;
+    base.max_inflight = o.max_inflight;
+    if (!o.model.empty()) {
+      try {
+        base.config = gpt2_config(o.model);
+      } catch (const Error& e) {
+        throw UsageError(std::string("--model: ") + e.what());
+      }
+      if (o.seq > base.config->ctx) throw UsageError("--seq exceeds the model context");
+    } else {
+      base.params = int64_t(std::llround(o.params));
+    }
+    const int64_t device = o.device_mem.empty() ? 0 : parse_bytes(o.device_mem, "--device-mem");
+
+    json rows = json::array();
+    std::cout << "zshard-mem: " << (o.model.empty() ? "" : o.model + ", ") << "dtype " << o.dtype
+              << (base.config ? ", global batch " + std::to_string(o.batch) + "x" + std::to_string(o.seq) : "")
+              << " (per rank; GB = 1e9 bytes)\n"
+              << std::left << std::setw(8) << "strategy" << std::right << std::setw(6) << "N" << std::setw(5) << "G"
+              << std::setw(12) << "params" << std::setw(12) << "grads" << std::setw(12) << "optimizer"
+              << std::setw(12) << "states" << std::setw(12) << "in flight" << std::setw(12) << "comm"
+              << std::setw(12) << "activations" << std::setw(12) << "total"
+              << (device ? "  max batch/rank" : "") << "\n";
+    for (const std::string& s : o.strategies) {
+      for (int world : o.worlds) {
+        EstimateInput in = base;
+        in.kind = parse_strategy(s);
+        in.world = world;
+        in.shard_group = in.kind == StrategyKind::hybrid ? (o.shard_group ? o.shard_group : std::min(world, 8)) : 0;
+        in.rank_batch = (o.batch + world - 1) / world;
+        const MemoryEstimate e = estimate_memory(in);
+        json row = to_json(e);
+        row["strategy"] = s;
+        row["world"] = world;
+        std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world << std::setw(5)
+                  << e.shard_group;
+        for (int64_t v : {e.model_states.params, e.model_states.grads, e.model_states.optimizer,
+                          e.model_states.total(), e.gathered_in_flight, e.comm_buffers, e.activations, e.total()})
+          std::cout << std::setw(12) << (base.config || v ? human(double(v)) : std::string("-"));
+        if (device) {
+          const int fit = largest_rank_batch(in, device);
+          row["max_rank_batch"] = fit;
+          std::cout << std::setw(16) << (fit < 0 ? std::string("- (no config)") : std::to_string(fit));
+        }
+        std::cout << "\n";
+        rows.push_back(row);
+      }
+    }
+    if (!o.json_path.empty()) {
+      std::ofstream out(o.json_path);
+      if (!out) throw UsageError("--json: cannot write '" + o.json_path + "'");
+      out << json{{"tool", "zshard-mem"}, {"model", o.model}, {"dtype", o.dtype}, {"rows", rows}}.dump(2) << "\n";
+    }
+  } catch (const CLI::Error& e) {
+    if (e.get_exit_code() == 0) {
+      std::cout << app.help();
+      return 0;
+    }
+    std::cerr << "zshard-mem: " << cli_error_line(e) << "\n";
+    return 2;
+  } catch (const UsageError& e) {
+    std::cerr << "zshard-mem: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "zshard-mem: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

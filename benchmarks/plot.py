@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""Turns zshard-bench and zshard-commbench JSON into PNGs (matplotlib, no display needed):
+
+  memory_by_strategy.png  peak bytes per rank by strategy, stacked by category (max over ranks)
+  throughput.png          tokens/s by strategy
+  busbw.png               bus bandwidth vs size per collective (zshard solid, raw MPI dashed)
+  scaling.png             zshard-project's efficiency vs N (solid: overlap, dotted: none) and Amdahl
+
+  /usr/bin/python3 benchmarks/plot.py --bench bench.json --commbench comm.json \
+      --projection projection.json --out benchmarks/results
+"""
+
+import argparse
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+CATEGORIES = ["params", "grads", "optimizer", "activations", "comm", "workspace"]
+
+
+def title_of(doc):
+    m = doc["model"]
+    return f"{m['name']} ({m['params'] / 1e6:.2f}M params), world {doc['world']}, batch {doc['batch']}x{doc['seq']}"
+
+
+def plot_memory(doc, path):
+    results = doc["results"]
+    names = [r["strategy"] for r in results]
+    bottom = [0.0] * len(results)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for cat in CATEGORIES:
+        values = [r["peak_bytes"][cat] / 2**20 for r in results]
+        ax.bar(names, values, bottom=bottom, label=cat)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_ylabel("peak MiB per rank (max over ranks)")
+    ax.set_title("memory per rank: " + title_of(doc), fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_throughput(doc, path):
+    results = doc["results"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.bar([r["strategy"] for r in results], [r["tokens_per_s"] for r in results], color="tab:green")
+    ax.set_ylabel("tokens/s (median step)")
+    ax.set_title("throughput: " + title_of(doc), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_busbw(doc, path):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, op in enumerate(["all_gather", "reduce_scatter", "all_reduce"]):
+        rows = [r for r in doc["rows"] if r["op"] == op]
+        if not rows:
+            continue
+        color = f"C{i}"
+        ax.plot([r["size"] for r in rows], [r["busbw"] for r in rows], "-o", ms=3, color=color,
+                label=f"{op} zshard")
+        if "raw_busbw" in rows[0]:
+            ax.plot([r["size"] for r in rows], [r["raw_busbw"] for r in rows], "--", color=color,
+                    label=f"{op} raw MPI")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("size (bytes, full buffer)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(f"bus bandwidth, {doc['world']} ranks, {doc['backend']}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_scaling(doc, path):
+    rows = doc["rows"]
+    worlds = [r["world"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, name in enumerate(["ddp", "zero3", "hybrid"]):
+        ax.plot(worlds, [r[name]["efficiency_overlap"] for r in rows], "-o", ms=3, color=f"C{i}",
+                label=f"{name} overlap")
+        ax.plot(worlds, [r[name]["efficiency"] for r in rows], ":", color=f"C{i}", label=f"{name} no overlap")
+    ax.plot(worlds, [r["amdahl_efficiency"] for r in rows], "--k",
+            label=f"Amdahl s={doc['serial_fraction']:.3f}")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("ranks N")
+    ax.set_ylabel(f"{doc['scaling']} scaling efficiency")
+    ax.set_title(f"projection: {doc['params'] / 1e6:.1f}M params, intra {doc['intra']['name']}, "
+                 f"inter {doc['inter']['name']}, node {doc['node_size']}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--bench", help="zshard-bench --json output")
+    p.add_argument("--commbench", help="zshard-commbench --json output")
+    p.add_argument("--projection", help="zshard-project --json output")
+    p.add_argument("--out", default=".", help="directory for the PNGs")
+    args = p.parse_args()
+    if not (args.bench or args.commbench or args.projection):
+        p.error("give at least one of --bench, --commbench, --projection")
+    os.makedirs(args.out, exist_ok=True)
+    written = []
+    if args.bench:
+        with open(args.bench) as f:
+            doc = json.load(f)
+        written.append(os.path.join(args.out, "memory_by_strategy.png"))
+        plot_memory(doc, written[-1])
+        written.append(os.path.join(args.out, "throughput.png"))
+        plot_throughput(doc, written[-1])
+    if args.commbench:
+        with open(args.commbench) as f:
+            doc = json.load(f)
+        written.append(os.path.join(args.out, "busbw.png"))
+        plot_busbw(doc, written[-1])
+    if args.projection:
+        with open(args.projection) as f:
+            doc = json.load(f)
+        written.append(os.path.join(args.out, "scaling.png"))
+        plot_scaling(doc, written[-1])
+    for path in written:
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+// zshard-project: projected step time and scaling efficiency of ddp, zero3 and hybrid for N = 1 to
+// --max-world, with and without overlap, beside the Amdahl curve of a serial fraction. The compute time
+// comes from a single-rank zshard-bench JSON (--bench) or --compute-ms; links from a profile (--link,
+// --inter-link) whose values --alpha-us / --bandwidth-gbs override. --check takes zshard-bench JSON
+// measured at several world sizes (same global batch) and prints the projection's error on each.
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/cli_options.h"
+#include "runtime/scaling_projection.h"
+
+using namespace zshard;
+using nlohmann::json;
+
+namespace {
+
+json read_json(const std::string& path, const std::string& flag) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(flag + ": cannot read '" + path + "'");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw UsageError(flag + ": '" + path + "' is not JSON: " + e.what());
+  }
+}
+
+double median_ms(const json& bench, const std::string& strategy) {
+  for (const json& r : bench.at("results"))
+    if (r.at("strategy") == strategy) return r.at("step_ms").at("median");
+  return NAN;
+}
+
+// Predicted strong-scaling step time beside each measurement; the serial fraction (Karp-Flatt) of the
+// measured ddp speed-up at the largest world.
+double check(const std::vector<std::string>& paths, ProjectionInput in, json& out) {
+  in.weak = false;
+  double serial = 0;
+  std::cout << "\nprojection vs measured (strong scaling, global batch " << in.batch << "; error = predicted / "
+            << "measured - 1)\n"
+            << std::setw(8) << "strategy" << std::setw(6) << "N" << std::setw(14) << "measured ms" << std::setw(14)
+            << "no overlap" << std::setw(9) << "error" << std::setw(14) << "overlap" << std::setw(9) << "error\n";
+  for (const std::string& path : paths) {
+    const json bench = read_json(path, "--check");
+    const int world = bench.at("world");
+    for (const char* name : {"ddp", "zero3", "hybrid"}) {
+      const double measured = median_ms(bench, name);
+      if (std::isnan(measured)) continue;
+      const ProjectedStep p = project_step(parse_strategy(name), world, in);
+      const double e0 = p.step_ms / measured - 1, e1 = p.step_overlap_ms / measured - 1;
+      std::cout << std::setw(8) << name << std::setw(6) << world << std::fixed << std::setprecision(1)
+                << std::setw(14) << measured << std::setw(14) << p.step_ms << std::setw(8) << 100 * e0 << "%"
+                << std::setw(14) << p.step_overlap_ms << std::setw(8) << 100 * e1 << "%\n";
+      out.push_back({{"strategy", name}, {"world", world}, {"measured_ms", measured}, {"predicted_ms", p.step_ms},
+                     {"predicted_overlap_ms", p.step_overlap_ms}, {"error", e0}, {"error_overlap", e1}});
+      if (std::string(name) == "ddp" && world > 1) serial = karp_flatt(in.compute_ms / measured, world);
+    }
+  }
+  return serial;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string bench_path, link = "nvlink", inter_link = "ib", scaling = "weak", json_path;
+  std::vector<std::string> check_paths;
+  ProjectionInput in;
+  double alpha_us = -1, bandwidth = -1, inter_alpha_us = -1, inter_bandwidth = -1, serial = -1;
+  int max_world = 1024;
+  CLI::App app{"zshard-project: projected step time and scaling efficiency of ddp, zero3 and hybrid"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--bench", bench_path, "zshard-bench JSON of a single-rank run: compute time, params, units, batch");
+  app.add_option("--compute-ms", in.compute_ms, "single-rank step time (instead of --bench)");
+  app.add_option("--params", in.params, "parameter count (instead of --bench)");
+  app.add_option("--units", in.units, "collectives per pass: units (instead of --bench)");
+  app.add_option("--batch", in.batch, "sequences the compute time covers (instead of --bench)");
+  app.add_option("--elem-bytes", in.elem_bytes, "bytes per communicated element (4 fp32, 2 bf16)");
+  app.add_option("--link", link, "intra-node link profile: nvlink, pcie, ib");
+  app.add_option("--inter-link", inter_link, "inter-node link profile");
+  app.add_option("--alpha-us", alpha_us, "override the intra link's per-hop latency (us)");
+  app.add_option("--bandwidth-gbs", bandwidth, "override the intra link's bus bandwidth (GB/s)");
+  app.add_option("--inter-alpha-us", inter_alpha_us, "override the inter link's latency (us)");
+  app.add_option("--inter-bandwidth-gbs", inter_bandwidth, "override the inter link's bandwidth (GB/s)");
+  app.add_option("--node-size", in.node_size, "ranks per node: hybrid's shard group");
+  app.add_option("--scaling", scaling, "weak (fixed batch per rank) or strong (fixed global batch)");
+  app.add_option("--max-world", max_world, "largest N (powers of two from 1)");
+  app.add_option("--serial-fraction", serial, "Amdahl serial fraction (default: Karp-Flatt from --check, else 0)");
+  app.add_option("--check", check_paths, "zshard-bench JSON at several world sizes to check against")->delimiter(',');
+  app.add_option("--json", json_path, "write the projection as JSON to this file");
+  try {
+    app.parse(argc, argv);
+    if (!bench_path.empty()) {
+      const json b = read_json(bench_path, "--bench");
+      if (b.at("world") != 1) throw UsageError("--bench: needs a single-rank run, '" + bench_path + "' has world " +
+                                               b.at("world").dump());
+      in.compute_ms = median_ms(b, "ddp");
+      in.params = b.at("model").at("params");
+      in.units = b.at("model").at("layers").get<int>() + 2;
+      in.batch = b.at("batch");
+    }
+    if (!(in.compute_ms > 0) || in.params <= 0)
+      throw UsageError("give --bench FILE, or --compute-ms and --params (both > 0)");
+    if (scaling != "weak" && scaling != "strong") throw UsageError("--scaling must be weak or strong");
+    if (in.units < 1 || in.node_size < 1 || max_world < 1 || in.elem_bytes < 1)
+      throw UsageError("--units, --node-size, --max-world and --elem-bytes must be >= 1");
+    in.weak = scaling == "weak";
+    in.intra = link_profile(link);
+    in.inter = link_profile(inter_link);
+    if (alpha_us >= 0) in.intra.alpha_us = alpha_us;
+    if (bandwidth > 0) in.intra.bandwidth_gbs = bandwidth;
+    if (inter_alpha_us >= 0) in.inter.alpha_us = inter_alpha_us;
+    if (inter_bandwidth > 0) in.inter.bandwidth_gbs = inter_bandwidth;
+
+    json doc = {{"tool", "zshard-project"}, {"compute_ms", in.compute_ms}, {"batch", in.batch},
+                {"params", in.params}, {"units", in.units}, {"scaling", scaling}, {"node_size", in.node_size},
+                {"intra", {{"name", in.intra.name}, {"alpha_us", in.intra.alpha_us}, {"bandwidth_gbs", in.intra.bandwidth_gbs}}},
+                {"inter", {{"name", in.inter.name}, {"alpha_us", in.inter.alpha_us}, {"bandwidth_gbs", in.inter.bandwidth_gbs}}},
+                {"check", json::array()}};
+    const double fitted = check_paths.empty() ? 0 : check(check_paths, in, doc["check"]);
+    if (serial < 0) serial = fitted;
+    doc["serial_fraction"] = serial;
+    std::cout << "\nprojection: " << in.params << " params, " << in.units << " units, compute " << in.compute_ms
+              << " ms for " << in.batch << " sequences, " << scaling << " scaling; intra " << in.intra.name << " ("
+              << in.intra.alpha_us << " us, " << in.intra.bandwidth_gbs << " GB/s), inter " << in.inter.name << " ("
+              << in.inter.alpha_us << " us, " << in.inter.bandwidth_gbs << " GB/s), node " << in.node_size
+              << "; efficiency no overlap / overlap\n"
+              << std::setw(6) << "N";
+    for (const char* name : {"ddp", "zero3", "hybrid"}) std::cout << std::setw(26) << (std::string(name) + " ms   eff");
+    std::cout << std::setw(14) << "Amdahl s=" << std::setprecision(3) << serial << "\n";
+    for (int n = 1; n <= max_world; n *= 2) {
+      json row = {{"world", n}, {"amdahl_efficiency", amdahl_efficiency(serial, n)}};
+      std::cout << std::setw(6) << n;
+      for (const char* name : {"ddp", "zero3", "hybrid"}) {
+        const ProjectedStep p = project_step(parse_strategy(name), n, in);
+        row[name] = {{"step_ms", p.step_ms}, {"step_overlap_ms", p.step_overlap_ms}, {"comm_ms", p.comm_ms},
+                     {"efficiency", p.efficiency}, {"efficiency_overlap", p.efficiency_overlap}};
+        std::ostringstream cell;
+        cell << std::fixed << std::setprecision(1) << p.step_ms << " " << std::setprecision(2) << p.efficiency << "/"
+             << p.efficiency_overlap;
+        std::cout << std::setw(26) << cell.str();
+      }
+      std::cout << std::setw(14) << std::setprecision(3) << amdahl_efficiency(serial, n) << "\n";
+      doc["rows"].push_back(row);
+    }
+    if (!json_path.empty()) std::ofstream(json_path) << doc.dump(2) << "\n";
+  } catch (const CLI::Error& e) {
+    if (e.get_exit_code() == 0) {
+      std::cout << app.help();
+      return 0;
+    }
+    std::cerr << "zshard-project: " << cli_error_line(e) << "\n";
+    return 2;
+  } catch (const UsageError& e) {
+    std::cerr << "zshard-project: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "zshard-project: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,58 @@
+# Helpers of the checkpoint command-line tests (sourced after lib.sh).
+EXPORT="$ZSHARD_BIN/zshard-export"
+ARGS=(--batch 8 --seq 32 --log-every 1000)
+
+# expect_ok NAME COMMAND...: the command exits 0 within 120 s; its output stays in $WORK/out, $WORK/err.
+expect_ok() {
+  local name=$1
+  shift
+  if timeout 120 "$@" >"$WORK/out" 2>"$WORK/err"; then
+    echo "ok   $name"
+  else
+    echo "FAIL $name: exit $?"
+    cat "$WORK/err"
+    failures=$((failures + 1))
+  fi
+}
+
+# expect_true NAME TEST...: the test command succeeds.
+expect_true() {
+  local name=$1
+  shift
+  if "$@"; then echo "ok   $name"; else echo "FAIL $name"; failures=$((failures + 1)); fi
+}
+
+# same_losses NAME REFERENCE.json RUN.json TOL: every step of RUN (--log-json) has the reference's loss,
+# as the same text when TOL is 0 (bit-identical doubles print alike), else within TOL relative.
+same_losses() {
+  if awk -v tol="$4" '
+      { match($0, /"loss":[^,}]*/); loss = substr($0, RSTART + 7, RLENGTH - 7)
+        match($0, /"step":[0-9]+/); step = substr($0, RSTART + 7, RLENGTH - 7) }
+      FNR == NR { want[step] = loss; next }
+      { n++
+        d = loss - want[step]; if (d < 0) d = -d
+        scale = want[step] < 0 ? -want[step] : want[step]
+        if (!(step in want) || (tol == 0 ? loss != want[step] : d > tol * scale)) {
+          bad++; print "  step " step ": loss " loss ", uninterrupted " want[step] } }
+      END { exit (bad > 0 || n == 0) }' "$2" "$3"; then
+    echo "ok   $1"
+  else
+    echo "FAIL $1 (losses differ, or none)"
+    failures=$((failures + 1))
+  fi
+}
+
+# The pids of a process's children (the ranks of an mpirun), without procps.
+children_of() {
+  cat /proc/"$1"/task/*/children 2>/dev/null
+}
+
+# wait_for SECONDS TEST...: polls until the test succeeds; false on timeout.
+wait_for() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    [ $SECONDS -ge $deadline ] && return 1
+    sleep 0.05
+  done
+}

@@ -1,0 +1,55 @@
+# Crashes and signals around checkpoints: a job killed (SIGKILL) in the middle of a save leaves the
+# previous checkpoint loadable and the partial one ignored; SIGTERM to one rank (schedulers signal the
+# ranks) or SIGINT to a single process ends the job after the current step with a checkpoint and exit 0.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
+
+# ---- SIGKILL while step 4 is being saved: rank files written, manifest not yet ----
+D="$WORK/kill"
+JOB=("${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero2 "${ARGS[@]}" --steps 8 --save-every 2)
+expect_ok "uninterrupted reference run" "${JOB[@]}" --save-dir "$WORK/ref" --log-json "$WORK/ref.json"
+# Rank 0 holds 2 s between the rank files and the manifest of every save.
+ZSHARD_TEST_PAUSE_IN_SAVE=2 "${JOB[@]}" --save-dir "$D" >"$WORK/kill.out" 2>&1 &
+job=$!
+mid_save() { [ -f "$D/step-00000004/rank-00001.safetensors" ] && [ ! -f "$D/step-00000004/manifest.json" ]; }
+if wait_for 60 mid_save; then
+  for pid in $(children_of $job); do kill -KILL "$pid"; done
+  kill -KILL $job
+fi
+wait $job
+expect_true "killed in the middle of saving step 4" mid_save
+expect_true "step 2 was committed" test -f "$D/step-00000002/manifest.json"
+expect_ok "--resume latest after the kill" "${JOB[@]}" --save-dir "$D" --resume latest --log-json "$WORK/resumed.json"
+expect_true "it resumed from step 2, ignoring the partial step 4" grep -q "resumed from .*step-00000002 at step 2" "$WORK/out"
+same_losses "resumed losses are the uninterrupted run's, bit for bit" "$WORK/ref.json" "$WORK/resumed.json" 0
+expect_true "the resumed run committed step 4 and step 8" \
+  test -f "$D/step-00000004/manifest.json" -a -f "$D/step-00000008/manifest.json"
+
+# ---- SIGTERM to one rank of an mpirun job ----
+D="$WORK/term"
+"${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero3 "${ARGS[@]}" --steps 100000 --save-dir "$D" \
+  --log-json "$WORK/term.json" >"$WORK/term.out" 2>&1 &
+job=$!
+three_steps() { [ "$(cat "$WORK/term.json" 2>/dev/null | wc -l)" -ge 3 ]; }
+wait_for 60 three_steps && kill -TERM "$(children_of $job | tr ' ' '\n' | grep . | tail -1)"
+wait $job
+code=$?
+expect_true "SIGTERM to rank 1: exit 0 (got $code)" test $code = 0
+expect_true "the ranks agreed to stop after the current step" grep -q "stop signal received; stopping after step" "$WORK/term.out"
+last=$(ls "$D" | tail -1)
+expect_true "a checkpoint ($last) was committed" test -f "$D/$last/manifest.json"
+expect_ok "it resumes (ddp, one process)" "$TRAIN" "${ARGS[@]}" --steps $((${last#step-} + 1)) --resume "$D/$last"
+
+# ---- SIGINT to a single process ----
+D="$WORK/int"
+"$TRAIN" "${ARGS[@]}" --steps 100000 --save-dir "$D" --log-json "$WORK/int.json" >"$WORK/int.out" 2>&1 &
+job=$!
+wait_for 60 grep -qs '"step":2' "$WORK/int.json" && kill -INT $job
+wait $job
+code=$?
+expect_true "SIGINT: exit 0 (got $code)" test $code = 0
+last=$(ls "$D" | tail -1)
+expect_true "a checkpoint ($last) was committed" test -f "$D/$last/manifest.json"
+expect_ok "it resumes from --resume latest" "$TRAIN" "${ARGS[@]}" --steps $((${last#step-} + 1)) --save-dir "$D" \
+  --resume latest
+finish
