@@ -5,41 +5,26 @@
 
 #include <nlohmann/json.hpp>
 
-#include "comm/launch.h"
 #include "runtime/checkpointing.h"
 #include "runtime/cli_options.h"
 #include "runtime/memory_report.h"
 #include "runtime/setup_failure.h"
+#include "runtime/tool_runner.h"
 #include "runtime/trainer.h"
 
 using namespace zshard;
 
 int main(int argc, char** argv) {
-  auto world = comm::init_world(&argc, &argv);
-  const int rank = world->rank();
   TrainOptions options;
   std::string strategy = "ddp";
   CLI::App app{"zshard-train: sharded data-parallel training of GPT-2-family models"};
   add_train_flags(app, options, strategy);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Error& e) {
-    // Every rank parses the same arguments, so every rank takes the same exit.
-    const int code = e.get_exit_code() == 0 ? 0 : 2;
-    if (rank == 0) {
-      if (code == 0) std::cout << app.help();
-      else std::cerr << "zshard-train: " << cli_error_line(e) << "\n";
-    }
-    world.reset();
-    comm::finalize_world();
-    return code;
-  }
-
-  try {
-    run_agreed(*world, [&] { options.strategy.kind = parse_strategy(strategy); });
-    Trainer trainer(options, *world);
+  return run_tool("zshard-train", argc, argv, app, [&](comm::Communicator& world) {
+    const int rank = world.rank();
+    run_agreed(world, [&] { options.strategy.kind = parse_strategy(strategy); });
+    Trainer trainer(options, world);
     if (rank == 0)
-      std::cout << "zshard-train: " << strategy << " on " << world->size() << " rank(s), "
+      std::cout << "zshard-train: " << strategy << " on " << world.size() << " rank(s), "
                 << trainer.config().num_params() << " parameters, batch " << options.batch << "x"
                 << options.seq << (options.grad_accum > 1 ? " x" + std::to_string(options.grad_accum) : "")
                 << ", " << options.steps << " steps\n";
@@ -53,17 +38,5 @@ int main(int argc, char** argv) {
       report.print(std::cout);
       if (!options.mem_report.empty()) std::ofstream(options.mem_report) << report.to_json().dump(2) << "\n";
     }
-  } catch (const SetupFailure& e) {
-    if (e.report()) std::cerr << "zshard-train: error: " << e.what() << "\n";
-    world.reset();
-    comm::finalize_world();
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    // Mid-run failure on this rank: its peers may be inside a collective, so end the whole job now.
-    std::cerr << "zshard-train: rank " << rank << ": " << e.what() << "\n";
-    comm::abort_world(1);
-  }
-  world.reset();
-  comm::finalize_world();
-  return 0;
+  });
 }
