@@ -3,6 +3,7 @@
 // comes from a single-rank zshard-bench JSON (--bench) or --compute-ms; links from a profile (--link,
 // --inter-link) whose values --alpha-us / --bandwidth-gbs override. --check takes zshard-bench JSON
 // measured at several world sizes (same global batch) and prints the projection's error on each.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iomanip>
@@ -109,6 +110,8 @@ int main(int argc, char** argv) {
     in.weak = scaling == "weak";
     in.intra = link_profile(link);
     in.inter = link_profile(inter_link);
+    if (alpha_us >= 0 || bandwidth > 0) in.intra.name += " (overridden)";
+    if (inter_alpha_us >= 0 || inter_bandwidth > 0) in.inter.name += " (overridden)";
     if (alpha_us >= 0) in.intra.alpha_us = alpha_us;
     if (bandwidth > 0) in.intra.bandwidth_gbs = bandwidth;
     if (inter_alpha_us >= 0) in.inter.alpha_us = inter_alpha_us;
@@ -120,7 +123,7 @@ int main(int argc, char** argv) {
                 {"inter", {{"name", in.inter.name}, {"alpha_us", in.inter.alpha_us}, {"bandwidth_gbs", in.inter.bandwidth_gbs}}},
                 {"check", json::array()}};
     const double fitted = check_paths.empty() ? 0 : check(check_paths, in, doc["check"]);
-    if (serial < 0) serial = fitted;
+    if (serial < 0) serial = std::clamp(fitted, 0.0, 1.0);  // a slow-down (speed-up < 1) reads as all serial
     doc["serial_fraction"] = serial;
     std::cout << "\nprojection: " << in.params << " params, " << in.units << " units, compute " << in.compute_ms
               << " ms for " << in.batch << " sequences, " << scaling << " scaling; intra " << in.intra.name << " ("

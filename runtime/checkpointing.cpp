@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <ostream>
+#include <sstream>
 #include <thread>
 
 #include "runtime/setup_failure.h"
@@ -44,6 +45,14 @@ std::string describe_model(const json& m) {
   for (const char* key : {"layers", "dim", "heads", "vocab", "ctx"})
     out += (out.empty() ? "" : ", ") + std::string(key) + " " + m.at(key).dump();
   return out;
+}
+
+// Float flags are stored as the exact double of the float; shown as the float they were given as.
+std::string flag_text(const json& v) {
+  if (!v.is_number_float()) return v.dump();
+  std::ostringstream os;
+  os << float(v.get<double>());
+  return os.str();
 }
 
 void remove_dir(const std::string& dir) {
@@ -128,7 +137,8 @@ json Checkpointer::run_state(int step, const std::vector<int>& rank_batches) con
       // Positions, all determined by the step count.
       {"lr_schedule_position", step},
       {"adam_step", step},
-      {"data_position", {{"micro_steps", int64_t(step) * o.grad_accum}, {"sequences_per_micro_step", o.batch}}},
+      {"data_position",
+       {{"micro_steps", int64_t(step) * o.grad_accum}, {"sequences_per_micro_step", o.batch}}},
       {"rng", {{"seed", o.seed}, {"draws_after_init", 0}}},
   };
 }
@@ -147,7 +157,7 @@ std::vector<std::string> Checkpointer::compare_with_flags(const std::string& dir
         s.at("world_size").get<int>(), " rank(s))")};
     for (const auto& [flag, value] : saved.at("flags").items())
       if (now.at("flags").value(flag, json()) != value)
-        lines.push_back(detail::concat("note: --", flag, " was ", value.dump(),
+        lines.push_back(detail::concat("note: --", flag, " was ", flag_text(value),
                                        " when saved; the run will not repeat the uninterrupted one"));
     return lines;
   } catch (const json::exception& e) {
@@ -220,7 +230,9 @@ void Checkpointer::save() {
                                  int32_t(file.bytes >> 32), trainer_.rank_batch()};
   std::vector<int32_t> all(size_t(kFields) * world_.size());
   world_.all_gather(mine, all.data(), kFields, DType::i32)->wait();
-  const auto u64 = [](int32_t lo, int32_t hi) { return uint64_t(uint32_t(lo)) | uint64_t(uint32_t(hi)) << 32; };
+  const auto u64 = [](int32_t lo, int32_t hi) {
+    return uint64_t(uint32_t(lo)) | uint64_t(uint32_t(hi)) << 32;
+  };
 
   uint64_t total_bytes = 0;
   run_agreed(world_, [&] {

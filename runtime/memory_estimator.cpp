@@ -68,11 +68,17 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   e.model_states.optimizer = shard_total * d.optimizer_bytes;
 
   if (p_sharded) e.gathered_in_flight = largest(units, std::max(1, in.max_inflight)) * d.param_bytes;
-  // Sharded grads: a full gradient buffer per unit in backward. GPT-2's tied head opens the embedding's
-  // at the start of backward and it lives to the end, beside one other unit's.
-  if (g_sharded) e.comm_buffers += largest(units, 2) * d.grad_bytes;
-  // Reduce-scatter outputs: in the worst case every unit's reduction is in flight at the end of backward.
-  if (G > 1) e.comm_buffers += shard_total * d.grad_bytes;
+  // Transient full gradients and reduce-scatter outputs. zero3/hybrid: each gather polls the reductions
+  // in flight, so what stays is GPT-2's tied embedding, whose gradient is open through the whole backward,
+  // and its shard. zero2: nothing polls between units' backward, so every unit's full gradient and
+  // shard may still be alive at its end. zero1: the shards only; ddp reduces in place.
+  if (p_sharded) {
+    e.comm_buffers = largest(units, 1) * d.grad_bytes + (G > 1 ? largest(units, 1) / G * d.grad_bytes : 0);
+  } else if (g_sharded) {
+    e.comm_buffers = padded_total * d.grad_bytes + (G > 1 ? shard_total * d.grad_bytes : 0);
+  } else if (G > 1) {
+    e.comm_buffers = shard_total * d.grad_bytes;
+  }
 
   const DType act = d.param_bytes == 2 ? DType::bf16 : DType::f32;
   e.activations = GPT2(*in.config).activation_bytes(std::max(1, in.rank_batch), in.seq, act);

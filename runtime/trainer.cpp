@@ -82,7 +82,8 @@ void validate_options(const TrainOptions& o, int world_size) {
   if (!(o.comm_timeout_s > 0)) usage("--comm-timeout must be > 0 seconds, got ", o.comm_timeout_s);
   if (o.save_every < 0) usage("--save-every must be >= 0 (0 = only the final save), got ", o.save_every);
   if (o.keep < 0) usage("--keep must be >= 0 (0 keeps every checkpoint), got ", o.keep);
-  if (o.save_dir.empty() && (o.save_every > 0 || o.keep > 0)) usage("--save-every and --keep need --save-dir");
+  if (o.save_dir.empty() && (o.save_every > 0 || o.keep > 0))
+    usage("--save-every and --keep need --save-dir");
   if (o.resume == "latest" && o.save_dir.empty()) usage("--resume latest needs --save-dir (where to look)");
   if (!o.resume.empty() && !o.init_from.empty())
     usage("--resume and --init-from exclude each other (the checkpoint holds the weights)");

@@ -230,7 +230,8 @@ void check_units(const std::string& dir, const Manifest& manifest, const std::ve
     bool same = saved.name == want.name && saved.params.size() == want.params.size();
     for (size_t i = 0; same && i < want.params.size(); ++i)
       same = saved.params[i].name == want.params[i].name && saved.params[i].shape == want.params[i].shape;
-    if (!same) fail(path, ": unit ", u, " (", saved.name, ") has other parameters than the model's ", want.name);
+    if (!same)
+      fail(path, ": unit ", u, " (", saved.name, ") has other parameters than the model's ", want.name);
   }
 }
 
@@ -249,7 +250,9 @@ CheckpointFile write_rank_file(const std::string& dir, int shard, const std::vec
   const std::string path = join(dir, file.name);
   save_safetensors(path, arrays, {{"format", "zshard-checkpoint-shard"}, {"shard", std::to_string(shard)}});
   // Read back: the checksum covers the bytes that reached the file, not the ones meant for it.
-  file.bytes = fs::file_size(path);
+  std::error_code ec;
+  file.bytes = fs::file_size(path, ec);
+  if (ec) fail(path, ": cannot stat (", ec.message(), ")");
   file.checksum = file_checksum(path);
   return file;
 }
@@ -265,8 +268,8 @@ const SafetensorsFile& CheckpointReader::file(int shard) {
     for (std::string_view kind : kShardKinds) {
       const SafetensorsEntry& e = f.entry(tensor_name(layout.spec(), kind));
       if (e.dtype != "F32" || e.shape != Shape{layout.shard_numel()})
-        fail(f.path(), ": tensor ", e.name, " is ", e.dtype, " ", shape_str(e.shape), ", the manifest needs F32 [",
-             layout.shard_numel(), "]");
+        fail(f.path(), ": tensor ", e.name, " is ", e.dtype, " ", shape_str(e.shape),
+             ", the manifest needs F32 [", layout.shard_numel(), "]");
     }
   }
   return open_.emplace(shard, std::move(f)).first->second;

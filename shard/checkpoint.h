@@ -103,8 +103,8 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& save_dir);
 // Writes every parameter (Hugging Face GPT-2 names and shapes, F32) from full flat unit buffers.
 void save_consolidated(const std::string& path, const std::vector<UnitSpec>& units,
                        const std::vector<std::vector<float>>& flat_units);
-// zshard-export: verifies the checkpoint and writes its parameters consolidated, reading the params
-// tensors only (never Adam state), one unit at a time.
+// zshard-export: verifies every rank file's checksum, then writes the parameters consolidated; only the
+// params tensors are read and held, never the Adam state.
 void export_checkpoint(const std::string& dir, const std::string& out_path);
 
 }  // namespace zshard

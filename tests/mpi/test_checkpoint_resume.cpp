@@ -84,7 +84,8 @@ TrainOptions options_for(const Config& c) {
 
 // The uninterrupted run of `saved`, checkpointing after kSaved steps into `dir`, then the resumed
 // run of `target` from that checkpoint. Rank 0 (in both) gets both outcomes.
-std::pair<Outcome, Outcome> save_and_resume(const Config& saved, const Config& target, const std::string& dir) {
+std::pair<Outcome, Outcome> save_and_resume(const Config& saved, const Config& target,
+                                            const std::string& dir) {
   Outcome full, resumed;
   on_ranks(saved.ranks, [&](comm::Communicator& comm) {
     TrainOptions o = options_for(saved);

@@ -205,8 +205,10 @@ TEST(Checkpointer, FlagsNeedTheirCompanions) {
     edit(o);
     return setup_error(o);
   };
-  EXPECT_THAT(with([](TrainOptions& o) { o.save_every = 2; }), HasSubstr("--save-every and --keep need --save-dir"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.resume = "latest"; }), HasSubstr("--resume latest needs --save-dir"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.save_every = 2; }),
+              HasSubstr("--save-every and --keep need --save-dir"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.resume = "latest"; }),
+              HasSubstr("--resume latest needs --save-dir"));
   EXPECT_THAT(with([](TrainOptions& o) {
                 o.resume = "x";
                 o.init_from = "y";
@@ -250,13 +252,15 @@ TEST(Checkpointer, RejectsMismatchedModelAndOccupiedSaveDir) {
   const std::string ckpt = o.save_dir + "/" + step_dir_name(2);
 
   TrainOptions fresh = o;  // a new run into a directory that holds checkpoints
-  EXPECT_THAT(setup_error(fresh), AllOf(HasSubstr("already holds checkpoints"), HasSubstr("--resume latest")));
+  EXPECT_THAT(setup_error(fresh),
+              AllOf(HasSubstr("already holds checkpoints"), HasSubstr("--resume latest")));
 
   TrainOptions other = o;
   other.save_dir.clear();
   other.resume = ckpt;
   other.overrides.layers = 3;
-  EXPECT_THAT(setup_error(other), AllOf(HasSubstr(ckpt + "/manifest.json"), HasSubstr("does not match the flags")));
+  EXPECT_THAT(setup_error(other),
+              AllOf(HasSubstr(ckpt + "/manifest.json"), HasSubstr("does not match the flags")));
 
   TrainOptions older = o;  // resuming an older checkpoint into the same directory would overwrite newer ones
   older.save_dir = tmp.file("run2");
