@@ -1,10 +1,15 @@
 #include "comm/mpi_communicator.h"
 
+#include <mpi-ext.h>  // MPIX_CUDA_AWARE_SUPPORT, where this MPI has it
+
 #include <climits>
 #include <cstdio>
+#include <functional>
 
 #include "comm/launch.h"
 #include "comm/polling_work.h"
+#include "kernels/allocator.h"
+#include "kernels/device_memory.h"
 #include "kernels/error.h"
 
 namespace zshard::comm {
@@ -29,9 +34,28 @@ void apply(const Average& avg) {
   else divide(static_cast<double*>(avg.buf), avg.count, avg.group_size);
 }
 
+// MPI that reads GPU memory itself (CUDA-aware); Debian's OpenMPI is not, so device buffers are staged.
+bool mpi_reads_device_memory() {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
+}
+
+// Host copies of device buffers for an MPI that cannot read GPU memory: the input is copied to the host
+// before the call, the result copied back once it completes. Pageable host memory and blocking copies:
+// this path exists so that several ranks can share one GPU in tests; real GPU runs use nccl.
+struct Staging {
+  std::unique_ptr<Buffer> send, recv;
+  void* device_recv = nullptr;
+  size_t result_bytes = 0;
+};
+
 class MpiWork final : public PollingWork {
  public:
-  MpiWork(CommStats* stats, std::optional<Average> average) : PollingWork(stats), average_(average) {}
+  MpiWork(CommStats* stats, std::optional<Average> average, std::unique_ptr<Staging> staging)
+      : PollingWork(stats), average_(average), staging_(std::move(staging)) {}
   ~MpiWork() override;
   MPI_Request* request() { return &request_; }
 
@@ -39,12 +63,17 @@ class MpiWork final : public PollingWork {
   bool poll() override {
     int flag = 0;
     ZS_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
-    if (flag && average_) apply(*average_);
-    return flag != 0;
+    if (!flag) return false;
+    if (average_) apply(*average_);
+    if (staging_)
+      copy_bytes(staging_->device_recv, Device::cuda, staging_->recv->data(), Device::cpu,
+                 staging_->result_bytes);
+    return true;
   }
 
   MPI_Request request_ = MPI_REQUEST_NULL;
   std::optional<Average> average_;
+  std::unique_ptr<Staging> staging_;
 };
 
 // MPI forbids freeing the request of a collective, and the operation may still write into the caller's
@@ -106,65 +135,94 @@ std::string MpiCommunicator::describe(const Op& op) const {
                         " of ", size_, " (mpi)");
 }
 
-// What the four collectives share: checks, the Work, the byte count and the deadline. `issue` starts the
-// MPI operation with the int count and datatype and returns its error code.
+// What the four collectives share: checks, staging of device buffers, the Work, the byte count and the
+// deadline. `issue` starts the MPI operation on the (possibly staged) buffers and returns its error code.
 template <class Issue>
-WorkPtr MpiCommunicator::start(const Op& op, Issue&& issue) {
+WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue&& issue) {
   const std::string what = describe(op);
   ZS_CHECK(op.count <= size_t(INT_MAX), what, ": the mpi backend takes at most ", INT_MAX,
            " elements per rank; split the buffer");
   const MPI_Datatype type = mpi_type(op.dtype, op.reduce.has_value(), what);
+  const bool per_rank_blocks =
+      op.collective == Collective::all_gather || op.collective == Collective::reduce_scatter;
+  const size_t block_bytes = op.count * dtype_size(op.dtype);
+  const size_t full_bytes = block_bytes * (per_rank_blocks ? size_ : 1);
+  const char* own_block = static_cast<char*>(recv) + rank_ * block_bytes;
+  const bool in_place = send == nullptr || send == recv ||
+                        (op.collective == Collective::all_gather && send == own_block);
+  // Extent of recv, and of the result in it: reduce_scatter's block lands at the start of recv.
+  const size_t recv_bytes =
+      op.collective == Collective::reduce_scatter && !in_place ? block_bytes : full_bytes;
+  const size_t result_bytes = op.collective == Collective::reduce_scatter ? block_bytes : full_bytes;
+
+  std::unique_ptr<Staging> staging;
+  if (!mpi_reads_device_memory() &&
+      (pointer_device(recv) == Device::cuda || (send && pointer_device(send) == Device::cuda))) {
+    staging = std::make_unique<Staging>();
+    staging->device_recv = recv;
+    staging->result_bytes = result_bytes;
+    staging->recv = std::make_unique<Buffer>(recv_bytes, Device::cpu, Category::comm);
+    void* host_recv = staging->recv->data();
+    if (in_place) {
+      copy_bytes(host_recv, Device::cpu, recv, Device::cuda, recv_bytes);
+      const ptrdiff_t send_offset = send ? static_cast<const char*>(send) - static_cast<char*>(recv) : 0;
+      if (send) send = static_cast<char*>(host_recv) + send_offset;
+    } else {
+      const size_t send_bytes = op.collective == Collective::all_gather ? block_bytes : full_bytes;
+      staging->send = std::make_unique<Buffer>(send_bytes, Device::cpu, Category::comm);
+      copy_bytes(staging->send->data(), Device::cpu, send, pointer_device(send), send_bytes);
+      send = staging->send->data();
+    }
+    recv = host_recv;
+  }
+
   std::optional<Average> average;
   if (op.reduce == ReduceOp::avg) {
     ZS_CHECK(op.dtype == DType::f32 || op.dtype == DType::f64, what, ": avg needs f32 or f64");
-    average = Average{op.result, op.count, op.dtype, size_};
+    average = Average{recv, op.count, op.dtype, size_};
   }
-
-  auto work = std::make_unique<MpiWork>(&stats_, average);
-  if (int rc = issue(int(op.count), type, work->request()); rc != MPI_SUCCESS)
+  auto work = std::make_unique<MpiWork>(&stats_, average, std::move(staging));
+  if (int rc = issue(send, recv, int(op.count), type, work->request()); rc != MPI_SUCCESS)
     mpi_fail(rc, what, __FILE__, __LINE__);
 
-  const bool per_rank_blocks =
-      op.collective == Collective::all_gather || op.collective == Collective::reduce_scatter;
-  const int64_t buffer_bytes = int64_t(op.count * dtype_size(op.dtype)) * (per_rank_blocks ? size_ : 1);
-  count(op.collective, bus_bytes(op.collective, size_, buffer_bytes));
+  count(op.collective, bus_bytes(op.collective, size_, int64_t(full_bytes)));
   work->set_default_deadline(timeout_, what);
   return work;
 }
 
 WorkPtr MpiCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
-  const bool in_place = send == static_cast<const char*>(recv) + size_t(rank_) * count * dtype_size(dtype);
   const Op spec{Collective::all_gather, count, dtype, {}};
-  return start(spec, [&](int n, MPI_Datatype type, MPI_Request* req) {
-    return MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, type, recv, n, type, comm_, req);
+  return start(spec, send, recv, [&](const void* in, void* out, int n, MPI_Datatype type, MPI_Request* req) {
+    const bool in_place = in == static_cast<const char*>(out) + size_t(rank_) * count * dtype_size(dtype);
+    return MPI_Iallgather(in_place ? MPI_IN_PLACE : in, n, type, out, n, type, comm_, req);
   });
 }
 
 WorkPtr MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
                                         ReduceOp op) {
-  const Op spec{Collective::reduce_scatter, count, dtype, op, recv};
-  return start(spec, [&](int n, MPI_Datatype type, MPI_Request* req) {
-    return MPI_Ireduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, n, type, MPI_SUM, comm_, req);
+  const Op spec{Collective::reduce_scatter, count, dtype, op};
+  return start(spec, send, recv, [&](const void* in, void* out, int n, MPI_Datatype type, MPI_Request* req) {
+    return MPI_Ireduce_scatter_block(in == out ? MPI_IN_PLACE : in, out, n, type, MPI_SUM, comm_, req);
   });
 }
 
 WorkPtr MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
-  const Op spec{Collective::all_reduce, count, dtype, op, buf};
-  return start(spec, [&](int n, MPI_Datatype type, MPI_Request* req) {
-    return MPI_Iallreduce(MPI_IN_PLACE, buf, n, type, MPI_SUM, comm_, req);
+  const Op spec{Collective::all_reduce, count, dtype, op};
+  return start(spec, nullptr, buf, [&](const void*, void* out, int n, MPI_Datatype type, MPI_Request* req) {
+    return MPI_Iallreduce(MPI_IN_PLACE, out, n, type, MPI_SUM, comm_, req);
   });
 }
 
 WorkPtr MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) {
   ZS_CHECK(root >= 0 && root < size_, "broadcast from root ", root, " in a group of ", size_, " ranks");
-  const Op spec{Collective::broadcast, count, dtype, {}, nullptr, root};
-  return start(spec, [&](int n, MPI_Datatype type, MPI_Request* req) {
-    return MPI_Ibcast(buf, n, type, root, comm_, req);
+  const Op spec{Collective::broadcast, count, dtype, {}, root};
+  return start(spec, nullptr, buf, [&](const void*, void* out, int n, MPI_Datatype type, MPI_Request* req) {
+    return MPI_Ibcast(out, n, type, root, comm_, req);
   });
 }
 
 void MpiCommunicator::barrier() {
-  MpiWork work(&stats_, std::nullopt);
+  MpiWork work(&stats_, std::nullopt, nullptr);
   ZS_MPI_CHECK(MPI_Ibarrier(comm_, work.request()));
   work.set_default_deadline(timeout_, detail::concat("barrier on rank ", rank_, " of ", size_, " (mpi)"));
   work.wait();

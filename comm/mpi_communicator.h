@@ -1,5 +1,7 @@
-// The MPI backend: host buffers and non-blocking MPI collectives, completed by polling MPI_Test so that
-// wait() honours its deadline. Element counts above INT_MAX per rank are rejected (MPI counts are int).
+// The MPI backend: non-blocking MPI collectives, completed by polling MPI_Test so that wait() honours its
+// deadline. Element counts above INT_MAX per rank are rejected (MPI counts are int). Buffers may be host or
+// device memory: device buffers go to a CUDA-aware MPI as they are, otherwise through host copies, so that
+// several ranks can share one GPU (which NCCL refuses).
 #pragma once
 #include <mpi.h>
 
@@ -49,11 +51,11 @@ class MpiCommunicator final : public Communicator {
     size_t count;
     DType dtype;
     std::optional<ReduceOp> reduce;  // reductions only
-    void* result = nullptr;          // what avg divides on completion
     int root = -1;                   // broadcast only
   };
+  // `send` is null for the in-place-only collectives (all_reduce, broadcast) and may point into `recv`.
   template <class Issue>
-  WorkPtr start(const Op& op, Issue&& issue);
+  WorkPtr start(const Op& op, const void* send, void* recv, Issue&& issue);
   std::string describe(const Op& op) const;
 
   MPI_Comm comm_;

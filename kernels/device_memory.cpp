@@ -24,6 +24,11 @@ void memset_device(Device device, void* ptr, int value, size_t bytes) {
   device_ops().memset(ptr, value, bytes);
 }
 
+Device pointer_device(const void* ptr) {
+  const auto query = device_ops().is_device_pointer;
+  return query && query(ptr) ? Device::cuda : Device::cpu;
+}
+
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;
   if (dst_device == Device::cpu && src_device == Device::cpu) {

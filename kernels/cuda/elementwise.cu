@@ -1,4 +1,5 @@
-// Element-wise ops: GELU (tanh approximation, as kernels/cpu), the residual add, and axpy.
+// Element-wise ops: GELU (tanh approximation, as kernels/cpu), the residual add, axpy, and the f32/bf16
+// conversions of mixed precision.
 #include "kernels/cuda/common.cuh"
 
 namespace zshard::cuda {
@@ -48,7 +49,22 @@ __global__ void axpy_kernel(T* y, const T* x, float alpha, size_t n) {
     y[i] = from_f32<T>(to_f32(y[i]) + alpha * to_f32(x[i]));
 }
 
+template <class Dst, class Src>
+__global__ void convert_kernel(Dst* dst, const Src* src, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = from_f32<Dst>(to_f32(src[i]));
+}
+
 }  // namespace
+
+template <class Dst, class Src>
+void convert(Dst* dst, const Src* src, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  convert_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(dst, src, n);
+  ZS_CUDA_CHECK_LAUNCH();
+}
+template void convert<float, bf16>(float*, const bf16*, size_t, cudaStream_t);
+template void convert<bf16, float>(bf16*, const float*, size_t, cudaStream_t);
 
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t n, cudaStream_t stream) {

@@ -84,4 +84,9 @@ double sum_squares(const T* x, size_t n, cudaStream_t stream = nullptr);
 template <class T>
 void axpy(T* y, const T* x, T alpha, size_t n, cudaStream_t stream = nullptr);
 
+// dst[i] = src[i] between float and bf16 (round to nearest even). Instantiated for <float, bf16> and
+// <bf16, float>.
+template <class Dst, class Src>
+void convert(Dst* dst, const Src* src, size_t n, cudaStream_t stream = nullptr);
+
 }  // namespace zshard::cuda

@@ -56,6 +56,16 @@ void device_copy(void* dst, const void* src, size_t bytes, int kind) {
   ZS_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kKinds[kind]));
 }
 
+// Called for every buffer handed to the mpi backend: a failed query means "not CUDA's", never an error.
+bool device_pointer(const void* ptr) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice;
+}
+
 struct HandleHolder {
   cublasHandle_t handle = nullptr;
   ~HandleHolder() {
@@ -73,7 +83,7 @@ void cuda_init(int device) {
            " visible)");
   ZS_CUDA_CHECK(cudaSetDevice(device));
   Allocator::of(Device::cuda).set_raw({device_allocate, device_release});
-  set_device_memory_ops({device_memset, device_copy});
+  set_device_memory_ops({device_memset, device_copy, device_pointer});
 }
 
 cublasHandle_t cublas_handle() {

@@ -56,3 +56,30 @@ wait_for() {
     sleep 0.05
   done
 }
+
+# expect_every_rank_fails NAME CODE REGEX -- ARGS...: zshard-train ARGS on 2 ranks ends within 60 s with
+# exit code CODE on every rank and a stderr of one line, matching REGEX. mpirun's own status cannot show
+# that every rank failed (one failing rank makes it non-zero, and it then kills the others), so each rank
+# runs under a shell that records the rank's code and exits 0.
+expect_every_rank_fails() {
+  local name=$1 want=$2 regex=$3
+  shift 4
+  rm -rf "$WORK/rc" && mkdir "$WORK/rc"
+  local start=$SECONDS
+  timeout 60 "${MPIRUN[@]}" -np 2 env RC="$WORK/rc" bash -c '"$@"; echo $? >"$RC/$OMPI_COMM_WORLD_RANK"' \
+    _ "$TRAIN" "$@" >"$WORK/out" 2>"$WORK/err"
+  local code=$? took=$((SECONDS - start)) codes problem=""
+  codes=$(cat "$WORK/rc/0" "$WORK/rc/1" 2>/dev/null | tr '\n' ' ')
+  if [ "$code" = 124 ]; then problem="still running after 60 s (hang)"
+  elif [ "$codes" != "$want $want " ]; then problem="rank exit codes: ${codes:-none}; want $want on both"
+  elif [ "$(wc -l <"$WORK/err")" != 1 ] || ! grep -Eq -- "$regex" "$WORK/err"; then
+    problem="stderr is not one line matching /$regex/"
+  fi
+  if [ -z "$problem" ]; then
+    echo "ok   $name (exit $want on every rank, ${took}s)"
+  else
+    echo "FAIL $name: $problem"
+    cat "$WORK/err"
+    failures=$((failures + 1))
+  fi
+}

@@ -27,46 +27,47 @@ expect_ok "export loads with --init-from" "$TRAIN" "${ARGS[@]}" --steps 0 \
   --init-from "$WORK/exported.safetensors" --save "$WORK/reloaded.safetensors"
 expect_true "and holds the same weights" cmp -s "$WORK/exported.safetensors" "$WORK/reloaded.safetensors"
 
-# Damaged copies; every checkpoint file must be byte-identical after the failed runs.
-for kind in missing corrupt truncated short-manifest; do cp -r "$CK/step-00000006" "$WORK/$kind"; done
-rm "$WORK/missing/rank-00001.safetensors"
-size=$(stat -c %s "$WORK/corrupt/rank-00002.safetensors")
-printf '\x5a' | dd of="$WORK/corrupt/rank-00002.safetensors" bs=1 seek=$((size - 7)) conv=notrunc status=none
-truncate -s -100 "$WORK/truncated/rank-00003.safetensors"
-head -c 300 "$CK/step-00000006/manifest.json" >"$WORK/short-manifest/manifest.json"
+# Damaged copies, each the newest checkpoint of its own save directory. The failing runs resume with
+# --save-dir and --keep 1, so a run that went on before checking would save and prune there; every file
+# and directory must be as it was after them. The corrupt file is one rank 1 checksums (rank r checks
+# files r, r + 2, ...), so rank 0 must fail for a problem it did not see itself.
+BAD=(missing corrupt truncated short-manifest)
+for kind in "${BAD[@]}"; do mkdir "$WORK/$kind" && cp -r "$CK/step-00000006" "$WORK/$kind/"; done
+rm "$WORK/missing/step-00000006/rank-00001.safetensors"
+corrupt="$WORK/corrupt/step-00000006/rank-00003.safetensors"
+printf '\x5a' | dd of="$corrupt" bs=1 seek=$(($(stat -c %s "$corrupt") - 7)) conv=notrunc status=none
+truncate -s -100 "$WORK/truncated/step-00000006/rank-00002.safetensors"
+head -c 300 "$CK/step-00000006/manifest.json" >"$WORK/short-manifest/step-00000006/manifest.json"
 mkdir "$WORK/empty"
 snapshot() {
-  find "$CK" "$WORK"/missing "$WORK"/corrupt "$WORK"/truncated "$WORK"/short-manifest -type f | sort |
-    xargs sha256sum
+  local dirs=("$CK" "$WORK/empty")
+  for kind in "${BAD[@]}"; do dirs+=("$WORK/$kind"); done
+  find "${dirs[@]}" | sort
+  find "${dirs[@]}" -type f | sort | xargs sha256sum
 }
 snapshot >"$WORK/before"
 
-RESUME=("${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero3 "${ARGS[@]}" --steps 8 --resume)
-expect_failure "not a checkpoint" 1 "empty: not a checkpoint \(no manifest.json" -- \
-  "${RESUME[@]}" "$WORK/empty"
-expect_one_line "not a checkpoint" "not a checkpoint"
-expect_failure "no such directory" 1 "nowhere: not a checkpoint \(no such directory\)" -- \
-  "${RESUME[@]}" "$WORK/nowhere"
-expect_failure "missing rank file" 1 "missing/rank-00001.safetensors: missing" -- \
-  "${RESUME[@]}" "$WORK/missing"
-expect_one_line "missing rank file" "rank-00001"
-expect_failure "corrupt rank file" 1 "corrupt/rank-00002.safetensors: checksum mismatch" -- \
-  "${RESUME[@]}" "$WORK/corrupt"
-expect_one_line "corrupt rank file" "rank-00002"
-expect_failure "truncated rank file" 1 "truncated/rank-00003.safetensors: .* bytes, the manifest records" -- \
-  "${RESUME[@]}" "$WORK/truncated"
-expect_one_line "truncated rank file" "rank-00003"
-expect_failure "truncated manifest" 1 "short-manifest/manifest.json: truncated or not JSON" -- \
-  "${RESUME[@]}" "$WORK/short-manifest"
-expect_one_line "truncated manifest" "manifest.json"
-expect_failure "model does not match the flags" 2 \
+RESUME=(--strategy zero3 "${ARGS[@]}" --steps 8 --keep 1)
+expect_every_rank_fails "not a checkpoint" 1 "empty: not a checkpoint \(no manifest.json" -- \
+  "${RESUME[@]}" --save-dir "$CK" --resume "$WORK/empty"
+expect_every_rank_fails "no such directory" 1 "nowhere: not a checkpoint \(no such directory\)" -- \
+  "${RESUME[@]}" --save-dir "$CK" --resume "$WORK/nowhere"
+expect_every_rank_fails "missing rank file" 1 "missing/step-00000006/rank-00001.safetensors: missing" -- \
+  "${RESUME[@]}" --save-dir "$WORK/missing" --resume latest
+expect_every_rank_fails "corrupt rank file" 1 "corrupt/step-00000006/rank-00003.safetensors: checksum mismatch" \
+  -- "${RESUME[@]}" --save-dir "$WORK/corrupt" --resume latest
+expect_every_rank_fails "truncated rank file" 1 \
+  "truncated/step-00000006/rank-00002.safetensors: .* bytes, the manifest records" -- \
+  "${RESUME[@]}" --save-dir "$WORK/truncated" --resume latest
+expect_every_rank_fails "truncated manifest" 1 "short-manifest/step-00000006/manifest.json: truncated or not JSON" \
+  -- "${RESUME[@]}" --save-dir "$WORK/short-manifest" --resume latest
+expect_every_rank_fails "model does not match the flags" 2 \
   "manifest.json: the checkpoint's model \(layers 2.*does not match the flags \(layers 3" -- \
-  "${RESUME[@]}" "$CK/step-00000006" --layers 3
-expect_one_line "model does not match the flags" "does not match"
-expect_failure "save dir holds checkpoints" 2 "already holds checkpoints" -- \
-  "${MPIRUN[@]}" -np 2 "$TRAIN" "${ARGS[@]}" --save-dir "$CK"
-expect_failure "export of a corrupt checkpoint" 1 "corrupt/rank-00002.safetensors: checksum mismatch" -- \
-  "$EXPORT" "$WORK/corrupt" "$WORK/never.safetensors"
+  "${RESUME[@]}" --save-dir "$CK" --resume "$CK/step-00000006" --layers 3
+expect_every_rank_fails "save dir holds checkpoints" 2 "already holds checkpoints" -- \
+  "${RESUME[@]}" --save-dir "$CK"
+expect_failure "export of a corrupt checkpoint" 1 "corrupt/step-00000006/rank-00003.safetensors: checksum mismatch" \
+  -- "$EXPORT" "$WORK/corrupt/step-00000006" "$WORK/never.safetensors"
 expect_true "no export written" test ! -e "$WORK/never.safetensors"
 snapshot >"$WORK/after"
 expect_true "bad input modified no checkpoint" cmp -s "$WORK/before" "$WORK/after"

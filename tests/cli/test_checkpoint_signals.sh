@@ -1,12 +1,13 @@
 # Crashes and signals around checkpoints: a job killed (SIGKILL) in the middle of a save leaves the
-# previous checkpoint loadable and the partial one ignored; SIGTERM to one rank (schedulers signal the
-# ranks) or SIGINT to a single process ends the job after the current step with a checkpoint and exit 0.
+# previous checkpoint loadable (--keep 1 deletes it only once the next one is committed) and the partial
+# one ignored; SIGTERM to one rank (schedulers signal the ranks) or SIGINT to a single process ends the
+# job after the current step with a checkpoint of that step and exit 0.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 
 # ---- SIGKILL while step 4 is being saved: rank files written, manifest not yet ----
 D="$WORK/kill"
-JOB=("${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero2 "${ARGS[@]}" --steps 8 --save-every 2)
+JOB=("${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero2 "${ARGS[@]}" --steps 8 --save-every 2 --keep 1)
 expect_ok "uninterrupted reference run" "${JOB[@]}" --save-dir "$WORK/ref" --log-json "$WORK/ref.json"
 # Rank 0 holds 2 s between the rank files and the manifest of every save.
 ZSHARD_TEST_PAUSE_IN_SAVE=2 "${JOB[@]}" --save-dir "$D" >"$WORK/kill.out" 2>&1 &
@@ -17,14 +18,14 @@ for pid in $(children_of $job); do kill -KILL "$pid"; done
 kill -KILL $job
 wait $job
 expect_true "killed in the middle of saving step 4" mid_save
-expect_true "step 2 was committed" test -f "$D/step-00000002/manifest.json"
+expect_true "step 2, the newest committed, is still there" test -f "$D/step-00000002/manifest.json"
 expect_ok "--resume latest after the kill" "${JOB[@]}" --save-dir "$D" --resume latest \
   --log-json "$WORK/resumed.json"
 expect_true "it resumed from step 2, ignoring the partial step 4" \
   grep -q "resumed from .*step-00000002 at step 2" "$WORK/out"
 same_losses "resumed losses are the uninterrupted run's, bit for bit" "$WORK/ref.json" "$WORK/resumed.json" 0
-expect_true "the resumed run committed step 4 and step 8" \
-  test -f "$D/step-00000004/manifest.json" -a -f "$D/step-00000008/manifest.json"
+expect_true "the resumed run overwrote the partial step 4 and kept only step 8" \
+  test "$(ls "$D")" = step-00000008 -a -f "$D/step-00000008/manifest.json"
 
 # ---- SIGTERM to one rank of an mpirun job ----
 D="$WORK/term"
@@ -37,12 +38,13 @@ kill -TERM "$(children_of $job | tr ' ' '\n' | grep . | tail -1)"
 wait $job
 code=$?
 expect_true "SIGTERM to one rank: exit 0 (got $code)" test $code = 0
-expect_true "the ranks agreed to stop after the current step" \
-  grep -q "stop signal received; stopping after step" "$WORK/term.out"
-last=$(ls "$D" | tail -1)
-expect_true "a checkpoint ($last) was committed" test -f "$D/$last/manifest.json"
-expect_ok "it resumes in one process" "$TRAIN" "${ARGS[@]}" --steps $((10#${last#step-} + 1)) \
-  --resume "$D/$last"
+stopped=$(sed -n 's/.*stop signal received; stopping after step \([0-9]*\).*/\1/p' "$WORK/term.out")
+expect_true "the ranks agreed to stop after the current step (${stopped:-none})" test -n "$stopped"
+last=$(ls "$D")
+expect_true "a checkpoint of that step ($last) was committed" \
+  test "$last" = "$(printf 'step-%08d' "${stopped:-0}")" -a -f "$D/$last/manifest.json"
+expect_ok "it resumes in one process" "$TRAIN" "${ARGS[@]}" --steps $((stopped + 1)) --resume "$D/$last"
+expect_true "from that step" grep -q "resumed from .*$last at step $stopped " "$WORK/out"
 
 # ---- SIGINT to a single process ----
 D="$WORK/int"

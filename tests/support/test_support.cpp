@@ -35,6 +35,15 @@ void set_world(comm::Communicator* w) { g_world = w; }
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) { return rel_diff(a, b); }
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) { return rel_diff(a, b); }
 
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 TempDir::TempDir(const std::string& tag) {
   static std::atomic<int> counter{0};
   std::random_device rd;

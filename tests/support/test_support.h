@@ -1,6 +1,7 @@
 // Helpers shared by the test suites.
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@ void set_world(comm::Communicator* world);
 // max_i |a_i - b_i| / max(max_i |b_i|, tiny): the error relative to the reference's scale.
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b);
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b);
+
+// The message of the zshard::Error that `f` throws, or "(no error)", so that a test can assert on what
+// the user would read.
+std::string error_of(const std::function<void()>& f);
 
 // A fresh, empty directory under the system temp dir, removed at destruction.
 class TempDir {

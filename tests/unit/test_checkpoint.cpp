@@ -8,7 +8,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <functional>
 
 #include "comm/self_communicator.h"
 #include "runtime/checkpointing.h"
@@ -22,16 +21,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using test::error_of;
 using test::TempDir;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // Two units of 13 and 5 elements: sizes that no group size divides evenly.
 std::vector<UnitSpec> toy_units() {
@@ -101,6 +92,29 @@ TEST(Checkpoint, ReadsEveryTargetLayoutFromEverySavedLayout) {
       }
     }
   }
+}
+
+// A rank of the new layout must read only the rank files its shard overlaps, not the whole checkpoint:
+// with saved shards 2 and 3 of 4 gone, shard 0 of 2 (within saved shards 0 and 1) still reads.
+TEST(Checkpoint, ReadsOnlyTheRankFilesItsShardOverlaps) {
+  TempDir tmp;
+  const std::string dir = tmp.file("g4");
+  const Manifest m = write_toy(dir, 4);
+  fs::remove(dir + "/rank-00002.safetensors");
+  fs::remove(dir + "/rank-00003.safetensors");
+  CheckpointReader reader(dir, m);
+  for (size_t u = 0; u < m.units.size(); ++u) {
+    const FlatLayout saved(m.units[u], 4), target(m.units[u], 2);
+    ASSERT_LE(target.shard_numel(), 2 * saved.shard_numel()) << "shard 0 must lie within saved shards 0, 1";
+    std::vector<float> got(size_t(target.shard_numel()));
+    reader.read(int(u), "v", 0, target.shard_numel(), got.data());
+    for (int64_t e = 0; e < target.shard_numel(); ++e) EXPECT_EQ(got[size_t(e)], value(int(u), 2, e));
+  }
+  // Shard 1 of unit a reaches into saved shard 2, and says which file it misses.
+  const FlatLayout a(m.units[0], 2);
+  std::vector<float> got(size_t(a.shard_numel()));
+  EXPECT_THAT(error_of([&] { reader.read(0, "params", a.shard_begin(1), a.shard_numel(), got.data()); }),
+              HasSubstr("rank-00002.safetensors"));
 }
 
 TEST(Checkpoint, ManifestRoundTripAndCommitMarker) {

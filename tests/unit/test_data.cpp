@@ -5,7 +5,6 @@
 
 #include <cctype>
 #include <fstream>
-#include <functional>
 #include <numeric>
 
 #include "kernels/error.h"
@@ -15,16 +14,8 @@ namespace zshard {
 namespace {
 
 using ::testing::HasSubstr;
+using test::error_of;
 using test::TempDir;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // An llm.c token file with the given header fields and tokens.
 void write_llmc(const std::string& path, const std::vector<uint16_t>& tokens, int32_t magic = kLlmcMagic,

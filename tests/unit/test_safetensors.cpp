@@ -10,7 +10,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <limits>
 
 #include "models/gpt2_weights.h"
@@ -20,6 +19,7 @@ namespace zshard {
 namespace {
 
 using ::testing::HasSubstr;
+using test::error_of;
 using test::TempDir;
 
 // Writes a file with a hand-made header (length field = header size unless `header_len` is given).
@@ -29,15 +29,6 @@ void write_raw(const std::string& path, const std::string& header, const std::st
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(&header_len), 8);
   out << header << data;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 std::string open_error(const std::string& path) {

@@ -1,0 +1,298 @@
+#include "kernels/ops.h"
+
+#include <type_traits>
+
+#include "kernels/device_memory.h"
+#include "kernels/error.h"
+
+#ifdef ZSHARD_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace zshard::ops {
+
+namespace {
+
+template <class T>
+constexpr bool kOnCpu = std::is_same_v<T, float> || std::is_same_v<T, double>;
+template <class T>
+constexpr bool kOnCuda = std::is_same_v<T, float> || std::is_same_v<T, bf16>;
+
+// True for cpu, false for cuda; throws when this build or this element type cannot run there, so that
+// each op below only has to place the two calls.
+template <class T>
+bool on_cpu(Device d, const char* op) {
+  if (d == Device::cpu) {
+    if (!kOnCpu<T>) fail(op, ": ", dtype_name(dtype_of<T>()), " is computed on cuda only (cpu: f32, f64)");
+    return true;
+  }
+#ifndef ZSHARD_WITH_CUDA
+  fail(op, ": this zshard was built without the CUDA path (configure with -DZSHARD_CUDA=ON)");
+#endif
+  if (!kOnCuda<T>) fail(op, ": ", dtype_name(dtype_of<T>()), " is computed on cpu only (cuda: f32, bf16)");
+  return false;
+}
+
+#ifdef ZSHARD_WITH_CUDA
+static_assert(sizeof(bf16) == sizeof(__nv_bfloat16), "bf16 and __nv_bfloat16 must share their bits");
+
+// zshard::bf16 storage seen as CUDA's type; other pointers pass through.
+template <class T>
+auto* dev(T* p) {
+  if constexpr (std::is_same_v<std::remove_const_t<T>, bf16>) {
+    using U = std::conditional_t<std::is_const_v<T>, const __nv_bfloat16, __nv_bfloat16>;
+    return reinterpret_cast<U*>(p);
+  } else {
+    return p;
+  }
+}
+template <class T>
+auto dev_scalar(float x) {
+  if constexpr (std::is_same_v<T, bf16>) return __float2bfloat16(x);
+  else return T(x);
+}
+#define ZS_ON_CUDA(T, ...) \
+  if constexpr (kOnCuda<T>) { __VA_ARGS__; }
+#else
+#define ZS_ON_CUDA(T, ...)
+#endif
+
+#define ZS_ON_CPU(T, ...) \
+  if constexpr (kOnCpu<T>) { __VA_ARGS__; }
+
+}  // namespace
+
+template <class T>
+void embedding_forward(Device d, T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn,
+                       int C) {
+  if (on_cpu<T>(d, "embedding_forward")) {
+    ZS_ON_CPU(T, cpu::embedding_forward(out, tokens, wte, wpe, B, Tn, C))
+  } else {
+    ZS_ON_CUDA(T, cuda::embedding_forward(dev(out), tokens, dev(wte), dev(wpe), B, Tn, C))
+  }
+}
+
+template <class T>
+void embedding_backward(Device d, T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn,
+                        int C) {
+  if (on_cpu<T>(d, "embedding_backward")) {
+    ZS_ON_CPU(T, cpu::embedding_backward(dwte, dwpe, dout, tokens, B, Tn, C))
+  } else {
+    ZS_ON_CUDA(T, cuda::embedding_backward(dev(dwte), dev(dwpe), dev(dout), tokens, B, Tn, C))
+  }
+}
+
+template <class T>
+void layernorm_forward(Device d, T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
+                       int N, int C) {
+  if (on_cpu<T>(d, "layernorm_forward")) {
+    ZS_ON_CPU(T, cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C))
+  } else {
+    ZS_ON_CUDA(T, cuda::layernorm_forward(dev(out), dev(mean), dev(rstd), dev(inp), dev(weight), dev(bias),
+                                          N, C))
+  }
+}
+
+template <class T>
+void layernorm_backward(Device d, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                        const T* weight, const T* mean, const T* rstd, int N, int C) {
+  if (on_cpu<T>(d, "layernorm_backward")) {
+    ZS_ON_CPU(T, cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))
+  } else {
+    ZS_ON_CUDA(T, cuda::layernorm_backward(dev(dinp), dev(dweight), dev(dbias), dev(dout), dev(inp),
+                                           dev(weight), dev(mean), dev(rstd), N, C))
+  }
+}
+
+template <class T>
+void linear_forward(Device d, T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) {
+  if (on_cpu<T>(d, "linear_forward")) {
+    ZS_ON_CPU(T, cpu::linear_forward(out, inp, weight, bias, N, C, OC))
+  } else {
+    ZS_ON_CUDA(T, cuda::linear_forward(dev(out), dev(inp), dev(weight), dev(bias), N, C, OC))
+  }
+}
+
+template <class T>
+void linear_backward(Device d, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int N, int C, int OC) {
+  if (on_cpu<T>(d, "linear_backward")) {
+    ZS_ON_CPU(T, cpu::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC))
+  } else {
+    ZS_ON_CUDA(T, cuda::linear_backward(dev(dinp), dev(dweight), dev(dbias), dev(dout), dev(inp), dev(weight),
+                                        N, C, OC))
+  }
+}
+
+template <class T>
+void gemm(Device d, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
+          const T* B, int ldb, float beta, T* C, int ldc) {
+  if (on_cpu<T>(d, "gemm")) {
+    ZS_ON_CPU(T, cpu::gemm(trans_a, trans_b, M, N, K, T(alpha), A, lda, B, ldb, T(beta), C, ldc))
+  } else {
+    ZS_ON_CUDA(T, cuda::gemm(trans_a, trans_b, M, N, K, dev_scalar<T>(alpha), dev(A), lda, dev(B), ldb,
+                             dev_scalar<T>(beta), dev(C), ldc))
+  }
+}
+
+template <class T>
+void attention_forward(Device d, T* out, T* att, const T* qkv, int B, int Tn, int C, int NH) {
+  if (on_cpu<T>(d, "attention_forward")) {
+    ZS_ON_CPU(T, cpu::attention_forward(out, att, qkv, B, Tn, C, NH))
+  } else {
+    ZS_ON_CUDA(T, cuda::attention_forward(dev(out), dev(att), dev(qkv), B, Tn, C, NH))
+  }
+}
+
+template <class T>
+void attention_backward(Device d, T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C,
+                        int NH) {
+  if (on_cpu<T>(d, "attention_backward")) {
+    ZS_ON_CPU(T, cpu::attention_backward(dqkv, dout, qkv, att, B, Tn, C, NH))
+  } else {
+    ZS_ON_CUDA(T, cuda::attention_backward(dev(dqkv), dev(dout), dev(qkv), dev(att), B, Tn, C, NH))
+  }
+}
+
+template <class T>
+void gelu_forward(Device d, T* out, const T* inp, size_t n) {
+  if (on_cpu<T>(d, "gelu_forward")) {
+    ZS_ON_CPU(T, cpu::gelu_forward(out, inp, n))
+  } else {
+    ZS_ON_CUDA(T, cuda::gelu_forward(dev(out), dev(inp), n))
+  }
+}
+
+template <class T>
+void gelu_backward(Device d, T* dinp, const T* inp, const T* dout, size_t n) {
+  if (on_cpu<T>(d, "gelu_backward")) {
+    ZS_ON_CPU(T, cpu::gelu_backward(dinp, inp, dout, n))
+  } else {
+    ZS_ON_CUDA(T, cuda::gelu_backward(dev(dinp), dev(inp), dev(dout), n))
+  }
+}
+
+template <class T>
+void residual_forward(Device d, T* out, const T* a, const T* b, size_t n) {
+  if (on_cpu<T>(d, "residual_forward")) {
+    ZS_ON_CPU(T, cpu::residual_forward(out, a, b, n))
+  } else {
+    ZS_ON_CUDA(T, cuda::residual_forward(dev(out), dev(a), dev(b), n))
+  }
+}
+
+template <class T>
+double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* logits,
+                                      const int32_t* targets, int N, int V, float dloss) {
+  if (on_cpu<T>(d, "cross_entropy_forward_backward")) {
+    ZS_ON_CPU(T, return cpu::cross_entropy_forward_backward(dlogits, losses, logits, targets, N, V, T(dloss)))
+  } else {
+    ZS_ON_CUDA(T, return cuda::cross_entropy_forward_backward(dev(dlogits), dev(losses), dev(logits), targets,
+                                                              N, V, dev_scalar<T>(dloss)))
+  }
+  fail("cross_entropy_forward_backward: no backend for ", dtype_name(dtype_of<T>()));
+}
+
+template <class G>
+void adamw_step(Device d, float* param, const G* grad, float* m, float* v, size_t n, const AdamWParams& hp,
+                bf16* param_bf16) {
+  if (d == Device::cpu) {
+    if constexpr (std::is_same_v<G, float>) {
+      ZS_CHECK(!param_bf16, "adamw_step: the bf16 compute copy is written on cuda only");
+      cpu::adamw_step(param, grad, m, v, n, hp);
+      return;
+    }
+    fail("adamw_step: ", dtype_name(dtype_of<G>()), " gradients are stepped on cuda only");
+  }
+  on_cpu<G>(d, "adamw_step");
+  ZS_ON_CUDA(G, cuda::adamw_step(param, dev(grad), m, v, n, hp, dev(param_bf16)))
+}
+
+template <class T>
+double sum_squares(Device d, const T* x, size_t n) {
+  if (on_cpu<T>(d, "sum_squares")) {
+    ZS_ON_CPU(T, return cpu::sum_squares(x, n))
+  } else {
+    ZS_ON_CUDA(T, return cuda::sum_squares(dev(x), n))
+  }
+  fail("sum_squares: no backend for ", dtype_name(dtype_of<T>()));
+}
+
+template <class T>
+void axpy(Device d, T* y, const T* x, float alpha, size_t n) {
+  if (on_cpu<T>(d, "axpy")) {
+    ZS_ON_CPU(T, cpu::axpy(y, x, T(alpha), n))
+  } else {
+    ZS_ON_CUDA(T, cuda::axpy(dev(y), dev(x), dev_scalar<T>(alpha), n))
+  }
+}
+
+void convert(Device d, void* dst, DType dst_type, const void* src, DType src_type, size_t n) {
+  const bool known = (dst_type == DType::f32 || dst_type == DType::bf16) &&
+                     (src_type == DType::f32 || src_type == DType::bf16);
+  ZS_CHECK(known, "convert: f32 and bf16 only, not ", dtype_name(src_type), " -> ", dtype_name(dst_type));
+  // The device check first, so that a build without CUDA says so whichever types are asked for.
+  const bool cpu = on_cpu<float>(d, "convert");
+  if (dst_type == src_type) {
+    copy_bytes(dst, d, src, d, n * dtype_size(dst_type));
+    return;
+  }
+  const bool to_bf16 = dst_type == DType::bf16;
+  if (cpu) {
+    if (to_bf16) {
+      for (size_t i = 0; i < n; ++i) static_cast<bf16*>(dst)[i] = bf16(static_cast<const float*>(src)[i]);
+    } else {
+      for (size_t i = 0; i < n; ++i) static_cast<float*>(dst)[i] = float(static_cast<const bf16*>(src)[i]);
+    }
+    return;
+  }
+#ifdef ZSHARD_WITH_CUDA
+  if (to_bf16) {
+    cuda::convert(static_cast<__nv_bfloat16*>(dst), static_cast<const float*>(src), n);
+  } else {
+    cuda::convert(static_cast<float*>(dst), static_cast<const __nv_bfloat16*>(src), n);
+  }
+#endif
+}
+
+void synchronize(Device d) {
+  if (d == Device::cpu) return;
+  on_cpu<float>(d, "synchronize");
+#ifdef ZSHARD_WITH_CUDA
+  ZS_CUDA_CHECK(cudaDeviceSynchronize());
+#endif
+}
+
+#define ZS_INSTANTIATE(T)                                                                                    \
+  template void embedding_forward<T>(Device, T*, const int32_t*, const T*, const T*, int, int, int);        \
+  template void embedding_backward<T>(Device, T*, T*, const T*, const int32_t*, int, int, int);            \
+  template void layernorm_forward<T>(Device, T*, T*, T*, const T*, const T*, const T*, int, int);          \
+  template void layernorm_backward<T>(Device, T*, T*, T*, const T*, const T*, const T*, const T*, const T*, \
+                                      int, int);                                                           \
+  template void linear_forward<T>(Device, T*, const T*, const T*, const T*, int, int, int);                 \
+  template void linear_backward<T>(Device, T*, T*, T*, const T*, const T*, const T*, int, int, int);        \
+  template void gemm<T>(Device, bool, bool, int, int, int, float, const T*, int, const T*, int, float, T*,  \
+                        int);                                                                              \
+  template void attention_forward<T>(Device, T*, T*, const T*, int, int, int, int);                         \
+  template void attention_backward<T>(Device, T*, const T*, const T*, const T*, int, int, int, int);        \
+  template void gelu_forward<T>(Device, T*, const T*, size_t);                                               \
+  template void gelu_backward<T>(Device, T*, const T*, const T*, size_t);                                    \
+  template void residual_forward<T>(Device, T*, const T*, const T*, size_t);                                 \
+  template double cross_entropy_forward_backward<T>(Device, T*, T*, const T*, const int32_t*, int, int,     \
+                                                    float);                                                \
+  template double sum_squares<T>(Device, const T*, size_t);                                                 \
+  template void axpy<T>(Device, T*, const T*, float, size_t);
+ZS_INSTANTIATE(float)
+ZS_INSTANTIATE(double)
+ZS_INSTANTIATE(bf16)
+#undef ZS_INSTANTIATE
+
+template void adamw_step<float>(Device, float*, const float*, float*, float*, size_t, const AdamWParams&,
+                                bf16*);
+template void adamw_step<bf16>(Device, float*, const bf16*, float*, float*, size_t, const AdamWParams&,
+                               bf16*);
+
+}  // namespace zshard::ops

@@ -1,0 +1,77 @@
+// The ops the model and the runtime call, dispatched on the device the data lives on: the CPU reference
+// op (kernels/cpu/ops.h) or its CUDA twin (kernels/cuda/ops.cuh). Same arguments and conventions as the
+// CPU ops, with a leading Device. This file is the only place that picks a backend, so a model written
+// against it runs on either without knowing which.
+//
+// Element types: float and double on cpu; float and bf16 on cuda. Any other pairing throws, naming the op.
+// CUDA ops are queued on the compute stream (kernels/cuda/runtime.h: the legacy default stream, which
+// also orders Tensor::zero_ and copy_bytes); the ops that return a host value wait for it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/dtype.h"
+
+namespace zshard::ops {
+
+using cpu::AdamWParams;
+
+template <class T>
+void embedding_forward(Device d, T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn,
+                       int C);
+template <class T>
+void embedding_backward(Device d, T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn,
+                        int C);
+template <class T>
+void layernorm_forward(Device d, T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
+                       int N, int C);
+template <class T>
+void layernorm_backward(Device d, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                        const T* weight, const T* mean, const T* rstd, int N, int C);
+template <class T>
+void linear_forward(Device d, T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC);
+template <class T>
+void linear_backward(Device d, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int N, int C, int OC);
+// alpha and beta are passed as float whatever T is. Note: for bf16 they reach the CUDA op rounded to
+// bf16 (its scalars are T), as do axpy's alpha and cross-entropy's dloss.
+template <class T>
+void gemm(Device d, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
+          const T* B, int ldb, float beta, T* C, int ldc);
+template <class T>
+void attention_forward(Device d, T* out, T* att, const T* qkv, int B, int Tn, int C, int NH);
+template <class T>
+void attention_backward(Device d, T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C,
+                        int NH);
+template <class T>
+void gelu_forward(Device d, T* out, const T* inp, size_t n);
+template <class T>
+void gelu_backward(Device d, T* dinp, const T* inp, const T* dout, size_t n);
+template <class T>
+void residual_forward(Device d, T* out, const T* a, const T* b, size_t n);
+template <class T>
+double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* logits,
+                                      const int32_t* targets, int N, int V, float dloss);
+
+// AdamW on an fp32 master shard with gradients G (float; bf16 on cuda). param_bf16, when given (cuda
+// only), receives the bf16 compute copy of the updated parameters in the same pass.
+template <class G>
+void adamw_step(Device d, float* param, const G* grad, float* m, float* v, size_t n, const AdamWParams& hp,
+                bf16* param_bf16 = nullptr);
+// Sum of squares accumulated in double.
+template <class T>
+double sum_squares(Device d, const T* x, size_t n);
+// y += alpha * x
+template <class T>
+void axpy(Device d, T* y, const T* x, float alpha, size_t n);
+
+// dst[i] = src[i] converted between f32 and bf16 (rounding to nearest even), or copied when the types
+// match. Both arrays on `d`.
+void convert(Device d, void* dst, DType dst_type, const void* src, DType src_type, size_t n);
+
+// Blocks the host until every op queued on the device has finished (nothing to do on cpu). Timers and
+// host reads of device results go through here.
+void synchronize(Device d);
+
+}  // namespace zshard::ops
