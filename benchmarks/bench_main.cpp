@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/polling_work.h"
 #include "kernels/allocator.h"
 #include "runtime/cli_options.h"
 #include "runtime/memory_report.h"
@@ -91,7 +92,7 @@ json run_strategy(const std::string& name, TrainOptions options, const BenchOpti
   const int timed = options.steps;
   options.steps = bench.warmup_steps + timed;
   Trainer trainer(options, world);
-  Allocator::of(Device::cpu).reset_peaks();  // peaks of the steps, not of initialisation
+  Allocator::of(options.placement.device).reset_peaks();  // peaks of the steps, not of initialisation
   for (int s = 0; s < bench.warmup_steps; ++s) trainer.step();
   trainer.params().reset_comm_stats();
   std::vector<double> ms;
@@ -235,6 +236,7 @@ int main(int argc, char** argv) {
                 {"warmup_steps", bench.warmup_steps},
                 {"steps", options.steps},
                 {"world", world.size()},
+                {"poll_backoff", comm::poll_policy().backoff},
                 {"peak_tflops_per_rank", bench.peak_tflops},
                 {"results", results}};
     std::ofstream(bench.json_path) << doc.dump(2) << "\n";

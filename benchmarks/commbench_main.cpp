@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/mpi_communicator.h"
+#include "comm/polling_work.h"
 #include "kernels/allocator.h"
 #include "kernels/device_memory.h"
 #include "runtime/cli_options.h"
@@ -149,6 +150,31 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
+// The Iallreduce algorithm Open MPI's libnbc will use (the MCA variable coll_libnbc_iallreduce_algorithm,
+// read through the MPI tool interface), e.g. "ring" as zshard's launch selects it; "" where the MPI has no
+// such variable (not Open MPI) or does not expose it.
+std::string libnbc_iallreduce_algorithm() {
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return "";
+  std::string name;
+  int index = -1;
+  if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) == MPI_SUCCESS) {
+    MPI_T_cvar_handle handle;
+    int count = 0, value = -1;
+    if (MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+      if (count == 1 && MPI_T_cvar_read(handle, &value) == MPI_SUCCESS) {
+        // Open MPI 4.x: 0 ignore (libnbc's own choice by size), 1 ring, 2 binomial, 3 rabenseifner,
+        // 4 recursive doubling.
+        const char* names[] = {"default", "ring", "binomial", "rabenseifner", "recursive_doubling"};
+        name = value >= 0 && value < 5 ? names[value] : std::to_string(value);
+      }
+      MPI_T_cvar_handle_free(&handle);
+    }
+  }
+  MPI_T_finalize();
+  return name;
+}
+
 Collective parse_op(const std::string& name) {
   for (Collective c : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce})
     if (comm::collective_name(c) == name) return c;
@@ -182,9 +208,12 @@ int main(int argc, char** argv) {
       for (const std::string& name : o.ops) ops.push_back(parse_op(name));
     });
     auto* mpi = dynamic_cast<comm::MpiCommunicator*>(&world);
+    const std::string iallreduce = mpi ? libnbc_iallreduce_algorithm() : "";
     if (rank == 0)
       std::cout << "zshard-commbench: " << n << " rank(s), backend " << world.backend() << ", float32, "
-                << o.rounds << " round(s) per size" << (mpi ? ", raw MPI interleaved" : "") << "\n";
+                << o.rounds << " round(s) per size" << (mpi ? ", raw MPI interleaved" : "")
+                << (iallreduce.empty() ? "" : ", libnbc iallreduce algorithm " + iallreduce)
+                << (comm::poll_policy().backoff ? ", waits back off (ranks outnumber cores)" : "") << "\n";
     json rows = json::array();
     int64_t total_wrong = 0;
     double min_ratio_from_1mib = 1e300;
@@ -253,7 +282,8 @@ int main(int argc, char** argv) {
       std::cout << "\n";
       if (!o.json_path.empty())
         std::ofstream(o.json_path) << json{{"tool", "zshard-commbench"}, {"world", n}, {"backend", world.backend()},
-                                           {"rows", rows}}.dump(2)
+                                           {"libnbc_iallreduce_algorithm", iallreduce},
+                                           {"poll_backoff", comm::poll_policy().backoff}, {"rows", rows}}.dump(2)
                                    << "\n";
     }
     if (total_wrong > 0) fail(total_wrong, " wrong elements");

@@ -2,8 +2,14 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <thread>
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 #include "comm/mpi_communicator.h"
+#include "comm/polling_work.h"
 #include "comm/self_communicator.h"
 #include "kernels/error.h"
 
@@ -18,6 +24,25 @@ bool mpi_active() {
   MPI_Finalized(&finalised);
   return initialised && !finalised;
 }
+
+// True when this node's ranks outnumber the CPUs they may run on together (the union of their affinity
+// masks: right for unbound ranks, ranks bound to a core each, and cpusets alike). Collective on the world.
+bool node_oversubscribed() {
+  MPI_Comm node = MPI_COMM_NULL;
+  ZS_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int ranks = 1;
+  ZS_MPI_CHECK(MPI_Comm_size(node, &ranks));
+  int cpus = int(std::thread::hardware_concurrency());
+#ifdef __linux__
+  cpu_set_t mine, all;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0) std::memset(&mine, 0xff, sizeof mine);
+  ZS_MPI_CHECK(MPI_Allreduce(&mine, &all, int(sizeof mine), MPI_BYTE, MPI_BOR, node));
+  cpus = CPU_COUNT(&all);
+#endif
+  ZS_MPI_CHECK(MPI_Comm_free(&node));
+  return cpus > 0 && ranks > cpus;
+}
 }  // namespace
 
 bool launched_by_mpi() {
@@ -30,12 +55,26 @@ std::unique_ptr<Communicator> init_world(int* argc, char*** argv) {
   int initialised = 0;
   ZS_MPI_CHECK(MPI_Initialized(&initialised));
   if (!initialised) {
+#ifdef OPEN_MPI
+    // zshard issues every collective non-blocking (MPI_Iallreduce...), and Open MPI's libnbc picks a slow
+    // all-reduce algorithm by default: 0.4-0.5x the busbw of blocking MPI_Allreduce at 1-64 MiB here,
+    // 0.95-1.0x with the ring (benchmarks/RESULTS.md, zshard-commbench). MCA parameters are read from
+    // the environment during MPI_Init, so setting it here works; overwrite=0 keeps the user's own choice.
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
+#endif
     // Only the main thread calls MPI.
     int provided = 0;
     ZS_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
     ZS_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI provides thread level ", provided,
              ", zshard needs MPI_THREAD_FUNNELED");
   }
+  // Waits back off to short sleeps where ranks outnumber cores (comm/polling_work.h; the measurements are
+  // in benchmarks/RESULTS.md). ZSHARD_POLL_BACKOFF=0 or 1 decides instead.
+  PollPolicy policy = poll_policy();
+  policy.backoff = node_oversubscribed();  // collective: every rank calls it
+  if (const char* forced = std::getenv("ZSHARD_POLL_BACKOFF"); forced && *forced)
+    policy.backoff = std::strcmp(forced, "0") != 0;
+  set_poll_policy(policy);
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
 }
 

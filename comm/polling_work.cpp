@@ -8,7 +8,15 @@ namespace zshard::comm {
 
 namespace {
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+PollPolicy& policy() {
+  static PollPolicy p;
+  return p;
+}
 }  // namespace
+
+void set_poll_policy(const PollPolicy& p) { policy() = p; }
+const PollPolicy& poll_policy() { return policy(); }
 
 bool PollingWork::test() {
   if (!done_) done_ = poll();
@@ -26,6 +34,7 @@ void PollingWork::wait(Clock::time_point deadline) {
     }
   } timer{stats_, begin};
 
+  const PollPolicy& p = policy();
   while (!test()) {
     const auto now = Clock::now();
     if (now >= deadline) {
@@ -34,10 +43,13 @@ void PollingWork::wait(Clock::time_point deadline) {
            seconds(now - begin), " s (issued ", seconds(now - started_),
            " s ago); a rank of the group failed or did not issue the same collective");
     }
-    // Poll hot, as MPI_Wait does: non-blocking MPI collectives advance only inside MPI calls, so a sleep
-    // between polls stalls large transfers (several times slower). Yielding leaves the core to peers
-    // when ranks outnumber cores.
-    std::this_thread::yield();
+    // See PollPolicy. Measured on a 2-core machine (benchmarks/RESULTS.md): yielding from the first poll
+    // made small all-reduces 20x slower than MPI_Wait under load; sleeping from the start stalls large
+    // transfers, as every MPI round then waits for a sleep to end.
+    const auto waited = now - begin;
+    if (waited < p.hot) continue;
+    if (p.backoff && waited >= p.backoff_after) std::this_thread::sleep_for(p.sleep);
+    else std::this_thread::yield();
   }
 }
 

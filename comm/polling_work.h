@@ -6,6 +6,23 @@
 
 namespace zshard::comm {
 
+// How wait() spaces its polls. For the first `hot` of a wait it polls back to back, as MPI_Wait does:
+// short collectives finish there (non-blocking MPI collectives advance only inside MPI calls, one round
+// per call). After that it yields the core between polls. With `backoff` on, once a wait has lasted
+// `backoff_after` it sleeps `sleep` between polls: on a node whose ranks outnumber its cores a waiting
+// rank then leaves the core to a peer that is still computing, and is woken with the scheduler's wake-up
+// priority rather than queued behind every runnable task; it costs at most one `sleep` per MPI round.
+struct PollPolicy {
+  Clock::duration hot = std::chrono::microseconds(50);
+  bool backoff = false;
+  Clock::duration backoff_after = std::chrono::milliseconds(1);
+  Clock::duration sleep = std::chrono::microseconds(50);
+};
+// Process-wide; init_world turns `backoff` on when this node's ranks outnumber its cores (the env
+// variable ZSHARD_POLL_BACKOFF=0 or 1 forces it off or on). Set it before issuing collectives.
+void set_poll_policy(const PollPolicy& policy);
+const PollPolicy& poll_policy();
+
 class PollingWork : public Work {
  public:
   // `stats` belongs to the issuing communicator and receives the seconds blocked in wait(); may be null.

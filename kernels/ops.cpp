@@ -49,11 +49,6 @@ auto* dev(T* p) {
     return p;
   }
 }
-template <class T>
-auto dev_scalar(float x) {
-  if constexpr (std::is_same_v<T, bf16>) return __float2bfloat16(x);
-  else return T(x);
-}
 #define ZS_ON_CUDA(T, ...) \
   if constexpr (kOnCuda<T>) { __VA_ARGS__; }
 #else
@@ -133,8 +128,8 @@ void gemm(Device d, bool trans_a, bool trans_b, int M, int N, int K, float alpha
   if (on_cpu<T>(d, "gemm")) {
     ZS_ON_CPU(T, cpu::gemm(trans_a, trans_b, M, N, K, T(alpha), A, lda, B, ldb, T(beta), C, ldc))
   } else {
-    ZS_ON_CUDA(T, cuda::gemm(trans_a, trans_b, M, N, K, dev_scalar<T>(alpha), dev(A), lda, dev(B), ldb,
-                             dev_scalar<T>(beta), dev(C), ldc))
+    ZS_ON_CUDA(T, cuda::gemm(trans_a, trans_b, M, N, K, alpha, dev(A), lda, dev(B), ldb,
+                             beta, dev(C), ldc))
   }
 }
 
@@ -191,7 +186,7 @@ double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* 
     ZS_ON_CPU(T, return cpu::cross_entropy_forward_backward(dlogits, losses, logits, targets, N, V, T(dloss)))
   } else {
     ZS_ON_CUDA(T, return cuda::cross_entropy_forward_backward(dev(dlogits), dev(losses), dev(logits), targets,
-                                                              N, V, dev_scalar<T>(dloss)))
+                                                              N, V, dloss))
   }
   fail("cross_entropy_forward_backward: no backend for ", dtype_name(dtype_of<T>()));
 }
@@ -226,7 +221,7 @@ void axpy(Device d, T* y, const T* x, float alpha, size_t n) {
   if (on_cpu<T>(d, "axpy")) {
     ZS_ON_CPU(T, cpu::axpy(y, x, T(alpha), n))
   } else {
-    ZS_ON_CUDA(T, cuda::axpy(dev(y), dev(x), dev_scalar<T>(alpha), n))
+    ZS_ON_CUDA(T, cuda::axpy(dev(y), dev(x), alpha, n))
   }
 }
 

@@ -162,13 +162,14 @@ double GPT2::forward(ParamContext& ctx, const Batch& batch) { return run(ctx, ba
 
 double GPT2::run(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
   check_batch(batch);
-  ZS_CHECK(ctx.device() == Device::cpu, "GPT-2 computes on cpu only so far, the context asks for ",
-           device_name(ctx.device()));
-  switch (ctx.compute_dtype()) {
-    case DType::f32: return run_as<float>(ctx, batch, backward, loss_scale);
-    case DType::f64: return run_as<double>(ctx, batch, backward, loss_scale);
-    default: fail("GPT-2 computes in f32 or f64, not ", dtype_name(ctx.compute_dtype()));
-  }
+  const Device device = ctx.device();
+  const DType dtype = ctx.compute_dtype();
+  const bool on_cpu = device == Device::cpu;
+  if (dtype == DType::f32) return run_as<float>(ctx, batch, backward, loss_scale);
+  if (dtype == DType::f64 && on_cpu) return run_as<double>(ctx, batch, backward, loss_scale);
+  if (dtype == DType::bf16 && !on_cpu) return run_as<bf16>(ctx, batch, backward, loss_scale);
+  fail("GPT-2 computes in f32 or f64 on cpu and in f32 or bf16 on cuda, not in ", dtype_name(dtype), " on ",
+       device_name(device));
 }
 
 template <class T>
@@ -180,11 +181,12 @@ double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float 
     acts_ = std::make_unique<gpt2::Activations>();
     acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device());
   }
+  acts_->load_tokens(batch);
   const gpt2::Layers<T> layers{config_, *acts_};
   const int L = config_.layers;
   const int final_unit = L + 1;
 
-  layers.embedding_forward(batch.inputs, ctx.gather(0));
+  layers.embedding_forward(ctx.gather(0));
   ctx.release(0);
   for (int l = 0; l < L; ++l) {
     layers.block_forward(l, ctx.gather(1 + l));
@@ -196,7 +198,7 @@ double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float 
   // The LM head is tied to wte, so it gathers the embedding unit again. Its backward runs under the
   // same gather: the largest unit is gathered twice per step, not three times.
   const Tensor& wte = ctx.gather(0)[gpt2::kWte];
-  const double loss = layers.head_forward(wte, batch.targets, backward, T(loss_scale));
+  const double loss = layers.head_forward(wte, backward, loss_scale);
   if (backward) layers.head_backward(wte, ctx.grads(0)[gpt2::kWte]);
   ctx.release(0);
   if (!backward) return loss;
@@ -217,7 +219,7 @@ double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float 
   }
   // The embedding backward reads only the tokens, so unit 0 is not gathered for it. Its grads hold the
   // head's dwte already; this is the last addition, so grads_ready(0) comes last.
-  layers.embedding_backward(batch.inputs, ctx.grads(0));
+  layers.embedding_backward(ctx.grads(0));
   ctx.grads_ready(0);
   return loss;
 }

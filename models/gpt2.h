@@ -32,10 +32,12 @@ class GPT2 final : public Model {
   // N(0, 0.02/sqrt(2*layers)), biases 0, LayerNorm gains 1. Values depend on (seed, unit, param index)
   // only; f32 tensors get the f64 values rounded.
   void init_unit(int unit, const UnitTensors& params, uint64_t seed) const override;
-  // Computes in ctx.compute_dtype() (f32 or f64) on ctx.device() (cpu so far). forward_backward
-  // gathers every unit twice: forward and backward, except unit 0, whose second gather serves the tied
-  // head (logits, then dlogits into dwte); the embedding backward needs no parameters. grads_ready runs
-  // from unit L+1 down to unit 0.
+  // Computes in ctx.compute_dtype() on ctx.device(): f32 or f64 on cpu, f32 or bf16 on cuda, where the
+  // batch's tokens are copied to the device first. forward_backward gathers every unit twice: forward
+  // and backward, except unit 0, whose second gather serves the tied head (logits, then dlogits into
+  // dwte); the embedding backward needs no parameters. grads_ready runs from unit L+1 down to unit 0.
+  // On cuda the ops are only queued on the compute stream (kernels/ops.h): at release(u) and
+  // grads_ready(u), u's work is queued, not necessarily finished; the returned loss is final.
   double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
   double forward(ParamContext& ctx, const Batch& batch) override;
   int64_t activation_bytes(int B, int T, DType dtype) const override;

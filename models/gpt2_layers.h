@@ -1,6 +1,7 @@
 // GPT-2 internals shared by gpt2.cpp (units, protocol) and gpt2_layers.cpp (the math): the activation
 // buffers and each unit's forward and backward, written out by hand in the style of llm.c.
 #pragma once
+#include <array>
 #include <cstdint>
 
 #include "models/gpt2_config.h"
@@ -17,14 +18,17 @@ enum BlockParam {
 enum EmbedParam { kWte, kWpe };
 enum FinalNormParam { kLnfWeight, kLnfBias };
 
-// Everything forward_backward keeps for one (B, T): views into a single activations allocation.
-// Per-block buffers have a leading layer dimension L.
+// Everything forward_backward keeps for one (B, T), on the device it computes on: views into the
+// activations allocations. Per-block buffers have a leading layer dimension L.
 struct Activations {
   int B = 0, T = 0;
   DType dtype = DType::f32;
   Device device = Device::cpu;
-  Tensor storage;
+  // A Tensor has one dtype, so the buffers live in two allocations: [0] the compute dtype's, [1] the
+  // i32 tokens'.
+  std::array<Tensor, 2> storage;
 
+  Tensor inputs, targets;                // (B,T) i32: the batch's tokens, copied to the device
   Tensor encoded;                        // (B,T,C) wte + wpe: block 0's input
   Tensor ln1, ln1_mean, ln1_rstd;        // (L,B,T,C), (L,B,T), (L,B,T)
   Tensor qkv;                            // (L,B,T,3C)
@@ -43,20 +47,24 @@ struct Activations {
   Tensor dqkv;                           // (B,T,3C)
   Tensor dfch, dfch_gelu;                // (B,T,4C)
 
-  // Bytes of the one allocation for (B, T): what activation_bytes reports and allocate() allocates.
+  // Bytes of the allocations for (B, T), tokens included: what activation_bytes reports and allocate()
+  // allocates, whatever the device.
   static int64_t bytes(const GPT2Config& c, int B, int T, DType dtype);
   void allocate(const GPT2Config& c, int b, int t, DType type, Device dev);
+  // Copies the batch's host tokens into inputs and targets.
+  void load_tokens(const Batch& batch) const;
 };
 
-// GPT-2's computation in dtype T (float or double) over one set of activations.
+// GPT-2's computation in dtype T (float or double on cpu, float or bf16 on cuda) over one set of
+// activations, on a.device. The tokens are a.inputs and a.targets.
 template <class T>
 struct Layers {
   const GPT2Config& c;
   Activations& a;
 
-  void embedding_forward(const int32_t* tokens, const UnitTensors& p) const;
+  void embedding_forward(const UnitTensors& p) const;
   // Adds the residual-stream gradient into dwte and dwpe; reads no parameters.
-  void embedding_backward(const int32_t* tokens, const UnitTensors& g) const;
+  void embedding_backward(const UnitTensors& g) const;
   void block_forward(int layer, const UnitTensors& p) const;
   // On entry a.dresidual holds d(loss)/d(block output); on exit d(loss)/d(block input).
   void block_backward(int layer, const UnitTensors& p, const UnitTensors& g) const;
@@ -65,12 +73,13 @@ struct Layers {
   void final_norm_backward(const UnitTensors& p, const UnitTensors& g) const;
   // logits = lnf @ wte^T and the token losses; returns their sum. With `backward`, the logits are
   // replaced by dlogits = dloss * (softmax - onehot).
-  double head_forward(const Tensor& wte, const int32_t* targets, bool backward, T dloss) const;
+  double head_forward(const Tensor& wte, bool backward, float dloss) const;
   // a.dln = dlogits @ wte (set) and dwte += dlogits^T @ lnf.
   void head_backward(const Tensor& wte, const Tensor& dwte) const;
 };
 
 extern template struct Layers<float>;
 extern template struct Layers<double>;
+extern template struct Layers<bf16>;
 
 }  // namespace zshard::gpt2

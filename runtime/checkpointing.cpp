@@ -1,13 +1,16 @@
 #include "runtime/checkpointing.h"
 
+#include <array>
 #include <csignal>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
 #include <thread>
 
+#include "kernels/device_memory.h"
 #include "runtime/setup_failure.h"
 #include "shard/checkpoint.h"
 
@@ -55,6 +58,32 @@ std::string flag_text(const json& v) {
   return os.str();
 }
 
+// A unit's owned fp32 shards in the order of kShardKinds: master params, Adam m, Adam v.
+std::array<Tensor, 3> owned_state(const ShardedParams& params, int unit) {
+  return {params.owned_params(unit), params.adam_m(unit), params.adam_v(unit)};
+}
+
+// Checkpoint files are read and written in host memory: a host shard in place, a device shard through a
+// host copy, fetched before a save and put back after a load.
+class HostShard {
+ public:
+  explicit HostShard(Tensor shard) : shard_(std::move(shard)) {
+    if (shard_.device() != Device::cpu) copy_.resize(size_t(shard_.numel()));
+  }
+  float* data() { return copy_.empty() ? shard_.data<float>() : copy_.data(); }
+  HostShard& fetch() {
+    if (!copy_.empty()) copy_bytes(copy_.data(), Device::cpu, shard_.raw(), shard_.device(), shard_.nbytes());
+    return *this;
+  }
+  void put_back() {
+    if (!copy_.empty()) copy_bytes(shard_.raw(), shard_.device(), copy_.data(), Device::cpu, shard_.nbytes());
+  }
+
+ private:
+  Tensor shard_;
+  std::vector<float> copy_;  // empty for a host shard (a shard is never empty)
+};
+
 void remove_dir(const std::string& dir) {
   std::error_code ec;
   fs::remove_all(dir, ec);
@@ -74,7 +103,7 @@ void install_stop_handlers() {
 }
 
 Checkpointer::Checkpointer(Trainer& trainer, std::ostream* out)
-    : trainer_(trainer), world_(trainer.params().world()), out_(world_.rank() == 0 ? out : nullptr) {
+    : trainer_(trainer), world_(trainer.world()), out_(world_.rank() == 0 ? out : nullptr) {
   const TrainOptions& o = trainer.options();
   std::string dir;
   Manifest manifest;
@@ -105,9 +134,12 @@ Checkpointer::Checkpointer(Trainer& trainer, std::ostream* out)
     for (int u = 0; u < params.num_units(); ++u) {
       const FlatLayout& layout = params.layout(u);
       const int64_t begin = layout.shard_begin(params.shard_index()), n = layout.shard_numel();
-      reader.read(u, "params", begin, n, params.owned_params(u).data<float>());
-      reader.read(u, "m", begin, n, params.adam_m(u).data<float>());
-      reader.read(u, "v", begin, n, params.adam_v(u).data<float>());
+      const std::array<Tensor, 3> state = owned_state(params, u);
+      for (size_t k = 0; k < state.size(); ++k) {
+        HostShard shard(state[k]);
+        reader.read(u, kShardKinds[k], begin, n, shard.data());
+        shard.put_back();
+      }
     }
   });
   params.sync_resident_params();
@@ -133,7 +165,10 @@ json Checkpointer::run_state(int step, const std::vector<int>& rank_batches) con
       {"flags", {{"data", o.data}, {"batch", o.batch}, {"seq", o.seq}, {"grad-accum", o.grad_accum},
                  {"steps", o.steps}, {"lr", o.lr}, {"warmup", o.warmup}, {"lr-schedule", o.lr_schedule},
                  {"min-lr", o.min_lr}, {"wd", o.wd}, {"beta1", o.beta1}, {"beta2", o.beta2},
-                 {"eps", o.eps}, {"grad-clip", o.grad_clip}, {"seed", o.seed}}},
+                 {"eps", o.eps}, {"grad-clip", o.grad_clip}, {"seed", o.seed},
+                 {"device", device_name(o.placement.device)},
+                 {"param-dtype", dtype_flag(o.placement.param_dtype)},
+                 {"reduce-dtype", dtype_flag(o.placement.reduce_dtype)}}},
       // Positions, all determined by the step count.
       {"lr_schedule_position", step},
       {"adam_step", step},
@@ -217,10 +252,13 @@ void Checkpointer::save() {
     if (world_.rank() >= params.shard_group_size()) return;
     std::vector<FlatLayout> layouts;
     std::vector<ShardState> units;
+    std::deque<HostShard> host;  // what the file is written from
     for (int u = 0; u < params.num_units(); ++u) {
       layouts.push_back(params.layout(u));
-      units.push_back({params.owned_params(u).data<float>(), params.adam_m(u).data<float>(),
-                       params.adam_v(u).data<float>()});
+      float* data[3];
+      const std::array<Tensor, 3> state = owned_state(params, u);
+      for (size_t k = 0; k < state.size(); ++k) data[k] = host.emplace_back(state[k]).fetch().data();
+      units.push_back({data[0], data[1], data[2]});
     }
     file = write_rank_file(dir, params.shard_index(), layouts, units);
   });

@@ -1,6 +1,38 @@
 #include "runtime/cli_options.h"
 
+#include <utility>
+#include <vector>
+
 namespace zshard {
+
+namespace {
+
+template <class E>
+using Choices = std::vector<std::pair<std::string, E>>;
+
+// A flag taking one of `choices` by name into `value` (an E, or an optional one); --help lists the names
+// and shows the current value's as the default.
+template <class E, class V>
+void add_choice(CLI::App& app, const std::string& flag, V& value, const Choices<E>& choices,
+                const std::string& help) {
+  std::vector<std::string> names;
+  std::string current;
+  for (const auto& [name, choice] : choices) {
+    names.push_back(name);
+    if (value == choice) current = name;
+  }
+  app.add_option_function<std::string>(
+         flag,
+         [&value, choices](const std::string& given) {
+           for (const auto& [name, choice] : choices)
+             if (name == given) value = choice;
+         },
+         help)
+      ->check(CLI::IsMember(names))
+      ->default_str(current);
+}
+
+}  // namespace
 
 void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   app.option_defaults()->always_capture_default();
@@ -33,6 +65,16 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   app.add_option("--reshard-after-forward", o.strategy.reshard_after_forward,
                  "zero3/hybrid: free gathered params after each unit's forward (true/false)");
   app.add_option("--max-inflight", o.strategy.max_inflight, "zero3/hybrid: gathered units alive at once");
+  add_choice<Device>(app, "--device", o.placement.device, {{"cpu", Device::cpu}, {"cuda", Device::cuda}},
+                     "where to compute: cpu, or cuda (a GPU per rank: local rank modulo the visible GPUs)");
+  const Choices<DType> dtypes = {{std::string(dtype_flag(DType::f32)), DType::f32},
+                                 {std::string(dtype_flag(DType::bf16)), DType::bf16}};
+  add_choice(app, "--param-dtype", o.placement.param_dtype, dtypes,
+             "parameters and gradients: fp32, or bf16 (cuda) with an fp32 master copy and Adam state");
+  add_choice(app, "--reduce-dtype", o.placement.reduce_dtype, dtypes,
+             "dtype of the gradient collectives: fp32, or bf16 (cuda; half the traffic)");
+  add_choice<CommBackend>(app, "--comm", o.comm, {{"mpi", CommBackend::mpi}, {"nccl", CommBackend::nccl}},
+                          "collectives: mpi, or nccl (cuda) [default: nccl on cuda, mpi on cpu]");
   app.add_option("--comm-timeout", o.comm_timeout_s, "seconds a collective may take before the job aborts");
   app.add_option("--log-json", o.log_json, "write one JSON object per step to this file");
   app.add_option("--log-every", o.log_every, "progress line every N steps");

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/dtype.h"
 #include "runtime/strategy.h"
 
 namespace zshard {
@@ -14,6 +15,8 @@ struct DtypePolicy {
   int optimizer_bytes = 8;  // K per parameter: Adam m+v in fp32 (+4 for an fp32 master copy in mixed precision)
   static DtypePolicy fp32() { return {4, 4, 8}; }
   static DtypePolicy mixed_bf16() { return {2, 2, 12}; }
+  // The policy of parameters (and gradients) kept in `param_dtype`, as ShardedParams keeps them.
+  static DtypePolicy of(DType param_dtype) { return param_dtype == DType::bf16 ? mixed_bf16() : fp32(); }
 };
 
 struct ModelStateBytes {

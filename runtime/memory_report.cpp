@@ -48,7 +48,7 @@ std::string mib(double bytes) {
 MemoryReport MemoryReport::collect(Trainer& trainer) {
   MemoryReport rep;
   ShardedParams& params = trainer.params();
-  comm::Communicator& world = params.world();
+  comm::Communicator& world = trainer.world();
   rep.strategy = std::string(strategy_name(params.options().kind));
   rep.world = world.size();
   rep.shard_group = params.shard_group_size();
@@ -57,16 +57,22 @@ MemoryReport MemoryReport::collect(Trainer& trainer) {
     rep.params += params.layout(u).numel();
     max_unit = std::max(max_unit, params.layout(u).numel());
   }
-  const DtypePolicy dtypes = DtypePolicy::fp32();
+  const Placement& placement = params.placement();
+  rep.device = std::string(device_name(placement.device));
+  rep.param_dtype = std::string(dtype_flag(placement.param_dtype));
+  rep.reduce_dtype = std::string(dtype_flag(placement.reduce_dtype));
+  const DtypePolicy dtypes = DtypePolicy::of(placement.param_dtype);
   rep.predicted = predict_model_states(params.options().kind, rep.shard_group, rep.params, dtypes);
   rep.predicted_inflight = params_sharded(params.options().kind)
                                ? int64_t(params.options().max_inflight) * max_unit * dtypes.param_bytes
                                : 0;
+  DtypePolicy traffic = dtypes;  // gradients travel in the reduce dtype
+  traffic.grad_bytes = int(dtype_size(placement.reduce_dtype));
   rep.predicted_comm_bytes = predict_comm_bytes(params.options().kind, rep.world, rep.shard_group, rep.params,
-                                                trainer.options().grad_accum, dtypes);
+                                                trainer.options().grad_accum, traffic);
 
   RankMemory mine;
-  mine.stats = Allocator::of(Device::cpu).stats();
+  mine.stats = Allocator::of(placement.device).stats();
   const auto& history = trainer.history();
   for (const auto& h : history) {
     mine.comm_bytes_per_step += double(h.comm_bytes) / history.size();
@@ -87,7 +93,8 @@ int64_t MemoryReport::measured_model_states() const {
 
 void MemoryReport::print(std::ostream& out) const {
   out << "memory report: " << strategy << ", world " << world << ", shard group " << shard_group << ", "
-      << params << " parameters (MiB; live / peak per category)\n";
+      << params << " parameters, " << device << " memory, " << param_dtype << " params, " << reduce_dtype
+      << " reduce (MiB; live / peak per category)\n";
   out << std::left << std::setw(6) << "rank";
   for (Category c : kAllCategories) out << std::setw(20) << category_name(c);
   out << std::setw(12) << "peak total" << "comm/step\n";
@@ -112,6 +119,9 @@ void MemoryReport::print(std::ostream& out) const {
 nlohmann::json MemoryReport::to_json() const {
   nlohmann::json j;
   j["strategy"] = strategy;
+  j["device"] = device;
+  j["param_dtype"] = param_dtype;
+  j["reduce_dtype"] = reduce_dtype;
   j["world"] = world;
   j["shard_group"] = shard_group;
   j["params"] = params;

@@ -22,6 +22,9 @@ struct RankMemory {
 
 struct MemoryReport {
   std::string strategy;
+  std::string device;  // where the measured bytes live; the prediction follows the param dtype
+  std::string param_dtype;
+  std::string reduce_dtype;
   int world = 1;
   int shard_group = 1;
   int64_t params = 0;  // Ψ

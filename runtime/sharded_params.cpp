@@ -4,13 +4,15 @@
 #include <exception>
 
 #include "kernels/device_memory.h"
+#include "kernels/ops.h"
 
 namespace zshard {
 
 struct ShardedParams::Unit {
   Unit(const UnitSpec& spec, int group) : layout(spec, group) {}
   FlatLayout layout;
-  Tensor resident;      // params: the full flat buffer when resident, this rank's shard when sharded
+  Tensor resident;      // compute copy: the full flat buffer when resident, this rank's shard when sharded
+  Tensor master;        // the fp32 owned shard; a view into `resident` when the param dtype is fp32
   Tensor gathered;      // sharded params: the all-gathered full buffer while the unit is in use
   comm::WorkPtr gather_work;
   int gather_refs = 0;
@@ -24,36 +26,72 @@ struct ShardedParams::Unit {
 namespace {
 constexpr DType kF32 = DType::f32;
 
-Tensor flat(int64_t n, Category category) { return Tensor::zeros({n}, kF32, Device::cpu, category); }
+// Calls fn(T{}) with T the element type of `dtype` (float or bf16): where a runtime dtype picks an op's
+// template argument.
+template <class Fn>
+decltype(auto) with_element_type(DType dtype, Fn&& fn) {
+  if (dtype == DType::bf16) return fn(bf16{});
+  ZS_CHECK(dtype == DType::f32, "parameters and gradients are f32 or bf16, not ", dtype_name(dtype));
+  return fn(float{});
+}
+
+// This rank's shard of a unit buffer that holds either the full unit or that shard already.
+Tensor owned_part(const FlatLayout& layout, int shard, const Tensor& buffer) {
+  if (buffer.numel() != layout.padded_numel()) return buffer;
+  return buffer.view(layout.shard_begin(shard), {layout.shard_numel()});
+}
+
+// dst += src, both on `device`; src is converted to dst's dtype first when they differ.
+void accumulate(Device device, const Tensor& dst, Tensor src) {
+  const size_t n = size_t(dst.numel());
+  if (src.dtype() != dst.dtype()) {
+    Tensor converted = Tensor::empty(dst.shape(), dst.dtype(), device, Category::comm);
+    ops::convert(device, converted.raw(), dst.dtype(), src.raw(), src.dtype(), n);
+    src = converted;
+  }
+  with_element_type(dst.dtype(), [&](auto t) {
+    using T = decltype(t);
+    ops::axpy(device, dst.data<T>(), src.data<T>(), 1.0f, n);
+  });
+}
 }  // namespace
 
-ShardedParams::ShardedParams(const Model& model, comm::Communicator& world, const StrategyOptions& options,
-                             uint64_t seed)
-    : world_(world),
-      options_(options),
-      shard_group_size_(zshard::shard_group_size(options, world.size())),
+ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const StrategyOptions& options,
+                             uint64_t seed, const Placement& placement)
+    : options_(options),
+      placement_(placement),
+      shard_group_size_(zshard::shard_group_size(options, comm.size())),
       params_sharded_(zshard::params_sharded(options.kind)),
       grads_sharded_(zshard::grads_sharded(options.kind)) {
   ZS_CHECK(options.max_inflight >= 1, "--max-inflight must be >= 1, got ", options.max_inflight);
-  groups_ = StrategyGroups::make(world, shard_group_size_);
+  for (DType t : {placement.param_dtype, placement.reduce_dtype})
+    ZS_CHECK(t == kF32 || t == DType::bf16, "parameters are kept and reduced in f32 or bf16, not ",
+             dtype_name(t));
+  groups_ = StrategyGroups::make(comm, shard_group_size_);
   shard_index_ = groups_.shard->rank();
+  const Device device = placement.device;
+  const DType compute = placement.param_dtype;
+  const auto zeros = [&](int64_t n, DType dtype, Category category) {
+    return Tensor::zeros({n}, dtype, device, category);
+  };
   const std::vector<UnitSpec> specs = model.units();
   for (size_t i = 0; i < specs.size(); ++i) {
     auto u = std::make_unique<Unit>(specs[i], shard_group_size_);
     const int64_t shard = u->layout.shard_numel(), padded = u->layout.padded_numel();
-    u->resident = flat(params_sharded_ ? shard : padded, Category::params);
-    u->grad_store = flat(grads_sharded_ ? shard : padded, Category::grads);
-    u->m = flat(shard, Category::optimizer);
-    u->v = flat(shard, Category::optimizer);
+    u->resident = zeros(params_sharded_ ? shard : padded, compute, Category::params);
+    u->master = compute == kF32 ? owned_compute(*u) : zeros(shard, kF32, Category::optimizer);
+    u->grad_store = zeros(grads_sharded_ ? shard : padded, compute, Category::grads);
+    u->m = zeros(shard, kF32, Category::optimizer);
+    u->v = zeros(shard, kF32, Category::optimizer);
     if (!params_sharded_) u->param_views = u->layout.views(u->resident);
     if (!grads_sharded_) {
       u->full_grads = u->grad_store;
       u->grad_views = u->layout.views(u->full_grads);
     }
     units_.push_back(std::move(u));
-    // Every rank initialises the whole unit from the seed and keeps its part, so the initial values do
-    // not depend on the world size or strategy.
-    Tensor full = flat(padded, Category::workspace);
+    // Every rank initialises the whole unit from the seed, on the host, and keeps its part, so the
+    // initial values do not depend on the world size, strategy or device.
+    Tensor full = Tensor::zeros({padded}, kF32, Device::cpu, Category::workspace);
     model.init_unit(int(i), units_.back()->layout.views(full), seed);
     set_unit_params(int(i), full.data<float>());
   }
@@ -71,51 +109,79 @@ const FlatLayout& ShardedParams::layout(int unit) const { return units_[unit]->l
 Tensor ShardedParams::adam_m(int unit) const { return units_[unit]->m; }
 Tensor ShardedParams::adam_v(int unit) const { return units_[unit]->v; }
 
-Tensor ShardedParams::owned_params(int unit) const {
-  const Unit& u = *units_[unit];
-  if (params_sharded_) return u.resident;
-  return u.resident.view(u.layout.shard_begin(shard_index_), {u.layout.shard_numel()});
+Tensor ShardedParams::owned_params(int unit) const { return units_[unit]->master; }
+
+Tensor ShardedParams::owned_compute(const Unit& u) const {
+  return owned_part(u.layout, shard_index_, u.resident);
 }
 
 Tensor ShardedParams::owned_grads(int unit) const {
   const Unit& u = *units_[unit];
-  if (grads_sharded_) return u.grad_store;
-  return u.grad_store.view(u.layout.shard_begin(shard_index_), {u.layout.shard_numel()});
+  return owned_part(u.layout, shard_index_, u.grad_store);
 }
 
 void ShardedParams::set_unit_params(int unit, const float* full) {
   Unit& u = *units_[unit];
-  const int64_t begin = params_sharded_ ? u.layout.shard_begin(shard_index_) : 0;
-  copy_bytes(u.resident.raw(), Device::cpu, full + begin, Device::cpu, u.resident.nbytes());
+  const Device device = placement_.device;
+  // The part of the unit this rank keeps, copied to the device in fp32: into the compute copy itself
+  // when that is fp32 (the master is a view into it), else into a staging buffer that the bf16 copy and
+  // the master are made from.
+  const int64_t begin = params_sharded_ ? u.layout.shard_begin(shard_index_) : 0, n = u.resident.numel();
+  const Tensor staged =
+      u.resident.dtype() == kF32 ? u.resident : Tensor::empty({n}, kF32, device, Category::workspace);
+  copy_bytes(staged.raw(), device, full + begin, Device::cpu, staged.nbytes());
+  if (staged.raw() == u.resident.raw()) return;
+  ops::convert(device, u.resident.raw(), u.resident.dtype(), staged.raw(), kF32, size_t(n));
+  const Tensor owned = staged.view(u.layout.shard_begin(shard_index_) - begin, {u.layout.shard_numel()});
+  copy_bytes(u.master.raw(), device, owned.raw(), device, u.master.nbytes());
 }
 
 std::vector<float> ShardedParams::full_unit_params(int unit) {
   Unit& u = *units_[unit];
   std::vector<float> out(u.layout.padded_numel());
-  if (params_sharded_) {
-    groups_.shard->all_gather(u.resident.raw(), out.data(), u.layout.shard_numel(), kF32)->wait();
-  } else {
-    copy_bytes(out.data(), Device::cpu, u.resident.raw(), Device::cpu, u.resident.nbytes());
-  }
+  // Collectives on a device take device buffers: gather there, then copy to the host.
+  Tensor staging;
+  if (placement_.device != Device::cpu)
+    staging = Tensor::empty({u.layout.padded_numel()}, kF32, placement_.device, Category::comm);
+  void* dst = staging.defined() ? staging.raw() : out.data();
+  if (comm::WorkPtr work = gather_shards(u.master.raw(), dst, u.layout.shard_numel(), kF32)) work->wait();
+  if (staging.defined()) copy_bytes(out.data(), Device::cpu, dst, placement_.device, staging.nbytes());
   return out;
 }
 
 void ShardedParams::sync_resident_params() {
+  if (placement_.param_dtype != kF32) {
+    for (auto& u : units_) {
+      const Tensor compute = owned_compute(*u);
+      ops::convert(placement_.device, compute.raw(), compute.dtype(), u->master.raw(), kF32,
+                   size_t(compute.numel()));
+    }
+  }
+  gather_resident_params();
+}
+
+void ShardedParams::gather_resident_params() {
   if (params_sharded_ || shard_group_size_ == 1) return;
   std::vector<comm::WorkPtr> works;
-  for (auto& u : units_) {
-    float* full = u->resident.data<float>();
-    const int64_t shard = u->layout.shard_numel();
-    works.push_back(groups_.shard->all_gather(full + u->layout.shard_begin(shard_index_), full, shard, kF32));
-  }
+  for (auto& u : units_)
+    works.push_back(gather_shards(owned_compute(*u).raw(), u->resident.raw(), u->layout.shard_numel(),
+                                  u->resident.dtype()));
   for (auto& w : works) w->wait();
+}
+
+comm::WorkPtr ShardedParams::gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype) {
+  if (shard_group_size_ > 1) return groups_.shard->all_gather(send, recv, size_t(shard_numel), dtype);
+  copy_bytes(recv, placement_.device, send, placement_.device, size_t(shard_numel) * dtype_size(dtype));
+  return nullptr;
 }
 
 // ---- gather / release ----
 
 void ShardedParams::start_gather(Unit& u) {
-  u.gathered = Tensor::empty({u.layout.padded_numel()}, kF32, Device::cpu, Category::comm);
-  u.gather_work = groups_.shard->all_gather(u.resident.raw(), u.gathered.raw(), u.layout.shard_numel(), kF32);
+  u.gathered =
+      Tensor::empty({u.layout.padded_numel()}, u.resident.dtype(), placement_.device, Category::comm);
+  u.gather_work =
+      gather_shards(u.resident.raw(), u.gathered.raw(), u.layout.shard_numel(), u.resident.dtype());
   u.param_views = u.layout.views(u.gathered);
 }
 
@@ -173,7 +239,8 @@ const UnitTensors& ShardedParams::grads(int unit) {
   in_backward_ = true;
   Unit& u = *units_[unit];
   if (!u.full_grads.defined()) {
-    u.full_grads = flat(u.layout.padded_numel(), Category::comm);
+    u.full_grads =
+        Tensor::zeros({u.layout.padded_numel()}, u.grad_store.dtype(), placement_.device, Category::comm);
     u.grad_views = u.layout.views(u.full_grads);
   }
   return u.grad_views;
@@ -183,13 +250,20 @@ void ShardedParams::grads_ready(int unit) {
   Unit& u = *units_[unit];
   ZS_CHECK(u.full_grads.defined(), "grads_ready for unit ", u.layout.spec().name, " without grads()");
   if (!sync_grads_ && !grads_sharded_) return;  // no_sync: keep accumulating locally
-  Reduction r{unit, false, nullptr, Tensor()};
+  Reduction r{unit, false, nullptr, u.full_grads, Tensor()};
+  const Device device = placement_.device;
+  const DType reduce = placement_.reduce_dtype;
+  if (reduce != r.send.dtype()) {
+    r.send = Tensor::empty(u.full_grads.shape(), reduce, device, Category::comm);
+    ops::convert(device, r.send.raw(), reduce, u.full_grads.raw(), u.full_grads.dtype(),
+                 size_t(u.full_grads.numel()));
+  }
   const int64_t shard = u.layout.shard_numel();
   if (shard_group_size_ > 1) {
-    r.scratch = Tensor::empty({shard}, kF32, Device::cpu, Category::comm);
-    r.work = groups_.shard->reduce_scatter(u.full_grads.raw(), r.scratch.raw(), shard, kF32, comm::ReduceOp::sum);
+    r.scratch = Tensor::empty({shard}, reduce, device, Category::comm);
+    r.work = groups_.shard->reduce_scatter(r.send.raw(), r.scratch.raw(), shard, reduce, comm::ReduceOp::sum);
   } else {
-    r.scratch = u.full_grads;  // a group of one: the full buffer is the shard
+    r.scratch = r.send;  // a group of one: the full buffer is the shard
   }
   reductions_.push_back(std::move(r));
   poll_reductions();
@@ -208,21 +282,24 @@ bool ShardedParams::advance(Reduction& r, bool blocking) {
     if (!r.reduce_scattered) {
       r.reduce_scattered = true;
       if (groups_.replica->size() > 1) {
-        r.work = groups_.replica->all_reduce(r.scratch.raw(), r.scratch.numel(), kF32, comm::ReduceOp::sum);
+        r.work = groups_.replica->all_reduce(r.scratch.raw(), r.scratch.numel(), r.scratch.dtype(),
+                                             comm::ReduceOp::sum);
         continue;
       }
     }
     break;
   }
-  // The reduced shard lands in the owned gradients: added for sharded grads (they accumulate over
-  // micro-steps), copied into the owned slice for zero1, already in place for ddp.
+  // The reduced shard lands in the owned gradients, converted when the reduce dtype differs: added for
+  // sharded grads (they accumulate over micro-steps), copied into the owned slice for zero1, already in
+  // place for ddp.
   Unit& u = *units_[r.unit];
-  Tensor dest = owned_grads(r.unit);
+  const Tensor dest = owned_grads(r.unit);
   if (dest.raw() != r.scratch.raw()) {
     if (grads_sharded_) {
-      cpu::axpy(dest.data<float>(), r.scratch.data<float>(), 1.0f, size_t(dest.numel()));
+      accumulate(placement_.device, dest, r.scratch);
     } else {
-      copy_bytes(dest.raw(), Device::cpu, r.scratch.raw(), Device::cpu, dest.nbytes());
+      ops::convert(placement_.device, dest.raw(), dest.dtype(), r.scratch.raw(), r.scratch.dtype(),
+                   size_t(dest.numel()));
     }
   }
   if (grads_sharded_) {
@@ -264,33 +341,59 @@ double ShardedParams::grad_norm() {
   double sum = 0;
   for (int i = 0; i < num_units(); ++i) {
     const FlatLayout& layout = units_[i]->layout;
-    const float* g = owned_grads(i).data<float>();
+    const Tensor grads = owned_grads(i);
     const int64_t base = layout.shard_begin(shard_index_);
-    for (const auto& seg : layout.shard_segments(shard_index_))
-      sum += cpu::sum_squares(g + (seg.flat_begin - base), size_t(seg.count));
+    with_element_type(grads.dtype(), [&](auto t) {
+      using T = decltype(t);
+      const T* g = grads.data<T>();
+      for (const auto& seg : layout.shard_segments(shard_index_))
+        sum += ops::sum_squares(placement_.device, g + (seg.flat_begin - base), size_t(seg.count));
+    });
   }
   // Replicas hold identical shards, so the shard group alone covers every element once.
-  comm::all_reduce_sum(*groups_.shard, &sum, 1);
-  return std::sqrt(sum);
+  return std::sqrt(sum_over_shard_group(sum));
 }
 
-void ShardedParams::optimizer_step(const cpu::AdamWParams& hp) {
+double ShardedParams::sum_over_shard_group(double value) {
+  comm::Communicator& group = *groups_.shard;
+  if (group.device() == Device::cpu) {
+    comm::all_reduce_sum(group, &value, 1);
+    return value;
+  }
+  // A device communicator (nccl) reduces device memory only: the scalar makes a round trip.
+  const Tensor scalar = Tensor::empty({1}, DType::f64, group.device(), Category::workspace);
+  copy_bytes(scalar.raw(), group.device(), &value, Device::cpu, sizeof value);
+  group.all_reduce(scalar.raw(), 1, DType::f64, comm::ReduceOp::sum)->wait();
+  copy_bytes(&value, Device::cpu, scalar.raw(), group.device(), sizeof value);
+  return value;
+}
+
+void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
+  const Device device = placement_.device;
   for (int i = 0; i < num_units(); ++i) {
     Unit& u = *units_[i];
-    float* p = owned_params(i).data<float>();
-    const float* g = owned_grads(i).data<float>();
+    float* p = u.master.data<float>();
     float* m = u.m.data<float>();
     float* v = u.v.data<float>();
+    // With bf16 parameters the kernel writes the owned part of the compute copy in the same pass; with
+    // fp32 the master is that part already.
+    bf16* copy = u.resident.dtype() == DType::bf16 ? owned_compute(u).data<bf16>() : nullptr;
+    const Tensor grads = owned_grads(i);
     const int64_t base = u.layout.shard_begin(shard_index_);
-    for (const auto& seg : u.layout.shard_segments(shard_index_)) {
-      cpu::AdamWParams seg_hp = hp;
-      if (!u.layout.spec().params[seg.param].weight_decay) seg_hp.weight_decay = 0;
-      const int64_t off = seg.flat_begin - base;
-      cpu::adamw_step(p + off, g + off, m + off, v + off, size_t(seg.count), seg_hp);
-    }
+    with_element_type(grads.dtype(), [&](auto t) {
+      using T = decltype(t);
+      const T* g = grads.data<T>();
+      for (const auto& seg : u.layout.shard_segments(shard_index_)) {
+        ops::AdamWParams seg_hp = hp;
+        if (!u.layout.spec().params[seg.param].weight_decay) seg_hp.weight_decay = 0;
+        const int64_t off = seg.flat_begin - base;
+        ops::adamw_step(device, p + off, g + off, m + off, v + off, size_t(seg.count), seg_hp,
+                        copy ? copy + off : nullptr);
+      }
+    });
     u.grad_store.zero_();
   }
-  sync_resident_params();
+  gather_resident_params();
 }
 
 comm::CommStats ShardedParams::comm_stats() const {

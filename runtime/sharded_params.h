@@ -1,5 +1,6 @@
 // ShardedParams: the runtime side of the model API. It owns every unit's parameters, gradients and
-// AdamW state as the strategy prescribes, and implements gather / release / grads / grads_ready:
+// AdamW state as the strategy prescribes, on the run's device, and implements gather / release / grads /
+// grads_ready:
 //
 //   gather(u)       sharded params: all-gather the unit into a transient buffer (waiting on a prefetch
 //                   when one is in flight) and start the next unit's gather, in the order recorded on
@@ -13,23 +14,53 @@
 //                   lands in the owned gradient shard. ddp and zero1 skip it until the last micro-step of
 //                   an accumulation (no_sync); zero2/3 and hybrid reduce every micro-step so that no full
 //                   gradient outlives its unit's backward.
+//
+// Dtypes (Placement). Every buffer lives on placement.device; three dtypes are in play:
+//   master     fp32, this rank's owned shard: what AdamW updates and what checkpoints and exports save.
+//   params     the compute copy the model reads, in the param dtype (f32, or bf16 on cuda): full on every
+//              rank where parameters are resident (ddp, zero1, zero2), this rank's shard where they are
+//              sharded (zero3, hybrid). Gathers all-gather compute-dtype shards, so bf16 halves them.
+//              With fp32 parameters the master IS the compute copy (its owned slice, or the shard): one
+//              buffer, counted as params. With bf16 the master is a buffer of its own, counted as
+//              optimizer state beside Adam m and v: K = 12 bytes per parameter, the ZeRO paper's.
+//   grads      the param dtype everywhere: the full accumulators the model writes and the owned store.
+//              params + grads + optimizer are then exactly the ZeRO formulas (16 bytes per parameter in
+//              bf16 with K = 12, and in fp32 with K = 8), and AdamW reads the gradients as they are.
+// The reduce dtype is the dtype of the gradient collectives only. When it differs from the gradient
+// dtype, the unit's gradient is converted into a comm buffer, reduced there, and the reduced shard is
+// converted back into (or added to) the owned gradients. Keeping the gradients themselves in an fp32
+// reduce dtype was the alternative; it would make the owned store 4 bytes per element under bf16 and the
+// model states no longer the paper's, while the conversion costs only a transient buffer per unit in
+// flight (an fp32 reduction still sums in fp32 and rounds once, when it lands).
+// AdamW steps the fp32 master shard from the owned gradients and, with bf16 parameters, writes the bf16
+// compute copy in the same pass: the owned slice of the full copy (then all-gathered, as in fp32) or
+// the shard.
 #pragma once
 #include <deque>
 #include <memory>
 #include <vector>
 
 #include "comm/communicator.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/ops.h"
 #include "models/model.h"
 #include "runtime/strategy.h"
 #include "shard/flat_unit.h"
 
 namespace zshard {
 
+// Where ShardedParams keeps a model and in which dtypes (see above).
+struct Placement {
+  Device device = Device::cpu;
+  DType param_dtype = DType::f32;   // compute copy and gradients: f32, or bf16 (cuda)
+  DType reduce_dtype = DType::f32;  // gradient collectives: f32 or bf16
+};
+
 class ShardedParams : public ParamContext {
  public:
-  // Collective over `world`. Parameters start from model.init_unit(seed).
-  ShardedParams(const Model& model, comm::Communicator& world, const StrategyOptions& options, uint64_t seed);
+  // Collective over `comm`, which the strategy's groups split from and whose collectives carry
+  // placement.device's buffers. Parameters start from model.init_unit(seed), computed on the host.
+  ShardedParams(const Model& model, comm::Communicator& comm, const StrategyOptions& options, uint64_t seed,
+                const Placement& placement = {});
   ~ShardedParams() override;
 
   // ParamContext
@@ -37,14 +68,14 @@ class ShardedParams : public ParamContext {
   void release(int unit) override;
   const UnitTensors& grads(int unit) override;
   void grads_ready(int unit) override;
-  Device device() const override { return Device::cpu; }
-  DType compute_dtype() const override { return DType::f32; }
+  Device device() const override { return placement_.device; }
+  DType compute_dtype() const override { return placement_.param_dtype; }
 
   // Step protocol, driven by the trainer.
   void begin_micro_step(bool sync_grads);  // sync_grads false = accumulate locally (ddp/zero1 no_sync)
   void end_micro_step();                   // waits for every reduction still in flight
   double grad_norm();                      // global L2 norm of the reduced gradient (one all-reduce)
-  void optimizer_step(const cpu::AdamWParams& hp);  // AdamW on owned shards, re-gather, zero grads
+  void optimizer_step(const ops::AdamWParams& hp);  // AdamW on owned shards, re-gather, zero grads
 
   // Layout and owned state, for checkpoints, exports and reports.
   int num_units() const { return int(units_.size()); }
@@ -52,17 +83,19 @@ class ShardedParams : public ParamContext {
   int shard_index() const { return shard_index_; }
   int shard_group_size() const { return shard_group_size_; }
   const StrategyOptions& options() const { return options_; }
-  comm::Communicator& world() const { return world_; }
-  // The owned shard (shard_numel elements) of the master params, Adam m and Adam v.
+  const Placement& placement() const { return placement_; }
+  // The owned shard (shard_numel elements, on the device) of the fp32 master params, the gradients
+  // (param dtype), Adam m and Adam v.
   Tensor owned_params(int unit) const;
   Tensor owned_grads(int unit) const;
   Tensor adam_m(int unit) const;
   Tensor adam_v(int unit) const;
-  // After writing owned shards directly (loading), makes resident full copies consistent.
+  // After writing owned master shards directly (loading), makes the compute copies consistent.
+  // Collective.
   void sync_resident_params();
   // Sets a unit's parameters from a full flat host buffer (padded_numel floats), every rank the same.
   void set_unit_params(int unit, const float* full);
-  // Full flat parameters of a unit (padded_numel), all-gathered when sharded. Collective.
+  // Full flat fp32 master parameters of a unit (padded_numel, host), all-gathered. Collective.
   std::vector<float> full_unit_params(int unit);
   // Bytes moved by this rank's communicators since the last reset.
   comm::CommStats comm_stats() const;
@@ -74,9 +107,16 @@ class ShardedParams : public ParamContext {
     int unit;
     bool reduce_scattered;  // stage: reduce-scatter done, all-reduce (if any) next
     comm::WorkPtr work;
-    Tensor scratch;
+    Tensor send;     // the unit's gradient in the reduce dtype (the full gradient itself when they agree)
+    Tensor scratch;  // the reduced shard, in the reduce dtype
   };
 
+  Tensor owned_compute(const Unit& u) const;  // this rank's part of the compute copy
+  // all_gather over the shard group; a group of one is a device copy (null Work): it moves nothing,
+  // and the self backend copies host memory only.
+  comm::WorkPtr gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype);
+  double sum_over_shard_group(double value);
+  void gather_resident_params();
   void start_gather(Unit& u);
   void finish_gather(Unit& u);
   void prefetch_after(size_t position);
@@ -85,8 +125,8 @@ class ShardedParams : public ParamContext {
   void poll_reductions();
   int inflight_units() const;
 
-  comm::Communicator& world_;
   StrategyOptions options_;
+  Placement placement_;
   StrategyGroups groups_;
   int shard_group_size_;
   int shard_index_;

@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
     Trainer trainer(options, world);
     if (rank == 0)
       std::cout << "zshard-train: " << strategy << " on " << world.size() << " rank(s), "
+                << device_name(options.placement.device) << " (" << dtype_flag(options.placement.param_dtype)
+                << " params, " << dtype_flag(options.placement.reduce_dtype) << " reduce, "
+                << (comm_backend(options) == CommBackend::nccl ? "nccl" : "mpi") << "), "
                 << trainer.config().num_params() << " parameters, batch " << options.batch << "x"
                 << options.seq << (options.grad_accum > 1 ? " x" + std::to_string(options.grad_accum) : "")
                 << ", " << options.steps << " steps\n";

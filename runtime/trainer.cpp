@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/ops.h"
 #include "models/gpt2.h"
 #include "models/gpt2_weights.h"
 #include "models/safetensors.h"
@@ -63,7 +64,23 @@ void check_weights_file(const std::string& path, const Model& model) {
 
 }  // namespace
 
+std::string_view dtype_flag(DType dtype) { return dtype == DType::f32 ? "fp32" : dtype_name(dtype); }
+
 void validate_options(const TrainOptions& o, int world_size) {
+  const Device device = o.placement.device;
+  for (const auto& [flag, dtype] : {std::pair{"--param-dtype", o.placement.param_dtype},
+                                    std::pair{"--reduce-dtype", o.placement.reduce_dtype}}) {
+    if (dtype != DType::f32 && dtype != DType::bf16)
+      usage(flag, " must be fp32 or bf16, got ", dtype_flag(dtype));
+    if (dtype == DType::bf16 && device == Device::cpu)
+      usage(flag, " bf16 needs --device cuda (the cpu computes in fp32)");
+  }
+  if (o.comm == CommBackend::nccl && device == Device::cpu)
+    usage("--comm nccl needs --device cuda (NCCL moves GPU buffers; the cpu uses --comm mpi)");
+  if (o.placement.reduce_dtype == DType::bf16 && comm_backend(o) == CommBackend::mpi)
+    usage("--reduce-dtype bf16 needs --comm nccl (MPI sums fp32, not bf16)");
+  if (const std::string why = device_unavailable(device); !why.empty())
+    usage("--device ", device_name(device), ": ", why);
   if (o.batch < 1) usage("--batch must be >= 1, got ", o.batch);
   if (o.seq < 1) usage("--seq must be >= 1, got ", o.seq);
   if (o.steps < 0) usage("--steps must be >= 0, got ", o.steps);
@@ -105,6 +122,10 @@ void validate_options(const TrainOptions& o, int world_size) {
     usage("--batch ", o.batch, " is smaller than the world size ", world_size,
           ": every rank needs at least one sequence");
   }
+}
+
+CommBackend comm_backend(const TrainOptions& o) {
+  return o.comm.value_or(o.placement.device == Device::cuda ? CommBackend::nccl : CommBackend::mpi);
 }
 
 GPT2Config resolve_model_config(const TrainOptions& o) {
@@ -154,7 +175,12 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
                options_.lr_schedule == "cosine"};
   world.set_timeout(std::chrono::duration_cast<comm::Clock::duration>(
       std::chrono::duration<double>(options_.comm_timeout_s)));
-  params_ = std::make_unique<ShardedParams>(*model_, world, options_.strategy, options_.seed);
+  // Every rank has a usable device (validate_options); selecting it can still fail locally.
+  if (options_.placement.device != Device::cpu)
+    run_agreed(world, [&] { select_device(options_.placement.device, world); });
+  device_comm_ = open_device_comm(comm_backend(options_), world);
+  params_ = std::make_unique<ShardedParams>(*model_, device_comm_ ? *device_comm_ : world, options_.strategy,
+                                            options_.seed, options_.placement);
   if (!options_.init_from.empty()) load_weights(options_.init_from);
 }
 
@@ -206,14 +232,19 @@ StepResult Trainer::step() {
     if (coef < 1.0) clip_scale = float(coef);
   }
   r.lr = schedule_.at(steps_done_);
-  cpu::AdamWParams hp{r.lr, options_.beta1, options_.beta2, options_.eps, options_.wd, r.step, clip_scale};
+  ops::AdamWParams hp{r.lr, options_.beta1, options_.beta2, options_.eps, options_.wd, r.step, clip_scale};
   params_->optimizer_step(hp);
   comm::all_reduce_sum(world_, &loss_sum, 1);
   r.loss = loss_sum / global_tokens;
+  ops::synchronize(options_.placement.device);  // the step's device work is queued, not yet done
 
   const comm::CommStats after = params_->comm_stats();
   r.comm_bytes = after.total_bytes() - before.total_bytes();
-  r.comm_exposed_ms = (after.seconds_waiting - before.seconds_waiting) * 1e3;
+  // Exposed communication is what the host spends blocked in Work::wait(). NCCL's wait() only makes the
+  // compute stream wait and returns at once, so that time would read ~0 however long the GPU stalls on
+  // a collective: NaN says "not measured" instead of a false 0.
+  r.comm_exposed_ms = device_comm_ ? std::nan("")
+                                   : (after.seconds_waiting - before.seconds_waiting) * 1e3;
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   r.tokens_per_s = global_tokens / (r.ms / 1e3);
   ++steps_done_;

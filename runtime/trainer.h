@@ -7,6 +7,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "models/gpt2_config.h"
 #include "models/model.h"
 #include "runtime/data.h"
+#include "runtime/device_setup.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/sharded_params.h"
 #include "runtime/strategy.h"
@@ -45,6 +47,8 @@ struct TrainOptions {
   uint64_t seed = 1337;
   // runtime
   StrategyOptions strategy;
+  Placement placement;              // --device, --param-dtype, --reduce-dtype
+  std::optional<CommBackend> comm;  // --comm; unset: nccl on cuda, mpi on cpu
   double comm_timeout_s = 300;
   // output
   std::string log_json;
@@ -58,9 +62,13 @@ struct TrainOptions {
   std::string resume;  // a checkpoint directory, or "latest": the newest one in save_dir
 };
 
+// How --param-dtype and --reduce-dtype spell a dtype: fp32, bf16.
+std::string_view dtype_flag(DType dtype);
+
 // Checks every option that does not need the data or the model; throws UsageError naming the flag.
 void validate_options(const TrainOptions& options, int world_size);
 GPT2Config resolve_model_config(const TrainOptions& options);
+CommBackend comm_backend(const TrainOptions& options);  // --comm, or its default for --device
 
 struct StepResult {
   int step = 0;        // 1-based index of the optimizer step just taken
@@ -70,7 +78,9 @@ struct StepResult {
   double ms = 0;
   double tokens_per_s = 0;
   int64_t comm_bytes = 0;    // this rank, this step
-  double comm_exposed_ms = 0;  // time this rank spent blocked on communication
+  // Time this rank spent blocked on communication; NaN (null in JSON) where the host cannot see it
+  // (nccl, see Trainer::step).
+  double comm_exposed_ms = 0;
 };
 
 class Trainer {
@@ -93,6 +103,8 @@ class Trainer {
   const GPT2Config& config() const { return config_; }
   Model& model() { return *model_; }
   ShardedParams& params() { return *params_; }
+  // The launch's world, for host-buffer collectives; with nccl the params' own run on another one.
+  comm::Communicator& world() { return world_; }
   const std::vector<StepResult>& history() const { return history_; }
   int rank_batch() const { return rank_batch_; }
   int rank_offset() const { return rank_offset_; }
@@ -109,6 +121,7 @@ class Trainer {
   GPT2Config config_;
   TokenDataset data_;
   std::unique_ptr<Model> model_;
+  std::unique_ptr<comm::Communicator> device_comm_;  // nccl: what params_'s groups split from (outlives them)
   std::unique_ptr<ShardedParams> params_;
   LrSchedule schedule_;
   int rank_batch_ = 0;

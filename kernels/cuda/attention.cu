@@ -81,7 +81,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   const int hs = C / NH, C3 = 3 * C;
   const long long tt = (long long)Tn * Tn;
   const float scale = 1.f / std::sqrt(float(hs));
-  // Score gradients of one batch element (all heads). Freed by cudaFree, which waits for the device.
+  // Score gradients of one batch element (all heads). The allocator frees it in order on the legacy
+  // default stream, after the kernels below (that stream waits for every blocking stream's work).
   Buffer scratch(size_t(NH) * tt * sizeof(T), Device::cuda, Category::workspace);
   T* ds = static_cast<T*>(scratch.data());
   const int rows = NH * Tn;

@@ -37,16 +37,15 @@ __global__ void cross_entropy_kernel(T* dlogits, T* losses, const T* logits, con
 
 template <class T>
 double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
-                                      int V, T dloss, cudaStream_t stream) {
+                                      int V, float dloss, cudaStream_t stream) {
   if (N == 0) return 0.0;
-  cross_entropy_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(dlogits, losses, logits, targets, V,
-                                                               host_f32(dloss));
+  cross_entropy_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(dlogits, losses, logits, targets, V, dloss);
   ZS_CUDA_CHECK_LAUNCH();
   return sum_as_double(losses, size_t(N), stream);
 }
 
 #define ZS_INSTANTIATE(T)                                                                               \
-  template double cross_entropy_forward_backward<T>(T*, T*, const T*, const int32_t*, int, int, T,      \
+  template double cross_entropy_forward_backward<T>(T*, T*, const T*, const int32_t*, int, int, float,  \
                                                     cudaStream_t);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(bf16)

@@ -95,9 +95,9 @@ void residual_backward(T* da, T* db, const T* dout, size_t n, cudaStream_t strea
 }
 
 template <class T>
-void axpy(T* y, const T* x, T alpha, size_t n, cudaStream_t stream) {
+void axpy(T* y, const T* x, float alpha, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  axpy_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(y, x, host_f32(alpha), n);
+  axpy_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(y, x, alpha, n);
   ZS_CUDA_CHECK_LAUNCH();
 }
 
@@ -106,7 +106,7 @@ void axpy(T* y, const T* x, T alpha, size_t n, cudaStream_t stream) {
   template void gelu_backward<T>(T*, const T*, const T*, size_t, cudaStream_t);                         \
   template void residual_forward<T>(T*, const T*, const T*, size_t, cudaStream_t);                      \
   template void residual_backward<T>(T*, T*, const T*, size_t, cudaStream_t);                           \
-  template void axpy<T>(T*, const T*, T, size_t, cudaStream_t);
+  template void axpy<T>(T*, const T*, float, size_t, cudaStream_t);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(bf16)
 #undef ZS_INSTANTIATE

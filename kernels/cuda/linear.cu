@@ -57,10 +57,9 @@ void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
 }
 
 template <class T>
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
-          T beta, T* C, int ldc, cudaStream_t stream) {
-  gemm_batched<T>(trans_a, trans_b, M, N, K, host_f32(alpha), A, lda, 0, B, ldb, 0, host_f32(beta), C, ldc,
-                  0, 1, stream);
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda, const T* B,
+          int ldb, float beta, T* C, int ldc, cudaStream_t stream) {
+  gemm_batched<T>(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, stream);
 }
 
 template <class T>
@@ -89,7 +88,7 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 #define ZS_INSTANTIATE(T)                                                                               \
   template void gemm_batched<T>(bool, bool, int, int, int, float, const T*, int, long long, const T*, int, \
                                 long long, float, T*, int, long long, int, cudaStream_t);                \
-  template void gemm<T>(bool, bool, int, int, int, T, const T*, int, const T*, int, T, T*, int,         \
+  template void gemm<T>(bool, bool, int, int, int, float, const T*, int, const T*, int, float, T*, int,         \
                         cudaStream_t);                                                                  \
   template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int, cudaStream_t);       \
   template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int, cudaStream_t);

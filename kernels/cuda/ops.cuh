@@ -37,10 +37,12 @@ template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const T* mean, const T* rstd, int N, int C, cudaStream_t stream = nullptr);
 
-// cuBLAS with fp32 accumulation (CUBLAS_COMPUTE_32F: no TF32 for fp32 inputs).
+// cuBLAS with fp32 accumulation (CUBLAS_COMPUTE_32F: no TF32 for fp32 inputs). Scalars (alpha, beta here,
+// dloss and axpy's alpha below) are fp32 for every T: rounding a factor like 1/96 to bf16 would bias every
+// result by up to 0.4%.
 template <class T>
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
-          T beta, T* C, int ldc, cudaStream_t stream = nullptr);
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda, const T* B,
+          int ldb, float beta, T* C, int ldc, cudaStream_t stream = nullptr);
 template <class T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
                     cudaStream_t stream = nullptr);
@@ -68,7 +70,7 @@ void residual_backward(T* da, T* db, const T* dout, size_t n, cudaStream_t strea
 // One block per row. dlogits may alias logits. Returns the sum of the N losses (synchronises `stream`).
 template <class T>
 double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
-                                      int V, T dloss, cudaStream_t stream = nullptr);
+                                      int V, float dloss, cudaStream_t stream = nullptr);
 
 // AdamW on the fp32 master shard (param, m, v) with gradients G = float or bf16. When `param_bf16` is not
 // null the kernel also writes the bf16 compute copy of the updated parameters, in the same pass.
@@ -82,7 +84,7 @@ double sum_squares(const T* x, size_t n, cudaStream_t stream = nullptr);
 
 // y += alpha * x
 template <class T>
-void axpy(T* y, const T* x, T alpha, size_t n, cudaStream_t stream = nullptr);
+void axpy(T* y, const T* x, float alpha, size_t n, cudaStream_t stream = nullptr);
 
 // dst[i] = src[i] between float and bf16 (round to nearest even). Instantiated for <float, bf16> and
 // <bf16, float>.

@@ -2,6 +2,7 @@
 
 #include <nccl.h>
 
+#include <cstdint>
 #include <cstdio>
 
 #include "kernels/allocator.h"
@@ -35,16 +36,30 @@ bool cuda_available() {
 
 namespace {
 
+// Stream-ordered allocation on the compute stream (the legacy default stream) from the device's pool:
+// cudaFree would synchronise the whole device on every transient buffer (gathered units, gradient and
+// reduction buffers), which ends any overlap of communication with compute. Ordering is safe because
+// every buffer a collective uses is released only after Work::wait() made the compute stream wait for
+// it, or after test() saw it complete.
 void* device_allocate(size_t bytes) {
   void* ptr = nullptr;
-  ZS_CUDA_CHECK(cudaMalloc(&ptr, bytes));
+  ZS_CUDA_CHECK(cudaMallocAsync(&ptr, bytes, nullptr));
   return ptr;
 }
 
 // Called from destructors: report, never throw.
 void device_release(void* ptr) {
-  if (cudaError_t rc = cudaFree(ptr); rc != cudaSuccess && rc != cudaErrorCudartUnloading)
-    std::fprintf(stderr, "zshard: cudaFree failed: %s\n", cudaGetErrorString(rc));
+  if (cudaError_t rc = cudaFreeAsync(ptr, nullptr); rc != cudaSuccess && rc != cudaErrorCudartUnloading)
+    std::fprintf(stderr, "zshard: cudaFreeAsync failed: %s\n", cudaGetErrorString(rc));
+}
+
+// The pool keeps what was freed instead of returning it to the driver at each synchronisation, so a
+// step's transient buffers are reused by the next step without new driver allocations.
+void keep_pool_memory(int device) {
+  cudaMemPool_t pool = nullptr;
+  ZS_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t keep_all = UINT64_MAX;
+  ZS_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
 }
 
 void device_memset(void* ptr, int value, size_t bytes) { ZS_CUDA_CHECK(cudaMemset(ptr, value, bytes)); }
@@ -82,6 +97,7 @@ void cuda_init(int device) {
   ZS_CHECK(device >= 0 && device < count, "cuda_init: device ", device, " out of range (", count,
            " visible)");
   ZS_CUDA_CHECK(cudaSetDevice(device));
+  keep_pool_memory(device);
   Allocator::of(Device::cuda).set_raw({device_allocate, device_release});
   set_device_memory_ops({device_memset, device_copy, device_pointer});
 }

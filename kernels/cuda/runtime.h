@@ -17,8 +17,8 @@ namespace zshard::cuda {
 // True when at least one GPU is usable. Without a driver or a device it returns false, never throws.
 bool cuda_available();
 
-// Selects `device` for this thread and installs the cudaMalloc/cudaFree raw allocator and the device
-// memset/copy ops, so that Buffer(…, Device::cuda, …) and copy_bytes work. Call once per process before
+// Selects `device` for this thread and installs the raw allocator (stream-ordered cudaMallocAsync/
+// cudaFreeAsync on the legacy default stream, the compute stream) and the device memset/copy ops, so that Buffer(…, Device::cuda, …) and copy_bytes work. Call once per process before
 // any device allocation.
 void cuda_init(int device);
 

@@ -1,6 +1,7 @@
-# Smoke test of the benchmark tools: zshard-bench at np 2 on tiny writes valid JSON with every strategy
-# the world allows, zshard-commbench finds no wrong element, zshard-mem prints and checks the bench JSON,
-# zshard-project prints its table.
+# Smoke test of the benchmark tools: zshard-bench at np 2 and 4 on tiny prints the table and writes valid
+# JSON with every strategy the world allows, zshard-commbench finds no wrong element and writes valid JSON
+# (with Open MPI, the ring Iallreduce that zshard's launch selects, unless the user chose one),
+# zshard-mem prints the ZeRO table and checks the bench JSON, zshard-project prints its table.
 source "$(dirname "$0")/lib.sh"
 BIN="$ZSHARD_BIN"
 
@@ -25,9 +26,46 @@ assert ddp['measured'] == ddp['theory'], ddp  # 16 bytes per parameter, nothing 
 "
 check "mem vs bench" "$BIN/zshard-mem" --check "$WORK/bench.json"
 
-check "commbench np 2" timeout 120 "${MPIRUN[@]}" -np 2 "$BIN/zshard-commbench" --max-size 64KiB \
-  --round-ms 5 --rounds 1
+# np 4 (oversubscribed on small machines): all five strategies, hybrid with shard groups of 2.
+check "bench np 4" timeout 300 "${MPIRUN[@]}" -np 4 "$BIN/zshard-bench" --model tiny --warmup-steps 1 --steps 1 \
+  --json "$WORK/bench4.json"
+for s in ddp zero1 zero2 zero3 hybrid; do
+  grep -Eq "^ *$s " "$WORK/out" || { echo "FAIL bench np 4: no table row for $s"; cat "$WORK/out"; failures=$((failures + 1)); }
+done
+check "bench np 4 JSON" python3 -c "
+import json
+d = json.load(open('$WORK/bench4.json'))
+got = [r['strategy'] for r in d['results']]
+assert got == ['ddp', 'zero1', 'zero2', 'zero3', 'hybrid'], got
+for r in d['results']:
+    assert r['world'] == 4 and r['step_ms']['median'] > 0 and r['tokens_per_s'] > 0, r['strategy']
+    ms = r['model_states_bytes']
+    assert ms['measured'] == ms['theory'], (r['strategy'], ms)
+"
+check "mem vs bench np 4" "$BIN/zshard-mem" --check "$WORK/bench4.json"
+
+check "commbench np 2" timeout 120 env -u OMPI_MCA_coll_libnbc_iallreduce_algorithm "${MPIRUN[@]}" -np 2 \
+  "$BIN/zshard-commbench" --max-size 64KiB --round-ms 5 --rounds 1 --json "$WORK/comm.json"
 grep -q "wrong elements: 0" "$WORK/out" || { echo "FAIL commbench: wrong elements"; failures=$((failures + 1)); }
+cp "$WORK/out" "$WORK/comm.out"
+check "commbench JSON" python3 -c "
+import json
+d = json.load(open('$WORK/comm.json'))
+assert d['world'] == 2 and d['backend'] == 'mpi', d
+rows = d['rows']
+assert sorted({r['op'] for r in rows}) == ['all_gather', 'all_reduce', 'reduce_scatter'], rows
+for r in rows:
+    assert r['wrong'] == 0 and r['busbw'] > 0 and r['raw_busbw'] > 0 and r['busbw_ratio'] > 0, r
+# Open MPI: launch selects libnbc's ring Iallreduce (its default is several times slower); other MPIs: ''.
+assert d['libnbc_iallreduce_algorithm'] in ('ring', ''), d['libnbc_iallreduce_algorithm']
+"
+# A user's own choice of the algorithm wins over zshard's.
+if grep -q "libnbc iallreduce algorithm" "$WORK/comm.out"; then
+  check "commbench user algorithm" timeout 120 env OMPI_MCA_coll_libnbc_iallreduce_algorithm=2 "${MPIRUN[@]}" \
+    -np 2 "$BIN/zshard-commbench" --ops all_reduce --max-size 1KiB --round-ms 1 --rounds 1
+  grep -q "libnbc iallreduce algorithm binomial" "$WORK/out" ||
+    { echo "FAIL commbench: the user's OMPI_MCA_coll_libnbc_iallreduce_algorithm=2 was overridden"; cat "$WORK/out"; failures=$((failures + 1)); }
+fi
 
 check "mem 7.5e9" "$BIN/zshard-mem" --params 7.5e9 --dtype mixed --world 1,4,16,64,1024
 grep -Eq "zero3 +64 +64 +.*1\.88 GB" "$WORK/out" || { echo "FAIL mem: no 1.88 GB row"; cat "$WORK/out"; failures=$((failures + 1)); }

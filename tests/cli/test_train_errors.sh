@@ -9,6 +9,9 @@ expect_failure "unknown model" 2 "unknown.*gpt2-xl|gpt2-xl.*" -- "$TRAIN" --mode
 expect_failure "missing data file" 1 "no/such/file" -- "$TRAIN" --data "$WORK/no/such/file"
 expect_failure "seq beyond context" 2 "--seq 4096 exceeds" -- "$TRAIN" --seq 4096
 expect_failure "missing weights" 1 "missing.safetensors" -- "$TRAIN" --init-from "$WORK/missing.safetensors"
+expect_failure "unknown device" 2 "--device: gpu not in" -- "$TRAIN" --device gpu
+expect_failure "bf16 on cpu" 2 "--param-dtype bf16 needs --device cuda" -- "$TRAIN" --param-dtype bf16
+expect_failure "nccl on cpu" 2 "--comm nccl needs --device cuda" -- "$TRAIN" --comm nccl
 
 # Under mpirun: rank 0 prints the line once, every rank exits non-zero, the job ends promptly.
 expect_failure "unknown strategy" 2 "unknown strategy 'zero4'" -- "${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero4
@@ -22,6 +25,14 @@ expect_failure "shard group" 2 "--shard-group 3 does not divide the world size 4
   "${MPIRUN[@]}" -np 4 "$TRAIN" --strategy hybrid --shard-group 3
 expect_failure "batch smaller than world" 2 "--batch 3 is smaller than the world size 4" -- \
   "${MPIRUN[@]}" -np 4 "$TRAIN" --batch 3
+# --device cuda on a build without the CUDA path or a machine without a GPU (where it trains, skip).
+if "$TRAIN" --device cuda --steps 0 >/dev/null 2>&1; then
+  echo "skip cuda unavailable: a GPU is usable here"
+else
+  expect_failure "cuda unavailable" 2 "--device cuda: (this zshard was built without|no CUDA device)" -- \
+    "${MPIRUN[@]}" -np 2 "$TRAIN" --device cuda
+  expect_one_line "cuda unavailable" "--device cuda"
+fi
 
 # One rank fails in the middle of step 3 while its peers wait in collectives: the whole job ends
 # within seconds with that rank's message.

@@ -1,19 +1,23 @@
 #include "tests/support/local_params.h"
 
 #include <algorithm>
+#include <type_traits>
 
+#include "kernels/device_memory.h"
 #include "kernels/error.h"
 
 namespace zshard::test {
 
-LocalParams::LocalParams(const Model& model, DType dtype) : dtype_(dtype) {
-  ZS_CHECK(dtype == DType::f32 || dtype == DType::f64, "LocalParams holds f32 or f64, not ",
-           dtype_name(dtype));
+LocalParams::LocalParams(const Model& model, DType dtype, Device device) : dtype_(dtype), device_(device) {
+  const bool on_cpu = device == Device::cpu;
+  ZS_CHECK(dtype == DType::f32 || (on_cpu ? dtype == DType::f64 : dtype == DType::bf16),
+           "LocalParams holds f32 or f64 on cpu and f32 or bf16 on cuda, not ", dtype_name(dtype), " on ",
+           device_name(device));
   for (const UnitSpec& unit : model.units()) {
     UnitTensors params, grads;
     for (const ParamSpec& p : unit.params) {
-      params.push_back(Tensor::zeros(p.shape, dtype, Device::cpu, Category::params));
-      grads.push_back(Tensor::zeros(p.shape, dtype, Device::cpu, Category::grads));
+      params.push_back(Tensor::zeros(p.shape, dtype, device, Category::params));
+      grads.push_back(Tensor::zeros(p.shape, dtype, device, Category::grads));
     }
     params_.push_back(std::move(params));
     grads_.push_back(std::move(grads));
@@ -71,18 +75,53 @@ const UnitTensors& LocalParams::grads(int unit) {
 
 void LocalParams::grads_ready(int unit) { events_.push_back({Call::grads_ready, checked(unit)}); }
 
+namespace {
+
+// Calls f(T{}) with T the element type of `dtype`.
+template <class F>
+void with_element_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::bf16: return f(bf16{});
+    default: fail("test tensors hold f32, f64 or bf16, not ", dtype_name(dtype));
+  }
+}
+
+// t itself on the host; for a device tensor a host tensor of its shape and dtype, holding its values
+// when `fetch`.
+Tensor on_host(const Tensor& t, bool fetch) {
+  if (t.device() == Device::cpu) return t;
+  Tensor host = Tensor::empty(t.shape(), t.dtype(), Device::cpu, t.category());
+  if (fetch) copy_bytes(host.raw(), Device::cpu, t.raw(), t.device(), t.nbytes());
+  return host;
+}
+
+}  // namespace
+
 std::vector<double> to_doubles(const Tensor& t) {
+  const Tensor host = on_host(t, true);
   std::vector<double> out(size_t(t.numel()));
-  if (t.dtype() == DType::f64) std::copy_n(t.data<double>(), t.numel(), out.begin());
-  else std::copy_n(t.data<float>(), t.numel(), out.begin());
+  with_element_type(t.dtype(), [&]<class T>(T) {
+    std::transform(host.data<T>(), host.data<T>() + t.numel(), out.begin(), [](T v) {
+      if constexpr (std::is_same_v<T, bf16>) return double(float(v));
+      else return double(v);
+    });
+  });
   return out;
 }
 
 void assign_doubles(const Tensor& t, const std::vector<double>& values) {
   ZS_CHECK(int64_t(values.size()) == t.numel(), "assigning ", values.size(), " values to a tensor of ",
            t.numel());
-  if (t.dtype() == DType::f64) std::copy(values.begin(), values.end(), t.data<double>());
-  else std::transform(values.begin(), values.end(), t.data<float>(), [](double v) { return float(v); });
+  const Tensor host = on_host(t, false);
+  with_element_type(t.dtype(), [&]<class T>(T) {
+    std::transform(values.begin(), values.end(), host.data<T>(), [](double v) {
+      if constexpr (std::is_same_v<T, bf16>) return bf16(float(v));
+      else return T(v);
+    });
+  });
+  if (t.device() != Device::cpu) copy_bytes(t.raw(), t.device(), host.raw(), Device::cpu, t.nbytes());
 }
 
 }  // namespace zshard::test

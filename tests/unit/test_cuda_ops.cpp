@@ -202,8 +202,7 @@ void check_gemm() {
   Vec Cm = random_vec<T>(size_t(M) * ldc, rng);
   DeviceArray<T> d_a(A), d_b(Bm), d_c(Cm);
   const float alpha = 0.5f, beta = -1.5f;
-  gemm<T>(true, true, M, N, K, from_float<T>(alpha), d_a.get(), lda, d_b.get(), ldb, from_float<T>(beta),
-          d_c.get(), ldc);
+  gemm<T>(true, true, M, N, K, alpha, d_a.get(), lda, d_b.get(), ldb, beta, d_c.get(), ldc);
   cpu::gemm<float>(true, true, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, Cm.data(), ldc);
   expect_close(d_c.host(), Cm, tolerance<T>(), "C");
 }
@@ -239,7 +238,7 @@ void check_elementwise() {
   gelu_backward(d_dx.get(), d_x.get(), d_dout.get(), n);
   residual_forward(d_sum.get(), d_x.get(), d_y.get(), n);
   residual_backward(d_da.get(), d_db.get(), d_dout.get(), n);
-  axpy(d_acc.get(), d_y.get(), from_float<T>(-0.75f), n);
+  axpy(d_acc.get(), d_y.get(), -0.75f, n);
   Vec gelu(n), sum(n);
   cpu::gelu_forward(gelu.data(), x.data(), n);
   cpu::gelu_backward(dx.data(), x.data(), dout.data(), n);
@@ -260,12 +259,12 @@ void check_cross_entropy(bool in_place) {
   std::mt19937 rng(7);
   const Vec logits = random_vec<T>(size_t(N) * V, rng, -4.f, 4.f);
   const auto targets = random_ints(N, V, rng);
-  const float dloss = to_float(from_float<T>(1.f / N));
+  const float dloss = 1.f / N;
   DeviceInts d_targets(targets);
   DeviceArray<T> d_logits(logits), d_losses(zeros(N)), d_dlogits(zeros(logits.size()));
   T* dl = in_place ? d_logits.get() : d_dlogits.get();
   const double total = cross_entropy_forward_backward(dl, d_losses.get(), d_logits.get(), d_targets.get(), N,
-                                                      V, from_float<T>(dloss));
+                                                      V, dloss);
   Vec dlogits(logits.size()), losses(N);
   const double want = cpu::cross_entropy_forward_backward(dlogits.data(), losses.data(), logits.data(),
                                                           targets.data(), N, V, dloss);

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "comm/self_communicator.h"
+#include "runtime/cli_options.h"
+#include "runtime/device_setup.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/setup_failure.h"
 #include "runtime/trainer.h"
@@ -61,6 +63,56 @@ TEST(TrainOptions, BadValuesNameTheirFlag) {
   EXPECT_THAT(with([](TrainOptions& o) { o.overrides.heads = 5; }), HasSubstr("2: model size"));
   EXPECT_THAT(with([](TrainOptions& o) { o.data = "/no/such/data.bin"; }), HasSubstr("1: "));
   EXPECT_THAT(with([](TrainOptions& o) { o.log_json = "/no/such/dir/log.json"; }), HasSubstr("2: --log-json"));
+}
+
+TEST(TrainOptions, DtypeAndCommNeedTheirDeviceAndBackend) {
+  TrainOptions o;
+  o.placement.param_dtype = DType::bf16;
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --param-dtype bf16 needs --device cuda"));
+  o = TrainOptions{};
+  o.placement.reduce_dtype = DType::bf16;
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --reduce-dtype bf16 needs --device cuda"));
+  o = TrainOptions{};
+  o.comm = CommBackend::nccl;
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --comm nccl needs --device cuda"));
+  o = TrainOptions{};
+  o.placement = {Device::cuda, DType::bf16, DType::bf16};
+  o.comm = CommBackend::mpi;
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --reduce-dtype bf16 needs --comm nccl"));
+  o = TrainOptions{};
+  o.placement.param_dtype = DType::f64;
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --param-dtype must be fp32 or bf16, got f64"));
+}
+
+// Without the CUDA path, or on a machine without a GPU (CI), --device cuda fails at set-up, naming the
+// flag and the reason, before anything touches the device.
+TEST(TrainOptions, CudaWithoutUsableGpuIsRefused) {
+  const std::string why = device_unavailable(Device::cuda);
+  if (why.empty()) GTEST_SKIP() << "a GPU is usable here";
+  TrainOptions o;
+  o.placement.device = Device::cuda;
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --device cuda: " + why));
+}
+
+TEST(TrainOptions, DeviceFlagsParseByName) {
+  TrainOptions o;
+  std::string strategy;
+  CLI::App app;
+  add_train_flags(app, o, strategy);
+  EXPECT_EQ(comm_backend(o), CommBackend::mpi);
+  app.parse("--device cuda --param-dtype bf16 --reduce-dtype fp32");
+  EXPECT_EQ(o.placement.device, Device::cuda);
+  EXPECT_EQ(o.placement.param_dtype, DType::bf16);
+  EXPECT_EQ(o.placement.reduce_dtype, DType::f32);
+  EXPECT_EQ(comm_backend(o), CommBackend::nccl);  // the default on cuda
+  app.parse("--device cuda --comm mpi");
+  EXPECT_EQ(comm_backend(o), CommBackend::mpi);
+  try {
+    app.parse("--param-dtype fp16");
+    ADD_FAILURE() << "fp16 accepted";
+  } catch (const CLI::Error& e) {
+    EXPECT_THAT(cli_error_line(e), HasSubstr("--param-dtype"));
+  }
 }
 
 TEST(LrSchedule, WarmupThenCosineToMin) {

@@ -1,0 +1,143 @@
+// The device-dispatched ops (kernels/ops.h) without a GPU: the host bf16 type, that ops:: on cpu is
+// exactly the CPU reference, the f32<->bf16 conversion on cpu, and the errors for pairings that cannot run.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/ops.h"
+#include "tests/support/test_support.h"
+
+namespace zshard {
+namespace {
+
+using ::testing::HasSubstr;
+using test::error_of;
+
+float from_bits(uint32_t u) { return std::bit_cast<float>(u); }
+uint16_t bf16_bits(float f) { return bf16(f).bits; }
+
+template <class T>
+std::vector<T> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<T> dist(-2, 2);
+  std::vector<T> x(n);
+  for (T& e : x) e = dist(rng);
+  return x;
+}
+
+TEST(Bf16Host, RoundsToNearestEven) {
+  EXPECT_EQ(bf16_bits(1.0f), 0x3f80);
+  EXPECT_EQ(float(bf16(1.0f)), 1.0f);
+  EXPECT_EQ(bf16_bits(-2.5f), 0xc020);
+  // bf16 keeps the upper 16 bits; the lower 16 decide the rounding. 0x8000 below is exactly half way.
+  EXPECT_EQ(bf16_bits(from_bits(0x3f807fffu)), 0x3f80);  // below half: down
+  EXPECT_EQ(bf16_bits(from_bits(0x3f808001u)), 0x3f81);  // above half: up
+  EXPECT_EQ(bf16_bits(from_bits(0x3f808000u)), 0x3f80);  // tie, 0x3f80 even: stays
+  EXPECT_EQ(bf16_bits(from_bits(0x3f818000u)), 0x3f82);  // tie, 0x3f81 odd: up to even
+  EXPECT_EQ(bf16_bits(from_bits(0xbf818000u)), 0xbf82);  // the same for negatives (magnitude rounds)
+  // A carry out of the mantissa moves the exponent: 1.99999 rounds to 2.
+  EXPECT_EQ(float(bf16(from_bits(0x3fffffffu))), 2.0f);
+}
+
+TEST(Bf16Host, InfinitiesAndNaN) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(bf16_bits(inf), 0x7f80);
+  EXPECT_EQ(bf16_bits(-inf), 0xff80);
+  // The largest float is above bf16's largest finite value by more than half an ulp: rounds to inf.
+  EXPECT_EQ(bf16_bits(std::numeric_limits<float>::max()), 0x7f80);
+  EXPECT_TRUE(std::isnan(float(bf16(std::numeric_limits<float>::quiet_NaN()))));
+  // A NaN whose payload is only in the dropped bits must not truncate (or round) to infinity.
+  EXPECT_TRUE(std::isnan(float(bf16(from_bits(0x7f800001u)))));
+  EXPECT_TRUE(std::isnan(float(bf16(from_bits(0xffffffffu)))));
+  EXPECT_EQ(bf16_bits(-0.0f), 0x8000);
+}
+
+// Same inputs through ops:: and cpu::: the results must be bit for bit the same, since the CPU path's
+// numerics are what the parity tests compare.
+TEST(OpsDispatch, CpuIsExactlyTheReference) {
+  const int N = 5, C = 12, OC = 7;
+  const auto inp = random_values<float>(size_t(N) * C, 1), w = random_values<float>(size_t(C) * OC, 2);
+  const auto bias = random_values<float>(OC, 3);
+  std::vector<float> got(size_t(N) * OC), want(got.size());
+  ops::linear_forward(Device::cpu, got.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  cpu::linear_forward(want.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  EXPECT_EQ(got, want);
+
+  // gemm in double with fp32 alpha and beta, both transposed.
+  const auto a = random_values<double>(size_t(C) * N, 4), b = random_values<double>(size_t(OC) * C, 5);
+  std::vector<double> c_got = random_values<double>(size_t(N) * OC, 6), c_want = c_got;
+  ops::gemm(Device::cpu, true, true, N, OC, C, 0.5f, a.data(), N, b.data(), C, -1.25f, c_got.data(), OC);
+  cpu::gemm(true, true, N, OC, C, 0.5, a.data(), N, b.data(), C, -1.25, c_want.data(), OC);
+  EXPECT_EQ(c_got, c_want);
+
+  const int V = 9;
+  const auto logits = random_values<double>(size_t(N) * V, 7);
+  const std::vector<int32_t> targets = {0, 8, 3, 3, 5};
+  std::vector<double> dl_got(logits.size()), dl_want(logits.size()), l_got(N), l_want(N);
+  const float dloss = 1.0f / 3;
+  const double sum_got = ops::cross_entropy_forward_backward(Device::cpu, dl_got.data(), l_got.data(),
+                                                             logits.data(), targets.data(), N, V, dloss);
+  const double sum_want = cpu::cross_entropy_forward_backward(dl_want.data(), l_want.data(), logits.data(),
+                                                              targets.data(), N, V, double(dloss));
+  EXPECT_EQ(sum_got, sum_want);
+  EXPECT_EQ(dl_got, dl_want);
+  EXPECT_EQ(l_got, l_want);
+}
+
+TEST(OpsDispatch, ConvertsBetweenF32AndBf16OnCpu) {
+  const std::vector<float> x = {1.0f, -2.5f, from_bits(0x3f818000u), 3.14159f, 0.0f, 1e-30f};
+  std::vector<bf16> half(x.size());
+  ops::convert(Device::cpu, half.data(), DType::bf16, x.data(), DType::f32, x.size());
+  std::vector<float> back(x.size()), same(x.size());
+  ops::convert(Device::cpu, back.data(), DType::f32, half.data(), DType::bf16, x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(half[i].bits, bf16(x[i]).bits) << i;
+    EXPECT_EQ(back[i], float(bf16(x[i]))) << i;
+  }
+  ops::convert(Device::cpu, same.data(), DType::f32, x.data(), DType::f32, x.size());  // a plain copy
+  EXPECT_EQ(same, x);
+  EXPECT_THAT(error_of([&] { ops::convert(Device::cpu, same.data(), DType::f64, x.data(), DType::f32, 1); }),
+              HasSubstr("convert: f32 and bf16 only, not f32 -> f64"));
+}
+
+TEST(OpsDispatch, UnsupportedPairingsNameTheOp) {
+  std::vector<bf16> h(4);
+  EXPECT_THAT(error_of([&] { ops::gelu_forward(Device::cpu, h.data(), h.data(), h.size()); }),
+              HasSubstr("gelu_forward: bf16 is computed on cuda only"));
+  EXPECT_THAT(error_of([&] { ops::sum_squares(Device::cpu, h.data(), h.size()); }),
+              HasSubstr("sum_squares: bf16 is computed on cuda only"));
+  std::vector<float> p(4), m(4), v(4);
+  EXPECT_THAT(error_of([&] {
+                ops::adamw_step(Device::cpu, p.data(), h.data(), m.data(), v.data(), p.size(), ops::AdamWParams{});
+              }),
+              HasSubstr("adamw_step: bf16 gradients are stepped on cuda only"));
+  EXPECT_NO_THROW(ops::synchronize(Device::cpu));
+}
+
+// Both checks run before anything touches the device, so they hold on a machine without a GPU.
+TEST(OpsDispatch, CudaCallsFailClearlyWhereTheyCannotRun) {
+  std::vector<double> d(4);
+#ifdef ZSHARD_WITH_CUDA
+  EXPECT_THAT(error_of([&] { ops::gelu_forward(Device::cuda, d.data(), d.data(), d.size()); }),
+              HasSubstr("gelu_forward: f64 is computed on cpu only"));
+#else
+  std::vector<float> f(4);
+  for (const std::string& msg :
+       {error_of([&] { ops::gelu_forward(Device::cuda, f.data(), f.data(), f.size()); }),
+        error_of([&] { ops::residual_forward(Device::cuda, d.data(), d.data(), d.data(), d.size()); }),
+        error_of([&] { ops::convert(Device::cuda, f.data(), DType::f32, f.data(), DType::f32, f.size()); }),
+        error_of([&] { ops::synchronize(Device::cuda); })})
+    EXPECT_THAT(msg, HasSubstr("built without the CUDA path"));
+#endif
+}
+
+}  // namespace
+}  // namespace zshard
