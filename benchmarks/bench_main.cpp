@@ -40,10 +40,11 @@ double percentile(std::vector<double> v, double q) {
   return i + 1 < v.size() ? v[i] + (pos - double(i)) * (v[i + 1] - v[i]) : v.back();
 }
 
-// Model FLOPs per token, forward + backward (PaLM appendix B): 6 per parameter for the matmuls
-// (the tied head included), plus attention's 12 * layers * seq * dim. No recomputation is counted.
+// Model FLOPs per token, forward + backward: 6 per parameter for the matmuls (the tied head included),
+// plus attention's scores and weighted values, 6 * layers * seq * dim: PaLM's 12 * layers * seq * dim
+// halved, because a causal mask needs only the lower triangle. No recomputation is counted.
 double flops_per_token(const GPT2Config& c, int64_t params, int seq) {
-  return 6.0 * double(params) + 12.0 * c.layers * double(seq) * c.dim;
+  return 6.0 * double(params) + 6.0 * c.layers * double(seq) * c.dim;
 }
 
 // Hybrid needs a shard group strictly between 1 and the world: the smallest divisor above 1.

@@ -47,7 +47,7 @@ using WorkPtr = std::unique_ptr<Work>;
 struct CommStats {
   std::array<int64_t, kNumCollectives> bytes{};
   std::array<int64_t, kNumCollectives> calls{};
-  double seconds_waiting = 0;  // time spent blocked in wait(): exposed communication
+  double seconds_waiting = 0;  // exposed communication: host blocked in wait(), or (nccl) compute stalled
   int64_t total_bytes() const;
 };
 
@@ -86,6 +86,9 @@ class Communicator {
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }
+  // Adds to stats() what the device measured and has finished since (nccl: the compute stream's time
+  // stalled on collectives); host backends count as they go and have nothing to add. Never blocks.
+  virtual void collect_device_stats() {}
 
  protected:
   void count(Collective c, int64_t bytes) {

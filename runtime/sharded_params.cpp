@@ -398,7 +398,8 @@ void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
 
 comm::CommStats ShardedParams::comm_stats() const {
   comm::CommStats total;
-  for (const comm::Communicator* c : {groups_.shard.get(), groups_.replica.get()}) {
+  for (comm::Communicator* c : {groups_.shard.get(), groups_.replica.get()}) {
+    c->collect_device_stats();
     const comm::CommStats& s = c->stats();
     for (int k = 0; k < comm::kNumCollectives; ++k) {
       total.bytes[k] += s.bytes[k];

@@ -240,11 +240,9 @@ StepResult Trainer::step() {
 
   const comm::CommStats after = params_->comm_stats();
   r.comm_bytes = after.total_bytes() - before.total_bytes();
-  // Exposed communication is what the host spends blocked in Work::wait(). NCCL's wait() only makes the
-  // compute stream wait and returns at once, so that time would read ~0 however long the GPU stalls on
-  // a collective: NaN says "not measured" instead of a false 0.
-  r.comm_exposed_ms = device_comm_ ? std::nan("")
-                                   : (after.seconds_waiting - before.seconds_waiting) * 1e3;
+  // Exposed communication: the host blocked in Work::wait() (mpi), or the compute stream stalled on a
+  // collective, timed on the GPU (nccl; complete here since the device was synchronised above).
+  r.comm_exposed_ms = (after.seconds_waiting - before.seconds_waiting) * 1e3;
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   r.tokens_per_s = global_tokens / (r.ms / 1e3);
   ++steps_done_;

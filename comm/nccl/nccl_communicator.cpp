@@ -120,6 +120,10 @@ NcclCommunicator::~NcclCommunicator() {
   if (barrier_scratch_) cudaFree(barrier_scratch_);
   if (inputs_ready_) cudaEventDestroy(inputs_ready_);
   if (comm_stream_) cudaStreamDestroy(comm_stream_);
+  for (const Stall& s : stalls_) {
+    cudaEventDestroy(s.begin);
+    cudaEventDestroy(s.end);
+  }
 }
 
 std::string NcclCommunicator::describe(Collective c, size_t count, DType dtype, const char* detail) const {
@@ -168,8 +172,33 @@ void NcclCommunicator::check_watchdog() {
 void NcclCommunicator::arm(std::shared_ptr<Event> event, Clock::time_point deadline,
                            const std::string& what) {
   check_watchdog();
+  Stall stall;
+  ZS_CUDA_CHECK(cudaEventCreate(&stall.begin));
+  ZS_CUDA_CHECK(cudaEventCreate(&stall.end));
+  ZS_CUDA_CHECK(cudaEventRecord(stall.begin, compute_stream_));
   ZS_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, event->handle, 0));
+  ZS_CUDA_CHECK(cudaEventRecord(stall.end, compute_stream_));
+  stalls_.push_back(stall);
   armed_.push_back({std::move(event), deadline, what});
+}
+
+void NcclCommunicator::collect_device_stats() {
+  for (size_t i = 0; i < stalls_.size();) {
+    const Stall s = stalls_[i];
+    const cudaError_t rc = cudaEventQuery(s.end);
+    if (rc == cudaErrorNotReady) {
+      ++i;
+      continue;
+    }
+    ZS_CUDA_CHECK(rc);
+    float ms = 0;
+    ZS_CUDA_CHECK(cudaEventElapsedTime(&ms, s.begin, s.end));
+    stats_.seconds_waiting += ms / 1e3;
+    cudaEventDestroy(s.begin);
+    cudaEventDestroy(s.end);
+    stalls_[i] = stalls_.back();
+    stalls_.pop_back();
+  }
 }
 
 void NcclCommunicator::synchronize() {

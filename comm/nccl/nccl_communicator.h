@@ -5,6 +5,9 @@
 // makes the compute stream wait for that event and returns without blocking the host; Work::test() asks the
 // event from the host (cudaEventQuery).
 //
+// Exposed time: wait() brackets the compute stream's wait with two timing events; the time between them
+// is how long compute stalled on the collective, read back by collect_device_stats() once both ran.
+//
 // No hangs: a waited collective is armed with its deadline. The watchdog (check_watchdog) runs on every
 // call into this communicator, in test(), and in synchronize(), which blocks the host by polling rather
 // than in the driver. On an NCCL asynchronous error, or a collective still running past its deadline, it
@@ -60,6 +63,7 @@ class NcclCommunicator final : public Communicator {
   void synchronize();
   // Throws if an armed collective failed or overran its deadline (after ncclCommAbort). Never blocks.
   void check_watchdog();
+  void collect_device_stats() override;
 
   cudaStream_t comm_stream() const { return comm_stream_; }
   cudaStream_t compute_stream() const { return compute_stream_; }
@@ -86,6 +90,10 @@ class NcclCommunicator final : public Communicator {
     Clock::time_point deadline;
     std::string what;
   };
+  // Timing events recorded on the compute stream just before and after it waits for a collective.
+  struct Stall {
+    cudaEvent_t begin = nullptr, end = nullptr;
+  };
 
   ncclComm_t comm_ = nullptr;
   int device_ = 0;
@@ -96,6 +104,7 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t inputs_ready_ = nullptr;  // recorded on the compute stream before each collective
   float* barrier_scratch_ = nullptr;    // one device float for barrier()
   std::vector<Armed> armed_;
+  std::vector<Stall> stalls_;  // not yet read back
   std::string aborted_;  // what made the watchdog abort; empty while healthy
 };
 
