@@ -122,7 +122,7 @@ json run_strategy(const std::string& name, TrainOptions options, const BenchOpti
   json j = {{"strategy", name},
             {"world", world.size()},
             {"shard_group", report.shard_group},
-            {"backend", world.backend()},
+            {"backend", comm_backend(options) == CommBackend::nccl ? "nccl" : world.backend()},
             {"step_ms", {{"median", median}, {"p10", percentile(ms, 0.1)}, {"p90", percentile(ms, 0.9)}, {"all", ms}}},
             {"tokens_per_s", tokens / (median / 1e3)},
             {"tflops", tflops},

@@ -82,6 +82,9 @@ bool check_against(const std::string& path) {
     e.max_inflight = doc.at("max_inflight");
     e.rank_batch = doc.at("rank_batch_max");
     e.seq = doc.at("seq");
+    // The run's parameter dtype ("fp32" or "bf16"); files written before it was recorded are fp32.
+    const std::string param_dtype = r.at("memory_report").value("param_dtype", "fp32");
+    e.dtypes = param_dtype == "bf16" ? DtypePolicy::mixed_bf16() : DtypePolicy::fp32();
     const MemoryEstimate est = estimate_memory(e);
     const double states = r.at("model_states_bytes").at("measured"), peak = r.at("peak_total_bytes");
     const double rs = double(est.model_states.total()) / states, rp = double(est.total()) / peak;
