@@ -134,6 +134,17 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def model_from_args(args):
+    """The --model config with any --layers/--dim/--heads/--vocab/--ctx override; returns (model, dims)."""
+    dims = list(CONFIGS[args.model])
+    for i, override in enumerate((args.layers, args.dim, args.heads, args.vocab, args.ctx)):
+        if override:
+            dims[i] = override
+    model = GPT2(*dims)
+    model.init_weights(args.seed)
+    return model, dims
+
+
 def make_optimizer(model, lr, wd, beta1, beta2, eps):
     """torch AdamW with zshard's grouping: weight decay on 2-D tensors (matrices, embeddings) only."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -248,12 +259,7 @@ def cmd_parity(args):
 
 def cmd_bench(args):
     torch.set_num_threads(1)
-    dims = list(CONFIGS[args.model])
-    for i, override in enumerate((args.layers, args.dim, args.heads, args.vocab, args.ctx)):
-        if override:
-            dims[i] = override
-    model = GPT2(*dims)
-    model.init_weights(args.seed)
+    model, dims = model_from_args(args)
     opt = make_optimizer(model, 1e-4, 0.1, 0.9, 0.95, 1e-8)
     gen = torch.Generator().manual_seed(args.seed)
     inputs = torch.randint(0, dims[3], (args.batch, args.seq), generator=gen)

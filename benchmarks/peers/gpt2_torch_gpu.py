@@ -42,7 +42,7 @@ except ImportError:
     sys.exit(2)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt2_torch import CONFIGS, GPT2, Attention  # noqa: E402
+from gpt2_torch import CONFIGS, Attention, model_from_args  # noqa: E402
 
 # Dense (no sparsity) bf16 tensor-core peak, TFLOP/s, by a substring of torch.cuda.get_device_name().
 PEAK_BF16_TFLOPS = [("H200", 989.4), ("H100", 989.4), ("H800", 989.4), ("A100", 312.0)]
@@ -120,10 +120,7 @@ def wrap(model, args):
 
 
 def run(args):
-    dims = list(CONFIGS[args.model])
-    for i, override in enumerate((args.layers, args.dim, args.heads, args.vocab, args.ctx)):
-        if override:
-            dims[i] = override
+    model, dims = model_from_args(args)
     layers, dim, heads, vocab, ctx = dims
     if args.seq > ctx:
         sys.exit(f"gpt2_torch_gpu.py: --seq {args.seq} exceeds the context {ctx}")
@@ -132,8 +129,6 @@ def run(args):
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(args.seed)
 
-    model = GPT2(*dims)
-    model.init_weights(args.seed)
     if args.attention == "sdpa":
         for block in model.h:
             block.attn.__class__ = SdpaAttention

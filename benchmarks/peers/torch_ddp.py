@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt2_torch import CONFIGS, GPT2, make_optimizer  # noqa: E402
+from gpt2_torch import CONFIGS, make_optimizer, model_from_args  # noqa: E402
 
 
 def world_from_launcher():
@@ -63,12 +63,7 @@ def main():
     os.environ.setdefault("MASTER_PORT", str(args.port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
 
-    dims = list(CONFIGS[args.model])
-    for i, override in enumerate((args.layers, args.dim, args.heads, args.vocab, args.ctx)):
-        if override:
-            dims[i] = override
-    model = GPT2(*dims)
-    model.init_weights(args.seed)
+    model, dims = model_from_args(args)
     ddp = DistributedDataParallel(model)
     opt = make_optimizer(model, 1e-4, 0.1, 0.9, 0.95, 1e-8)
 
