@@ -257,7 +257,7 @@ void synchronize(Device d) {
   if (d == Device::cpu) return;
   on_cpu<float>(d, "synchronize");
 #ifdef ZSHARD_WITH_CUDA
-  ZS_CUDA_CHECK(cudaDeviceSynchronize());
+  cuda::synchronize_stream(nullptr);  // the compute stream, which waited for every collective it used
 #endif
 }
 

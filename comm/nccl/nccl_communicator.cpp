@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <thread>
+#include <vector>
 
 #include "comm/mpi_communicator.h"
 #include "kernels/cuda/runtime.h"
@@ -55,6 +56,16 @@ ncclDataType_t nccl_type(DType dtype, const std::string& what) {
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::avg ? ncclAvg : ncclSum; }
+
+// Every live communicator, so that a host blocked on the device runs all their watchdogs.
+std::vector<NcclCommunicator*>& live_communicators() {
+  static std::vector<NcclCommunicator*> live;
+  return live;
+}
+
+void check_all_watchdogs() {
+  for (NcclCommunicator* c : live_communicators()) c->check_watchdog();
+}
 
 int env_int(const char* name) {
   const char* value = std::getenv(name);
@@ -112,10 +123,13 @@ void NcclCommunicator::init_resources() {
   ZS_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
   ZS_CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
   ZS_CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(float)));
+  live_communicators().push_back(this);
+  cuda::set_wait_hook(check_all_watchdogs);
 }
 
 // Teardown reports nothing: after an abort or a failed job the handles may already be unusable.
 NcclCommunicator::~NcclCommunicator() {
+  std::erase(live_communicators(), this);
   if (comm_) ncclCommDestroy(comm_);
   if (barrier_scratch_) cudaFree(barrier_scratch_);
   if (inputs_ready_) cudaEventDestroy(inputs_ready_);

@@ -33,9 +33,11 @@ double transform_sum(const T* x, size_t n, Transform transform, cudaStream_t str
   auto* result = static_cast<double*>(buffer.data());
   ZS_CUDA_CHECK(cub::DeviceReduce::TransformReduce(static_cast<char*>(buffer.data()) + kResultBytes,
                                                    temp_bytes, x, result, n, Plus{}, transform, 0.0, stream));
+  // Finish by polling first: a copy to pageable memory blocks in the driver, which must not happen while
+  // the stream may still wait on a collective (see synchronize_stream).
+  synchronize_stream(stream);
   double host = 0;
-  ZS_CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, stream));
-  ZS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  ZS_CUDA_CHECK(cudaMemcpy(&host, result, sizeof(double), cudaMemcpyDeviceToHost));
   return host;
 }
 

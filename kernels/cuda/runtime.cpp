@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <thread>
 
 #include "kernels/allocator.h"
 #include "kernels/device_memory.h"
@@ -64,11 +65,19 @@ void keep_pool_memory(int device) {
 
 void device_memset(void* ptr, int value, size_t bytes) { ZS_CUDA_CHECK(cudaMemset(ptr, value, bytes)); }
 
+// A copy that involves the host waits for the compute stream first (polling, see synchronize_stream), so
+// the blocking cudaMemcpy itself can no longer wait on a stuck collective.
 void device_copy(void* dst, const void* src, size_t bytes, int kind) {
   constexpr cudaMemcpyKind kKinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                        cudaMemcpyDeviceToDevice};
   ZS_CHECK(kind >= 0 && kind < 3, "copy_bytes: bad copy kind ", kind);
+  if (kKinds[kind] != cudaMemcpyDeviceToDevice) synchronize_stream(nullptr);
   ZS_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kKinds[kind]));
+}
+
+std::function<void()>& wait_hook() {
+  static std::function<void()> hook;
+  return hook;
 }
 
 // Called for every buffer handed to the mpi backend: a failed query means "not CUDA's", never an error.
@@ -100,6 +109,24 @@ void cuda_init(int device) {
   keep_pool_memory(device);
   Allocator::of(Device::cuda).set_raw({device_allocate, device_release});
   set_device_memory_ops({device_memset, device_copy, device_pointer});
+}
+
+void set_wait_hook(std::function<void()> hook) { wait_hook() = std::move(hook); }
+
+void synchronize_stream(cudaStream_t stream) {
+  struct Done {
+    cudaEvent_t event = nullptr;
+    ~Done() { cudaEventDestroy(event); }
+  } done;
+  ZS_CUDA_CHECK(cudaEventCreateWithFlags(&done.event, cudaEventDisableTiming));
+  ZS_CUDA_CHECK(cudaEventRecord(done.event, stream));
+  for (;;) {
+    const cudaError_t rc = cudaEventQuery(done.event);
+    if (rc == cudaSuccess) return;
+    if (rc != cudaErrorNotReady) cuda_fail(rc, "cudaEventQuery (synchronize_stream)", __FILE__, __LINE__);
+    if (wait_hook()) wait_hook()();
+    std::this_thread::yield();
+  }
 }
 
 cublasHandle_t cublas_handle() {

@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <string_view>
 
 namespace zshard::cuda {
@@ -21,6 +22,14 @@ bool cuda_available();
 // cudaFreeAsync on the legacy default stream, the compute stream) and the device memset/copy ops, so that Buffer(…, Device::cuda, …) and copy_bytes work. Call once per process before
 // any device allocation.
 void cuda_init(int device);
+
+// Blocks the host until the work queued on `stream` so far is done, by polling an event rather than in the
+// driver, and runs the wait hook between polls. Every host wait on device work goes through here.
+void synchronize_stream(cudaStream_t stream);
+// What a host blocked in synchronize_stream does between polls. The NCCL backend installs its
+// watchdogs here: compute may be waiting on a collective that never completes, and a wait in the driver
+// would hang the job instead of letting the watchdog abort it.
+void set_wait_hook(std::function<void()> hook);
 
 // The cuBLAS handle of the current thread (created on first use, lives until the thread ends).
 cublasHandle_t cublas_handle();
