@@ -11,6 +11,7 @@
 #include "kernels/allocator.h"
 #include "kernels/device_memory.h"
 #include "kernels/error.h"
+#include "kernels/ops.h"
 
 namespace zshard::comm {
 
@@ -156,8 +157,14 @@ WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue
   const size_t result_bytes = op.collective == Collective::reduce_scatter ? block_bytes : full_bytes;
 
   std::unique_ptr<Staging> staging;
-  if (!mpi_reads_device_memory() &&
-      (pointer_device(recv) == Device::cuda || (send && pointer_device(send) == Device::cuda))) {
+  const bool device_buffers =
+      pointer_device(recv) == Device::cuda || (send && pointer_device(send) == Device::cuda);
+  // avg divides on the host once the operation completes, so its device buffers are always staged.
+  if (device_buffers && mpi_reads_device_memory() && op.reduce != ReduceOp::avg) {
+    // A CUDA-aware MPI reads and writes device memory from this thread, outside stream order: the
+    // kernels that produce the input (queued on the compute stream) must have finished first.
+    ops::synchronize(Device::cuda);
+  } else if (device_buffers) {
     staging = std::make_unique<Staging>();
     staging->device_recv = recv;
     staging->result_bytes = result_bytes;
