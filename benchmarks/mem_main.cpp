@@ -11,6 +11,7 @@
 
 #include "runtime/cli_options.h"
 #include "runtime/memory_estimator.h"
+#include "runtime/tool_runner.h"
 
 using namespace zshard;
 using nlohmann::json;
@@ -117,8 +118,7 @@ int main(int argc, char** argv) {
   app.add_option("--device-mem", o.device_mem, "device memory, e.g. 80GiB: also print the largest batch that fits");
   app.add_option("--json", o.json_path, "write the estimates as JSON to this file");
   app.add_option("--check", o.check, "zshard-bench JSON: compare the estimate with its measurements");
-  try {
-    app.parse(argc, argv);
+  return run_local_tool("zshard-mem", argc, argv, app, [&] {
     if (!o.check.empty()) return check_against(o.check) ? 0 : 1;
     if (o.model.empty() && !(o.params > 0)) throw UsageError("give --model NAME or --params COUNT (> 0)");
     if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
@@ -179,19 +179,6 @@ int main(int argc, char** argv) {
       if (!out) throw UsageError("--json: cannot write '" + o.json_path + "'");
       out << json{{"tool", "zshard-mem"}, {"model", o.model}, {"dtype", o.dtype}, {"rows", rows}}.dump(2) << "\n";
     }
-  } catch (const CLI::Error& e) {
-    if (e.get_exit_code() == 0) {
-      std::cout << app.help();
-      return 0;
-    }
-    std::cerr << "zshard-mem: " << cli_error_line(e) << "\n";
-    return 2;
-  } catch (const UsageError& e) {
-    std::cerr << "zshard-mem: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "zshard-mem: error: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -27,6 +27,12 @@ def title_of(doc):
     return f"{m['name']} ({m['params'] / 1e6:.2f}M params), world {doc['world']}, batch {doc['batch']}x{doc['seq']}"
 
 
+def save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def plot_memory(doc, path):
     results = doc["results"]
     names = [r["strategy"] for r in results]
@@ -39,9 +45,7 @@ def plot_memory(doc, path):
     ax.set_ylabel("peak MiB per rank (max over ranks)")
     ax.set_title("memory per rank: " + title_of(doc), fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_throughput(doc, path):
@@ -50,9 +54,7 @@ def plot_throughput(doc, path):
     ax.bar([r["strategy"] for r in results], [r["tokens_per_s"] for r in results], color="tab:green")
     ax.set_ylabel("tokens/s (median step)")
     ax.set_title("throughput: " + title_of(doc), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_busbw(doc, path):
@@ -72,9 +74,7 @@ def plot_busbw(doc, path):
     ax.set_ylabel("busbw (GB/s)")
     ax.set_title(f"bus bandwidth, {doc['world']} ranks, {doc['backend']}", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_scaling(doc, path):
@@ -94,9 +94,7 @@ def plot_scaling(doc, path):
     ax.set_title(f"projection: {doc['params'] / 1e6:.1f}M params, intra {doc['intra']['name']}, "
                  f"inter {doc['inter']['name']}, node {doc['node_size']}", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main():

@@ -13,6 +13,7 @@
 
 #include "runtime/cli_options.h"
 #include "runtime/scaling_projection.h"
+#include "runtime/tool_runner.h"
 
 using namespace zshard;
 using nlohmann::json;
@@ -91,8 +92,7 @@ int main(int argc, char** argv) {
   app.add_option("--serial-fraction", serial, "Amdahl serial fraction (default: Karp-Flatt from --check, else 0)");
   app.add_option("--check", check_paths, "zshard-bench JSON at several world sizes to check against")->delimiter(',');
   app.add_option("--json", json_path, "write the projection as JSON to this file");
-  try {
-    app.parse(argc, argv);
+  return run_local_tool("zshard-project", argc, argv, app, [&] {
     if (!bench_path.empty()) {
       const json b = read_json(bench_path, "--bench");
       if (b.at("world") != 1) throw UsageError("--bench: needs a single-rank run, '" + bench_path + "' has world " +
@@ -149,19 +149,6 @@ int main(int argc, char** argv) {
       doc["rows"].push_back(row);
     }
     if (!json_path.empty()) std::ofstream(json_path) << doc.dump(2) << "\n";
-  } catch (const CLI::Error& e) {
-    if (e.get_exit_code() == 0) {
-      std::cout << app.help();
-      return 0;
-    }
-    std::cerr << "zshard-project: " << cli_error_line(e) << "\n";
-    return 2;
-  } catch (const UsageError& e) {
-    std::cerr << "zshard-project: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "zshard-project: error: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -137,7 +137,8 @@ std::string MpiCommunicator::describe(const Op& op) const {
 }
 
 // What the four collectives share: checks, staging of device buffers, the Work, the byte count and the
-// deadline. `issue` starts the MPI operation on the (possibly staged) buffers and returns its error code.
+// deadline. `issue` starts the MPI operation on the (possibly staged) buffers, `send` being MPI_IN_PLACE
+// for the in-place forms, and returns its error code.
 template <class Issue>
 WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue&& issue) {
   const std::string what = describe(op);
@@ -148,9 +149,11 @@ WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue
       op.collective == Collective::all_gather || op.collective == Collective::reduce_scatter;
   const size_t block_bytes = op.count * dtype_size(op.dtype);
   const size_t full_bytes = block_bytes * (per_rank_blocks ? size_ : 1);
+  // In place, the input is read from recv: all_reduce and broadcast always, all_gather when send is this
+  // rank's block of recv, reduce_scatter when send is recv.
   const char* own_block = static_cast<char*>(recv) + rank_ * block_bytes;
-  const bool in_place = send == nullptr || send == recv ||
-                        (op.collective == Collective::all_gather && send == own_block);
+  const bool in_place =
+      send == nullptr || send == (op.collective == Collective::all_gather ? own_block : recv);
   // Extent of recv, and of the result in it: reduce_scatter's block lands at the start of recv.
   const size_t recv_bytes =
       op.collective == Collective::reduce_scatter && !in_place ? block_bytes : full_bytes;
@@ -172,8 +175,6 @@ WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue
     void* host_recv = staging->recv->data();
     if (in_place) {
       copy_bytes(host_recv, Device::cpu, recv, Device::cuda, recv_bytes);
-      const ptrdiff_t send_offset = send ? static_cast<const char*>(send) - static_cast<char*>(recv) : 0;
-      if (send) send = static_cast<char*>(host_recv) + send_offset;
     } else {
       const size_t send_bytes = op.collective == Collective::all_gather ? block_bytes : full_bytes;
       staging->send = std::make_unique<Buffer>(send_bytes, Device::cpu, Category::comm);
@@ -189,7 +190,8 @@ WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue
     average = Average{recv, op.count, op.dtype, size_};
   }
   auto work = std::make_unique<MpiWork>(&stats_, average, std::move(staging));
-  if (int rc = issue(send, recv, int(op.count), type, work->request()); rc != MPI_SUCCESS)
+  if (int rc = issue(in_place ? MPI_IN_PLACE : send, recv, int(op.count), type, work->request());
+      rc != MPI_SUCCESS)
     mpi_fail(rc, what, __FILE__, __LINE__);
 
   count(op.collective, bus_bytes(op.collective, size_, int64_t(full_bytes)));
@@ -200,8 +202,7 @@ WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue
 WorkPtr MpiCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
   const Op spec{Collective::all_gather, count, dtype, {}};
   return start(spec, send, recv, [&](const void* in, void* out, int n, MPI_Datatype type, MPI_Request* req) {
-    const bool in_place = in == static_cast<const char*>(out) + size_t(rank_) * count * dtype_size(dtype);
-    return MPI_Iallgather(in_place ? MPI_IN_PLACE : in, n, type, out, n, type, comm_, req);
+    return MPI_Iallgather(in, n, type, out, n, type, comm_, req);
   });
 }
 
@@ -209,14 +210,14 @@ WorkPtr MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t cou
                                         ReduceOp op) {
   const Op spec{Collective::reduce_scatter, count, dtype, op};
   return start(spec, send, recv, [&](const void* in, void* out, int n, MPI_Datatype type, MPI_Request* req) {
-    return MPI_Ireduce_scatter_block(in == out ? MPI_IN_PLACE : in, out, n, type, MPI_SUM, comm_, req);
+    return MPI_Ireduce_scatter_block(in, out, n, type, MPI_SUM, comm_, req);
   });
 }
 
 WorkPtr MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   const Op spec{Collective::all_reduce, count, dtype, op};
-  return start(spec, nullptr, buf, [&](const void*, void* out, int n, MPI_Datatype type, MPI_Request* req) {
-    return MPI_Iallreduce(MPI_IN_PLACE, out, n, type, MPI_SUM, comm_, req);
+  return start(spec, nullptr, buf, [&](const void* in, void* out, int n, MPI_Datatype type, MPI_Request* req) {
+    return MPI_Iallreduce(in, out, n, type, MPI_SUM, comm_, req);
   });
 }
 

@@ -35,4 +35,24 @@ int run_tool(const char* name, int argc, char** argv, CLI::App& app,
   return code;
 }
 
+int run_local_tool(const char* name, int argc, char** argv, CLI::App& app, const std::function<int()>& body) {
+  try {
+    app.parse(argc, argv);
+    return body();
+  } catch (const CLI::Error& e) {
+    if (e.get_exit_code() == 0) {
+      std::cout << app.help();
+      return 0;
+    }
+    std::cerr << name << ": " << cli_error_line(e) << "\n";
+    return 2;
+  } catch (const UsageError& e) {
+    std::cerr << name << ": " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << name << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
 }  // namespace zshard

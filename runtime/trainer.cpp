@@ -1,7 +1,6 @@
 #include "runtime/trainer.h"
 
 #include <chrono>
-#include <cmath>
 #include <cstdlib>
 #include <iomanip>
 #include <ostream>
