@@ -15,6 +15,8 @@
 
 #include "comm/polling_work.h"
 #include "kernels/allocator.h"
+#include "kernels/device_memory.h"
+#include "kernels/ops.h"
 #include "runtime/cli_options.h"
 #include "runtime/memory_report.h"
 #include "runtime/setup_failure.h"
@@ -55,11 +57,12 @@ std::optional<int> hybrid_group(int world, int requested) {
   return std::nullopt;
 }
 
-// Time of the step's collectives with no compute beside them: each collective the step issued,
-// the same number of calls at their mean size, blocking, on the world communicator. With the exposed
-// time this gives how much communication the step hid behind compute.
-double replay_comm_ms(comm::Communicator& world, const comm::CommStats& per_run, int steps) {
-  const int n = world.size();
+// Time of the step's collectives with no compute beside them: each collective the step issued, the same
+// number of calls at their mean size, on the communicator and the buffers' device the step used (nccl,
+// or the mpi world with host or staged device buffers). With the exposed time this gives how much communication the step hid behind
+// compute. The device is synchronised before the clock stops: nccl's waits only order the streams.
+double replay_comm_ms(comm::Communicator& comm, Device device, const comm::CommStats& per_run, int steps) {
+  const int n = comm.size();
   if (n == 1) return 0;
   double total_ms = 0;
   for (comm::Collective c : {comm::Collective::all_gather, comm::Collective::reduce_scatter,
@@ -69,19 +72,22 @@ double replay_comm_ms(comm::Communicator& world, const comm::CommStats& per_run,
     const double bus = double(per_run.bytes[int(c)]) / double(per_run.calls[int(c)]);
     const double factor = comm::bus_bytes(c, n, int64_t(n) * 1000000) / double(int64_t(n) * 1000000);
     const size_t elems = std::max<size_t>(size_t(n), size_t(bus / factor / 4) / n * n);
-    std::vector<float> a(elems, 1.0f), b(elems, 0.0f);
-    world.barrier();
+    const size_t bytes = elems * sizeof(float);
+    Buffer a(bytes, device, Category::comm), b(bytes, device, Category::comm);
+    memset_device(device, a.data(), 0, bytes);  // defined values: no NaN or denormal slow paths
+    comm.barrier();
     const auto t0 = comm::Clock::now();
     for (int64_t k = 0; k < calls; ++k) {
       switch (c) {
-        case comm::Collective::all_gather: world.all_gather(a.data(), b.data(), elems / n, DType::f32)->wait(); break;
+        case comm::Collective::all_gather: comm.all_gather(a.data(), b.data(), elems / n, DType::f32)->wait(); break;
         case comm::Collective::reduce_scatter:
-          world.reduce_scatter(a.data(), b.data(), elems / n, DType::f32, comm::ReduceOp::sum)->wait();
+          comm.reduce_scatter(a.data(), b.data(), elems / n, DType::f32, comm::ReduceOp::sum)->wait();
           break;
-        case comm::Collective::all_reduce: world.all_reduce(a.data(), elems, DType::f32, comm::ReduceOp::sum)->wait(); break;
-        case comm::Collective::broadcast: world.broadcast(a.data(), elems, DType::f32, 0)->wait(); break;
+        case comm::Collective::all_reduce: comm.all_reduce(a.data(), elems, DType::f32, comm::ReduceOp::sum)->wait(); break;
+        case comm::Collective::broadcast: comm.broadcast(a.data(), elems, DType::f32, 0)->wait(); break;
       }
     }
+    ops::synchronize(device);
     total_ms += std::chrono::duration<double, std::milli>(comm::Clock::now() - t0).count();
   }
   return total_ms;
@@ -106,7 +112,7 @@ json run_strategy(const std::string& name, TrainOptions options, const BenchOpti
   }
   const comm::CommStats stats = trainer.params().comm_stats();
   const MemoryReport report = MemoryReport::collect(trainer);
-  const double total_comm_ms = replay_comm_ms(world, stats, timed);
+  const double total_comm_ms = replay_comm_ms(trainer.collective_world(), options.placement.device, stats, timed);
 
   const double median = percentile(ms, 0.5);
   const double tokens = double(options.batch) * options.seq * options.grad_accum;

@@ -1,6 +1,7 @@
 #include "kernels/ops.h"
 
 #include <type_traits>
+#include <vector>
 
 #include "kernels/device_memory.h"
 #include "kernels/error.h"
@@ -207,11 +208,20 @@ void adamw_step(Device d, float* param, const G* grad, float* m, float* v, size_
 }
 
 template <class T>
-double sum_squares(Device d, const T* x, size_t n) {
+double sum_squares(Device d, std::span<const std::span<const T>> parts) {
   if (on_cpu<T>(d, "sum_squares")) {
-    ZS_ON_CPU(T, return cpu::sum_squares(x, n))
+    ZS_ON_CPU(T, {
+      double sum = 0;
+      for (std::span<const T> part : parts) sum += cpu::sum_squares(part.data(), part.size());
+      return sum;
+    })
   } else {
-    ZS_ON_CUDA(T, return cuda::sum_squares(dev(x), n))
+    ZS_ON_CUDA(T, {
+      using U = std::remove_pointer_t<decltype(dev(static_cast<const T*>(nullptr)))>;
+      std::vector<std::span<U>> device_parts;
+      for (std::span<const T> part : parts) device_parts.emplace_back(dev(part.data()), part.size());
+      return cuda::sum_squares<std::remove_const_t<U>>(device_parts, nullptr);
+    })
   }
   fail("sum_squares: no backend for ", dtype_name(dtype_of<T>()));
 }
@@ -278,7 +288,7 @@ void synchronize(Device d) {
   template void residual_forward<T>(Device, T*, const T*, const T*, size_t);                                 \
   template double cross_entropy_forward_backward<T>(Device, T*, T*, const T*, const int32_t*, int, int,     \
                                                     float);                                                \
-  template double sum_squares<T>(Device, const T*, size_t);                                                 \
+  template double sum_squares<T>(Device, std::span<const std::span<const T>>);                              \
   template void axpy<T>(Device, T*, const T*, float, size_t);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(double)

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/dtype.h"
@@ -59,9 +60,11 @@ double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* 
 template <class G>
 void adamw_step(Device d, float* param, const G* grad, float* m, float* v, size_t n, const AdamWParams& hp,
                 bf16* param_bf16 = nullptr);
-// Sum of squares accumulated in double.
+// Sum of squares of every element of every part, accumulated in double. On cuda the parts are reduced
+// one after another on the device and the host waits once, for all of them (the gradient norm sums over
+// every parameter of every unit).
 template <class T>
-double sum_squares(Device d, const T* x, size_t n);
+double sum_squares(Device d, std::span<const std::span<const T>> parts);
 // y += alpha * x
 template <class T>
 void axpy(Device d, T* y, const T* x, float alpha, size_t n);

@@ -27,6 +27,10 @@ std::unique_ptr<comm::Communicator> open_device_comm(CommBackend backend, comm::
   return std::make_unique<comm::NcclCommunicator>(world, device);
 }
 
+void release_cached_memory(Device device) noexcept {
+  if (device == Device::cuda) cuda::release_pool_memory();
+}
+
 #else
 
 std::string device_unavailable(Device device) {
@@ -43,6 +47,8 @@ std::unique_ptr<comm::Communicator> open_device_comm(CommBackend backend, comm::
   ZS_CHECK(backend == CommBackend::mpi, "--comm nccl: ", device_unavailable(Device::cuda));
   return nullptr;
 }
+
+void release_cached_memory(Device) noexcept {}
 
 #endif
 

@@ -27,4 +27,9 @@ void select_device(Device device, comm::Communicator& world);
 // outlive). Collective over `world`; select_device must have run.
 std::unique_ptr<comm::Communicator> open_device_comm(CommBackend backend, comm::Communicator& world);
 
+// Hands memory the device allocator keeps for reuse back to the driver, for the libraries that allocate
+// outside it (cuBLAS workspaces, NCCL buffers), e.g. between two runs in one process. Never throws; does
+// nothing on cpu, or while device work is still queued.
+void release_cached_memory(Device device) noexcept;
+
 }  // namespace zshard

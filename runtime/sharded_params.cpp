@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <exception>
+#include <span>
 
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
@@ -250,10 +251,21 @@ void ShardedParams::grads_ready(int unit) {
   Unit& u = *units_[unit];
   ZS_CHECK(u.full_grads.defined(), "grads_ready for unit ", u.layout.spec().name, " without grads()");
   if (!sync_grads_ && !grads_sharded_) return;  // no_sync: keep accumulating locally
+  // Across replicas (hybrid), earlier units move on to their all-reduce here, before this unit's
+  // reduce-scatter, and nowhere else but the end of the micro-step: a fixed point of the program, so
+  // every rank issues the shard and replica groups' collectives in the same order. NCCL requires that
+  // (collectives of two communicators issued in different orders can deadlock), and it would not hold
+  // if each all-reduce started when its rank happened to see its reduce-scatter finish. The wait this
+  // implies has had a whole unit's backward to finish, and on a device it only orders the streams.
+  if (groups_.replica->size() > 1)
+    for (Reduction& earlier : reductions_)
+      if (!earlier.all_reduce_started) start_all_reduce(earlier);
   Reduction r{unit, false, nullptr, u.full_grads, Tensor()};
   const Device device = placement_.device;
   const DType reduce = placement_.reduce_dtype;
-  if (reduce != r.send.dtype()) {
+  // With no collective at all (a world of one), a differing reduce dtype would only add two conversions.
+  const bool communicates = shard_group_size_ > 1 || groups_.replica->size() > 1;
+  if (reduce != r.send.dtype() && communicates) {
     r.send = Tensor::empty(u.full_grads.shape(), reduce, device, Category::comm);
     ops::convert(device, r.send.raw(), reduce, u.full_grads.raw(), u.full_grads.dtype(),
                  size_t(u.full_grads.numel()));
@@ -265,29 +277,30 @@ void ShardedParams::grads_ready(int unit) {
   } else {
     r.scratch = r.send;  // a group of one: the full buffer is the shard
   }
+  if (!r.work && groups_.replica->size() > 1) start_all_reduce(r);  // no reduce-scatter to wait for
   reductions_.push_back(std::move(r));
   poll_reductions();
 }
 
+void ShardedParams::start_all_reduce(Reduction& r) {
+  if (r.work) r.work->wait();
+  r.work = groups_.replica->all_reduce(r.scratch.raw(), r.scratch.numel(), r.scratch.dtype(),
+                                       comm::ReduceOp::sum);
+  r.all_reduce_started = true;
+}
+
 bool ShardedParams::advance(Reduction& r, bool blocking) {
-  for (;;) {
-    if (r.work) {
-      if (blocking) {
-        r.work->wait();
-      } else if (!r.work->test()) {
-        return false;
-      }
-      r.work.reset();
+  if (groups_.replica->size() > 1 && !r.all_reduce_started) {
+    if (!blocking) return false;  // all-reduces start at fixed points only (see grads_ready)
+    start_all_reduce(r);
+  }
+  if (r.work) {
+    if (blocking) {
+      r.work->wait();
+    } else if (!r.work->test()) {
+      return false;
     }
-    if (!r.reduce_scattered) {
-      r.reduce_scattered = true;
-      if (groups_.replica->size() > 1) {
-        r.work = groups_.replica->all_reduce(r.scratch.raw(), r.scratch.numel(), r.scratch.dtype(),
-                                             comm::ReduceOp::sum);
-        continue;
-      }
-    }
-    break;
+    r.work.reset();
   }
   // The reduced shard lands in the owned gradients, converted when the reduce dtype differs: added for
   // sharded grads (they accumulate over micro-steps), copied into the owned slice for zero1, already in
@@ -338,18 +351,21 @@ void ShardedParams::end_micro_step() {
 // ---- optimizer ----
 
 double ShardedParams::grad_norm() {
+  // Every parameter's owned gradient segment (the padding is left out), summed in one call: on a device
+  // that is one host wait per step rather than one per segment.
   double sum = 0;
-  for (int i = 0; i < num_units(); ++i) {
-    const FlatLayout& layout = units_[i]->layout;
-    const Tensor grads = owned_grads(i);
-    const int64_t base = layout.shard_begin(shard_index_);
-    with_element_type(grads.dtype(), [&](auto t) {
-      using T = decltype(t);
-      const T* g = grads.data<T>();
+  with_element_type(placement_.param_dtype, [&](auto t) {
+    using T = decltype(t);
+    std::vector<std::span<const T>> parts;
+    for (int i = 0; i < num_units(); ++i) {
+      const FlatLayout& layout = units_[i]->layout;
+      const T* g = owned_grads(i).data<T>();
+      const int64_t base = layout.shard_begin(shard_index_);
       for (const auto& seg : layout.shard_segments(shard_index_))
-        sum += ops::sum_squares(placement_.device, g + (seg.flat_begin - base), size_t(seg.count));
-    });
-  }
+        parts.emplace_back(g + (seg.flat_begin - base), size_t(seg.count));
+    }
+    sum = ops::sum_squares<T>(placement_.device, parts);
+  });
   // Replicas hold identical shards, so the shard group alone covers every element once.
   return std::sqrt(sum_over_shard_group(sum));
 }

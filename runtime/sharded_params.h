@@ -105,7 +105,7 @@ class ShardedParams : public ParamContext {
   struct Unit;
   struct Reduction {
     int unit;
-    bool reduce_scattered;  // stage: reduce-scatter done, all-reduce (if any) next
+    bool all_reduce_started;  // across replicas (hybrid): work is the all-reduce, the reduce-scatter done
     comm::WorkPtr work;
     Tensor send;     // the unit's gradient in the reduce dtype (the full gradient itself when they agree)
     Tensor scratch;  // the reduced shard, in the reduce dtype
@@ -121,6 +121,7 @@ class ShardedParams : public ParamContext {
   void finish_gather(Unit& u);
   void prefetch_after(size_t position);
   void free_gathered(Unit& u);
+  void start_all_reduce(Reduction& r);  // waits for r's reduce-scatter, then starts its all-reduce
   bool advance(Reduction& r, bool blocking);
   void poll_reductions();
   int inflight_units() const;

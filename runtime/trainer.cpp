@@ -178,12 +178,19 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
   if (options_.placement.device != Device::cpu)
     run_agreed(world, [&] { select_device(options_.placement.device, world); });
   device_comm_ = open_device_comm(comm_backend(options_), world);
-  params_ = std::make_unique<ShardedParams>(*model_, device_comm_ ? *device_comm_ : world, options_.strategy,
+  params_ = std::make_unique<ShardedParams>(*model_, collective_world(), options_.strategy,
                                             options_.seed, options_.placement);
   if (!options_.init_from.empty()) load_weights(options_.init_from);
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  // Device memory first, in the order the members would go, so that the allocator's pool can give it
+  // back for whatever runs next in this process (zshard-bench runs one Trainer per strategy).
+  params_.reset();
+  device_comm_.reset();
+  model_.reset();
+  release_cached_memory(options_.placement.device);
+}
 
 void Trainer::load_weights(const std::string& path) {
   const SafetensorsFile file = SafetensorsFile::open(path);

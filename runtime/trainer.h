@@ -105,6 +105,8 @@ class Trainer {
   ShardedParams& params() { return *params_; }
   // The launch's world, for host-buffer collectives; with nccl the params' own run on another one.
   comm::Communicator& world() { return world_; }
+  // The world-sized communicator the params' collectives run on: the nccl one, or the world.
+  comm::Communicator& collective_world() { return device_comm_ ? *device_comm_ : world_; }
   const std::vector<StepResult>& history() const { return history_; }
   int rank_batch() const { return rank_batch_; }
   int rank_offset() const { return rank_offset_; }

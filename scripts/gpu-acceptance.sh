@@ -305,9 +305,9 @@ print(json.dumps(out))
 PY
       exit $?
     fi
-    echo "batch $b: failed ($(grep -ciE 'out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY' "$LOGS/gpt2_b$b.log") OOM lines); last lines:"
+    echo "batch $b: failed ($(grep -ciE 'out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|CUBLAS_STATUS_ALLOC_FAILED' "$LOGS/gpt2_b$b.log") OOM lines); last lines:"
     tail -3 "$LOGS/gpt2_b$b.log"
-    grep -qiE 'out of memory|MemoryAllocation|OUT_OF_MEMORY' "$LOGS/gpt2_b$b.log" ||
+    grep -qiE 'out of memory|MemoryAllocation|OUT_OF_MEMORY|ALLOC_FAILED' "$LOGS/gpt2_b$b.log" ||
       { note "batch $b failed, not out of memory: $(first_error "$LOGS/gpt2_b$b.log")"; exit 1; }
   done
   note "no batch fitted (tried ${tried[*]})"

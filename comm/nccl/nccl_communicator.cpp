@@ -33,8 +33,11 @@ class NcclWork final : public Work {
     return done_;
   }
   // Stream-ordered: the compute stream waits on the device, the host returns at once. The deadline is
-  // enforced by the communicator's watchdog.
-  void wait(Clock::time_point deadline) override { comm_->arm(event_, deadline, what_); }
+  // enforced by the communicator's watchdog. Once test() has seen the collective finish there is
+  // nothing left to order.
+  void wait(Clock::time_point deadline) override {
+    if (!done_) comm_->arm(event_, deadline, what_);
+  }
   using Work::wait;
 
  private:
@@ -122,16 +125,22 @@ void NcclCommunicator::init_resources() {
   // Non-blocking: the comm stream must not serialise with the legacy default stream.
   ZS_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
   ZS_CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
-  ZS_CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(float)));
+  barrier_scratch_ = std::make_unique<Buffer>(sizeof(float), Device::cuda, Category::comm);
   live_communicators().push_back(this);
   cuda::set_wait_hook(check_all_watchdogs);
 }
 
-// Teardown reports nothing: after an abort or a failed job the handles may already be unusable.
+// Teardown reports nothing: after an abort or a failed job the handles may already be unusable. With
+// collectives still queued (an exception unwound a step) ncclCommDestroy would wait for peers that may
+// never come, so the communicator is aborted instead; after a clean run the comm stream is idle.
 NcclCommunicator::~NcclCommunicator() {
   std::erase(live_communicators(), this);
-  if (comm_) ncclCommDestroy(comm_);
-  if (barrier_scratch_) cudaFree(barrier_scratch_);
+  if (comm_) {
+    if (cudaStreamQuery(comm_stream_) == cudaSuccess)
+      ncclCommDestroy(comm_);
+    else
+      ncclCommAbort(comm_);
+  }
   if (inputs_ready_) cudaEventDestroy(inputs_ready_);
   if (comm_stream_) cudaStreamDestroy(comm_stream_);
   for (const Stall& s : stalls_) {
@@ -298,8 +307,8 @@ WorkPtr NcclCommunicator::broadcast(void* buf, size_t count, DType dtype, int ro
 // Not counted in the stats, as with the mpi backend.
 void NcclCommunicator::barrier() {
   check_watchdog();
-  ZS_NCCL_CHECK(
-      ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_, comm_stream_));
+  void* scratch = barrier_scratch_->data();
+  ZS_NCCL_CHECK(ncclAllReduce(scratch, scratch, 1, ncclFloat32, ncclSum, comm_, comm_stream_));
   synchronize();
 }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "kernels/allocator.h"
 
 namespace zshard::comm {
 
@@ -102,7 +103,9 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t compute_stream_ = nullptr;
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t inputs_ready_ = nullptr;  // recorded on the compute stream before each collective
-  float* barrier_scratch_ = nullptr;    // one device float for barrier()
+  // One device float for barrier(). From the stream-ordered pool: cudaFree would wait for the whole
+  // device, stuck kernels of an aborted communicator included.
+  std::unique_ptr<Buffer> barrier_scratch_;
   std::vector<Armed> armed_;
   std::vector<Stall> stalls_;  // not yet read back
   std::string aborted_;  // what made the watchdog abort; empty while healthy

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "kernels/allocator.h"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/runtime.h"
 #include "kernels/error.h"
@@ -56,14 +57,25 @@ __device__ float block_reduce(float x, float* scratch) {
   return kMax ? warp_max(r) : warp_sum(r);
 }
 
+// Scratch memory for an op on `stream`, from the tracking allocator (Category::workspace). The allocator
+// frees in order on the legacy default stream, which waits for the work of every blocking stream, so the
+// memory cannot be reused while the op's kernels still run; a non-blocking stream would break that and
+// is refused.
+inline Buffer workspace(size_t bytes, cudaStream_t stream) {
+  unsigned flags = 0;
+  if (stream) ZS_CUDA_CHECK(cudaStreamGetFlags(stream, &flags));
+  ZS_CHECK(!(flags & cudaStreamNonBlocking), "CUDA ops that take scratch memory run on blocking streams only");
+  return Buffer(bytes, Device::cuda, Category::workspace);
+}
+
 // Row-major C = alpha op(A) op(B) + beta C for `batch` matrices at the given element strides (linear.cu).
-template <class T>
+// C is T, or fp32 for bf16 inputs (TC = float: attention scores that a softmax reads before rounding).
+template <class T, class TC = T>
 void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
-                  long long stride_a, const T* B, int ldb, long long stride_b, float beta, T* C, int ldc,
+                  long long stride_a, const T* B, int ldb, long long stride_b, float beta, TC* C, int ldc,
                   long long stride_c, int batch, cudaStream_t stream);
 
 // Sum of x[i] in double (reductions.cu); synchronises `stream`.
-template <class T>
-double sum_as_double(const T* x, size_t n, cudaStream_t stream);
+double sum_as_double(const float* x, size_t n, cudaStream_t stream);
 
 }  // namespace zshard::cuda

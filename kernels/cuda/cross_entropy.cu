@@ -8,9 +8,11 @@ namespace {
 constexpr int kRowThreads = 512;
 
 // A target outside [0, V) yields a NaN loss (a device cannot throw); the data loaders validate tokens.
+// Each row's loss also goes to row_loss in fp32, which the returned sum reads: summing the bf16 copies
+// would round every token's loss before the sum.
 template <class T>
-__global__ void cross_entropy_kernel(T* dlogits, T* losses, const T* logits, const int32_t* targets, int V,
-                                     float dloss) {
+__global__ void cross_entropy_kernel(T* dlogits, T* losses, float* row_loss, const T* logits,
+                                     const int32_t* targets, int V, float dloss) {
   __shared__ float scratch[kWarpSize];
   const size_t row = blockIdx.x;
   const T* x = logits + row * V;
@@ -30,7 +32,11 @@ __global__ void cross_entropy_kernel(T* dlogits, T* losses, const T* logits, con
     for (int j = threadIdx.x; j < V; j += blockDim.x)
       d[j] = from_f32<T>(expf(to_f32(x[j]) - mx) * factor - (j == target ? dloss : 0.f));
   }
-  if (threadIdx.x == 0) losses[row] = from_f32<T>(valid ? logf(sum) + mx - x_target : NAN);
+  if (threadIdx.x == 0) {
+    const float loss = valid ? logf(sum) + mx - x_target : NAN;
+    losses[row] = from_f32<T>(loss);
+    row_loss[row] = loss;
+  }
 }
 
 }  // namespace
@@ -39,9 +45,12 @@ template <class T>
 double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
                                       int V, float dloss, cudaStream_t stream) {
   if (N == 0) return 0.0;
-  cross_entropy_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(dlogits, losses, logits, targets, V, dloss);
+  Buffer row_loss = workspace(size_t(N) * sizeof(float), stream);
+  auto* row_loss_f32 = static_cast<float*>(row_loss.data());
+  cross_entropy_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(dlogits, losses, row_loss_f32, logits, targets,
+                                                               V, dloss);
   ZS_CUDA_CHECK_LAUNCH();
-  return sum_as_double(losses, size_t(N), stream);
+  return sum_as_double(row_loss_f32, size_t(N), stream);
 }
 
 #define ZS_INSTANTIATE(T)                                                                               \

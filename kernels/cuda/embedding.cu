@@ -1,4 +1,6 @@
-// Token + position embedding, forward and backward.
+// Token + position embedding, forward and backward. The backward is deterministic.
+#include <cub/device/device_radix_sort.cuh>
+
 #include "kernels/cuda/common.cuh"
 
 namespace zshard::cuda {
@@ -16,13 +18,27 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
   }
 }
 
-// A token may appear many times in the batch, so rows of dwte are summed with atomics.
+__global__ void iota_kernel(int32_t* out, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = i;
+}
+
+// A dwte row is the sum over every position holding its token. With the positions sorted by token (the
+// radix sort is stable, so each token's positions stay in order), the block at a token's first sorted
+// position adds that token's rows in fp32, in that fixed order, and rounds once into dwte. Atomics
+// would make the sum's order vary and, in bf16, round the running sum at every one of a frequent
+// token's thousand additions.
 template <class T>
-__global__ void wte_backward_kernel(T* dwte, const T* dout, const int32_t* tokens, int B, int Tn, int C) {
-  const size_t n = size_t(B) * Tn * C;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const size_t bt = i / C;
-    atomicAdd(dwte + size_t(tokens[bt]) * C + i % C, dout[i]);
+__global__ void wte_backward_kernel(T* dwte, const T* dout, const int32_t* sorted_tokens,
+                                    const int32_t* sorted_positions, int N, int C) {
+  const int first = blockIdx.x;
+  const int32_t token = sorted_tokens[first];
+  if (first > 0 && sorted_tokens[first - 1] == token) return;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float sum = 0;
+    for (int j = first; j < N && sorted_tokens[j] == token; ++j)
+      sum += to_f32(dout[size_t(sorted_positions[j]) * C + c]);
+    T* w = dwte + size_t(token) * C + c;
+    *w = from_f32<T>(to_f32(*w) + sum);
   }
 }
 
@@ -51,9 +67,25 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe
 template <class T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
                         cudaStream_t stream) {
-  const size_t n = size_t(B) * Tn * C;
-  if (n == 0) return;
-  wte_backward_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(dwte, dout, tokens, B, Tn, C);
+  const int N = B * Tn;
+  if (N == 0 || C == 0) return;
+  // One workspace: the positions 0..N-1, the tokens and positions sorted by token, CUB's temporary storage.
+  size_t sort_bytes = 0;
+  ZS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, tokens, static_cast<int32_t*>(nullptr),
+                                                static_cast<const int32_t*>(nullptr),
+                                                static_cast<int32_t*>(nullptr), N, 0, 32, stream));
+  const size_t ints_bytes = (size_t(N) * sizeof(int32_t) + 255) / 256 * 256;
+  Buffer scratch = workspace(3 * ints_bytes + sort_bytes, stream);
+  char* base = static_cast<char*>(scratch.data());
+  auto* positions = reinterpret_cast<int32_t*>(base);
+  auto* sorted_positions = reinterpret_cast<int32_t*>(base + ints_bytes);
+  auto* sorted_tokens = reinterpret_cast<int32_t*>(base + 2 * ints_bytes);
+  iota_kernel<<<grid_for(size_t(N)), kBlockSize, 0, stream>>>(positions, N);
+  ZS_CUDA_CHECK_LAUNCH();
+  ZS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + 3 * ints_bytes, sort_bytes, tokens, sorted_tokens,
+                                                positions, sorted_positions, N, 0, 32, stream));
+  wte_backward_kernel<<<unsigned(N), kBlockSize, 0, stream>>>(dwte, dout, sorted_tokens, sorted_positions, N,
+                                                              C);
   ZS_CUDA_CHECK_LAUNCH();
   wpe_backward_kernel<<<grid_for(size_t(Tn) * C), kBlockSize, 0, stream>>>(dwpe, dout, B, Tn, C);
   ZS_CUDA_CHECK_LAUNCH();

@@ -1,4 +1,5 @@
 // LayerNorm over the last dimension (biased variance, eps = kLayerNormEps), one warp per row.
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace zshard::cuda {
@@ -55,36 +56,17 @@ __global__ void layernorm_dinp_kernel(T* dinp, const T* dout, const T* inp, cons
   }
 }
 
-// dweight and dbias are sums over rows: a block owns 32 columns, its 8 warps split the rows, and the
-// partial sums meet in shared memory (a fixed order, so the result is deterministic).
-constexpr int kColRowSplit = kBlockSize / kWarpSize;
-
+// dweight and dbias are column sums of dout * xhat and of dout.
 template <class T>
-__global__ void layernorm_dparams_kernel(T* dweight, T* dbias, const T* dout, const T* inp, const T* mean,
-                                         const T* rstd, int N, int C) {
-  __shared__ float sw[kColRowSplit][kWarpSize], sb[kColRowSplit][kWarpSize];
-  const int lane = threadIdx.x % kWarpSize, part = threadIdx.x / kWarpSize;
-  const int c = blockIdx.x * kWarpSize + lane;
-  float w = 0, b = 0;
-  if (c < C) {
-    for (int row = part; row < N; row += kColRowSplit) {
-      const size_t i = size_t(row) * C + c;
-      const float d = to_f32(dout[i]);
-      b += d;
-      w += d * (to_f32(inp[i]) - to_f32(mean[row])) * to_f32(rstd[row]);
-    }
+struct ParamsTerm {
+  const T *dout, *inp, *mean, *rstd;
+  int C;
+  __device__ void operator()(int row, int c, float* acc) const {
+    const float d = to_f32(dout[size_t(row) * C + c]);
+    acc[0] += d * (to_f32(inp[size_t(row) * C + c]) - to_f32(mean[row])) * to_f32(rstd[row]);
+    acc[1] += d;
   }
-  sw[part][lane] = w;
-  sb[part][lane] = b;
-  __syncthreads();
-  if (part != 0 || c >= C) return;
-  for (int p = 1; p < kColRowSplit; ++p) {
-    w += sw[p][lane];
-    b += sb[p][lane];
-  }
-  dweight[c] = from_f32<T>(to_f32(dweight[c]) + w);
-  dbias[c] = from_f32<T>(to_f32(dbias[c]) + b);
-}
+};
 
 unsigned row_blocks(int N) { return unsigned((N + kRowsPerBlock - 1) / kRowsPerBlock); }
 
@@ -105,10 +87,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   if (N == 0) return;
   layernorm_dinp_kernel<<<row_blocks(N), kBlockSize, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
   ZS_CUDA_CHECK_LAUNCH();
-  const unsigned col_blocks = unsigned((C + kWarpSize - 1) / kWarpSize);
-  layernorm_dparams_kernel<<<col_blocks, kBlockSize, 0, stream>>>(dweight, dbias, dout, inp, mean, rstd, N,
-                                                                   C);
-  ZS_CUDA_CHECK_LAUNCH();
+  accumulate_column_sums<2>(ColumnOutputs<2, T>{{dweight, dbias}}, N, C,
+                            ParamsTerm<T>{dout, inp, mean, rstd, C}, stream);
 }
 
 #define ZS_INSTANTIATE(T)                                                                               \

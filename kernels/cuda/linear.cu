@@ -1,6 +1,7 @@
 // GEMM through cuBLAS (fp32 accumulation; bf16 inputs run on tensor cores) and the Conv1D linear layer.
 #include <cublas_v2.h>
 
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace zshard::cuda {
@@ -19,40 +20,30 @@ __global__ void add_bias_kernel(T* out, const T* bias, int N, int OC) {
     out[i] = from_f32<T>(to_f32(out[i]) + to_f32(bias[i % OC]));
 }
 
-// dbias += column sums of dout: a block owns 32 columns, its 8 warps split the rows (fixed order).
-constexpr int kRowSplit = kBlockSize / kWarpSize;
-
+// The bias gradient's term of column sums: dout itself.
 template <class T>
-__global__ void bias_backward_kernel(T* dbias, const T* dout, int N, int OC) {
-  __shared__ float partial[kRowSplit][kWarpSize];
-  const int lane = threadIdx.x % kWarpSize, part = threadIdx.x / kWarpSize;
-  const int c = blockIdx.x * kWarpSize + lane;
-  float sum = 0;
-  if (c < OC)
-    for (int row = part; row < N; row += kRowSplit) sum += to_f32(dout[size_t(row) * OC + c]);
-  partial[part][lane] = sum;
-  __syncthreads();
-  if (part != 0 || c >= OC) return;
-  for (int p = 1; p < kRowSplit; ++p) sum += partial[p][lane];
-  dbias[c] = from_f32<T>(to_f32(dbias[c]) + sum);
-}
+struct BiasTerm {
+  const T* dout;
+  int OC;
+  __device__ void operator()(int row, int c, float* acc) const { acc[0] += to_f32(dout[size_t(row) * OC + c]); }
+};
 
 }  // namespace
 
 // cuBLAS is column-major: the row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so the
 // operands swap and each keeps its own transpose flag.
-template <class T>
+template <class T, class TC>
 void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
-                  long long stride_a, const T* B, int ldb, long long stride_b, float beta, T* C, int ldc,
+                  long long stride_a, const T* B, int ldb, long long stride_b, float beta, TC* C, int ldc,
                   long long stride_c, int batch, cudaStream_t stream) {
   if (M == 0 || N == 0 || batch == 0) return;
   cublasHandle_t handle = cublas_handle();
   ZS_CUBLAS_CHECK(cublasSetStream(handle, stream));
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  constexpr cudaDataType_t type = cuda_type<T>();
+  constexpr cudaDataType_t type = cuda_type<T>(), c_type = cuda_type<TC>();
   ZS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, N, M, K, &alpha, B, type, ldb, stride_b, A,
-                                             type, lda, stride_a, &beta, C, type, ldc, stride_c, batch,
+                                             type, lda, stride_a, &beta, C, c_type, ldc, stride_c, batch,
                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -78,13 +69,12 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   ZS_CHECK(dinp && dweight, "linear_backward: dinp and dweight are required");
   gemm_batched<T>(false, true, N, C, OC, 1.f, dout, OC, 0, weight, OC, 0, 1.f, dinp, C, 0, 1, stream);
   gemm_batched<T>(true, false, C, OC, N, 1.f, inp, C, 0, dout, OC, 0, 1.f, dweight, OC, 0, 1, stream);
-  if (dbias && N > 0) {
-    bias_backward_kernel<<<unsigned((OC + kWarpSize - 1) / kWarpSize), kBlockSize, 0, stream>>>(dbias, dout,
-                                                                                                N, OC);
-    ZS_CUDA_CHECK_LAUNCH();
-  }
+  if (dbias) accumulate_column_sums<1>(ColumnOutputs<1, T>{{dbias}}, N, OC, BiasTerm<T>{dout, OC}, stream);
 }
 
+template void gemm_batched<bf16, float>(bool, bool, int, int, int, float, const bf16*, int, long long,
+                                        const bf16*, int, long long, float, float*, int, long long, int,
+                                        cudaStream_t);
 #define ZS_INSTANTIATE(T)                                                                               \
   template void gemm_batched<T>(bool, bool, int, int, int, float, const T*, int, long long, const T*, int, \
                                 long long, float, T*, int, long long, int, cudaStream_t);                \

@@ -6,14 +6,17 @@
 // Streams: every op takes a trailing `cudaStream_t stream` (default: the legacy default stream) and only
 // enqueues work on it, except the two that return a host value (cross_entropy_forward_backward,
 // sum_squares), which synchronise that stream. Every launch is followed by a cudaGetLastError check.
-// Ops that need scratch (attention_backward, the two reductions) take it from the tracking allocator as
-// `workspace`, so cuda_init (kernels/cuda/runtime.h) must have run. Needs sm_80 or newer (bf16 atomics).
+// Ops that need scratch (attention, the bias and LayerNorm parameter gradients, the embedding backward,
+// the two reductions) take it from the tracking allocator as `workspace`, so cuda_init
+// (kernels/cuda/runtime.h) must have run, and they refuse non-blocking streams (see common.cuh). Needs
+// sm_80 or newer.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "kernels/cpu/ops.h"
 
@@ -25,7 +28,7 @@ using bf16 = __nv_bfloat16;
 template <class T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C,
                        cudaStream_t stream = nullptr);
-// dwte uses atomics (tokens repeat), so its summation order, and for bf16 its rounding, is not fixed.
+// Each dwte row gets its token's rows of dout summed in fp32 in position order and added once.
 template <class T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
                         cudaStream_t stream = nullptr);
@@ -78,9 +81,10 @@ template <class G>
 void adamw_step(float* param, const G* grad, float* m, float* v, size_t n, const AdamWParams& hp,
                 bf16* param_bf16 = nullptr, cudaStream_t stream = nullptr);
 
-// Sum of squares accumulated in double (CUB DeviceReduce). Synchronises `stream`.
+// Sum of squares of every element of every part, accumulated in double (CUB DeviceReduce, one per part,
+// all queued before the host waits). Synchronises `stream` once.
 template <class T>
-double sum_squares(const T* x, size_t n, cudaStream_t stream = nullptr);
+double sum_squares(std::span<const std::span<const T>> parts, cudaStream_t stream = nullptr);
 
 // y += alpha * x
 template <class T>

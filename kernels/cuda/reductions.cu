@@ -2,7 +2,9 @@
 // CUB's DeviceReduce, accumulating in double; temporary storage comes from the tracking allocator.
 #include <cub/device/device_reduce.cuh>
 
-#include "kernels/allocator.h"
+#include <algorithm>
+#include <vector>
+
 #include "kernels/cuda/common.cuh"
 
 namespace zshard::cuda {
@@ -15,47 +17,59 @@ struct Square {
 };
 struct Widen {
   __device__ double operator()(float x) const { return double(x); }
-  __device__ double operator()(bf16 x) const { return double(to_f32(x)); }
 };
 struct Plus {
   __device__ double operator()(double a, double b) const { return a + b; }
 };
 
+// The sum over every part of transform(x): one device reduction per part into its own slot, then a
+// single wait and a single copy of the slots, added on the host in part order.
 template <class T, class Transform>
-double transform_sum(const T* x, size_t n, Transform transform, cudaStream_t stream) {
-  if (n == 0) return 0.0;
+double transform_sum(std::span<const std::span<const T>> parts, Transform transform, cudaStream_t stream) {
+  if (parts.empty()) return 0.0;
+  const auto reduce = [&](void* temp, size_t& temp_bytes, std::span<const T> part, double* out) {
+    ZS_CUDA_CHECK(cub::DeviceReduce::TransformReduce(temp, temp_bytes, part.data(), out, part.size(), Plus{},
+                                                     transform, 0.0, stream));
+  };
   size_t temp_bytes = 0;
-  ZS_CUDA_CHECK(cub::DeviceReduce::TransformReduce(nullptr, temp_bytes, x, static_cast<double*>(nullptr), n,
-                                                   Plus{}, transform, 0.0, stream));
-  // The result sits at the front of the same allocation; the temporary storage follows, aligned.
-  constexpr size_t kResultBytes = 256;
-  Buffer buffer(kResultBytes + temp_bytes, Device::cuda, Category::workspace);
-  auto* result = static_cast<double*>(buffer.data());
-  ZS_CUDA_CHECK(cub::DeviceReduce::TransformReduce(static_cast<char*>(buffer.data()) + kResultBytes,
-                                                   temp_bytes, x, result, n, Plus{}, transform, 0.0, stream));
+  for (std::span<const T> part : parts) {
+    size_t part_bytes = 0;
+    if (!part.empty()) reduce(nullptr, part_bytes, part, nullptr);
+    temp_bytes = std::max(temp_bytes, part_bytes);
+  }
+  // The slots sit at the front of one allocation; the temporary storage follows, 256-byte aligned.
+  const size_t slot_bytes = (parts.size() * sizeof(double) + 255) / 256 * 256;
+  Buffer buffer = workspace(slot_bytes + temp_bytes, stream);
+  auto* slots = static_cast<double*>(buffer.data());
+  void* temp = static_cast<char*>(buffer.data()) + slot_bytes;
+  ZS_CUDA_CHECK(cudaMemsetAsync(slots, 0, parts.size() * sizeof(double), stream));  // empty parts stay 0
+  for (size_t i = 0; i < parts.size(); ++i) {
+    size_t bytes = temp_bytes;
+    if (!parts[i].empty()) reduce(temp, bytes, parts[i], slots + i);
+  }
   // Finish by polling first: a copy to pageable memory blocks in the driver, which must not happen while
   // the stream may still wait on a collective (see synchronize_stream).
   synchronize_stream(stream);
-  double host = 0;
-  ZS_CUDA_CHECK(cudaMemcpy(&host, result, sizeof(double), cudaMemcpyDeviceToHost));
-  return host;
+  std::vector<double> host(parts.size());
+  ZS_CUDA_CHECK(cudaMemcpy(host.data(), slots, host.size() * sizeof(double), cudaMemcpyDeviceToHost));
+  double sum = 0;
+  for (double x : host) sum += x;
+  return sum;
 }
 
 }  // namespace
 
 template <class T>
-double sum_squares(const T* x, size_t n, cudaStream_t stream) {
-  return transform_sum(x, n, Square{}, stream);
+double sum_squares(std::span<const std::span<const T>> parts, cudaStream_t stream) {
+  return transform_sum(parts, Square{}, stream);
 }
 
-template <class T>
-double sum_as_double(const T* x, size_t n, cudaStream_t stream) {
-  return transform_sum(x, n, Widen{}, stream);
+double sum_as_double(const float* x, size_t n, cudaStream_t stream) {
+  const std::span<const float> whole(x, n);
+  return transform_sum(std::span(&whole, 1), Widen{}, stream);
 }
 
-template double sum_squares<float>(const float*, size_t, cudaStream_t);
-template double sum_squares<bf16>(const bf16*, size_t, cudaStream_t);
-template double sum_as_double<float>(const float*, size_t, cudaStream_t);
-template double sum_as_double<bf16>(const bf16*, size_t, cudaStream_t);
+template double sum_squares<float>(std::span<const std::span<const float>>, cudaStream_t);
+template double sum_squares<bf16>(std::span<const std::span<const bf16>>, cudaStream_t);
 
 }  // namespace zshard::cuda

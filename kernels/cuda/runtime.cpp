@@ -2,6 +2,7 @@
 
 #include <nccl.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <thread>
@@ -62,6 +63,24 @@ void keep_pool_memory(int device) {
   uint64_t keep_all = UINT64_MAX;
   ZS_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
 }
+
+}  // namespace
+
+void release_pool_memory() noexcept {
+  // The frees just queued finish at once on an idle stream; a busy one (a stuck kernel) is left alone.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  cudaError_t rc;
+  while ((rc = cudaStreamQuery(nullptr)) == cudaErrorNotReady && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::yield();
+  int device = 0;
+  cudaMemPool_t pool = nullptr;
+  if (rc != cudaSuccess || cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess)
+    return;
+  cudaMemPoolTrimTo(pool, 0);
+}
+
+namespace {
 
 void device_memset(void* ptr, int value, size_t bytes) { ZS_CUDA_CHECK(cudaMemset(ptr, value, bytes)); }
 

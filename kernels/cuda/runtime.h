@@ -31,6 +31,10 @@ void synchronize_stream(cudaStream_t stream);
 // would hang the job instead of letting the watchdog abort it.
 void set_wait_hook(std::function<void()> hook);
 
+// Returns the pool's unused memory to the driver, once the compute stream is idle (otherwise nothing:
+// frees still queued there are not final). Never throws.
+void release_pool_memory() noexcept;
+
 // The cuBLAS handle of the current thread (created on first use, lives until the thread ends).
 cublasHandle_t cublas_handle();
 

@@ -108,11 +108,21 @@ TEST(OpsDispatch, ConvertsBetweenF32AndBf16OnCpu) {
               HasSubstr("convert: f32 and bf16 only, not f32 -> f64"));
 }
 
+TEST(OpsDispatch, SumSquaresAddsEveryPart) {
+  std::vector<double> x(10);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5 * double(i) - 2.0;
+  const std::span<const double> all(x);
+  const std::vector<std::span<const double>> parts{all.subspan(0, 3), all.subspan(3, 0), all.subspan(3)};
+  EXPECT_EQ(ops::sum_squares<double>(Device::cpu, parts), cpu::sum_squares(x.data(), x.size()));
+  EXPECT_EQ(ops::sum_squares<double>(Device::cpu, {}), 0.0);
+}
+
 TEST(OpsDispatch, UnsupportedPairingsNameTheOp) {
   std::vector<bf16> h(4);
   EXPECT_THAT(error_of([&] { ops::gelu_forward(Device::cpu, h.data(), h.data(), h.size()); }),
               HasSubstr("gelu_forward: bf16 is computed on cuda only"));
-  EXPECT_THAT(error_of([&] { ops::sum_squares(Device::cpu, h.data(), h.size()); }),
+  const std::vector<std::span<const bf16>> parts{h};
+  EXPECT_THAT(error_of([&] { ops::sum_squares<bf16>(Device::cpu, parts); }),
               HasSubstr("sum_squares: bf16 is computed on cuda only"));
   std::vector<float> p(4), m(4), v(4);
   EXPECT_THAT(error_of([&] {
