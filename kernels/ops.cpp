@@ -82,24 +82,23 @@ void embedding_backward(Device d, T* dwte, T* dwpe, const T* dout, const int32_t
 }
 
 template <class T>
-void layernorm_forward(Device d, T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
-                       int N, int C) {
+void layernorm_forward(Device d, T* out, NormStat<T>* mean, NormStat<T>* rstd, const T* inp, const T* weight,
+                       const T* bias, int N, int C) {
   if (on_cpu<T>(d, "layernorm_forward")) {
     ZS_ON_CPU(T, cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C))
   } else {
-    ZS_ON_CUDA(T, cuda::layernorm_forward(dev(out), dev(mean), dev(rstd), dev(inp), dev(weight), dev(bias),
-                                          N, C))
+    ZS_ON_CUDA(T, cuda::layernorm_forward(dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C))
   }
 }
 
 template <class T>
 void layernorm_backward(Device d, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, int N, int C) {
+                        const T* weight, const NormStat<T>* mean, const NormStat<T>* rstd, int N, int C) {
   if (on_cpu<T>(d, "layernorm_backward")) {
     ZS_ON_CPU(T, cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))
   } else {
     ZS_ON_CUDA(T, cuda::layernorm_backward(dev(dinp), dev(dweight), dev(dbias), dev(dout), dev(inp),
-                                           dev(weight), dev(mean), dev(rstd), N, C))
+                                           dev(weight), mean, rstd, N, C))
   }
 }
 
@@ -182,12 +181,13 @@ void residual_forward(Device d, T* out, const T* a, const T* b, size_t n) {
 
 template <class T>
 double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* logits,
-                                      const int32_t* targets, int N, int V, float dloss) {
+                                      const int32_t* targets, int N, int V, int ld, float dloss) {
   if (on_cpu<T>(d, "cross_entropy_forward_backward")) {
-    ZS_ON_CPU(T, return cpu::cross_entropy_forward_backward(dlogits, losses, logits, targets, N, V, T(dloss)))
+    ZS_ON_CPU(T, return cpu::cross_entropy_forward_backward(dlogits, losses, logits, targets, N, V, ld,
+                                                            T(dloss)))
   } else {
     ZS_ON_CUDA(T, return cuda::cross_entropy_forward_backward(dev(dlogits), dev(losses), dev(logits), targets,
-                                                              N, V, dloss))
+                                                              N, V, ld, dloss))
   }
   fail("cross_entropy_forward_backward: no backend for ", dtype_name(dtype_of<T>()));
 }
@@ -274,9 +274,10 @@ void synchronize(Device d) {
 #define ZS_INSTANTIATE(T)                                                                                    \
   template void embedding_forward<T>(Device, T*, const int32_t*, const T*, const T*, int, int, int);        \
   template void embedding_backward<T>(Device, T*, T*, const T*, const int32_t*, int, int, int);            \
-  template void layernorm_forward<T>(Device, T*, T*, T*, const T*, const T*, const T*, int, int);          \
-  template void layernorm_backward<T>(Device, T*, T*, T*, const T*, const T*, const T*, const T*, const T*, \
-                                      int, int);                                                           \
+  template void layernorm_forward<T>(Device, T*, NormStat<T>*, NormStat<T>*, const T*, const T*, const T*, \
+                                     int, int);                                                             \
+  template void layernorm_backward<T>(Device, T*, T*, T*, const T*, const T*, const T*, const NormStat<T>*, \
+                                      const NormStat<T>*, int, int);                                                           \
   template void linear_forward<T>(Device, T*, const T*, const T*, const T*, int, int, int);                 \
   template void linear_backward<T>(Device, T*, T*, T*, const T*, const T*, const T*, int, int, int);        \
   template void gemm<T>(Device, bool, bool, int, int, int, float, const T*, int, const T*, int, float, T*,  \
@@ -287,7 +288,7 @@ void synchronize(Device d) {
   template void gelu_backward<T>(Device, T*, const T*, const T*, size_t);                                    \
   template void residual_forward<T>(Device, T*, const T*, const T*, size_t);                                 \
   template double cross_entropy_forward_backward<T>(Device, T*, T*, const T*, const int32_t*, int, int,     \
-                                                    float);                                                \
+                                                    int, float);                                                \
   template double sum_squares<T>(Device, std::span<const std::span<const T>>);                              \
   template void axpy<T>(Device, T*, const T*, float, size_t);
 ZS_INSTANTIATE(float)

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/dtype.h"
@@ -24,12 +25,18 @@ void embedding_forward(Device d, T* out, const int32_t* tokens, const T* wte, co
 template <class T>
 void embedding_backward(Device d, T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn,
                         int C);
+// LayerNorm's saved mean and rstd are NormStat<T>: fp32 for bf16, since the backward rebuilds xhat from
+// them and an rstd rounded to bf16 would be off by up to 0.4%; the compute type otherwise.
 template <class T>
-void layernorm_forward(Device d, T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
-                       int N, int C);
+using NormStat = std::conditional_t<std::is_same_v<T, bf16>, float, T>;
+inline DType norm_stat_dtype(DType compute) { return compute == DType::bf16 ? DType::f32 : compute; }
+
+template <class T>
+void layernorm_forward(Device d, T* out, NormStat<T>* mean, NormStat<T>* rstd, const T* inp, const T* weight,
+                       const T* bias, int N, int C);
 template <class T>
 void layernorm_backward(Device d, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                        const T* weight, const T* mean, const T* rstd, int N, int C);
+                        const T* weight, const NormStat<T>* mean, const NormStat<T>* rstd, int N, int C);
 template <class T>
 void linear_forward(Device d, T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC);
 template <class T>
@@ -53,7 +60,7 @@ template <class T>
 void residual_forward(Device d, T* out, const T* a, const T* b, size_t n);
 template <class T>
 double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* logits,
-                                      const int32_t* targets, int N, int V, float dloss);
+                                      const int32_t* targets, int N, int V, int ld, float dloss);
 
 // AdamW on an fp32 master shard with gradients G (float; bf16 on cuda). param_bf16, when given (cuda
 // only), receives the bf16 compute copy of the updated parameters in the same pass.

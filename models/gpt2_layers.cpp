@@ -1,5 +1,7 @@
 #include "models/gpt2_layers.h"
 
+#include <algorithm>
+
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
 
@@ -11,28 +13,29 @@ namespace {
 // order. The tokens are i32; everything else is in the compute dtype.
 template <class F>
 void for_each_buffer(Activations& a, const GPT2Config& c, int B, int T, DType dtype, F&& f) {
-  const int64_t L = c.layers, C = c.dim, NH = c.heads, V = c.vocab;
+  const int64_t L = c.layers, C = c.dim, NH = c.heads, Vp = logits_row_stride(c);
   f(a.inputs, {B, T}, DType::i32);
   f(a.targets, {B, T}, DType::i32);
   const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
+  const auto stat = [&](Tensor& t, const Shape& shape) { f(t, shape, ops::norm_stat_dtype(dtype)); };
   g(a.encoded, {B, T, C});
   g(a.ln1, {L, B, T, C});
-  g(a.ln1_mean, {L, B, T});
-  g(a.ln1_rstd, {L, B, T});
+  stat(a.ln1_mean, {L, B, T});
+  stat(a.ln1_rstd, {L, B, T});
   g(a.qkv, {L, B, T, 3 * C});
   g(a.att, {L, B, NH, T, T});
   g(a.atty, {L, B, T, C});
   g(a.residual2, {L, B, T, C});
   g(a.ln2, {L, B, T, C});
-  g(a.ln2_mean, {L, B, T});
-  g(a.ln2_rstd, {L, B, T});
+  stat(a.ln2_mean, {L, B, T});
+  stat(a.ln2_rstd, {L, B, T});
   g(a.fch, {L, B, T, 4 * C});
   g(a.fch_gelu, {L, B, T, 4 * C});
   g(a.residual3, {L, B, T, C});
   g(a.lnf, {B, T, C});
-  g(a.lnf_mean, {B, T});
-  g(a.lnf_rstd, {B, T});
-  g(a.logits, {B, T, V});
+  stat(a.lnf_mean, {B, T});
+  stat(a.lnf_rstd, {B, T});
+  g(a.logits, {B, T, Vp});
   g(a.losses, {B, T});
   g(a.proj, {B, T, C});
   g(a.dresidual, {B, T, C});
@@ -71,16 +74,26 @@ void Activations::allocate(const GPT2Config& c, int b, int t, DType type, Device
   T = t;
   dtype = type;
   device = dev;
-  const auto slot = [](DType buffer_type) { return buffer_type == DType::i32 ? 1 : 0; };
-  std::array<int64_t, 2> numel{};
+  // One allocation per dtype, in order of first appearance: count, allocate, then cut the views.
+  std::vector<DType> dtypes;
+  std::vector<int64_t> numel;
+  const auto slot = [&](DType buffer_type) {
+    const size_t s = size_t(std::find(dtypes.begin(), dtypes.end(), buffer_type) - dtypes.begin());
+    if (s == dtypes.size()) {
+      dtypes.push_back(buffer_type);
+      numel.push_back(0);
+    }
+    return s;
+  };
   for_each_buffer(*this, c, B, T, dtype, [&](Tensor&, const Shape& shape, DType buffer_type) {
     numel[slot(buffer_type)] += shape_numel(shape);
   });
-  storage = {Tensor::empty({numel[0]}, dtype, device, Category::activations),
-             Tensor::empty({numel[1]}, DType::i32, device, Category::activations)};
-  std::array<int64_t, 2> offset{};
+  storage.clear();
+  for (size_t s = 0; s < dtypes.size(); ++s)
+    storage.push_back(Tensor::empty({numel[s]}, dtypes[s], device, Category::activations));
+  std::vector<int64_t> offset(dtypes.size(), 0);
   for_each_buffer(*this, c, B, T, dtype, [&](Tensor& view, const Shape& shape, DType buffer_type) {
-    const int s = slot(buffer_type);
+    const size_t s = slot(buffer_type);
     view = storage[s].view(offset[s], shape);
     offset[s] += shape_numel(shape);
   });
@@ -122,14 +135,14 @@ void Layers<T>::block_forward(int l, const UnitTensors& p) const {
   T* proj = a.proj.data<T>();
 
   // x = x + c_proj(attn(ln_1(x)))
-  ops::layernorm_forward(d, ln1, at<T>(a.ln1_mean, l), at<T>(a.ln1_rstd, l), residual, w(kLn1Weight),
+  ops::layernorm_forward(d, ln1, at<Stat>(a.ln1_mean, l), at<Stat>(a.ln1_rstd, l), residual, w(kLn1Weight),
                          w(kLn1Bias), N, C);
   ops::linear_forward(d, qkv, ln1, w(kAttnWeight), w(kAttnBias), N, C, 3 * C);
   ops::attention_forward(d, atty, at<T>(a.att, l), qkv, B, Tn, C, NH);
   ops::linear_forward(d, proj, atty, w(kAttnProjWeight), w(kAttnProjBias), N, C, C);
   ops::residual_forward(d, residual2, residual, proj, NC);
   // x = x + c_proj(gelu(c_fc(ln_2(x))))
-  ops::layernorm_forward(d, ln2, at<T>(a.ln2_mean, l), at<T>(a.ln2_rstd, l), residual2, w(kLn2Weight),
+  ops::layernorm_forward(d, ln2, at<Stat>(a.ln2_mean, l), at<Stat>(a.ln2_rstd, l), residual2, w(kLn2Weight),
                          w(kLn2Bias), N, C);
   ops::linear_forward(d, fch, ln2, w(kFcWeight), w(kFcBias), N, C, 4 * C);
   ops::gelu_forward(d, fch_gelu, fch, 4 * NC);
@@ -163,7 +176,7 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   ops::linear_backward(d, dln, dw(kFcWeight), dw(kFcBias), dfch, at<T>(a.ln2, l), w(kFcWeight), N, C,
                        4 * C);
   ops::layernorm_backward(d, dresidual, dw(kLn2Weight), dw(kLn2Bias), dln, at<T>(a.residual2, l),
-                          w(kLn2Weight), at<T>(a.ln2_mean, l), at<T>(a.ln2_rstd, l), N, C);
+                          w(kLn2Weight), at<Stat>(a.ln2_mean, l), at<Stat>(a.ln2_rstd, l), N, C);
   // Attention branch.
   a.datty.zero_();
   ops::linear_backward(d, datty, dw(kAttnProjWeight), dw(kAttnProjBias), dresidual, at<T>(a.atty, l),
@@ -174,12 +187,12 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   ops::linear_backward(d, dln, dw(kAttnWeight), dw(kAttnBias), dqkv, at<T>(a.ln1, l), w(kAttnWeight), N, C,
                        3 * C);
   ops::layernorm_backward(d, dresidual, dw(kLn1Weight), dw(kLn1Bias), dln, block_input<T>(a, l),
-                          w(kLn1Weight), at<T>(a.ln1_mean, l), at<T>(a.ln1_rstd, l), N, C);
+                          w(kLn1Weight), at<Stat>(a.ln1_mean, l), at<Stat>(a.ln1_rstd, l), N, C);
 }
 
 template <class T>
 void Layers<T>::final_norm_forward(const UnitTensors& p) const {
-  ops::layernorm_forward(a.device, a.lnf.data<T>(), a.lnf_mean.data<T>(), a.lnf_rstd.data<T>(),
+  ops::layernorm_forward(a.device, a.lnf.data<T>(), a.lnf_mean.data<Stat>(), a.lnf_rstd.data<Stat>(),
                          block_input<T>(a, c.layers), p[kLnfWeight].data<T>(), p[kLnfBias].data<T>(),
                          a.B * a.T, c.dim);
 }
@@ -189,26 +202,26 @@ void Layers<T>::final_norm_backward(const UnitTensors& p, const UnitTensors& g) 
   a.dresidual.zero_();
   ops::layernorm_backward(a.device, a.dresidual.data<T>(), g[kLnfWeight].data<T>(), g[kLnfBias].data<T>(),
                           a.dln.data<T>(), block_input<T>(a, c.layers), p[kLnfWeight].data<T>(),
-                          a.lnf_mean.data<T>(), a.lnf_rstd.data<T>(), a.B * a.T, c.dim);
+                          a.lnf_mean.data<Stat>(), a.lnf_rstd.data<Stat>(), a.B * a.T, c.dim);
 }
 
 template <class T>
 double Layers<T>::head_forward(const Tensor& wte, bool backward, float dloss) const {
-  const int N = a.B * a.T, C = c.dim, V = c.vocab;
+  const int N = a.B * a.T, C = c.dim, V = c.vocab, Vp = logits_row_stride(c);
   T* logits = a.logits.data<T>();
   // wte is (V, C): logits = lnf @ wte^T.
-  ops::gemm(a.device, false, true, N, V, C, 1.0f, a.lnf.data<T>(), C, wte.data<T>(), C, 0.0f, logits, V);
+  ops::gemm(a.device, false, true, N, V, C, 1.0f, a.lnf.data<T>(), C, wte.data<T>(), C, 0.0f, logits, Vp);
   T* dlogits = backward ? logits : nullptr;
   return ops::cross_entropy_forward_backward(a.device, dlogits, a.losses.data<T>(), logits,
-                                             a.targets.data<int32_t>(), N, V, dloss);
+                                             a.targets.data<int32_t>(), N, V, Vp, dloss);
 }
 
 template <class T>
 void Layers<T>::head_backward(const Tensor& wte, const Tensor& dwte) const {
-  const int N = a.B * a.T, C = c.dim, V = c.vocab;
+  const int N = a.B * a.T, C = c.dim, V = c.vocab, Vp = logits_row_stride(c);
   const T* dlogits = a.logits.data<T>();
-  ops::gemm(a.device, false, false, N, C, V, 1.0f, dlogits, V, wte.data<T>(), C, 0.0f, a.dln.data<T>(), C);
-  ops::gemm(a.device, true, false, V, C, N, 1.0f, dlogits, V, a.lnf.data<T>(), C, 1.0f, dwte.data<T>(), C);
+  ops::gemm(a.device, false, false, N, C, V, 1.0f, dlogits, Vp, wte.data<T>(), C, 0.0f, a.dln.data<T>(), C);
+  ops::gemm(a.device, true, false, V, C, N, 1.0f, dlogits, Vp, a.lnf.data<T>(), C, 1.0f, dwte.data<T>(), C);
 }
 
 template struct Layers<float>;

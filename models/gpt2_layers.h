@@ -3,7 +3,9 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <vector>
 
+#include "kernels/ops.h"
 #include "models/gpt2_config.h"
 #include "models/model.h"
 
@@ -24,13 +26,13 @@ struct Activations {
   int B = 0, T = 0;
   DType dtype = DType::f32;
   Device device = Device::cpu;
-  // A Tensor has one dtype, so the buffers live in two allocations: [0] the compute dtype's, [1] the
-  // i32 tokens'.
-  std::array<Tensor, 2> storage;
+  // A Tensor has one dtype, so the buffers live in one allocation per dtype: the compute dtype's, the
+  // i32 tokens', and with bf16 the fp32 LayerNorm statistics' (ops::NormStat).
+  std::vector<Tensor> storage;
 
   Tensor inputs, targets;                // (B,T) i32: the batch's tokens, copied to the device
   Tensor encoded;                        // (B,T,C) wte + wpe: block 0's input
-  Tensor ln1, ln1_mean, ln1_rstd;        // (L,B,T,C), (L,B,T), (L,B,T)
+  Tensor ln1, ln1_mean, ln1_rstd;        // (L,B,T,C), (L,B,T), (L,B,T); mean and rstd in NormStat
   Tensor qkv;                            // (L,B,T,3C)
   Tensor att;                            // (L,B,NH,T,T) softmax probabilities
   Tensor atty;                           // (L,B,T,C) attention output before c_proj
@@ -39,7 +41,7 @@ struct Activations {
   Tensor fch, fch_gelu;                  // (L,B,T,4C)
   Tensor residual3;                      // (L,B,T,C) block output
   Tensor lnf, lnf_mean, lnf_rstd;        // (B,T,C), (B,T), (B,T)
-  Tensor logits;                         // (B,T,V); overwritten by dlogits in the backward
+  Tensor logits;                         // (B,T,Vp), rows Vp = logits_row_stride apart; dlogits in the backward
   Tensor losses;                         // (B,T)
   Tensor proj;                           // (B,T,C) a c_proj output before its residual add (scratch)
   // Backward scratch, shared by all blocks. dresidual carries d(loss)/d(residual stream).
@@ -55,10 +57,16 @@ struct Activations {
   void load_tokens(const Batch& batch) const;
 };
 
+// Row stride of the logits: the vocabulary rounded up to a multiple of 64, so that every row starts
+// 128-byte aligned and cuBLAS can use its aligned tensor-core kernels for the head's three GEMMs (about a
+// third of GPT-2 small's FLOPs); GPT-2's 50257 is odd. The padding columns are never read.
+inline int logits_row_stride(const GPT2Config& c) { return (c.vocab + 63) / 64 * 64; }
+
 // GPT-2's computation in dtype T (float or double on cpu, float or bf16 on cuda) over one set of
 // activations, on a.device. The tokens are a.inputs and a.targets.
 template <class T>
 struct Layers {
+  using Stat = ops::NormStat<T>;  // element type of the LayerNorm means and rstds
   const GPT2Config& c;
   Activations& a;
 

@@ -54,7 +54,7 @@ class TinyBigram final : public Model {
     const UnitTensors& head = ctx.gather(1);
     cpu::linear_forward(logits.data(), x.data(), head[0].data<float>(), head[1].data<float>(), N, C_, V_);
     const double loss = cpu::cross_entropy_forward_backward(backward ? logits.data() : nullptr, losses.data(),
-                                                            logits.data(), b.targets, N, V_, loss_scale);
+                                                            logits.data(), b.targets, N, V_, V_, loss_scale);
     if (!backward) {
       ctx.release(1);
       return loss;

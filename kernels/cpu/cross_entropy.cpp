@@ -11,10 +11,11 @@ namespace zshard::cpu {
 
 template <class T>
 double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
-                                      int V, T dloss) {
+                                      int V, int ld, T dloss) {
+  ZS_CHECK(ld >= V, "cross_entropy: row stride ", ld, " below the row length ", V);
   double total = 0;
   for (int i = 0; i < N; ++i) {
-    const T* x = logits + size_t(i) * V;
+    const T* x = logits + size_t(i) * ld;
     const int32_t target = targets[i];
     ZS_CHECK(target >= 0 && target < V, "cross_entropy: target ", target, " outside [0, ", V, ")");
     T mx = x[0];
@@ -23,7 +24,7 @@ double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, co
     const T x_target = x[target];
     T sum;
     if (dlogits) {
-      T* d = dlogits + size_t(i) * V;
+      T* d = dlogits + size_t(i) * ld;
       for (int j = 0; j < V; ++j) d[j] = detail::exp_nonpositive(x[j] - mx);
       sum = detail::sum_of(d, V);
       const T factor = dloss / sum;
@@ -40,8 +41,8 @@ double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, co
 }
 
 template double cross_entropy_forward_backward<float>(float*, float*, const float*, const int32_t*, int, int,
-                                                      float);
+                                                      int, float);
 template double cross_entropy_forward_backward<double>(double*, double*, const double*, const int32_t*, int,
-                                                       int, double);
+                                                       int, int, double);
 
 }  // namespace zshard::cpu

@@ -62,10 +62,12 @@ void residual_backward(T* da, T* db, const T* dout, size_t n);
 
 // Fused softmax cross-entropy over rows of logits (N,V). Writes losses[i] = -log softmax(logits[i])[target].
 // If dlogits is non-null it is SET (not accumulated, the one exception) to dloss * (softmax - onehot);
-// dlogits may alias logits. Returns the sum of the N losses (accumulated in double).
+// dlogits may alias logits. Row i of logits and dlogits starts at i * ld (ld >= V: GPT-2's V = 50257 rows
+// padded for aligned GEMMs); columns V..ld are neither read nor written. Returns the sum of the N losses
+// (accumulated in double).
 template <class T>
 double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
-                                      int V, T dloss);
+                                      int V, int ld, T dloss);
 
 struct AdamWParams {
   float lr = 1e-3f;

@@ -12,10 +12,10 @@ constexpr int kRowThreads = 512;
 // would round every token's loss before the sum.
 template <class T>
 __global__ void cross_entropy_kernel(T* dlogits, T* losses, float* row_loss, const T* logits,
-                                     const int32_t* targets, int V, float dloss) {
+                                     const int32_t* targets, int V, int ld, float dloss) {
   __shared__ float scratch[kWarpSize];
   const size_t row = blockIdx.x;
-  const T* x = logits + row * V;
+  const T* x = logits + row * ld;
   const int target = targets[row];
   const bool valid = target >= 0 && target < V;
   // Read before any thread overwrites the row (dlogits may alias logits); the reductions below sync.
@@ -27,7 +27,7 @@ __global__ void cross_entropy_kernel(T* dlogits, T* losses, float* row_loss, con
   for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(to_f32(x[j]) - mx);
   sum = block_reduce<false>(sum, scratch);
   if (dlogits) {
-    T* d = dlogits + row * V;
+    T* d = dlogits + row * ld;
     const float factor = dloss / sum;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
       d[j] = from_f32<T>(expf(to_f32(x[j]) - mx) * factor - (j == target ? dloss : 0.f));
@@ -43,19 +43,20 @@ __global__ void cross_entropy_kernel(T* dlogits, T* losses, float* row_loss, con
 
 template <class T>
 double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
-                                      int V, float dloss, cudaStream_t stream) {
+                                      int V, int ld, float dloss, cudaStream_t stream) {
+  ZS_CHECK(ld >= V, "cross_entropy: row stride ", ld, " below the row length ", V);
   if (N == 0) return 0.0;
   Buffer row_loss = workspace(size_t(N) * sizeof(float), stream);
   auto* row_loss_f32 = static_cast<float*>(row_loss.data());
   cross_entropy_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(dlogits, losses, row_loss_f32, logits, targets,
-                                                               V, dloss);
+                                                               V, ld, dloss);
   ZS_CUDA_CHECK_LAUNCH();
   return sum_as_double(row_loss_f32, size_t(N), stream);
 }
 
 #define ZS_INSTANTIATE(T)                                                                               \
-  template double cross_entropy_forward_backward<T>(T*, T*, const T*, const int32_t*, int, int, float,  \
-                                                    cudaStream_t);
+  template double cross_entropy_forward_backward<T>(T*, T*, const T*, const int32_t*, int, int, int,    \
+                                                    float, cudaStream_t);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(bf16)
 #undef ZS_INSTANTIATE

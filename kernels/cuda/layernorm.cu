@@ -1,4 +1,5 @@
-// LayerNorm over the last dimension (biased variance, eps = kLayerNormEps), one warp per row.
+// LayerNorm over the last dimension (biased variance, eps = kLayerNormEps), one warp per row. The saved
+// mean and rstd stay fp32 whatever T is.
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/common.cuh"
 
@@ -9,7 +10,7 @@ namespace {
 constexpr int kRowsPerBlock = kBlockSize / kWarpSize;
 
 template <class T>
-__global__ void layernorm_forward_kernel(T* out, T* mean, T* rstd, const T* inp, const T* weight,
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight,
                                          const T* bias, int N, int C) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   if (row >= N) return;
@@ -28,20 +29,20 @@ __global__ void layernorm_forward_kernel(T* out, T* mean, T* rstd, const T* inp,
   for (int c = lane; c < C; c += kWarpSize)
     o[c] = from_f32<T>((to_f32(x[c]) - mu) * rs * to_f32(weight[c]) + to_f32(bias[c]));
   if (lane == 0) {
-    mean[row] = from_f32<T>(mu);
-    rstd[row] = from_f32<T>(rs);
+    mean[row] = mu;
+    rstd[row] = rs;
   }
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight; one warp per row.
 template <class T>
-__global__ void layernorm_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight, const T* mean,
-                                      const T* rstd, int N, int C) {
+__global__ void layernorm_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight, const float* mean,
+                                      const float* rstd, int N, int C) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   if (row >= N) return;
   const T* x = inp + size_t(row) * C;
   const T* d = dout + size_t(row) * C;
-  const float mu = to_f32(mean[row]), rs = to_f32(rstd[row]);
+  const float mu = mean[row], rs = rstd[row];
   float g_sum = 0, gx_sum = 0;
   for (int c = lane; c < C; c += kWarpSize) {
     const float g = to_f32(d[c]) * to_f32(weight[c]);
@@ -59,11 +60,12 @@ __global__ void layernorm_dinp_kernel(T* dinp, const T* dout, const T* inp, cons
 // dweight and dbias are column sums of dout * xhat and of dout.
 template <class T>
 struct ParamsTerm {
-  const T *dout, *inp, *mean, *rstd;
+  const T *dout, *inp;
+  const float *mean, *rstd;
   int C;
   __device__ void operator()(int row, int c, float* acc) const {
     const float d = to_f32(dout[size_t(row) * C + c]);
-    acc[0] += d * (to_f32(inp[size_t(row) * C + c]) - to_f32(mean[row])) * to_f32(rstd[row]);
+    acc[0] += d * (to_f32(inp[size_t(row) * C + c]) - mean[row]) * rstd[row];
     acc[1] += d;
   }
 };
@@ -73,8 +75,8 @@ unsigned row_blocks(int N) { return unsigned((N + kRowsPerBlock - 1) / kRowsPerB
 }  // namespace
 
 template <class T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N, int C,
-                       cudaStream_t stream) {
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N,
+                       int C, cudaStream_t stream) {
   if (N == 0) return;
   layernorm_forward_kernel<<<row_blocks(N), kBlockSize, 0, stream>>>(out, mean, rstd, inp, weight, bias, N,
                                                                      C);
@@ -83,7 +85,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                        const T* mean, const T* rstd, int N, int C, cudaStream_t stream) {
+                        const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
   if (N == 0) return;
   layernorm_dinp_kernel<<<row_blocks(N), kBlockSize, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
   ZS_CUDA_CHECK_LAUNCH();
@@ -92,9 +94,10 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 }
 
 #define ZS_INSTANTIATE(T)                                                                               \
-  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, cudaStream_t); \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int, \
-                                      int, cudaStream_t);
+  template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int, int,         \
+                                     cudaStream_t);                                                     \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const float*, const float*, \
+                                      int, int, cudaStream_t);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(bf16)
 #undef ZS_INSTANTIATE

@@ -33,12 +33,13 @@ template <class T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
                         cudaStream_t stream = nullptr);
 
+// mean and rstd are fp32 for both T (kernels/ops.h, NormStat).
 template <class T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N, int C,
-                       cudaStream_t stream = nullptr);
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N,
+                       int C, cudaStream_t stream = nullptr);
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                        const T* mean, const T* rstd, int N, int C, cudaStream_t stream = nullptr);
+                        const float* mean, const float* rstd, int N, int C, cudaStream_t stream = nullptr);
 
 // cuBLAS with fp32 accumulation (CUBLAS_COMPUTE_32F: no TF32 for fp32 inputs). Scalars (alpha, beta here,
 // dloss and axpy's alpha below) are fp32 for every T: rounding a factor like 1/96 to bf16 would bias every
@@ -70,10 +71,11 @@ void residual_forward(T* out, const T* a, const T* b, size_t n, cudaStream_t str
 template <class T>
 void residual_backward(T* da, T* db, const T* dout, size_t n, cudaStream_t stream = nullptr);
 
-// One block per row. dlogits may alias logits. Returns the sum of the N losses (synchronises `stream`).
+// One block per row; rows ld apart. dlogits may alias logits. Returns the sum of the N losses (synchronises
+// `stream`).
 template <class T>
 double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
-                                      int V, float dloss, cudaStream_t stream = nullptr);
+                                      int V, int ld, float dloss, cudaStream_t stream = nullptr);
 
 // AdamW on the fp32 master shard (param, m, v) with gradients G = float or bf16. When `param_bf16` is not
 // null the kernel also writes the bf16 compute copy of the updated parameters, in the same pass.

@@ -113,12 +113,12 @@ struct CrossEntropyCase {
   template <class T>
   std::vector<T> forward(const Arrays<T>& in) const {
     std::vector<T> losses(N);
-    return {T(cross_entropy_forward_backward<T>(nullptr, losses.data(), in[0].data(), targets.data(), N, V, T(0)))};
+    return {T(cross_entropy_forward_backward<T>(nullptr, losses.data(), in[0].data(), targets.data(), N, V, V, T(0)))};
   }
   template <class T>
   void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
     std::vector<T> dlogits(size_t(N) * V), losses(N);
-    cross_entropy_forward_backward(dlogits.data(), losses.data(), in[0].data(), targets.data(), N, V, dout[0]);
+    cross_entropy_forward_backward(dlogits.data(), losses.data(), in[0].data(), targets.data(), N, V, V, dout[0]);
     for (size_t i = 0; i < dlogits.size(); ++i) g[0][i] += dlogits[i];
   }
 };
@@ -208,7 +208,7 @@ TEST(CpuOpsForward, CrossEntropyMatchesLogSumExp) {
 
   std::vector<double> losses(N);
   const double total = cross_entropy_forward_backward<double>(nullptr, losses.data(), logits.data(),
-                                                              targets.data(), N, V, 0.0);
+                                                              targets.data(), N, V, V, 0.0);
   double expected_total = 0;
   for (int i = 0; i < N; ++i) {
     const double* x = logits.data() + size_t(i) * V;
@@ -222,7 +222,7 @@ TEST(CpuOpsForward, CrossEntropyMatchesLogSumExp) {
   EXPECT_NEAR(total, expected_total, 1e-11);
 
   std::vector<float> logits_f(logits.begin(), logits.end()), losses_f(N);
-  cross_entropy_forward_backward<float>(nullptr, losses_f.data(), logits_f.data(), targets.data(), N, V, 0.f);
+  cross_entropy_forward_backward<float>(nullptr, losses_f.data(), logits_f.data(), targets.data(), N, V, V, 0.f);
   for (float l : losses_f) EXPECT_TRUE(std::isfinite(l));
 }
 
@@ -233,7 +233,7 @@ TEST(CpuOpsForward, CrossEntropyGradientMayAliasLogits) {
   std::vector<double> logits = test::random_vector(size_t(c.N) * c.V, rng);
   std::vector<double> dlogits(logits.size(), 123.0), losses(c.N), losses_aliased(c.N);
   const double total = cross_entropy_forward_backward(dlogits.data(), losses.data(), logits.data(),
-                                                      c.targets.data(), c.N, c.V, dloss);
+                                                      c.targets.data(), c.N, c.V, c.V, dloss);
   // SET, not accumulated: the 123 is gone, each row sums to 0.
   for (int i = 0; i < c.N; ++i) {
     double row = 0;
@@ -241,7 +241,8 @@ TEST(CpuOpsForward, CrossEntropyGradientMayAliasLogits) {
     EXPECT_NEAR(row, 0.0, 1e-15);
   }
   const double total_aliased = cross_entropy_forward_backward(logits.data(), losses_aliased.data(),
-                                                              logits.data(), c.targets.data(), c.N, c.V, dloss);
+                                                              logits.data(), c.targets.data(), c.N, c.V, c.V,
+                                                              dloss);
   EXPECT_EQ(total_aliased, total);
   EXPECT_EQ(losses_aliased, losses);
   EXPECT_EQ(logits, dlogits);
@@ -252,7 +253,35 @@ TEST(CpuOpsForward, CrossEntropyRejectsBadTarget) {
   std::vector<double> losses(2);
   const std::vector<int32_t> targets = {1, 3};
   EXPECT_THROW(cross_entropy_forward_backward<double>(nullptr, losses.data(), logits.data(), targets.data(), 2,
-                                                      3, 1.0),
+                                                      3, 3, 1.0),
+               Error);
+}
+
+// Rows ld > V apart, as the GPT-2 logits are: the same results as packed rows, and the padding columns
+// are neither read (NaN there would spread) nor written.
+TEST(CpuOpsForward, CrossEntropyRowStrideSkipsPadding) {
+  const CrossEntropyCase c;
+  const int ld = c.V + 3;
+  std::mt19937 rng(8);
+  const std::vector<double> packed = test::random_vector(size_t(c.N) * c.V, rng);
+  std::vector<double> strided(size_t(c.N) * ld, std::nan(""));
+  for (int i = 0; i < c.N; ++i)
+    std::copy_n(packed.begin() + size_t(i) * c.V, c.V, strided.begin() + size_t(i) * ld);
+  std::vector<double> d_packed(packed.size()), losses_packed(c.N), losses_strided(c.N);
+  const double want = cross_entropy_forward_backward(d_packed.data(), losses_packed.data(), packed.data(),
+                                                     c.targets.data(), c.N, c.V, c.V, 0.5);
+  const double got = cross_entropy_forward_backward(strided.data(), losses_strided.data(), strided.data(),
+                                                    c.targets.data(), c.N, c.V, ld, 0.5);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(losses_strided, losses_packed);
+  for (int i = 0; i < c.N; ++i)
+    for (int j = 0; j < ld; ++j) {
+      const double x = strided[size_t(i) * ld + j];
+      if (j < c.V) EXPECT_EQ(x, d_packed[size_t(i) * c.V + j]) << i << "," << j;
+      else EXPECT_TRUE(std::isnan(x)) << "padding written at " << i << "," << j;
+    }
+  EXPECT_THROW(cross_entropy_forward_backward<double>(nullptr, losses_strided.data(), strided.data(),
+                                                      c.targets.data(), c.N, c.V, c.V - 1, 1.0),
                Error);
 }
 
