@@ -2,9 +2,9 @@
 // slices of qkv, batched over the heads with cublasGemmStridedBatchedEx (the head stride is uniform, the
 // batch stride is not, so batch elements are a host loop), and a causal softmax kernel in between.
 // Simple and exact rather than fast: the full T x T scores are computed and the upper triangle masked.
-// The scores and their gradients (dP) land in fp32 scratch, one batch element at a time: the softmax and
-// its backward (dp - sum(p * dp) cancels) read them unrounded, and only the probabilities the model keeps
-// and the score gradients the next GEMMs read are stored in T.
+// Precision is that of PyTorch's math attention: scores and dP are GEMM outputs stored in T, each softmax
+// works in fp32 registers and rounds once. Keeping scores and dP in fp32 scratch instead would add about
+// a third to attention's memory traffic, which at T = 1024 already rivals the model's GEMM time.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -17,37 +17,34 @@ constexpr int kRowsPerBlock = kBlockSize / kWarpSize;
 
 // One warp per score row: softmax over [0, t], zero for the masked future (t, T).
 template <class T>
-__global__ void causal_softmax_kernel(T* att, const float* scores, int rows, int Tn) {
+__global__ void causal_softmax_kernel(T* att, int rows, int Tn) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   if (row >= rows) return;
   const int t = row % Tn;
-  const float* s = scores + size_t(row) * Tn;
   T* a = att + size_t(row) * Tn;
   float mx = -INFINITY;
-  for (int j = lane; j <= t; j += kWarpSize) mx = fmaxf(mx, s[j]);
+  for (int j = lane; j <= t; j += kWarpSize) mx = fmaxf(mx, to_f32(a[j]));
   mx = warp_max(mx);
   float sum = 0;
-  for (int j = lane; j <= t; j += kWarpSize) sum += expf(s[j] - mx);
+  for (int j = lane; j <= t; j += kWarpSize) sum += expf(to_f32(a[j]) - mx);
   const float inv = 1.f / warp_sum(sum);
-  for (int j = lane; j < Tn; j += kWarpSize) a[j] = from_f32<T>(j <= t ? expf(s[j] - mx) * inv : 0.f);
+  for (int j = lane; j < Tn; j += kWarpSize) a[j] = from_f32<T>(j <= t ? expf(to_f32(a[j]) - mx) * inv : 0.f);
 }
 
-// Softmax backward: ds = p * (dp - sum(p * dp)); masked entries have p = 0 and come out 0.
+// Softmax backward in place: dp <- p * (dp - sum(p * dp)); masked entries have p = 0 and come out 0.
 template <class T>
-__global__ void softmax_backward_kernel(T* ds, const float* dp, const T* att, int rows, int Tn) {
+__global__ void softmax_backward_kernel(T* dp, const T* att, int rows, int Tn) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   if (row >= rows) return;
   const int t = row % Tn;
-  const float* d = dp + size_t(row) * Tn;
+  T* d = dp + size_t(row) * Tn;
   const T* p = att + size_t(row) * Tn;
-  T* out = ds + size_t(row) * Tn;
   float dot = 0;
-  for (int j = lane; j <= t; j += kWarpSize) dot += to_f32(p[j]) * d[j];
+  for (int j = lane; j <= t; j += kWarpSize) dot += to_f32(p[j]) * to_f32(d[j]);
   dot = warp_sum(dot);
-  for (int j = lane; j < Tn; j += kWarpSize) out[j] = from_f32<T>(j <= t ? to_f32(p[j]) * (d[j] - dot) : 0.f);
+  for (int j = lane; j < Tn; j += kWarpSize)
+    d[j] = from_f32<T>(j <= t ? to_f32(p[j]) * (to_f32(d[j]) - dot) : 0.f);
 }
-
-unsigned row_blocks(int rows) { return unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 
 void check_heads(int C, int NH) {
   ZS_CHECK(NH > 0 && C % NH == 0, "attention: C=", C, " is not a multiple of NH=", NH);
@@ -59,22 +56,22 @@ template <class T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, cudaStream_t stream) {
   check_heads(C, NH);
   if (B == 0 || Tn == 0) return;
-  const int hs = C / NH, C3 = 3 * C, rows = NH * Tn;
+  const int hs = C / NH, C3 = 3 * C;
   const long long tt = (long long)Tn * Tn;
   const float scale = 1.f / std::sqrt(float(hs));
-  Buffer scores_buffer = workspace(size_t(NH) * tt * sizeof(float), stream);
-  auto* scores = static_cast<float*>(scores_buffer.data());
   for (int b = 0; b < B; ++b) {
     const T* q = qkv + size_t(b) * Tn * C3;
-    const T* k = q + C;
-    const T* v = q + 2 * C;
     T* a = att + size_t(b) * NH * tt;
-    gemm_batched<T, float>(false, true, Tn, Tn, hs, scale, q, C3, hs, k, C3, hs, 0.f, scores, Tn, tt, NH,
-                           stream);
-    causal_softmax_kernel<<<row_blocks(rows), kBlockSize, 0, stream>>>(a, scores, rows, Tn);
-    ZS_CUDA_CHECK_LAUNCH();
-    gemm_batched<T>(false, false, Tn, hs, Tn, 1.f, a, Tn, tt, v, C3, hs, 0.f, out + size_t(b) * Tn * C, C, hs,
-                    NH, stream);
+    gemm_batched<T>(false, true, Tn, Tn, hs, scale, q, C3, hs, q + C, C3, hs, 0.f, a, Tn, tt, NH, stream);
+  }
+  const int rows = B * NH * Tn;
+  causal_softmax_kernel<<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kBlockSize, 0, stream>>>(
+      att, rows, Tn);
+  ZS_CUDA_CHECK_LAUNCH();
+  for (int b = 0; b < B; ++b) {
+    const T* v = qkv + size_t(b) * Tn * C3 + 2 * C;
+    gemm_batched<T>(false, false, Tn, hs, Tn, 1.f, att + size_t(b) * NH * tt, Tn, tt, v, C3, hs, 0.f,
+                    out + size_t(b) * Tn * C, C, hs, NH, stream);
   }
 }
 
@@ -83,14 +80,13 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
                         cudaStream_t stream) {
   check_heads(C, NH);
   if (B == 0 || Tn == 0) return;
-  const int hs = C / NH, C3 = 3 * C, rows = NH * Tn;
+  const int hs = C / NH, C3 = 3 * C;
   const long long tt = (long long)Tn * Tn;
   const float scale = 1.f / std::sqrt(float(hs));
-  // dP in fp32 and dS in T, for one batch element (all heads).
-  Buffer dp_buffer = workspace(size_t(NH) * tt * sizeof(float), stream);
-  Buffer ds_buffer = workspace(size_t(NH) * tt * sizeof(T), stream);
-  auto* dp = static_cast<float*>(dp_buffer.data());
-  auto* ds = static_cast<T*>(ds_buffer.data());
+  // Score gradients of one batch element (all heads).
+  Buffer scratch = workspace(size_t(NH) * tt * sizeof(T), stream);
+  T* ds = static_cast<T*>(scratch.data());
+  const int rows = NH * Tn;
   for (int b = 0; b < B; ++b) {
     const T* q = qkv + size_t(b) * Tn * C3;
     const T* k = q + C;
@@ -100,9 +96,10 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
     T* dv = dq + 2 * C;
     const T* a = att + size_t(b) * NH * tt;
     const T* d_o = dout + size_t(b) * Tn * C;
-    gemm_batched<T, float>(false, true, Tn, Tn, hs, 1.f, d_o, C, hs, v, C3, hs, 0.f, dp, Tn, tt, NH, stream);
+    gemm_batched<T>(false, true, Tn, Tn, hs, 1.f, d_o, C, hs, v, C3, hs, 0.f, ds, Tn, tt, NH, stream);  // dP
     gemm_batched<T>(true, false, Tn, hs, Tn, 1.f, a, Tn, tt, d_o, C, hs, 1.f, dv, C3, hs, NH, stream);  // dV
-    softmax_backward_kernel<<<row_blocks(rows), kBlockSize, 0, stream>>>(ds, dp, a, rows, Tn);
+    softmax_backward_kernel<<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kBlockSize, 0, stream>>>(
+        ds, a, rows, Tn);
     ZS_CUDA_CHECK_LAUNCH();
     // The 1/sqrt(hs) of the scores is folded into alpha.
     gemm_batched<T>(false, false, Tn, hs, Tn, scale, ds, Tn, tt, k, C3, hs, 1.f, dq, C3, hs, NH, stream);

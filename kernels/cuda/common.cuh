@@ -69,10 +69,9 @@ inline Buffer workspace(size_t bytes, cudaStream_t stream) {
 }
 
 // Row-major C = alpha op(A) op(B) + beta C for `batch` matrices at the given element strides (linear.cu).
-// C is T, or fp32 for bf16 inputs (TC = float: attention scores that a softmax reads before rounding).
-template <class T, class TC = T>
+template <class T>
 void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
-                  long long stride_a, const T* B, int ldb, long long stride_b, float beta, TC* C, int ldc,
+                  long long stride_a, const T* B, int ldb, long long stride_b, float beta, T* C, int ldc,
                   long long stride_c, int batch, cudaStream_t stream);
 
 // Sum of x[i] in double (reductions.cu); synchronises `stream`.

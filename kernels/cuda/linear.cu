@@ -32,18 +32,18 @@ struct BiasTerm {
 
 // cuBLAS is column-major: the row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so the
 // operands swap and each keeps its own transpose flag.
-template <class T, class TC>
+template <class T>
 void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
-                  long long stride_a, const T* B, int ldb, long long stride_b, float beta, TC* C, int ldc,
+                  long long stride_a, const T* B, int ldb, long long stride_b, float beta, T* C, int ldc,
                   long long stride_c, int batch, cudaStream_t stream) {
   if (M == 0 || N == 0 || batch == 0) return;
   cublasHandle_t handle = cublas_handle();
   ZS_CUBLAS_CHECK(cublasSetStream(handle, stream));
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  constexpr cudaDataType_t type = cuda_type<T>(), c_type = cuda_type<TC>();
+  constexpr cudaDataType_t type = cuda_type<T>();
   ZS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, N, M, K, &alpha, B, type, ldb, stride_b, A,
-                                             type, lda, stride_a, &beta, C, c_type, ldc, stride_c, batch,
+                                             type, lda, stride_a, &beta, C, type, ldc, stride_c, batch,
                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -72,9 +72,6 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   if (dbias) accumulate_column_sums<1>(ColumnOutputs<1, T>{{dbias}}, N, OC, BiasTerm<T>{dout, OC}, stream);
 }
 
-template void gemm_batched<bf16, float>(bool, bool, int, int, int, float, const bf16*, int, long long,
-                                        const bf16*, int, long long, float, float*, int, long long, int,
-                                        cudaStream_t);
 #define ZS_INSTANTIATE(T)                                                                               \
   template void gemm_batched<T>(bool, bool, int, int, int, float, const T*, int, long long, const T*, int, \
                                 long long, float, T*, int, long long, int, cudaStream_t);                \

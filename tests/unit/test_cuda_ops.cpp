@@ -5,9 +5,9 @@
 // - fp32: 1e-5. Both sides compute in fp32; only summation order and libm-vs-CUDA math differ.
 // - bf16: kBf16Tolerance = 3e-2. Inputs are rounded to bf16 first and the CPU reference runs in fp32 on
 //   those same values, so input rounding is shared. The GPU then rounds outputs and the intermediates it
-//   stores in T (softmax probabilities, score gradients) to an 8-bit mantissa, unit roundoff 2^-8 ~ 4e-3;
-//   a few such roundings in a chain give ~1e-2. An indexing bug gives O(1). What stays fp32 is held to
-//   fp32 (LayerNorm mean/rstd, the loss sum) or to one rounding (dwte).
+//   stores in T (attention scores, probabilities and score gradients) to an 8-bit mantissa, unit
+//   roundoff 2^-8 ~ 4e-3; a few such roundings in a chain give ~1e-2. An indexing bug gives O(1). What
+//   stays fp32 is held to fp32 (LayerNorm mean/rstd, the loss sum) or to one rounding (dwte).
 #include <gtest/gtest.h>
 
 #ifdef ZSHARD_WITH_CUDA
