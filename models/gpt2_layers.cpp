@@ -58,13 +58,17 @@ T* block_input(const Activations& a, int l) {
   return l == 0 ? a.encoded.data<T>() : at<T>(a.residual3, l - 1);
 }
 
+// Elements a buffer takes in its allocation: its own, rounded up so that the next buffer starts 128-byte
+// aligned whatever the shapes (the GEMMs' fast kernels want aligned rows; see logits_row_stride).
+int64_t footprint(const Shape& shape) { return (shape_numel(shape) + 63) / 64 * 64; }
+
 }  // namespace
 
 int64_t Activations::bytes(const GPT2Config& c, int B, int T, DType dtype) {
   Activations unused;
   int64_t total = 0;
   for_each_buffer(unused, c, B, T, dtype, [&](Tensor&, const Shape& shape, DType type) {
-    total += shape_numel(shape) * int64_t(dtype_size(type));
+    total += footprint(shape) * int64_t(dtype_size(type));
   });
   return total;
 }
@@ -86,7 +90,7 @@ void Activations::allocate(const GPT2Config& c, int b, int t, DType type, Device
     return s;
   };
   for_each_buffer(*this, c, B, T, dtype, [&](Tensor&, const Shape& shape, DType buffer_type) {
-    numel[slot(buffer_type)] += shape_numel(shape);
+    numel[slot(buffer_type)] += footprint(shape);
   });
   storage.clear();
   for (size_t s = 0; s < dtypes.size(); ++s)
@@ -95,7 +99,7 @@ void Activations::allocate(const GPT2Config& c, int b, int t, DType type, Device
   for_each_buffer(*this, c, B, T, dtype, [&](Tensor& view, const Shape& shape, DType buffer_type) {
     const size_t s = slot(buffer_type);
     view = storage[s].view(offset[s], shape);
-    offset[s] += shape_numel(shape);
+    offset[s] += footprint(shape);
   });
 }
 

@@ -70,10 +70,13 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   if (p_sharded) e.gathered_in_flight = largest(units, std::max(1, in.max_inflight)) * d.param_bytes;
   // Transient full gradients and reduce-scatter outputs. zero3/hybrid: each gather polls the reductions
   // in flight, so what stays is GPT-2's tied embedding, whose gradient is open through the whole backward,
-  // and its shard. zero2: nothing polls between units' backward, so every unit's full gradient and
-  // shard may still be alive at its end. zero1: the shards only; ddp reduces in place.
+  // and its shard; across replicas (hybrid) also the previous unit's, whose all-reduce starts only at the
+  // next unit's grads_ready (runtime/sharded_params.cpp). zero2: nothing polls between units' backward, so
+  // every unit's full gradient and shard may still be alive at its end. zero1: the shards only; ddp
+  // reduces in place.
   if (p_sharded) {
-    e.comm_buffers = largest(units, 1) * d.grad_bytes + (G > 1 ? largest(units, 1) / G * d.grad_bytes : 0);
+    const int64_t open_grads = largest(units, in.world / G > 1 ? 2 : 1);
+    e.comm_buffers = (open_grads + (G > 1 ? open_grads / G : 0)) * d.grad_bytes;
   } else if (g_sharded) {
     e.comm_buffers = padded_total * d.grad_bytes + (G > 1 ? shard_total * d.grad_bytes : 0);
   } else if (G > 1) {

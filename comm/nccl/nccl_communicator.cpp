@@ -307,6 +307,9 @@ WorkPtr NcclCommunicator::broadcast(void* buf, size_t count, DType dtype, int ro
 // Not counted in the stats, as with the mpi backend.
 void NcclCommunicator::barrier() {
   check_watchdog();
+  // The scratch came from the stream-ordered pool on the compute stream: order the comm stream after it.
+  ZS_CUDA_CHECK(cudaEventRecord(inputs_ready_, compute_stream_));
+  ZS_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, inputs_ready_, 0));
   void* scratch = barrier_scratch_->data();
   ZS_NCCL_CHECK(ncclAllReduce(scratch, scratch, 1, ncclFloat32, ncclSum, comm_, comm_stream_));
   synchronize();

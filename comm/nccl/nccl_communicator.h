@@ -35,7 +35,8 @@ int local_device(Communicator& world);
 class NcclCommunicator final : public Communicator {
  public:
   // Collective over `bootstrap`: rank 0 creates the NCCL unique id and broadcasts it as bytes through
-  // `bootstrap`; the new communicator has the same ranks. Selects `device` (cuda_init should have run).
+  // `bootstrap`; the new communicator has the same ranks. Selects `device` (cuda_init must have run: its
+  // scratch comes from the device allocator).
   // Collectives are ordered after the work on `compute_stream` and wait() orders it after them.
   NcclCommunicator(Communicator& bootstrap, int device, cudaStream_t compute_stream = nullptr);
   ~NcclCommunicator() override;

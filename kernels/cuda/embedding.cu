@@ -22,23 +22,53 @@ __global__ void iota_kernel(int32_t* out, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = i;
 }
 
-// A dwte row is the sum over every position holding its token. With the positions sorted by token (the
-// radix sort is stable, so each token's positions stay in order), the block at a token's first sorted
-// position adds that token's rows in fp32, in that fixed order, and rounds once into dwte. Atomics
-// would make the sum's order vary and, in bf16, round the running sum at every one of a frequent
-// token's thousand additions.
+// A dwte row is the sum over every position holding its token. With the positions sorted by token (a
+// stable radix sort), the block at a token's first sorted position owns that token's run: its warps take
+// the run's rows in turn, lanes take columns, the warps' partial sums meet in shared memory in a fixed
+// order, and the row is rounded into dwte once. Deterministic, and a frequent token (a space, padding)
+// costs a few blocks' time instead of a serial walk. Atomics would vary the order and, in bf16, round a
+// running sum at every one of that token's additions.
+constexpr int kWarpsPerBlock = kBlockSize / kWarpSize;
+
 template <class T>
 __global__ void wte_backward_kernel(T* dwte, const T* dout, const int32_t* sorted_tokens,
                                     const int32_t* sorted_positions, int N, int C) {
+  __shared__ float partial[kWarpsPerBlock][kWarpSize];
+  __shared__ int run_end;
   const int first = blockIdx.x;
   const int32_t token = sorted_tokens[first];
-  if (first > 0 && sorted_tokens[first - 1] == token) return;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+  if (first > 0 && sorted_tokens[first - 1] == token) return;  // the whole block: not a run's start
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  if (warp == 0) {
+    // The run ends at the first other token, 32 positions a probe; sorted, so a mismatch never reverts.
+    int end = first + 1;
+    for (;;) {
+      const int j = end + lane;
+      const unsigned same = __ballot_sync(0xffffffffu, j < N && sorted_tokens[j] == token);
+      if (same != 0xffffffffu) {
+        end += __ffs(~same) - 1;
+        break;
+      }
+      end += kWarpSize;
+    }
+    if (lane == 0) run_end = end;
+  }
+  __syncthreads();
+  const int end = run_end;
+  for (int c0 = 0; c0 < C; c0 += kWarpSize) {
+    const int c = c0 + lane;
     float sum = 0;
-    for (int j = first; j < N && sorted_tokens[j] == token; ++j)
-      sum += to_f32(dout[size_t(sorted_positions[j]) * C + c]);
-    T* w = dwte + size_t(token) * C + c;
-    *w = from_f32<T>(to_f32(*w) + sum);
+    if (c < C)
+      for (int j = first + warp; j < end; j += kWarpsPerBlock)
+        sum += to_f32(dout[size_t(sorted_positions[j]) * C + c]);
+    partial[warp][lane] = sum;
+    __syncthreads();
+    if (warp == 0 && c < C) {
+      for (int w = 1; w < kWarpsPerBlock; ++w) sum += partial[w][lane];
+      T* row = dwte + size_t(token) * C;
+      row[c] = from_f32<T>(to_f32(row[c]) + sum);
+    }
+    __syncthreads();
   }
 }
 

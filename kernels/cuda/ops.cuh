@@ -28,7 +28,7 @@ using bf16 = __nv_bfloat16;
 template <class T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C,
                        cudaStream_t stream = nullptr);
-// Each dwte row gets its token's rows of dout summed in fp32 in position order and added once.
+// Each dwte row gets its token's rows of dout summed in fp32, in a fixed order, and added once.
 template <class T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
                         cudaStream_t stream = nullptr);
