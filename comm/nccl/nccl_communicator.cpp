@@ -131,12 +131,13 @@ void NcclCommunicator::init_resources() {
 }
 
 // Teardown reports nothing: after an abort or a failed job the handles may already be unusable. With
-// collectives still queued (an exception unwound a step) ncclCommDestroy would wait for peers that may
-// never come, so the communicator is aborted instead; after a clean run the comm stream is idle.
+// collectives still queued after a grace second (an exception unwound a step) ncclCommDestroy would wait
+// for peers that may never come, so the communicator is aborted instead; after a clean run the comm
+// stream is idle.
 NcclCommunicator::~NcclCommunicator() {
   std::erase(live_communicators(), this);
   if (comm_) {
-    if (cudaStreamQuery(comm_stream_) == cudaSuccess)
+    if (cuda::became_idle(comm_stream_, std::chrono::seconds(1)))
       ncclCommDestroy(comm_);
     else
       ncclCommAbort(comm_);

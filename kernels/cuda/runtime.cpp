@@ -66,15 +66,19 @@ void keep_pool_memory(int device) {
 
 }  // namespace
 
+bool became_idle(cudaStream_t stream, std::chrono::milliseconds patience) noexcept {
+  const auto give_up = std::chrono::steady_clock::now() + patience;
+  cudaError_t rc;
+  while ((rc = cudaStreamQuery(stream)) == cudaErrorNotReady && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::yield();
+  return rc == cudaSuccess;
+}
+
 void release_pool_memory() noexcept {
   // The frees just queued finish at once on an idle stream; a busy one (a stuck kernel) is left alone.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  cudaError_t rc;
-  while ((rc = cudaStreamQuery(nullptr)) == cudaErrorNotReady && std::chrono::steady_clock::now() < give_up)
-    std::this_thread::yield();
   int device = 0;
   cudaMemPool_t pool = nullptr;
-  if (rc != cudaSuccess || cudaGetDevice(&device) != cudaSuccess ||
+  if (!became_idle(nullptr, std::chrono::seconds(1)) || cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess)
     return;
   cudaMemPoolTrimTo(pool, 0);

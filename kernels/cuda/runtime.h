@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <functional>
 #include <string_view>
 
@@ -30,6 +31,10 @@ void synchronize_stream(cudaStream_t stream);
 // watchdogs here: compute may be waiting on a collective that never completes, and a wait in the driver
 // would hang the job instead of letting the watchdog abort it.
 void set_wait_hook(std::function<void()> hook);
+
+// True once `stream` has finished its queued work, false if it has not within `patience` (or fails).
+// For teardown, where a stuck kernel must not hang the process: never throws, never waits in the driver.
+bool became_idle(cudaStream_t stream, std::chrono::milliseconds patience) noexcept;
 
 // Returns the pool's unused memory to the driver, once the compute stream is idle (otherwise nothing:
 // frees still queued there are not final). Never throws.
