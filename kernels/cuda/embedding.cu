@@ -25,10 +25,11 @@ __global__ void iota_kernel(int32_t* out, int n) {
 // A dwte row is the sum over every position holding its token. With the positions sorted by token (a
 // stable radix sort), the block at a token's first sorted position owns that token's run: its warps take
 // the run's rows in turn, lanes take columns, the warps' partial sums meet in shared memory in a fixed
-// order, and the row is rounded into dwte once. Deterministic, and a frequent token (a space, padding)
-// costs a few blocks' time instead of a serial walk. Atomics would vary the order and, in bf16, round a
-// running sum at every one of that token's additions.
-constexpr int kWarpsPerBlock = kBlockSize / kWarpSize;
+// order, and the row is rounded into dwte once. Deterministic, and a frequent token (a space in byte
+// data is a sixth of all positions) is walked by 32 warps, not serially. Atomics would vary the order
+// and, in bf16, round a running sum at every one of that token's additions.
+constexpr int kWteThreads = 1024;
+constexpr int kWarpsPerBlock = kWteThreads / kWarpSize;
 
 template <class T>
 __global__ void wte_backward_kernel(T* dwte, const T* dout, const int32_t* sorted_tokens,
@@ -114,8 +115,8 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, 
   ZS_CUDA_CHECK_LAUNCH();
   ZS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + 3 * ints_bytes, sort_bytes, tokens, sorted_tokens,
                                                 positions, sorted_positions, N, 0, 32, stream));
-  wte_backward_kernel<<<unsigned(N), kBlockSize, 0, stream>>>(dwte, dout, sorted_tokens, sorted_positions, N,
-                                                              C);
+  wte_backward_kernel<<<unsigned(N), kWteThreads, 0, stream>>>(dwte, dout, sorted_tokens, sorted_positions, N,
+                                                                C);
   ZS_CUDA_CHECK_LAUNCH();
   wpe_backward_kernel<<<grid_for(size_t(Tn) * C), kBlockSize, 0, stream>>>(dwpe, dout, B, Tn, C);
   ZS_CUDA_CHECK_LAUNCH();
