@@ -1,12 +1,14 @@
 // Causal multi-head self-attention as the CPU op computes it: per (batch, head) GEMMs on the strided q/k/v
 // slices of qkv, batched over the heads with cublasGemmStridedBatchedEx (the head stride is uniform, the
 // batch stride is not, so batch elements are a host loop), and a causal softmax kernel in between.
-// Simple and exact rather than fast: the full T x T scores are computed and the upper triangle masked.
+// Simple and exact rather than fast: the T x T scores are materialised (all but the upper-right quarter,
+// kernels/causal_blocks.h) and the rest of the upper triangle masked.
 // Precision is that of PyTorch's math attention: scores and dP are GEMM outputs stored in T, each softmax
 // works in fp32 registers and rounds once. Keeping scores and dP in fp32 scratch instead would add about
 // a third to attention's memory traffic, which at T = 1024 already rivals the model's GEMM time.
 #include <cmath>
 
+#include "kernels/causal_blocks.h"
 #include "kernels/cuda/common.cuh"
 
 namespace zshard::cuda {
@@ -50,19 +52,30 @@ void check_heads(int C, int NH) {
   ZS_CHECK(NH > 0 && C % NH == 0, "attention: C=", C, " is not a multiple of NH=", NH);
 }
 
+// cuBLAS behind the block plan's GEMM signature, on `stream`.
+template <class T>
+auto gemm_on(cudaStream_t stream) {
+  return [stream](bool ta, bool tb, int M, int N, int K, float alpha, const T* A, int lda, long long sa,
+                  const T* B, int ldb, long long sb, float beta, T* C, int ldc, long long sc, int batch) {
+    gemm_batched<T>(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch, stream);
+  };
+}
+
 }  // namespace
 
 template <class T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, cudaStream_t stream) {
+  using causal_blocks::Rows;
   check_heads(C, NH);
   if (B == 0 || Tn == 0) return;
   const int hs = C / NH, C3 = 3 * C;
   const long long tt = (long long)Tn * Tn;
   const float scale = 1.f / std::sqrt(float(hs));
+  const auto gemm = gemm_on<T>(stream);
   for (int b = 0; b < B; ++b) {
     const T* q = qkv + size_t(b) * Tn * C3;
-    T* a = att + size_t(b) * NH * tt;
-    gemm_batched<T>(false, true, Tn, Tn, hs, scale, q, C3, hs, q + C, C3, hs, 0.f, a, Tn, tt, NH, stream);
+    causal_blocks::masked_outer(gemm, att + size_t(b) * NH * tt, Tn, Rows<const T>{q, C3, hs},
+                                Rows<const T>{q + C, C3, hs}, hs, scale, NH);
   }
   const int rows = B * NH * Tn;
   causal_softmax_kernel<<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kBlockSize, 0, stream>>>(
@@ -70,40 +83,38 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
   ZS_CUDA_CHECK_LAUNCH();
   for (int b = 0; b < B; ++b) {
     const T* v = qkv + size_t(b) * Tn * C3 + 2 * C;
-    gemm_batched<T>(false, false, Tn, hs, Tn, 1.f, att + size_t(b) * NH * tt, Tn, tt, v, C3, hs, 0.f,
-                    out + size_t(b) * Tn * C, C, hs, NH, stream);
+    causal_blocks::lower_times(gemm, Rows<T>{out + size_t(b) * Tn * C, C, hs}, att + size_t(b) * NH * tt, Tn,
+                               Rows<const T>{v, C3, hs}, hs, 1.f, 0.f, NH);
   }
 }
 
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int NH,
                         cudaStream_t stream) {
+  using causal_blocks::Rows;
   check_heads(C, NH);
   if (B == 0 || Tn == 0) return;
   const int hs = C / NH, C3 = 3 * C;
   const long long tt = (long long)Tn * Tn;
   const float scale = 1.f / std::sqrt(float(hs));
+  const auto gemm = gemm_on<T>(stream);
   // Score gradients of one batch element (all heads).
   Buffer scratch = workspace(size_t(NH) * tt * sizeof(T), stream);
   T* ds = static_cast<T*>(scratch.data());
   const int rows = NH * Tn;
   for (int b = 0; b < B; ++b) {
-    const T* q = qkv + size_t(b) * Tn * C3;
-    const T* k = q + C;
-    const T* v = q + 2 * C;
-    T* dq = dqkv + size_t(b) * Tn * C3;
-    T* dk = dq + C;
-    T* dv = dq + 2 * C;
+    const Rows<const T> q{qkv + size_t(b) * Tn * C3, C3, hs}, k{q.data + C, C3, hs}, v{q.data + 2 * C, C3, hs};
+    const Rows<T> dq{dqkv + size_t(b) * Tn * C3, C3, hs}, dk{dq.data + C, C3, hs}, dv{dq.data + 2 * C, C3, hs};
+    const Rows<const T> d_o{dout + size_t(b) * Tn * C, C, hs};
     const T* a = att + size_t(b) * NH * tt;
-    const T* d_o = dout + size_t(b) * Tn * C;
-    gemm_batched<T>(false, true, Tn, Tn, hs, 1.f, d_o, C, hs, v, C3, hs, 0.f, ds, Tn, tt, NH, stream);  // dP
-    gemm_batched<T>(true, false, Tn, hs, Tn, 1.f, a, Tn, tt, d_o, C, hs, 1.f, dv, C3, hs, NH, stream);  // dV
+    causal_blocks::masked_outer(gemm, ds, Tn, d_o, v, hs, 1.f, NH);                 // dP = dO V^T
+    causal_blocks::lower_transposed_times(gemm, dv, a, Tn, d_o, hs, 1.f, NH);         // dV += P^T dO
     softmax_backward_kernel<<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kBlockSize, 0, stream>>>(
         ds, a, rows, Tn);
     ZS_CUDA_CHECK_LAUNCH();
     // The 1/sqrt(hs) of the scores is folded into alpha.
-    gemm_batched<T>(false, false, Tn, hs, Tn, scale, ds, Tn, tt, k, C3, hs, 1.f, dq, C3, hs, NH, stream);
-    gemm_batched<T>(true, false, Tn, hs, Tn, scale, ds, Tn, tt, q, C3, hs, 1.f, dk, C3, hs, NH, stream);
+    causal_blocks::lower_times(gemm, dq, ds, Tn, k, hs, scale, 1.f, NH);              // dQ += dS K
+    causal_blocks::lower_transposed_times(gemm, dk, ds, Tn, q, hs, scale, NH);        // dK += dS^T Q
   }
 }
 
