@@ -103,8 +103,10 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   T* ds = static_cast<T*>(scratch.data());
   const int rows = NH * Tn;
   for (int b = 0; b < B; ++b) {
-    const Rows<const T> q{qkv + size_t(b) * Tn * C3, C3, hs}, k{q.data + C, C3, hs}, v{q.data + 2 * C, C3, hs};
-    const Rows<T> dq{dqkv + size_t(b) * Tn * C3, C3, hs}, dk{dq.data + C, C3, hs}, dv{dq.data + 2 * C, C3, hs};
+    const Rows<const T> q{qkv + size_t(b) * Tn * C3, C3, hs};
+    const Rows<const T> k{q.data + C, C3, hs}, v{q.data + 2 * C, C3, hs};
+    const Rows<T> dq{dqkv + size_t(b) * Tn * C3, C3, hs};
+    const Rows<T> dk{dq.data + C, C3, hs}, dv{dq.data + 2 * C, C3, hs};
     const Rows<const T> d_o{dout + size_t(b) * Tn * C, C, hs};
     const T* a = att + size_t(b) * NH * tt;
     causal_blocks::masked_outer(gemm, ds, Tn, d_o, v, hs, 1.f, NH);                 // dP = dO V^T

@@ -19,7 +19,8 @@ constexpr int kHeads = 3, kHs = 4, kLd = 2 * kHeads * kHs + 5;  // per-position 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 void cpu_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const double* A, int lda, long long sa,
-              const double* B, int ldb, long long sb, float beta, double* C, int ldc, long long sc, int batch) {
+              const double* B, int ldb, long long sb, float beta, double* C, int ldc, long long sc,
+              int batch) {
   for (int i = 0; i < batch; ++i)
     cpu::gemm<double>(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
 }
@@ -38,11 +39,14 @@ std::vector<double> causal_weights(int Tn, std::mt19937& rng) {
   std::vector<double> p = random_vector(size_t(kHeads) * Tn * Tn, rng);
   for (int h = 0; h < kHeads; ++h)
     for (int t = 0; t < Tn; ++t)
-      for (int j = t + 1; j < Tn; ++j) p[(size_t(h) * Tn + t) * Tn + j] = in_skipped_quarter(t, j, Tn) ? kNaN : 0;
+      for (int j = t + 1; j < Tn; ++j)
+        p[(size_t(h) * Tn + t) * Tn + j] = in_skipped_quarter(t, j, Tn) ? kNaN : 0;
   return p;
 }
 
-double at(const std::vector<double>& x, int row, int head, int d) { return x[size_t(row) * kLd + head * kHs + d]; }
+double at(const std::vector<double>& x, int row, int head, int d) {
+  return x[size_t(row) * kLd + head * kHs + d];
+}
 
 // Every head's per-position rows of `out` against `before` plus added(head, row, d).
 template <class Added>
@@ -50,7 +54,8 @@ void expect_rows(const std::vector<double>& out, const std::vector<double>& befo
   for (int h = 0; h < kHeads; ++h)
     for (int r = 0; r < Tn; ++r)
       for (int d = 0; d < kHs; ++d)
-        EXPECT_NEAR(at(out, r, h, d), at(before, r, h, d) + added(h, r, d), 1e-12) << "head " << h << " row " << r;
+        EXPECT_NEAR(at(out, r, h, d), at(before, r, h, d) + added(h, r, d), 1e-12)
+            << "head " << h << " row " << r;
 }
 
 class CausalBlocks : public testing::TestWithParam<int> {};
@@ -58,7 +63,8 @@ class CausalBlocks : public testing::TestWithParam<int> {};
 TEST_P(CausalBlocks, MaskedOuterComputesTheLowerTriangleAndSkipsTheQuarter) {
   const int Tn = GetParam();
   std::mt19937 rng(Tn);
-  const std::vector<double> a = random_vector(size_t(Tn) * kLd, rng), b = random_vector(size_t(Tn) * kLd, rng);
+  const std::vector<double> a = random_vector(size_t(Tn) * kLd, rng);
+  const std::vector<double> b = random_vector(size_t(Tn) * kLd, rng);
   std::vector<double> s(size_t(kHeads) * Tn * Tn, kNaN);
   masked_outer(cpu_gemm, s.data(), Tn, Rows<const double>{a.data(), kLd, kHs},
                Rows<const double>{b.data(), kLd, kHs}, kHs, 0.5f, kHeads);
@@ -67,7 +73,7 @@ TEST_P(CausalBlocks, MaskedOuterComputesTheLowerTriangleAndSkipsTheQuarter) {
       for (int j = 0; j < Tn; ++j) {
         const double got = s[(size_t(h) * Tn + t) * Tn + j];
         if (in_skipped_quarter(t, j, Tn)) {
-          EXPECT_TRUE(std::isnan(got)) << "wrote the skipped quarter at head " << h << " (" << t << "," << j << ")";
+          EXPECT_TRUE(std::isnan(got)) << "wrote the skipped quarter, head " << h << " (" << t << "," << j << ")";
         } else if (j <= t) {
           double want = 0;
           for (int d = 0; d < kHs; ++d) want += at(a, t, h, d) * at(b, j, h, d);
