@@ -73,7 +73,8 @@ TEST_P(CausalBlocks, MaskedOuterComputesTheLowerTriangleAndSkipsTheQuarter) {
       for (int j = 0; j < Tn; ++j) {
         const double got = s[(size_t(h) * Tn + t) * Tn + j];
         if (in_skipped_quarter(t, j, Tn)) {
-          EXPECT_TRUE(std::isnan(got)) << "wrote the skipped quarter, head " << h << " (" << t << "," << j << ")";
+          EXPECT_TRUE(std::isnan(got)) << "skipped quarter written, head " << h << " (" << t << "," << j
+                                       << ")";
         } else if (j <= t) {
           double want = 0;
           for (int d = 0; d < kHs; ++d) want += at(a, t, h, d) * at(b, j, h, d);
