@@ -83,8 +83,8 @@ struct Tolerance {
 constexpr Tolerance kF32{1e-5, 1e-4};
 // bf16 on the device: parameters, activations and gradients are stored with an 8-bit significand (unit
 // roundoff 2^-8 ~ 4e-3 per rounding) and every op rounds its output again, so a gradient carries the
-// roundings of the whole forward and backward chain through two blocks and the tied head (dwte also
-// takes bf16 atomics): a few 1e-2 by the max-norm. The loss is a sum over B*T tokens whose errors
+// roundings of the whole forward and backward chain through two blocks and the tied head: a few 1e-2 by
+// the max-norm. The loss is a sum over B*T tokens whose errors
 // partly cancel, so it is tighter. 2e-2 and 1e-1 leave a margin, while an indexing or layout bug,
 // whose errors are of order 1, still fails.
 constexpr Tolerance kBf16{2e-2, 1e-1};
