@@ -11,7 +11,7 @@ constexpr int kRowThreads = 512;
 // Each row's loss also goes to row_loss in fp32, which the returned sum reads: summing the bf16 copies
 // would round every token's loss before the sum.
 template <class T>
-__global__ void cross_entropy_kernel(T* dlogits, T* losses, float* row_loss, const T* logits,
+__global__ void __launch_bounds__(kRowThreads) cross_entropy_kernel(T* dlogits, T* losses, float* row_loss, const T* logits,
                                      const int32_t* targets, int V, int ld, float dloss) {
   __shared__ float scratch[kWarpSize];
   const size_t row = blockIdx.x;

@@ -31,8 +31,9 @@ __global__ void iota_kernel(int32_t* out, int n) {
 constexpr int kWteThreads = 1024;
 constexpr int kWarpsPerBlock = kWteThreads / kWarpSize;
 
+// __launch_bounds__: the compiler must keep registers within what 1024 threads per block can have.
 template <class T>
-__global__ void wte_backward_kernel(T* dwte, const T* dout, const int32_t* sorted_tokens,
+__global__ void __launch_bounds__(kWteThreads) wte_backward_kernel(T* dwte, const T* dout, const int32_t* sorted_tokens,
                                     const int32_t* sorted_positions, int N, int C) {
   __shared__ float partial[kWarpsPerBlock][kWarpSize];
   __shared__ int run_end;
