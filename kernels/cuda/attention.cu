@@ -15,12 +15,10 @@ namespace zshard::cuda {
 
 namespace {
 
-constexpr int kRowsPerBlock = kBlockSize / kWarpSize;
-
 // One warp per score row: softmax over [0, t], zero for the masked future (t, T).
 template <class T>
 __global__ void causal_softmax_kernel(T* att, int rows, int Tn) {
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int row = warp_row(), lane = threadIdx.x % kWarpSize;
   if (row >= rows) return;
   const int t = row % Tn;
   T* a = att + size_t(row) * Tn;
@@ -36,7 +34,7 @@ __global__ void causal_softmax_kernel(T* att, int rows, int Tn) {
 // Softmax backward in place: dp <- p * (dp - sum(p * dp)); masked entries have p = 0 and come out 0.
 template <class T>
 __global__ void softmax_backward_kernel(T* dp, const T* att, int rows, int Tn) {
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int row = warp_row(), lane = threadIdx.x % kWarpSize;
   if (row >= rows) return;
   const int t = row % Tn;
   T* d = dp + size_t(row) * Tn;
@@ -48,8 +46,17 @@ __global__ void softmax_backward_kernel(T* dp, const T* att, int rows, int Tn) {
     d[j] = from_f32<T>(j <= t ? to_f32(p[j]) * (to_f32(d[j]) - dot) : 0.f);
 }
 
-void check_heads(int C, int NH) {
+// What the forward and the backward derive from (T, C, NH).
+struct Geometry {
+  int hs, C3;
+  long long tt;  // elements of one head's score matrix
+  float scale;   // 1/sqrt(hs)
+};
+
+Geometry geometry(int Tn, int C, int NH) {
   ZS_CHECK(NH > 0 && C % NH == 0, "attention: C=", C, " is not a multiple of NH=", NH);
+  const int hs = C / NH;
+  return {hs, 3 * C, (long long)Tn * Tn, 1.f / std::sqrt(float(hs))};
 }
 
 // cuBLAS behind the block plan's GEMM signature, on `stream`.
@@ -66,11 +73,8 @@ auto gemm_on(cudaStream_t stream) {
 template <class T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, cudaStream_t stream) {
   using causal_blocks::Rows;
-  check_heads(C, NH);
+  const auto [hs, C3, tt, scale] = geometry(Tn, C, NH);
   if (B == 0 || Tn == 0) return;
-  const int hs = C / NH, C3 = 3 * C;
-  const long long tt = (long long)Tn * Tn;
-  const float scale = 1.f / std::sqrt(float(hs));
   const auto gemm = gemm_on<T>(stream);
   for (int b = 0; b < B; ++b) {
     const T* q = qkv + size_t(b) * Tn * C3;
@@ -78,7 +82,7 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
                                 Rows<const T>{q + C, C3, hs}, hs, scale, NH);
   }
   const int rows = B * NH * Tn;
-  causal_softmax_kernel<<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kBlockSize, 0, stream>>>(
+  causal_softmax_kernel<<<row_blocks(rows), kBlockSize, 0, stream>>>(
       att, rows, Tn);
   ZS_CUDA_CHECK_LAUNCH();
   for (int b = 0; b < B; ++b) {
@@ -92,11 +96,8 @@ template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int NH,
                         cudaStream_t stream) {
   using causal_blocks::Rows;
-  check_heads(C, NH);
+  const auto [hs, C3, tt, scale] = geometry(Tn, C, NH);
   if (B == 0 || Tn == 0) return;
-  const int hs = C / NH, C3 = 3 * C;
-  const long long tt = (long long)Tn * Tn;
-  const float scale = 1.f / std::sqrt(float(hs));
   const auto gemm = gemm_on<T>(stream);
   // Score gradients of one batch element (all heads).
   Buffer scratch = workspace(size_t(NH) * tt * sizeof(T), stream);
@@ -111,7 +112,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
     const T* a = att + size_t(b) * NH * tt;
     causal_blocks::masked_outer(gemm, ds, Tn, d_o, v, hs, 1.f, NH);                 // dP = dO V^T
     causal_blocks::lower_transposed_times(gemm, dv, a, Tn, d_o, hs, 1.f, NH);         // dV += P^T dO
-    softmax_backward_kernel<<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), kBlockSize, 0, stream>>>(
+    softmax_backward_kernel<<<row_blocks(rows), kBlockSize, 0, stream>>>(
         ds, a, rows, Tn);
     ZS_CUDA_CHECK_LAUNCH();
     // The 1/sqrt(hs) of the scores is folded into alpha.

@@ -23,6 +23,12 @@ inline unsigned grid_for(size_t n, int block = kBlockSize) {
   return unsigned(blocks < 65535u * 4 ? (blocks > 0 ? blocks : 1) : 65535u * 4);
 }
 
+// Row-wise kernels run a warp per row, kRowsPerBlock rows to a kBlockSize block: the grid for `rows`, and
+// the row (and lane) of the calling thread.
+constexpr int kRowsPerBlock = kBlockSize / kWarpSize;
+inline unsigned row_blocks(int rows) { return unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+__device__ __forceinline__ int warp_row() { return blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize; }
+
 // Arithmetic is fp32 whatever T is: bf16 values are widened on load and rounded once on store.
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }

@@ -7,12 +7,10 @@ namespace zshard::cuda {
 
 namespace {
 
-constexpr int kRowsPerBlock = kBlockSize / kWarpSize;
-
 template <class T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight,
                                          const T* bias, int N, int C) {
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int row = warp_row(), lane = threadIdx.x % kWarpSize;
   if (row >= N) return;
   const T* x = inp + size_t(row) * C;
   float sum = 0;
@@ -38,7 +36,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
 template <class T>
 __global__ void layernorm_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight, const float* mean,
                                       const float* rstd, int N, int C) {
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int row = warp_row(), lane = threadIdx.x % kWarpSize;
   if (row >= N) return;
   const T* x = inp + size_t(row) * C;
   const T* d = dout + size_t(row) * C;
@@ -69,8 +67,6 @@ struct ParamsTerm {
     acc[1] += d;
   }
 };
-
-unsigned row_blocks(int N) { return unsigned((N + kRowsPerBlock - 1) / kRowsPerBlock); }
 
 }  // namespace
 
