@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/allocator.h"
+#include "kernels/gemm_grid.h"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/runtime.h"
 #include "kernels/error.h"
@@ -74,11 +75,12 @@ inline Buffer workspace(size_t bytes, cudaStream_t stream) {
   return Buffer(bytes, Device::cuda, Category::workspace);
 }
 
-// Row-major C = alpha op(A) op(B) + beta C for `batch` matrices at the given element strides (linear.cu).
+// Row-major C = alpha op(A) op(B) + beta C for each matrix of `grid`, matrix (b, h) of each operand at its
+// strides' offset (linear.cu).
 template <class T>
-void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
-                  long long stride_a, const T* B, int ldb, long long stride_b, float beta, T* C, int ldc,
-                  long long stride_c, int batch, cudaStream_t stream);
+void gemm_grid(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
+               GridStrides sa, const T* B, int ldb, GridStrides sb, float beta, T* C, int ldc, GridStrides sc,
+               GemmGrid grid, cudaStream_t stream);
 
 // Sum of x[i] in double (reductions.cu); synchronises `stream`.
 double sum_as_double(const float* x, size_t n, cudaStream_t stream);

@@ -28,35 +28,61 @@ struct BiasTerm {
   __device__ void operator()(int row, int c, float* acc) const { acc[0] += to_f32(dout[size_t(row) * OC + c]); }
 };
 
+// Matrix i of the grid (head i % heads of batch element i / heads) of each operand: the pointer arrays of
+// cublasGemmBatchedEx, written on the device so that no host copy or synchronisation is needed.
+template <class T>
+__global__ void grid_pointers_kernel(const void** a, const void** b, void** c, const T* A, GridStrides sa,
+                                     const T* B, GridStrides sb, T* C, GridStrides sc, GemmGrid grid) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= grid.heads * grid.batches) return;
+  const long long batch = i / grid.heads, head = i % grid.heads;
+  a[i] = A + batch * sa.batch + head * sa.head;
+  b[i] = B + batch * sb.batch + head * sb.head;
+  c[i] = C + batch * sc.batch + head * sc.head;
+}
+
 }  // namespace
 
 // cuBLAS is column-major: the row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so the
-// operands swap and each keeps its own transpose flag.
+// operands swap and each keeps its own transpose flag. A single row of heads has a uniform stride and goes
+// to the strided-batched GEMM; a grid of several batch elements to the pointer-array one.
 template <class T>
-void gemm_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
-                  long long stride_a, const T* B, int ldb, long long stride_b, float beta, T* C, int ldc,
-                  long long stride_c, int batch, cudaStream_t stream) {
-  if (M == 0 || N == 0 || batch == 0) return;
+void gemm_grid(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
+               GridStrides sa, const T* B, int ldb, GridStrides sb, float beta, T* C, int ldc, GridStrides sc,
+               GemmGrid grid, cudaStream_t stream) {
+  if (M == 0 || N == 0 || grid.count() == 0) return;
   cublasHandle_t handle = cublas_handle();
   ZS_CUBLAS_CHECK(cublasSetStream(handle, stream));
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   constexpr cudaDataType_t type = cuda_type<T>();
-  ZS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, N, M, K, &alpha, B, type, ldb, stride_b, A,
-                                             type, lda, stride_a, &beta, C, type, ldc, stride_c, batch,
-                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (grid.batches == 1) {
+    ZS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, N, M, K, &alpha, B, type, ldb, sb.head, A,
+                                               type, lda, sa.head, &beta, C, type, ldc, sc.head, grid.heads,
+                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  const int n = grid.count();
+  Buffer pointers = workspace(3 * size_t(n) * sizeof(void*), stream);
+  auto** a = static_cast<const void**>(pointers.data());
+  const void** b = a + n;
+  void** c = const_cast<void**>(b + n);
+  grid_pointers_kernel<<<grid_for(size_t(n)), kBlockSize, 0, stream>>>(a, b, c, A, sa, B, sb, C, sc, grid);
+  ZS_CUDA_CHECK_LAUNCH();
+  ZS_CUBLAS_CHECK(cublasGemmBatchedEx(handle, op_b, op_a, N, M, K, &alpha, b, type, ldb, a, type, lda, &beta,
+                                      c, type, ldc, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 template <class T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda, const T* B,
           int ldb, float beta, T* C, int ldc, cudaStream_t stream) {
-  gemm_batched<T>(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, stream);
+  gemm_grid<T>(trans_a, trans_b, M, N, K, alpha, A, lda, {}, B, ldb, {}, beta, C, ldc, {}, {}, stream);
 }
 
 template <class T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
                     cudaStream_t stream) {
-  gemm_batched<T>(false, false, N, OC, C, 1.f, inp, C, 0, weight, OC, 0, 0.f, out, OC, 0, 1, stream);
+  gemm<T>(false, false, N, OC, C, 1.f, inp, C, weight, OC, 0.f, out, OC, stream);
   if (bias && N > 0) {
     add_bias_kernel<<<grid_for(size_t(N) * OC), kBlockSize, 0, stream>>>(out, bias, N, OC);
     ZS_CUDA_CHECK_LAUNCH();
@@ -67,14 +93,14 @@ template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
                      int C, int OC, cudaStream_t stream) {
   ZS_CHECK(dinp && dweight, "linear_backward: dinp and dweight are required");
-  gemm_batched<T>(false, true, N, C, OC, 1.f, dout, OC, 0, weight, OC, 0, 1.f, dinp, C, 0, 1, stream);
-  gemm_batched<T>(true, false, C, OC, N, 1.f, inp, C, 0, dout, OC, 0, 1.f, dweight, OC, 0, 1, stream);
+  gemm<T>(false, true, N, C, OC, 1.f, dout, OC, weight, OC, 1.f, dinp, C, stream);
+  gemm<T>(true, false, C, OC, N, 1.f, inp, C, dout, OC, 1.f, dweight, OC, stream);
   if (dbias) accumulate_column_sums<1>(ColumnOutputs<1, T>{{dbias}}, N, OC, BiasTerm<T>{dout, OC}, stream);
 }
 
 #define ZS_INSTANTIATE(T)                                                                               \
-  template void gemm_batched<T>(bool, bool, int, int, int, float, const T*, int, long long, const T*, int, \
-                                long long, float, T*, int, long long, int, cudaStream_t);                \
+  template void gemm_grid<T>(bool, bool, int, int, int, float, const T*, int, GridStrides, const T*, int,     \
+                             GridStrides, float, T*, int, GridStrides, GemmGrid, cudaStream_t);            \
   template void gemm<T>(bool, bool, int, int, int, float, const T*, int, const T*, int, float, T*, int,         \
                         cudaStream_t);                                                                  \
   template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int, cudaStream_t);       \

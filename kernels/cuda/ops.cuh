@@ -60,6 +60,8 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int NH,
                         cudaStream_t stream = nullptr);
+// Batch elements per pass of attention_backward: its (chunk, NH, T, T) score-gradient scratch is bounded.
+int attention_backward_chunk(int B, int Tn, int NH, size_t element_size);
 
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t n, cudaStream_t stream = nullptr);

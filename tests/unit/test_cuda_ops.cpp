@@ -217,8 +217,7 @@ void check_gemm() {
 }
 
 template <class T>
-void check_attention() {
-  const int B = 2, Tn = 37, C = 24, NH = 3;  // T > 32: rows span several warp iterations
+void check_attention(int B, int Tn, int C, int NH) {
   std::mt19937 rng(5);
   const Vec qkv = random_vec<T>(size_t(B) * Tn * 3 * C, rng), dout = random_vec<T>(size_t(B) * Tn * C, rng);
   Vec dqkv = random_vec<T>(qkv.size(), rng);
@@ -332,8 +331,17 @@ TEST(CudaOps, LinearManyRows) { ZS_REQUIRE_GPU(); check_linear<float>(600); }
 TEST(CudaOps, LinearManyRowsBf16) { ZS_REQUIRE_GPU(); check_linear<bf16>(600); }
 TEST(CudaOps, GemmTransposed) { ZS_REQUIRE_GPU(); check_gemm<float>(); }
 TEST(CudaOps, GemmTransposedBf16) { ZS_REQUIRE_GPU(); check_gemm<bf16>(); }
-TEST(CudaOps, Attention) { ZS_REQUIRE_GPU(); check_attention<float>(); }
-TEST(CudaOps, AttentionBf16) { ZS_REQUIRE_GPU(); check_attention<bf16>(); }
+// T > 32: rows span several warp iterations.
+TEST(CudaOps, Attention) { ZS_REQUIRE_GPU(); check_attention<float>(2, 37, 24, 3); }
+TEST(CudaOps, AttentionBf16) { ZS_REQUIRE_GPU(); check_attention<bf16>(2, 37, 24, 3); }
+TEST(CudaOps, AttentionSingleBatchElement) { ZS_REQUIRE_GPU(); check_attention<float>(1, 37, 24, 3); }
+// Large enough scores (48 MiB per batch element) that the backward takes several passes.
+TEST(CudaOps, AttentionBackwardInPasses) {
+  ZS_REQUIRE_GPU();
+  const int B = 6, Tn = 1024, C = 48, NH = 12;
+  ASSERT_LT(attention_backward_chunk(B, Tn, NH, sizeof(float)), B);
+  check_attention<float>(B, Tn, C, NH);
+}
 TEST(CudaOps, Elementwise) { ZS_REQUIRE_GPU(); check_elementwise<float>(); }
 TEST(CudaOps, ElementwiseBf16) { ZS_REQUIRE_GPU(); check_elementwise<bf16>(); }
 TEST(CudaOps, CrossEntropy) { ZS_REQUIRE_GPU(); check_cross_entropy<float>(false); }
