@@ -2,7 +2,9 @@
 // the ZeRO model-state arithmetic (memory_model.h) plus what zshard's runtime allocates around it:
 // gathered units in flight, transient full-size gradient buffers, activations. Works from a GPT-2
 // config (every term) or from a bare parameter count (model states only: without units or layers there
-// is nothing to size the other terms from).
+// is nothing to size the other terms from). Left out: the short-lived scratch of the CUDA ops (the
+// report's `workspace`): attention's score gradients (up to 256 MiB, or one sequence's if that is more)
+// and a few bytes per token.
 #pragma once
 #include <cstdint>
 #include <optional>
