@@ -1,6 +1,6 @@
 // Causal multi-head self-attention as the CPU op computes it: per (batch, head) GEMMs on the strided q/k/v
-// slices of qkv, each launch covering every batch element and head (gemm_grid), and a causal softmax
-// kernel in between.
+// slices of qkv, each launch covering every batch element and head (gemm_grid; at shapes whose slices are
+// not 16-byte aligned, a launch per batch element), and a causal softmax kernel in between.
 // Simple and exact rather than fast: the T x T scores are materialised (all but the upper-right quarter,
 // kernels/causal_blocks.h) and the rest of the upper triangle masked.
 // Precision is that of PyTorch's math attention: scores and dP are GEMM outputs stored in T, each softmax

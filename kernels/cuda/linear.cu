@@ -1,6 +1,8 @@
 // GEMM through cuBLAS (fp32 accumulation; bf16 inputs run on tensor cores) and the Conv1D linear layer.
 #include <cublas_v2.h>
 
+#include <cstdint>
+
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/common.cuh"
 
@@ -41,11 +43,20 @@ __global__ void grid_pointers_kernel(const void** a, const void** b, void** c, c
   c[i] = C + batch * sc.batch + head * sc.head;
 }
 
+// Every matrix of the grid starts 16-byte aligned. cuBLAS cannot look inside a pointer array when it
+// picks a kernel, so that path is kept to what its vectorised loads are made for.
+bool aligned_grid(const void* base, GridStrides s, size_t element_size) {
+  constexpr size_t kAlign = 16;
+  return reinterpret_cast<uintptr_t>(base) % kAlign == 0 && s.head * element_size % kAlign == 0 &&
+         s.batch * element_size % kAlign == 0;
+}
+
 }  // namespace
 
 // cuBLAS is column-major: the row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so the
-// operands swap and each keeps its own transpose flag. A single row of heads has a uniform stride and goes
-// to the strided-batched GEMM; a grid of several batch elements to the pointer-array one.
+// operands swap and each keeps its own transpose flag. The heads of one batch element are uniformly
+// strided (a strided-batched GEMM); several batch elements take one pointer-array GEMM, or, unaligned, a
+// strided-batched GEMM each.
 template <class T>
 void gemm_grid(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
                GridStrides sa, const T* B, int ldb, GridStrides sb, float beta, T* C, int ldc, GridStrides sc,
@@ -56,10 +67,14 @@ void gemm_grid(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   constexpr cudaDataType_t type = cuda_type<T>();
-  if (grid.batches == 1) {
-    ZS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, N, M, K, &alpha, B, type, ldb, sb.head, A,
-                                               type, lda, sa.head, &beta, C, type, ldc, sc.head, grid.heads,
-                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  const bool pointer_array = grid.batches > 1 && aligned_grid(A, sa, sizeof(T)) &&
+                             aligned_grid(B, sb, sizeof(T)) && aligned_grid(C, sc, sizeof(T));
+  if (!pointer_array) {
+    for (int e = 0; e < grid.batches; ++e)
+      ZS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+          handle, op_b, op_a, N, M, K, &alpha, B + e * sb.batch, type, ldb, sb.head, A + e * sa.batch, type,
+          lda, sa.head, &beta, C + e * sc.batch, type, ldc, sc.head, grid.heads, CUBLAS_COMPUTE_32F,
+          CUBLAS_GEMM_DEFAULT));
     return;
   }
   const int n = grid.count();

@@ -331,15 +331,19 @@ TEST(CudaOps, LinearManyRows) { ZS_REQUIRE_GPU(); check_linear<float>(600); }
 TEST(CudaOps, LinearManyRowsBf16) { ZS_REQUIRE_GPU(); check_linear<bf16>(600); }
 TEST(CudaOps, GemmTransposed) { ZS_REQUIRE_GPU(); check_gemm<float>(); }
 TEST(CudaOps, GemmTransposedBf16) { ZS_REQUIRE_GPU(); check_gemm<bf16>(); }
-// T > 32: rows span several warp iterations.
+// T > 32: rows span several warp iterations. At T = 37 the row blocks are not 16-byte aligned, so the
+// batch elements take a GEMM each; at T = 48 (and head size 16) one pointer-array GEMM takes them all.
 TEST(CudaOps, Attention) { ZS_REQUIRE_GPU(); check_attention<float>(2, 37, 24, 3); }
 TEST(CudaOps, AttentionBf16) { ZS_REQUIRE_GPU(); check_attention<bf16>(2, 37, 24, 3); }
 TEST(CudaOps, AttentionSingleBatchElement) { ZS_REQUIRE_GPU(); check_attention<float>(1, 37, 24, 3); }
-// Large enough scores (48 MiB per batch element) that the backward takes several passes.
+TEST(CudaOps, AttentionAligned) { ZS_REQUIRE_GPU(); check_attention<float>(3, 48, 48, 3); }
+TEST(CudaOps, AttentionAlignedBf16) { ZS_REQUIRE_GPU(); check_attention<bf16>(3, 48, 48, 3); }
+// Scores of 48 MiB per batch element: the backward takes passes of 5, 5 and 1 elements.
 TEST(CudaOps, AttentionBackwardInPasses) {
   ZS_REQUIRE_GPU();
-  const int B = 6, Tn = 1024, C = 48, NH = 12;
-  ASSERT_LT(attention_backward_chunk(B, Tn, NH, sizeof(float)), B);
+  const int B = 11, Tn = 1024, C = 96, NH = 12;
+  const int chunk = attention_backward_chunk(B, Tn, NH, sizeof(float));
+  ASSERT_GT(B, 2 * chunk) << "the shape no longer gives two full passes";
   check_attention<float>(B, Tn, C, NH);
 }
 TEST(CudaOps, Elementwise) { ZS_REQUIRE_GPU(); check_elementwise<float>(); }
