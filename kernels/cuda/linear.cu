@@ -1,8 +1,6 @@
 // GEMM through cuBLAS (fp32 accumulation; bf16 inputs run on tensor cores) and the Conv1D linear layer.
 #include <cublas_v2.h>
 
-#include <cstdint>
-
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/common.cuh"
 
@@ -43,14 +41,6 @@ __global__ void grid_pointers_kernel(const void** a, const void** b, void** c, c
   c[i] = C + batch * sc.batch + head * sc.head;
 }
 
-// Every matrix of the grid starts 16-byte aligned. cuBLAS cannot look inside a pointer array when it
-// picks a kernel, so that path is kept to what its vectorised loads are made for.
-bool aligned_grid(const void* base, GridStrides s, size_t element_size) {
-  constexpr size_t kAlign = 16;
-  return reinterpret_cast<uintptr_t>(base) % kAlign == 0 && s.head * element_size % kAlign == 0 &&
-         s.batch * element_size % kAlign == 0;
-}
-
 }  // namespace
 
 // cuBLAS is column-major: the row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so the
@@ -67,8 +57,8 @@ void gemm_grid(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   constexpr cudaDataType_t type = cuda_type<T>();
-  const bool pointer_array = grid.batches > 1 && aligned_grid(A, sa, sizeof(T)) &&
-                             aligned_grid(B, sb, sizeof(T)) && aligned_grid(C, sc, sizeof(T));
+  const bool pointer_array = grid.batches > 1 && grid_aligned(A, sa, sizeof(T)) &&
+                             grid_aligned(B, sb, sizeof(T)) && grid_aligned(C, sc, sizeof(T));
   if (!pointer_array) {
     for (int e = 0; e < grid.batches; ++e)
       ZS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(

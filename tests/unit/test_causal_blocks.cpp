@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
@@ -144,6 +145,35 @@ TEST_P(CausalBlocks, LowerTransposedTimesSumsTheFutureOnly) {
 
 // Odd and even lengths, and T = 1, where the first block is empty.
 INSTANTIATE_TEST_SUITE_P(Lengths, CausalBlocks, testing::Values(1, 2, 7, 8, 33));
+
+// At GPT-2's shapes (T = 1024, head size 64, bf16) every GEMM of the plan has 16-byte aligned matrices, so
+// kernels/cuda's gemm_grid covers all batch elements in one launch; at T = 37 the row blocks are not.
+bool plan_is_aligned(int Tn, int hs, int heads, int batches) {
+  using Elem = uint16_t;  // bf16-sized
+  const int C = heads * hs;
+  const GridStrides qkv{hs, (long long)Tn * 3 * C}, out{hs, (long long)Tn * C};
+  const GemmGrid grid{heads, batches};
+  std::vector<Elem> qkv_buf(size_t(qkv.batch) * batches), out_buf(size_t(out.batch) * batches);
+  std::vector<Elem> scores(size_t(batches) * heads * Tn * Tn);
+  bool aligned = true;
+  const auto gemm = [&](bool, bool, int, int, int, float, const Elem* A, int, GridStrides sa, const Elem* B,
+                        int, GridStrides sb, float, Elem* C, int, GridStrides sc, GemmGrid) {
+    aligned = aligned && grid_aligned(A, sa, sizeof(Elem)) && grid_aligned(B, sb, sizeof(Elem)) &&
+              grid_aligned(C, sc, sizeof(Elem));
+  };
+  const Rows<const Elem> q{qkv_buf.data(), 3 * C, qkv}, k{q.data + C, 3 * C, qkv};
+  const Rows<Elem> o{out_buf.data(), C, out};
+  masked_outer(gemm, scores.data(), Tn, q, k, hs, 1.f, grid);
+  lower_times(gemm, o, scores.data(), Tn, k, hs, 1.f, 0.f, grid);
+  lower_transposed_times(gemm, o, scores.data(), Tn, q, hs, 1.f, grid);
+  return aligned;
+}
+
+TEST(CausalBlocksAlignment, Gpt2ShapesAreAlignedOddLengthsAreNot) {
+  EXPECT_TRUE(plan_is_aligned(1024, 64, 2, 2));
+  EXPECT_TRUE(plan_is_aligned(48, 16, 3, 3));  // the shape of the CUDA op test of the one-launch path
+  EXPECT_FALSE(plan_is_aligned(37, 8, 3, 2));  // and of the per-element path
+}
 
 TEST(CausalBlocksChunk, BoundsTheScratchAndKeepsAtLeastOneElement) {
   EXPECT_EQ(batch_chunk(10, 100, 1000), 10);
