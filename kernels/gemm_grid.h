@@ -6,16 +6,23 @@
 #include <cstddef>
 #include <cstdint>
 
+// The offsets are computed on the host (the CPU plan test) and in kernels/cuda's pointer kernel alike.
+#ifdef __CUDACC__
+#define ZS_HOST_DEVICE __host__ __device__
+#else
+#define ZS_HOST_DEVICE
+#endif
+
 namespace zshard {
 
 struct GridStrides {
   long long head = 0, batch = 0;
-  long long offset(int b, int h) const { return b * batch + h * head; }
+  ZS_HOST_DEVICE long long offset(int b, int h) const { return b * batch + h * head; }
 };
 
 struct GemmGrid {
   int heads = 1, batches = 1;
-  int count() const { return heads * batches; }
+  ZS_HOST_DEVICE int count() const { return heads * batches; }
 };
 
 // Whether every matrix of an operand with this base address and these strides starts 16-byte aligned.

@@ -34,11 +34,11 @@ template <class T>
 __global__ void grid_pointers_kernel(const void** a, const void** b, void** c, const T* A, GridStrides sa,
                                      const T* B, GridStrides sb, T* C, GridStrides sc, GemmGrid grid) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= grid.heads * grid.batches) return;
-  const long long batch = i / grid.heads, head = i % grid.heads;
-  a[i] = A + batch * sa.batch + head * sa.head;
-  b[i] = B + batch * sb.batch + head * sb.head;
-  c[i] = C + batch * sc.batch + head * sc.head;
+  if (i >= grid.count()) return;
+  const int batch = i / grid.heads, head = i % grid.heads;
+  a[i] = A + sa.offset(batch, head);
+  b[i] = B + sb.offset(batch, head);
+  c[i] = C + sc.offset(batch, head);
 }
 
 }  // namespace
