@@ -19,7 +19,7 @@
 #include "kernels/ops.h"
 #include "runtime/cli_options.h"
 #include "runtime/memory_report.h"
-#include "runtime/setup_failure.h"
+#include "runtime/agreed_failure.h"
 #include "runtime/tool_runner.h"
 #include "runtime/trainer.h"
 

@@ -17,7 +17,7 @@
 #include "kernels/device_memory.h"
 #include "runtime/cli_options.h"
 #include "runtime/memory_estimator.h"
-#include "runtime/setup_failure.h"
+#include "runtime/agreed_failure.h"
 #include "runtime/tool_runner.h"
 
 using namespace zshard;

@@ -3,13 +3,14 @@
 // optimizer state, gathered units in flight, communication buffers and activations, and the largest
 // batch that fits --device-mem. --check FILE compares the estimate with what zshard-bench measured.
 #include <cmath>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/atomic_file.h"
 #include "runtime/cli_options.h"
+#include "runtime/json_input.h"
 #include "runtime/memory_estimator.h"
 #include "runtime/tool_runner.h"
 
@@ -33,15 +34,6 @@ struct MemOptions {
   std::string check;
 };
 
-std::string human(double bytes) {
-  std::ostringstream os;
-  os << std::fixed;
-  if (bytes >= 1e9) os << std::setprecision(2) << bytes / 1e9 << " GB";
-  else if (bytes >= 1e6) os << std::setprecision(2) << bytes / 1e6 << " MB";
-  else os << std::setprecision(1) << bytes / 1e3 << " kB";
-  return os.str();
-}
-
 json to_json(const MemoryEstimate& e) {
   return {{"shard_group", e.shard_group},
           {"params", e.params},
@@ -55,17 +47,9 @@ json to_json(const MemoryEstimate& e) {
           {"total_bytes", e.total()}};
 }
 
-// Estimates each zshard-bench result in `path` and prints it beside the measurement. True when every
-// model-state estimate is within 5% and every peak within 15%.
-bool check_against(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError("--check: cannot read '" + path + "'");
-  json doc;
-  try {
-    doc = json::parse(in);
-  } catch (const json::exception& e) {
-    throw UsageError("--check: '" + path + "' is not zshard-bench JSON: " + e.what());
-  }
+// Estimates each zshard-bench result in `doc` (read from `path`) and prints it beside the measurement. True
+// when every model-state estimate is within 5% and every peak within 15%.
+bool check_against(const json& doc, const std::string& path) {
   const json& m = doc.at("model");
   GPT2Config c{m.at("layers"), m.at("dim"), m.at("heads"), m.at("vocab"), m.at("ctx")};
   std::cout << "estimate vs zshard-bench (" << path << "): " << m.at("name").get<std::string>() << ", world "
@@ -92,12 +76,17 @@ bool check_against(const std::string& path) {
     const bool good = std::abs(rs - 1) <= 0.05 && std::abs(rp - 1) <= 0.15;
     ok = ok && good;
     std::cout << std::left << std::setw(9) << r.at("strategy").get<std::string>() << std::right << std::setw(14)
-              << human(double(est.model_states.total())) << std::setw(14) << human(states) << std::setw(8)
-              << std::fixed << std::setprecision(3) << rs << std::setw(14) << human(double(est.total()))
-              << std::setw(14) << human(peak) << std::setw(8) << rp << (good ? "  ok" : "  OUTSIDE 5%/15%")
+              << format_bytes(double(est.model_states.total())) << std::setw(14) << format_bytes(states) << std::setw(8)
+              << std::fixed << std::setprecision(3) << rs << std::setw(14) << format_bytes(double(est.total()))
+              << std::setw(14) << format_bytes(peak) << std::setw(8) << rp << (good ? "  ok" : "  OUTSIDE 5%/15%")
               << "\n";
   }
   return ok;
+}
+
+bool check_against(const std::string& path) {
+  const json doc = read_json_file("--check", path);
+  return read_fields("--check", path, [&] { return check_against(doc, path); });
 }
 
 }  // namespace
@@ -119,8 +108,18 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json_path, "write the estimates as JSON to this file");
   app.add_option("--check", o.check, "zshard-bench JSON: compare the estimate with its measurements");
   return run_local_tool("zshard-mem", argc, argv, app, [&] {
+    if (!o.json_path.empty()) {
+      check_output_path("--json", o.json_path);
+      check_not_input({"--json", o.json_path}, {{"--check", o.check}});
+    }
     if (!o.check.empty()) return check_against(o.check) ? 0 : 1;
-    if (o.model.empty() && !(o.params > 0)) throw UsageError("give --model NAME or --params COUNT (> 0)");
+    if (o.model.empty() && !(o.params > 0 && o.params <= 1e15))
+      throw UsageError("give --model NAME or --params COUNT (> 0, at most 1e15)");
+    for (int world : o.worlds)
+      if (world < 1 || world > (1 << 20))
+        throw UsageError(detail::concat("--world entries must be in [1, 1048576], got ", world));
+    for (const std::string& s : o.strategies) parse_strategy(s);
+    if (o.shard_group < 0) throw UsageError(detail::concat("--shard-group must be >= 0, got ", o.shard_group));
     if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
     if (o.seq < 1) throw UsageError("--seq must be >= 1, got " + std::to_string(o.seq));
     if (o.max_inflight < 1) throw UsageError("--max-inflight must be >= 1");
@@ -164,7 +163,7 @@ int main(int argc, char** argv) {
                   << e.shard_group;
         for (int64_t v : {e.model_states.params, e.model_states.grads, e.model_states.optimizer,
                           e.model_states.total(), e.gathered_in_flight, e.comm_buffers, e.activations, e.total()})
-          std::cout << std::setw(12) << (base.config || v ? human(double(v)) : std::string("-"));
+          std::cout << std::setw(12) << (base.config || v ? format_bytes(double(v)) : std::string("-"));
         if (device) {
           const int fit = largest_rank_batch(in, device);
           row["max_rank_batch"] = fit;
@@ -174,11 +173,9 @@ int main(int argc, char** argv) {
         rows.push_back(row);
       }
     }
-    if (!o.json_path.empty()) {
-      std::ofstream out(o.json_path);
-      if (!out) throw UsageError("--json: cannot write '" + o.json_path + "'");
-      out << json{{"tool", "zshard-mem"}, {"model", o.model}, {"dtype", o.dtype}, {"rows", rows}}.dump(2) << "\n";
-    }
+    if (!o.json_path.empty())
+      write_file_atomically(o.json_path,
+                            json{{"tool", "zshard-mem"}, {"model", o.model}, {"dtype", o.dtype}, {"rows", rows}}.dump(2) + "\n");
     return 0;
   });
 }

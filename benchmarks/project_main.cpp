@@ -5,13 +5,14 @@
 // measured at several world sizes (same global batch) and prints the projection's error on each.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/atomic_file.h"
 #include "runtime/cli_options.h"
+#include "runtime/json_input.h"
 #include "runtime/scaling_projection.h"
 #include "runtime/tool_runner.h"
 
@@ -20,15 +21,7 @@ using nlohmann::json;
 
 namespace {
 
-json read_json(const std::string& path, const std::string& flag) {
-  std::ifstream in(path);
-  if (!in) throw UsageError(flag + ": cannot read '" + path + "'");
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw UsageError(flag + ": '" + path + "' is not JSON: " + e.what());
-  }
-}
+constexpr int kMaxWorld = 1 << 20;
 
 double median_ms(const json& bench, const std::string& strategy) {
   for (const json& r : bench.at("results"))
@@ -46,10 +39,10 @@ double check(const std::vector<std::string>& paths, ProjectionInput in, json& ou
             << std::setw(8) << "strategy" << std::setw(6) << "N" << std::setw(14) << "measured ms" << std::setw(14)
             << "no overlap" << std::setw(9) << "error" << std::setw(14) << "overlap" << std::setw(9) << "error\n";
   for (const std::string& path : paths) {
-    const json bench = read_json(path, "--check");
-    const int world = bench.at("world");
+    const json bench = read_json_file("--check", path);
+    const int world = read_fields("--check", path, [&] { return bench.at("world").get<int>(); });
     for (const char* name : {"ddp", "zero3", "hybrid"}) {
-      const double measured = median_ms(bench, name);
+      const double measured = read_fields("--check", path, [&] { return median_ms(bench, name); });
       if (std::isnan(measured)) continue;
       const ProjectedStep p = project_step(parse_strategy(name), world, in);
       const double e0 = p.step_ms / measured - 1, e1 = p.step_overlap_ms / measured - 1;
@@ -70,7 +63,7 @@ int main(int argc, char** argv) {
   std::string bench_path, link = "nvlink", inter_link = "ib", scaling = "weak", json_path;
   std::vector<std::string> check_paths;
   ProjectionInput in;
-  double alpha_us = -1, bandwidth = -1, inter_alpha_us = -1, inter_bandwidth = -1, serial = -1;
+  double alpha_us = 0, bandwidth = 0, inter_alpha_us = 0, inter_bandwidth = 0, serial = 0;
   int max_world = 1024;
   CLI::App app{"zshard-project: projected step time and scaling efficiency of ddp, zero3 and hybrid"};
   app.option_defaults()->always_capture_default();
@@ -82,40 +75,61 @@ int main(int argc, char** argv) {
   app.add_option("--elem-bytes", in.elem_bytes, "bytes per communicated element (4 fp32, 2 bf16)");
   app.add_option("--link", link, "intra-node link profile: nvlink, pcie, ib");
   app.add_option("--inter-link", inter_link, "inter-node link profile");
-  app.add_option("--alpha-us", alpha_us, "override the intra link's per-hop latency (us)");
-  app.add_option("--bandwidth-gbs", bandwidth, "override the intra link's bus bandwidth (GB/s)");
-  app.add_option("--inter-alpha-us", inter_alpha_us, "override the inter link's latency (us)");
-  app.add_option("--inter-bandwidth-gbs", inter_bandwidth, "override the inter link's bandwidth (GB/s)");
+  app.add_option("--alpha-us", alpha_us, "override the intra link's per-hop latency (us)")->default_str("--link's");
+  app.add_option("--bandwidth-gbs", bandwidth, "override the intra link's bus bandwidth (GB/s)")->default_str("--link's");
+  app.add_option("--inter-alpha-us", inter_alpha_us, "override the inter link's latency (us)")->default_str("--inter-link's");
+  app.add_option("--inter-bandwidth-gbs", inter_bandwidth, "override the inter link's bandwidth (GB/s)")->default_str("--inter-link's");
   app.add_option("--node-size", in.node_size, "ranks per node: hybrid's shard group");
   app.add_option("--scaling", scaling, "weak (fixed batch per rank) or strong (fixed global batch)");
   app.add_option("--max-world", max_world, "largest N (powers of two from 1)");
-  app.add_option("--serial-fraction", serial, "Amdahl serial fraction (default: Karp-Flatt from --check, else 0)");
+  app.add_option("--serial-fraction", serial, "Amdahl serial fraction (default: Karp-Flatt from --check, else 0)")
+      ->default_str("");
   app.add_option("--check", check_paths, "zshard-bench JSON at several world sizes to check against")->delimiter(',');
   app.add_option("--json", json_path, "write the projection as JSON to this file");
   return run_local_tool("zshard-project", argc, argv, app, [&] {
-    if (!bench_path.empty()) {
-      const json b = read_json(bench_path, "--bench");
-      if (b.at("world") != 1) throw UsageError("--bench: needs a single-rank run, '" + bench_path + "' has world " +
-                                               b.at("world").dump());
-      in.compute_ms = median_ms(b, "ddp");
-      in.params = b.at("model").at("params");
-      in.units = b.at("model").at("layers").get<int>() + 2;
-      in.batch = b.at("batch");
+    if (!json_path.empty()) {
+      check_output_path("--json", json_path);
+      std::vector<FlagPath> inputs = {{"--bench", bench_path}};
+      for (const std::string& p : check_paths) inputs.push_back({"--check", p});
+      check_not_input({"--json", json_path}, inputs);
     }
-    if (!(in.compute_ms > 0) || in.params <= 0)
-      throw UsageError("give --bench FILE, or --compute-ms and --params (both > 0)");
+    if (!bench_path.empty()) {
+      const json b = read_json_file("--bench", bench_path);
+      read_fields("--bench", bench_path, [&] {
+        if (b.at("world") != 1)
+          throw UsageError("--bench " + bench_path + ": needs a single-rank run, it has world " + b.at("world").dump());
+        in.compute_ms = median_ms(b, "ddp");
+        in.params = b.at("model").at("params");
+        in.units = b.at("model").at("layers").get<int>() + 2;
+        in.batch = b.at("batch");
+      });
+    }
+    if (!(in.compute_ms > 0 && std::isfinite(in.compute_ms)) || in.params <= 0)
+      throw UsageError("give --bench FILE, or --compute-ms and --params (both finite and > 0)");
     if (scaling != "weak" && scaling != "strong") throw UsageError("--scaling must be weak or strong");
-    if (in.units < 1 || in.node_size < 1 || max_world < 1 || in.elem_bytes < 1)
-      throw UsageError("--units, --node-size, --max-world and --elem-bytes must be >= 1");
+    for (const auto& [flag, value] : {std::pair{"--units", in.units}, std::pair{"--node-size", in.node_size},
+                                      std::pair{"--max-world", max_world}, std::pair{"--elem-bytes", in.elem_bytes},
+                                      std::pair{"--batch", in.batch}})
+      if (value < 1) throw UsageError(detail::concat(flag, " must be >= 1, got ", value));
+    // The table doubles N up to --max-world: past 2^20 ranks it would overflow, and means nothing.
+    if (max_world > kMaxWorld) throw UsageError(detail::concat("--max-world must be at most ", kMaxWorld, ", got ", max_world));
+    for (const auto& [flag, value] : {std::pair{"--alpha-us", alpha_us}, std::pair{"--inter-alpha-us", inter_alpha_us}})
+      if (app.count(flag) && !(std::isfinite(value) && value >= 0))
+        throw UsageError(detail::concat(flag, " must be a finite number >= 0, got ", value));
+    for (const auto& [flag, value] : {std::pair{"--bandwidth-gbs", bandwidth}, std::pair{"--inter-bandwidth-gbs", inter_bandwidth}})
+      if (app.count(flag) && !(std::isfinite(value) && value > 0))
+        throw UsageError(detail::concat(flag, " must be a finite number > 0, got ", value));
+    if (app.count("--serial-fraction") && !(serial >= 0 && serial <= 1))
+      throw UsageError(detail::concat("--serial-fraction must be in [0, 1], got ", serial));
     in.weak = scaling == "weak";
     in.intra = link_profile(link);
     in.inter = link_profile(inter_link);
-    if (alpha_us >= 0 || bandwidth > 0) in.intra.name += " (overridden)";
-    if (inter_alpha_us >= 0 || inter_bandwidth > 0) in.inter.name += " (overridden)";
-    if (alpha_us >= 0) in.intra.alpha_us = alpha_us;
-    if (bandwidth > 0) in.intra.bandwidth_gbs = bandwidth;
-    if (inter_alpha_us >= 0) in.inter.alpha_us = inter_alpha_us;
-    if (inter_bandwidth > 0) in.inter.bandwidth_gbs = inter_bandwidth;
+    if (app.count("--alpha-us") || app.count("--bandwidth-gbs")) in.intra.name += " (overridden)";
+    if (app.count("--inter-alpha-us") || app.count("--inter-bandwidth-gbs")) in.inter.name += " (overridden)";
+    if (app.count("--alpha-us")) in.intra.alpha_us = alpha_us;
+    if (app.count("--bandwidth-gbs")) in.intra.bandwidth_gbs = bandwidth;
+    if (app.count("--inter-alpha-us")) in.inter.alpha_us = inter_alpha_us;
+    if (app.count("--inter-bandwidth-gbs")) in.inter.bandwidth_gbs = inter_bandwidth;
 
     json doc = {{"tool", "zshard-project"}, {"compute_ms", in.compute_ms}, {"batch", in.batch},
                 {"params", in.params}, {"units", in.units}, {"scaling", scaling}, {"node_size", in.node_size},
@@ -123,7 +137,7 @@ int main(int argc, char** argv) {
                 {"inter", {{"name", in.inter.name}, {"alpha_us", in.inter.alpha_us}, {"bandwidth_gbs", in.inter.bandwidth_gbs}}},
                 {"check", json::array()}};
     const double fitted = check_paths.empty() ? 0 : check(check_paths, in, doc["check"]);
-    if (serial < 0) serial = std::clamp(fitted, 0.0, 1.0);  // a slow-down (speed-up < 1) reads as all serial
+    if (!app.count("--serial-fraction")) serial = std::clamp(fitted, 0.0, 1.0);  // a slow-down (speed-up < 1) reads as all serial
     doc["serial_fraction"] = serial;
     std::cout << "\nprojection: " << in.params << " params, " << in.units << " units, compute " << in.compute_ms
               << " ms for " << in.batch << " sequences, " << scaling << " scaling; intra " << in.intra.name << " ("
@@ -148,7 +162,7 @@ int main(int argc, char** argv) {
       std::cout << std::setw(14) << std::setprecision(3) << amdahl_efficiency(serial, n) << "\n";
       doc["rows"].push_back(row);
     }
-    if (!json_path.empty()) std::ofstream(json_path) << doc.dump(2) << "\n";
+    if (!json_path.empty()) write_file_atomically(json_path, doc.dump(2) + "\n");
     return 0;
   });
 }

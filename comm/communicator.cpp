@@ -1,5 +1,6 @@
 #include "comm/communicator.h"
 
+#include <atomic>
 #include <numeric>
 
 #include "kernels/error.h"
@@ -15,6 +16,13 @@ std::string_view collective_name(Collective c) {
   }
   return "?";
 }
+
+namespace {
+std::atomic<bool> failed{false};
+}  // namespace
+
+void mark_collectives_failed() { failed = true; }
+bool collectives_failed() { return failed; }
 
 void Work::wait() {
   // Saturate, so that a huge timeout means "no deadline" rather than an overflowed time point.

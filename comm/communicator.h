@@ -99,6 +99,12 @@ class Communicator {
   CommStats stats_;
 };
 
+// Once any collective of this process has timed out or failed, its peers may never match the ones still
+// in flight: nothing may wait on them again (a second wait would add a second deadline to the first and
+// lose its message). Set by the backends; teardown checks it and aborts instead of waiting.
+void mark_collectives_failed();
+bool collectives_failed();
+
 // Blocking conveniences.
 void all_reduce_sum(Communicator& comm, double* values, size_t count);
 

@@ -25,13 +25,20 @@ bool mpi_active() {
   return initialised && !finalised;
 }
 
+int& host_ranks() {
+  static int ranks = 1;
+  return ranks;
+}
+
 // True when this node's ranks outnumber the CPUs they may run on together (the union of their affinity
-// masks: right for unbound ranks, ranks bound to a core each, and cpusets alike). Collective on the world.
+// masks: right for unbound ranks, ranks bound to a core each, and cpusets alike). Records the node's rank
+// count for ranks_on_this_host. Collective on the world.
 bool node_oversubscribed() {
   MPI_Comm node = MPI_COMM_NULL;
   ZS_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   int ranks = 1;
   ZS_MPI_CHECK(MPI_Comm_size(node, &ranks));
+  host_ranks() = ranks;
   int cpus = int(std::thread::hardware_concurrency());
 #ifdef __linux__
   cpu_set_t mine, all;
@@ -77,6 +84,8 @@ std::unique_ptr<Communicator> init_world(int* argc, char*** argv) {
   set_poll_policy(policy);
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
 }
+
+int ranks_on_this_host() { return host_ranks(); }
 
 void abort_world(int exit_code) {
   // MPI_Abort and _Exit skip the stdio flush at exit: flush first so the failing rank's last line shows.

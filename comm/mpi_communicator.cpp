@@ -79,11 +79,12 @@ class MpiWork final : public PollingWork {
 
 // MPI forbids freeing the request of a collective, and the operation may still write into the caller's
 // buffers: finish it before they can be released. If that fails the job is broken, so end it rather than
-// leave peers waiting. A wait that already timed out has reported the failure; the caller aborts.
+// leave peers waiting. Once a collective has failed (a wait timed out, an MPI call failed) the error on
+// its way up has reported it and the caller aborts: waiting here would only add another deadline.
 MpiWork::~MpiWork() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (done() || abandoned() || finalized) return;
+  if (done() || abandoned() || finalized || collectives_failed()) return;
   try {
     wait();
   } catch (const std::exception& e) {
@@ -110,6 +111,7 @@ MPI_Datatype mpi_type(DType dtype, bool reduction, const std::string& what) {
 }  // namespace
 
 void mpi_fail(int code, std::string_view call, const char* file, int line) {
+  mark_collectives_failed();
   char message[MPI_MAX_ERROR_STRING];
   int length = 0;
   if (MPI_Error_string(code, message, &length) != MPI_SUCCESS) length = 0;

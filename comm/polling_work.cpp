@@ -39,6 +39,7 @@ void PollingWork::wait(Clock::time_point deadline) {
     const auto now = Clock::now();
     if (now >= deadline) {
       abandoned_ = true;
+      mark_collectives_failed();
       fail(what_.empty() ? "collective" : what_, ": timed out, not complete after waiting ",
            seconds(now - begin), " s (issued ", seconds(now - started_),
            " s ago); a rank of the group failed or did not issue the same collective");

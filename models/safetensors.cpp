@@ -12,6 +12,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "kernels/atomic_file.h"
+
 namespace zshard {
 
 // The format is little-endian; data is copied straight into host floats.
@@ -83,16 +85,14 @@ bool pread_all(int fd, void* dst, size_t n, uint64_t offset) {
   return true;
 }
 
-bool write_all(int fd, const void* src, size_t n) {
-  const auto* p = static_cast<const char*>(src);
-  while (n > 0) {
-    ssize_t put = ::write(fd, p, n);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return false;
-    p += put;
-    n -= size_t(put);
-  }
-  return true;
+// zshard neither loads nor saves NaN or inf: such weights or optimizer state mean a diverged run, and
+// training on from them only spreads the damage.
+void check_finite(const std::string& path, const std::string& name, const float* values, int64_t count,
+                  int64_t first_index) {
+  for (int64_t i = 0; i < count; ++i)
+    if (!std::isfinite(values[i]))
+      fail_file(path, "tensor '", name, "' holds a non-finite value (", values[i], " at element ",
+                first_index + i, ")");
 }
 
 SafetensorsEntry parse_entry(const std::string& path, const std::string& name, const json& j) {
@@ -218,6 +218,7 @@ void SafetensorsFile::read_f32_range(const std::string& name, int64_t elem_begin
   if (f32) {
     if (!pread_all(fd.get(), dst, size_t(count) * 4, offset))
       fail_file(path_, "short read of tensor '", name, "' (file changed or truncated)");
+    check_finite(path_, name, dst, count, elem_begin);
     return;
   }
   // Other dtypes convert through a bounded staging buffer, so a large tensor needs no full copy.
@@ -242,6 +243,7 @@ void SafetensorsFile::read_f32_range(const std::string& name, int64_t elem_begin
     done += n;
     offset += uint64_t(n) * elem;
   }
+  check_finite(path_, name, dst, count, elem_begin);
 }
 
 void save_safetensors(const std::string& path, const std::vector<SafetensorsArray>& tensors,
@@ -256,6 +258,7 @@ void save_safetensors(const std::string& path, const std::vector<SafetensorsArra
       if (d < 0) fail_file(path, "tensor '", t.name, "' has negative shape ", shape_str(t.shape));
     const uint64_t bytes = uint64_t(shape_numel(t.shape)) * 4;
     if (bytes > 0 && t.data == nullptr) fail_file(path, "tensor '", t.name, "' has no data");
+    check_finite(path, t.name, t.data, shape_numel(t.shape), 0);
     header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
@@ -269,19 +272,11 @@ void save_safetensors(const std::string& path, const std::vector<SafetensorsArra
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t header_len = text.size();
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  Fd fd(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd.get() < 0) fail_file(path, "cannot create ", tmp, " (", std::strerror(errno), ")");
-  bool ok = write_all(fd.get(), &header_len, 8) && write_all(fd.get(), text.data(), text.size());
-  for (size_t i = 0; ok && i < tensors.size(); ++i)
-    ok = write_all(fd.get(), tensors[i].data, size_t(shape_numel(tensors[i].shape)) * 4);
-  ok = ok && ::fsync(fd.get()) == 0;
-  ok = fd.close() == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    fail_file(path, "cannot write (", std::strerror(err), ")");
-  }
+  AtomicFile file(path);
+  file.write(&header_len, 8);
+  file.write(text);
+  for (const SafetensorsArray& t : tensors) file.write(t.data, size_t(shape_numel(t.shape)) * 4);
+  file.commit();
 }
 
 }  // namespace zshard

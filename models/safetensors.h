@@ -34,7 +34,8 @@ class SafetensorsFile {
   std::vector<std::string> names() const;  // sorted
   const SafetensorsMetadata& metadata() const { return metadata_; }
 
-  // Reads the whole tensor as f32 (F16, BF16 and F64 are converted) after checking its shape.
+  // Reads the whole tensor as f32 (F16, BF16 and F64 are converted) after checking its shape. Both reads
+  // fail on a NaN or inf, naming the tensor and the element.
   void read_f32(const std::string& name, float* dst, const Shape& expected) const;
   // Reads `count` elements starting at flat element `elem_begin` (row-major order).
   void read_f32_range(const std::string& name, int64_t elem_begin, int64_t count, float* dst) const;
@@ -53,8 +54,8 @@ struct SafetensorsArray {
   Shape shape;
 };
 
-// Writes F32 tensors in the given order (header padded with spaces to a multiple of 8 bytes) to a temp
-// file next to `path`, fsyncs it and renames it over `path`, so a reader never sees a partial file.
+// Writes F32 tensors in the given order (header padded with spaces to a multiple of 8 bytes) through an
+// AtomicFile, so a reader never sees a partial file. Refuses tensors holding NaN or inf.
 void save_safetensors(const std::string& path, const std::vector<SafetensorsArray>& tensors,
                       const SafetensorsMetadata& metadata = {});
 

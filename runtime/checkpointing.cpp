@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "kernels/device_memory.h"
-#include "runtime/setup_failure.h"
+#include "runtime/agreed_failure.h"
 #include "shard/checkpoint.h"
 
 namespace zshard {
@@ -248,20 +248,28 @@ void Checkpointer::save() {
     if (ec) fail(dir, ": cannot create (", ec.message(), ")");
   });
   CheckpointFile file;
-  run_agreed(world_, [&] {
-    if (world_.rank() >= params.shard_group_size()) return;
-    std::vector<FlatLayout> layouts;
-    std::vector<ShardState> units;
-    std::deque<HostShard> host;  // what the file is written from
-    for (int u = 0; u < params.num_units(); ++u) {
-      layouts.push_back(params.layout(u));
-      float* data[3];
-      const std::array<Tensor, 3> state = owned_state(params, u);
-      for (size_t k = 0; k < state.size(); ++k) data[k] = host.emplace_back(state[k]).fetch().data();
-      units.push_back({data[0], data[1], data[2]});
-    }
-    file = write_rank_file(dir, params.shard_index(), layouts, units);
-  });
+  // A rank file that cannot be written (a full disk, a NaN in the state) takes the step's directory with
+  // it, so the newest checkpoint stays the last good one.
+  try {
+    run_agreed(world_, [&] {
+      if (world_.rank() >= params.shard_group_size()) return;
+      std::vector<FlatLayout> layouts;
+      std::vector<ShardState> units;
+      std::deque<HostShard> host;  // what the file is written from
+      for (int u = 0; u < params.num_units(); ++u) {
+        layouts.push_back(params.layout(u));
+        float* data[3];
+        const std::array<Tensor, 3> state = owned_state(params, u);
+        for (size_t k = 0; k < state.size(); ++k) data[k] = host.emplace_back(state[k]).fetch().data();
+        units.push_back({data[0], data[1], data[2]});
+      }
+      file = write_rank_file(dir, params.shard_index(), layouts, units);
+    });
+  } catch (const AgreedFailure&) {
+    std::error_code ignored;  // the failure being reported matters more than a leftover directory
+    if (world_.rank() == 0) fs::remove_all(dir, ignored);
+    throw;
+  }
   // The gather doubles as the barrier: every rank file is in place before the manifest is written.
   constexpr int kFields = 5;
   const int32_t mine[kFields] = {int32_t(file.checksum), int32_t(file.checksum >> 32), int32_t(file.bytes),

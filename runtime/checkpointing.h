@@ -18,7 +18,7 @@ namespace zshard {
 class Checkpointer {
  public:
   // Checks --save-dir and --resume and, with --resume, loads the checkpoint into `trainer`, each rank
-  // reading only the slices its new shards need. Bad input fails on every rank alike (SetupFailure)
+  // reading only the slices its new shards need. Bad input fails on every rank alike (AgreedFailure)
   // before any collective. Rank 0 reports to `out` (null: silent).
   Checkpointer(Trainer& trainer, std::ostream* out);
 

@@ -59,7 +59,11 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   app.add_option("--beta2", o.beta2, "AdamW beta2");
   app.add_option("--eps", o.eps, "AdamW epsilon");
   app.add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0 disables)");
-  app.add_option("--seed", o.seed, "initialisation seed");
+  // An unsigned flag would take -1 as 2^64-1.
+  app.add_option("--seed", o.seed, "initialisation seed")
+      ->check(CLI::Validator(
+          [](const std::string& v) { return v.rfind('-', 0) == 0 ? "must be >= 0, got " + v : std::string(); },
+          "UINT"));
   app.add_option("--strategy", strategy, "ddp, zero1, zero2, zero3 or hybrid");
   app.add_option("--shard-group", o.strategy.shard_group, "hybrid: ranks per shard group (divides the world)");
   app.add_option("--reshard-after-forward", o.strategy.reshard_after_forward,
@@ -76,6 +80,8 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   add_choice<CommBackend>(app, "--comm", o.comm, {{"mpi", CommBackend::mpi}, {"nccl", CommBackend::nccl}},
                           "collectives: mpi, or nccl (cuda) [default: nccl on cuda, mpi on cpu]");
   app.add_option("--comm-timeout", o.comm_timeout_s, "seconds a collective may take before the job aborts");
+  add_choice<bool>(app, "--mem-check", o.mem_check, {{"on", true}, {"off", false}},
+                   "refuse at set-up a run whose memory estimate exceeds what each rank can use: on, off");
   app.add_option("--log-json", o.log_json, "write one JSON object per step to this file");
   app.add_option("--log-every", o.log_every, "progress line every N steps");
   app.add_option("--save", o.save, "save the final weights (safetensors)");

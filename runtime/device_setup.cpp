@@ -1,5 +1,7 @@
 #include "runtime/device_setup.h"
 
+#include <algorithm>
+
 #include "kernels/error.h"
 
 #ifdef ZSHARD_WITH_CUDA
@@ -31,6 +33,16 @@ void release_cached_memory(Device device) noexcept {
   if (device == Device::cuda) cuda::release_pool_memory();
 }
 
+int64_t device_free_memory_per_rank(Device device, int ranks_on_host) {
+  if (device != Device::cuda) return -1;
+  size_t free = 0, total = 0;
+  ZS_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  int devices = 1;
+  ZS_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  const int sharing = (std::max(1, ranks_on_host) + devices - 1) / std::max(1, devices);
+  return int64_t(free) / sharing;
+}
+
 #else
 
 std::string device_unavailable(Device device) {
@@ -49,6 +61,8 @@ std::unique_ptr<comm::Communicator> open_device_comm(CommBackend backend, comm::
 }
 
 void release_cached_memory(Device) noexcept {}
+
+int64_t device_free_memory_per_rank(Device, int) { return -1; }
 
 #endif
 

@@ -2,6 +2,7 @@
 // communicator that carries the strategy's collectives. The only place in runtime/ that knows whether
 // this zshard was built with the CUDA path.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,10 @@ void select_device(Device device, comm::Communicator& world);
 // NCCL communicator over the same ranks for nccl (bootstrapped through `world`, which it must not
 // outlive). Collective over `world`; select_device must have run.
 std::unique_ptr<comm::Communicator> open_device_comm(CommBackend backend, comm::Communicator& world);
+
+// Free bytes on this rank's device divided among the host's ranks that share it (ranks_on_host over the
+// visible GPUs, rounded up); -1 on cpu. select_device must have run.
+int64_t device_free_memory_per_rank(Device device, int ranks_on_host);
 
 // Hands memory the device allocator keeps for reuse back to the driver, for the libraries that allocate
 // outside it (cuBLAS workspaces, NCCL buffers), e.g. between two runs in one process. Never throws; does

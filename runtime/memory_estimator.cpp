@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cmath>
 #include <functional>
+#include <iomanip>
+#include <sstream>
 
 #include "kernels/error.h"
 #include "models/gpt2.h"
@@ -108,6 +110,15 @@ int largest_rank_batch(EstimateInput in, int64_t device_bytes) {
   return lo;
 }
 
+std::string format_bytes(double bytes) {
+  std::ostringstream os;
+  os << std::fixed;
+  if (bytes >= 1e9) os << std::setprecision(2) << bytes / 1e9 << " GB";
+  else if (bytes >= 1e6) os << std::setprecision(2) << bytes / 1e6 << " MB";
+  else os << std::setprecision(1) << bytes / 1e3 << " kB";
+  return os.str();
+}
+
 int64_t parse_bytes(const std::string& text, const std::string& flag) {
   size_t used = 0;
   double value = 0;
@@ -124,6 +135,7 @@ int64_t parse_bytes(const std::string& text, const std::string& flag) {
   for (const auto& [name, scale] : units)
     if (unit == name) {
       if (!(value > 0) || !std::isfinite(value)) usage(flag, " must be positive, got '", text, "'");
+      if (value * scale >= 9e18) usage(flag, " is too large, got '", text, "'");
       return int64_t(value * scale);
     }
   usage(flag, ": unknown unit '", text.substr(used), "' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");

@@ -46,6 +46,9 @@ MemoryEstimate estimate_memory(const EstimateInput& in);
 // fits, or without a config, -1: activations unknown).
 int largest_rank_batch(EstimateInput in, int64_t device_bytes);
 
+// "1.50 GB", "12.30 MB", "4.0 kB" (decimal units, as the tools print them).
+std::string format_bytes(double bytes);
+
 // Parses "80GiB", "80GB", "1.5e9", "512MiB" into bytes; throws UsageError naming `flag` otherwise.
 int64_t parse_bytes(const std::string& text, const std::string& flag);
 // "fp32" or "mixed" (bf16/fp16 params and grads, fp32 master + Adam: the ZeRO paper's K=12).

@@ -100,8 +100,8 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
 
 ShardedParams::~ShardedParams() {
   // While unwinding from an error, peers may never match our collectives: waiting could hang, and the
-  // job is about to be aborted anyway.
-  if (std::uncaught_exceptions() > 0) return;
+  // job is about to be aborted anyway. The same once any collective has failed.
+  if (std::uncaught_exceptions() > 0 || comm::collectives_failed()) return;
   for (auto& r : reductions_) if (r.work) r.work->wait();
   for (auto& u : units_) if (u->gather_work) u->gather_work->wait();
 }

@@ -4,7 +4,7 @@
 
 #include "comm/launch.h"
 #include "runtime/cli_options.h"
-#include "runtime/setup_failure.h"
+#include "runtime/agreed_failure.h"
 
 namespace zshard {
 
@@ -22,7 +22,7 @@ int run_tool(const char* name, int argc, char** argv, CLI::App& app,
       if (code == 0) std::cout << app.help();
       else std::cerr << name << ": " << cli_error_line(e) << "\n";
     }
-  } catch (const SetupFailure& e) {
+  } catch (const AgreedFailure& e) {
     if (e.report()) std::cerr << name << ": error: " << e.what() << "\n";
     code = e.exit_code();
   } catch (const std::exception& e) {

@@ -1,7 +1,7 @@
 // The skeleton every zshard tool's main() shares: start the world, parse the flags (the same on every
 // rank, so every rank takes the same exit), run the body, and turn failures into zshard's exits:
 //   bad flag or value      one line from rank 0, exit 2 on every rank
-//   set-up failure         the agreed exit code on every rank (see setup_failure.h)
+//   set-up failure         the agreed exit code on every rank (see agreed_failure.h)
 //   failure mid-run        the failing rank's line, then the whole job is aborted (no rank left waiting)
 #pragma once
 #include <functional>

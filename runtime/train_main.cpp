@@ -1,14 +1,14 @@
 // zshard-train: trains a GPT-2-family model with the chosen strategy. Run it plainly for one process,
 // or under mpirun / srun for several ranks.
-#include <fstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/atomic_file.h"
 #include "runtime/checkpointing.h"
 #include "runtime/cli_options.h"
 #include "runtime/memory_report.h"
-#include "runtime/setup_failure.h"
+#include "runtime/agreed_failure.h"
 #include "runtime/tool_runner.h"
 #include "runtime/trainer.h"
 
@@ -37,9 +37,10 @@ int main(int argc, char** argv) {
     checkpoints.save();  // the final save (also after a stop signal)
     if (!options.save.empty()) trainer.save_weights(options.save);
     const MemoryReport report = MemoryReport::collect(trainer);
-    if (rank == 0) {
-      report.print(std::cout);
-      if (!options.mem_report.empty()) std::ofstream(options.mem_report) << report.to_json().dump(2) << "\n";
-    }
+    if (rank == 0) report.print(std::cout);
+    if (!options.mem_report.empty())
+      run_agreed(world, [&] {
+        if (rank == 0) write_file_atomically(options.mem_report, report.to_json().dump(2) + "\n");
+      });
   });
 }

@@ -1,17 +1,23 @@
 #include "runtime/trainer.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <iomanip>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
 
+#include "comm/launch.h"
+#include "kernels/atomic_file.h"
 #include "kernels/ops.h"
 #include "models/gpt2.h"
 #include "models/gpt2_weights.h"
 #include "models/safetensors.h"
-#include "runtime/setup_failure.h"
+#include "runtime/agreed_failure.h"
+#include "runtime/memory_check.h"
 #include "shard/checkpoint.h"
 
 namespace zshard {
@@ -21,6 +27,18 @@ namespace {
 template <class... Args>
 [[noreturn]] void usage(const Args&... args) {
   throw UsageError(detail::concat(args...));
+}
+
+// A year: longer is no deadline at all, and far beyond it the deadline's time point would overflow.
+constexpr double kMaxCommTimeout = 365.0 * 24 * 3600;
+
+// Written so that NaN fails too (every comparison with NaN is false), and +-inf fails the bounds.
+void check_range(const char* flag, double value, double lo, double hi, const char* note = "") {
+  if (!(std::isfinite(value) && value >= lo && value <= hi))
+    usage(flag, " must be a finite number in [", lo, ", ", hi, "]", note, ", got ", value);
+}
+void check_at_least(const char* flag, double value, double lo, const char* note = "") {
+  if (!(std::isfinite(value) && value >= lo)) usage(flag, " must be a finite number >= ", lo, note, ", got ", value);
 }
 
 // Sequences of the global batch per rank: --rank-batches, or an even split with the remainder on the
@@ -33,13 +51,18 @@ std::vector<int> split_batch(const TrainOptions& o, int world_size) {
   return b;
 }
 
-// Test hook: ZSHARD_FAULT_RANK=r ZSHARD_FAULT_STEP=s makes rank r fail in step s, so tests can check
-// that one failing rank ends the whole job instead of leaving its peers in a collective.
-void maybe_inject_fault(int rank, int step) {
-  const char* r = std::getenv("ZSHARD_FAULT_RANK");
-  const char* s = std::getenv("ZSHARD_FAULT_STEP");
-  if (r && s && std::atoi(r) == rank && std::atoi(s) == step)
-    fail("injected fault (ZSHARD_FAULT_RANK=", r, ", ZSHARD_FAULT_STEP=", s, ")");
+// The files rank 0 writes when the run ends: writable now, and none of them an input or another output.
+void check_outputs(const TrainOptions& o) {
+  std::vector<FlagPath> taken = {{"--init-from", o.init_from},
+                                 {"--data", o.data == "default" ? "" : o.data},
+                                 {"--resume", o.resume == "latest" ? "" : o.resume}};
+  for (const FlagPath& out : {FlagPath{"--log-json", o.log_json}, FlagPath{"--save", o.save},
+                              FlagPath{"--mem-report", o.mem_report}}) {
+    if (out.second.empty()) continue;
+    check_output_path(out.first, out.second);
+    check_not_input(out, taken);
+    taken.push_back(out);
+  }
 }
 
 // Every parameter present with its shape, and nothing from another model, before any rank allocates.
@@ -84,18 +107,21 @@ void validate_options(const TrainOptions& o, int world_size) {
   if (o.seq < 1) usage("--seq must be >= 1, got ", o.seq);
   if (o.steps < 0) usage("--steps must be >= 0, got ", o.steps);
   if (o.grad_accum < 1) usage("--grad-accum must be >= 1, got ", o.grad_accum);
-  if (!(o.lr >= 0)) usage("--lr must be >= 0, got ", o.lr);
-  if (!(o.min_lr >= 0)) usage("--min-lr must be >= 0, got ", o.min_lr);
+  // Every float flag is finite and in range: a NaN or inf hyper-parameter would train on garbage.
+  check_range("--lr", o.lr, 0, 1);
+  check_range("--min-lr", o.min_lr, 0, o.lr, " (at most --lr)");
   if (o.warmup < 0) usage("--warmup must be >= 0, got ", o.warmup);
   if (o.lr_schedule != "constant" && o.lr_schedule != "cosine")
     usage("--lr-schedule must be constant or cosine, got '", o.lr_schedule, "'");
-  if (!(o.wd >= 0)) usage("--wd must be >= 0, got ", o.wd);
+  check_at_least("--wd", o.wd, 0);
+  // Decoupled decay multiplies each weight by 1 - lr * wd: past 1 it flips the weights' sign.
+  if (double(o.lr) * o.wd > 1) usage("--wd ", o.wd, " times --lr ", o.lr, " exceeds 1: the decay would flip weights");
   if (!(o.beta1 >= 0 && o.beta1 < 1)) usage("--beta1 must be in [0, 1), got ", o.beta1);
   if (!(o.beta2 >= 0 && o.beta2 < 1)) usage("--beta2 must be in [0, 1), got ", o.beta2);
-  if (!(o.eps > 0)) usage("--eps must be > 0, got ", o.eps);
-  if (!(o.grad_clip >= 0)) usage("--grad-clip must be >= 0 (0 disables), got ", o.grad_clip);
+  if (!(o.eps > 0 && o.eps <= 1)) usage("--eps must be in (0, 1], got ", o.eps);
+  check_at_least("--grad-clip", o.grad_clip, 0, " (0 disables)");
   if (o.log_every < 1) usage("--log-every must be >= 1, got ", o.log_every);
-  if (!(o.comm_timeout_s > 0)) usage("--comm-timeout must be > 0 seconds, got ", o.comm_timeout_s);
+  check_range("--comm-timeout", o.comm_timeout_s, 1e-3, kMaxCommTimeout, " seconds");
   if (o.save_every < 0) usage("--save-every must be >= 0 (0 = only the final save), got ", o.save_every);
   if (o.keep < 0) usage("--keep must be >= 0 (0 keeps every checkpoint), got ", o.keep);
   if (o.save_dir.empty() && (o.save_every > 0 || o.keep > 0))
@@ -160,10 +186,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     data_.check_seq_len(options_.seq);
     model_ = std::make_unique<GPT2>(config_);
     if (!options_.init_from.empty()) check_weights_file(options_.init_from, *model_);
-    if (!options_.log_json.empty() && world.rank() == 0) {
-      log_json_.open(options_.log_json);
-      if (!log_json_) usage("--log-json: cannot write '", options_.log_json, "'");
-    }
+    if (world.rank() == 0) check_outputs(options_);
   });
   const std::vector<int> batches = split_batch(options_, world.size());
   rank_batch_ = batches[world.rank()];
@@ -177,10 +200,16 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
   // Every rank has a usable device (validate_options); selecting it can still fail locally.
   if (options_.placement.device != Device::cpu)
     run_agreed(world, [&] { select_device(options_.placement.device, world); });
+  if (options_.mem_check)
+    run_agreed(world, [&] {
+      check_memory_fits(options_, config_, world.size(), rank_batch_,
+                        *std::max_element(batches.begin(), batches.end()),
+                        usable_memory(options_.placement.device, comm::ranks_on_this_host()));
+    });
   device_comm_ = open_device_comm(comm_backend(options_), world);
   params_ = std::make_unique<ShardedParams>(*model_, collective_world(), options_.strategy,
                                             options_.seed, options_.placement);
-  if (!options_.init_from.empty()) load_weights(options_.init_from);
+  if (!options_.init_from.empty()) run_agreed(world, [&] { load_weights(options_.init_from); });
 }
 
 Trainer::~Trainer() {
@@ -208,7 +237,25 @@ void Trainer::load_weights(const std::string& path) {
 void Trainer::save_weights(const std::string& path) {
   std::vector<std::vector<float>> units;
   for (int u = 0; u < params_->num_units(); ++u) units.push_back(params_->full_unit_params(u));
-  if (world_.rank() == 0) save_consolidated(path, model_->units(), units);
+  run_agreed(world_, [&] {
+    if (world_.rank() == 0) save_consolidated(path, model_->units(), units);
+  });
+}
+
+// Test hooks, so that tests can check how a run ends. ZSHARD_FAULT_STEP=s with ZSHARD_FAULT_RANK=r: rank r
+// throws in step s (one failing rank must end the whole job, not leave its peers in a collective). With
+// ZSHARD_FAULT_KIND=nan instead: a parameter turns NaN on every rank before step s, as in a divergence.
+void Trainer::maybe_inject_fault(int step) {
+  const char* s = std::getenv("ZSHARD_FAULT_STEP");
+  if (!s || std::atoi(s) != step) return;
+  if (const char* kind = std::getenv("ZSHARD_FAULT_KIND"); kind && std::string_view(kind) == "nan") {
+    std::vector<float> unit = params_->full_unit_params(0);
+    unit[0] = std::numeric_limits<float>::quiet_NaN();
+    params_->set_unit_params(0, unit.data());
+    return;
+  }
+  if (const char* r = std::getenv("ZSHARD_FAULT_RANK"); r && std::atoi(r) == world_.rank())
+    fail("injected fault (ZSHARD_FAULT_RANK=", r, ", ZSHARD_FAULT_STEP=", s, ")");
 }
 
 StepResult Trainer::step() {
@@ -216,7 +263,7 @@ StepResult Trainer::step() {
   const int K = options_.grad_accum, B = options_.batch, T = options_.seq;
   const double global_tokens = double(B) * T * K;
   const comm::CommStats before = params_->comm_stats();
-  maybe_inject_fault(world_.rank(), steps_done_ + 1);
+  maybe_inject_fault(steps_done_ + 1);
 
   double loss_sum = 0;
   for (int m = 0; m < K; ++m) {
@@ -231,6 +278,15 @@ StepResult Trainer::step() {
   StepResult r;
   r.step = steps_done_ + 1;
   r.grad_norm = params_->grad_norm();
+  comm::all_reduce_sum(world_, &loss_sum, 1);
+  r.loss = loss_sum / global_tokens;
+  // Both are all-reduced, so every rank stops here alike, before AdamW would spread the damage into the
+  // weights and the optimizer state (and from there into a checkpoint).
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
+    throw AgreedFailure(detail::concat("step ", r.step, ": non-finite ", std::isfinite(r.loss) ? "gradient norm" : "loss",
+                                       " (loss ", r.loss, ", gradient norm ", r.grad_norm,
+                                       "); stopped before the optimizer step; nothing of this step is saved"),
+                        1, world_.rank() == 0);
   // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
   float clip_scale = 1.0f;
   if (options_.grad_clip > 0) {
@@ -240,8 +296,6 @@ StepResult Trainer::step() {
   r.lr = schedule_.at(steps_done_);
   ops::AdamWParams hp{r.lr, options_.beta1, options_.beta2, options_.eps, options_.wd, r.step, clip_scale};
   params_->optimizer_step(hp);
-  comm::all_reduce_sum(world_, &loss_sum, 1);
-  r.loss = loss_sum / global_tokens;
   ops::synchronize(options_.placement.device);  // the step's device work is queued, not yet done
 
   const comm::CommStats after = params_->comm_stats();
@@ -257,15 +311,7 @@ StepResult Trainer::step() {
 }
 
 void Trainer::log_step(const StepResult& r, std::ostream* out) {
-  if (world_.rank() != 0) return;
-  if (log_json_.is_open()) {
-    nlohmann::json j = {{"step", r.step},           {"loss", r.loss},
-                        {"lr", r.lr},               {"grad_norm", r.grad_norm},
-                        {"ms", r.ms},               {"tokens_per_s", r.tokens_per_s},
-                        {"comm_bytes", r.comm_bytes}, {"comm_exposed_ms", r.comm_exposed_ms}};
-    log_json_ << j.dump() << '\n' << std::flush;
-  }
-  if (!out) return;
+  if (world_.rank() != 0 || !out) return;
   const bool last = r.step == options_.steps;
   if (r.step == 1 || r.step % options_.log_every == 0 || last) {
     const double eta = train_seconds_ / double(history_.size()) * (options_.steps - r.step);
@@ -278,13 +324,36 @@ void Trainer::log_step(const StepResult& r, std::ostream* out) {
   }
 }
 
+void Trainer::write_log_json() {
+  if (options_.log_json.empty()) return;
+  run_agreed(world_, [&] {
+    if (world_.rank() != 0) return;
+    std::string text;
+    for (const StepResult& r : history_) {
+      const nlohmann::json j = {{"step", r.step},           {"loss", r.loss},
+                                {"lr", r.lr},               {"grad_norm", r.grad_norm},
+                                {"ms", r.ms},               {"tokens_per_s", r.tokens_per_s},
+                                {"comm_bytes", r.comm_bytes}, {"comm_exposed_ms", r.comm_exposed_ms}};
+      text += j.dump() + "\n";
+    }
+    write_file_atomically(options_.log_json, text);
+  });
+}
+
 void Trainer::run(std::ostream* out, const std::function<bool()>& after_step) {
   while (steps_done_ < options_.steps) {
-    const StepResult r = step();
+    StepResult r;
+    try {
+      r = step();
+    } catch (const AgreedFailure&) {
+      write_log_json();  // the steps that went well
+      throw;
+    }
     train_seconds_ += r.ms / 1e3;
     log_step(r, out);
     if (after_step && !after_step()) break;
   }
+  write_log_json();
   if (out && world_.rank() == 0 && !history_.empty()) {
     double tok_s = 0;
     for (const auto& h : history_) tok_s += h.tokens_per_s;

@@ -3,7 +3,6 @@
 // gradient norm, clipping, and AdamW on what each rank owns.
 #pragma once
 #include <cstdint>
-#include <fstream>
 #include <functional>
 #include <iosfwd>
 #include <memory>
@@ -50,6 +49,7 @@ struct TrainOptions {
   Placement placement;              // --device, --param-dtype, --reduce-dtype
   std::optional<CommBackend> comm;  // --comm; unset: nccl on cuda, mpi on cpu
   double comm_timeout_s = 300;
+  bool mem_check = true;  // refuse at set-up a run whose estimate exceeds the memory available
   // output
   std::string log_json;
   std::string save;
@@ -92,7 +92,8 @@ class Trainer {
 
   StepResult step();
   // Runs the remaining steps; rank 0 prints progress to `out` (null: silent). `after_step`, when
-  // given, runs on every rank after every step; returning false ends the run early.
+  // given, runs on every rank after every step; returning false ends the run early. A step whose loss
+  // or gradient norm is not finite throws AgreedFailure on every rank before the optimizer applies it.
   void run(std::ostream* out, const std::function<bool()>& after_step = {});
   // Continues after `steps` steps (from a checkpoint): the LR schedule, the data position and AdamW's
   // bias correction all follow from the step count.
@@ -116,7 +117,11 @@ class Trainer {
 
  private:
   void load_weights(const std::string& path);
+  void maybe_inject_fault(int step);
   void log_step(const StepResult& r, std::ostream* out);
+  // --log-json, all steps so far, written at once when the run ends (also on a stop signal or a
+  // non-finite step), so the file is complete or absent. Collective.
+  void write_log_json();
 
   TrainOptions options_;
   comm::Communicator& world_;
@@ -131,7 +136,6 @@ class Trainer {
   int steps_done_ = 0;
   std::vector<int32_t> inputs_, targets_;
   std::vector<StepResult> history_;
-  std::ofstream log_json_;
   double train_seconds_ = 0;
 };
 

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "kernels/atomic_file.h"
+
 namespace zshard {
 
 namespace fs = std::filesystem;
@@ -87,16 +89,6 @@ json manifest_to_json(const Manifest& m) {
                      {"fnv1a64", hex(m.files[s].checksum)}});
   return {{"format", "zshard-checkpoint"}, {"version", kCheckpointVersion}, {"step", m.step},
           {"group_size", m.group_size}, {"units", units}, {"files", files}, {"run", m.run}};
-}
-
-void write_all(int fd, const std::string& path, const char* p, size_t n) {
-  while (n > 0) {
-    const ssize_t put = ::write(fd, p, n);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) fail(path, ": cannot write (", std::strerror(errno), ")");
-    p += put;
-    n -= size_t(put);
-  }
 }
 
 }  // namespace
@@ -182,24 +174,7 @@ void sync_dir(const std::string& dir) {
 }
 
 void commit_manifest(const std::string& dir, const Manifest& manifest) {
-  const std::string path = join(dir, kManifestFile), tmp = path + ".tmp";
-  const std::string text = manifest_to_json(manifest).dump(1) + "\n";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(tmp, ": cannot create (", std::strerror(errno), ")");
-  try {
-    write_all(fd, tmp, text.data(), text.size());
-    if (::fsync(fd) != 0) fail(tmp, ": cannot fsync (", std::strerror(errno), ")");
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  if (::close(fd) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    fail(path, ": cannot commit (", std::strerror(err), ")");
-  }
-  sync_dir(dir);
+  write_file_atomically(join(dir, kManifestFile), manifest_to_json(manifest).dump(1) + "\n");
 }
 
 bool is_committed(const std::string& dir) {

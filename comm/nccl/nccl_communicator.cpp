@@ -133,11 +133,11 @@ void NcclCommunicator::init_resources() {
 // Teardown reports nothing: after an abort or a failed job the handles may already be unusable. With
 // collectives still queued after a grace second (an exception unwound a step) ncclCommDestroy would wait
 // for peers that may never come, so the communicator is aborted instead; after a clean run the comm
-// stream is idle.
+// stream is idle. Once any collective of the process has failed there is no grace second either.
 NcclCommunicator::~NcclCommunicator() {
   std::erase(live_communicators(), this);
   if (comm_) {
-    if (cuda::became_idle(comm_stream_, std::chrono::seconds(1)))
+    if (!collectives_failed() && cuda::became_idle(comm_stream_, std::chrono::seconds(1)))
       ncclCommDestroy(comm_);
     else
       ncclCommAbort(comm_);
@@ -156,6 +156,7 @@ std::string NcclCommunicator::describe(Collective c, size_t count, DType dtype, 
 }
 
 void NcclCommunicator::abort_and_fail(const std::string& what, const std::string& why) {
+  mark_collectives_failed();
   if (comm_) ncclCommAbort(comm_);  // makes the stuck NCCL kernels exit so the streams drain
   comm_ = nullptr;
   armed_.clear();

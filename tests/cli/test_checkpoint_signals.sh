@@ -29,15 +29,18 @@ expect_true "the resumed run overwrote the partial step 4 and kept only step 8" 
 
 # ---- SIGTERM to one rank of an mpirun job ----
 D="$WORK/term"
-"${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero3 "${ARGS[@]}" --steps 100000 --save-dir "$D" \
+# Progress goes to stdout every step (--log-json is written only when the run ends).
+STREAM_ARGS=(--batch 8 --seq 32 --log-every 1)
+"${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero3 "${STREAM_ARGS[@]}" --steps 100000 --save-dir "$D" \
   --log-json "$WORK/term.json" >"$WORK/term.out" 2>&1 &
 job=$!
-three_steps() { [ "$(cat "$WORK/term.json" 2>/dev/null | wc -l)" -ge 3 ]; }
+three_steps() { [ "$(grep -c '^step ' "$WORK/term.out")" -ge 3 ]; }
 wait_for 60 three_steps
 kill -TERM "$(children_of $job | tr ' ' '\n' | grep . | tail -1)"
 wait $job
 code=$?
 expect_true "SIGTERM to one rank: exit 0 (got $code)" test $code = 0
+expect_true "--log-json was written when the run stopped" grep -q '"step":3' "$WORK/term.json"
 stopped=$(sed -n 's/.*stop signal received; stopping after step \([0-9]*\).*/\1/p' "$WORK/term.out")
 expect_true "the ranks agreed to stop after the current step (${stopped:-none})" test -n "$stopped"
 last=$(ls "$D")
@@ -48,9 +51,9 @@ expect_true "from that step" grep -q "resumed from .*$last at step $stopped " "$
 
 # ---- SIGINT to a single process ----
 D="$WORK/int"
-"$TRAIN" "${ARGS[@]}" --steps 100000 --save-dir "$D" --log-json "$WORK/int.json" >"$WORK/int.out" 2>&1 &
+"$TRAIN" "${STREAM_ARGS[@]}" --steps 100000 --save-dir "$D" --log-json "$WORK/int.json" >"$WORK/int.out" 2>&1 &
 job=$!
-wait_for 60 grep -qs '"step":2' "$WORK/int.json"
+wait_for 60 grep -qs '^step *2/' "$WORK/int.out"
 kill -INT $job
 wait $job
 code=$?

@@ -11,7 +11,7 @@
 
 #include "comm/self_communicator.h"
 #include "runtime/checkpointing.h"
-#include "runtime/setup_failure.h"
+#include "runtime/agreed_failure.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
 
@@ -207,7 +207,7 @@ struct Job {
 std::string setup_error(const TrainOptions& o) {
   try {
     Job job(o);
-  } catch (const SetupFailure& e) {
+  } catch (const AgreedFailure& e) {
     return e.what();
   }
   return "(no error)";

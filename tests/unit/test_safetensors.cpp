@@ -47,10 +47,10 @@ TEST(Safetensors, RoundTripIsBitExact) {
   std::vector<float> special = {0.0f, -0.0f, 1.0f, -2.5f,
                                 std::numeric_limits<float>::denorm_min(),
                                 -std::numeric_limits<float>::denorm_min() * 37,
-                                std::numeric_limits<float>::infinity(),
-                                -std::numeric_limits<float>::infinity(),
-                                std::bit_cast<float>(0x7fc12345u),   // quiet NaN with a payload
-                                std::bit_cast<float>(0xff800001u),   // signalling NaN, negative
+                                std::numeric_limits<float>::min(),
+                                -std::numeric_limits<float>::min(),
+                                std::bit_cast<float>(0x7f7ffffeu),   // just below max
+                                -std::numeric_limits<float>::max(),
                                 std::numeric_limits<float>::max(), 3.14159f};
   std::vector<float> odd(3 * 5 * 7);
   for (size_t i = 0; i < odd.size(); ++i) odd[i] = std::sin(float(i)) * 1e-3f;
@@ -125,7 +125,7 @@ TEST(Safetensors, PartialReads) {
 TEST(Safetensors, ConvertsHalfBfloatAndDouble) {
   TempDir dir;
   const std::string path = dir.file("h.safetensors");
-  const uint16_t f16[6] = {0x3C00, 0xC000, 0x0001, 0x7BFF, 0x7C00, 0x8400};  // 1 -2 2^-24 65504 inf -2^-14
+  const uint16_t f16[6] = {0x3C00, 0xC000, 0x0001, 0x7BFF, 0xFBFF, 0x8400};  // 1 -2 2^-24 65504 -65504 -2^-14
   const uint16_t bf16[2] = {0x3F80, 0xC0A0};                                  // 1 -5
   const double f64[2] = {0.25, -1e10};
   std::string data(reinterpret_cast<const char*>(f16), 12);
@@ -144,7 +144,7 @@ TEST(Safetensors, ConvertsHalfBfloatAndDouble) {
   EXPECT_EQ(got[1], -2.0f);
   EXPECT_EQ(got[2], std::ldexp(1.0f, -24));
   EXPECT_EQ(got[3], 65504.0f);
-  EXPECT_EQ(got[4], std::numeric_limits<float>::infinity());
+  EXPECT_EQ(got[4], -65504.0f);
   EXPECT_EQ(got[5], -std::ldexp(1.0f, -14));
   f.read_f32_range("a", 2, 1, got);
   EXPECT_EQ(got[0], std::ldexp(1.0f, -24));
@@ -231,8 +231,39 @@ TEST(Safetensors, SaveRejectsBadInput) {
   EXPECT_THAT(error_of([&] { save_safetensors(p, {{"__metadata__", v, {2}}}); }),
               HasSubstr("cannot save a tensor named '__metadata__'"));
   EXPECT_THAT(error_of([&] { save_safetensors(dir.file("no/such/dir/w.safetensors"), {}); }),
-              HasSubstr("cannot create"));
+              HasSubstr("no/such/dir/w.safetensors: cannot write (No such file or directory)"));
+  const float nan[3] = {1, std::numeric_limits<float>::quiet_NaN(), 2};
+  EXPECT_THAT(error_of([&] { save_safetensors(p, {{"w", nan, {3}}}); }),
+              HasSubstr("tensor 'w' holds a non-finite value (nan at element 1)"));
   EXPECT_FALSE(std::filesystem::exists(p));
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "no temporary file is left behind";
+}
+
+// NaN and inf mean a diverged run: the reader refuses them in every dtype, naming tensor and element.
+TEST(Safetensors, ReadRejectsNonFiniteValues) {
+  TempDir dir;
+  const std::string path = dir.file("bad.safetensors");
+  const float f32[3] = {1, 2, -std::numeric_limits<float>::infinity()};
+  const uint16_t f16[2] = {0x3C00, 0x7E00};                        // 1, NaN
+  const double f64[2] = {1e300, 0};                                // overflows f32
+  std::string data(reinterpret_cast<const char*>(f32), 12);
+  data += std::string(reinterpret_cast<const char*>(f16), 4);
+  data += std::string(reinterpret_cast<const char*>(f64), 16);
+  write_raw(path,
+            R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
+            R"("b":{"dtype":"F16","shape":[2],"data_offsets":[12,16]},)"
+            R"("c":{"dtype":"F64","shape":[2],"data_offsets":[16,32]}})",
+            data);
+  const auto f = SafetensorsFile::open(path);
+  float got[3];
+  EXPECT_THAT(error_of([&] { f.read_f32("a", got, {3}); }),
+              HasSubstr("tensor 'a' holds a non-finite value (-inf at element 2)"));
+  f.read_f32_range("a", 0, 2, got);  // the finite part reads
+  EXPECT_EQ(got[1], 2.0f);
+  EXPECT_THAT(error_of([&] { f.read_f32("b", got, {2}); }),
+              HasSubstr("tensor 'b' holds a non-finite value (nan at element 1)"));
+  EXPECT_THAT(error_of([&] { f.read_f32("c", got, {2}); }),
+              HasSubstr("tensor 'c' holds a non-finite value (inf at element 0)"));
 }
 
 TEST(Gpt2Weights, ResolvesPrefixAndFindsExtraTensors) {

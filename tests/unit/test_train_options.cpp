@@ -3,11 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "comm/self_communicator.h"
 #include "runtime/cli_options.h"
 #include "runtime/device_setup.h"
 #include "runtime/lr_schedule.h"
-#include "runtime/setup_failure.h"
+#include "runtime/agreed_failure.h"
 #include "runtime/trainer.h"
 
 namespace zshard {
@@ -30,7 +32,7 @@ std::string setup_error(const TrainOptions& o, int world_size) {
   PretendWorld world(world_size);
   try {
     Trainer trainer(o, world);
-  } catch (const SetupFailure& e) {
+  } catch (const AgreedFailure& e) {
     EXPECT_TRUE(e.report());
     return std::to_string(e.exit_code()) + ": " + e.what();
   }
@@ -63,6 +65,32 @@ TEST(TrainOptions, BadValuesNameTheirFlag) {
   EXPECT_THAT(with([](TrainOptions& o) { o.overrides.heads = 5; }), HasSubstr("2: model size"));
   EXPECT_THAT(with([](TrainOptions& o) { o.data = "/no/such/data.bin"; }), HasSubstr("1: "));
   EXPECT_THAT(with([](TrainOptions& o) { o.log_json = "/no/such/dir/log.json"; }), HasSubstr("2: --log-json"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.mem_report = "/"; }), HasSubstr("2: --mem-report /: is a directory"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.save = "log.json", o.log_json = "./log.json"; }),
+              HasSubstr("2: --save log.json names the same file as --log-json"));
+}
+
+// `!(x >= 0)` lets +inf through: every float flag is checked for finiteness and range.
+TEST(TrainOptions, FloatFlagsMustBeFiniteAndInRange) {
+  auto with = [](auto edit) {
+    TrainOptions o;
+    edit(o);
+    return setup_error(o, 2);
+  };
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THAT(with([&](TrainOptions& o) { o.lr = inf; }), HasSubstr("2: --lr must be a finite number in [0, 1], got inf"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.lr = nan; }), HasSubstr("2: --lr must be a finite number"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.lr = 1e30f; }), HasSubstr("2: --lr must be a finite number in [0, 1]"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.min_lr = 0.01f; }), HasSubstr("2: --min-lr must be a finite number in [0, 0.003] (at most --lr)"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.wd = inf; }), HasSubstr("2: --wd must be a finite number >= 0"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.wd = 1000; }), HasSubstr("2: --wd 1000 times --lr 0.003 exceeds 1"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.eps = inf; }), HasSubstr("2: --eps must be in (0, 1]"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.eps = 0; }), HasSubstr("2: --eps must be in (0, 1]"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.beta1 = nan; }), HasSubstr("2: --beta1 must be in [0, 1)"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.grad_clip = inf; }), HasSubstr("2: --grad-clip must be a finite number >= 0"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.comm_timeout_s = double(inf); }), HasSubstr("2: --comm-timeout must be a finite number"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.comm_timeout_s = 0; }), HasSubstr("2: --comm-timeout must be a finite number"));
+  EXPECT_EQ(with([&](TrainOptions& o) { o.steps = 0, o.lr = 1, o.min_lr = 1, o.wd = 1; }), "no error");
 }
 
 TEST(TrainOptions, DtypeAndCommNeedTheirDeviceAndBackend) {

@@ -1,0 +1,48 @@
+// Files written completely or not at all. Every file zshard writes (weights, checkpoint files and
+// manifests, logs, reports, tools' JSON) goes through AtomicFile: the bytes go to a temporary file beside
+// the target, every write is checked, then fsync, close, rename over the target and fsync of the
+// directory. A reader sees the old file or the whole new one; a failure (full disk, read-only directory)
+// throws one line naming the path and the system's reason, and leaves no temporary file behind.
+#pragma once
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace zshard {
+
+class AtomicFile {
+ public:
+  // Creates the temporary file; throws zshard::Error naming `path` when it cannot.
+  explicit AtomicFile(std::string path);
+  // Without commit() (an error on the way), the temporary file is removed and the target left as it was.
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t bytes);
+  void write(std::string_view text) { write(text.data(), text.size()); }
+  // Makes the file durable and puts it in place. Throws on failure (the target is then untouched).
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  [[noreturn]] void fail_with_errno(const char* action, int err);
+
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
+void write_file_atomically(const std::string& path, std::string_view contents);
+
+// Checks, before any work, that `path` can be written by `flag`: not a directory, its directory exists and
+// is writable. Throws UsageError naming the flag. The write itself can still fail (a disk that fills).
+void check_output_path(std::string_view flag, const std::string& path);
+
+// A flag and the path it names, for the check below.
+using FlagPath = std::pair<std::string_view, std::string>;
+// Throws UsageError when `output` is one of `inputs`, or lies inside an input that is a directory: a tool
+// never writes over what it reads. Empty paths are skipped.
+void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs);
+
+}  // namespace zshard

@@ -1,0 +1,119 @@
+#include "runtime/memory_check.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "kernels/error.h"
+#include "runtime/device_setup.h"
+#include "runtime/memory_estimator.h"
+
+namespace zshard {
+
+namespace {
+
+// A number from a /proc or /sys file; -1 when absent or not a number ("max" in a cgroup file).
+int64_t read_number(const std::string& path, const std::string& key = "") {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!key.empty() && line.rfind(key, 0) != 0) continue;
+    std::istringstream fields(line.substr(key.size()));
+    int64_t value = -1;
+    if (fields >> value) return value;
+    return -1;
+  }
+  return -1;
+}
+
+EstimateInput estimate_input(const TrainOptions& o, const GPT2Config& config, int world, StrategyKind kind,
+                             int rank_batch) {
+  EstimateInput in;
+  in.config = config;
+  in.kind = kind;
+  in.world = world;
+  in.shard_group = kind == StrategyKind::hybrid ? o.strategy.shard_group : 0;
+  in.max_inflight = o.strategy.max_inflight;
+  in.dtypes = o.placement.param_dtype == DType::bf16 ? DtypePolicy::mixed_bf16() : DtypePolicy::fp32();
+  in.rank_batch = rank_batch;
+  in.seq = o.seq;
+  return in;
+}
+
+bool fits(const EstimateInput& in, int64_t budget) {
+  try {
+    return estimate_memory(in).total() <= budget;
+  } catch (const UsageError&) {
+    return false;  // the strategy does not apply to this world (a shard group that does not divide it)
+  }
+}
+
+// The first configuration that fits: this strategy, then each that shards more; for each, the smallest
+// cut of the micro-batch (a divisor of --batch, times more --grad-accum, so the global batch stays).
+std::string nearest_fit(const TrainOptions& o, const GPT2Config& config, int world, int largest_rank_batch,
+                        int64_t budget) {
+  std::vector<StrategyKind> kinds = {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2,
+                                     StrategyKind::zero3};
+  if (o.strategy.kind == StrategyKind::hybrid) kinds = {StrategyKind::hybrid, StrategyKind::zero3};
+  else kinds.erase(kinds.begin(), std::find(kinds.begin(), kinds.end(), o.strategy.kind));
+  for (StrategyKind kind : kinds) {
+    const std::string strategy = kind == o.strategy.kind ? "" : "--strategy " + std::string(strategy_name(kind));
+    for (int cut = 1; cut <= o.batch; ++cut) {
+      if (o.batch % cut != 0 || o.batch / cut < world) continue;
+      // Uneven --rank-batches cannot be cut evenly: only the strategy may change.
+      if (!o.rank_batches.empty() && cut > 1) break;
+      const int rank_batch = cut == 1 ? largest_rank_batch : (o.batch / cut + world - 1) / world;
+      if (!fits(estimate_input(o, config, world, kind, rank_batch), budget)) continue;
+      if (cut == 1) return strategy;
+      return detail::concat(strategy, strategy.empty() ? "" : " ", "--batch ", o.batch / cut, " --grad-accum ",
+                            o.grad_accum * cut, " (the same global batch)");
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+MemoryBudget usable_memory(Device device, int ranks_on_host) {
+  MemoryBudget budget;
+  const int share = std::max(1, ranks_on_host);
+  const std::string ranks = detail::concat(" shared by ", share, " rank", share > 1 ? "s" : "", " on this host");
+  if (device != Device::cpu) {
+    const int64_t free = device_free_memory_per_rank(device, share);
+    if (free >= 0) budget = {free, detail::concat("free ", device_name(device), " memory per rank sharing the device")};
+    return budget;
+  }
+  const int64_t available_kib = read_number("/proc/meminfo", "MemAvailable:");
+  int64_t total = available_kib >= 0 ? available_kib * 1024 : -1;
+  std::string source = "MemAvailable";
+  // A container's limit: cgroup v2, else v1 (whose "no limit" is a huge number, larger than the host).
+  for (const auto& [limit_file, usage_file] : {std::pair{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+                                               std::pair{"/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                                         "/sys/fs/cgroup/memory/memory.usage_in_bytes"}}) {
+    const int64_t limit = read_number(limit_file), used = read_number(usage_file);
+    if (limit < 0 || used < 0) continue;
+    if (total < 0 || limit - used < total) {
+      total = std::max<int64_t>(0, limit - used);
+      source = "the cgroup limit's remaining";
+    }
+    break;
+  }
+  if (total < 0) return budget;
+  return {total / share, detail::concat(source, " ", format_bytes(double(total)), ranks)};
+}
+
+void check_memory_fits(const TrainOptions& o, const GPT2Config& config, int world, int rank_batch,
+                       int largest_rank_batch, const MemoryBudget& budget) {
+  if (budget.bytes < 0) return;
+  const MemoryEstimate e = estimate_memory(estimate_input(o, config, world, o.strategy.kind, rank_batch));
+  if (e.total() <= budget.bytes) return;
+  const std::string fix = nearest_fit(o, config, world, largest_rank_batch, budget.bytes);
+  fail("does not fit in memory: this rank needs about ", format_bytes(double(e.total())), " (model states ",
+       format_bytes(double(e.model_states.total())), ", activations ", format_bytes(double(e.activations)),
+       "), it can use ", format_bytes(double(budget.bytes)), " (", budget.source, "); ",
+       fix.empty() ? detail::concat("no strategy or batch split fits on ", world, " rank(s): add ranks or memory")
+                   : "nearest that fits: " + fix,
+       " (--mem-check off skips this check)");
+}
+
+}  // namespace zshard

@@ -1,0 +1,29 @@
+// The check zshard-train and zshard-bench run at set-up, before the first large allocation: the
+// estimator's peak for this rank (runtime/memory_estimator.h) against the memory the rank can use. A run
+// that cannot fit is refused in one line with the estimate, the memory available and the nearest
+// configuration that fits, instead of allocating until the kernel's OOM killer ends it without a word.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "models/gpt2_config.h"
+#include "runtime/trainer.h"
+
+namespace zshard {
+
+struct MemoryBudget {
+  int64_t bytes = -1;  // -1: unknown, nothing is checked
+  std::string source;  // how it was found, for the message
+};
+
+// What one rank may allocate. cuda: the device's free memory, shared among the ranks using the device.
+// cpu: MemAvailable, or what the cgroup limit leaves if that is less, shared among this host's ranks.
+MemoryBudget usable_memory(Device device, int ranks_on_host);
+
+// Throws zshard::Error when the estimate for this rank (its `rank_batch` sequences) exceeds `budget`.
+// `largest_rank_batch` sizes the suggestion, which keeps the global batch (a smaller micro-batch with
+// more accumulation) and tries the strategies that shard more.
+void check_memory_fits(const TrainOptions& options, const GPT2Config& config, int world, int rank_batch,
+                       int largest_rank_batch, const MemoryBudget& budget);
+
+}  // namespace zshard

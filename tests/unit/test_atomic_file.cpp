@@ -1,0 +1,102 @@
+// AtomicFile and the output checks every tool runs: a file is written whole or not at all, a failure
+// names the path and the system's reason, and no tool writes over or into its own inputs. Full disks and
+// read-only directories are exercised end to end by tests/cli/test_faults.sh.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "kernels/atomic_file.h"
+#include "kernels/error.h"
+#include "tests/support/test_support.h"
+
+namespace zshard {
+namespace {
+
+using ::testing::HasSubstr;
+using test::error_of;
+using test::TempDir;
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+int entries(const TempDir& dir) {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++n;
+  return n;
+}
+
+TEST(AtomicFile, ReplacesTheTargetOnlyAtCommit) {
+  TempDir dir;
+  const std::string path = dir.file("out.json");
+  write_file_atomically(path, "old\n");
+  {
+    AtomicFile file(path);
+    file.write("new ");
+    EXPECT_EQ(contents(path), "old\n") << "the target is untouched until commit";
+    file.write(std::string(100000, 'x'));
+    file.commit();
+  }
+  EXPECT_EQ(contents(path), "new " + std::string(100000, 'x'));
+  EXPECT_EQ(entries(dir), 1) << "no temporary file left";
+}
+
+TEST(AtomicFile, AbandonedWriteLeavesTargetAndNoTemporary) {
+  TempDir dir;
+  const std::string path = dir.file("out.json");
+  write_file_atomically(path, "old\n");
+  {
+    AtomicFile file(path);
+    file.write("half");
+  }  // an error unwound before commit
+  EXPECT_EQ(contents(path), "old\n");
+  EXPECT_EQ(entries(dir), 1);
+}
+
+TEST(AtomicFile, FailuresNamePathAndReason) {
+  TempDir dir;
+  EXPECT_EQ(error_of([&] { write_file_atomically(dir.file("no/such/dir/x"), "x"); }),
+            dir.file("no/such/dir/x") + ": cannot write (No such file or directory)");
+  EXPECT_EQ(error_of([&] { write_file_atomically(dir.path().string(), "x"); }),
+            dir.path().string() + ": cannot write (it is a directory)");
+}
+
+TEST(OutputChecks, RefuseDirectoriesAndMissingParents) {
+  TempDir dir;
+  EXPECT_EQ(error_of([&] { check_output_path("--json", dir.path().string()); }),
+            "--json " + dir.path().string() + ": is a directory");
+  EXPECT_THAT(error_of([&] { check_output_path("--json", dir.file("nope/out.json")); }),
+              HasSubstr("--json " + dir.file("nope/out.json") + ": directory " + dir.file("nope") +
+                        " does not exist"));
+  EXPECT_EQ(error_of([&] { check_output_path("--json", dir.file("out.json")); }), "(no error)");
+  EXPECT_EQ(error_of([&] { check_output_path("--json", "relative.json"); }), "(no error)");
+}
+
+TEST(OutputChecks, RefuseWritingOverOrIntoAnInput) {
+  TempDir dir;
+  const std::string ckpt = dir.file("step-00000004");
+  std::filesystem::create_directories(ckpt);
+  write_file_atomically(ckpt + "/rank-00000.safetensors", "x");
+  const std::vector<FlagPath> inputs = {{"--data", dir.file("tokens.bin")}, {"CHECKPOINT", ckpt}, {"--empty", ""}};
+  EXPECT_THAT(error_of([&] { check_not_input({"--out", ckpt + "/rank-00000.safetensors"}, inputs); }),
+              HasSubstr("lies inside " + ckpt + " (CHECKPOINT): refusing to write into an input"));
+  EXPECT_THAT(error_of([&] { check_not_input({"--out", ckpt + "/new.safetensors"}, inputs); }),
+              HasSubstr("refusing to write into an input"));
+  EXPECT_THAT(error_of([&] { check_not_input({"--out", ckpt + "/../step-00000004/x"}, inputs); }),
+              HasSubstr("refusing to write into an input"));
+  EXPECT_THAT(error_of([&] { check_not_input({"--out", ckpt}, inputs); }),
+              HasSubstr("names the same file as CHECKPOINT"));
+  EXPECT_THAT(error_of([&] { check_not_input({"--out", dir.file("./tokens.bin")}, inputs); }),
+              HasSubstr("--out " + dir.file("./tokens.bin") + " names the same file as --data"));
+  EXPECT_EQ(error_of([&] { check_not_input({"--out", dir.file("step-00000004.safetensors")}, inputs); }),
+            "(no error)");
+  EXPECT_EQ(error_of([&] { check_not_input({"--out", ""}, inputs); }), "(no error)");
+}
+
+}  // namespace
+}  // namespace zshard

@@ -1,0 +1,83 @@
+// The set-up memory check: a run whose estimate exceeds the budget is refused in one line with the
+// estimate, the budget and the nearest configuration that fits; a run that fits passes untouched.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "runtime/memory_check.h"
+#include "runtime/memory_estimator.h"
+#include "tests/support/test_support.h"
+
+namespace zshard {
+namespace {
+
+using ::testing::HasSubstr;
+using test::error_of;
+
+struct Case {
+  TrainOptions options;
+  GPT2Config config = gpt2_config("gpt2");
+  int world = 4;
+};
+
+int64_t estimate(const Case& c, StrategyKind kind, int rank_batch) {
+  EstimateInput in;
+  in.config = c.config;
+  in.kind = kind;
+  in.world = c.world;
+  in.rank_batch = rank_batch;
+  in.seq = c.options.seq;
+  in.max_inflight = c.options.strategy.max_inflight;
+  return estimate_memory(in).total();
+}
+
+std::string check(const Case& c, int64_t budget) {
+  const int rank_batch = c.options.batch / c.world;
+  return error_of([&] { check_memory_fits(c.options, c.config, c.world, rank_batch, rank_batch, {budget, "test"}); });
+}
+
+Case gpt2_case() {
+  Case c;
+  c.options.batch = 32;
+  c.options.seq = 1024;
+  c.options.strategy.kind = StrategyKind::ddp;
+  return c;
+}
+
+TEST(MemoryCheck, FittingRunPasses) {
+  const Case c = gpt2_case();
+  EXPECT_EQ(check(c, estimate(c, StrategyKind::ddp, 8)), "(no error)");
+  EXPECT_EQ(check(c, -1), "(no error)") << "an unknown budget checks nothing";
+}
+
+TEST(MemoryCheck, SuggestsMoreAccumulationKeepingTheGlobalBatch) {
+  const Case c = gpt2_case();
+  // Room for 4 sequences per rank, not 8: half the micro-batch, twice the accumulation.
+  const std::string e = check(c, estimate(c, StrategyKind::ddp, 4));
+  EXPECT_THAT(e, HasSubstr("does not fit in memory: this rank needs about "));
+  EXPECT_THAT(e, HasSubstr("(test)"));
+  EXPECT_THAT(e, HasSubstr("nearest that fits: --batch 16 --grad-accum 2 (the same global batch)"));
+  EXPECT_THAT(e, HasSubstr("--mem-check off skips this check"));
+}
+
+TEST(MemoryCheck, SuggestsAStrategyThatShardsMore) {
+  Case c = gpt2_case();
+  c.options.batch = 4;  // one sequence per rank: only sharding can help
+  const int64_t zero3 = estimate(c, StrategyKind::zero3, 1);
+  ASSERT_LT(zero3, estimate(c, StrategyKind::zero2, 1));
+  EXPECT_THAT(check(c, zero3), HasSubstr("nearest that fits: --strategy zero3"));
+}
+
+TEST(MemoryCheck, SaysWhenNothingFits) {
+  Case c = gpt2_case();
+  EXPECT_THAT(check(c, 1 << 20), HasSubstr("no strategy or batch split fits on 4 rank(s): add ranks or memory"));
+}
+
+TEST(MemoryCheck, BudgetOfThisHostIsKnown) {
+  const MemoryBudget b = usable_memory(Device::cpu, 2);
+  ASSERT_GT(b.bytes, 0);
+  EXPECT_THAT(b.source, HasSubstr("shared by 2 ranks on this host"));
+  EXPECT_NEAR(double(usable_memory(Device::cpu, 1).bytes) / double(b.bytes), 2.0, 0.1);
+}
+
+}  // namespace
+}  // namespace zshard
