@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -17,6 +16,7 @@
 #include "kernels/allocator.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
+#include "kernels/atomic_file.h"
 #include "runtime/cli_options.h"
 #include "runtime/memory_report.h"
 #include "runtime/agreed_failure.h"
@@ -179,6 +179,27 @@ std::string hostname() {
   return buf;
 }
 
+// The --json document: the run's set-up and every strategy's results.
+json report_json(const json& results, const TrainOptions& options, const GPT2Config& config,
+                 const BenchOptions& bench, const comm::Communicator& world) {
+  return {{"tool", "zshard-bench"},
+          {"machine", {{"host", hostname()}, {"hardware_threads", std::thread::hardware_concurrency()}}},
+          {"model", {{"name", options.model}, {"layers", config.layers}, {"dim", config.dim},
+                   {"heads", config.heads}, {"vocab", config.vocab}, {"ctx", config.ctx},
+                   {"params", config.num_params()}}},
+          {"batch", options.batch},
+          {"seq", options.seq},
+          {"grad_accum", options.grad_accum},
+          {"rank_batch_max", (options.batch + world.size() - 1) / world.size()},
+          {"max_inflight", options.strategy.max_inflight},
+          {"warmup_steps", bench.warmup_steps},
+          {"steps", options.steps},
+          {"world", world.size()},
+          {"poll_backoff", comm::poll_policy().backoff},
+          {"peak_tflops_per_rank", bench.peak_tflops},
+          {"results", results}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,6 +211,10 @@ int main(int argc, char** argv) {
   CLI::App app{"zshard-bench: every strategy on the same model and global batch; table and JSON"};
   add_train_flags(app, options, unused_strategy);
   app.remove_option(app.get_option("--strategy"));  // --strategies picks them here
+  // Flags of a training run that a benchmark has no use for: refused (exit 2), not silently ignored.
+  for (const char* train_only : {"--save", "--save-dir", "--save-every", "--keep", "--resume", "--log-json",
+                                 "--mem-report"})
+    app.remove_option(app.get_option(train_only));
   app.get_option("--steps")->description("timed optimizer steps per strategy (after --warmup-steps)");
   app.add_option("--strategies", bench.strategies, "strategies to run, comma separated (hybrid needs world >= 4)")
       ->delimiter(',');
@@ -207,11 +232,17 @@ int main(int argc, char** argv) {
       if (!(bench.peak_tflops >= 0)) throw UsageError("--peak-tflops must be >= 0");
       for (const std::string& s : bench.strategies) {
         parse_strategy(s);
-        if (s != "hybrid") to_run.push_back(s);
-        else if (hybrid_group(world.size(), options.strategy.shard_group)) to_run.push_back(s);
+        if (s != "hybrid" || hybrid_group(world.size(), options.strategy.shard_group)) to_run.push_back(s);
+        else if (app.count("--strategies"))
+          throw UsageError("--strategies hybrid needs a shard group between 1 and the world: no such group in a "
+                           "world of " + std::to_string(world.size()));
       }
-      if (!bench.json_path.empty() && rank == 0 && !std::ofstream(bench.json_path))
-        throw UsageError("--json: cannot write '" + bench.json_path + "'");
+      if (to_run.empty()) throw UsageError("--strategies: none of them runs on " + std::to_string(world.size()) + " rank(s)");
+      if (!bench.json_path.empty() && rank == 0) {
+        check_output_path("--json", bench.json_path);
+        check_not_input({"--json", bench.json_path}, {{"--data", options.data == "default" ? "" : options.data},
+                                                      {"--init-from", options.init_from}});
+      }
     });
     if (rank == 0)
       std::cout << "zshard-bench: " << options.model << " (" << config.num_params() << " parameters), world "
@@ -227,25 +258,11 @@ int main(int argc, char** argv) {
         std::cout << "  " << s << ": median " << fixed(results.back()["step_ms"]["median"], 1) << " ms\n"
                   << std::flush;
     }
-    if (rank != 0) return;
-    print_table(results, std::cout);
+    if (rank == 0) print_table(results, std::cout);
     if (bench.json_path.empty()) return;
-    json doc = {{"tool", "zshard-bench"},
-                {"machine", {{"host", hostname()}, {"hardware_threads", std::thread::hardware_concurrency()}}},
-                {"model", {{"name", options.model}, {"layers", config.layers}, {"dim", config.dim},
-                           {"heads", config.heads}, {"vocab", config.vocab}, {"ctx", config.ctx},
-                           {"params", config.num_params()}}},
-                {"batch", options.batch},
-                {"seq", options.seq},
-                {"grad_accum", options.grad_accum},
-                {"rank_batch_max", (options.batch + world.size() - 1) / world.size()},
-                {"max_inflight", options.strategy.max_inflight},
-                {"warmup_steps", bench.warmup_steps},
-                {"steps", options.steps},
-                {"world", world.size()},
-                {"poll_backoff", comm::poll_policy().backoff},
-                {"peak_tflops_per_rank", bench.peak_tflops},
-                {"results", results}};
-    std::ofstream(bench.json_path) << doc.dump(2) << "\n";
+    run_agreed(world, [&] {
+      if (rank == 0)
+        write_file_atomically(bench.json_path, report_json(results, options, config, bench, world).dump(2) + "\n");
+    });
   });
 }

@@ -5,17 +5,20 @@
 // MPI column (the blocking collective) and a raw non-blocking one (the MPI_I* call zshard issues, then
 // MPI_Wait) run interleaved with zshard's, so a gap splits into MPI's algorithms and zshard's overhead.
 #include <algorithm>
-#include <fstream>
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
+#include "comm/launch.h"
 #include "comm/mpi_communicator.h"
 #include "comm/polling_work.h"
 #include "kernels/allocator.h"
+#include "kernels/atomic_file.h"
 #include "kernels/device_memory.h"
 #include "runtime/cli_options.h"
+#include "runtime/memory_check.h"
 #include "runtime/memory_estimator.h"
 #include "runtime/agreed_failure.h"
 #include "runtime/tool_runner.h"
@@ -201,11 +204,17 @@ int main(int argc, char** argv) {
     run_agreed(world, [&] {
       min_bytes = parse_bytes(o.min_size, "--min-size");
       max_bytes = parse_bytes(o.max_size, "--max-size");
-      if (!(o.round_ms > 0)) throw UsageError("--round-ms must be > 0");
+      if (!(o.round_ms > 0 && std::isfinite(o.round_ms))) throw UsageError("--round-ms must be a finite number > 0");
       if (max_bytes < min_bytes) throw UsageError("--max-size must be >= --min-size");
       if (o.factor < 2) throw UsageError("--factor must be >= 2, got " + std::to_string(o.factor));
       if (o.rounds < 1) throw UsageError("--rounds must be >= 1, got " + std::to_string(o.rounds));
       for (const std::string& name : o.ops) ops.push_back(parse_op(name));
+      // The largest size holds a send and a receive buffer and their host copies: about 4x per rank.
+      const MemoryBudget budget = usable_memory(world.device(), comm::ranks_on_this_host());
+      if (budget.bytes >= 0 && max_bytes > budget.bytes / 4)
+        throw UsageError("--max-size " + o.max_size + " needs about " + format_bytes(4.0 * double(max_bytes)) +
+                         " per rank; this rank can use " + format_bytes(double(budget.bytes)) + " (" + budget.source + ")");
+      if (!o.json_path.empty() && rank == 0) check_output_path("--json", o.json_path);
     });
     auto* mpi = dynamic_cast<comm::MpiCommunicator*>(&world);
     const std::string iallreduce = mpi ? libnbc_iallreduce_algorithm() : "";
@@ -280,11 +289,14 @@ int main(int argc, char** argv) {
         std::cout << "; lowest zshard/raw MPI busbw ratio from 1 MiB up: " << std::setprecision(3)
                   << min_ratio_from_1mib;
       std::cout << "\n";
-      if (!o.json_path.empty())
-        std::ofstream(o.json_path) << json{{"tool", "zshard-commbench"}, {"world", n}, {"backend", world.backend()},
-                                           {"libnbc_iallreduce_algorithm", iallreduce},
-                                           {"poll_backoff", comm::poll_policy().backoff}, {"rows", rows}}.dump(2)
-                                   << "\n";
+    }
+    if (!o.json_path.empty()) {
+      const json doc = {{"tool", "zshard-commbench"}, {"world", n}, {"backend", world.backend()},
+                        {"libnbc_iallreduce_algorithm", iallreduce}, {"poll_backoff", comm::poll_policy().backoff},
+                        {"rows", rows}};
+      run_agreed(world, [&] {
+        if (rank == 0) write_file_atomically(o.json_path, doc.dump(2) + "\n");
+      });
     }
     if (total_wrong > 0) fail(total_wrong, " wrong elements");
   });

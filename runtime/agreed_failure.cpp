@@ -13,7 +13,7 @@ void run_agreed(comm::Communicator& world, const std::function<void()>& setup) {
   } catch (const UsageError& e) {
     code = 2;
     message = e.what();
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // zshard::Error, and what the standard library throws
     code = 1;
     message = e.what();
   }

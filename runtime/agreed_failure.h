@@ -24,7 +24,7 @@ class AgreedFailure : public Error {
   bool report_;
 };
 
-// Runs `setup` on every rank; a UsageError becomes exit code 2, any other zshard::Error exit code 1.
+// Runs `setup` on every rank; a UsageError becomes exit code 2, any other exception exit code 1.
 void run_agreed(comm::Communicator& world, const std::function<void()>& setup);
 
 }  // namespace zshard

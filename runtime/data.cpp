@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -13,7 +14,7 @@ namespace {
 
 template <class... Args>
 [[noreturn]] void fail_data(const std::string& source, const Args&... args) {
-  fail("data ", source, ": ", args...);
+  fail("--data ", source, ": ", args...);
 }
 
 std::string file_source(const std::string& path) { return "file " + path; }
@@ -39,6 +40,9 @@ bool ends_with_bin(const std::string& path) {
 
 TokenDataset TokenDataset::load(const std::string& spec) {
   if (spec == "default") return from_default_corpus();
+  std::error_code ec;
+  if (std::filesystem::is_directory(spec, ec))
+    throw UsageError("--data " + spec + ": is a directory, not a token or text file");
   int32_t first = 0;
   {
     std::ifstream in(spec, std::ios::binary);

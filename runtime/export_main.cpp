@@ -3,6 +3,7 @@
 // verifies every rank file's checksum, then reads only the parameter tensors, never the Adam state.
 #include <iostream>
 
+#include "kernels/atomic_file.h"
 #include "runtime/tool_runner.h"
 #include "shard/checkpoint.h"
 
@@ -14,6 +15,8 @@ int main(int argc, char** argv) {
   app.add_option("checkpoint", dir, "checkpoint directory (holding manifest.json)")->required();
   app.add_option("output", out, "safetensors file to write")->required();
   return run_local_tool("zshard-export", argc, argv, app, [&] {
+    check_output_path("output", out);
+    check_not_input({"output", out}, {{"checkpoint", dir}});
     export_checkpoint(dir, out);
     std::cout << "zshard-export: wrote " << out << "\n";
     return 0;
