@@ -49,11 +49,10 @@ double flops_per_token(const GPT2Config& c, int64_t params, int seq) {
   return 6.0 * double(params) + 6.0 * c.layers * double(seq) * c.dim;
 }
 
-// Hybrid needs a shard group strictly between 1 and the world: the smallest divisor above 1.
+// Hybrid needs a shard group strictly between 1 and the world: the one asked for, or the default.
 std::optional<int> hybrid_group(int world, int requested) {
-  if (requested > 0) return requested;
-  for (int g = 2; g < world; ++g)
-    if (world % g == 0) return g;
+  const int g = requested > 0 ? requested : default_shard_group(world);
+  if (g > 1 && g < world) return g;
   return std::nullopt;
 }
 

@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   app.add_option("--params", o.params, "bare parameter count, e.g. 7.5e9 (model states only)")->excludes(model);
   app.add_option("--world", o.worlds, "world sizes, comma separated")->delimiter(',');
   app.add_option("--strategy", o.strategies, "strategies, comma separated")->delimiter(',');
-  app.add_option("--shard-group", o.shard_group, "hybrid: ranks per shard group (0 = min(world, 8))");
+  app.add_option("--shard-group", o.shard_group, "hybrid: ranks per shard group (0 = the largest divisor of the world up to 8 leaving two replicas)");
   app.add_option("--dtype", o.dtype, "fp32 (zshard's CPU path) or mixed (2-byte params/grads, K=12)");
   app.add_option("--batch", o.batch, "global sequences per micro-step, split across the world");
   app.add_option("--seq", o.seq, "tokens per sequence");
@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
         EstimateInput in = base;
         in.kind = parse_strategy(s);
         in.world = world;
-        in.shard_group = in.kind == StrategyKind::hybrid ? (o.shard_group ? o.shard_group : std::min(world, 8)) : 0;
+        in.shard_group = in.kind == StrategyKind::hybrid ? o.shard_group : 0;
         in.rank_batch = (o.batch + world - 1) / world;
         const MemoryEstimate e = estimate_memory(in);
         json row = to_json(e);

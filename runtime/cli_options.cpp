@@ -65,7 +65,7 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
           [](const std::string& v) { return v.rfind('-', 0) == 0 ? "must be >= 0, got " + v : std::string(); },
           "UINT"));
   app.add_option("--strategy", strategy, "ddp, zero1, zero2, zero3 or hybrid");
-  app.add_option("--shard-group", o.strategy.shard_group, "hybrid: ranks per shard group (divides the world)");
+  app.add_option("--shard-group", o.strategy.shard_group, "hybrid: ranks per shard group, dividing the world (0 = the largest divisor up to 8 leaving two replicas)");
   app.add_option("--reshard-after-forward", o.strategy.reshard_after_forward,
                  "zero3/hybrid: free gathered params after each unit's forward (true/false)");
   app.add_option("--max-inflight", o.strategy.max_inflight, "zero3/hybrid: gathered units alive at once");

@@ -72,6 +72,18 @@ std::string nearest_fit(const TrainOptions& o, const GPT2Config& config, int wor
   return "";
 }
 
+// When nothing fits on this world: the fewest ranks, each with this rank's memory, on which zero3 with one
+// sequence per rank would (--batch and --grad-accum keep the global batch where the world divides it).
+std::string more_ranks(const TrainOptions& o, const GPT2Config& config, int world, int64_t budget) {
+  const int global = o.batch * o.grad_accum;
+  for (int ranks = world * 2; ranks <= (1 << 16); ranks *= 2) {
+    if (!fits(estimate_input(o, config, ranks, StrategyKind::zero3, 1), budget)) continue;
+    const std::string batch = global % ranks == 0 ? detail::concat(" (--batch ", ranks, " --grad-accum ", global / ranks, ")") : "";
+    return detail::concat("--strategy zero3 on ", ranks, " ranks with this much memory each", batch);
+  }
+  return "";
+}
+
 }  // namespace
 
 MemoryBudget usable_memory(Device device, int ranks_on_host) {
@@ -108,11 +120,13 @@ void check_memory_fits(const TrainOptions& o, const GPT2Config& config, int worl
   const MemoryEstimate e = estimate_memory(estimate_input(o, config, world, o.strategy.kind, rank_batch));
   if (e.total() <= budget.bytes) return;
   const std::string fix = nearest_fit(o, config, world, largest_rank_batch, budget.bytes);
+  const std::string bigger = fix.empty() ? more_ranks(o, config, world, budget.bytes) : "";
   fail("does not fit in memory: this rank needs about ", format_bytes(double(e.total())), " (model states ",
        format_bytes(double(e.model_states.total())), ", activations ", format_bytes(double(e.activations)),
        "), it can use ", format_bytes(double(budget.bytes)), " (", budget.source, "); ",
-       fix.empty() ? detail::concat("no strategy or batch split fits on ", world, " rank(s): add ranks or memory")
-                   : "nearest that fits: " + fix,
+       !fix.empty()    ? "nearest that fits: " + fix
+       : bigger.empty() ? detail::concat("no strategy or batch split fits on ", world, " rank(s) or on more of them")
+                        : detail::concat("nothing fits on ", world, " rank(s); nearest that fits: ", bigger),
        " (--mem-check off skips this check)");
 }
 

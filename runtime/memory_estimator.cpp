@@ -44,7 +44,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   if (in.world < 1) usage("--world must be >= 1, got ", in.world);
   StrategyOptions so;
   so.kind = in.kind;
-  so.shard_group = in.kind == StrategyKind::hybrid && in.shard_group == 0 ? in.world : in.shard_group;
+  so.shard_group = in.shard_group;
   MemoryEstimate e;
   e.shard_group = shard_group_size(so, in.world);
   const int G = e.shard_group;

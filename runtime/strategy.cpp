@@ -1,5 +1,7 @@
 #include "runtime/strategy.h"
 
+#include <algorithm>
+
 #include "kernels/error.h"
 
 namespace zshard {
@@ -38,13 +40,19 @@ int shard_group_size(const StrategyOptions& options, int world_size) {
     case StrategyKind::zero2:
     case StrategyKind::zero3: return world_size;
     case StrategyKind::hybrid: {
-      const int g = options.shard_group;
+      const int g = options.shard_group == 0 ? default_shard_group(world_size) : options.shard_group;
       if (g < 1 || world_size % g != 0)
         throw UsageError(detail::concat("--shard-group ", g, " does not divide the world size ",
                                         world_size, " (hybrid needs groups of G consecutive ranks)"));
       return g;
     }
   }
+  return 1;
+}
+
+int default_shard_group(int world_size) {
+  for (int g = std::min(8, world_size / 2); g > 1; --g)
+    if (world_size % g == 0) return g;
   return 1;
 }
 

@@ -22,7 +22,7 @@ std::string_view strategy_name(StrategyKind kind);
 
 struct StrategyOptions {
   StrategyKind kind = StrategyKind::ddp;
-  int shard_group = 0;                // hybrid only: ranks per shard group (must divide the world)
+  int shard_group = 0;                // hybrid only: ranks per shard group (divides the world); 0: default
   bool reshard_after_forward = true;  // zero3/hybrid: free gathered params after each unit's forward
   int max_inflight = 2;               // zero3/hybrid: gathered units alive at once (prefetch depth + 1)
 };
@@ -31,6 +31,9 @@ bool params_sharded(StrategyKind kind);
 bool grads_sharded(StrategyKind kind);
 // Shard group size for a world of `world_size` ranks; throws UsageError when hybrid's group does not fit.
 int shard_group_size(const StrategyOptions& options, int world_size);
+// Hybrid's group when --shard-group is not given: the largest divisor of the world up to 8 (a node's GPUs)
+// that leaves at least two replicas; 1 (no sharding, so no real hybrid) for worlds of 1 to 3 ranks.
+int default_shard_group(int world_size);
 
 // The two sub-communicators a strategy reduces over; both are views of `world`.
 struct StrategyGroups {

@@ -67,9 +67,18 @@ TEST(MemoryCheck, SuggestsAStrategyThatShardsMore) {
   EXPECT_THAT(check(c, zero3), HasSubstr("nearest that fits: --strategy zero3"));
 }
 
-TEST(MemoryCheck, SaysWhenNothingFits) {
+TEST(MemoryCheck, SuggestsMoreRanksWhenNothingFitsOnThese) {
   Case c = gpt2_case();
-  EXPECT_THAT(check(c, 1 << 20), HasSubstr("no strategy or batch split fits on 4 rank(s): add ranks or memory"));
+  c.options.batch = 4;
+  c.options.grad_accum = 4;
+  Case wider = c;
+  wider.world = 16;
+  const int64_t zero3_on_16 = estimate(wider, StrategyKind::zero3, 1);
+  ASSERT_LT(zero3_on_16, estimate(c, StrategyKind::zero3, 1));
+  EXPECT_THAT(check(c, zero3_on_16),
+              HasSubstr("nothing fits on 4 rank(s); nearest that fits: --strategy zero3 on 16 ranks with this much "
+                        "memory each (--batch 16 --grad-accum 1)"));
+  EXPECT_THAT(check(c, 1 << 20), HasSubstr("no strategy or batch split fits on 4 rank(s) or on more of them"));
 }
 
 TEST(MemoryCheck, BudgetOfThisHostIsKnown) {
