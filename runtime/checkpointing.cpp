@@ -200,7 +200,7 @@ std::vector<std::string> Checkpointer::compare_with_flags(const std::string& dir
   }
 }
 
-void Checkpointer::check_save_dir(const std::string& resume_dir, int resumed_step) const {
+void Checkpointer::check_save_dir(const std::string& resume_dir, int resumed_step) {
   const std::string& save_dir = trainer_.options().save_dir;
   if (save_dir.empty()) return;
   // Saving never overwrites a checkpoint: the save directory may hold only what led to this run.
@@ -215,8 +215,9 @@ void Checkpointer::check_save_dir(const std::string& resume_dir, int resumed_ste
             "choose another directory");
   }
   std::error_code ec;
-  if (world_.rank() == 0 && !fs::create_directories(save_dir, ec) && ec)
-    fail("--save-dir ", save_dir, ": cannot create (", ec.message(), ")");
+  if (world_.rank() != 0) return;
+  created_save_dir_ = fs::create_directories(save_dir, ec);
+  if (ec) usage("--save-dir ", save_dir, ": cannot create (", ec.message(), ")");
 }
 
 bool Checkpointer::after_step() {
@@ -267,7 +268,10 @@ void Checkpointer::save() {
     });
   } catch (const AgreedFailure&) {
     std::error_code ignored;  // the failure being reported matters more than a leftover directory
-    if (world_.rank() == 0) fs::remove_all(dir, ignored);
+    if (world_.rank() == 0) {
+      fs::remove_all(dir, ignored);
+      if (created_save_dir_ && fs::is_empty(o.save_dir, ignored)) fs::remove(o.save_dir, ignored);
+    }
     throw;
   }
   // The gather doubles as the barrier: every rank file is in place before the manifest is written.

@@ -36,7 +36,7 @@ class Checkpointer {
   // Fails when the checkpoint's model is not the flags' one; returns the lines the resume reports (the
   // saved strategy, and flags that differ from the saved run's).
   std::vector<std::string> compare_with_flags(const std::string& dir, const Manifest& manifest) const;
-  void check_save_dir(const std::string& resume_dir, int resumed_step) const;
+  void check_save_dir(const std::string& resume_dir, int resumed_step);
   void prune(int newest_step) const;
 
   Trainer& trainer_;
@@ -44,6 +44,7 @@ class Checkpointer {
   std::ostream* out_;
   int resumed_step_ = -1;
   int saved_step_ = -1;  // the step whose checkpoint is already in --save-dir
+  bool created_save_dir_ = false;  // this run made --save-dir: a failed first save removes it again
 };
 
 // SIGTERM and SIGINT then only set a flag that Checkpointer::after_step acts on; a second signal of

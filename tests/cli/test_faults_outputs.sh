@@ -1,0 +1,143 @@
+# Faults around what a run reads and writes, and bad input to every tool:
+# - a loss driven to NaN mid-run stops every rank before the optimizer step, and the newest checkpoint
+#   holds only finite values; --lr inf and NaN weights in --init-from are refused;
+# - every output flag of every tool, pointed at a read-only directory and at a full disk (small tmpfs
+#   mounts, skipped with the reason where mounting is not allowed): one line, non-zero exit, no file left;
+# - zshard-export onto its own checkpoint; a run that cannot fit, refused before it allocates;
+# - tool flags that used to crash (SIGFPE) or be silently ignored.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
+BIN="$ZSHARD_BIN"
+RO="$WORK/ro" FULL="$WORK/full"
+mkdir -p "$RO" "$FULL"
+trap 'umount "$RO" "$FULL" 2>/dev/null; rm -rf "$WORK"' EXIT
+
+# expect_clean_failure NAME DIR REGEX -- COMMAND...: non-zero exit, stderr one line matching REGEX, and
+# nothing in DIR but what was there before (a full disk keeps its filler).
+expect_clean_failure() {
+  local name=$1 dir=$2 regex=$3
+  shift 4
+  local before after
+  before=$(ls -A "$dir")
+  expect_failure "$name" nonzero "$regex" -- "$@"
+  if [ "$(wc -l <"$WORK/err")" != 1 ]; then
+    echo "FAIL $name: stderr has $(wc -l <"$WORK/err") lines, want 1"; failures=$((failures + 1)); fi
+  after=$(ls -A "$dir")
+  if [ "$before" != "$after" ]; then
+    echo "FAIL $name: left behind: $(comm -13 <(echo "$before") <(echo "$after") | tr '\n' ' ')"
+    failures=$((failures + 1))
+  fi
+}
+
+# ---- non-finite values ----
+expect_failure "--lr inf" 2 "^zshard-train: error: --lr must be a finite number in \[0, 1\], got inf$" -- "$TRAIN" --lr inf
+expect_one_line "--lr inf" "--lr"
+D="$WORK/nan"
+for strategy in ddp zero3; do
+  rm -rf "$D"
+  ZSHARD_FAULT_KIND=nan ZSHARD_FAULT_STEP=5 expect_every_rank_fails "loss driven to NaN at step 5 ($strategy)" 1 \
+    "^zshard-train: error: step 5: non-finite loss \(loss nan, gradient norm nan\); stopped before the optimizer" \
+    -- --strategy $strategy "${ARGS[@]}" --steps 10 --save-dir "$D" --save-every 2 --log-json "$WORK/nan.json"
+  expect_true "the newest checkpoint is step 4's ($strategy)" test "$(ls "$D")" = "$(printf 'step-00000002\nstep-00000004')"
+  expect_true "the log holds the four good steps ($strategy)" test "$(wc -l <"$WORK/nan.json")" = 4
+  expect_true "every value of the newest checkpoint is finite ($strategy)" python3 -c "
+import glob, json, math, struct, sys
+for path in glob.glob('$D/step-00000004/rank-*.safetensors'):
+    data = open(path, 'rb').read()
+    n = struct.unpack('<Q', data[:8])[0]
+    floats = struct.unpack('<%df' % ((len(data) - 8 - n) // 4), data[8 + n:])
+    bad = [x for x in floats if not math.isfinite(x)]
+    if bad: sys.exit(path + ': non-finite values')
+"
+done
+"$TRAIN" "${ARGS[@]}" --steps 1 --save "$WORK/w.safetensors" >/dev/null
+python3 -c "
+import struct
+data = bytearray(open('$WORK/w.safetensors', 'rb').read())
+n = struct.unpack('<Q', data[:8])[0]
+data[8 + n + 4 * 10:8 + n + 4 * 11] = struct.pack('<f', float('nan'))
+open('$WORK/nan.safetensors', 'wb').write(data)
+"
+expect_failure "NaN in --init-from" 1 "nan.safetensors: tensor '.*' holds a non-finite value \(nan at element 10\)" -- \
+  "${MPIRUN[@]}" -np 2 "$TRAIN" "${ARGS[@]}" --steps 1 --init-from "$WORK/nan.safetensors"
+expect_one_line "NaN in --init-from" "non-finite"
+
+# ---- outputs: a read-only directory and a full disk ----
+"$TRAIN" "${ARGS[@]}" --steps 1 --save-dir "$WORK/ck" >/dev/null
+echo '{}' >"$WORK/empty.json"
+"$BIN/zshard-bench" --model tiny --warmup-steps 0 --steps 1 --strategies ddp --json "$WORK/bench.json" >/dev/null
+# name COMMAND... with OUT standing for the output path
+OUTPUTS=(
+  "train --log-json|$TRAIN ${ARGS[*]} --steps 1 --log-json OUT"
+  "train --mem-report|$TRAIN ${ARGS[*]} --steps 1 --mem-report OUT"
+  "train --save|$TRAIN ${ARGS[*]} --steps 1 --save OUT"
+  "train --save-dir|$TRAIN ${ARGS[*]} --steps 1 --save-dir OUT"
+  "bench --json|$BIN/zshard-bench --model tiny --warmup-steps 0 --steps 1 --strategies ddp --json OUT"
+  "commbench --json|$BIN/zshard-commbench --max-size 4KiB --rounds 1 --json OUT"
+  "mem --json|$BIN/zshard-mem --model gpt2 --json OUT"
+  "project --json|$BIN/zshard-project --bench $WORK/bench.json --json OUT"
+  "export|$BIN/zshard-export $WORK/ck/step-00000001 OUT"
+)
+run_outputs() {  # run_outputs KIND DIR REGEX
+  local entry name cmd
+  for entry in "${OUTPUTS[@]}"; do
+    name=${entry%%|*} cmd=${entry#*|}
+    # shellcheck disable=SC2086  # the command line splits on spaces (no path here has one)
+    expect_clean_failure "$name into a $1" "$2" "$3" -- ${cmd//OUT/$2/out}
+  done
+}
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o ro,size=64k tmpfs "$RO" 2>"$WORK/mount.err"; then
+  run_outputs "read-only directory" "$RO" "Read-only file system"
+elif [ "$(id -u)" != 0 ]; then
+  chmod 555 "$RO"
+  run_outputs "read-only directory" "$RO" "Permission denied"
+else
+  echo "skip read-only directory: cannot mount a read-only tmpfs ($(cat "$WORK/mount.err"))"
+fi
+if mount -t tmpfs -o size=256k tmpfs "$FULL" 2>"$WORK/mount.err"; then
+  dd if=/dev/zero of="$FULL/fill" bs=4k 2>/dev/null  # until the disk is full: no page is left
+  run_outputs "full disk" "$FULL" "(No space left on device|cannot create)"
+else
+  echo "skip full disk: cannot mount a small tmpfs ($(cat "$WORK/mount.err"))"
+fi
+
+# ---- a tool never writes over its inputs ----
+expect_failure "export into its checkpoint" 2 "lies inside .*step-00000001 \(checkpoint\): refusing to write into an input" -- \
+  "$BIN/zshard-export" "$WORK/ck/step-00000001" "$WORK/ck/step-00000001/rank-00000.safetensors"
+expect_ok "the checkpoint is intact" "$TRAIN" "${ARGS[@]}" --steps 2 --resume "$WORK/ck/step-00000001"
+expect_failure "--json over --check" 2 "names the same file as --check" -- \
+  "$BIN/zshard-mem" --check "$WORK/bench.json" --json "$WORK/bench.json"
+expect_failure "--save over --init-from" 2 "--save .*w.safetensors names the same file as --init-from" -- \
+  "$TRAIN" --init-from "$WORK/w.safetensors" --save "$WORK/w.safetensors"
+
+# ---- a run that cannot fit is refused before it allocates ----
+start=$(date +%s.%N)
+expect_failure "gpt2-xl batch 64 seq 1024 cannot fit" 1 \
+  "does not fit in memory: this rank needs about .* GB .* it can use .*; .*nearest that fits: --strategy zero3" -- \
+  "$TRAIN" --model gpt2-xl --batch 64 --seq 1024
+expect_one_line "gpt2-xl batch 64 seq 1024 cannot fit" "does not fit"
+expect_true "refused within 5 s" test "$(echo "$(date +%s.%N) - $start < 5" | bc)" = 1
+
+# ---- tool flags: each refused with exit 2 and one line naming the flag ----
+expect_failure "mem --world 0 (was SIGFPE)" 2 "--world entries must be in \[1, 1048576\], got 0" -- \
+  "$BIN/zshard-mem" --model gpt2 --world 0
+expect_failure "project --max-world 2e9 (was SIGFPE)" 2 "--max-world must be at most 1048576" -- \
+  "$BIN/zshard-project" --compute-ms 100 --params 100000000 --max-world 2000000000
+expect_failure "project --serial-fraction 2" 2 "--serial-fraction must be in \[0, 1\]" -- \
+  "$BIN/zshard-project" --compute-ms 100 --params 100000000 --serial-fraction 2
+expect_failure "project --batch 0" 2 "--batch must be >= 1" -- \
+  "$BIN/zshard-project" --compute-ms 100 --params 100000000 --batch 0
+expect_failure "project --bandwidth-gbs 0" 2 "--bandwidth-gbs must be a finite number > 0" -- \
+  "$BIN/zshard-project" --compute-ms 100 --params 100000000 --bandwidth-gbs 0
+expect_failure "project --bench without fields" 2 "--bench .*empty.json: not a zshard-bench result \(key 'world' not found\)" -- \
+  "$BIN/zshard-project" --bench "$WORK/empty.json"
+expect_failure "mem --check without fields" 2 "--check .*empty.json: not a zshard-bench result \(key 'model' not found\)" -- \
+  "$BIN/zshard-mem" --check "$WORK/empty.json"
+expect_failure "train --seed -1" 2 "--seed: must be >= 0, got -1" -- "$TRAIN" --seed -1
+expect_failure "train --min-lr above --lr" 2 "--min-lr must be .* \(at most --lr\)" -- "$TRAIN" --min-lr 1
+expect_failure "train --data DIRECTORY" 2 "--data $WORK: is a directory" -- "$TRAIN" --data "$WORK"
+expect_failure "bench train-only flag" 2 "--save-dir" -- "$BIN/zshard-bench" --save-dir "$WORK/x"
+expect_failure "bench hybrid on 2 ranks" 2 "--strategies hybrid needs a shard group between 1 and the world" -- \
+  "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --strategies hybrid
+expect_one_line "bench hybrid on 2 ranks" "--strategies"
+finish
