@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -228,7 +229,8 @@ int main(int argc, char** argv) {
       config = resolve_model_config(options);
       if (options.steps < 1) throw UsageError("--steps must be >= 1, got " + std::to_string(options.steps));
       if (bench.warmup_steps < 0) throw UsageError("--warmup-steps must be >= 0");
-      if (!(bench.peak_tflops >= 0)) throw UsageError("--peak-tflops must be >= 0");
+      if (!(bench.peak_tflops >= 0 && std::isfinite(bench.peak_tflops)))
+        throw UsageError("--peak-tflops must be a finite number >= 0, got " + std::to_string(bench.peak_tflops));
       for (const std::string& s : bench.strategies) {
         parse_strategy(s);
         if (s != "hybrid" || hybrid_group(world.size(), options.strategy.shard_group)) to_run.push_back(s);
