@@ -72,14 +72,16 @@ void AtomicFile::commit() {
     ::unlink(tmp_.c_str());
     fail(path_, ": cannot write (", std::strerror(err), ")");
   }
-  // The rename is durable once the directory is.
-  const std::string dir = parent_dir(path_);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) fail(dir, ": cannot open directory (", std::strerror(errno), ")");
-  const int sync_rc = ::fsync(dfd);
+  sync_dir(parent_dir(path_));  // the rename is durable once the directory is
+}
+
+void sync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail(dir, ": cannot open directory (", std::strerror(errno), ")");
+  const int rc = ::fsync(fd);
   const int err = errno;
-  ::close(dfd);
-  if (sync_rc != 0) fail(dir, ": cannot fsync directory (", std::strerror(err), ")");
+  ::close(fd);
+  if (rc != 0) fail(dir, ": cannot fsync directory (", std::strerror(err), ")");
 }
 
 void write_file_atomically(const std::string& path, std::string_view contents) {

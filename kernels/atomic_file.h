@@ -35,6 +35,9 @@ class AtomicFile {
 
 void write_file_atomically(const std::string& path, std::string_view contents);
 
+// fsyncs a directory, so that the renames and removals inside it are durable.
+void sync_dir(const std::string& dir);
+
 // Checks, before any work, that `path` can be written by `flag`: not a directory, its directory exists and
 // is writable. Throws UsageError naming the flag. The write itself can still fail (a disk that fills).
 void check_output_path(std::string_view flag, const std::string& path);

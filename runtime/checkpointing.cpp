@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "kernels/atomic_file.h"
 #include "kernels/device_memory.h"
 #include "runtime/agreed_failure.h"
 #include "shard/checkpoint.h"

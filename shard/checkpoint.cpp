@@ -164,15 +164,6 @@ Manifest read_manifest(const std::string& dir) {
   }
 }
 
-void sync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail(dir, ": cannot open directory (", std::strerror(errno), ")");
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) fail(dir, ": cannot fsync directory (", std::strerror(err), ")");
-}
-
 void commit_manifest(const std::string& dir, const Manifest& manifest) {
   write_file_atomically(join(dir, kManifestFile), manifest_to_json(manifest).dump(1) + "\n");
 }

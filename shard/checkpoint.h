@@ -57,8 +57,6 @@ Manifest read_manifest(const std::string& dir);
 // Writes DIR/manifest.json through a temporary file, fsync and rename: the commit point.
 void commit_manifest(const std::string& dir, const Manifest& manifest);
 bool is_committed(const std::string& dir);
-// fsyncs a directory so that renames inside it are durable.
-void sync_dir(const std::string& dir);
 
 // Checks that the file exists with the recorded size (cheap) or, with `full`, also its checksum.
 void verify_file(const std::string& dir, const CheckpointFile& file, bool full);

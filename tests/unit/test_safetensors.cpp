@@ -31,6 +31,12 @@ void write_raw(const std::string& path, const std::string& header, const std::st
   out << header << data;
 }
 
+// The bytes of an array, as a file stores them.
+template <class T, size_t N>
+std::string raw_bytes(const T (&values)[N]) {
+  return std::string(reinterpret_cast<const char*>(values), sizeof values);
+}
+
 std::string open_error(const std::string& path) {
   return error_of([&] { SafetensorsFile::open(path); });
 }
@@ -128,15 +134,12 @@ TEST(Safetensors, ConvertsHalfBfloatAndDouble) {
   const uint16_t f16[6] = {0x3C00, 0xC000, 0x0001, 0x7BFF, 0xFBFF, 0x8400};  // 1 -2 2^-24 65504 -65504 -2^-14
   const uint16_t bf16[2] = {0x3F80, 0xC0A0};                                  // 1 -5
   const double f64[2] = {0.25, -1e10};
-  std::string data(reinterpret_cast<const char*>(f16), 12);
-  data += std::string(reinterpret_cast<const char*>(bf16), 4);
-  data += std::string(reinterpret_cast<const char*>(f64), 16);
   write_raw(path,
             R"({"a":{"dtype":"F16","shape":[2,3],"data_offsets":[0,12]},)"
             R"("b":{"dtype":"BF16","shape":[2],"data_offsets":[12,16]},)"
             R"("c":{"dtype":"F64","shape":[2],"data_offsets":[16,32]},)"
             R"("i":{"dtype":"I64","shape":[],"data_offsets":[32,40]}})",
-            data + std::string(8, '\0'));
+            raw_bytes(f16) + raw_bytes(bf16) + raw_bytes(f64) + std::string(8, '\0'));
   const auto f = SafetensorsFile::open(path);
   float got[6];
   f.read_f32("a", got, {2, 3});
@@ -246,14 +249,11 @@ TEST(Safetensors, ReadRejectsNonFiniteValues) {
   const float f32[3] = {1, 2, -std::numeric_limits<float>::infinity()};
   const uint16_t f16[2] = {0x3C00, 0x7E00};                        // 1, NaN
   const double f64[2] = {1e300, 0};                                // overflows f32
-  std::string data(reinterpret_cast<const char*>(f32), 12);
-  data += std::string(reinterpret_cast<const char*>(f16), 4);
-  data += std::string(reinterpret_cast<const char*>(f64), 16);
   write_raw(path,
             R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
             R"("b":{"dtype":"F16","shape":[2],"data_offsets":[12,16]},)"
             R"("c":{"dtype":"F64","shape":[2],"data_offsets":[16,32]}})",
-            data);
+            raw_bytes(f32) + raw_bytes(f16) + raw_bytes(f64));
   const auto f = SafetensorsFile::open(path);
   float got[3];
   EXPECT_THAT(error_of([&] { f.read_f32("a", got, {3}); }),
