@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
           throw UsageError("--bench " + bench_path + ": needs a single-rank run, it has world " + b.at("world").dump());
         in.compute_ms = median_ms(b, "ddp");
         in.params = b.at("model").at("params");
-        in.units = b.at("model").at("layers").get<int>() + 2;
+        in.units = b.at("model").at("units");
         in.batch = b.at("batch");
       });
     }

@@ -136,6 +136,12 @@ void GPT2::init_unit(int unit, const UnitTensors& params, uint64_t seed) const {
   }
 }
 
+double GPT2::flops_per_token(int T) const {
+  return 6.0 * double(num_params(*this)) + 6.0 * config_.layers * double(T) * config_.dim;
+}
+
+std::unique_ptr<GPT2> make_gpt2(const ModelConfig& config) { return std::make_unique<GPT2>(gpt2_config_from(config)); }
+
 int64_t GPT2::activation_bytes(int B, int T, DType dtype) const {
   ZS_CHECK(B > 0 && T > 0, "GPT-2 activation_bytes: B and T must be positive, got B=", B, " T=", T);
   return gpt2::Activations::bytes(config_, B, T, dtype);

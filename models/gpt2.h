@@ -41,6 +41,12 @@ class GPT2 final : public Model {
   double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
   double forward(ParamContext& ctx, const Batch& batch) override;
   int64_t activation_bytes(int B, int T, DType dtype) const override;
+  int vocab_size() const override { return config_.vocab; }
+  int context_length() const override { return config_.ctx; }
+  // 6 per parameter for the matmuls (the tied head included), plus attention's scores and weighted
+  // values, 6 * layers * T * dim: PaLM's 12 * layers * T * dim halved, as a causal mask needs only the
+  // lower triangle. No recomputation is counted.
+  double flops_per_token(int T) const override;
 
  private:
   double run(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);
@@ -52,5 +58,8 @@ class GPT2 final : public Model {
   // Kept between steps; reallocated only when (B, T), dtype or device change.
   std::unique_ptr<gpt2::Activations> acts_;
 };
+
+// The registry's builder (models/model_registry.h).
+std::unique_ptr<GPT2> make_gpt2(const ModelConfig& config);
 
 }  // namespace zshard

@@ -25,10 +25,10 @@ const std::array<NamedConfig, 5> kNamedConfigs = {{
 }  // namespace
 
 void GPT2Config::validate() const {
-  ZS_CHECK(layers > 0 && dim > 0 && heads > 0 && vocab > 0 && ctx > 0,
-           "GPT-2 config: layers, dim, heads, vocab and ctx must all be positive, got layers=", layers,
-           " dim=", dim, " heads=", heads, " vocab=", vocab, " ctx=", ctx);
-  ZS_CHECK(dim % heads == 0, "GPT-2 config: dim ", dim, " is not divisible by heads ", heads);
+  if (!(layers > 0 && dim > 0 && heads > 0 && vocab > 0 && ctx > 0))
+    fail("GPT-2 config: layers, dim, heads, vocab and ctx must all be positive, got layers=", layers, " dim=", dim,
+         " heads=", heads, " vocab=", vocab, " ctx=", ctx);
+  if (dim % heads != 0) fail("GPT-2 config: dim ", dim, " is not divisible by heads ", heads);
 }
 
 int64_t GPT2Config::num_params() const {
@@ -49,6 +49,29 @@ std::vector<std::string> gpt2_config_names() {
   std::vector<std::string> names;
   for (const NamedConfig& named : kNamedConfigs) names.emplace_back(named.name);
   return names;
+}
+
+ModelConfig to_model_config(const GPT2Config& c) {
+  return {{"layers", c.layers}, {"dim", c.dim}, {"heads", c.heads}, {"vocab", c.vocab}, {"ctx", c.ctx}};
+}
+
+GPT2Config gpt2_config_from(const ModelConfig& config) {
+  const auto field = [&](const char* key) {
+    const auto it = config.find(key);
+    if (it == config.end()) fail("GPT-2 config: no '", key, "'");
+    if (!(it->second > 0 && it->second <= (int64_t(1) << 30)))
+      fail("GPT-2 config: ", key, " must be in [1, 2^30], got ", it->second);
+    return int(it->second);
+  };
+  GPT2Config c{field("layers"), field("dim"), field("heads"), field("vocab"), field("ctx")};
+  c.validate();
+  return c;
+}
+
+std::vector<std::pair<std::string, ModelConfig>> gpt2_named_configs() {
+  std::vector<std::pair<std::string, ModelConfig>> out;
+  for (const NamedConfig& named : kNamedConfigs) out.emplace_back(named.name, to_model_config(named.config));
+  return out;
 }
 
 }  // namespace zshard

@@ -3,7 +3,10 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include "models/model_registry.h"
 
 namespace zshard {
 
@@ -25,5 +28,12 @@ struct GPT2Config {
 // Throws zshard::Error listing the valid names for any other name.
 GPT2Config gpt2_config(std::string_view name);
 std::vector<std::string> gpt2_config_names();
+
+// The registry's form (models/model_registry.h): keys layers, dim, heads, vocab, ctx.
+ModelConfig to_model_config(const GPT2Config& config);
+// Throws zshard::Error naming a missing key or a value out of range.
+GPT2Config gpt2_config_from(const ModelConfig& config);
+// Every named size, in the registry's form.
+std::vector<std::pair<std::string, ModelConfig>> gpt2_named_configs();
 
 }  // namespace zshard

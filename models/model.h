@@ -72,6 +72,15 @@ class Model {
   virtual double forward(ParamContext& ctx, const Batch& batch) = 0;
   // Bytes this model will allocate for activations at batch (B, T): what the memory estimator uses.
   virtual int64_t activation_bytes(int B, int T, DType dtype) const = 0;
+  // Token ids run from 0 to vocab_size() - 1; sequences are at most context_length() tokens.
+  virtual int vocab_size() const = 0;
+  virtual int context_length() const = 0;
+  // Model FLOPs per token of a sequence of T tokens, forward and backward, for MFU. The default counts
+  // the matmuls only: 6 per parameter. Models with attention add its T-dependent part.
+  virtual double flops_per_token(int T) const;
 };
+
+// Parameter elements of all units.
+int64_t num_params(const Model& model);
 
 }  // namespace zshard

@@ -40,15 +40,17 @@ void maybe_pause_in_save() {
 
 std::string manifest_path(const std::string& dir) { return (fs::path(dir) / kManifestFile).string(); }
 
-json model_json(const GPT2Config& c) {
-  return {{"layers", c.layers}, {"dim", c.dim}, {"heads", c.heads}, {"vocab", c.vocab}, {"ctx", c.ctx}};
+// What a checkpoint records of its model: the registry name and the configuration.
+json model_json(const std::string& name, const ModelConfig& config) { return {{"name", name}, {"config", config}}; }
+
+// A manifest's model; checkpoints written before the name moved into it kept it in "model_name".
+json saved_model(const json& run) {
+  const json& m = run.at("model");
+  return m.contains("name") ? m : model_json(run.at("model_name").get<std::string>(), m.get<ModelConfig>());
 }
 
 std::string describe_model(const json& m) {
-  std::string out;
-  for (const char* key : {"layers", "dim", "heads", "vocab", "ctx"})
-    out += (out.empty() ? "" : ", ") + std::string(key) + " " + m.at(key).dump();
-  return out;
+  return m.at("name").get<std::string>() + " with " + config_text(m.at("config").get<ModelConfig>());
 }
 
 // Float flags are stored as the exact double of the float; shown as the float they were given as.
@@ -155,8 +157,7 @@ Checkpointer::Checkpointer(Trainer& trainer, std::ostream* out)
 json Checkpointer::run_state(int step, const std::vector<int>& rank_batches) const {
   const TrainOptions& o = trainer_.options();
   return {
-      {"model", model_json(trainer_.config())},
-      {"model_name", o.model},
+      {"model", model_json(o.model, trainer_.config())},
       {"strategy", {{"kind", strategy_name(o.strategy.kind)},
                     {"shard_group", trainer_.params().shard_group_size()},
                     {"world_size", world_.size()}}},
@@ -180,13 +181,13 @@ json Checkpointer::run_state(int step, const std::vector<int>& rank_batches) con
 }
 
 std::vector<std::string> Checkpointer::compare_with_flags(const std::string& dir, const Manifest& m) const {
-  const json want = model_json(trainer_.config());
+  const json want = model_json(trainer_.options().model, trainer_.config());
   const json now = run_state(m.step, {});
   try {
     const json& saved = m.run;
-    if (saved.at("model") != want)
-      usage(manifest_path(dir), ": the checkpoint's model (", describe_model(saved.at("model")),
-            ") does not match the flags (", describe_model(want), ")");
+    if (saved_model(saved) != want)
+      usage(manifest_path(dir), ": the checkpoint holds model ", describe_model(saved_model(saved)),
+            ", the flags ask for ", describe_model(want));
     const json& s = saved.at("strategy");
     std::vector<std::string> lines = {detail::concat(
         "resumed from ", dir, " at step ", m.step, " (saved by ", s.at("kind").get<std::string>(), " on ",

@@ -1,5 +1,7 @@
 #include "runtime/cli_options.h"
 
+#include <string>
+
 #include <utility>
 #include <vector>
 
@@ -34,15 +36,40 @@ void add_choice(CLI::App& app, const std::string& flag, V& value, const Choices<
 
 }  // namespace
 
+void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) {
+  std::string known;
+  for (const std::string& name : model_names()) known += (known.empty() ? "" : ", ") + name;
+  app.add_option("--model", model, "model: " + known);
+  app.add_option_function<std::vector<std::string>>(
+         "--config",
+         [&overrides](const std::vector<std::string>& items) {
+           for (const std::string& item : items) {
+             const size_t eq = item.find('=');
+             int64_t value = 0;
+             size_t used = 0;
+             try {
+               if (eq != std::string::npos) value = std::stoll(item.substr(eq + 1), &used);
+             } catch (const std::exception&) {
+               used = 0;
+             }
+             if (eq == 0 || eq == std::string::npos || used == 0 || used != item.size() - eq - 1)
+               throw CLI::ValidationError("--config", "expected KEY=INTEGER, got '" + item + "'");
+             overrides[item.substr(0, eq)] = value;
+           }
+         },
+         "override the model's configuration: KEY=VALUE, comma separated (e.g. layers=4,dim=128)")
+      ->delimiter(',');
+  // Shorthands for --config of the keys transformers share.
+  for (const char* key : {"layers", "dim", "heads", "vocab", "ctx"})
+    app.add_option_function<int64_t>(
+        std::string("--") + key, [&overrides, key](int64_t value) { overrides[key] = value; },
+        std::string("the model's ") + key + " (--config " + key + "=VALUE)");
+}
+
 void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   app.option_defaults()->always_capture_default();
-  app.add_option("--model", o.model, "model config: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl");
-  app.add_option("--layers", o.overrides.layers, "override the number of blocks (0 = config's)");
-  app.add_option("--dim", o.overrides.dim, "override the width (0 = config's)");
-  app.add_option("--heads", o.overrides.heads, "override the attention heads (0 = config's)");
-  app.add_option("--vocab", o.overrides.vocab, "override the vocabulary size (0 = config's)");
-  app.add_option("--ctx", o.overrides.ctx, "override the context length (0 = config's)");
-  app.add_option("--init-from", o.init_from, "initial weights (safetensors, Hugging Face GPT-2 names)");
+  add_model_flags(app, o.model, o.overrides);
+  app.add_option("--init-from", o.init_from, "initial weights (safetensors with the model's parameter names)");
   app.add_option("--data", o.data, "'default' (embedded text), a text file (bytes) or an llm.c .bin token file");
   app.add_option("--batch", o.batch, "global sequences per micro-step, split across ranks");
   app.add_option("--seq", o.seq, "tokens per sequence");

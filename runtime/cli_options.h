@@ -1,5 +1,5 @@
-// The command-line flags of zshard-train (also used by zshard-bench): one place that binds every
-// TrainOptions field to its flag, with its default shown in --help.
+// The command-line flags of zshard-train (also used by zshard-bench and, for the model, zshard-mem): one
+// place that binds every TrainOptions field to its flag, with its default shown in --help.
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -7,6 +7,8 @@
 
 namespace zshard {
 
+// --model (a registry name), --config KEY=VALUE,... and the shorthands --layers --dim --heads --vocab --ctx.
+void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides);
 void add_train_flags(CLI::App& app, TrainOptions& options, std::string& strategy_name);
 // Turns a CLI11 parse error into the one-line message zshard prints (naming the flag).
 std::string cli_error_line(const CLI::Error& e);

@@ -29,7 +29,7 @@ std::vector<char> read_file(const std::string& path) {
 
 TokenDataset from_bytes(const uint8_t* bytes, size_t n, std::string source) {
   if (n == 0) fail_data(source, "is empty");
-  return TokenDataset::from_tokens(std::vector<int32_t>(bytes, bytes + n), kByteVocab, std::move(source));
+  return TokenDataset::from_tokens(std::vector<int32_t>(bytes, bytes + n), std::move(source));
 }
 
 bool ends_with_bin(const std::string& path) {
@@ -87,13 +87,12 @@ TokenDataset TokenDataset::from_llmc_file(const std::string& path) {
     std::memcpy(&t, bytes.data() + kHeaderBytes + size_t(i) * sizeof(t), sizeof(t));
     tokens[size_t(i)] = t;
   }
-  return from_tokens(std::move(tokens), kGpt2Vocab, source);
+  return from_tokens(std::move(tokens), source);
 }
 
-TokenDataset TokenDataset::from_tokens(std::vector<int32_t> tokens, int vocab_size, std::string source) {
+TokenDataset TokenDataset::from_tokens(std::vector<int32_t> tokens, std::string source) {
   TokenDataset d;
   d.tokens_ = std::move(tokens);
-  d.vocab_size_ = vocab_size;
   d.source_ = std::move(source);
   return d;
 }

@@ -17,8 +17,7 @@ namespace zshard {
 extern const uint8_t kDefaultCorpus[];
 extern const size_t kDefaultCorpusSize;
 
-constexpr int kByteVocab = 256;
-constexpr int kGpt2Vocab = 50257;  // the tokenizer llm.c token files are made with
+constexpr int kByteVocab = 256;  // what a text file's bytes need of a model's vocabulary
 constexpr int32_t kLlmcMagic = 20240520;
 constexpr int32_t kLlmcVersion = 1;
 constexpr int kLlmcHeaderInts = 256;
@@ -31,12 +30,10 @@ class TokenDataset {
   static TokenDataset from_default_corpus();
   static TokenDataset from_text_file(const std::string& path);
   static TokenDataset from_llmc_file(const std::string& path);
-  static TokenDataset from_tokens(std::vector<int32_t> tokens, int vocab_size, std::string source);
+  static TokenDataset from_tokens(std::vector<int32_t> tokens, std::string source);
 
   int64_t size() const { return int64_t(tokens_.size()); }
   const std::vector<int32_t>& tokens() const { return tokens_; }
-  // The vocabulary the data was made for: 256 for bytes, 50257 (GPT-2) for llm.c token files.
-  int vocab_size() const { return vocab_size_; }
   const std::string& source() const { return source_; }
 
   // Errors naming the data source when a token id is >= `vocab` (the model's vocabulary) ...
@@ -51,7 +48,6 @@ class TokenDataset {
 
  private:
   std::vector<int32_t> tokens_;
-  int vocab_size_ = kByteVocab;
   std::string source_;
 };
 

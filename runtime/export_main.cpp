@@ -1,4 +1,4 @@
-// zshard-export: writes a checkpoint's parameters as one safetensors file with Hugging Face GPT-2 names
+// zshard-export: writes a checkpoint's parameters as one safetensors file with the model's parameter names
 // and layouts (F32), for --init-from and for PyTorch. One process, whatever world size saved it: it
 // verifies every rank file's checksum, then reads only the parameter tensors, never the Adam state.
 #include <iostream>

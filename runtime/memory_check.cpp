@@ -26,10 +26,10 @@ int64_t read_number(const std::string& path, const std::string& key = "") {
   return -1;
 }
 
-EstimateInput estimate_input(const TrainOptions& o, const GPT2Config& config, int world, StrategyKind kind,
+EstimateInput estimate_input(const TrainOptions& o, const Model& model, int world, StrategyKind kind,
                              int rank_batch) {
   EstimateInput in;
-  in.config = config;
+  in.model = &model;
   in.kind = kind;
   in.world = world;
   in.shard_group = kind == StrategyKind::hybrid ? o.strategy.shard_group : 0;
@@ -50,7 +50,7 @@ bool fits(const EstimateInput& in, int64_t budget) {
 
 // The first configuration that fits: this strategy, then each that shards more; for each, the smallest
 // cut of the micro-batch (a divisor of --batch, times more --grad-accum, so the global batch stays).
-std::string nearest_fit(const TrainOptions& o, const GPT2Config& config, int world, int largest_rank_batch,
+std::string nearest_fit(const TrainOptions& o, const Model& model, int world, int largest_rank_batch,
                         int64_t budget) {
   std::vector<StrategyKind> kinds = {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2,
                                      StrategyKind::zero3};
@@ -63,7 +63,7 @@ std::string nearest_fit(const TrainOptions& o, const GPT2Config& config, int wor
       // Uneven --rank-batches cannot be cut evenly: only the strategy may change.
       if (!o.rank_batches.empty() && cut > 1) break;
       const int rank_batch = cut == 1 ? largest_rank_batch : (o.batch / cut + world - 1) / world;
-      if (!fits(estimate_input(o, config, world, kind, rank_batch), budget)) continue;
+      if (!fits(estimate_input(o, model, world, kind, rank_batch), budget)) continue;
       if (cut == 1) return strategy;
       return detail::concat(strategy, strategy.empty() ? "" : " ", "--batch ", o.batch / cut, " --grad-accum ",
                             o.grad_accum * cut, " (the same global batch)");
@@ -74,10 +74,10 @@ std::string nearest_fit(const TrainOptions& o, const GPT2Config& config, int wor
 
 // When nothing fits on this world: the fewest ranks, each with this rank's memory, on which zero3 with one
 // sequence per rank would (--batch and --grad-accum keep the global batch where the world divides it).
-std::string more_ranks(const TrainOptions& o, const GPT2Config& config, int world, int64_t budget) {
+std::string more_ranks(const TrainOptions& o, const Model& model, int world, int64_t budget) {
   const int global = o.batch * o.grad_accum;
   for (int ranks = world * 2; ranks <= (1 << 16); ranks *= 2) {
-    if (!fits(estimate_input(o, config, ranks, StrategyKind::zero3, 1), budget)) continue;
+    if (!fits(estimate_input(o, model, ranks, StrategyKind::zero3, 1), budget)) continue;
     const std::string batch = global % ranks == 0 ? detail::concat(" (--batch ", ranks, " --grad-accum ", global / ranks, ")") : "";
     return detail::concat("--strategy zero3 on ", ranks, " ranks with this much memory each", batch);
   }
@@ -114,13 +114,13 @@ MemoryBudget usable_memory(Device device, int ranks_on_host) {
   return {total / share, detail::concat(source, " ", format_bytes(double(total)), ranks)};
 }
 
-void check_memory_fits(const TrainOptions& o, const GPT2Config& config, int world, int rank_batch,
+void check_memory_fits(const TrainOptions& o, const Model& model, int world, int rank_batch,
                        int largest_rank_batch, const MemoryBudget& budget) {
   if (budget.bytes < 0) return;
-  const MemoryEstimate e = estimate_memory(estimate_input(o, config, world, o.strategy.kind, rank_batch));
+  const MemoryEstimate e = estimate_memory(estimate_input(o, model, world, o.strategy.kind, rank_batch));
   if (e.total() <= budget.bytes) return;
-  const std::string fix = nearest_fit(o, config, world, largest_rank_batch, budget.bytes);
-  const std::string bigger = fix.empty() ? more_ranks(o, config, world, budget.bytes) : "";
+  const std::string fix = nearest_fit(o, model, world, largest_rank_batch, budget.bytes);
+  const std::string bigger = fix.empty() ? more_ranks(o, model, world, budget.bytes) : "";
   fail("does not fit in memory: this rank needs about ", format_bytes(double(e.total())), " (model states ",
        format_bytes(double(e.model_states.total())), ", activations ", format_bytes(double(e.activations)),
        "), it can use ", format_bytes(double(budget.bytes)), " (", budget.source, "); ",

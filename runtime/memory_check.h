@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "models/gpt2_config.h"
+#include "models/model.h"
 #include "runtime/trainer.h"
 
 namespace zshard {
@@ -23,7 +23,7 @@ MemoryBudget usable_memory(Device device, int ranks_on_host);
 // Throws zshard::Error when the estimate for this rank (its `rank_batch` sequences) exceeds `budget`.
 // `largest_rank_batch` sizes the suggestion, which keeps the global batch (a smaller micro-batch with
 // more accumulation) and tries the strategies that shard more.
-void check_memory_fits(const TrainOptions& options, const GPT2Config& config, int world, int rank_batch,
+void check_memory_fits(const TrainOptions& options, const Model& model, int world, int rank_batch,
                        int largest_rank_batch, const MemoryBudget& budget);
 
 }  // namespace zshard

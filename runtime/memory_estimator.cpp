@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "kernels/error.h"
-#include "models/gpt2.h"
+#include "shard/flat_unit.h"
 
 namespace zshard {
 
@@ -18,17 +18,6 @@ template <class... Args>
 [[noreturn]] void usage(const Args&... args) {
   throw UsageError(detail::concat(args...));
 }
-
-// Parameter elements of GPT-2's units in the runtime's order (models/gpt2.h): embed, blocks, ln_f.
-std::vector<int64_t> gpt2_unit_sizes(const GPT2Config& c) {
-  const int64_t C = c.dim;
-  std::vector<int64_t> units{int64_t(c.vocab) * C + int64_t(c.ctx) * C};
-  units.insert(units.end(), c.layers, 12 * C * C + 13 * C);
-  units.push_back(2 * C);
-  return units;
-}
-
-int64_t padded(int64_t n, int group) { return (n + group - 1) / group * group; }
 
 // Sum of the `k` largest entries.
 int64_t largest(std::vector<int64_t> v, int k) {
@@ -49,18 +38,19 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   e.shard_group = shard_group_size(so, in.world);
   const int G = e.shard_group;
   const DtypePolicy& d = in.dtypes;
-  if (!in.config) {
+  if (!in.model) {
     e.params = in.params;
     e.model_states = predict_model_states(in.kind, G, in.params, d);
     return e;
   }
 
-  // Per-unit padding, exactly as the flat units shard (shard/flat_unit.h).
+  // Per-unit padding by the code that shards the units.
   std::vector<int64_t> units;
   int64_t padded_total = 0;
-  for (int64_t n : gpt2_unit_sizes(*in.config)) {
-    e.params += n;
-    units.push_back(padded(n, G));
+  for (const UnitSpec& unit : in.model->units()) {
+    const FlatLayout layout(unit, G);
+    e.params += layout.numel();
+    units.push_back(layout.padded_numel());
     padded_total += units.back();
   }
   const int64_t shard_total = padded_total / G;
@@ -71,8 +61,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
 
   if (p_sharded) e.gathered_in_flight = largest(units, std::max(1, in.max_inflight)) * d.param_bytes;
   // Transient full gradients and reduce-scatter outputs. zero3/hybrid: each gather polls the reductions
-  // in flight, so what stays is GPT-2's tied embedding, whose gradient is open through the whole backward,
-  // and its shard; across replicas (hybrid) also the previous unit's, whose all-reduce starts only at the
+  // in flight, so what stays is the largest unit (a tied embedding, whose gradient is open through the
+  // whole backward, usually is) and its shard; across replicas (hybrid) also the previous unit's, whose all-reduce starts only at the
   // next unit's grads_ready (runtime/sharded_params.cpp). zero2: nothing polls between units' backward, so
   // every unit's full gradient and shard may still be alive at its end. zero1: the shards only; ddp
   // reduces in place.
@@ -86,12 +76,12 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   }
 
   const DType act = d.param_bytes == 2 ? DType::bf16 : DType::f32;
-  e.activations = GPT2(*in.config).activation_bytes(std::max(1, in.rank_batch), in.seq, act);
+  e.activations = in.model->activation_bytes(std::max(1, in.rank_batch), in.seq, act);
   return e;
 }
 
 int largest_rank_batch(EstimateInput in, int64_t device_bytes) {
-  if (!in.config) return -1;
+  if (!in.model) return -1;
   // The estimate grows with the batch only through activations, linearly: double, then bisect.
   in.rank_batch = 1;
   if (estimate_memory(in).total() > device_bytes) return 0;

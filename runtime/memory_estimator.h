@@ -1,25 +1,25 @@
-// The memory estimator behind zshard-mem: per-rank bytes of a training run that was never run, from
-// the ZeRO model-state arithmetic (memory_model.h) plus what zshard's runtime allocates around it:
-// gathered units in flight, transient full-size gradient buffers, activations. Works from a GPT-2
-// config (every term) or from a bare parameter count (model states only: without units or layers there
-// is nothing to size the other terms from). Left out: the short-lived scratch of the CUDA ops (the
+// The memory estimator behind zshard-mem and the set-up memory check: per-rank bytes of a training run
+// that was never run, from the ZeRO model-state arithmetic (memory_model.h) plus what zshard's runtime
+// allocates around it: gathered units in flight, transient full-size gradient buffers, activations.
+// Works from any Model (every term: its units, padded by the flat-layout code that shards them, and its
+// activation_bytes) or from a bare parameter count (model states only: without units there is nothing to
+// size the other terms from). Left out: the short-lived scratch of the CUDA ops (the
 // report's `workspace`): attention's score gradients (up to 256 MiB, or one sequence's if that is more)
 // and a few bytes per token.
 #pragma once
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "models/gpt2_config.h"
+#include "models/model.h"
 #include "runtime/memory_model.h"
 #include "runtime/strategy.h"
 
 namespace zshard {
 
 struct EstimateInput {
-  std::optional<GPT2Config> config;  // unset: `params` alone, model states only
-  int64_t params = 0;                // Ψ; taken from the config when one is given
+  const Model* model = nullptr;  // null: `params` alone, model states only
+  int64_t params = 0;            // Ψ; taken from the model when one is given
   StrategyKind kind = StrategyKind::ddp;
   int world = 1;
   int shard_group = 0;  // hybrid only (0: the world)
@@ -43,7 +43,7 @@ struct MemoryEstimate {
 MemoryEstimate estimate_memory(const EstimateInput& in);
 
 // The largest per-rank micro-batch whose estimate fits in `device_bytes` (0 when not even one sequence
-// fits, or without a config, -1: activations unknown).
+// fits, or without a model, -1: activations unknown).
 int largest_rank_batch(EstimateInput in, int64_t device_bytes);
 
 // "1.50 GB", "12.30 MB", "4.0 kB" (decimal units, as the tools print them).

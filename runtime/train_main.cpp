@@ -1,46 +1,4 @@
-// zshard-train: trains a GPT-2-family model with the chosen strategy. Run it plainly for one process,
-// or under mpirun / srun for several ranks.
-#include <iostream>
+// zshard-train: runtime/train_tool.cpp.
+#include "runtime/tools.h"
 
-#include <nlohmann/json.hpp>
-
-#include "kernels/atomic_file.h"
-#include "runtime/checkpointing.h"
-#include "runtime/cli_options.h"
-#include "runtime/memory_report.h"
-#include "runtime/agreed_failure.h"
-#include "runtime/tool_runner.h"
-#include "runtime/trainer.h"
-
-using namespace zshard;
-
-int main(int argc, char** argv) {
-  TrainOptions options;
-  std::string strategy = "ddp";
-  CLI::App app{"zshard-train: sharded data-parallel training of GPT-2-family models"};
-  add_train_flags(app, options, strategy);
-  return run_tool("zshard-train", argc, argv, app, [&](comm::Communicator& world) {
-    const int rank = world.rank();
-    run_agreed(world, [&] { options.strategy.kind = parse_strategy(strategy); });
-    Trainer trainer(options, world);
-    if (rank == 0)
-      std::cout << "zshard-train: " << strategy << " on " << world.size() << " rank(s), "
-                << device_name(options.placement.device) << " (" << dtype_flag(options.placement.param_dtype)
-                << " params, " << dtype_flag(options.placement.reduce_dtype) << " reduce, "
-                << (comm_backend(options) == CommBackend::nccl ? "nccl" : "mpi") << "), "
-                << trainer.config().num_params() << " parameters, batch " << options.batch << "x"
-                << options.seq << (options.grad_accum > 1 ? " x" + std::to_string(options.grad_accum) : "")
-                << ", " << options.steps << " steps\n";
-    Checkpointer checkpoints(trainer, &std::cout);
-    install_stop_handlers();
-    trainer.run(&std::cout, [&] { return checkpoints.after_step(); });
-    checkpoints.save();  // the final save (also after a stop signal)
-    if (!options.save.empty()) trainer.save_weights(options.save);
-    const MemoryReport report = MemoryReport::collect(trainer);
-    if (rank == 0) report.print(std::cout);
-    if (!options.mem_report.empty())
-      run_agreed(world, [&] {
-        if (rank == 0) write_file_atomically(options.mem_report, report.to_json().dump(2) + "\n");
-      });
-  });
-}
+int main(int argc, char** argv) { return zshard::train_tool(argc, argv, "tiny"); }

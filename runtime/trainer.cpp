@@ -13,8 +13,7 @@
 #include "comm/launch.h"
 #include "kernels/atomic_file.h"
 #include "kernels/ops.h"
-#include "models/gpt2.h"
-#include "models/gpt2_weights.h"
+#include "models/weights_file.h"
 #include "models/safetensors.h"
 #include "runtime/agreed_failure.h"
 #include "runtime/memory_check.h"
@@ -153,38 +152,21 @@ CommBackend comm_backend(const TrainOptions& o) {
   return o.comm.value_or(o.placement.device == Device::cuda ? CommBackend::nccl : CommBackend::mpi);
 }
 
-GPT2Config resolve_model_config(const TrainOptions& o) {
-  GPT2Config c;
-  try {
-    c = gpt2_config(o.model);
-  } catch (const Error& e) {
-    usage("--model: ", e.what());
-  }
-  if (o.overrides.layers) c.layers = o.overrides.layers;
-  if (o.overrides.dim) c.dim = o.overrides.dim;
-  if (o.overrides.heads) c.heads = o.overrides.heads;
-  if (o.overrides.vocab) c.vocab = o.overrides.vocab;
-  if (o.overrides.ctx) c.ctx = o.overrides.ctx;
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    usage("model size: ", e.what());
-  }
-  if (o.seq > c.ctx) usage("--seq ", o.seq, " exceeds the model context ", c.ctx, " (--ctx)");
-  return c;
-}
+ModelConfig resolve_model_config(const TrainOptions& o) { return model_config(o.model, o.overrides); }
 
 Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : options_(options), world_(world) {
   run_agreed(world, [&] {
     validate_options(options_, world.size());
     config_ = resolve_model_config(options_);
-    if (config_.num_params() < world.size())
-      usage("the model has ", config_.num_params(), " parameters, fewer than the ", world.size(),
+    model_ = build_model(options_.model, config_);
+    if (options_.seq > model_->context_length())
+      usage("--seq ", options_.seq, " exceeds the model's context of ", model_->context_length(), " tokens");
+    if (num_params(*model_) < world.size())
+      usage("the model has ", num_params(*model_), " parameters, fewer than the ", world.size(),
             " ranks that would shard it");
     data_ = TokenDataset::load(options_.data);
-    data_.check_vocab(config_.vocab);
+    data_.check_vocab(model_->vocab_size());
     data_.check_seq_len(options_.seq);
-    model_ = std::make_unique<GPT2>(config_);
     if (!options_.init_from.empty()) check_weights_file(options_.init_from, *model_);
     if (world.rank() == 0) check_outputs(options_);
   });
@@ -202,7 +184,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     run_agreed(world, [&] { select_device(options_.placement.device, world); });
   if (options_.mem_check)
     run_agreed(world, [&] {
-      check_memory_fits(options_, config_, world.size(), rank_batch_,
+      check_memory_fits(options_, *model_, world.size(), rank_batch_,
                         *std::max_element(batches.begin(), batches.end()),
                         usable_memory(options_.placement.device, comm::ranks_on_this_host()));
     });

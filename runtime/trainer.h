@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "models/gpt2_config.h"
 #include "models/model.h"
+#include "models/model_registry.h"
 #include "runtime/data.h"
 #include "runtime/device_setup.h"
 #include "runtime/lr_schedule.h"
@@ -23,9 +23,9 @@ namespace zshard {
 
 struct TrainOptions {
   // model
-  std::string model = "tiny";
-  GPT2Config overrides;  // non-zero fields replace the named config's (--layers --dim --heads --vocab --ctx)
-  std::string init_from;  // safetensors with Hugging Face GPT-2 names
+  std::string model = "tiny";  // a name of the model registry (models/model_registry.h)
+  ModelConfig overrides;       // replace the named configuration's values (--config, --layers, --dim, ...)
+  std::string init_from;       // safetensors with the model's parameter names
   // data and batch
   std::string data = "default";
   int batch = 8;  // global sequences per micro-step
@@ -67,7 +67,8 @@ std::string_view dtype_flag(DType dtype);
 
 // Checks every option that does not need the data or the model; throws UsageError naming the flag.
 void validate_options(const TrainOptions& options, int world_size);
-GPT2Config resolve_model_config(const TrainOptions& options);
+// The registered configuration of --model with the overrides; UsageError naming the flag.
+ModelConfig resolve_model_config(const TrainOptions& options);
 CommBackend comm_backend(const TrainOptions& options);  // --comm, or its default for --device
 
 struct StepResult {
@@ -101,7 +102,7 @@ class Trainer {
 
   int steps_done() const { return steps_done_; }
   const TrainOptions& options() const { return options_; }
-  const GPT2Config& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
   Model& model() { return *model_; }
   ShardedParams& params() { return *params_; }
   // The launch's world, for host-buffer collectives; with nccl the params' own run on another one.
@@ -112,7 +113,7 @@ class Trainer {
   int rank_batch() const { return rank_batch_; }
   int rank_offset() const { return rank_offset_; }
 
-  // Writes the consolidated model (Hugging Face GPT-2 names, F32) from rank 0. Collective.
+  // Writes the consolidated model (the model's parameter names and shapes, F32) from rank 0. Collective.
   void save_weights(const std::string& path);
 
  private:
@@ -125,7 +126,7 @@ class Trainer {
 
   TrainOptions options_;
   comm::Communicator& world_;
-  GPT2Config config_;
+  ModelConfig config_;
   TokenDataset data_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<comm::Communicator> device_comm_;  // nccl: what params_'s groups split from (outlives them)

@@ -98,7 +98,7 @@ struct CheckpointEntry {
 // The step-* directories of a save directory, oldest first (none if it does not exist).
 std::vector<CheckpointEntry> list_checkpoints(const std::string& save_dir);
 
-// Writes every parameter (Hugging Face GPT-2 names and shapes, F32) from full flat unit buffers.
+// Writes every parameter (the model's names and shapes, F32) from full flat unit buffers.
 void save_consolidated(const std::string& path, const std::vector<UnitSpec>& units,
                        const std::vector<std::vector<float>>& flat_units);
 // zshard-export: verifies every rank file's checksum, then writes the parameters consolidated; only the

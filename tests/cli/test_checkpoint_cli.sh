@@ -62,8 +62,11 @@ expect_every_rank_fails "truncated rank file" 1 \
 expect_every_rank_fails "truncated manifest" 1 "short-manifest/step-00000006/manifest.json: truncated or not JSON" \
   -- "${RESUME[@]}" --save-dir "$WORK/short-manifest" --resume latest
 expect_every_rank_fails "model does not match the flags" 2 \
-  "manifest.json: the checkpoint's model \(layers 2.*does not match the flags \(layers 3" -- \
+  "manifest.json: the checkpoint holds model tiny with .*layers=2.*, the flags ask for tiny with .*layers=3" -- \
   "${RESUME[@]}" --save-dir "$CK" --resume "$CK/step-00000006" --layers 3
+expect_every_rank_fails "another model" 2 \
+  "manifest.json: the checkpoint holds model tiny with .*, the flags ask for gpt2 with" -- \
+  "${RESUME[@]}" --save-dir "$CK" --resume "$CK/step-00000006" --model gpt2 --layers 1 --dim 64 --heads 4
 expect_every_rank_fails "save dir holds checkpoints" 2 "already holds checkpoints" -- \
   "${RESUME[@]}" --save-dir "$CK"
 expect_failure "export of a corrupt checkpoint" 1 "corrupt/step-00000006/rank-00003.safetensors: checksum mismatch" \

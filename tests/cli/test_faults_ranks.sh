@@ -1,11 +1,14 @@
 # A rank that dies or stalls mid-run ends every rank of the job: killed (SIGKILL) or stopped (SIGSTOP) at
 # np 2 to 4 under every strategy. A stall is caught by the collective's deadline: the job is gone within
-# --comm-timeout + 2 s and the first line of stderr names the collective that timed out. Prints one
+# --comm-timeout + 2 s (ZSHARD_FAULT_SLACK, 3 by default for a loaded CI machine) and the first line of stderr names the collective that timed out. Prints one
 # "reliability" line per fault kind (trials, passed, failed, seconds) for benchmarks/RESULTS.md.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 
 TIMEOUT=${ZSHARD_FAULT_COMM_TIMEOUT:-5}
+# Seconds past the deadline the whole job may take to go: about 1 on an idle machine (mpirun's teardown);
+# CI runs this beside other tests on 2 cores.
+SLACK=${ZSHARD_FAULT_SLACK:-3}
 declare -A trials passed took
 
 job_gone() { ! kill -0 "$1" 2>/dev/null; }
@@ -33,7 +36,7 @@ fault() {
   trials[$kind]=$((${trials[$kind]:-0} + 1))
   took[$kind]=$(echo "${took[$kind]:-0} + $elapsed" | bc)
   first=$(head -1 "$WORK/err")
-  local limit=$((TIMEOUT + 2)) problem=""
+  local limit=$((TIMEOUT + SLACK)) problem=""
   if [ "$(echo "$elapsed > $limit" | bc)" = 1 ]; then problem="still running ${elapsed}s after the fault (limit ${limit}s)"
   elif [ "$code" = 0 ]; then problem="exit 0"
   elif [ "$kind" = stall ] && ! [[ "$first" =~ (all_gather|reduce_scatter|all_reduce|broadcast).*timed\ out ]]; then

@@ -1,11 +1,53 @@
-# `cmake --install` gives a package that an outside project finds with find_package(zshard), builds its
-# own model against and trains with it.
+# `cmake --install` gives a package that an outside project finds with find_package(zshard): the example
+# model of its own, built against the public headers only, is a full trainer through the one call. It
+# trains under every strategy at np 1-4, writes a checkpoint and a memory report, resumes on another
+# world size, and offers zshard-bench and zshard-mem for its model.
 source "$(dirname "$0")/lib.sh"
 cmake --install "$ZSHARD_BIN" --prefix "$WORK/prefix" >/dev/null || { echo "FAIL install"; exit 1; }
+if [ -e "$WORK/prefix/include/zshard/runtime/sharded_params.h" ]; then
+  echo "FAIL internal headers are installed"; failures=$((failures + 1)); fi
 cmake -S "$ZSHARD_SRC/examples/own_model" -B "$WORK/example" -DCMAKE_PREFIX_PATH="$WORK/prefix" >"$WORK/log" 2>&1 \
   || { cat "$WORK/log"; echo "FAIL configure"; exit 1; }
 cmake --build "$WORK/example" >"$WORK/log" 2>&1 || { cat "$WORK/log"; echo "FAIL build"; exit 1; }
-"$WORK/example/own_model" || failures=$((failures + 1))
-"${MPIRUN[@]}" -np 2 "$WORK/example/own_model" zero3 || failures=$((failures + 1))
-"${MPIRUN[@]}" -np 2 "$WORK/example/own_model" ddp || failures=$((failures + 1))
+OWN="$WORK/example/own_model"
+
+check() {  # check NAME COMMAND...: the command must succeed
+  local name=$1
+  shift
+  if timeout 120 "$@" >"$WORK/out" 2>"$WORK/err"; then echo "ok   $name"; else
+    echo "FAIL $name (exit $?)"; cat "$WORK/out" "$WORK/err"; failures=$((failures + 1)); fi
+}
+
+for np in 1 2 3 4; do
+  for strategy in ddp zero1 zero2 zero3 hybrid; do
+    check "own model, $strategy at np $np" "${MPIRUN[@]}" -np $np "$OWN" --strategy $strategy --steps 20 --batch 8 \
+      --seq 32 --log-every 100
+  done
+done
+check "it learns at np 2" "${MPIRUN[@]}" -np 2 "$OWN" --strategy zero3 --steps 100 --batch 8 --seq 32 --lr 0.01
+cp "$WORK/out" "$WORK/learn.out"
+check "its loss falls by half" python3 -c "
+import re, sys
+loss = re.search(r'loss ([0-9.]+) -> ([0-9.]+)', open('$WORK/learn.out').read())
+sys.exit(not (loss and float(loss.group(2)) < 0.5 * float(loss.group(1))))"
+check "checkpoint and memory report at np 2" "${MPIRUN[@]}" -np 2 "$OWN" --strategy zero3 --steps 10 --batch 8 \
+  --seq 32 --save-dir "$WORK/ck" --mem-report "$WORK/m.json"
+check "memory report" python3 -c "import json; r = json.load(open('$WORK/m.json')); assert r['ranks']"
+check "resume latest at np 3" "${MPIRUN[@]}" -np 3 "$OWN" --strategy zero2 --steps 15 --batch 8 --seq 32 \
+  --save-dir "$WORK/ck" --resume latest
+cp "$WORK/out" "$WORK/resume.out"
+check "resumed from step 10" grep -q "resumed from .*step-00000010 at step 10" "$WORK/resume.out"
+check "manifest names the model" grep -q '"name": "bigram"' "$WORK/ck/step-00000015/manifest.json"
+check "own_model bench at np 2" "${MPIRUN[@]}" -np 2 "$OWN" bench --steps 2 --warmup-steps 1 --batch 8 --seq 32 \
+  --json "$WORK/bench.json"
+check "bench JSON" python3 -c "
+import json
+d = json.load(open('$WORK/bench.json'))
+assert d['model']['name'] == 'bigram' and [r['strategy'] for r in d['results']] == ['ddp', 'zero1', 'zero2', 'zero3']"
+check "own_model mem" "$OWN" mem --world 1,2,4 --strategy ddp,zero3 --json "$WORK/mem.json"
+check "mem JSON" python3 -c "
+import json
+d = json.load(open('$WORK/mem.json'))
+assert d['model'] == 'bigram' and len(d['rows']) == 6"
+check "own_model mem --check on its bench" "$OWN" mem --check "$WORK/bench.json"
 finish

@@ -94,8 +94,8 @@ TEST(StrategyMemory, MeasuredModelStatesFollowTheFormulas) {
   const int n = test::world().size();
   TrainOptions o = test::tiny_options(1);
   o.model = "gpt2";  // big enough that padding is negligible
-  o.overrides = {2, 256, 4, 4096, 128};
-  const int64_t psi = resolve_model_config(o).num_params();
+  o.overrides = {{"layers", 2}, {"dim", 256}, {"heads", 4}, {"vocab", 4096}, {"ctx", 128}};
+  const int64_t psi = num_params(*build_model(o.model, resolve_model_config(o)));
   int64_t ddp_bytes = 0;
   for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3}) {
     o.strategy.kind = k;

@@ -272,9 +272,11 @@ TEST(Checkpointer, RejectsMismatchedModelAndOccupiedSaveDir) {
   TrainOptions other = o;
   other.save_dir.clear();
   other.resume = ckpt;
-  other.overrides.layers = 3;
+  other.overrides["layers"] = 3;
   EXPECT_THAT(setup_error(other),
-              AllOf(HasSubstr(ckpt + "/manifest.json"), HasSubstr("does not match the flags")));
+              AllOf(HasSubstr(ckpt + "/manifest.json: the checkpoint holds model tiny with ctx=128, dim=64, "
+                              "heads=4, layers=2, vocab=256, the flags ask for tiny with ctx=128, dim=64, heads=4, "
+                              "layers=3, vocab=256")));
 
   TrainOptions older = o;  // resuming an older checkpoint into the same directory would overwrite newer ones
   older.save_dir = tmp.file("run2");

@@ -20,7 +20,7 @@
 #ifdef ZSHARD_WITH_CUDA
 #include "kernels/allocator.h"
 #include "kernels/cuda/runtime.h"
-#include "tests/support/local_params.h"
+#include "models/local_params.h"
 #endif
 
 namespace zshard {
@@ -70,9 +70,7 @@ TEST(CudaModel, UnsupportedPairsNameDtypeAndDevice) {
 
 #ifdef ZSHARD_WITH_CUDA
 
-using test::LocalParams;
 using test::max_rel_diff;
-using test::to_doubles;
 
 struct Tolerance {
   double loss;  // |gpu - cpu| / |cpu| of the summed token loss

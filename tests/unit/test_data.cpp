@@ -32,7 +32,7 @@ void write_llmc(const std::string& path, const std::vector<uint16_t>& tokens, in
 TokenDataset iota_dataset(int n) {
   std::vector<int32_t> t(n);
   std::iota(t.begin(), t.end(), 0);
-  return TokenDataset::from_tokens(std::move(t), 1000, "test tokens");
+  return TokenDataset::from_tokens(std::move(t), "test tokens");
 }
 
 TEST(Data, SequenceIndexingAndWrapAround) {
@@ -95,7 +95,6 @@ TEST(Data, LlmcRoundTrip) {
   write_llmc(path, tokens);
   for (const TokenDataset& d : {TokenDataset::from_llmc_file(path), TokenDataset::load(path)}) {
     EXPECT_EQ(d.tokens(), (std::vector<int32_t>{50256, 0, 17, 65535, 300, 2}));
-    EXPECT_EQ(d.vocab_size(), kGpt2Vocab);
     EXPECT_EQ(d.source(), "file " + path);
   }
   // Detected by its magic whatever the name; extra bytes after the counted tokens are ignored.
@@ -137,7 +136,6 @@ TEST(Data, TextFileIsBytes) {
   std::ofstream(p, std::ios::binary) << "Hi\n\xff\x01";
   const TokenDataset d = TokenDataset::load(p);
   EXPECT_EQ(d.tokens(), (std::vector<int32_t>{'H', 'i', '\n', 255, 1}));
-  EXPECT_EQ(d.vocab_size(), kByteVocab);
   d.check_vocab(256);
   EXPECT_THAT(error_of([&] { d.check_vocab(128); }),
               HasSubstr("data file " + p + ": token 255 at position 3 is outside the model's vocabulary of 128"));
@@ -150,7 +148,6 @@ TEST(Data, EmbeddedCorpusIsSubstantialAscii) {
   ASSERT_GT(kDefaultCorpusSize, 20000u);
   const TokenDataset d = TokenDataset::load("default");
   EXPECT_EQ(d.size(), int64_t(kDefaultCorpusSize));
-  EXPECT_EQ(d.vocab_size(), kByteVocab);
   d.check_vocab(128);  // plain ASCII
   int letters = 0, spaces = 0;
   for (int32_t t : d.tokens()) {

@@ -13,15 +13,13 @@
 #include "kernels/allocator.h"
 #include "kernels/error.h"
 #include "models/gpt2.h"
-#include "tests/support/local_params.h"
+#include "models/local_params.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {
 namespace {
 
-using test::LocalParams;
 using test::max_rel_diff;
-using test::to_doubles;
 using Call = LocalParams::Call;
 
 // Small enough to finite-difference every parameter element.
@@ -47,7 +45,7 @@ void randomize(LocalParams& ctx, double std, uint64_t seed) {
     for (const Tensor& p : ctx.param_tensors(u)) {
       std::vector<double> values(size_t(p.numel()));
       for (double& v : values) v = normal(rng);
-      test::assign_doubles(p, values);
+      assign_doubles(p, values);
     }
 }
 

@@ -5,6 +5,7 @@
 
 #include "runtime/memory_check.h"
 #include "runtime/memory_estimator.h"
+#include "models/model_registry.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {
@@ -15,13 +16,13 @@ using test::error_of;
 
 struct Case {
   TrainOptions options;
-  GPT2Config config = gpt2_config("gpt2");
+  std::shared_ptr<Model> model = build_model("gpt2", model_config("gpt2"));
   int world = 4;
 };
 
 int64_t estimate(const Case& c, StrategyKind kind, int rank_batch) {
   EstimateInput in;
-  in.config = c.config;
+  in.model = c.model.get();
   in.kind = kind;
   in.world = c.world;
   in.rank_batch = rank_batch;
@@ -32,7 +33,7 @@ int64_t estimate(const Case& c, StrategyKind kind, int rank_batch) {
 
 std::string check(const Case& c, int64_t budget) {
   const int rank_batch = c.options.batch / c.world;
-  return error_of([&] { check_memory_fits(c.options, c.config, c.world, rank_batch, rank_batch, {budget, "test"}); });
+  return error_of([&] { check_memory_fits(c.options, *c.model, c.world, rank_batch, rank_batch, {budget, "test"}); });
 }
 
 Case gpt2_case() {

@@ -77,23 +77,25 @@ TEST(MemoryEstimator, HybridShardsInsideItsGroup) {
 }
 
 TEST(MemoryEstimator, Gpt2ConfigCountsEveryTerm) {
+  const GPT2Config config = gpt2_config("gpt2");
+  const GPT2 model(config);
   EstimateInput in;
-  in.config = gpt2_config("gpt2");
+  in.model = &model;
   in.kind = StrategyKind::zero3;
   in.world = 4;
   in.rank_batch = 2;
   in.seq = 128;
   const MemoryEstimate e = estimate_memory(in);
-  EXPECT_EQ(e.params, in.config->num_params());
+  EXPECT_EQ(e.params, config.num_params());
   // Per-unit padding adds at most group-1 elements per unit.
-  const int64_t units = in.config->layers + 2;
+  const int64_t units = config.layers + 2;
   EXPECT_GE(e.model_states.total(), 16 * e.params / 4);
   EXPECT_LE(e.model_states.total(), 16 * (e.params + units * 3) / 4 + 16);
   // Two units in flight: the embedding (wte + wpe) and one block.
-  const int64_t C = in.config->dim;
-  const int64_t embed = int64_t(in.config->vocab + in.config->ctx) * C, block = 12 * C * C + 13 * C;
+  const int64_t C = config.dim;
+  const int64_t embed = int64_t(config.vocab + config.ctx) * C, block = 12 * C * C + 13 * C;
   EXPECT_EQ(e.gathered_in_flight, (embed + block) * 4);
-  EXPECT_EQ(e.activations, GPT2(*in.config).activation_bytes(2, 128, DType::f32));
+  EXPECT_EQ(e.activations, model.activation_bytes(2, 128, DType::f32));
   EXPECT_GT(e.comm_buffers, 0);
 
   in.kind = StrategyKind::ddp;
@@ -104,8 +106,9 @@ TEST(MemoryEstimator, Gpt2ConfigCountsEveryTerm) {
 }
 
 TEST(MemoryEstimator, LargestBatchFitsAndTheNextDoesNot) {
+  const GPT2 model(gpt2_config("gpt2"));
   EstimateInput in;
-  in.config = gpt2_config("gpt2");
+  in.model = &model;
   in.kind = StrategyKind::zero3;
   in.world = 8;
   in.seq = 1024;

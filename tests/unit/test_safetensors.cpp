@@ -12,7 +12,7 @@
 #include <fstream>
 #include <limits>
 
-#include "models/gpt2_weights.h"
+#include "models/weights_file.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {
@@ -282,7 +282,7 @@ TEST(Gpt2Weights, ResolvesPrefixAndFindsExtraTensors) {
   EXPECT_EQ(resolve_name(f, "wpe.weight"), "wpe.weight");
   const std::string msg = error_of([&] { resolve_name(f, "ln_f.weight"); });
   EXPECT_THAT(msg, HasSubstr(p));
-  EXPECT_THAT(msg, HasSubstr("no tensor named 'ln_f.weight' or 'transformer.ln_f.weight'"));
+  EXPECT_THAT(msg, HasSubstr("no tensor named 'ln_f.weight' (nor with a transformer. or model. prefix)"));
 
   const std::vector<std::string> expected = {"wte.weight", "wpe.weight", "h.0.attn.c_attn.bias"};
   EXPECT_EQ(unmatched_tensors(f, expected), (std::vector<std::string>{"transformer.h.1.ln_1.weight"}));

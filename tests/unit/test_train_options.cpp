@@ -41,7 +41,7 @@ std::string setup_error(const TrainOptions& o, int world_size) {
 
 TEST(TrainOptions, ModelSmallerThanWorldIsRefused) {
   TrainOptions o;
-  o.overrides = {1, 1, 1, 1, 1};
+  o.overrides = {{"layers", 1}, {"dim", 1}, {"heads", 1}, {"vocab", 1}, {"ctx", 1}};
   o.seq = 1;
   o.batch = 64;
   EXPECT_THAT(setup_error(o, 64), HasSubstr("2: the model has"));
@@ -62,7 +62,12 @@ TEST(TrainOptions, BadValuesNameTheirFlag) {
               HasSubstr("2: --shard-group is only for --strategy hybrid"));
   EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches = {2, 2, 2, 0}; }),
               HasSubstr("every rank needs at least one sequence"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.overrides.heads = 5; }), HasSubstr("2: model size"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.overrides["heads"] = 5; }),
+              HasSubstr("2: model 'tiny' (ctx=128, dim=64, heads=5, layers=2, vocab=256): GPT-2 config: dim 64 is not "
+                        "divisible by heads 5"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.overrides["experts"] = 8; }),
+              HasSubstr("2: --config: model 'tiny' has no 'experts'"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.model = "gpt5"; }), HasSubstr("2: --model: unknown model 'gpt5' (known: "));
   EXPECT_THAT(with([](TrainOptions& o) { o.data = "/no/such/data.bin"; }), HasSubstr("1: "));
   EXPECT_THAT(with([](TrainOptions& o) { o.log_json = "/no/such/dir/log.json"; }), HasSubstr("2: --log-json"));
   EXPECT_THAT(with([](TrainOptions& o) { o.mem_report = "/"; }), HasSubstr("2: --mem-report /: is a directory"));

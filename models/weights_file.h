@@ -1,6 +1,7 @@
-// Matching GPT-2 parameter names (Hugging Face names: wte.weight, h.0.attn.c_attn.weight, ...) with the
-// tensors of a safetensors file. Files saved from GPT2LMHeadModel carry a "transformer." prefix; buffers
-// (h.N.attn.bias, h.N.attn.masked_bias) and lm_head.weight (tied to wte) are not parameters.
+// Matching a model's parameter names (for GPT-2 the Hugging Face names: wte.weight, h.0.attn.c_attn.weight,
+// ...) with the tensors of a safetensors file. Files saved from Hugging Face's causal-LM classes carry a
+// "transformer." or "model." prefix; buffers (attention masks, rotary frequencies) and a tied lm_head.weight
+// are not parameters.
 #pragma once
 #include <string>
 #include <vector>
@@ -9,8 +10,8 @@
 
 namespace zshard {
 
-// The file's name for parameter `name`: `name` itself or "transformer." + name; an error naming the
-// file and the parameter when neither is present.
+// The file's name for parameter `name`: `name` itself or with one of the prefixes; an error naming the
+// file and the parameter when none is present.
 std::string resolve_name(const SafetensorsFile& file, const std::string& name);
 
 // Tensors of `file` that match none of `expected` (with or without the prefix) and are not known

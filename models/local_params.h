@@ -1,4 +1,4 @@
-// LocalParams: a single-process ParamContext for tests. It holds every unit's full parameters and
+// LocalParams: a single-process ParamContext for checking a model (zshard/testing.h). It holds every unit's full parameters and
 // gradients as separate tensors of one dtype on one device (the model computes there, in that dtype),
 // and records each protocol call so that tests can check how a model uses gather/release/grads/
 // grads_ready.
@@ -8,7 +8,7 @@
 
 #include "models/model.h"
 
-namespace zshard::test {
+namespace zshard {
 
 class LocalParams final : public ParamContext {
  public:
@@ -62,4 +62,4 @@ class LocalParams final : public ParamContext {
 std::vector<double> to_doubles(const Tensor& t);
 void assign_doubles(const Tensor& t, const std::vector<double>& values);
 
-}  // namespace zshard::test
+}  // namespace zshard

@@ -1,4 +1,4 @@
-#include "tests/support/local_params.h"
+#include "models/local_params.h"
 
 #include <algorithm>
 #include <type_traits>
@@ -6,7 +6,7 @@
 #include "kernels/device_memory.h"
 #include "kernels/error.h"
 
-namespace zshard::test {
+namespace zshard {
 
 LocalParams::LocalParams(const Model& model, DType dtype, Device device) : dtype_(dtype), device_(device) {
   const bool on_cpu = device == Device::cpu;
@@ -124,4 +124,4 @@ void assign_doubles(const Tensor& t, const std::vector<double>& values) {
   if (t.device() != Device::cpu) copy_bytes(t.raw(), t.device(), host.raw(), Device::cpu, t.nbytes());
 }
 
-}  // namespace zshard::test
+}  // namespace zshard

@@ -1,0 +1,13 @@
+#include "models/model.h"
+
+namespace zshard {
+
+int64_t num_params(const Model& model) {
+  int64_t n = 0;
+  for (const UnitSpec& unit : model.units()) n += unit.numel();
+  return n;
+}
+
+double Model::flops_per_token(int) const { return 6.0 * double(num_params(*this)); }
+
+}  // namespace zshard

@@ -1,0 +1,76 @@
+#include "models/model_registry.h"
+
+#include <sstream>
+
+#include "kernels/error.h"
+#include "models/gpt2.h"
+
+namespace zshard {
+
+namespace {
+
+struct Entry {
+  ModelConfig defaults;
+  ModelBuilder build;
+};
+
+// The built-in families are registered on first use, so that no static initialisation order matters.
+std::map<std::string, Entry>& registry() {
+  static std::map<std::string, Entry> models = [] {
+    std::map<std::string, Entry> builtin;
+    for (const auto& [name, config] : gpt2_named_configs())
+      builtin[name] = {config, [](const ModelConfig& c) -> std::unique_ptr<Model> { return make_gpt2(c); }};
+    return builtin;
+  }();
+  return models;
+}
+
+const Entry& find(const std::string& name) {
+  const auto it = registry().find(name);
+  if (it != registry().end()) return it->second;
+  std::string known;
+  for (const std::string& n : model_names()) known += (known.empty() ? "" : ", ") + n;
+  throw UsageError(detail::concat("--model: unknown model '", name, "' (known: ", known, ")"));
+}
+
+}  // namespace
+
+void register_model(const std::string& name, ModelConfig defaults, ModelBuilder build) {
+  ZS_CHECK(!name.empty() && build, "register_model: a model needs a name and a builder");
+  registry()[name] = {std::move(defaults), std::move(build)};
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : registry()) names.push_back(name);
+  return names;
+}
+
+ModelConfig model_config(const std::string& name, const ModelConfig& overrides) {
+  ModelConfig config = find(name).defaults;
+  for (const auto& [key, value] : overrides) {
+    if (!config.count(key))
+      throw UsageError(detail::concat("--config: model '", name, "' has no '", key, "' (it has ",
+                                      config_text(config), ")"));
+    config[key] = value;
+  }
+  return config;
+}
+
+std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& config) {
+  try {
+    return find(name).build(config);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(detail::concat("model '", name, "' (", config_text(config), "): ", e.what()));
+  }
+}
+
+std::string config_text(const ModelConfig& config) {
+  std::ostringstream os;
+  for (auto it = config.begin(); it != config.end(); ++it) os << (it == config.begin() ? "" : ", ") << it->first << "=" << it->second;
+  return os.str();
+}
+
+}  // namespace zshard

@@ -1,0 +1,189 @@
+// zshard-mem: per-rank memory of a run before running it. For a model of the registry (--model, --config)
+// or a bare parameter count (--params 7.5e9), world sizes, strategies and a dtype policy: bytes of params, grads,
+// optimizer state, gathered units in flight, communication buffers and activations, and the largest
+// batch that fits --device-mem. --check FILE compares the estimate with what zshard-bench measured.
+#include <cmath>
+#include <iomanip>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/atomic_file.h"
+#include "models/model_registry.h"
+#include "runtime/cli_options.h"
+#include "runtime/json_input.h"
+#include "runtime/memory_estimator.h"
+#include "runtime/tool_runner.h"
+#include "runtime/tools.h"
+
+namespace zshard {
+using nlohmann::json;
+
+namespace {
+
+struct MemOptions {
+  std::string model;
+  ModelConfig overrides;
+  double params = 0;
+  std::vector<int> worlds{1};
+  std::vector<std::string> strategies{"ddp", "zero1", "zero2", "zero3"};
+  int shard_group = 0;
+  std::string dtype = "fp32";
+  int batch = 8;
+  int seq = 64;
+  int max_inflight = 2;
+  std::string device_mem;
+  std::string json_path;
+  std::string check;
+};
+
+json to_json(const MemoryEstimate& e) {
+  return {{"shard_group", e.shard_group},
+          {"params", e.params},
+          {"param_bytes", e.model_states.params},
+          {"grad_bytes", e.model_states.grads},
+          {"optimizer_bytes", e.model_states.optimizer},
+          {"model_states_bytes", e.model_states.total()},
+          {"gathered_in_flight_bytes", e.gathered_in_flight},
+          {"comm_buffer_bytes", e.comm_buffers},
+          {"activation_bytes", e.activations},
+          {"total_bytes", e.total()}};
+}
+
+// Estimates each zshard-bench result in `doc` (read from `path`) and prints it beside the measurement. True
+// when every model-state estimate is within 5% and every peak within 15%.
+bool check_against(const json& doc, const std::string& path) {
+  const json& m = doc.at("model");
+  const std::string name = m.at("name").get<std::string>();
+  const std::unique_ptr<Model> model = build_model(name, model_config(name, m.at("config").get<ModelConfig>()));
+  std::cout << "estimate vs zshard-bench (" << path << "): " << m.at("name").get<std::string>() << ", world "
+            << doc.at("world") << ", rank batch " << doc.at("rank_batch_max") << "x" << doc.at("seq") << "\n"
+            << std::left << std::setw(9) << "strategy" << std::right << std::setw(14) << "states est"
+            << std::setw(14) << "measured" << std::setw(8) << "ratio" << std::setw(14) << "peak est" << std::setw(14)
+            << "measured" << std::setw(8) << "ratio" << "\n";
+  bool ok = true;
+  for (const json& r : doc.at("results")) {
+    EstimateInput e;
+    e.model = model.get();
+    e.kind = parse_strategy(r.at("strategy").get<std::string>());
+    e.world = r.at("world");
+    e.shard_group = r.at("shard_group");
+    e.max_inflight = doc.at("max_inflight");
+    e.rank_batch = doc.at("rank_batch_max");
+    e.seq = doc.at("seq");
+    // The run's parameter dtype ("fp32" or "bf16"); files written before it was recorded are fp32.
+    const std::string param_dtype = r.at("memory_report").value("param_dtype", "fp32");
+    e.dtypes = param_dtype == "bf16" ? DtypePolicy::mixed_bf16() : DtypePolicy::fp32();
+    const MemoryEstimate est = estimate_memory(e);
+    const double states = r.at("model_states_bytes").at("measured"), peak = r.at("peak_total_bytes");
+    const double rs = double(est.model_states.total()) / states, rp = double(est.total()) / peak;
+    const bool good = std::abs(rs - 1) <= 0.05 && std::abs(rp - 1) <= 0.15;
+    ok = ok && good;
+    std::cout << std::left << std::setw(9) << r.at("strategy").get<std::string>() << std::right << std::setw(14)
+              << format_bytes(double(est.model_states.total())) << std::setw(14) << format_bytes(states) << std::setw(8)
+              << std::fixed << std::setprecision(3) << rs << std::setw(14) << format_bytes(double(est.total()))
+              << std::setw(14) << format_bytes(peak) << std::setw(8) << rp << (good ? "  ok" : "  OUTSIDE 5%/15%")
+              << "\n";
+  }
+  return ok;
+}
+
+bool check_against(const std::string& path) {
+  const json doc = read_json_file("--check", path);
+  return read_fields("--check", path, [&] { return check_against(doc, path); });
+}
+
+}  // namespace
+
+int mem_tool(int argc, char** argv, const std::string& default_model) {
+  MemOptions o;
+  o.model = default_model;
+  CLI::App app{"zshard-mem: per-rank memory estimate for a model, world size, strategy and dtype policy"};
+  app.option_defaults()->always_capture_default();
+  add_model_flags(app, o.model, o.overrides);
+  app.add_option("--params", o.params, "bare parameter count, e.g. 7.5e9 (model states only)")
+      ->excludes(app.get_option("--model"));
+  app.add_option("--world", o.worlds, "world sizes, comma separated")->delimiter(',');
+  app.add_option("--strategy", o.strategies, "strategies, comma separated")->delimiter(',');
+  app.add_option("--shard-group", o.shard_group, "hybrid: ranks per shard group (0 = the largest divisor of the world up to 8 leaving two replicas)");
+  app.add_option("--dtype", o.dtype, "fp32 (zshard's CPU path) or mixed (2-byte params/grads, K=12)");
+  app.add_option("--batch", o.batch, "global sequences per micro-step, split across the world");
+  app.add_option("--seq", o.seq, "tokens per sequence");
+  app.add_option("--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once");
+  app.add_option("--device-mem", o.device_mem, "device memory, e.g. 80GiB: also print the largest batch that fits");
+  app.add_option("--json", o.json_path, "write the estimates as JSON to this file");
+  app.add_option("--check", o.check, "zshard-bench JSON: compare the estimate with its measurements");
+  return run_local_tool("zshard-mem", argc, argv, app, [&] {
+    if (!o.json_path.empty()) {
+      check_output_path("--json", o.json_path);
+      check_not_input({"--json", o.json_path}, {{"--check", o.check}});
+    }
+    if (!o.check.empty()) return check_against(o.check) ? 0 : 1;
+    if (o.model.empty() && !(o.params > 0)) throw UsageError("give --model NAME or --params COUNT");
+    if (app.count("--params") && !(o.params > 0 && o.params <= 1e15))
+      throw UsageError(detail::concat("--params must be in (0, 1e15], got ", o.params));
+    for (int world : o.worlds)
+      if (world < 1 || world > (1 << 20))
+        throw UsageError(detail::concat("--world entries must be in [1, 1048576], got ", world));
+    for (const std::string& s : o.strategies) parse_strategy(s);
+    if (o.shard_group < 0) throw UsageError(detail::concat("--shard-group must be >= 0, got ", o.shard_group));
+    if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
+    if (o.seq < 1) throw UsageError("--seq must be >= 1, got " + std::to_string(o.seq));
+    if (o.max_inflight < 1) throw UsageError("--max-inflight must be >= 1");
+    EstimateInput base;
+    base.dtypes = parse_dtype_policy(o.dtype);
+    base.seq = o.seq;
+    base.max_inflight = o.max_inflight;
+    std::unique_ptr<Model> model;
+    if (o.params > 0) {
+      base.params = int64_t(std::llround(o.params));
+    } else {
+      model = build_model(o.model, model_config(o.model, o.overrides));
+      if (o.seq > model->context_length())
+        throw UsageError(detail::concat("--seq ", o.seq, " exceeds the model's context of ", model->context_length()));
+      base.model = model.get();
+    }
+    const int64_t device = o.device_mem.empty() ? 0 : parse_bytes(o.device_mem, "--device-mem");
+
+    json rows = json::array();
+    std::cout << "zshard-mem: " << (o.model.empty() ? "" : o.model + ", ") << "dtype " << o.dtype
+              << (base.model ? ", global batch " + std::to_string(o.batch) + "x" + std::to_string(o.seq) : "")
+              << " (per rank; GB = 1e9 bytes)\n"
+              << std::left << std::setw(8) << "strategy" << std::right << std::setw(6) << "N" << std::setw(5) << "G"
+              << std::setw(12) << "params" << std::setw(12) << "grads" << std::setw(12) << "optimizer"
+              << std::setw(12) << "states" << std::setw(12) << "in flight" << std::setw(12) << "comm"
+              << std::setw(12) << "activations" << std::setw(12) << "total"
+              << (device ? "  max batch/rank" : "") << "\n";
+    for (const std::string& s : o.strategies) {
+      for (int world : o.worlds) {
+        EstimateInput in = base;
+        in.kind = parse_strategy(s);
+        in.world = world;
+        in.shard_group = in.kind == StrategyKind::hybrid ? o.shard_group : 0;
+        in.rank_batch = (o.batch + world - 1) / world;
+        const MemoryEstimate e = estimate_memory(in);
+        json row = to_json(e);
+        row["strategy"] = s;
+        row["world"] = world;
+        std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world << std::setw(5)
+                  << e.shard_group;
+        for (int64_t v : {e.model_states.params, e.model_states.grads, e.model_states.optimizer,
+                          e.model_states.total(), e.gathered_in_flight, e.comm_buffers, e.activations, e.total()})
+          std::cout << std::setw(12) << (base.model || v ? format_bytes(double(v)) : std::string("-"));
+        if (device) {
+          const int fit = largest_rank_batch(in, device);
+          row["max_rank_batch"] = fit;
+          std::cout << std::setw(16) << (fit < 0 ? std::string("- (no model)") : std::to_string(fit));
+        }
+        std::cout << "\n";
+        rows.push_back(row);
+      }
+    }
+    if (!o.json_path.empty())
+      write_file_atomically(o.json_path,
+                            json{{"tool", "zshard-mem"}, {"model", o.model}, {"dtype", o.dtype}, {"rows", rows}}.dump(2) + "\n");
+    return 0;
+  });
+}
+
+}  // namespace zshard
