@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
   app.add_option("--bandwidth-gbs", bandwidth, "override the intra link's bus bandwidth (GB/s)")->default_str("--link's");
   app.add_option("--inter-alpha-us", inter_alpha_us, "override the inter link's latency (us)")->default_str("--inter-link's");
   app.add_option("--inter-bandwidth-gbs", inter_bandwidth, "override the inter link's bandwidth (GB/s)")->default_str("--inter-link's");
-  app.add_option("--node-size", in.node_size, "ranks per node: hybrid's shard group");
+  app.add_option("--node-size", in.node_size,
+                 "ranks per node; hybrid's shard group is the largest divisor of N up to it leaving two replicas");
   app.add_option("--scaling", scaling, "weak (fixed batch per rank) or strong (fixed global batch)");
   app.add_option("--max-world", max_world, "largest N (powers of two from 1)");
   app.add_option("--serial-fraction", serial, "Amdahl serial fraction (default: Karp-Flatt from --check, else 0)")

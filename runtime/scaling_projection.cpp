@@ -49,14 +49,15 @@ ProjectedStep project_step(StrategyKind kind, int world, const ProjectionInput& 
     case StrategyKind::zero3:
     case StrategyKind::hybrid: {
       // zero3: two all-gathers (forward, backward) and a reduce-scatter per unit, over the world.
-      // hybrid: the same inside a node, then an all-reduce of each shard across the N/G replicas.
-      const int G = kind == StrategyKind::zero3 ? world : std::min(world, in.node_size);
+      // hybrid: the same inside a shard group (the tools' default group, within a node), then an
+      // all-reduce of each shard across the N/G replicas, between nodes once the world spans several.
+      const int G = kind == StrategyKind::zero3 ? world : default_shard_group(world, in.node_size);
       const LinkProfile& group_link = kind == StrategyKind::zero3 ? flat : in.intra;
       const double gfrac = double(G - 1) / G;
       s.comm_ms = 3 * U * ring_ms(group_link, G, 1, bytes * gfrac / U);
       const int replicas = world / G;
       if (replicas > 1)
-        s.comm_ms += U * ring_ms(in.inter, replicas, 2, 2 * bytes / G * double(replicas - 1) / replicas / U);
+        s.comm_ms += U * ring_ms(flat, replicas, 2, 2 * bytes / G * double(replicas - 1) / replicas / U);
       break;
     }
     default: fail("project_step: only ddp, zero3 and hybrid are projected");

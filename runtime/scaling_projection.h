@@ -30,8 +30,8 @@ struct ProjectionInput {
   int64_t params = 0;     // Ψ
   int units = 1;          // collectives per pass (one per unit)
   int elem_bytes = 4;
-  int node_size = 8;      // hybrid's shard group: ranks on one intra link
-  LinkProfile intra;      // links inside a node (all of ddp/zero3 when N <= node_size)
+  int node_size = kDefaultNodeRanks;  // ranks on one intra link; bounds hybrid's default shard group
+  LinkProfile intra;                  // links inside a node (all of ddp/zero3 when N <= node_size)
   LinkProfile inter;      // links between nodes
 };
 

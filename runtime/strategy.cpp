@@ -50,8 +50,8 @@ int shard_group_size(const StrategyOptions& options, int world_size) {
   return 1;
 }
 
-int default_shard_group(int world_size) {
-  for (int g = std::min(8, world_size / 2); g > 1; --g)
+int default_shard_group(int world_size, int node_ranks) {
+  for (int g = std::min(node_ranks, world_size / 2); g > 1; --g)
     if (world_size % g == 0) return g;
   return 1;
 }

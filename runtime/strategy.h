@@ -31,9 +31,11 @@ bool params_sharded(StrategyKind kind);
 bool grads_sharded(StrategyKind kind);
 // Shard group size for a world of `world_size` ranks; throws UsageError when hybrid's group does not fit.
 int shard_group_size(const StrategyOptions& options, int world_size);
-// Hybrid's group when --shard-group is not given: the largest divisor of the world up to 8 (a node's GPUs)
-// that leaves at least two replicas; 1 (no sharding, so no real hybrid) for worlds of 1 to 3 ranks.
-int default_shard_group(int world_size);
+// Hybrid's group when --shard-group is not given, for every tool: the largest divisor of the world up to
+// `node_ranks` (the ranks on one fast intra-node link; 8 GPUs by default) that leaves at least two
+// replicas; 1 (no sharding, so no real hybrid) for worlds of 1 to 3 ranks.
+constexpr int kDefaultNodeRanks = 8;
+int default_shard_group(int world_size, int node_ranks = kDefaultNodeRanks);
 
 // The two sub-communicators a strategy reduces over; both are views of `world`.
 struct StrategyGroups {
