@@ -103,6 +103,79 @@ void layernorm_backward(Device d, T* dinp, T* dweight, T* dbias, const T* dout, 
 }
 
 template <class T>
+void rmsnorm_forward(Device d, T* out, NormStat<T>* rstd, const T* inp, const T* weight, int N, int C, float eps) {
+  if (on_cpu<T>(d, "rmsnorm_forward")) {
+    ZS_ON_CPU(T, cpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps))
+  } else {
+    ZS_ON_CUDA(T, cuda::rmsnorm_forward(dev(out), rstd, dev(inp), dev(weight), N, C, eps))
+  }
+}
+
+template <class T>
+void rmsnorm_backward(Device d, T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
+                      const NormStat<T>* rstd, int N, int C) {
+  if (on_cpu<T>(d, "rmsnorm_backward")) {
+    ZS_ON_CPU(T, cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C))
+  } else {
+    ZS_ON_CUDA(T, cuda::rmsnorm_backward(dev(dinp), dev(dweight), dev(dout), dev(inp), dev(weight), rstd, N, C))
+  }
+}
+
+template <class T>
+void rope_forward(Device d, T* x, int B, int Tn, int NH, int HS, float theta) {
+  if (on_cpu<T>(d, "rope_forward")) {
+    ZS_ON_CPU(T, cpu::rope_forward(x, B, Tn, NH, HS, theta))
+  } else {
+    ZS_ON_CUDA(T, cuda::rope_forward(dev(x), B, Tn, NH, HS, theta))
+  }
+}
+
+template <class T>
+void rope_backward(Device d, T* dx, int B, int Tn, int NH, int HS, float theta) {
+  if (on_cpu<T>(d, "rope_backward")) {
+    ZS_ON_CPU(T, cpu::rope_backward(dx, B, Tn, NH, HS, theta))
+  } else {
+    ZS_ON_CUDA(T, cuda::rope_backward(dev(dx), B, Tn, NH, HS, theta))
+  }
+}
+
+template <class T>
+void gqa_pack(Device d, T* qkv, const T* q, const T* k, const T* v, int B, int Tn, int NH, int NKV, int HS) {
+  if (on_cpu<T>(d, "gqa_pack")) {
+    ZS_ON_CPU(T, cpu::gqa_pack(qkv, q, k, v, B, Tn, NH, NKV, HS))
+  } else {
+    ZS_ON_CUDA(T, cuda::gqa_pack(dev(qkv), dev(q), dev(k), dev(v), B, Tn, NH, NKV, HS))
+  }
+}
+
+template <class T>
+void gqa_pack_backward(Device d, T* dq, T* dk, T* dv, const T* dqkv, int B, int Tn, int NH, int NKV, int HS) {
+  if (on_cpu<T>(d, "gqa_pack_backward")) {
+    ZS_ON_CPU(T, cpu::gqa_pack_backward(dq, dk, dv, dqkv, B, Tn, NH, NKV, HS))
+  } else {
+    ZS_ON_CUDA(T, cuda::gqa_pack_backward(dev(dq), dev(dk), dev(dv), dev(dqkv), B, Tn, NH, NKV, HS))
+  }
+}
+
+template <class T>
+void swiglu_forward(Device d, T* out, const T* gate, const T* up, size_t n) {
+  if (on_cpu<T>(d, "swiglu_forward")) {
+    ZS_ON_CPU(T, cpu::swiglu_forward(out, gate, up, n))
+  } else {
+    ZS_ON_CUDA(T, cuda::swiglu_forward(dev(out), dev(gate), dev(up), n))
+  }
+}
+
+template <class T>
+void swiglu_backward(Device d, T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n) {
+  if (on_cpu<T>(d, "swiglu_backward")) {
+    ZS_ON_CPU(T, cpu::swiglu_backward(dgate, dup, dout, gate, up, n))
+  } else {
+    ZS_ON_CUDA(T, cuda::swiglu_backward(dev(dgate), dev(dup), dev(dout), dev(gate), dev(up), n))
+  }
+}
+
+template <class T>
 void linear_forward(Device d, T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) {
   if (on_cpu<T>(d, "linear_forward")) {
     ZS_ON_CPU(T, cpu::linear_forward(out, inp, weight, bias, N, C, OC))
@@ -278,6 +351,14 @@ void synchronize(Device d) {
                                      int, int);                                                             \
   template void layernorm_backward<T>(Device, T*, T*, T*, const T*, const T*, const T*, const NormStat<T>*, \
                                       const NormStat<T>*, int, int);                                                           \
+  template void rmsnorm_forward<T>(Device, T*, NormStat<T>*, const T*, const T*, int, int, float);         \
+  template void rmsnorm_backward<T>(Device, T*, T*, const T*, const T*, const T*, const NormStat<T>*, int, int); \
+  template void rope_forward<T>(Device, T*, int, int, int, int, float);                                     \
+  template void rope_backward<T>(Device, T*, int, int, int, int, float);                                    \
+  template void gqa_pack<T>(Device, T*, const T*, const T*, const T*, int, int, int, int, int);             \
+  template void gqa_pack_backward<T>(Device, T*, T*, T*, const T*, int, int, int, int, int);                \
+  template void swiglu_forward<T>(Device, T*, const T*, const T*, size_t);                                   \
+  template void swiglu_backward<T>(Device, T*, T*, const T*, const T*, const T*, size_t);                    \
   template void linear_forward<T>(Device, T*, const T*, const T*, const T*, int, int, int);                 \
   template void linear_backward<T>(Device, T*, T*, T*, const T*, const T*, const T*, int, int, int);        \
   template void gemm<T>(Device, bool, bool, int, int, int, float, const T*, int, const T*, int, float, T*,  \

@@ -37,6 +37,27 @@ void layernorm_forward(Device d, T* out, NormStat<T>* mean, NormStat<T>* rstd, c
 template <class T>
 void layernorm_backward(Device d, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                         const T* weight, const NormStat<T>* mean, const NormStat<T>* rstd, int N, int C);
+// RMSNorm (Llama); rstd is a NormStat<T> like LayerNorm's.
+template <class T>
+void rmsnorm_forward(Device d, T* out, NormStat<T>* rstd, const T* inp, const T* weight, int N, int C, float eps);
+template <class T>
+void rmsnorm_backward(Device d, T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
+                      const NormStat<T>* rstd, int N, int C);
+// Rotary embedding in place (kernels/cpu/ops.h); the backward turns a gradient back in place.
+template <class T>
+void rope_forward(Device d, T* x, int B, int Tn, int NH, int HS, float theta);
+template <class T>
+void rope_backward(Device d, T* dx, int B, int Tn, int NH, int HS, float theta);
+// Grouped-query attention's packed input for attention_forward, and its backward (accumulating).
+template <class T>
+void gqa_pack(Device d, T* qkv, const T* q, const T* k, const T* v, int B, int Tn, int NH, int NKV, int HS);
+template <class T>
+void gqa_pack_backward(Device d, T* dq, T* dk, T* dv, const T* dqkv, int B, int Tn, int NH, int NKV, int HS);
+template <class T>
+void swiglu_forward(Device d, T* out, const T* gate, const T* up, size_t n);
+template <class T>
+void swiglu_backward(Device d, T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n);
+
 template <class T>
 void linear_forward(Device d, T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC);
 template <class T>

@@ -1,24 +1,17 @@
 #include "models/gpt2.h"
 
 #include <cmath>
-#include <numbers>
 #include <string>
 
 #include "kernels/error.h"
 #include "models/gpt2_layers.h"
+#include "models/model_support.h"
 
 namespace zshard {
 
 namespace {
 
 constexpr double kInitStd = 0.02;  // Hugging Face's initializer_range
-
-// A parameter with its initial distribution: mean + std * N(0, 1).
-struct ParamDef {
-  ParamSpec spec;
-  double init_mean;
-  double init_std;
-};
 
 std::vector<ParamDef> param_defs(const GPT2Config& c, int unit) {
   const int final_unit = c.layers + 1;
@@ -60,48 +53,6 @@ std::string unit_name(const GPT2Config& c, int unit) {
   return "h." + std::to_string(unit - 1);
 }
 
-uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// N(0, 1) samples from splitmix64 and Box-Muller, written out so that the values depend on nothing but
-// the seed (not on a standard library's distributions).
-class NormalStream {
- public:
-  NormalStream(uint64_t seed, int unit, int param)
-      : state_(mix64(mix64(mix64(seed) ^ uint64_t(unit)) ^ uint64_t(param))) {}
-
-  double next() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    const double u1 = double((next_u64() >> 11) + 1) * 0x1p-53;  // (0, 1]: log(u1) is finite
-    const double u2 = double(next_u64() >> 11) * 0x1p-53;        // [0, 1)
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    const double theta = 2.0 * std::numbers::pi * u2;
-    spare_ = r * std::sin(theta);
-    has_spare_ = true;
-    return r * std::cos(theta);
-  }
-
- private:
-  uint64_t next_u64() { return mix64(state_ += 0x9e3779b97f4a7c15ull); }
-
-  uint64_t state_;
-  double spare_ = 0.0;
-  bool has_spare_ = false;
-};
-
-template <class T>
-void fill(const Tensor& t, const ParamDef& def, NormalStream& rng) {
-  T* x = t.data<T>();
-  for (int64_t i = 0; i < t.numel(); ++i)
-    x[i] = T(def.init_std == 0.0 ? def.init_mean : def.init_mean + def.init_std * rng.next());
-}
-
 }  // namespace
 
 GPT2::GPT2(GPT2Config config) : config_(config) { config_.validate(); }
@@ -119,21 +70,7 @@ std::vector<UnitSpec> GPT2::units() const {
 }
 
 void GPT2::init_unit(int unit, const UnitTensors& params, uint64_t seed) const {
-  const std::vector<ParamDef> defs = param_defs(config_, unit);
-  ZS_CHECK(params.size() == defs.size(), "GPT-2 unit ", unit, " has ", defs.size(), " params, got ",
-           params.size(), " tensors");
-  for (size_t i = 0; i < defs.size(); ++i) {
-    const Tensor& t = params[i];
-    ZS_CHECK(t.shape() == defs[i].spec.shape, defs[i].spec.name, ": expected shape ",
-             shape_str(defs[i].spec.shape), ", got ", shape_str(t.shape()));
-    ZS_CHECK(t.device() == Device::cpu, defs[i].spec.name, ": init_unit fills host tensors only");
-    NormalStream rng(seed, unit, int(i));
-    switch (t.dtype()) {
-      case DType::f32: fill<float>(t, defs[i], rng); break;
-      case DType::f64: fill<double>(t, defs[i], rng); break;
-      default: fail(defs[i].spec.name, ": init_unit fills f32 or f64, not ", dtype_name(t.dtype()));
-    }
-  }
+  init_params("GPT-2", param_defs(config_, unit), params, unit, seed);
 }
 
 double GPT2::flops_per_token(int T) const {
@@ -147,19 +84,6 @@ int64_t GPT2::activation_bytes(int B, int T, DType dtype) const {
   return gpt2::Activations::bytes(config_, B, T, dtype);
 }
 
-void GPT2::check_batch(const Batch& batch) const {
-  ZS_CHECK(batch.B > 0 && batch.T > 0, "GPT-2 batch: B and T must be positive, got B=", batch.B,
-           " T=", batch.T);
-  ZS_CHECK(batch.T <= config_.ctx, "GPT-2 batch: sequence length T=", batch.T, " exceeds the context ",
-           config_.ctx);
-  ZS_CHECK(batch.inputs && batch.targets, "GPT-2 batch: inputs and targets must both be given");
-  const int64_t n = int64_t(batch.B) * batch.T;
-  for (const auto& [tokens, what] : {std::pair{batch.inputs, "input"}, std::pair{batch.targets, "target"}})
-    for (int64_t i = 0; i < n; ++i)
-      ZS_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab, "GPT-2 batch: ", what, " token ", tokens[i],
-               " at position ", i, " is outside the vocabulary [0, ", config_.vocab, ")");
-}
-
 double GPT2::forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) {
   return run(ctx, batch, true, loss_scale);
 }
@@ -167,15 +91,10 @@ double GPT2::forward_backward(ParamContext& ctx, const Batch& batch, float loss_
 double GPT2::forward(ParamContext& ctx, const Batch& batch) { return run(ctx, batch, false, 0.0f); }
 
 double GPT2::run(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
-  check_batch(batch);
-  const Device device = ctx.device();
-  const DType dtype = ctx.compute_dtype();
-  const bool on_cpu = device == Device::cpu;
-  if (dtype == DType::f32) return run_as<float>(ctx, batch, backward, loss_scale);
-  if (dtype == DType::f64 && on_cpu) return run_as<double>(ctx, batch, backward, loss_scale);
-  if (dtype == DType::bf16 && !on_cpu) return run_as<bf16>(ctx, batch, backward, loss_scale);
-  fail("GPT-2 computes in f32 or f64 on cpu and in f32 or bf16 on cuda, not in ", dtype_name(dtype), " on ",
-       device_name(device));
+  check_batch("GPT-2", batch, config_.vocab, config_.ctx);
+  return with_compute_type("GPT-2", ctx, [&](auto type) {
+    return run_as<decltype(type)>(ctx, batch, backward, loss_scale);
+  });
 }
 
 template <class T>

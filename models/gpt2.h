@@ -52,7 +52,6 @@ class GPT2 final : public Model {
   double run(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);
   template <class T>
   double run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);
-  void check_batch(const Batch& batch) const;
 
   GPT2Config config_;
   // Kept between steps; reallocated only when (B, T), dtype or device change.

@@ -4,6 +4,7 @@
 
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
+#include "models/model_support.h"
 
 namespace zshard::gpt2 {
 
@@ -11,9 +12,8 @@ namespace {
 
 // The one description of the activation layout: calls f(tensor, shape, dtype) for every buffer, in
 // order. The tokens are i32; everything else is in the compute dtype.
-template <class F>
-void for_each_buffer(Activations& a, const GPT2Config& c, int B, int T, DType dtype, F&& f) {
-  const int64_t L = c.layers, C = c.dim, NH = c.heads, Vp = logits_row_stride(c);
+void for_each_buffer(Activations& a, const GPT2Config& c, int B, int T, DType dtype, const BufferVisitor& f) {
+  const int64_t L = c.layers, C = c.dim, NH = c.heads, Vp = logits_row_stride(c.vocab);
   f(a.inputs, {B, T}, DType::i32);
   f(a.targets, {B, T}, DType::i32);
   const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
@@ -58,19 +58,11 @@ T* block_input(const Activations& a, int l) {
   return l == 0 ? a.encoded.data<T>() : at<T>(a.residual3, l - 1);
 }
 
-// Elements a buffer takes in its allocation: its own, rounded up so that the next buffer starts 128-byte
-// aligned whatever the shapes (the GEMMs' fast kernels want aligned rows; see logits_row_stride).
-int64_t footprint(const Shape& shape) { return (shape_numel(shape) + 63) / 64 * 64; }
-
 }  // namespace
 
 int64_t Activations::bytes(const GPT2Config& c, int B, int T, DType dtype) {
   Activations unused;
-  int64_t total = 0;
-  for_each_buffer(unused, c, B, T, dtype, [&](Tensor&, const Shape& shape, DType type) {
-    total += footprint(shape) * int64_t(dtype_size(type));
-  });
-  return total;
+  return buffer_bytes([&](const BufferVisitor& f) { for_each_buffer(unused, c, B, T, dtype, f); });
 }
 
 void Activations::allocate(const GPT2Config& c, int b, int t, DType type, Device dev) {
@@ -78,29 +70,7 @@ void Activations::allocate(const GPT2Config& c, int b, int t, DType type, Device
   T = t;
   dtype = type;
   device = dev;
-  // One allocation per dtype, in order of first appearance: count, allocate, then cut the views.
-  std::vector<DType> dtypes;
-  std::vector<int64_t> numel;
-  const auto slot = [&](DType buffer_type) {
-    const size_t s = size_t(std::find(dtypes.begin(), dtypes.end(), buffer_type) - dtypes.begin());
-    if (s == dtypes.size()) {
-      dtypes.push_back(buffer_type);
-      numel.push_back(0);
-    }
-    return s;
-  };
-  for_each_buffer(*this, c, B, T, dtype, [&](Tensor&, const Shape& shape, DType buffer_type) {
-    numel[slot(buffer_type)] += footprint(shape);
-  });
-  storage.clear();
-  for (size_t s = 0; s < dtypes.size(); ++s)
-    storage.push_back(Tensor::empty({numel[s]}, dtypes[s], device, Category::activations));
-  std::vector<int64_t> offset(dtypes.size(), 0);
-  for_each_buffer(*this, c, B, T, dtype, [&](Tensor& view, const Shape& shape, DType buffer_type) {
-    const size_t s = slot(buffer_type);
-    view = storage[s].view(offset[s], shape);
-    offset[s] += footprint(shape);
-  });
+  storage = allocate_buffers([&](const BufferVisitor& f) { for_each_buffer(*this, c, B, T, dtype, f); }, device);
 }
 
 void Activations::load_tokens(const Batch& batch) const {
@@ -211,21 +181,15 @@ void Layers<T>::final_norm_backward(const UnitTensors& p, const UnitTensors& g) 
 
 template <class T>
 double Layers<T>::head_forward(const Tensor& wte, bool backward, float dloss) const {
-  const int N = a.B * a.T, C = c.dim, V = c.vocab, Vp = logits_row_stride(c);
-  T* logits = a.logits.data<T>();
-  // wte is (V, C): logits = lnf @ wte^T.
-  ops::gemm(a.device, false, true, N, V, C, 1.0f, a.lnf.data<T>(), C, wte.data<T>(), C, 0.0f, logits, Vp);
-  T* dlogits = backward ? logits : nullptr;
-  return ops::cross_entropy_forward_backward(a.device, dlogits, a.losses.data<T>(), logits,
-                                             a.targets.data<int32_t>(), N, V, Vp, dloss);
+  return LmHead{a.device, a.B * a.T, c.dim, c.vocab}.forward(a.logits.data<T>(), a.losses.data<T>(),
+                                                             a.lnf.data<T>(), wte.data<T>(),
+                                                             a.targets.data<int32_t>(), backward, dloss);
 }
 
 template <class T>
 void Layers<T>::head_backward(const Tensor& wte, const Tensor& dwte) const {
-  const int N = a.B * a.T, C = c.dim, V = c.vocab, Vp = logits_row_stride(c);
-  const T* dlogits = a.logits.data<T>();
-  ops::gemm(a.device, false, false, N, C, V, 1.0f, dlogits, Vp, wte.data<T>(), C, 0.0f, a.dln.data<T>(), C);
-  ops::gemm(a.device, true, false, V, C, N, 1.0f, dlogits, Vp, a.lnf.data<T>(), C, 1.0f, dwte.data<T>(), C);
+  LmHead{a.device, a.B * a.T, c.dim, c.vocab}.backward(a.dln.data<T>(), dwte.data<T>(), a.logits.data<T>(),
+                                                       a.lnf.data<T>(), wte.data<T>());
 }
 
 template struct Layers<float>;

@@ -7,6 +7,7 @@
 
 #include "kernels/ops.h"
 #include "models/gpt2_config.h"
+#include "models/lm_head.h"
 #include "models/model.h"
 
 namespace zshard::gpt2 {
@@ -57,11 +58,6 @@ struct Activations {
   void load_tokens(const Batch& batch) const;
 };
 
-// Row stride of the logits: the vocabulary rounded up to a multiple of 64, so that every row starts
-// 128-byte aligned (each activation buffer starts so) and cuBLAS can use its aligned tensor-core kernels
-// for the head's three GEMMs (about a third of GPT-2 small's FLOPs); GPT-2's 50257 is odd. The padding
-// columns are never read.
-inline int logits_row_stride(const GPT2Config& c) { return (c.vocab + 63) / 64 * 64; }
 
 // GPT-2's computation in dtype T (float or double on cpu, float or bf16 on cuda) over one set of
 // activations, on a.device. The tokens are a.inputs and a.targets.

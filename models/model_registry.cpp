@@ -4,6 +4,7 @@
 
 #include "kernels/error.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 
 namespace zshard {
 
@@ -20,6 +21,8 @@ std::map<std::string, Entry>& registry() {
     std::map<std::string, Entry> builtin;
     for (const auto& [name, config] : gpt2_named_configs())
       builtin[name] = {config, [](const ModelConfig& c) -> std::unique_ptr<Model> { return make_gpt2(c); }};
+    for (const auto& [name, config] : llama_named_configs())
+      builtin[name] = {config, [](const ModelConfig& c) -> std::unique_ptr<Model> { return make_llama(c); }};
     return builtin;
   }();
   return models;

@@ -1,4 +1,4 @@
-// Element-wise ops: GELU (tanh approximation) and the residual add.
+// Element-wise ops: GELU (tanh approximation), SwiGLU and the residual add.
 #include <cmath>
 #include <cstddef>
 
@@ -46,7 +46,28 @@ void residual_backward(T* da, T* db, const T* dout, size_t n) {
   }
 }
 
+// SwiGLU (Llama's MLP): out = silu(gate) * up with silu(x) = x * sigmoid(x).
+template <class T>
+void swiglu_forward(T* out, const T* gate, const T* up, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const T g = gate[i];
+    out[i] = g / (T(1) + std::exp(-g)) * up[i];
+  }
+}
+
+template <class T>
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const T g = gate[i], sig = T(1) / (T(1) + std::exp(-g));
+    dup[i] += dout[i] * g * sig;
+    // d silu / dg = sig * (1 + g * (1 - sig))
+    dgate[i] += dout[i] * up[i] * sig * (T(1) + g * (T(1) - sig));
+  }
+}
+
 #define ZS_INSTANTIATE(T)                                                                               \
+  template void swiglu_forward<T>(T*, const T*, const T*, size_t);                                      \
+  template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, size_t);                       \
   template void gelu_forward<T>(T*, const T*, size_t);                                                  \
   template void gelu_backward<T>(T*, const T*, const T*, size_t);                                       \
   template void residual_forward<T>(T*, const T*, const T*, size_t);                                    \

@@ -98,9 +98,43 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   }
 }
 
+template <class T>
+void gqa_pack(T* qkv, const T* q, const T* k, const T* v, int B, int Tn, int NH, int NKV, int HS) {
+  ZS_CHECK(NKV > 0 && NH % NKV == 0, "gqa_pack: ", NH, " query heads do not share ", NKV, " kv heads evenly");
+  const int group = NH / NKV, C = NH * HS, KC = NKV * HS;
+  for (size_t row = 0; row < size_t(B) * Tn; ++row) {
+    T* out = qkv + row * 3 * C;
+    std::copy(q + row * C, q + (row + 1) * C, out);
+    for (int h = 0; h < NH; ++h) {
+      const size_t src = row * KC + size_t(h / group) * HS;
+      std::copy(k + src, k + src + HS, out + C + size_t(h) * HS);
+      std::copy(v + src, v + src + HS, out + 2 * C + size_t(h) * HS);
+    }
+  }
+}
+
+template <class T>
+void gqa_pack_backward(T* dq, T* dk, T* dv, const T* dqkv, int B, int Tn, int NH, int NKV, int HS) {
+  const int group = NH / NKV, C = NH * HS, KC = NKV * HS;
+  for (size_t row = 0; row < size_t(B) * Tn; ++row) {
+    const T* in = dqkv + row * 3 * C;
+    for (int c = 0; c < C; ++c) dq[row * C + c] += in[c];
+    for (int h = 0; h < NH; ++h) {
+      T* dkh = dk + row * KC + size_t(h / group) * HS;
+      T* dvh = dv + row * KC + size_t(h / group) * HS;
+      for (int i = 0; i < HS; ++i) {
+        dkh[i] += in[C + size_t(h) * HS + i];
+        dvh[i] += in[2 * C + size_t(h) * HS + i];
+      }
+    }
+  }
+}
+
 #define ZS_INSTANTIATE(T)                                                                               \
   template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                             \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);
+  template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);            \
+  template void gqa_pack<T>(T*, const T*, const T*, const T*, int, int, int, int, int);                 \
+  template void gqa_pack_backward<T>(T*, T*, T*, const T*, int, int, int, int, int);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(double)
 #undef ZS_INSTANTIATE

@@ -1,4 +1,5 @@
-// Token + position embedding.
+// Token + position embedding (the position table is optional: Llama has none).
+#include <algorithm>
 #include <cstddef>
 
 #include "kernels/cpu/ops.h"
@@ -13,8 +14,12 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe
       const int32_t token = tokens[size_t(b) * Tn + t];
       ZS_CHECK(token >= 0, "embedding: negative token ", token);
       const T* e = wte + size_t(token) * C;
-      const T* p = wpe + size_t(t) * C;
       T* o = out + (size_t(b) * Tn + t) * C;
+      if (!wpe) {
+        std::copy(e, e + C, o);
+        continue;
+      }
+      const T* p = wpe + size_t(t) * C;
       for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
     }
   }
@@ -26,11 +31,10 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, 
     for (int t = 0; t < Tn; ++t) {
       const T* d = dout + (size_t(b) * Tn + t) * C;
       T* de = dwte + size_t(tokens[size_t(b) * Tn + t]) * C;
+      for (int c = 0; c < C; ++c) de[c] += d[c];
+      if (!dwpe) continue;
       T* dp = dwpe + size_t(t) * C;
-      for (int c = 0; c < C; ++c) {
-        de[c] += d[c];
-        dp[c] += d[c];
-      }
+      for (int c = 0; c < C; ++c) dp[c] += d[c];
     }
   }
 }

@@ -15,7 +15,7 @@ namespace zshard::cpu {
 
 constexpr double kLayerNormEps = 1e-5;
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wpe (and dwpe) may be null: no position table.
 template <class T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C);
 template <class T>
@@ -27,6 +27,34 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const T* mean, const T* rstd, int N, int C);
+
+// RMSNorm (Llama): out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps) per row, saved (N).
+template <class T>
+void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int C, float eps);
+template <class T>
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int N,
+                      int C);
+
+// Rotary position embedding in place on x (B,T,NH,HS), Hugging Face's rotate_half layout: element i of a
+// head pairs with i + HS/2 and turns by t * theta^(-2i/HS) at position t. The backward turns a gradient
+// back, in place: the one op besides cross-entropy that does not accumulate.
+template <class T>
+void rope_forward(T* x, int B, int Tn, int NH, int HS, float theta);
+template <class T>
+void rope_backward(T* dx, int B, int Tn, int NH, int HS, float theta);
+
+// Grouped-query attention's input for attention_forward: qkv (B,T,3*NH*HS) = [q | k | v] with each of the
+// NKV kv heads of k (B,T,NKV*HS) and v repeated for the NH/NKV query heads that share it.
+template <class T>
+void gqa_pack(T* qkv, const T* q, const T* k, const T* v, int B, int Tn, int NH, int NKV, int HS);
+template <class T>
+void gqa_pack_backward(T* dq, T* dk, T* dv, const T* dqkv, int B, int Tn, int NH, int NKV, int HS);
+
+// SwiGLU: out = silu(gate) * up, silu(x) = x * sigmoid(x).
+template <class T>
+void swiglu_forward(T* out, const T* gate, const T* up, size_t n);
+template <class T>
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n);
 
 // bias may be null (then dbias must be null too).
 template <class T>

@@ -41,6 +41,30 @@ template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const float* mean, const float* rstd, int N, int C, cudaStream_t stream = nullptr);
 
+// RMSNorm; rstd is fp32 for both T, as LayerNorm's statistics.
+template <class T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int N, int C, float eps,
+                     cudaStream_t stream = nullptr);
+template <class T>
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const float* rstd, int N,
+                      int C, cudaStream_t stream = nullptr);
+// Rotary embedding in place (forward), and its transpose in place on a gradient (backward).
+template <class T>
+void rope_forward(T* x, int B, int Tn, int NH, int HS, float theta, cudaStream_t stream = nullptr);
+template <class T>
+void rope_backward(T* dx, int B, int Tn, int NH, int HS, float theta, cudaStream_t stream = nullptr);
+template <class T>
+void gqa_pack(T* qkv, const T* q, const T* k, const T* v, int B, int Tn, int NH, int NKV, int HS,
+              cudaStream_t stream = nullptr);
+template <class T>
+void gqa_pack_backward(T* dq, T* dk, T* dv, const T* dqkv, int B, int Tn, int NH, int NKV, int HS,
+                       cudaStream_t stream = nullptr);
+template <class T>
+void swiglu_forward(T* out, const T* gate, const T* up, size_t n, cudaStream_t stream = nullptr);
+template <class T>
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n,
+                     cudaStream_t stream = nullptr);
+
 // cuBLAS with fp32 accumulation (CUBLAS_COMPUTE_32F: no TF32 for fp32 inputs). Scalars (alpha, beta here,
 // dloss and axpy's alpha below) are fp32 for every T: rounding a factor like 1/96 to bf16 would bias every
 // result by up to 0.4%.

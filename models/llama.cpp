@@ -1,0 +1,149 @@
+#include "models/llama.h"
+
+#include <string>
+
+#include "kernels/error.h"
+#include "models/llama_layers.h"
+#include "models/model_support.h"
+
+namespace zshard {
+
+namespace {
+
+constexpr double kInitStd = 0.02;  // Hugging Face's initializer_range
+
+std::vector<ParamDef> param_defs(const LlamaConfig& c, int unit) {
+  const int final_unit = c.layers + 1;
+  ZS_CHECK(unit >= 0 && unit <= final_unit, "Llama has units 0..", final_unit, ", not ", unit);
+  const int64_t C = c.dim, KV = c.kv_dim(), F = c.ffn_dim;
+  const auto mat = [](std::string name, Shape shape) { return ParamDef{{std::move(name), std::move(shape), true}, 0.0, kInitStd}; };
+  const auto gain = [](std::string name, int64_t n) { return ParamDef{{std::move(name), {n}, false}, 1.0, 0.0}; };
+  if (unit == 0) return {mat("model.embed_tokens.weight", {c.vocab, C})};
+  if (unit == final_unit) {
+    std::vector<ParamDef> defs = {gain("model.norm.weight", C)};
+    if (!c.tie_embeddings) defs.push_back(mat("lm_head.weight", {c.vocab, C}));
+    return defs;
+  }
+  const std::string p = "model.layers." + std::to_string(unit - 1) + ".";
+  std::vector<ParamDef> defs = {
+      gain(p + "input_layernorm.weight", C),
+      mat(p + "self_attn.q_proj.weight", {C, C}),
+      mat(p + "self_attn.k_proj.weight", {KV, C}),
+      mat(p + "self_attn.v_proj.weight", {KV, C}),
+      mat(p + "self_attn.o_proj.weight", {C, C}),
+      gain(p + "post_attention_layernorm.weight", C),
+      mat(p + "mlp.gate_proj.weight", {F, C}),
+      mat(p + "mlp.up_proj.weight", {F, C}),
+      mat(p + "mlp.down_proj.weight", {C, F}),
+  };
+  ZS_CHECK(defs.size() == llama::kNumLayerParams, "Llama layer params out of step with llama::LayerParam");
+  return defs;
+}
+
+std::string unit_name(const LlamaConfig& c, int unit) {
+  if (unit == 0) return "embed";
+  if (unit == c.layers + 1) return "final";
+  return "layers." + std::to_string(unit - 1);
+}
+
+}  // namespace
+
+Llama::Llama(LlamaConfig config) : config_(config) { config_.validate(); }
+
+Llama::~Llama() = default;
+
+std::vector<UnitSpec> Llama::units() const {
+  std::vector<UnitSpec> units;
+  for (int u = 0; u < num_units(); ++u) {
+    UnitSpec unit{unit_name(config_, u), {}};
+    for (ParamDef& def : param_defs(config_, u)) unit.params.push_back(std::move(def.spec));
+    units.push_back(std::move(unit));
+  }
+  return units;
+}
+
+void Llama::init_unit(int unit, const UnitTensors& params, uint64_t seed) const {
+  init_params("Llama", param_defs(config_, unit), params, unit, seed);
+}
+
+int64_t Llama::activation_bytes(int B, int T, DType dtype) const {
+  ZS_CHECK(B > 0 && T > 0, "Llama activation_bytes: B and T must be positive, got B=", B, " T=", T);
+  return llama::Activations::bytes(config_, B, T, dtype);
+}
+
+double Llama::flops_per_token(int T) const {
+  const double head = config_.tie_embeddings ? double(config_.vocab) * config_.dim : 0.0;
+  return 6.0 * (double(num_params(*this)) + head) + 6.0 * config_.layers * double(T) * config_.dim;
+}
+
+std::unique_ptr<Llama> make_llama(const ModelConfig& config) { return std::make_unique<Llama>(llama_config_from(config)); }
+
+double Llama::forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) {
+  return run(ctx, batch, true, loss_scale);
+}
+
+double Llama::forward(ParamContext& ctx, const Batch& batch) { return run(ctx, batch, false, 0.0f); }
+
+double Llama::run(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
+  check_batch("Llama", batch, config_.vocab, config_.ctx);
+  return with_compute_type("Llama", ctx, [&](auto type) {
+    return run_as<decltype(type)>(ctx, batch, backward, loss_scale);
+  });
+}
+
+template <class T>
+double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
+  const DType dtype = dtype_of<T>();
+  if (!acts_ || acts_->B != batch.B || acts_->T != batch.T || acts_->dtype != dtype || acts_->device != ctx.device()) {
+    acts_.reset();  // free the old buffers before allocating the new ones
+    acts_ = std::make_unique<llama::Activations>();
+    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device());
+  }
+  acts_->load_tokens(batch);
+  const llama::Layers<T> layers{config_, *acts_};
+  const int L = config_.layers, final_unit = L + 1;
+  const bool tied = config_.tie_embeddings;
+
+  layers.embedding_forward(ctx.gather(0));
+  ctx.release(0);
+  for (int l = 0; l < L; ++l) {
+    layers.layer_forward(l, ctx.gather(1 + l));
+    ctx.release(1 + l);
+  }
+  double loss = 0;
+  {
+    const UnitTensors& p = ctx.gather(final_unit);
+    layers.final_norm_forward(p);
+    if (!tied) {  // the head lives in the final unit: logits and their backward under this gather
+      loss = layers.head_forward(p[llama::kLmHead], backward, loss_scale);
+      if (backward) layers.head_backward(p[llama::kLmHead], ctx.grads(final_unit)[llama::kLmHead]);
+    }
+    ctx.release(final_unit);
+  }
+  if (tied) {  // the head is the embedding: gathered a second time, as GPT-2's is
+    const Tensor& head = ctx.gather(0)[llama::kEmbed];
+    loss = layers.head_forward(head, backward, loss_scale);
+    if (backward) layers.head_backward(head, ctx.grads(0)[llama::kEmbed]);
+    ctx.release(0);
+  }
+  if (!backward) return loss;
+
+  {
+    const UnitTensors& p = ctx.gather(final_unit);
+    layers.final_norm_backward(p, ctx.grads(final_unit));
+    ctx.release(final_unit);
+    ctx.grads_ready(final_unit);
+  }
+  for (int l = L - 1; l >= 0; --l) {
+    const UnitTensors& p = ctx.gather(1 + l);
+    layers.layer_backward(l, p, ctx.grads(1 + l));
+    ctx.release(1 + l);
+    ctx.grads_ready(1 + l);
+  }
+  // The embedding's backward reads only the tokens; a tied head's dW is in its grads already.
+  layers.embedding_backward(ctx.grads(0));
+  ctx.grads_ready(0);
+  return loss;
+}
+
+}  // namespace zshard

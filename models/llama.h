@@ -1,0 +1,56 @@
+// A Llama-family decoder (Touvron et al. 2023) as a zshard Model, numerically Hugging Face's
+// LlamaForCausalLM: pre-norm RMSNorm (eps 1e-5), rotary position embeddings (rotate_half layout), grouped-
+// query attention, a SwiGLU MLP, no biases, the output head tied to the embedding or not.
+//
+// Units, in order (parameter names and layouts are Hugging Face's, nn.Linear weights (out, in)):
+//   0        "embed"      model.embed_tokens.weight (V,C)
+//   1..L     "layers.{i}" model.layers.{i}.input_layernorm.weight, self_attn.{q,k,v,o}_proj.weight,
+//                         post_attention_layernorm.weight, mlp.{gate,up,down}_proj.weight
+//   L+1      "final"      model.norm.weight, and lm_head.weight (V,C) when the head is untied
+#pragma once
+#include <memory>
+
+#include "models/llama_config.h"
+#include "models/model.h"
+
+namespace zshard {
+
+namespace llama {
+struct Activations;
+}
+
+class Llama final : public Model {
+ public:
+  explicit Llama(LlamaConfig config);  // validates the config
+  ~Llama() override;
+
+  const LlamaConfig& config() const { return config_; }
+  int num_units() const { return config_.layers + 2; }
+
+  std::vector<UnitSpec> units() const override;
+  // Hugging Face init: matrices and the embedding N(0, 0.02), RMSNorm gains 1.
+  void init_unit(int unit, const UnitTensors& params, uint64_t seed) const override;
+  // Gathers every unit for forward and again for backward; a tied head gathers the embedding a second
+  // time, for the logits and their backward. grads_ready runs from the final unit down to unit 0.
+  double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
+  double forward(ParamContext& ctx, const Batch& batch) override;
+  int64_t activation_bytes(int B, int T, DType dtype) const override;
+  int vocab_size() const override { return config_.vocab; }
+  int context_length() const override { return config_.ctx; }
+  // 6 per parameter (the head's included when tied), plus attention's scores and weighted values, halved
+  // by the causal mask: 6 * layers * T * dim.
+  double flops_per_token(int T) const override;
+
+ private:
+  template <class T>
+  double run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);
+  double run(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);
+
+  LlamaConfig config_;
+  std::unique_ptr<llama::Activations> acts_;  // reallocated only when (B, T), dtype or device change
+};
+
+// The registry's builder (models/model_registry.h).
+std::unique_ptr<Llama> make_llama(const ModelConfig& config);
+
+}  // namespace zshard

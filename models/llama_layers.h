@@ -1,0 +1,72 @@
+// Llama internals shared by llama.cpp (units, protocol) and llama_layers.cpp (the math): the activation
+// buffers and each unit's forward and backward, written out by hand as GPT-2's are.
+#pragma once
+#include <vector>
+
+#include "kernels/ops.h"
+#include "models/llama_config.h"
+#include "models/model.h"
+
+namespace zshard::llama {
+
+// Indices into a layer unit's params and grads, in the order Llama::units() declares them. Matrices have
+// Hugging Face's nn.Linear layout (out, in): y = x @ W^T.
+enum LayerParam { kAttnNorm, kQ, kK, kV, kO, kMlpNorm, kGate, kUp, kDown, kNumLayerParams };
+enum EmbedParam { kEmbed };
+enum FinalParam { kFinalNorm, kLmHead };  // kLmHead only with an untied head
+
+// Everything forward_backward keeps for one (B, T); per-layer buffers have a leading layer dimension L.
+struct Activations {
+  int B = 0, T = 0;
+  DType dtype = DType::f32;
+  Device device = Device::cpu;
+  std::vector<Tensor> storage;  // one allocation per dtype (models/model_support.h)
+
+  Tensor inputs, targets;             // (B,T) i32, copied to the device
+  Tensor encoded;                     // (B,T,C) the token embedding: layer 0's input
+  Tensor ln1, ln1_rstd;               // (L,B,T,C), (L,B,T)
+  Tensor qkv;                         // (L,B,T,3C) rotated q, and k and v repeated per query head
+  Tensor att;                         // (L,B,NH,T,T) softmax probabilities
+  Tensor atty;                        // (L,B,T,C) attention output before o_proj
+  Tensor residual2;                   // (L,B,T,C) after the attention residual add
+  Tensor ln2, ln2_rstd;
+  Tensor gate, up, swiglu;            // (L,B,T,F)
+  Tensor residual3;                   // (L,B,T,C) layer output
+  Tensor lnf, lnf_rstd;               // (B,T,C), (B,T)
+  Tensor logits;                      // (B,T,Vp); dlogits in the backward
+  Tensor losses;                      // (B,T)
+  // Scratch shared by all layers: projections before they are packed or added, and the backward's.
+  Tensor proj, q, dq;                 // (B,T,C)
+  Tensor k, v, dk, dv;                // (B,T,KV)
+  Tensor dresidual, dln, datty;       // (B,T,C)
+  Tensor dqkv;                        // (B,T,3C)
+  Tensor dswiglu, dgate, dup;         // (B,T,F)
+
+  static int64_t bytes(const LlamaConfig& c, int B, int T, DType dtype);
+  void allocate(const LlamaConfig& c, int b, int t, DType type, Device dev);
+  void load_tokens(const Batch& batch) const;
+};
+
+template <class T>
+struct Layers {
+  using Stat = ops::NormStat<T>;
+  const LlamaConfig& c;
+  Activations& a;
+
+  void embedding_forward(const UnitTensors& p) const;
+  void embedding_backward(const UnitTensors& g) const;  // reads no parameters
+  void layer_forward(int layer, const UnitTensors& p) const;
+  // On entry a.dresidual holds d(loss)/d(layer output); on exit d(loss)/d(layer input).
+  void layer_backward(int layer, const UnitTensors& p, const UnitTensors& g) const;
+  void final_norm_forward(const UnitTensors& p) const;
+  // From a.dln = d(loss)/d(lnf) to a.dresidual = d(loss)/d(last layer output).
+  void final_norm_backward(const UnitTensors& p, const UnitTensors& g) const;
+  double head_forward(const Tensor& head, bool backward, float dloss) const;
+  void head_backward(const Tensor& head, const Tensor& dhead) const;
+};
+
+extern template struct Layers<float>;
+extern template struct Layers<double>;
+extern template struct Layers<bf16>;
+
+}  // namespace zshard::llama

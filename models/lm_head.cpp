@@ -1,0 +1,31 @@
+#include "models/lm_head.h"
+
+#include "kernels/ops.h"
+
+namespace zshard {
+
+template <class T>
+double LmHead::forward(T* logits, T* losses, const T* x, const T* W, const int32_t* targets, bool backward,
+                       float dloss) const {
+  const int Vp = logits_row_stride(V);
+  ops::gemm(device, false, true, N, V, C, 1.0f, x, C, W, C, 0.0f, logits, Vp);
+  return ops::cross_entropy_forward_backward(device, backward ? logits : nullptr, losses, logits, targets, N, V,
+                                             Vp, dloss);
+}
+
+template <class T>
+void LmHead::backward(T* dx, T* dW, const T* dlogits, const T* x, const T* W) const {
+  const int Vp = logits_row_stride(V);
+  ops::gemm(device, false, false, N, C, V, 1.0f, dlogits, Vp, W, C, 0.0f, dx, C);
+  ops::gemm(device, true, false, V, C, N, 1.0f, dlogits, Vp, x, C, 1.0f, dW, C);
+}
+
+#define ZS_INSTANTIATE(T)                                                                                  \
+  template double LmHead::forward<T>(T*, T*, const T*, const T*, const int32_t*, bool, float) const;       \
+  template void LmHead::backward<T>(T*, T*, const T*, const T*, const T*) const;
+ZS_INSTANTIATE(float)
+ZS_INSTANTIATE(double)
+ZS_INSTANTIATE(bf16)
+#undef ZS_INSTANTIATE
+
+}  // namespace zshard

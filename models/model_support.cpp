@@ -1,0 +1,117 @@
+#include "models/model_support.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace zshard {
+
+namespace {
+
+uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// N(0, 1) samples from splitmix64 and Box-Muller, written out so that the values depend on nothing but
+// the seed (not on a standard library's distributions).
+class NormalStream {
+ public:
+  NormalStream(uint64_t seed, int unit, int param)
+      : state_(mix64(mix64(mix64(seed) ^ uint64_t(unit)) ^ uint64_t(param))) {}
+
+  double next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double u1 = double((next_u64() >> 11) + 1) * 0x1p-53;  // (0, 1]: log(u1) is finite
+    const double u2 = double(next_u64() >> 11) * 0x1p-53;        // [0, 1)
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    const double theta = 2.0 * std::numbers::pi * u2;
+    spare_ = r * std::sin(theta);
+    has_spare_ = true;
+    return r * std::cos(theta);
+  }
+
+ private:
+  uint64_t next_u64() { return mix64(state_ += 0x9e3779b97f4a7c15ull); }
+
+  uint64_t state_;
+  double spare_ = 0.0;
+  bool has_spare_ = false;
+};
+
+template <class T>
+void fill(const Tensor& t, const ParamDef& def, NormalStream& rng) {
+  T* x = t.data<T>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    x[i] = T(def.init_std == 0.0 ? def.init_mean : def.init_mean + def.init_std * rng.next());
+}
+
+int64_t footprint(const Shape& shape) { return (shape_numel(shape) + 63) / 64 * 64; }
+
+}  // namespace
+
+void init_params(const std::string& model, const std::vector<ParamDef>& defs, const UnitTensors& params,
+                 int unit, uint64_t seed) {
+  ZS_CHECK(params.size() == defs.size(), model, " unit ", unit, " has ", defs.size(), " params, got ",
+           params.size(), " tensors");
+  for (size_t i = 0; i < defs.size(); ++i) {
+    const Tensor& t = params[i];
+    ZS_CHECK(t.shape() == defs[i].spec.shape, defs[i].spec.name, ": expected shape ", shape_str(defs[i].spec.shape),
+             ", got ", shape_str(t.shape()));
+    ZS_CHECK(t.device() == Device::cpu, defs[i].spec.name, ": init_unit fills host tensors only");
+    NormalStream rng(seed, unit, int(i));
+    switch (t.dtype()) {
+      case DType::f32: fill<float>(t, defs[i], rng); break;
+      case DType::f64: fill<double>(t, defs[i], rng); break;
+      default: fail(defs[i].spec.name, ": init_unit fills f32 or f64, not ", dtype_name(t.dtype()));
+    }
+  }
+}
+
+void check_batch(const std::string& model, const Batch& batch, int vocab, int ctx) {
+  ZS_CHECK(batch.B > 0 && batch.T > 0, model, " batch: B and T must be positive, got B=", batch.B, " T=", batch.T);
+  ZS_CHECK(batch.T <= ctx, model, " batch: sequence length T=", batch.T, " exceeds the context ", ctx);
+  ZS_CHECK(batch.inputs && batch.targets, model, " batch: inputs and targets must both be given");
+  const int64_t n = int64_t(batch.B) * batch.T;
+  for (const auto& [tokens, what] : {std::pair{batch.inputs, "input"}, std::pair{batch.targets, "target"}})
+    for (int64_t i = 0; i < n; ++i)
+      ZS_CHECK(tokens[i] >= 0 && tokens[i] < vocab, model, " batch: ", what, " token ", tokens[i], " at position ",
+               i, " is outside the vocabulary [0, ", vocab, ")");
+}
+
+int64_t buffer_bytes(const BufferList& list) {
+  int64_t total = 0;
+  list([&](Tensor&, const Shape& shape, DType type) { total += footprint(shape) * int64_t(dtype_size(type)); });
+  return total;
+}
+
+std::vector<Tensor> allocate_buffers(const BufferList& list, Device device) {
+  // Count, allocate, then cut the views.
+  std::vector<DType> dtypes;
+  std::vector<int64_t> numel;
+  const auto slot = [&](DType type) {
+    const size_t s = size_t(std::find(dtypes.begin(), dtypes.end(), type) - dtypes.begin());
+    if (s == dtypes.size()) {
+      dtypes.push_back(type);
+      numel.push_back(0);
+    }
+    return s;
+  };
+  list([&](Tensor&, const Shape& shape, DType type) { numel[slot(type)] += footprint(shape); });
+  std::vector<Tensor> storage;
+  for (size_t s = 0; s < dtypes.size(); ++s)
+    storage.push_back(Tensor::empty({numel[s]}, dtypes[s], device, Category::activations));
+  std::vector<int64_t> offset(dtypes.size(), 0);
+  list([&](Tensor& view, const Shape& shape, DType type) {
+    const size_t s = slot(type);
+    view = storage[s].view(offset[s], shape);
+    offset[s] += footprint(shape);
+  });
+  return storage;
+}
+
+}  // namespace zshard

@@ -1,0 +1,53 @@
+// What the hand-written models (GPT-2, Llama) share, kept out of the model API itself: parameter init from
+// a seed alone, the checks of a batch, the dispatch on the context's compute dtype, and the layout of
+// activation buffers in one allocation per dtype.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/error.h"
+#include "kernels/tensor.h"
+#include "models/model.h"
+
+namespace zshard {
+
+// A parameter with its initial distribution: mean + std * N(0, 1) (std 0: the constant mean).
+struct ParamDef {
+  ParamSpec spec;
+  double init_mean;
+  double init_std;
+};
+// Fills a unit's host tensors (f32 or f64) from `defs`. The values depend on (seed, unit, param index)
+// only, never on the world size or a standard library's distributions; f32 gets the f64 values rounded.
+void init_params(const std::string& model, const std::vector<ParamDef>& defs, const UnitTensors& params,
+                 int unit, uint64_t seed);
+
+// Every token of the batch inside [0, vocab), T within the context; errors name the model.
+void check_batch(const std::string& model, const Batch& batch, int vocab, int ctx);
+
+// Calls run(T{}) with T the context's compute type: float or double on the cpu, float or bf16 on cuda.
+template <class Run>
+double with_compute_type(const std::string& model, const ParamContext& ctx, Run&& run) {
+  const DType dtype = ctx.compute_dtype();
+  const bool on_cpu = ctx.device() == Device::cpu;
+  if (dtype == DType::f32) return run(float{});
+  if (dtype == DType::f64 && on_cpu) return run(double{});
+  if (dtype == DType::bf16 && !on_cpu) return run(bf16{});
+  fail(model, " computes in f32 or f64 on cpu and in f32 or bf16 on cuda, not in ", dtype_name(dtype), " on ",
+       device_name(ctx.device()));
+}
+
+// A model's activations as a list of buffers: `list(visit)` calls visit(view, shape, dtype) for every
+// buffer, in order, the same way each time.
+using BufferVisitor = std::function<void(Tensor& view, const Shape& shape, DType dtype)>;
+using BufferList = std::function<void(const BufferVisitor& visit)>;
+// Bytes allocate_buffers takes for the list: each buffer rounded up so that the next starts 128-byte
+// aligned (the GEMMs' fast kernels want aligned rows).
+int64_t buffer_bytes(const BufferList& list);
+// One tracking-allocator Tensor per dtype (Category::activations), in order of first appearance, and
+// every view cut from it. Returns the storage, which the views borrow.
+std::vector<Tensor> allocate_buffers(const BufferList& list, Device device);
+
+}  // namespace zshard

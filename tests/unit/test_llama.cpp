@@ -1,0 +1,232 @@
+// The Llama model on one process: its named sizes against the published parameter counts, Hugging Face
+// names, its forward against a plain-loop transcription of LlamaForCausalLM, every gradient against
+// finite differences in double (tied and untied heads, fewer KV heads than query heads), f32 against f64,
+// and its activation bytes against the allocator.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernels/allocator.h"
+#include "models/llama.h"
+#include "models/local_params.h"
+#include "models/model_registry.h"
+#include "tests/support/test_support.h"
+
+namespace zshard {
+namespace {
+
+using test::max_rel_diff;
+using Vec = std::vector<double>;
+
+// Small enough to finite-difference every parameter element: 4 query heads sharing 2 KV heads.
+LlamaConfig micro(bool tied) { return {2, 8, 4, 2, 12, 11, 8, 10000, tied}; }
+
+struct Tokens {
+  std::vector<int32_t> inputs, targets;
+  int B, T;
+  Tokens(int b, int t, int vocab, uint64_t seed) : B(b), T(t) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int32_t> token(0, vocab - 1);
+    for (int i = 0; i < 2 * b * t; ++i) (i < b * t ? inputs : targets).push_back(token(rng));
+  }
+  Batch batch() const { return {inputs.data(), targets.data(), B, T}; }
+};
+
+void randomize(LocalParams& ctx, double std, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, std);
+  for (int u = 0; u < ctx.num_units(); ++u)
+    for (const Tensor& p : ctx.param_tensors(u)) {
+      Vec values(size_t(p.numel()));
+      for (double& v : values) v = normal(rng);
+      assign_doubles(p, values);
+    }
+}
+
+// Hugging Face's LlamaForCausalLM forward transcribed into plain loops in double, sharing no code with the
+// model: the sum of the token losses.
+double reference_loss(const LlamaConfig& c, const LocalParams& ctx, const Tokens& data) {
+  const int T = data.T, C = c.dim, NH = c.heads, NKV = c.kv_heads, hs = C / NH, KV = NKV * hs, F = c.ffn_dim;
+  const auto param = [&](int unit, int i) { return to_doubles(ctx.param_tensors(unit)[i]); };
+  const auto rmsnorm = [&](const Vec& x, const Vec& w) {
+    Vec out(x.size());
+    for (int t = 0; t < T; ++t) {
+      double ms = 0;
+      for (int i = 0; i < C; ++i) ms += x[t * C + i] * x[t * C + i] / C;
+      for (int i = 0; i < C; ++i) out[t * C + i] = x[t * C + i] / std::sqrt(ms + 1e-5) * w[i];
+    }
+    return out;
+  };
+  const auto linear = [&](const Vec& x, int in, const Vec& w, int out_dim) {  // x @ w^T, w (out, in)
+    Vec out(size_t(T) * out_dim, 0.0);
+    for (int t = 0; t < T; ++t)
+      for (int o = 0; o < out_dim; ++o)
+        for (int i = 0; i < in; ++i) out[t * out_dim + o] += x[t * in + i] * w[o * in + i];
+    return out;
+  };
+  const auto rope = [&](Vec& x, int heads) {  // rotate_half: q*cos + rotate_half(q)*sin
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < heads; ++h) {
+        double* v = &x[(t * heads + h) * hs];
+        Vec out(hs);
+        for (int i = 0; i < hs; ++i) {
+          const int j = i % (hs / 2);
+          const double angle = t * std::pow(c.rope_theta, -2.0 * j / hs);
+          const double rotated = i < hs / 2 ? -v[i + hs / 2] : v[i - hs / 2];
+          out[i] = v[i] * std::cos(angle) + rotated * std::sin(angle);
+        }
+        std::copy(out.begin(), out.end(), v);
+      }
+  };
+  const Vec embed = param(0, 0);
+  const Vec head = c.tie_embeddings ? embed : param(c.layers + 1, 1);
+  double total = 0;
+  for (int b = 0; b < data.B; ++b) {
+    const int32_t* tokens = data.inputs.data() + b * T;
+    Vec x(size_t(T) * C);
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < C; ++i) x[t * C + i] = embed[tokens[t] * C + i];
+    for (int l = 0; l < c.layers; ++l) {
+      const auto p = [&](int i) { return param(1 + l, i); };
+      const Vec h1 = rmsnorm(x, p(0));
+      Vec q = linear(h1, C, p(1), C), k = linear(h1, C, p(2), KV);
+      const Vec v = linear(h1, C, p(3), KV);
+      rope(q, NH);
+      rope(k, NKV);
+      Vec y(size_t(T) * C, 0.0);
+      for (int h = 0; h < NH; ++h) {
+        const int kh = h / (NH / NKV);
+        for (int t = 0; t < T; ++t) {
+          Vec score(t + 1);
+          double max_score = -1e300, norm = 0;
+          for (int s = 0; s <= t; ++s) {
+            double dot = 0;
+            for (int d = 0; d < hs; ++d) dot += q[t * C + h * hs + d] * k[s * KV + kh * hs + d];
+            max_score = std::max(max_score, score[s] = dot / std::sqrt(double(hs)));
+          }
+          for (double& s : score) norm += (s = std::exp(s - max_score));
+          for (int s = 0; s <= t; ++s)
+            for (int d = 0; d < hs; ++d) y[t * C + h * hs + d] += score[s] / norm * v[s * KV + kh * hs + d];
+        }
+      }
+      const Vec attn = linear(y, C, p(4), C);
+      for (size_t i = 0; i < x.size(); ++i) x[i] += attn[i];
+      const Vec h2 = rmsnorm(x, p(5));
+      const Vec gate = linear(h2, C, p(6), F), up = linear(h2, C, p(7), F);
+      Vec act(gate.size());
+      for (size_t i = 0; i < act.size(); ++i) act[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+      const Vec mlp = linear(act, F, p(8), C);
+      for (size_t i = 0; i < x.size(); ++i) x[i] += mlp[i];
+    }
+    const Vec logits = linear(rmsnorm(x, param(c.layers + 1, 0)), C, head, c.vocab);
+    for (int t = 0; t < T; ++t) {
+      double max_logit = -1e300, norm = 0;
+      for (int v = 0; v < c.vocab; ++v) max_logit = std::max(max_logit, logits[t * c.vocab + v]);
+      for (int v = 0; v < c.vocab; ++v) norm += std::exp(logits[t * c.vocab + v] - max_logit);
+      total += max_logit + std::log(norm) - logits[t * c.vocab + data.targets[b * T + t]];
+    }
+  }
+  return total;
+}
+
+TEST(LlamaConfig, NamedSizesHaveThePublishedParameterCounts) {
+  EXPECT_EQ(llama_config("tinyllama-1.1b").num_params(), 1'100'048'384);
+  EXPECT_EQ(llama_config("llama-3.2-1b").num_params(), 1'235'814'400);
+  for (const char* name : {"llama-tiny", "tinyllama-1.1b", "llama-3.2-1b"}) {
+    const std::unique_ptr<Model> model = build_model(name, model_config(name));
+    EXPECT_EQ(num_params(*model), llama_config(name).num_params()) << name;
+  }
+  EXPECT_THAT(test::error_of([] { build_model("llama-tiny", model_config("llama-tiny", {{"kv_heads", 3}})); }),
+              ::testing::HasSubstr("heads 4 is not divisible by kv_heads 3"));
+}
+
+TEST(Llama, UnitsCarryHuggingFaceNames) {
+  for (bool tied : {false, true}) {
+    const std::vector<UnitSpec> units = Llama(micro(tied)).units();
+    ASSERT_EQ(units.size(), 4u);
+    EXPECT_EQ(units[0].params[0].name, "model.embed_tokens.weight");
+    EXPECT_EQ(units[1].params[2].name, "model.layers.0.self_attn.k_proj.weight");
+    EXPECT_EQ(units[1].params[2].shape, (Shape{4, 8}));  // 2 KV heads of 2
+    EXPECT_EQ(units[2].params[8].name, "model.layers.1.mlp.down_proj.weight");
+    EXPECT_EQ(units[3].params.size(), tied ? 1u : 2u);
+    EXPECT_FALSE(units[1].params[0].weight_decay);  // RMSNorm gains are not decayed
+    EXPECT_TRUE(units[1].params[1].weight_decay);
+  }
+}
+
+TEST(Llama, ForwardEqualsHuggingFaceTranscription) {
+  for (bool tied : {false, true}) {
+    Llama model(micro(tied));
+    LocalParams ctx(model, DType::f64);
+    randomize(ctx, 0.4, tied ? 21 : 22);
+    const Tokens data(2, 7, micro(tied).vocab, 23);
+    EXPECT_NEAR(model.forward(ctx, data.batch()), reference_loss(micro(tied), ctx, data), 1e-10) << tied;
+  }
+}
+
+TEST(Llama, EveryGradientMatchesFiniteDifferencesInDouble) {
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied head" : "untied head");
+    Llama model(micro(tied));
+    LocalParams ctx(model, DType::f64);
+    randomize(ctx, 0.4, 24);
+    const Tokens data(2, 5, micro(tied).vocab, 25);
+    model.forward_backward(ctx, data.batch(), 1.0f);
+    const std::vector<UnitSpec> units = model.units();
+    const double h = 1e-5;
+    for (int u = 0; u < ctx.num_units(); ++u)
+      for (size_t i = 0; i < units[u].params.size(); ++i) {
+        double* x = ctx.param_tensors(u)[i].data<double>();
+        Vec numeric(size_t(units[u].params[i].numel()));
+        for (size_t j = 0; j < numeric.size(); ++j) {
+          const double saved = x[j];
+          x[j] = saved + h;
+          const double plus = model.forward(ctx, data.batch());
+          x[j] = saved - h;
+          const double minus = model.forward(ctx, data.batch());
+          x[j] = saved;
+          numeric[j] = (plus - minus) / (2 * h);
+        }
+        EXPECT_LE(max_rel_diff(to_doubles(ctx.grad_tensors(u)[i]), numeric), 1e-6) << units[u].params[i].name;
+      }
+  }
+}
+
+TEST(Llama, FloatMatchesDouble) {
+  const LlamaConfig tiny = llama_config("llama-tiny");
+  Llama model(tiny);
+  LocalParams ctx64(model, DType::f64), ctx32(model, DType::f32);
+  ctx64.init(model, 26);
+  ctx32.copy_params_from(ctx64);
+  const Tokens data(2, 32, tiny.vocab, 27);
+  const double loss64 = model.forward_backward(ctx64, data.batch(), 1.0f);
+  const double loss32 = model.forward_backward(ctx32, data.batch(), 1.0f);
+  EXPECT_NEAR(loss32, loss64, 1e-5 * loss64);
+  EXPECT_NEAR(loss64 / (data.B * data.T), std::log(double(tiny.vocab)), 0.1);  // init: about uniform
+  for (int u = 0; u < ctx64.num_units(); ++u)
+    for (size_t i = 0; i < ctx64.grad_tensors(u).size(); ++i)
+      EXPECT_LE(max_rel_diff(to_doubles(ctx32.grad_tensors(u)[i]), to_doubles(ctx64.grad_tensors(u)[i])), 1e-4)
+          << u << "." << i;
+}
+
+TEST(Llama, ActivationBytesMatchTheAllocator) {
+  const auto live = [] { return Allocator::of(Device::cpu).stats().live[int(Category::activations)]; };
+  const int64_t before = live();
+  {
+    const LlamaConfig tiny = llama_config("llama-tiny");
+    Llama model(tiny);
+    LocalParams ctx(model, DType::f32);
+    ctx.init(model, 28);
+    for (auto [B, T] : {std::pair{2, 16}, std::pair{3, 7}}) {
+      const Tokens data(B, T, tiny.vocab, 29);
+      model.forward_backward(ctx, data.batch(), 1.0f);
+      EXPECT_EQ(live() - before, model.activation_bytes(B, T, DType::f32)) << B << "x" << T;
+    }
+  }
+  EXPECT_EQ(live(), before);
+}
+
+}  // namespace
+}  // namespace zshard
