@@ -27,6 +27,19 @@ expect_ok "export loads with --init-from" "$TRAIN" "${ARGS[@]}" --steps 0 \
   --init-from "$WORK/exported.safetensors" --save "$WORK/reloaded.safetensors"
 expect_true "and holds the same weights" cmp -s "$WORK/exported.safetensors" "$WORK/reloaded.safetensors"
 
+# The same for llama-tiny (an untied head, grouped-query attention): no model has a case of its own.
+LK="$WORK/llama-ck"
+expect_ok "llama-tiny: save zero3 np 4" "${MPIRUN[@]}" -np 4 "$TRAIN" --model llama-tiny --strategy zero3 \
+  "${ARGS[@]}" --steps 6 --save-dir "$LK" --save-every 2 --log-json "$WORK/llama-full.json" \
+  --save "$WORK/llama-final.safetensors"
+expect_ok "llama-tiny: resume as ddp np 2" "${MPIRUN[@]}" -np 2 "$TRAIN" --model llama-tiny --strategy ddp \
+  "${ARGS[@]}" --steps 6 --resume "$LK/step-00000004" --log-json "$WORK/llama-ddp.json"
+same_losses "llama-tiny: ddp np 2 after zero3 np 4, losses within 1e-6" "$WORK/llama-full.json" \
+  "$WORK/llama-ddp.json" 1e-6
+expect_ok "llama-tiny: export" "$EXPORT" "$LK/step-00000006" "$WORK/llama-exported.safetensors"
+expect_true "llama-tiny: export equals the consolidated --save" \
+  cmp -s "$WORK/llama-exported.safetensors" "$WORK/llama-final.safetensors"
+
 # Damaged copies, each the newest checkpoint of its own save directory. The failing runs resume with
 # --save-dir and --keep 1, so a run that went on before checking would save and prune there; every file
 # and directory must be as it was after them. The corrupt file is one rank 1 checksums (rank r checks
