@@ -59,11 +59,17 @@ void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) 
          },
          "override the model's configuration: KEY=VALUE, comma separated (e.g. layers=4,dim=128)")
       ->delimiter(',');
-  // Shorthands for --config of the keys transformers share.
-  for (const char* key : {"layers", "dim", "heads", "vocab", "ctx"})
+  // Shorthands for --config of the keys the transformer families share (a model without the key refuses it).
+  for (const auto& [flag, key] : {std::pair{"--layers", "layers"}, std::pair{"--dim", "dim"},
+                                  std::pair{"--heads", "heads"}, std::pair{"--vocab", "vocab"},
+                                  std::pair{"--ctx", "ctx"}, std::pair{"--kv-heads", "kv_heads"},
+                                  std::pair{"--ffn-dim", "ffn_dim"}, std::pair{"--rope-theta", "rope_theta"}})
     app.add_option_function<int64_t>(
-        std::string("--") + key, [&overrides, key](int64_t value) { overrides[key] = value; },
+        flag, [&overrides, key](int64_t value) { overrides[key] = value; },
         std::string("the model's ") + key + " (--config " + key + "=VALUE)");
+  app.add_option_function<bool>(
+      "--tie-embeddings", [&overrides](bool tied) { overrides["tie_embeddings"] = tied; },
+      "the output head reuses the token embedding: true or false (--config tie_embeddings=1|0)");
 }
 
 void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
