@@ -39,7 +39,7 @@ std::vector<std::string> unmatched_tensors(const SafetensorsFile& file,
   const std::set<std::string_view> wanted(expected.begin(), expected.end());
   std::vector<std::string> out;
   for (const std::string& name : file.names())
-    if (!wanted.count(strip_prefix(name)) && !is_ignored(name)) out.push_back(name);
+    if (!wanted.count(name) && !wanted.count(strip_prefix(name)) && !is_ignored(name)) out.push_back(name);
   return out;
 }
 

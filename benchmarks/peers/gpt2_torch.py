@@ -9,9 +9,13 @@ with --init-from.
 Modes:
   parity  trains a small GPT-2 for a few AdamW steps in float32 on one CPU thread, trains zshard-train
           from the same weights and tokens with the same hyperparameters, and compares the per-step
-          losses (exit 0 when every step agrees within --rtol, else 1).
+          losses (exit 0 when every step agrees within --rtol, else 1). --np N runs zshard-train on N
+          ranks under mpirun (--strategy picks its strategy); the torch side is always one process.
   bench   times one training step (forward + backward + AdamW) on one CPU thread and prints JSON:
           wall-clock and process CPU time per step (the latter is less disturbed by other load).
+
+The file formats, the batch order, the optimizer grouping and the parity and timing loops are shared
+with the Llama peer (llama_torch.py) through peer_common.py.
 
 Run it with the system interpreter (/usr/bin/python3), which is the one with torch installed.
 """
@@ -20,16 +24,16 @@ import argparse
 import json
 import math
 import os
-import statistics
-import struct
-import subprocess
 import sys
-import tempfile
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# make_optimizer is imported from here by torch_ddp.py too.
+from peer_common import (add_bench_flags, add_parity_flags, bench_report, make_optimizer,  # noqa: E402,F401
+                         one_thread, parity_case, parity_verdict)
 
 # Named configs, as in models/gpt2_config.cpp: (layers, dim, heads, vocab, ctx).
 CONFIGS = {
@@ -39,10 +43,6 @@ CONFIGS = {
     "gpt2-large": (36, 1280, 20, 50257, 1024),
     "gpt2-xl": (48, 1600, 25, 50257, 1024),
 }
-
-LLMC_MAGIC = 20240520
-LLMC_VERSION = 1
-LLMC_HEADER_INTS = 256
 
 
 class Conv1D(nn.Module):
@@ -145,139 +145,25 @@ def model_from_args(args):
     return model, dims
 
 
-def make_optimizer(model, lr, wd, beta1, beta2, eps):
-    """torch AdamW with zshard's grouping: weight decay on 2-D tensors (matrices, embeddings) only."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(beta1, beta2), eps=eps)
-
-
-def write_safetensors(path, tensors):
-    """Writes float32 tensors as safetensors: 8-byte LE header length, JSON header, raw data."""
-    header, offset, blobs = {}, 0, []
-    for name, t in tensors.items():
-        data = t.detach().to(torch.float32).contiguous().numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    header["__metadata__"] = {"format": "pt"}
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned, as the reference writer does
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for blob in blobs:
-            f.write(blob)
-
-
-def write_llmc_tokens(path, tokens):
-    """Writes an llm.c token file: 256 int32 header (magic, version, count), then uint16 tokens."""
-    header = [0] * LLMC_HEADER_INTS
-    header[0], header[1], header[2] = LLMC_MAGIC, LLMC_VERSION, len(tokens)
-    with open(path, "wb") as f:
-        f.write(struct.pack(f"<{LLMC_HEADER_INTS}i", *header))
-        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
-
-
-def batch_at(tokens, step, B, T):
-    """zshard's batch order: sequence k of step s starts at token (s*B + k)*T, wrapping around."""
-    n = len(tokens)
-    inputs, targets = [], []
-    for k in range(B):
-        start = (step * B + k) * T
-        inputs.append([tokens[(start + j) % n] for j in range(T)])
-        targets.append([tokens[(start + j + 1) % n] for j in range(T)])
-    return torch.tensor(inputs), torch.tensor(targets)
-
-
-def torch_losses(model, tokens, args):
-    opt = make_optimizer(model, args.lr, args.wd, args.beta1, args.beta2, args.eps)
-    losses = []
-    for step in range(args.steps):
-        inputs, targets = batch_at(tokens, step, args.batch, args.seq)
-        opt.zero_grad(set_to_none=True)
-        loss = model(inputs, targets)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
-def zshard_losses(zshard_train, workdir, weights, data, dims, args):
-    layers, dim, heads, vocab, ctx = dims
-    log = os.path.join(workdir, "zshard_log.jsonl")
-    cmd = [zshard_train, "--model", "tiny", "--layers", layers, "--dim", dim, "--heads", heads,
-           "--vocab", vocab, "--ctx", ctx, "--init-from", weights, "--data", data,
-           "--batch", args.batch, "--seq", args.seq, "--steps", args.steps, "--lr", args.lr,
-           "--warmup", 0, "--lr-schedule", "constant", "--wd", args.wd, "--beta1", args.beta1,
-           "--beta2", args.beta2, "--eps", args.eps, "--grad-clip", 0, "--log-json", log]
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    subprocess.run([str(c) for c in cmd], check=True, env=env, stdout=subprocess.DEVNULL)
-    with open(log) as f:
-        return [json.loads(line)["loss"] for line in f if line.strip()]
-
-
-def parity_case(vocab, args):
-    """One parity comparison at the given vocabulary size; returns the max relative loss difference."""
-    dims = (args.layers, args.dim, args.heads, vocab, args.ctx)
-    model = GPT2(*dims)
-    model.init_weights(args.seed)
-    # Tokens drawn from a small random subset of the vocabulary: the model can learn their frequencies,
-    # so the loss falls over the steps and the comparison exercises the optimizer, not just the init.
-    gen = torch.Generator().manual_seed(args.seed + 1)
-    subset = torch.randperm(vocab, generator=gen)[:args.distinct]
-    tokens = subset[torch.randint(0, len(subset), (args.tokens,), generator=gen)].tolist()
-    with tempfile.TemporaryDirectory(prefix="zshard_parity_") as workdir:
-        weights = os.path.join(workdir, "weights.safetensors")
-        data = os.path.join(workdir, "tokens.bin")
-        write_safetensors(weights, model.state_dict())
-        write_llmc_tokens(data, tokens)
-        z = zshard_losses(args.zshard_train, workdir, weights, data, dims, args)
-    t = torch_losses(model, tokens, args)
-    if len(z) != len(t):
-        raise SystemExit(f"zshard logged {len(z)} steps, expected {len(t)}")
-    print(f"layers {args.layers} dim {args.dim} heads {args.heads} vocab {vocab} ctx {args.ctx}, "
-          f"batch {args.batch}x{args.seq}, {args.steps} AdamW steps")
-    print(f"{'step':>4} {'torch loss':>12} {'zshard loss':>12} {'rel diff':>10}")
-    worst = 0.0
-    for i, (a, b) in enumerate(zip(t, z), start=1):
-        rel = abs(a - b) / abs(a)
-        worst = max(worst, rel)
-        print(f"{i:>4} {a:>12.7f} {b:>12.7f} {rel:>10.2e}")
-    print(f"max relative difference {worst:.2e} (tolerance {args.rtol:.0e})\n")
-    return worst
-
-
 def cmd_parity(args):
-    torch.set_num_threads(1)
-    worst = max(parity_case(v, args) for v in args.vocabs)
-    ok = worst <= args.rtol
-    print("PASS" if ok else "FAIL", f"max relative loss difference {worst:.2e}")
-    return 0 if ok else 1
+    one_thread()
+    worsts = []
+    for vocab in args.vocabs:
+        dims = (args.layers, args.dim, args.heads, vocab, args.ctx)
+        model = GPT2(*dims)
+        model.init_weights(args.seed)
+        flags = ["--model", "tiny"]
+        for name, value in zip(("layers", "dim", "heads", "vocab", "ctx"), dims):
+            flags += ["--" + name, value]
+        title = f"layers {args.layers} dim {args.dim} heads {args.heads} vocab {vocab} ctx {args.ctx}"
+        worsts.append(parity_case(model, flags, title, vocab, args))
+    return parity_verdict(worsts, args.rtol)
 
 
 def cmd_bench(args):
-    torch.set_num_threads(1)
     model, dims = model_from_args(args)
-    opt = make_optimizer(model, 1e-4, 0.1, 0.9, 0.95, 1e-8)
-    gen = torch.Generator().manual_seed(args.seed)
-    inputs = torch.randint(0, dims[3], (args.batch, args.seq), generator=gen)
-    targets = torch.randint(0, dims[3], (args.batch, args.seq), generator=gen)
-    wall, cpu = [], []
-    for _ in range(args.warmup + args.steps):
-        t0, c0 = time.perf_counter(), time.process_time()
-        opt.zero_grad(set_to_none=True)
-        model(inputs, targets).backward()
-        opt.step()
-        wall.append((time.perf_counter() - t0) * 1e3)
-        cpu.append((time.process_time() - c0) * 1e3)
-    timed, timed_cpu = wall[args.warmup:], cpu[args.warmup:]
-    print(json.dumps({"impl": "torch", "torch": torch.__version__, "threads": torch.get_num_threads(),
-                      "model": args.model, "layers": dims[0], "dim": dims[1], "heads": dims[2],
-                      "vocab": dims[3], "ctx": dims[4], "batch": args.batch, "seq": args.seq,
-                      "warmup": args.warmup, "step_ms": timed, "median_ms": statistics.median(timed),
-                      "step_cpu_ms": timed_cpu, "median_cpu_ms": statistics.median(timed_cpu)}))
+    config = dict(zip(("layers", "dim", "heads", "vocab", "ctx"), dims))
+    print(json.dumps(bench_report(model, args.model, config, dims[3], args)))
     return 0
 
 
@@ -286,25 +172,7 @@ def main():
     sub = p.add_subparsers(dest="mode", required=True)
 
     par = sub.add_parser("parity", help="compare per-step losses with zshard-train")
-    par.add_argument("--zshard-train", required=True, help="path to the zshard-train binary")
-    par.add_argument("--layers", type=int, default=2)
-    par.add_argument("--dim", type=int, default=64)
-    par.add_argument("--heads", type=int, default=4)
-    par.add_argument("--ctx", type=int, default=64)
-    par.add_argument("--vocabs", type=int, nargs="+", default=[512, 50257],
-                     help="one comparison per vocabulary size")
-    par.add_argument("--batch", type=int, default=4)
-    par.add_argument("--seq", type=int, default=32)
-    par.add_argument("--steps", type=int, default=10)
-    par.add_argument("--tokens", type=int, default=4096, help="length of the random token file")
-    par.add_argument("--distinct", type=int, default=32, help="distinct token ids in the token file")
-    par.add_argument("--lr", type=float, default=1e-3)
-    par.add_argument("--wd", type=float, default=0.1)
-    par.add_argument("--beta1", type=float, default=0.9)
-    par.add_argument("--beta2", type=float, default=0.95)
-    par.add_argument("--eps", type=float, default=1e-8)
-    par.add_argument("--seed", type=int, default=1234)
-    par.add_argument("--rtol", type=float, default=1e-4, help="largest accepted relative loss difference")
+    add_parity_flags(par, vocabs=[512, 50257])
     par.set_defaults(func=cmd_parity)
 
     ben = sub.add_parser("bench", help="time one training step on one CPU thread")
@@ -314,11 +182,7 @@ def main():
     ben.add_argument("--heads", type=int, default=0, help="override (0 = the config's)")
     ben.add_argument("--vocab", type=int, default=0, help="override (0 = the config's)")
     ben.add_argument("--ctx", type=int, default=0, help="override (0 = the config's)")
-    ben.add_argument("--batch", type=int, default=8)
-    ben.add_argument("--seq", type=int, default=64)
-    ben.add_argument("--warmup", type=int, default=1, help="untimed steps first")
-    ben.add_argument("--steps", type=int, default=3, help="timed steps")
-    ben.add_argument("--seed", type=int, default=1337)
+    add_bench_flags(ben)
     ben.set_defaults(func=cmd_bench)
 
     args = p.parse_args()

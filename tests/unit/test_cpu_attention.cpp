@@ -7,31 +7,12 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
-#include "tests/unit/cpu_op_check.h"
+#include "tests/unit/op_cases.h"
 
 namespace zshard::cpu {
 namespace {
 
 using test::Arrays;
-
-struct AttentionCase {
-  int B = 2, Tn = 5, C = 8, NH = 2;
-  size_t qkv_size() const { return size_t(B) * Tn * 3 * C; }
-  std::vector<size_t> input_sizes() const { return {qkv_size()}; }
-  template <class T>
-  std::vector<T> forward(const Arrays<T>& in, std::vector<T>* att = nullptr) const {
-    std::vector<T> out(size_t(B) * Tn * C), probs(size_t(B) * NH * Tn * Tn, T(-1));
-    attention_forward(out.data(), probs.data(), in[0].data(), B, Tn, C, NH);
-    if (att) *att = probs;
-    return out;
-  }
-  template <class T>
-  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
-    std::vector<T> att;
-    forward(in, &att);
-    attention_backward(g[0].data(), dout.data(), in[0].data(), att.data(), B, Tn, C, NH);
-  }
-};
 
 // Scores, causal softmax and weighted sum written out element by element.
 void reference_attention(const AttentionCase& c, const std::vector<double>& qkv, std::vector<double>& out,
@@ -113,16 +94,6 @@ TEST(CpuAttention, IsCausal) {
       for (int t = t0; t < c.Tn; ++t)
         for (int j = 0; j < C3; ++j) ASSERT_EQ(grads[0][(size_t(b) * c.Tn + t) * C3 + j], 0.0);
   }
-}
-
-TEST(CpuAttention, BackwardMatchesFiniteDifferences) {
-  test::expect_backward_matches_finite_differences(AttentionCase{});
-  test::expect_backward_matches_finite_differences(AttentionCase{1, 70, 8, 2});
-}
-
-TEST(CpuAttention, FloatMatchesDouble) {
-  test::expect_float_matches_double(AttentionCase{});
-  test::expect_float_matches_double(AttentionCase{1, 150, 32, 4});
 }
 
 }  // namespace

@@ -9,111 +9,12 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
-#include "tests/unit/cpu_op_check.h"
+#include "tests/unit/op_cases.h"
 
 namespace zshard::cpu {
 namespace {
 
 using test::Arrays;
-
-struct RmsNormCase {
-  int N = 7, C = 13;
-  std::vector<size_t> input_sizes() const { return {size_t(N) * C, size_t(C)}; }
-  template <class T>
-  std::vector<T> forward(const Arrays<T>& in, std::vector<T>* rstd = nullptr) const {
-    std::vector<T> out(size_t(N) * C), rs(N);
-    rmsnorm_forward(out.data(), rs.data(), in[0].data(), in[1].data(), N, C, 1e-5f);
-    if (rstd) *rstd = rs;
-    return out;
-  }
-  template <class T>
-  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
-    std::vector<T> rstd;
-    forward(in, &rstd);
-    rmsnorm_backward(g[0].data(), g[1].data(), dout.data(), in[0].data(), in[1].data(), rstd.data(), N, C);
-  }
-};
-
-// In place: the case copies its input, rotates the copy, and for the backward turns dout back and adds it.
-struct RopeCase {
-  int B = 2, Tn = 5, NH = 3, HS = 6;
-  float theta = 10000;
-  std::vector<size_t> input_sizes() const { return {size_t(B) * Tn * NH * HS}; }
-  template <class T>
-  std::vector<T> forward(const Arrays<T>& in) const {
-    std::vector<T> x = in[0];
-    rope_forward(x.data(), B, Tn, NH, HS, theta);
-    return x;
-  }
-  template <class T>
-  void backward(const Arrays<T>&, const std::vector<T>& dout, Arrays<T>& g) const {
-    std::vector<T> d = dout;
-    rope_backward(d.data(), B, Tn, NH, HS, theta);
-    for (size_t i = 0; i < d.size(); ++i) g[0][i] += d[i];
-  }
-};
-
-struct GqaPackCase {
-  int B = 2, Tn = 3, NH = 6, NKV = 2, HS = 5;
-  std::vector<size_t> input_sizes() const {
-    const size_t rows = size_t(B) * Tn;
-    return {rows * NH * HS, rows * NKV * HS, rows * NKV * HS};
-  }
-  template <class T>
-  std::vector<T> forward(const Arrays<T>& in) const {
-    std::vector<T> qkv(size_t(B) * Tn * 3 * NH * HS);
-    gqa_pack(qkv.data(), in[0].data(), in[1].data(), in[2].data(), B, Tn, NH, NKV, HS);
-    return qkv;
-  }
-  template <class T>
-  void backward(const Arrays<T>&, const std::vector<T>& dout, Arrays<T>& g) const {
-    gqa_pack_backward(g[0].data(), g[1].data(), g[2].data(), dout.data(), B, Tn, NH, NKV, HS);
-  }
-};
-
-struct SwigluCase {
-  size_t n = 37;
-  std::vector<size_t> input_sizes() const { return {n, n}; }
-  template <class T>
-  std::vector<T> forward(const Arrays<T>& in) const {
-    std::vector<T> out(n);
-    swiglu_forward(out.data(), in[0].data(), in[1].data(), n);
-    return out;
-  }
-  template <class T>
-  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
-    swiglu_backward(g[0].data(), g[1].data(), dout.data(), in[0].data(), in[1].data(), n);
-  }
-};
-
-struct TokenEmbeddingCase {  // no position table
-  int B = 2, Tn = 5, C = 7, V = 11;
-  std::vector<int32_t> tokens = {3, 7, 3, 0, 10, 7, 7, 1, 3, 5};
-  std::vector<size_t> input_sizes() const { return {size_t(V) * C}; }
-  template <class T>
-  std::vector<T> forward(const Arrays<T>& in) const {
-    std::vector<T> out(size_t(B) * Tn * C);
-    embedding_forward<T>(out.data(), tokens.data(), in[0].data(), nullptr, B, Tn, C);
-    return out;
-  }
-  template <class T>
-  void backward(const Arrays<T>&, const std::vector<T>& dout, Arrays<T>& g) const {
-    embedding_backward<T>(g[0].data(), nullptr, dout.data(), tokens.data(), B, Tn, C);
-  }
-};
-
-TEST(CpuLlamaOpsBackward, RmsNorm) { test::expect_backward_matches_finite_differences(RmsNormCase{}); }
-TEST(CpuLlamaOpsBackward, Rope) { test::expect_backward_matches_finite_differences(RopeCase{}); }
-TEST(CpuLlamaOpsBackward, GqaPack) { test::expect_backward_matches_finite_differences(GqaPackCase{}); }
-TEST(CpuLlamaOpsBackward, Swiglu) { test::expect_backward_matches_finite_differences(SwigluCase{}); }
-TEST(CpuLlamaOpsBackward, TokenEmbedding) { test::expect_backward_matches_finite_differences(TokenEmbeddingCase{}); }
-
-TEST(CpuLlamaOpsFloat, RmsNorm) { test::expect_float_matches_double(RmsNormCase{}); }
-TEST(CpuLlamaOpsFloat, RmsNormWide) { test::expect_float_matches_double(RmsNormCase{3, 2048}); }
-TEST(CpuLlamaOpsFloat, Rope) { test::expect_float_matches_double(RopeCase{}); }
-TEST(CpuLlamaOpsFloat, RopeLongContext) { test::expect_float_matches_double(RopeCase{1, 97, 2, 64, 500000}); }
-TEST(CpuLlamaOpsFloat, GqaPack) { test::expect_float_matches_double(GqaPackCase{}); }
-TEST(CpuLlamaOpsFloat, Swiglu) { test::expect_float_matches_double(SwigluCase{}); }
 
 // Rotation of each (i, i + HS/2) pair as the complex product (a + ib) * e^(i t theta^(-2i/HS)).
 TEST(CpuLlamaOpsForward, RopeIsAComplexRotation) {

@@ -1,0 +1,251 @@
+"""What the CPU PyTorch peers (gpt2_torch.py, llama_torch.py) share, so that each model's parity and bench
+modes run the same step the same way: the file formats zshard reads (safetensors weights, llm.c token
+files), zshard's batch order and AdamW parameter grouping, the parity loop against zshard-train, and the
+single-thread step timer.
+"""
+
+import ctypes
+import json
+import os
+import statistics
+import struct
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+LLMC_MAGIC = 20240520
+LLMC_VERSION = 1
+LLMC_HEADER_INTS = 256
+
+
+def one_thread():
+    """Runs torch on one CPU thread. torch.set_num_threads does not reach the BLAS: Debian's torch calls
+    the system libblas.so.3, OpenBLAS with its own thread pool, which a bare run (no
+    OPENBLAS_NUM_THREADS=1) would let use every core, so OpenBLAS is pinned to one thread too when it is
+    the BLAS torch loaded."""
+    torch.set_num_threads(1)
+    for name in ("libblas.so.3", "libopenblas.so.0"):
+        try:
+            ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_LAZY).openblas_set_num_threads(1)
+        except (OSError, AttributeError):
+            pass  # not loaded, or not OpenBLAS
+
+
+def write_safetensors(path, tensors):
+    """Writes float32 tensors as safetensors: 8-byte LE header length, JSON header, raw data."""
+    header, offset, blobs = {}, 0, []
+    for name, t in tensors.items():
+        data = t.detach().to(torch.float32).contiguous().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    header["__metadata__"] = {"format": "pt"}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned, as the reference writer does
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for blob in blobs:
+            f.write(blob)
+
+
+def read_safetensors(path):
+    """Reads a safetensors file of F32 tensors (what zshard-export and write_safetensors write) into a
+    {name: float32 tensor} dict."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] != "F32":
+            raise SystemExit(f"{path}: tensor {name} is {info['dtype']}, only F32 is read")
+        begin, end = info["data_offsets"]
+        count = int(np.prod(info["shape"], dtype=np.int64))
+        if end - begin != 4 * count or end > len(data):
+            raise SystemExit(f"{path}: tensor {name} has data_offsets {info['data_offsets']} for shape "
+                             f"{info['shape']} in {len(data)} data bytes")
+        array = np.frombuffer(data, dtype="<f4", count=count, offset=begin).reshape(info["shape"])
+        tensors[name] = torch.from_numpy(array.astype(np.float32))  # a copy: the buffer is read-only
+    return tensors
+
+
+def write_llmc_tokens(path, tokens):
+    """Writes an llm.c token file: 256 int32 header (magic, version, count), then uint16 tokens."""
+    header = [0] * LLMC_HEADER_INTS
+    header[0], header[1], header[2] = LLMC_MAGIC, LLMC_VERSION, len(tokens)
+    with open(path, "wb") as f:
+        f.write(struct.pack(f"<{LLMC_HEADER_INTS}i", *header))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+
+
+def read_llmc_tokens(path):
+    """The tokens of an llm.c token file, as a list of ints; checks the header and the length."""
+    with open(path, "rb") as f:
+        header = struct.unpack(f"<{LLMC_HEADER_INTS}i", f.read(4 * LLMC_HEADER_INTS))
+        body = f.read()
+    if header[0] != LLMC_MAGIC or header[1] != LLMC_VERSION:
+        raise SystemExit(f"{path}: not an llm.c token file (magic {header[0]}, version {header[1]})")
+    if len(body) != 2 * header[2]:
+        raise SystemExit(f"{path}: header says {header[2]} tokens, the file holds {len(body) // 2}")
+    return np.frombuffer(body, dtype="<u2").astype(np.int64).tolist()
+
+
+def make_optimizer(model, lr, wd, beta1, beta2, eps):
+    """torch AdamW with zshard's grouping: weight decay on 2-D tensors (matrices, embeddings) only."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(beta1, beta2), eps=eps)
+
+
+def batch_at(tokens, step, B, T):
+    """zshard's batch order: sequence k of step s starts at token (s*B + k)*T, wrapping around."""
+    n = len(tokens)
+    inputs, targets = [], []
+    for k in range(B):
+        start = (step * B + k) * T
+        inputs.append([tokens[(start + j) % n] for j in range(T)])
+        targets.append([tokens[(start + j + 1) % n] for j in range(T)])
+    return torch.tensor(inputs), torch.tensor(targets)
+
+
+def parity_tokens(vocab, args):
+    """The parity token stream: args.tokens tokens drawn from args.distinct random ids below vocab. The
+    model can learn their frequencies, so the loss falls over the steps and the comparison exercises the
+    optimizer, not just the init."""
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    subset = torch.randperm(vocab, generator=gen)[:args.distinct]
+    return subset[torch.randint(0, len(subset), (args.tokens,), generator=gen)].tolist()
+
+
+def torch_losses(model, tokens, args):
+    """Trains model in place for args.steps AdamW steps (constant lr, no clipping, as zshard-train is run)
+    and returns the loss of each step, computed before its update."""
+    opt = make_optimizer(model, args.lr, args.wd, args.beta1, args.beta2, args.eps)
+    losses = []
+    for step in range(args.steps):
+        inputs, targets = batch_at(tokens, step, args.batch, args.seq)
+        opt.zero_grad(set_to_none=True)
+        loss = model(inputs, targets)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def zshard_losses(workdir, model_flags, weights, data, args):
+    """Runs zshard-train (model_flags pick the model and its config) with the step torch_losses runs and
+    returns its per-step losses from --log-json. With args.np > 1 it runs under mpirun, one thread per
+    rank; args.strategy, when given, is passed on."""
+    log = os.path.join(workdir, "zshard_log.jsonl")
+    cmd = [args.zshard_train, *model_flags, "--init-from", weights, "--data", data,
+           "--batch", args.batch, "--seq", args.seq, "--steps", args.steps, "--lr", args.lr,
+           "--warmup", 0, "--lr-schedule", "constant", "--wd", args.wd, "--beta1", args.beta1,
+           "--beta2", args.beta2, "--eps", args.eps, "--grad-clip", 0, "--log-json", log]
+    if args.strategy:
+        cmd += ["--strategy", args.strategy]
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    if args.np > 1:
+        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", args.np, *cmd]
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    subprocess.run([str(c) for c in cmd], check=True, env=env, stdout=subprocess.DEVNULL)
+    with open(log) as f:
+        return [json.loads(line)["loss"] for line in f if line.strip()]
+
+
+def parity_case(model, model_flags, title, vocab, args):
+    """One parity comparison: writes model's weights and the parity tokens, trains zshard-train and then
+    model on them, prints the per-step losses and returns the max relative difference."""
+    tokens = parity_tokens(vocab, args)
+    with tempfile.TemporaryDirectory(prefix="zshard_parity_") as workdir:
+        weights = os.path.join(workdir, "weights.safetensors")
+        data = os.path.join(workdir, "tokens.bin")
+        write_safetensors(weights, model.state_dict())
+        write_llmc_tokens(data, tokens)
+        z = zshard_losses(workdir, model_flags, weights, data, args)
+    t = torch_losses(model, tokens, args)
+    if len(z) != len(t):
+        raise SystemExit(f"zshard logged {len(z)} steps, expected {len(t)}")
+    ranks = f", zshard on {args.np} ranks" if args.np > 1 else ""
+    strategy = f" ({args.strategy})" if args.strategy else ""
+    print(f"{title}, batch {args.batch}x{args.seq}, {args.steps} AdamW steps{ranks}{strategy}")
+    print(f"{'step':>4} {'torch loss':>12} {'zshard loss':>12} {'rel diff':>10}")
+    worst = 0.0
+    for i, (a, b) in enumerate(zip(t, z), start=1):
+        rel = abs(a - b) / abs(a)
+        worst = max(worst, rel)
+        print(f"{i:>4} {a:>12.7f} {b:>12.7f} {rel:>10.2e}")
+    print(f"max relative difference {worst:.2e} (tolerance {args.rtol:.0e})\n")
+    return worst
+
+
+def parity_verdict(worsts, rtol):
+    """Prints PASS or FAIL over the cases' max relative differences; returns the exit status."""
+    worst = max(worsts)
+    ok = worst <= rtol
+    print("PASS" if ok else "FAIL", f"max relative loss difference {worst:.2e}")
+    return 0 if ok else 1
+
+
+def add_parity_flags(parser, vocabs):
+    """The flags every parity mode takes: zshard-train and how to launch it, the shared shape (the model
+    adds its own keys), the token stream, the step and the tolerance."""
+    parser.add_argument("--zshard-train", required=True, help="path to the zshard-train binary")
+    parser.add_argument("--np", type=int, default=1, help="zshard-train ranks (> 1: run under mpirun)")
+    parser.add_argument("--strategy", help="zshard-train --strategy (default: zshard-train's)")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--ctx", type=int, default=64)
+    parser.add_argument("--vocabs", type=int, nargs="+", default=vocabs, help="one comparison per vocabulary size")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--tokens", type=int, default=4096, help="length of the random token file")
+    parser.add_argument("--distinct", type=int, default=32, help="distinct token ids in the token file")
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--wd", type=float, default=0.1)
+    parser.add_argument("--beta1", type=float, default=0.9)
+    parser.add_argument("--beta2", type=float, default=0.95)
+    parser.add_argument("--eps", type=float, default=1e-8)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--rtol", type=float, default=1e-4, help="largest accepted relative loss difference")
+
+
+def add_bench_flags(parser):
+    """The flags every bench mode takes besides the model's: the batch, the step counts and the seed."""
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps")
+    parser.add_argument("--seed", type=int, default=1337)
+
+
+def bench_report(model, model_name, config, vocab, args):
+    """Times args.warmup + args.steps training steps (zero_grad, forward + backward, AdamW) of model on
+    random tokens, on one thread; returns the JSON record: the config's keys, then the batch and the
+    timed steps' wall-clock and process CPU times (the latter less disturbed by other load)."""
+    one_thread()
+    opt = make_optimizer(model, 1e-4, 0.1, 0.9, 0.95, 1e-8)
+    gen = torch.Generator().manual_seed(args.seed)
+    inputs = torch.randint(0, vocab, (args.batch, args.seq), generator=gen)
+    targets = torch.randint(0, vocab, (args.batch, args.seq), generator=gen)
+    wall, cpu = [], []
+    for _ in range(args.warmup + args.steps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        opt.zero_grad(set_to_none=True)
+        model(inputs, targets).backward()
+        opt.step()
+        wall.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)
+    timed, timed_cpu = wall[args.warmup:], cpu[args.warmup:]
+    return {"impl": "torch", "torch": torch.__version__, "threads": torch.get_num_threads(), "model": model_name,
+            **config, "batch": args.batch, "seq": args.seq, "warmup": args.warmup, "step_ms": timed,
+            "median_ms": statistics.median(timed), "step_cpu_ms": timed_cpu,
+            "median_cpu_ms": statistics.median(timed_cpu)}

@@ -1,0 +1,227 @@
+// Every op's test case (tests/unit/cpu_op_check.h: the differentiable inputs, forward, and a backward that
+// accumulates), one per op of ops::, used by the op-by-backend table (test_backend_ops.cpp) and by the
+// op files' own forward checks. Odd sizes by default.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "tests/unit/cpu_op_check.h"
+
+namespace zshard::cpu {
+
+using test::Arrays;
+
+struct EmbeddingCase {
+  int B = 2, Tn = 5, C = 8, V = 11;
+  // Repeated tokens check that the scatter accumulates.
+  std::vector<int32_t> tokens = {3, 7, 3, 0, 10, 7, 7, 1, 3, 5};
+  std::vector<size_t> input_sizes() const { return {size_t(V) * C, size_t(Tn) * C}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> out(size_t(B) * Tn * C);
+    embedding_forward(out.data(), tokens.data(), in[0].data(), in[1].data(), B, Tn, C);
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>&, const std::vector<T>& dout, Arrays<T>& g) const {
+    embedding_backward(g[0].data(), g[1].data(), dout.data(), tokens.data(), B, Tn, C);
+  }
+};
+
+struct LayerNormCase {
+  int N = 10, C = 8;
+  std::vector<size_t> input_sizes() const { return {size_t(N) * C, size_t(C), size_t(C)}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in, std::vector<T>* mean = nullptr, std::vector<T>* rstd = nullptr) const {
+    std::vector<T> out(size_t(N) * C), mu(N), rs(N);
+    layernorm_forward(out.data(), mu.data(), rs.data(), in[0].data(), in[1].data(), in[2].data(), N, C);
+    if (mean) *mean = mu;
+    if (rstd) *rstd = rs;
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    std::vector<T> mean, rstd;
+    forward(in, &mean, &rstd);
+    layernorm_backward(g[0].data(), g[1].data(), g[2].data(), dout.data(), in[0].data(), in[1].data(),
+                       mean.data(), rstd.data(), N, C);
+  }
+};
+
+struct LinearCase {
+  bool with_bias = true;
+  int N = 10, C = 8, OC = 6;
+  std::vector<size_t> input_sizes() const {
+    std::vector<size_t> sizes = {size_t(N) * C, size_t(C) * OC};
+    if (with_bias) sizes.push_back(OC);
+    return sizes;
+  }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> out(size_t(N) * OC);
+    linear_forward(out.data(), in[0].data(), in[1].data(), with_bias ? in[2].data() : nullptr, N, C, OC);
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    linear_backward(g[0].data(), g[1].data(), with_bias ? g[2].data() : nullptr, dout.data(), in[0].data(),
+                    in[1].data(), N, C, OC);
+  }
+};
+
+struct GeluCase {
+  size_t n = 40;
+  std::vector<size_t> input_sizes() const { return {n}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> out(n);
+    gelu_forward(out.data(), in[0].data(), n);
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    gelu_backward(g[0].data(), in[0].data(), dout.data(), n);
+  }
+};
+
+struct ResidualCase {
+  size_t n = 40;
+  std::vector<size_t> input_sizes() const { return {n, n}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> out(n);
+    residual_forward(out.data(), in[0].data(), in[1].data(), n);
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>&, const std::vector<T>& dout, Arrays<T>& g) const {
+    residual_backward(g[0].data(), g[1].data(), dout.data(), n);
+  }
+};
+
+// The output is the returned loss sum; d(output) is the op's scalar dloss. The op SETS dlogits, so the
+// case adds them to the gradient itself to fit the accumulating harness.
+struct CrossEntropyCase {
+  int N = 6, V = 11;
+  std::vector<int32_t> targets = {0, 10, 4, 4, 7, 2};
+  std::vector<size_t> input_sizes() const { return {size_t(N) * V}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> losses(N);
+    return {T(cross_entropy_forward_backward<T>(nullptr, losses.data(), in[0].data(), targets.data(), N, V, V, T(0)))};
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    std::vector<T> dlogits(size_t(N) * V), losses(N);
+    cross_entropy_forward_backward(dlogits.data(), losses.data(), in[0].data(), targets.data(), N, V, V, dout[0]);
+    for (size_t i = 0; i < dlogits.size(); ++i) g[0][i] += dlogits[i];
+  }
+};
+
+struct AttentionCase {
+  int B = 2, Tn = 5, C = 8, NH = 2;
+  size_t qkv_size() const { return size_t(B) * Tn * 3 * C; }
+  std::vector<size_t> input_sizes() const { return {qkv_size()}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in, std::vector<T>* att = nullptr) const {
+    std::vector<T> out(size_t(B) * Tn * C), probs(size_t(B) * NH * Tn * Tn, T(-1));
+    attention_forward(out.data(), probs.data(), in[0].data(), B, Tn, C, NH);
+    if (att) *att = probs;
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    std::vector<T> att;
+    forward(in, &att);
+    attention_backward(g[0].data(), dout.data(), in[0].data(), att.data(), B, Tn, C, NH);
+  }
+};
+
+struct RmsNormCase {
+  int N = 7, C = 13;
+  std::vector<size_t> input_sizes() const { return {size_t(N) * C, size_t(C)}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in, std::vector<T>* rstd = nullptr) const {
+    std::vector<T> out(size_t(N) * C), rs(N);
+    rmsnorm_forward(out.data(), rs.data(), in[0].data(), in[1].data(), N, C, 1e-5f);
+    if (rstd) *rstd = rs;
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    std::vector<T> rstd;
+    forward(in, &rstd);
+    rmsnorm_backward(g[0].data(), g[1].data(), dout.data(), in[0].data(), in[1].data(), rstd.data(), N, C);
+  }
+};
+
+// In place: the case copies its input, rotates the copy, and for the backward turns dout back and adds it.
+struct RopeCase {
+  int B = 2, Tn = 5, NH = 3, HS = 6;
+  float theta = 10000;
+  std::vector<size_t> input_sizes() const { return {size_t(B) * Tn * NH * HS}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> x = in[0];
+    rope_forward(x.data(), B, Tn, NH, HS, theta);
+    return x;
+  }
+  template <class T>
+  void backward(const Arrays<T>&, const std::vector<T>& dout, Arrays<T>& g) const {
+    std::vector<T> d = dout;
+    rope_backward(d.data(), B, Tn, NH, HS, theta);
+    for (size_t i = 0; i < d.size(); ++i) g[0][i] += d[i];
+  }
+};
+
+struct GqaPackCase {
+  int B = 2, Tn = 3, NH = 6, NKV = 2, HS = 5;
+  std::vector<size_t> input_sizes() const {
+    const size_t rows = size_t(B) * Tn;
+    return {rows * NH * HS, rows * NKV * HS, rows * NKV * HS};
+  }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> qkv(size_t(B) * Tn * 3 * NH * HS);
+    gqa_pack(qkv.data(), in[0].data(), in[1].data(), in[2].data(), B, Tn, NH, NKV, HS);
+    return qkv;
+  }
+  template <class T>
+  void backward(const Arrays<T>&, const std::vector<T>& dout, Arrays<T>& g) const {
+    gqa_pack_backward(g[0].data(), g[1].data(), g[2].data(), dout.data(), B, Tn, NH, NKV, HS);
+  }
+};
+
+struct SwigluCase {
+  size_t n = 37;
+  std::vector<size_t> input_sizes() const { return {n, n}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> out(n);
+    swiglu_forward(out.data(), in[0].data(), in[1].data(), n);
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    swiglu_backward(g[0].data(), g[1].data(), dout.data(), in[0].data(), in[1].data(), n);
+  }
+};
+
+struct TokenEmbeddingCase {  // no position table
+  int B = 2, Tn = 5, C = 7, V = 11;
+  std::vector<int32_t> tokens = {3, 7, 3, 0, 10, 7, 7, 1, 3, 5};
+  std::vector<size_t> input_sizes() const { return {size_t(V) * C}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> out(size_t(B) * Tn * C);
+    embedding_forward<T>(out.data(), tokens.data(), in[0].data(), nullptr, B, Tn, C);
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>&, const std::vector<T>& dout, Arrays<T>& g) const {
+    embedding_backward<T>(g[0].data(), nullptr, dout.data(), tokens.data(), B, Tn, C);
+  }
+};
+
+}  // namespace zshard::cpu
