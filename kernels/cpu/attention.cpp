@@ -115,6 +115,8 @@ void gqa_pack(T* qkv, const T* q, const T* k, const T* v, int B, int Tn, int NH,
 
 template <class T>
 void gqa_pack_backward(T* dq, T* dk, T* dv, const T* dqkv, int B, int Tn, int NH, int NKV, int HS) {
+  ZS_CHECK(NKV > 0 && NH % NKV == 0, "gqa_pack_backward: ", NH, " query heads do not share ", NKV,
+           " kv heads evenly");
   const int group = NH / NKV, C = NH * HS, KC = NKV * HS;
   for (size_t row = 0; row < size_t(B) * Tn; ++row) {
     const T* in = dqkv + row * 3 * C;

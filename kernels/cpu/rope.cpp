@@ -17,7 +17,8 @@ template <class T>
 void rotate(T* x, int B, int Tn, int NH, int HS, float theta, int direction) {
   ZS_CHECK(HS % 2 == 0, "rope: the head size must be even, got ", HS);
   const int half = HS / 2;
-  // Angles in double whatever T is, as Hugging Face computes them in float32 from an exact position.
+  // Angles in double whatever T is, then rounded once: Hugging Face's float32 angles differ from these
+  // only by rounding, and the CUDA twin computes the same double angles.
   std::vector<double> inv_freq(half);
   for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(double(theta), -2.0 * i / HS);
   std::vector<T> cos_t(half), sin_t(half);

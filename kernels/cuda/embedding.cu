@@ -1,4 +1,5 @@
-// Token + position embedding, forward and backward. The backward is deterministic.
+// Token + position embedding, forward and backward; the position table is optional (Llama has none): a
+// null wpe adds nothing, a null dwpe gets nothing. The backward is deterministic.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda/common.cuh"
@@ -14,7 +15,8 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const size_t bt = i / C;
     const int c = int(i % C), t = int(bt % Tn);
-    out[i] = from_f32<T>(to_f32(wte[size_t(tokens[bt]) * C + c]) + to_f32(wpe[size_t(t) * C + c]));
+    const T e = wte[size_t(tokens[bt]) * C + c];
+    out[i] = wpe ? from_f32<T>(to_f32(e) + to_f32(wpe[size_t(t) * C + c])) : e;
   }
 }
 
@@ -119,6 +121,7 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, 
   wte_backward_kernel<<<unsigned(N), kWteThreads, 0, stream>>>(dwte, dout, sorted_tokens, sorted_positions, N,
                                                                 C);
   ZS_CUDA_CHECK_LAUNCH();
+  if (!dwpe) return;
   wpe_backward_kernel<<<grid_for(size_t(Tn) * C), kBlockSize, 0, stream>>>(dwpe, dout, B, Tn, C);
   ZS_CUDA_CHECK_LAUNCH();
 }

@@ -6,8 +6,8 @@
 // Streams: every op takes a trailing `cudaStream_t stream` (default: the legacy default stream) and only
 // enqueues work on it, except the two that return a host value (cross_entropy_forward_backward,
 // sum_squares), which synchronise that stream. Every launch is followed by a cudaGetLastError check.
-// Ops that need scratch (attention, the bias and LayerNorm parameter gradients, the embedding backward,
-// the two reductions) take it from the tracking allocator as `workspace`, so cuda_init
+// Ops that need scratch (attention, the bias, LayerNorm and RMSNorm parameter gradients, the embedding
+// backward, the two reductions) take it from the tracking allocator as `workspace`, so cuda_init
 // (kernels/cuda/runtime.h) must have run, and they refuse non-blocking streams (see common.cuh). Needs
 // sm_80 or newer.
 #pragma once
@@ -25,6 +25,7 @@ namespace zshard::cuda {
 using cpu::AdamWParams;
 using bf16 = __nv_bfloat16;
 
+// wpe (and dwpe) may be null: no position table.
 template <class T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C,
                        cudaStream_t stream = nullptr);

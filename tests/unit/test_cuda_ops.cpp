@@ -132,8 +132,9 @@ std::vector<int32_t> random_ints(size_t n, int hi, std::mt19937& rng) {
 }
 
 // V < B*Tn, so tokens repeat; with V = 3 and B*Tn = 512 each token's dwte row sums ~170 rows of dout.
+// Without positions (Llama) wpe and dwpe are null on both sides.
 template <class T>
-void check_embedding(int B, int Tn, int V) {
+void check_embedding(int B, int Tn, int V, bool positions = true) {
   const int C = 40;
   std::mt19937 rng(1);
   const auto tokens = random_ints(size_t(B) * Tn, V, rng);
@@ -142,15 +143,18 @@ void check_embedding(int B, int Tn, int V) {
   Vec dwte = random_vec<T>(wte.size(), rng), dwpe = random_vec<T>(wpe.size(), rng);  // backward accumulates
   DeviceInts d_tokens(tokens);
   DeviceArray<T> d_wte(wte), d_wpe(wpe), d_dout(dout), d_out(zeros(dout.size())), d_dwte(dwte), d_dwpe(dwpe);
-  embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(), d_wpe.get(), B, Tn, C);
-  embedding_backward(d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(), B, Tn, C);
+  embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(), positions ? d_wpe.get() : nullptr, B, Tn, C);
+  embedding_backward(d_dwte.get(), positions ? d_dwpe.get() : nullptr, d_dout.get(), d_tokens.get(), B, Tn,
+                     C);
   Vec out(dout.size());
-  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C);
-  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C);
+  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), positions ? wpe.data() : nullptr, B, Tn, C);
+  cpu::embedding_backward(dwte.data(), positions ? dwpe.data() : nullptr, dout.data(), tokens.data(), B, Tn,
+                          C);
   expect_close(d_out.host(), out, tolerance<T>(), "out");
   // dwte is summed in fp32 and rounded once, however often a token repeats: within one rounding of the
   // result (half a bf16 ulp, 2^-9, of the largest entry; 1/256 leaves room for the inputs' spread).
   expect_close(d_dwte.host(), dwte, std::is_same_v<T, float> ? kF32Tolerance : 1.0 / 256, "dwte");
+  // Untouched without positions: still the random values both sides started from.
   expect_close(d_dwpe.host(), dwpe, tolerance<T>(), "dwpe");
 }
 
@@ -180,6 +184,82 @@ void check_layernorm(int N) {
   expect_close(d_dinp.host(), dinp, tolerance<T>(), "dinp");
   expect_close(d_dw.host(), dw, tolerance<T>(), "dweight");
   expect_close(d_db.host(), db, tolerance<T>(), "dbias");
+}
+
+// As LayerNorm: C not a multiple of the warp size, and N over 256 for several row chunks of dweight.
+template <class T>
+void check_rmsnorm(int N, int C) {
+  const float eps = 1e-5f;
+  std::mt19937 rng(10);
+  const Vec inp = random_vec<T>(size_t(N) * C, rng), w = random_vec<T>(C, rng);
+  const Vec dout = random_vec<T>(inp.size(), rng);
+  Vec dinp = random_vec<T>(inp.size(), rng), dw = random_vec<T>(C, rng);
+  DeviceArray<T> d_inp(inp), d_w(w), d_dout(dout), d_out(zeros(inp.size())), d_dinp(dinp), d_dw(dw);
+  DeviceArray<float> d_rstd(zeros(N));  // fp32 whatever T is
+  rmsnorm_forward(d_out.get(), d_rstd.get(), d_inp.get(), d_w.get(), N, C, eps);
+  rmsnorm_backward(d_dinp.get(), d_dw.get(), d_dout.get(), d_inp.get(), d_w.get(), d_rstd.get(), N, C);
+  Vec out(inp.size()), rstd(N);
+  cpu::rmsnorm_forward(out.data(), rstd.data(), inp.data(), w.data(), N, C, eps);
+  cpu::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), rstd.data(), N, C);
+  expect_close(d_out.host(), out, tolerance<T>(), "out");
+  expect_close(d_rstd.host(), rstd, kF32Tolerance, "rstd");
+  expect_close(d_dinp.host(), dinp, tolerance<T>(), "dinp");
+  expect_close(d_dw.host(), dw, tolerance<T>(), "dweight");
+}
+
+// Forward on one array and backward on another, each in place. The GPU takes its angles in fp64 as the
+// CPU does, so a long sequence (angles of hundreds of radians) is held to fp32 agreement too.
+template <class T>
+void check_rope(int B, int Tn, int NH, int HS) {
+  const float theta = 10000.f;
+  std::mt19937 rng(11);
+  Vec x = random_vec<T>(size_t(B) * Tn * NH * HS, rng), dx = random_vec<T>(x.size(), rng);
+  DeviceArray<T> d_x(x), d_dx(dx);
+  rope_forward(d_x.get(), B, Tn, NH, HS, theta);
+  rope_backward(d_dx.get(), B, Tn, NH, HS, theta);
+  cpu::rope_forward(x.data(), B, Tn, NH, HS, theta);
+  cpu::rope_backward(dx.data(), B, Tn, NH, HS, theta);
+  expect_close(d_x.host(), x, tolerance<T>(), "x");
+  expect_close(d_dx.host(), dx, tolerance<T>(), "dx");
+}
+
+// The forward copies values, so it is exact for both types; the backward sums each kv head's group.
+template <class T>
+void check_gqa_pack(int B, int Tn, int NH, int NKV, int HS) {
+  std::mt19937 rng(12);
+  const size_t rows = size_t(B) * Tn, qn = rows * NH * HS, kn = rows * NKV * HS;
+  const Vec q = random_vec<T>(qn, rng), k = random_vec<T>(kn, rng), v = random_vec<T>(kn, rng);
+  const Vec dqkv = random_vec<T>(3 * qn, rng);
+  Vec dq = random_vec<T>(qn, rng), dk = random_vec<T>(kn, rng), dv = random_vec<T>(kn, rng);
+  DeviceArray<T> d_q(q), d_k(k), d_v(v), d_qkv(zeros(3 * qn)), d_dqkv(dqkv), d_dq(dq), d_dk(dk), d_dv(dv);
+  gqa_pack(d_qkv.get(), d_q.get(), d_k.get(), d_v.get(), B, Tn, NH, NKV, HS);
+  gqa_pack_backward(d_dq.get(), d_dk.get(), d_dv.get(), d_dqkv.get(), B, Tn, NH, NKV, HS);
+  Vec qkv(3 * qn);
+  cpu::gqa_pack(qkv.data(), q.data(), k.data(), v.data(), B, Tn, NH, NKV, HS);
+  cpu::gqa_pack_backward(dq.data(), dk.data(), dv.data(), dqkv.data(), B, Tn, NH, NKV, HS);
+  EXPECT_EQ(d_qkv.host(), qkv) << "qkv";
+  expect_close(d_dq.host(), dq, tolerance<T>(), "dq");
+  expect_close(d_dk.host(), dk, tolerance<T>(), "dk");
+  expect_close(d_dv.host(), dv, tolerance<T>(), "dv");
+}
+
+// Gates over [-10, 10]: sigmoid near 0 and 1 as well as in between.
+template <class T>
+void check_swiglu() {
+  const size_t n = 3001;
+  std::mt19937 rng(13);
+  const Vec gate = random_vec<T>(n, rng, -10.f, 10.f), up = random_vec<T>(n, rng);
+  const Vec dout = random_vec<T>(n, rng);
+  Vec dgate = random_vec<T>(n, rng), dup = random_vec<T>(n, rng);
+  DeviceArray<T> d_gate(gate), d_up(up), d_dout(dout), d_out(zeros(n)), d_dgate(dgate), d_dup(dup);
+  swiglu_forward(d_out.get(), d_gate.get(), d_up.get(), n);
+  swiglu_backward(d_dgate.get(), d_dup.get(), d_dout.get(), d_gate.get(), d_up.get(), n);
+  Vec out(n);
+  cpu::swiglu_forward(out.data(), gate.data(), up.data(), n);
+  cpu::swiglu_backward(dgate.data(), dup.data(), dout.data(), gate.data(), up.data(), n);
+  expect_close(d_out.host(), out, tolerance<T>(), "out");
+  expect_close(d_dgate.host(), dgate, tolerance<T>(), "dgate");
+  expect_close(d_dup.host(), dup, tolerance<T>(), "dup");
 }
 
 template <class T>
@@ -321,10 +401,27 @@ TEST(CudaOps, Embedding) { ZS_REQUIRE_GPU(); check_embedding<float>(3, 7, 13); }
 TEST(CudaOps, EmbeddingBf16) { ZS_REQUIRE_GPU(); check_embedding<bf16>(3, 7, 13); }
 TEST(CudaOps, EmbeddingFrequentTokens) { ZS_REQUIRE_GPU(); check_embedding<float>(8, 64, 3); }
 TEST(CudaOps, EmbeddingFrequentTokensBf16) { ZS_REQUIRE_GPU(); check_embedding<bf16>(8, 64, 3); }
+TEST(CudaOps, EmbeddingWithoutPositions) { ZS_REQUIRE_GPU(); check_embedding<float>(3, 7, 13, false); }
+TEST(CudaOps, EmbeddingWithoutPositionsBf16) { ZS_REQUIRE_GPU(); check_embedding<bf16>(3, 7, 13, false); }
 TEST(CudaOps, LayerNorm) { ZS_REQUIRE_GPU(); check_layernorm<float>(11); }
 TEST(CudaOps, LayerNormBf16) { ZS_REQUIRE_GPU(); check_layernorm<bf16>(11); }
 TEST(CudaOps, LayerNormManyRows) { ZS_REQUIRE_GPU(); check_layernorm<float>(600); }
 TEST(CudaOps, LayerNormManyRowsBf16) { ZS_REQUIRE_GPU(); check_layernorm<bf16>(600); }
+TEST(CudaOps, RmsNorm) { ZS_REQUIRE_GPU(); check_rmsnorm<float>(7, 37); }
+TEST(CudaOps, RmsNormBf16) { ZS_REQUIRE_GPU(); check_rmsnorm<bf16>(7, 37); }
+TEST(CudaOps, RmsNormManyRows) { ZS_REQUIRE_GPU(); check_rmsnorm<float>(600, 70); }
+TEST(CudaOps, RmsNormManyRowsBf16) { ZS_REQUIRE_GPU(); check_rmsnorm<bf16>(600, 70); }
+TEST(CudaOps, Rope) { ZS_REQUIRE_GPU(); check_rope<float>(2, 5, 4, 6); }
+TEST(CudaOps, RopeBf16) { ZS_REQUIRE_GPU(); check_rope<bf16>(2, 5, 4, 6); }
+// 40 heads: two slices of the heads a rope thread turns (kernels/cuda/llama_ops.cu), the second partial.
+TEST(CudaOps, RopeLongSequence) { ZS_REQUIRE_GPU(); check_rope<float>(5, 700, 8, 64); }
+TEST(CudaOps, RopeLongSequenceBf16) { ZS_REQUIRE_GPU(); check_rope<bf16>(5, 700, 8, 64); }
+TEST(CudaOps, GqaPack) { ZS_REQUIRE_GPU(); check_gqa_pack<float>(2, 5, 4, 2, 6); }
+TEST(CudaOps, GqaPackBf16) { ZS_REQUIRE_GPU(); check_gqa_pack<bf16>(2, 5, 4, 2, 6); }
+TEST(CudaOps, GqaPackOneKvHead) { ZS_REQUIRE_GPU(); check_gqa_pack<float>(2, 5, 6, 1, 7); }
+TEST(CudaOps, GqaPackNoSharing) { ZS_REQUIRE_GPU(); check_gqa_pack<float>(2, 5, 3, 3, 7); }
+TEST(CudaOps, SwiGlu) { ZS_REQUIRE_GPU(); check_swiglu<float>(); }
+TEST(CudaOps, SwiGluBf16) { ZS_REQUIRE_GPU(); check_swiglu<bf16>(); }
 TEST(CudaOps, Linear) { ZS_REQUIRE_GPU(); check_linear<float>(9); }
 TEST(CudaOps, LinearBf16) { ZS_REQUIRE_GPU(); check_linear<bf16>(9); }
 TEST(CudaOps, LinearManyRows) { ZS_REQUIRE_GPU(); check_linear<float>(600); }
