@@ -95,6 +95,16 @@ void check_finite(const std::string& path, const std::string& name, const float*
                 first_index + i, ")");
 }
 
+// Names and keys from a file end up in one-line error messages: a control character would break the line.
+void check_printable(const std::string& path, const char* what, const std::string& text) {
+  if (std::any_of(text.begin(), text.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }))
+    fail_file(path, what, " ", json(text).dump(), " holds a control character");
+}
+
+// A header nests three levels (tensor, field, list). nlohmann dumps, copies and compares recursively, so a
+// header nested thousands of levels deep would overflow the stack in an error message: refuse it first.
+constexpr int kMaxHeaderDepth = 16;
+
 SafetensorsEntry parse_entry(const std::string& path, const std::string& name, const json& j) {
   if (!j.is_object()) fail_file(path, "entry '", name, "' is not a JSON object");
   for (const char* key : {"dtype", "shape", "data_offsets"})
@@ -104,6 +114,7 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   if (!j["dtype"].is_string()) fail_file(path, "entry '", name, "': dtype is not a string");
   e.dtype = j["dtype"].get<std::string>();
   const size_t elem = dtype_bytes(e.dtype);
+  check_printable(path, "dtype", e.dtype);
   if (elem == 0) fail_file(path, "entry '", name, "' has unknown dtype '", e.dtype, "'");
 
   const json& shape = j["shape"];
@@ -151,7 +162,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
 
   json root;
   try {
-    root = json::parse(header);
+    root = json::parse(header, [&](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxHeaderDepth)
+        fail_file(path, "bad JSON header (nested deeper than ", kMaxHeaderDepth, " levels)");
+      return true;
+    });
   } catch (const json::exception& e) {
     fail_file(path, "bad JSON header (", e.what(), ")");
   }
@@ -162,9 +177,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   f.data_start_ = 8 + header_len;
   const uint64_t data_size = file_size - f.data_start_;
   for (const auto& [name, value] : root.items()) {
+    check_printable(path, "tensor name", name);
     if (name == "__metadata__") {
       if (!value.is_object()) fail_file(path, "__metadata__ is not a JSON object");
       for (const auto& [key, v] : value.items()) {
+        check_printable(path, "__metadata__ key", key);
         if (!v.is_string()) fail_file(path, "__metadata__ value of '", key, "' is not a string");
         f.metadata_[key] = v.get<std::string>();
       }

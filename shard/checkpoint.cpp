@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -43,22 +44,63 @@ json unit_to_json(const FlatLayout& layout) {
           {"shard_numel", layout.shard_numel()}, {"params", params}};
 }
 
+// Manifest values arrive from a file: refuse what nlohmann would convert with undefined behaviour (a float
+// or an out-of-range integer cast to int), dimensions whose product overflows, and names holding control
+// characters, which would break the one-line error messages that quote them. Messages name a bad value by
+// its type unless it is a number: dumping arbitrary JSON can recurse as deep as the file nests.
+constexpr int64_t kMaxManifestNumel = int64_t(1) << 48;
+
+std::string describe(const json& v) { return v.is_number() ? v.dump() : std::string(v.type_name()); }
+
+int64_t integer_field(const json& j, const char* key, int64_t lo, int64_t hi) {
+  const json& v = j.at(key);
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) ||
+      v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+    throw std::runtime_error(std::string(key) + " " + describe(v) + " is not an integer in [" +
+                             std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v.get<int64_t>();
+}
+
+std::string name_field(const json& j, const char* key) {
+  std::string name = j.at(key).get<std::string>();
+  if (std::any_of(name.begin(), name.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }))
+    throw std::runtime_error(std::string(key) + " " + json(name).dump() + " holds a control character");
+  return name;
+}
+
+Shape shape_field(const json& p, int64_t& unit_numel) {
+  const json& shape = p.at("shape");
+  if (!shape.is_array()) throw std::runtime_error("shape is " + describe(shape) + ", not an array");
+  Shape out;
+  int64_t numel = 1;
+  for (const json& d : shape) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > uint64_t(kMaxManifestNumel) ||
+        __builtin_mul_overflow(numel, int64_t(d.get<uint64_t>()), &numel) || numel > kMaxManifestNumel)
+      throw std::runtime_error("shape is not a list of non-negative dimensions with a product below 2^48");
+    out.push_back(d.get<int64_t>());
+  }
+  if ((unit_numel += numel) > kMaxManifestNumel) throw std::runtime_error("unit larger than 2^48 elements");
+  return out;
+}
+
 // Parses the manifest's JSON; nlohmann's messages name the missing key or the wrong type.
 Manifest manifest_from_json(const json& j) {
   if (j.at("format").get<std::string>() != "zshard-checkpoint")
     throw std::runtime_error("format is not zshard-checkpoint");
-  if (j.at("version").get<int>() != kCheckpointVersion)
+  if (integer_field(j, "version", INT64_MIN, INT64_MAX) != kCheckpointVersion)
     throw std::runtime_error("version " + j.at("version").dump() + " is not " +
                              std::to_string(kCheckpointVersion));
   Manifest m;
-  m.step = j.at("step").get<int>();
-  m.group_size = j.at("group_size").get<int>();
-  if (m.step < 0 || m.group_size < 1) throw std::runtime_error("step or group_size out of range");
+  m.step = int(integer_field(j, "step", 0, INT_MAX));
+  m.group_size = int(integer_field(j, "group_size", 1, INT_MAX));
   for (const json& u : j.at("units")) {
-    UnitSpec spec{u.at("name").get<std::string>(), {}};
-    for (const json& p : u.at("params"))
-      spec.params.push_back({p.at("name").get<std::string>(), p.at("shape").get<Shape>(),
-                             p.at("weight_decay").get<bool>()});
+    UnitSpec spec{name_field(u, "name"), {}};
+    int64_t unit_numel = 0;
+    for (const json& p : u.at("params")) {
+      std::string name = name_field(p, "name");
+      Shape shape = shape_field(p, unit_numel);
+      spec.params.push_back({std::move(name), std::move(shape), p.at("weight_decay").get<bool>()});
+    }
     // The recorded offsets and sizes must be what the layout computes: a hand-edited or foreign
     // manifest would otherwise read the wrong bytes.
     const FlatLayout layout(spec, m.group_size);
@@ -71,8 +113,10 @@ Manifest manifest_from_json(const json& j) {
                              std::to_string(m.group_size) + " shards");
   for (size_t s = 0; s < files.size(); ++s) {
     const json& f = files[s];
-    if (f.at("shard").get<size_t>() != s) throw std::runtime_error("files are not in shard order");
-    CheckpointFile cf{f.at("name").get<std::string>(), f.at("bytes").get<uint64_t>(), 0};
+    if (integer_field(f, "shard", 0, INT64_MAX) != int64_t(s))
+      throw std::runtime_error("files are not in shard order");
+    if (!f.at("bytes").is_number_unsigned()) throw std::runtime_error("bytes is not a non-negative integer");
+    CheckpointFile cf{name_field(f, "name"), f.at("bytes").get<uint64_t>(), 0};
     if (cf.name != rank_file_name(int(s))) throw std::runtime_error("unexpected file name " + cf.name);
     cf.checksum = std::stoull(f.at("fnv1a64").get<std::string>(), nullptr, 16);
     m.files.push_back(std::move(cf));
@@ -153,7 +197,11 @@ Manifest read_manifest(const std::string& dir) {
   }
   json j;
   try {
-    j = json::parse(text);
+    // A manifest nests a few levels; the copies and comparisons below recurse once per level.
+    j = json::parse(text, [&](int depth, json::parse_event_t, json&) {
+      if (depth > 64) fail(path, ": not a valid zshard manifest (nested deeper than 64 levels)");
+      return true;
+    });
   } catch (const json::exception& e) {
     fail(path, ": truncated or not JSON (", e.what(), ")");
   }

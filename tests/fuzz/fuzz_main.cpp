@@ -1,92 +1,17 @@
 // The parser fuzzing driver. By default a deterministic mutation loop bounded by time or input count,
-// which ctest runs under ASan and UBSan: every seed must load, and every mutated input must load or fail
-// with one well-formed zshard::Error. Built with -DZSHARD_LIBFUZZER it is instead a libFuzzer target (the
-// parser named by $ZSHARD_FUZZ_PARSER, default safetensors) whose custom mutator applies the same
-// format-aware edits.
-#include <cxxabi.h>
-#include <unistd.h>
-
+// which ctest runs under ASan and UBSan: every seed must load, every regression input (files that once
+// broke a rule) and every mutated input must load or fail with one well-formed zshard::Error. Built with
+// -DZSHARD_LIBFUZZER it is instead a libFuzzer target (the parser named by $ZSHARD_FUZZ_PARSER, default
+// safetensors) whose custom mutator applies the same format-aware edits.
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <memory>
-#include <typeinfo>
 
 #include "tests/fuzz/fuzz_support.h"
-
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ZSHARD_FUZZ_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(ZSHARD_FUZZ_ASAN)
-#include <sanitizer/common_interface_defs.h>
-#define ZSHARD_FUZZ_DEATH_CALLBACK 1
-#endif
-
-namespace zshard::fuzz {
-
-namespace {
-
-namespace fs = std::filesystem;
-
-std::vector<const ParserTarget*> all_targets() {
-  return {&safetensors_target(), &manifest_target(), &llmc_tokens_target()};
-}
-
-const ParserTarget* find_target(std::string_view name) {
-  for (const ParserTarget* target : all_targets())
-    if (name == target->name) return target;
-  return nullptr;
-}
-
-std::string demangled(const char* mangled) {
-  int status = 0;
-  std::unique_ptr<char, decltype(&std::free)> name(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
-                                                   &std::free);
-  return status == 0 && name ? name.get() : mangled;
-}
-
-// What one input did: loaded, or rejected with a well-formed error, or `broken_rule` says what went wrong.
-struct Verdict {
-  bool loaded = false;
-  std::string broken_rule;
-};
-
-Verdict run_one(const ParserTarget& target, const Bytes& input, const std::string& workdir) {
-  try {
-    return {target.exercise(input, workdir), {}};
-  } catch (const BadOutcome& bad) {
-    return {false, bad.what};
-  } catch (const Error& e) {
-    try {
-      check_error_message(target.name, e.what());
-    } catch (const BadOutcome& bad) {
-      return {false, bad.what};
-    }
-    return {false, {}};
-  } catch (const std::exception& e) {
-    return {false, "threw " + demangled(typeid(e).name()) + " (not a zshard::Error): " + e.what()};
-  } catch (...) {
-    return {false, "threw something that is not a std::exception"};
-  }
-}
-
-std::string make_workdir() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/zshard-fuzz-XXXXXX";
-  if (!::mkdtemp(pattern.data())) {
-    std::perror("fuzz_parsers: mkdtemp");
-    std::exit(2);
-  }
-  return pattern;
-}
-
-}  // namespace
-
-}  // namespace zshard::fuzz
 
 #ifdef ZSHARD_LIBFUZZER
 
@@ -106,14 +31,16 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     std::exit(2);
   }
   g_workdir = zshard::fuzz::make_workdir();
+  // libFuzzer keeps crashing inputs itself; the parsers' scratch files go when it exits normally.
+  std::atexit([] { std::filesystem::remove_all(g_workdir); });
   g_seeds = g_target->prepare(g_workdir);
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > zshard::fuzz::kMaxInputBytes) return -1;
-  const zshard::fuzz::Verdict verdict =
-      zshard::fuzz::run_one(*g_target, zshard::fuzz::Bytes(reinterpret_cast<const char*>(data), size), g_workdir);
+  const zshard::fuzz::Bytes input(reinterpret_cast<const char*>(data), size);
+  const zshard::fuzz::Verdict verdict = zshard::fuzz::run_one(*g_target, input, g_workdir);
   if (!verdict.broken_rule.empty()) {
     std::fprintf(stderr, "%s: %s\n", g_target->name, verdict.broken_rule.c_str());
     std::abort();  // libFuzzer saves the input as crash-*
@@ -145,6 +72,7 @@ struct Options {
   uint64_t iterations = 0;  // 0: until `seconds` have passed
   uint64_t seed = 20240520;
   std::string replay;       // run this one file instead of fuzzing
+  std::string regressions;  // DIR: run DIR/<parser>/* before fuzzing
   bool keep_going = false;  // report every broken rule instead of stopping at the first
 };
 
@@ -152,25 +80,36 @@ struct Options {
   std::fprintf(stderr,
                "fuzz_parsers: %s\n"
                "usage: fuzz_parsers [--parser safetensors|manifest|llmc_tokens|all] [--seconds S]\n"
-               "                    [--iterations N] [--seed N] [--replay FILE] [--keep-going]\n"
+               "                    [--iterations N] [--seed N] [--regressions DIR] [--replay FILE]\n"
+               "                    [--keep-going]\n"
                "defaults come from $ZSHARD_FUZZ_SECONDS, $ZSHARD_FUZZ_ITERATIONS and $ZSHARD_FUZZ_SEED\n",
                problem.c_str());
   std::exit(2);
 }
 
-double parse_number(const std::string& flag, const char* text) {
+double parse_seconds(const std::string& flag, const char* text) {
   char* end = nullptr;
-  const double value = text ? std::strtod(text, &end) : -1;
-  if (!text || end == text || *end != '\0' || !(value >= 0)) usage(flag + " needs a non-negative number");
+  const double value = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(value >= 0)) usage(flag + " needs a non-negative number of seconds");
+  return value;
+}
+
+uint64_t parse_count(const std::string& flag, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const uint64_t value = std::strtoull(text, &end, 10);
+  if (end == text || *end != '\0' || *text == '-' || errno != 0)
+    usage(flag + " needs a non-negative integer");
   return value;
 }
 
 Options parse_options(int argc, char** argv) {
   Options opt;
-  if (const char* v = std::getenv("ZSHARD_FUZZ_SECONDS")) opt.seconds = parse_number("ZSHARD_FUZZ_SECONDS", v);
+  if (const char* v = std::getenv("ZSHARD_FUZZ_SECONDS"))
+    opt.seconds = parse_seconds("$ZSHARD_FUZZ_SECONDS", v);
   if (const char* v = std::getenv("ZSHARD_FUZZ_ITERATIONS"))
-    opt.iterations = uint64_t(parse_number("ZSHARD_FUZZ_ITERATIONS", v));
-  if (const char* v = std::getenv("ZSHARD_FUZZ_SEED")) opt.seed = uint64_t(parse_number("ZSHARD_FUZZ_SEED", v));
+    opt.iterations = parse_count("$ZSHARD_FUZZ_ITERATIONS", v);
+  if (const char* v = std::getenv("ZSHARD_FUZZ_SEED")) opt.seed = parse_count("$ZSHARD_FUZZ_SEED", v);
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -186,68 +125,94 @@ Options parse_options(int argc, char** argv) {
       if (!target) usage(std::string("unknown parser ") + value);
       opt.targets = {target};
     } else if (flag == "--seconds") {
-      opt.seconds = parse_number(flag, value);
+      opt.seconds = parse_seconds(flag, value);
     } else if (flag == "--iterations") {
-      opt.iterations = uint64_t(parse_number(flag, value));
+      opt.iterations = parse_count(flag, value);
     } else if (flag == "--seed") {
-      opt.seed = uint64_t(parse_number(flag, value));
+      opt.seed = parse_count(flag, value);
     } else if (flag == "--replay") {
       opt.replay = value;
+    } else if (flag == "--regressions") {
+      opt.regressions = value;
     } else {
       usage("unknown flag " + flag);
     }
   }
   if (!opt.replay.empty() && opt.targets.size() != 1) usage("--replay needs --parser");
+  if (!opt.regressions.empty() && !std::filesystem::is_directory(opt.regressions))
+    usage("--regressions " + opt.regressions + " is not a directory");
   return opt;
 }
 
-// A sanitizer report ends the process; this names the input it died on, which stays on disk.
-char g_crash_note[1024];
-void print_crash_note() {
-  if (const ssize_t n = ssize_t(std::strlen(g_crash_note)); n > 0) (void)!::write(2, g_crash_note, size_t(n));
+// Keeps an input that broke a rule and says how to run it again.
+void save_failure(const std::string& workdir, const char* parser, const std::string& label,
+                  const Bytes& input) {
+  std::string name = label.substr(label.find_last_of('/') + 1);
+  std::replace(name.begin(), name.end(), ' ', '-');
+  const std::string path = workdir + "/failure-" + name;
+  write_file(path, input);
+  std::fprintf(stderr,
+               "fuzz_parsers: the input is saved at %s; replay it with:\n"
+               "  fuzz_parsers --parser %s --replay %s\n",
+               path.c_str(), parser, path.c_str());
 }
 
-// Saves an input that broke a rule and says how to run it again; returns where it went.
-std::string save_failure(const std::string& workdir, const char* parser, uint64_t iteration, const Bytes& input) {
-  const std::string path = workdir + "/failure-" + std::to_string(iteration) + ".bin";
-  write_file(path, input);
-  std::fprintf(stderr, "fuzz_parsers: the input is saved at %s; replay it with: fuzz_parsers --parser %s --replay %s\n",
-               path.c_str(), parser, path.c_str());
-  return path;
+// Files in DIR/<parser>/, sorted: inputs that once broke a rule stay tested after the fix.
+std::vector<std::string> regression_files(const std::string& dir, const char* parser) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/" + parser, ec))
+    if (entry.is_regular_file()) files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 // Fuzzes one parser; returns the number of inputs that broke a rule.
 int fuzz_one(const ParserTarget& target, const Options& opt, const std::string& workdir) {
   const std::vector<Bytes> seeds = target.prepare(workdir);
+  // A sanitizer report ends the process with no chance to save the input, so every input is on disk
+  // before it runs.
   const std::string current = workdir + "/current-input";
-  std::snprintf(g_crash_note, sizeof g_crash_note,
-                "fuzz_parsers: %s crashed on the input saved at %s; replay it with: fuzz_parsers --parser %s "
-                "--replay FILE (after copying it)\n",
-                target.name, current.c_str(), target.name);
-
-  int failures = 0;
-  uint64_t tried = 0, loaded = 0, rejected = 0;
-  const auto report = [&](uint64_t iteration, const Bytes& input, const Verdict& verdict) {
-    std::fprintf(stderr, "fuzz_parsers: %s, input %llu: %s\n", target.name, (unsigned long long)iteration,
-                 verdict.broken_rule.c_str());
-    save_failure(workdir, target.name, iteration, input);
-    ++failures;
+  std::printf("fuzz_parsers %s: each input is at %s while it runs; after a sanitizer report, replay it with\n"
+              "  fuzz_parsers --parser %s --replay %s\n",
+              target.name, current.c_str(), target.name, current.c_str());
+  std::fflush(stdout);
+  const auto run_saved = [&](const Bytes& input) {
+    write_file(current, input);
+    return run_one(target, input, workdir);
   };
+  int failures = 0;
+  const auto broke_rule = [&](const std::string& label, const Bytes& input, const std::string& what) {
+    std::fprintf(stderr, "fuzz_parsers: %s, %s: %s\n", target.name, label.c_str(), what.c_str());
+    save_failure(workdir, target.name, label, input);
+    ++failures;
+    return !opt.keep_going;
+  };
+
   // A seed that does not load would leave the fuzzer testing only that one rejection.
   for (size_t i = 0; i < seeds.size(); ++i) {
-    const Verdict verdict = run_one(target, seeds[i], workdir);
-    if (!verdict.loaded && verdict.broken_rule.empty()) {
-      std::fprintf(stderr, "fuzz_parsers: %s seed %zu does not load\n", target.name, i);
-      save_failure(workdir, target.name, i, seeds[i]);
-      return failures + 1;
-    }
-    if (!verdict.broken_rule.empty()) report(i, seeds[i], verdict);
+    const Verdict verdict = run_saved(seeds[i]);
+    if (verdict.loaded && verdict.broken_rule.empty()) continue;
+    const std::string what = verdict.broken_rule.empty() ? "does not load" : verdict.broken_rule;
+    if (broke_rule("seed " + std::to_string(i), seeds[i], what)) return failures;
   }
+  std::vector<Bytes> pool = seeds;  // grows with mutants that loaded: valid variants to mutate further
+  size_t regressions = 0;
+  for (const std::string& file : opt.regressions.empty() ? std::vector<std::string>{}
+                                                          : regression_files(opt.regressions, target.name)) {
+    pool.push_back(read_file_bytes(file));
+    ++regressions;
+    const Verdict verdict = run_saved(pool.back());
+    if (!verdict.broken_rule.empty() && broke_rule(file, pool.back(), verdict.broken_rule)) return failures;
+  }
+  const size_t fixed_pool = pool.size();
 
   Rng rng(opt.seed);
-  std::vector<Bytes> pool = seeds;  // grows with mutants that loaded: valid variants to mutate further
+  uint64_t tried = 0, loaded = 0, rejected = 0;
   const auto start = std::chrono::steady_clock::now();
-  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   while (opt.iterations ? tried < opt.iterations : elapsed() < opt.seconds) {
     Bytes input;
     if (rng.one_in(64)) {
@@ -256,24 +221,23 @@ int fuzz_one(const ParserTarget& target, const Options& opt, const std::string& 
       input = pool[rng.below(pool.size())];
       for (uint64_t rounds = 1 + rng.below(4); rounds > 0; --rounds) target.mutate(input, rng);
     }
-    write_file(current, input);
-    const Verdict verdict = run_one(target, input, workdir);
+    const Verdict verdict = run_saved(input);
     ++tried;
     if (!verdict.broken_rule.empty()) {
-      report(tried, input, verdict);
-      if (!opt.keep_going) break;
+      if (broke_rule("input " + std::to_string(tried), input, verdict.broken_rule)) break;
       continue;
     }
     verdict.loaded ? ++loaded : ++rejected;
     if (verdict.loaded && input.size() <= (1 << 16)) {
-      if (pool.size() < 256) pool.push_back(input);
-      else pool[seeds.size() + rng.below(pool.size() - seeds.size())] = input;
+      if (pool.size() < fixed_pool + 256) pool.push_back(input);
+      else pool[fixed_pool + rng.below(pool.size() - fixed_pool)] = input;
     }
   }
-  std::printf("fuzz_parsers %s: %llu inputs tried, %llu loaded, %llu rejected with a zshard::Error, %.1f s "
-              "(seed %llu)%s\n",
-              target.name, (unsigned long long)tried, (unsigned long long)loaded, (unsigned long long)rejected,
-              elapsed(), (unsigned long long)opt.seed, failures ? ", FAILED" : "");
+  using ull = unsigned long long;
+  std::printf("fuzz_parsers %s: %zu seeds, %zu regression inputs; %llu inputs tried, %llu loaded, "
+              "%llu rejected with a zshard::Error, %.1f s (seed %llu)%s\n",
+              target.name, seeds.size(), regressions, ull(tried), ull(loaded), ull(rejected), elapsed(),
+              ull(opt.seed), failures ? ", FAILED" : "");
   std::fflush(stdout);
   return failures;
 }
@@ -282,10 +246,12 @@ int replay(const ParserTarget& target, const std::string& file, const std::strin
   target.prepare(workdir);
   const Verdict verdict = run_one(target, read_file_bytes(file), workdir);
   if (!verdict.broken_rule.empty()) {
-    std::fprintf(stderr, "fuzz_parsers: %s, %s: %s\n", target.name, file.c_str(), verdict.broken_rule.c_str());
+    std::fprintf(stderr, "fuzz_parsers: %s, %s: %s\n", target.name, file.c_str(),
+                 verdict.broken_rule.c_str());
     return 1;
   }
-  std::printf("fuzz_parsers %s: %s %s\n", target.name, file.c_str(), verdict.loaded ? "loaded" : "was rejected");
+  std::printf("fuzz_parsers %s: %s %s\n", target.name, file.c_str(),
+              verdict.loaded ? "loaded" : "was rejected with a well-formed zshard::Error");
   return 0;
 }
 
@@ -295,9 +261,6 @@ int replay(const ParserTarget& target, const std::string& file, const std::strin
 int main(int argc, char** argv) {
   using namespace zshard::fuzz;
   const Options opt = parse_options(argc, argv);
-#ifdef ZSHARD_FUZZ_DEATH_CALLBACK
-  __sanitizer_set_death_callback(print_crash_note);
-#endif
   const std::string root = make_workdir();
   int failures = 0;
   for (const ParserTarget* target : opt.targets) {
@@ -308,14 +271,15 @@ int main(int argc, char** argv) {
     } catch (const BadOutcome& harness) {
       std::fprintf(stderr, "fuzz_parsers: %s\n", harness.what.c_str());
       failures += 1;
-    } catch (const std::exception& e) {  // building the seeds failed: the writers broke, not the fuzzing
-      std::fprintf(stderr, "fuzz_parsers: %s: preparing the seeds failed: %s\n", target->name, e.what());
+    } catch (const std::exception& e) {  // outside any parser call: the seeds' writers or the file system
+      std::fprintf(stderr, "fuzz_parsers: %s: %s\n", target->name, e.what());
       failures += 1;
     }
     if (failures && !opt.keep_going) break;
   }
   if (failures) {
-    std::fprintf(stderr, "fuzz_parsers: %d input(s) broke the rules; inputs kept under %s\n", failures, root.c_str());
+    std::fprintf(stderr, "fuzz_parsers: %d input(s) broke the rules; inputs kept under %s\n", failures,
+                 root.c_str());
     return 1;
   }
   std::filesystem::remove_all(root);

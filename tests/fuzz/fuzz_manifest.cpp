@@ -119,11 +119,12 @@ void read_all_shards(const std::string& dir, const Manifest& manifest) {
   const std::vector<FlatLayout> layouts = manifest.layouts();
   for (size_t u = 0; u < layouts.size(); ++u) {
     const int64_t padded = layouts[u].padded_numel();
-    if (uint64_t(padded) > kMaxInputBytes) continue;  // not held by rank files this small: reads fail early
+    if (uint64_t(padded) > kMaxInputBytes) continue;  // a buffer this large is not worth allocating here
     std::vector<float> values(static_cast<size_t>(padded));
     for (std::string_view kind : kShardKinds)
       attempt("CheckpointReader::read", [&] { reader.read(int(u), kind, 0, padded, values.data()); });
-    attempt("CheckpointReader::read", [&] { reader.read(int(u), "m", padded / 2, padded - padded / 2, values.data()); });
+    const int64_t half = padded / 2;
+    attempt("CheckpointReader::read", [&] { reader.read(int(u), "m", half, padded - half, values.data()); });
   }
 }
 

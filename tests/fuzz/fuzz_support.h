@@ -103,5 +103,18 @@ struct ParserTarget {
 const ParserTarget& safetensors_target();
 const ParserTarget& manifest_target();
 const ParserTarget& llmc_tokens_target();
+std::vector<const ParserTarget*> all_targets();
+const ParserTarget* find_target(std::string_view name);  // nullptr when there is none by that name
+
+// What one input did: it loaded, or it was rejected with a well-formed error, or `broken_rule` says how
+// it broke the rule.
+struct Verdict {
+  bool loaded = false;
+  std::string broken_rule;
+};
+Verdict run_one(const ParserTarget& target, const Bytes& input, const std::string& workdir);
+
+// A fresh directory under $TMPDIR (or /tmp) for the parsers' files; exits when none can be made.
+std::string make_workdir();
 
 }  // namespace zshard::fuzz
