@@ -16,7 +16,10 @@ struct ShardedParams::Unit {
   Tensor master;        // the fp32 owned shard; a view into `resident` when the param dtype is fp32
   Tensor gathered;      // sharded params: the all-gathered full buffer while the unit is in use
   comm::WorkPtr gather_work;
-  int gather_refs = 0;
+  int gather_refs = 0;  // gathers not yet released, on every strategy (the protocol is checked on all)
+  // Where the unit's gradients are in this micro-step: the protocol allows grads() any number of times,
+  // then one grads_ready().
+  enum class Grads { untouched, requested, ready } grads_state = Grads::untouched;
   UnitTensors param_views;
   Tensor grad_store;    // grads: full when resident (ddp, zero1), this rank's shard when sharded
   Tensor full_grads;    // what the model accumulates into: grad_store, or a transient full buffer
@@ -215,19 +218,20 @@ const UnitTensors& ShardedParams::gather(int unit) {
   if (!order_recorded_) gather_order_.push_back(unit);
   const size_t position = gather_position_++;
   if (params_sharded_) {
-    if (u.gather_refs++ == 0 && !u.gathered.defined()) start_gather(u);
+    if (u.gather_refs == 0 && !u.gathered.defined()) start_gather(u);
     if (u.gather_work) finish_gather(u);
     if (order_recorded_) prefetch_after(position);
   }
+  ++u.gather_refs;
   poll_reductions();
   return u.param_views;
 }
 
 void ShardedParams::release(int unit) {
-  if (!params_sharded_) return;
+  ZS_CHECK(unit >= 0 && unit < num_units(), "release of unknown unit ", unit);
   Unit& u = *units_[unit];
   ZS_CHECK(u.gather_refs > 0, "release of unit ", u.layout.spec().name, " that is not gathered");
-  if (--u.gather_refs > 0) return;
+  if (--u.gather_refs > 0 || !params_sharded_) return;
   // Without resharding after forward, the gathered unit waits for its backward.
   if (!options_.reshard_after_forward && !in_backward_) return;
   free_gathered(u);
@@ -239,6 +243,9 @@ const UnitTensors& ShardedParams::grads(int unit) {
   ZS_CHECK(unit >= 0 && unit < num_units(), "grads of unknown unit ", unit);
   in_backward_ = true;
   Unit& u = *units_[unit];
+  ZS_CHECK(u.grads_state != Unit::Grads::ready, "grads() of unit ", u.layout.spec().name,
+           " after its grads_ready() in this micro-step");
+  u.grads_state = Unit::Grads::requested;
   if (!u.full_grads.defined()) {
     u.full_grads =
         Tensor::zeros({u.layout.padded_numel()}, u.grad_store.dtype(), placement_.device, Category::comm);
@@ -248,8 +255,14 @@ const UnitTensors& ShardedParams::grads(int unit) {
 }
 
 void ShardedParams::grads_ready(int unit) {
+  ZS_CHECK(unit >= 0 && unit < num_units(), "grads_ready of unknown unit ", unit);
   Unit& u = *units_[unit];
-  ZS_CHECK(u.full_grads.defined(), "grads_ready for unit ", u.layout.spec().name, " without grads()");
+  // Checked before any collective: a second reduction of the same gradients would be silently wrong.
+  ZS_CHECK(u.grads_state != Unit::Grads::ready, "grads_ready for unit ", u.layout.spec().name,
+           " twice in one micro-step");
+  ZS_CHECK(u.grads_state == Unit::Grads::requested, "grads_ready for unit ", u.layout.spec().name,
+           " without grads()");
+  u.grads_state = Unit::Grads::ready;
   if (!sync_grads_ && !grads_sharded_) return;  // no_sync: keep accumulating locally
   // Across replicas (hybrid), earlier units move on to their all-reduce here, before this unit's
   // reduce-scatter, and nowhere else but the end of the micro-step: a fixed point of the program, so
@@ -335,16 +348,19 @@ void ShardedParams::begin_micro_step(bool sync_grads) {
 }
 
 void ShardedParams::end_micro_step() {
+  // The protocol first, on every strategy: gradients never made ready would silently miss the reduction.
+  for (auto& u : units_) {
+    ZS_CHECK(u->gather_refs == 0, "unit ", u->layout.spec().name, " still gathered at the end of a micro-step");
+    ZS_CHECK(u->grads_state != Unit::Grads::requested, "unit ", u->layout.spec().name,
+             ": grads() without grads_ready() in this micro-step");
+    u->grads_state = Unit::Grads::untouched;
+  }
   while (!reductions_.empty()) {
     advance(reductions_.front(), true);
     reductions_.pop_front();
   }
-  for (auto& u : units_) {
-    ZS_CHECK(u->gather_refs == 0, "unit ", u->layout.spec().name, " still gathered at the end of a micro-step");
+  for (auto& u : units_)
     if (u->gathered.defined()) free_gathered(*u);  // a prefetch the model did not use
-    ZS_CHECK(!grads_sharded_ || !u->full_grads.defined(), "unit ", u->layout.spec().name,
-             ": grads() without grads_ready() in this micro-step");
-  }
   order_recorded_ = true;
 }
 
