@@ -66,19 +66,9 @@ int64_t Activations::bytes(const GPT2Config& c, int B, int T, DType dtype) {
 }
 
 void Activations::allocate(const GPT2Config& c, int b, int t, DType type, Device dev) {
-  B = b;
-  T = t;
-  dtype = type;
-  device = dev;
-  storage = allocate_buffers([&](const BufferVisitor& f) { for_each_buffer(*this, c, B, T, dtype, f); }, device);
+  BatchBuffers::allocate(b, t, type, dev, [&](const BufferVisitor& f) { for_each_buffer(*this, c, b, t, type, f); });
 }
 
-void Activations::load_tokens(const Batch& batch) const {
-  ZS_CHECK(batch.B == B && batch.T == T, "GPT-2 activations are for B=", B, " T=", T, ", the batch has B=",
-           batch.B, " T=", batch.T);
-  copy_bytes(inputs.raw(), device, batch.inputs, Device::cpu, inputs.nbytes());
-  copy_bytes(targets.raw(), device, batch.targets, Device::cpu, targets.nbytes());
-}
 
 template <class T>
 void Layers<T>::embedding_forward(const UnitTensors& p) const {

@@ -9,6 +9,7 @@
 #include "models/gpt2_config.h"
 #include "models/lm_head.h"
 #include "models/model.h"
+#include "models/model_support.h"
 
 namespace zshard::gpt2 {
 
@@ -23,15 +24,7 @@ enum FinalNormParam { kLnfWeight, kLnfBias };
 
 // Everything forward_backward keeps for one (B, T), on the device it computes on: views into the
 // activations allocations. Per-block buffers have a leading layer dimension L.
-struct Activations {
-  int B = 0, T = 0;
-  DType dtype = DType::f32;
-  Device device = Device::cpu;
-  // A Tensor has one dtype, so the buffers live in one allocation per dtype: the compute dtype's, the
-  // i32 tokens', and with bf16 the fp32 LayerNorm statistics' (ops::NormStat).
-  std::vector<Tensor> storage;
-
-  Tensor inputs, targets;                // (B,T) i32: the batch's tokens, copied to the device
+struct Activations : BatchBuffers {
   Tensor encoded;                        // (B,T,C) wte + wpe: block 0's input
   Tensor ln1, ln1_mean, ln1_rstd;        // (L,B,T,C), (L,B,T), (L,B,T); mean and rstd in NormStat
   Tensor qkv;                            // (L,B,T,3C)
@@ -50,12 +43,9 @@ struct Activations {
   Tensor dqkv;                           // (B,T,3C)
   Tensor dfch, dfch_gelu;                // (B,T,4C)
 
-  // Bytes of the allocations for (B, T), tokens included: what activation_bytes reports and allocate()
-  // allocates, whatever the device.
+  // Bytes of the allocations for (B, T), tokens included: what activation_bytes reports.
   static int64_t bytes(const GPT2Config& c, int B, int T, DType dtype);
   void allocate(const GPT2Config& c, int b, int t, DType type, Device dev);
-  // Copies the batch's host tokens into inputs and targets.
-  void load_tokens(const Batch& batch) const;
 };
 
 

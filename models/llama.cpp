@@ -53,13 +53,8 @@ Llama::Llama(LlamaConfig config) : config_(config) { config_.validate(); }
 Llama::~Llama() = default;
 
 std::vector<UnitSpec> Llama::units() const {
-  std::vector<UnitSpec> units;
-  for (int u = 0; u < num_units(); ++u) {
-    UnitSpec unit{unit_name(config_, u), {}};
-    for (ParamDef& def : param_defs(config_, u)) unit.params.push_back(std::move(def.spec));
-    units.push_back(std::move(unit));
-  }
-  return units;
+  return units_from_defs(
+      num_units(), [&](int u) { return unit_name(config_, u); }, [&](int u) { return param_defs(config_, u); });
 }
 
 void Llama::init_unit(int unit, const UnitTensors& params, uint64_t seed) const {
@@ -94,8 +89,8 @@ double Llama::run(ParamContext& ctx, const Batch& batch, bool backward, float lo
 template <class T>
 double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
   const DType dtype = dtype_of<T>();
-  if (!acts_ || acts_->B != batch.B || acts_->T != batch.T || acts_->dtype != dtype || acts_->device != ctx.device()) {
-    acts_.reset();  // free the old buffers before allocating the new ones
+  if (!acts_ || !acts_->fits(batch, dtype, ctx.device())) {
+    acts_.reset();  // free the old buffers (views included) before allocating the new ones
     acts_ = std::make_unique<llama::Activations>();
     acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device());
   }

@@ -6,6 +6,7 @@
 #include "kernels/ops.h"
 #include "models/llama_config.h"
 #include "models/model.h"
+#include "models/model_support.h"
 
 namespace zshard::llama {
 
@@ -16,13 +17,7 @@ enum EmbedParam { kEmbed };
 enum FinalParam { kFinalNorm, kLmHead };  // kLmHead only with an untied head
 
 // Everything forward_backward keeps for one (B, T); per-layer buffers have a leading layer dimension L.
-struct Activations {
-  int B = 0, T = 0;
-  DType dtype = DType::f32;
-  Device device = Device::cpu;
-  std::vector<Tensor> storage;  // one allocation per dtype (models/model_support.h)
-
-  Tensor inputs, targets;             // (B,T) i32, copied to the device
+struct Activations : BatchBuffers {
   Tensor encoded;                     // (B,T,C) the token embedding: layer 0's input
   Tensor ln1, ln1_rstd;               // (L,B,T,C), (L,B,T)
   Tensor qkv;                         // (L,B,T,3C) rotated q, and k and v repeated per query head
@@ -44,7 +39,6 @@ struct Activations {
 
   static int64_t bytes(const LlamaConfig& c, int B, int T, DType dtype);
   void allocate(const LlamaConfig& c, int b, int t, DType type, Device dev);
-  void load_tokens(const Batch& batch) const;
 };
 
 template <class T>

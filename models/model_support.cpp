@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "kernels/device_memory.h"
+
 namespace zshard {
 
 namespace {
@@ -72,6 +74,17 @@ void init_params(const std::string& model, const std::vector<ParamDef>& defs, co
   }
 }
 
+std::vector<UnitSpec> units_from_defs(int num_units, const std::function<std::string(int)>& name,
+                                      const std::function<std::vector<ParamDef>(int)>& defs) {
+  std::vector<UnitSpec> units;
+  for (int u = 0; u < num_units; ++u) {
+    UnitSpec unit{name(u), {}};
+    for (ParamDef& def : defs(u)) unit.params.push_back(std::move(def.spec));
+    units.push_back(std::move(unit));
+  }
+  return units;
+}
+
 void check_batch(const std::string& model, const Batch& batch, int vocab, int ctx) {
   ZS_CHECK(batch.B > 0 && batch.T > 0, model, " batch: B and T must be positive, got B=", batch.B, " T=", batch.T);
   ZS_CHECK(batch.T <= ctx, model, " batch: sequence length T=", batch.T, " exceeds the context ", ctx);
@@ -112,6 +125,25 @@ std::vector<Tensor> allocate_buffers(const BufferList& list, Device device) {
     offset[s] += footprint(shape);
   });
   return storage;
+}
+
+bool BatchBuffers::fits(const Batch& batch, DType type, Device dev) const {
+  return !storage.empty() && B == batch.B && T == batch.T && dtype == type && device == dev;
+}
+
+void BatchBuffers::allocate(int b, int t, DType type, Device dev, const BufferList& list) {
+  B = b;
+  T = t;
+  dtype = type;
+  device = dev;
+  storage = allocate_buffers(list, device);
+}
+
+void BatchBuffers::load_tokens(const Batch& batch) const {
+  ZS_CHECK(batch.B == B && batch.T == T, "activations are for B=", B, " T=", T, ", the batch has B=", batch.B,
+           " T=", batch.T);
+  copy_bytes(inputs.raw(), device, batch.inputs, Device::cpu, inputs.nbytes());
+  copy_bytes(targets.raw(), device, batch.targets, Device::cpu, targets.nbytes());
 }
 
 }  // namespace zshard

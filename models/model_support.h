@@ -24,6 +24,10 @@ struct ParamDef {
 void init_params(const std::string& model, const std::vector<ParamDef>& defs, const UnitTensors& params,
                  int unit, uint64_t seed);
 
+// The units of a model whose unit u is called name(u) and holds the parameters defs(u).
+std::vector<UnitSpec> units_from_defs(int num_units, const std::function<std::string(int)>& name,
+                                      const std::function<std::vector<ParamDef>(int)>& defs);
+
 // Every token of the batch inside [0, vocab), T within the context; errors name the model.
 void check_batch(const std::string& model, const Batch& batch, int vocab, int ctx);
 
@@ -49,5 +53,22 @@ int64_t buffer_bytes(const BufferList& list);
 // One tracking-allocator Tensor per dtype (Category::activations), in order of first appearance, and
 // every view cut from it. Returns the storage, which the views borrow.
 std::vector<Tensor> allocate_buffers(const BufferList& list, Device device);
+
+// What every model's activations share: the batch shape, dtype and device they were made for, their
+// storage (one allocation per dtype) and the batch's tokens on the device. Models derive their buffers.
+struct BatchBuffers {
+  int B = 0, T = 0;
+  DType dtype = DType::f32;
+  Device device = Device::cpu;
+  std::vector<Tensor> storage;
+  Tensor inputs, targets;  // (B,T) i32
+
+  // True when these buffers serve `batch` in `type` on `dev` as they are.
+  bool fits(const Batch& batch, DType type, Device dev) const;
+  // Records the shape and allocates every buffer `list` visits (the tokens among them).
+  void allocate(int b, int t, DType type, Device dev, const BufferList& list);
+  // Copies the batch's host tokens into inputs and targets.
+  void load_tokens(const Batch& batch) const;
+};
 
 }  // namespace zshard

@@ -14,6 +14,7 @@
 #include "kernels/error.h"
 #include "models/gpt2.h"
 #include "models/local_params.h"
+#include "tests/support/model_checks.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {
@@ -24,30 +25,6 @@ using Call = LocalParams::Call;
 
 // Small enough to finite-difference every parameter element.
 GPT2Config micro() { return {.layers = 2, .dim = 8, .heads = 2, .vocab = 13, .ctx = 8}; }
-
-struct Tokens {
-  std::vector<int32_t> inputs, targets;
-  int B, T;
-  Tokens(int b, int t, int vocab, uint64_t seed) : B(b), T(t) {
-    std::mt19937_64 rng(seed);
-    std::uniform_int_distribution<int32_t> token(0, vocab - 1);
-    for (int i = 0; i < b * t; ++i) inputs.push_back(token(rng));
-    for (int i = 0; i < b * t; ++i) targets.push_back(token(rng));
-  }
-  Batch batch() const { return {inputs.data(), targets.data(), B, T}; }
-};
-
-// Every parameter N(0, std): larger than the init so that every path carries weight.
-void randomize(LocalParams& ctx, double std, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, std);
-  for (int u = 0; u < ctx.num_units(); ++u)
-    for (const Tensor& p : ctx.param_tensors(u)) {
-      std::vector<double> values(size_t(p.numel()));
-      for (double& v : values) v = normal(rng);
-      assign_doubles(p, values);
-    }
-}
 
 int64_t live_activation_bytes() {
   return Allocator::of(Device::cpu).stats().live[int(Category::activations)];
@@ -67,7 +44,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 // Hugging Face's GPT2LMHeadModel forward (eval mode) transcribed into plain loops in double, sharing no
 // code with the model: the sum of the token losses.
-double reference_loss(const GPT2Config& c, const LocalParams& ctx, const Tokens& data) {
+double reference_loss(const GPT2Config& c, const LocalParams& ctx, const test::RandomTokens& data) {
   using Vec = std::vector<double>;
   const int T = data.T, C = c.dim, NH = c.heads, hs = C / NH, V = c.vocab;
   const auto param = [&](int unit, int i) { return to_doubles(ctx.param_tensors(unit)[i]); };
@@ -240,9 +217,9 @@ TEST(GPT2, InitIsDeterministicAndFollowsHuggingFace) {
 TEST(GPT2, ForwardEqualsHuggingFaceTranscription) {
   GPT2 model(micro());
   LocalParams ctx(model, DType::f64), ctx32(model, DType::f32);
-  randomize(ctx, 0.3, 1);
+  test::randomize_params(ctx, 0.3, 1);
   ctx32.copy_params_from(ctx);
-  const Tokens data(2, micro().ctx, micro().vocab, 2);
+  const test::RandomTokens data(2, micro().ctx, micro().vocab, 2);
   const double reference = reference_loss(micro(), ctx, data);
   EXPECT_NEAR(model.forward(ctx, data.batch()), reference, 1e-12 * reference);
   EXPECT_NEAR(model.forward_backward(ctx, data.batch(), 1.0f), reference, 1e-12 * reference);
@@ -254,37 +231,17 @@ TEST(GPT2, ForwardEqualsHuggingFaceTranscription) {
 TEST(GPT2, EveryGradientMatchesFiniteDifferencesInDouble) {
   GPT2 model(micro());
   LocalParams ctx(model, DType::f64);
-  randomize(ctx, 0.3, 3);
-  const Tokens data(2, 5, micro().vocab, 4);
-  model.forward_backward(ctx, data.batch(), 1.0f);
-  const double h = 1e-5;
-  const std::vector<UnitSpec> units = model.units();
-  double worst = 0;
-  for (int u = 0; u < ctx.num_units(); ++u)
-    for (size_t i = 0; i < units[u].params.size(); ++i) {
-      double* x = ctx.param_tensors(u)[i].data<double>();
-      std::vector<double> numeric(size_t(units[u].params[i].numel()));
-      for (size_t j = 0; j < numeric.size(); ++j) {
-        const double saved = x[j];
-        x[j] = saved + h;
-        const double plus = model.forward(ctx, data.batch());
-        x[j] = saved - h;
-        const double minus = model.forward(ctx, data.batch());
-        x[j] = saved;
-        numeric[j] = (plus - minus) / (2 * h);
-      }
-      const double err = max_rel_diff(to_doubles(ctx.grad_tensors(u)[i]), numeric);
-      EXPECT_LE(err, 1e-6) << units[u].params[i].name;
-      worst = std::max(worst, err);
-    }
+  test::randomize_params(ctx, 0.3, 3);
+  const test::RandomTokens data(2, 5, micro().vocab, 4);
+  const double worst = test::expect_gradients_match_finite_differences(model, ctx, data);
   RecordProperty("worst_rel_error", std::to_string(worst));
   std::printf("worst relative gradient error over %lld params: %.3g\n", (long long)micro().num_params(),
               worst);
 }
 
 // The same params in f32 and f64: losses and every gradient agree to f32 accuracy.
-void expect_float_matches_double(const GPT2Config& config, const LocalParams& params64, const Tokens& data,
-                                 double tol) {
+void expect_float_matches_double(const GPT2Config& config, const LocalParams& params64,
+                                 const test::RandomTokens& data, double tol) {
   GPT2 model(config);
   LocalParams ctx64(model, DType::f64), ctx32(model, DType::f32);
   ctx64.copy_params_from(params64);
@@ -303,15 +260,15 @@ TEST(GPT2, FloatMatchesDouble) {
   {
     GPT2 model(micro());
     LocalParams params(model, DType::f64);
-    randomize(params, 0.3, 5);
-    expect_float_matches_double(micro(), params, Tokens(2, 5, micro().vocab, 6), 1e-5);
+    test::randomize_params(params, 0.3, 5);
+    expect_float_matches_double(micro(), params, test::RandomTokens(2, 5, micro().vocab, 6), 1e-5);
   }
   {
     const GPT2Config tiny = gpt2_config("tiny");
     GPT2 model(tiny);
     LocalParams params(model, DType::f64);
     params.init(model, 7);
-    expect_float_matches_double(tiny, params, Tokens(2, 32, tiny.vocab, 8), 1e-5);
+    expect_float_matches_double(tiny, params, test::RandomTokens(2, 32, tiny.vocab, 8), 1e-5);
   }
 }
 
@@ -356,7 +313,7 @@ TEST(GPT2, FollowsTheParamProtocol) {
   GPT2 model(tiny);
   LocalParams ctx(model, DType::f32);
   ctx.init(model, 9);
-  const Tokens data(2, 16, tiny.vocab, 10);
+  const test::RandomTokens data(2, 16, tiny.vocab, 10);
   for (int micro_step = 0; micro_step < 2; ++micro_step) {
     ctx.clear_events();
     model.forward_backward(ctx, data.batch(), 1.0f);
@@ -376,8 +333,8 @@ TEST(GPT2, FollowsTheParamProtocol) {
 TEST(GPT2, GradientsAccumulateAndScale) {
   GPT2 model(micro());
   LocalParams ctx(model, DType::f64);
-  randomize(ctx, 0.3, 11);
-  const Tokens data(2, 5, micro().vocab, 12);
+  test::randomize_params(ctx, 0.3, 11);
+  const test::RandomTokens data(2, 5, micro().vocab, 12);
   model.forward_backward(ctx, data.batch(), 1.0f);
   std::vector<std::vector<double>> once;
   for (int u = 0; u < ctx.num_units(); ++u)
@@ -395,7 +352,7 @@ TEST(GPT2, InitialLossIsLogVocab) {
   GPT2 model(tiny);
   LocalParams ctx(model, DType::f32);
   ctx.init(model, 13);
-  const Tokens data(4, 64, tiny.vocab, 14);
+  const test::RandomTokens data(4, 64, tiny.vocab, 14);
   const double mean_loss = model.forward(ctx, data.batch()) / (data.B * data.T);
   EXPECT_NEAR(mean_loss, std::log(double(tiny.vocab)), 0.1);
 }
@@ -409,11 +366,11 @@ TEST(GPT2, ActivationBytesMatchTheAllocator) {
     ctx32.init(model, 15);
     ctx64.init(model, 15);
     for (auto [B, T] : {std::pair{2, 16}, std::pair{3, 8}, std::pair{3, 8}, std::pair{1, tiny.ctx}}) {
-      const Tokens data(B, T, tiny.vocab, 16);
+      const test::RandomTokens data(B, T, tiny.vocab, 16);
       model.forward_backward(ctx32, data.batch(), 1.0f);
       EXPECT_EQ(live_activation_bytes() - before, model.activation_bytes(B, T, DType::f32)) << B << "x" << T;
     }
-    const Tokens data(2, 16, tiny.vocab, 17);
+    const test::RandomTokens data(2, 16, tiny.vocab, 17);
     model.forward(ctx64, data.batch());
     EXPECT_EQ(live_activation_bytes() - before, model.activation_bytes(2, 16, DType::f64));
   }
@@ -424,19 +381,19 @@ TEST(GPT2, BadBatchesFailBeforeAnyGather) {
   const GPT2Config tiny = gpt2_config("tiny");
   GPT2 model(tiny);
   LocalParams ctx(model, DType::f32);
-  const auto expect_error = [&](Tokens data, const std::string& part) {
+  const auto expect_error = [&](test::RandomTokens data, const std::string& part) {
     const std::string msg = error_of([&] { model.forward_backward(ctx, data.batch(), 1.0f); });
     EXPECT_TRUE(contains(msg, part)) << msg;
     EXPECT_TRUE(ctx.events().empty());
   };
-  Tokens big_input(2, 8, tiny.vocab, 18);
+  test::RandomTokens big_input(2, 8, tiny.vocab, 18);
   big_input.inputs[5] = tiny.vocab;
   expect_error(big_input, "input token 256 at position 5 is outside the vocabulary [0, 256)");
-  Tokens negative_target(2, 8, tiny.vocab, 18);
+  test::RandomTokens negative_target(2, 8, tiny.vocab, 18);
   negative_target.targets[0] = -1;
   expect_error(negative_target, "target token -1");
-  expect_error(Tokens(1, tiny.ctx + 1, tiny.vocab, 18), "exceeds the context 128");
-  expect_error(Tokens(0, 8, tiny.vocab, 18), "B and T must be positive");
+  expect_error(test::RandomTokens(1, tiny.ctx + 1, tiny.vocab, 18), "exceeds the context 128");
+  expect_error(test::RandomTokens(0, 8, tiny.vocab, 18), "B and T must be positive");
 }
 
 }  // namespace

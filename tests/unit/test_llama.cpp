@@ -12,6 +12,7 @@
 #include "models/llama.h"
 #include "models/local_params.h"
 #include "models/model_registry.h"
+#include "tests/support/model_checks.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {
@@ -23,31 +24,9 @@ using Vec = std::vector<double>;
 // Small enough to finite-difference every parameter element: 4 query heads sharing 2 KV heads.
 LlamaConfig micro(bool tied) { return {2, 8, 4, 2, 12, 11, 8, 10000, tied}; }
 
-struct Tokens {
-  std::vector<int32_t> inputs, targets;
-  int B, T;
-  Tokens(int b, int t, int vocab, uint64_t seed) : B(b), T(t) {
-    std::mt19937_64 rng(seed);
-    std::uniform_int_distribution<int32_t> token(0, vocab - 1);
-    for (int i = 0; i < 2 * b * t; ++i) (i < b * t ? inputs : targets).push_back(token(rng));
-  }
-  Batch batch() const { return {inputs.data(), targets.data(), B, T}; }
-};
-
-void randomize(LocalParams& ctx, double std, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, std);
-  for (int u = 0; u < ctx.num_units(); ++u)
-    for (const Tensor& p : ctx.param_tensors(u)) {
-      Vec values(size_t(p.numel()));
-      for (double& v : values) v = normal(rng);
-      assign_doubles(p, values);
-    }
-}
-
 // Hugging Face's LlamaForCausalLM forward transcribed into plain loops in double, sharing no code with the
 // model: the sum of the token losses.
-double reference_loss(const LlamaConfig& c, const LocalParams& ctx, const Tokens& data) {
+double reference_loss(const LlamaConfig& c, const LocalParams& ctx, const test::RandomTokens& data) {
   const int T = data.T, C = c.dim, NH = c.heads, NKV = c.kv_heads, hs = C / NH, KV = NKV * hs, F = c.ffn_dim;
   const auto param = [&](int unit, int i) { return to_doubles(ctx.param_tensors(unit)[i]); };
   const auto rmsnorm = [&](const Vec& x, const Vec& w) {
@@ -160,8 +139,8 @@ TEST(Llama, ForwardEqualsHuggingFaceTranscription) {
   for (bool tied : {false, true}) {
     Llama model(micro(tied));
     LocalParams ctx(model, DType::f64);
-    randomize(ctx, 0.4, tied ? 21 : 22);
-    const Tokens data(2, 7, micro(tied).vocab, 23);
+    test::randomize_params(ctx, 0.4, tied ? 21 : 22);
+    const test::RandomTokens data(2, 7, micro(tied).vocab, 23);
     EXPECT_NEAR(model.forward(ctx, data.batch()), reference_loss(micro(tied), ctx, data), 1e-10) << tied;
   }
 }
@@ -171,26 +150,9 @@ TEST(Llama, EveryGradientMatchesFiniteDifferencesInDouble) {
     SCOPED_TRACE(tied ? "tied head" : "untied head");
     Llama model(micro(tied));
     LocalParams ctx(model, DType::f64);
-    randomize(ctx, 0.4, 24);
-    const Tokens data(2, 5, micro(tied).vocab, 25);
-    model.forward_backward(ctx, data.batch(), 1.0f);
-    const std::vector<UnitSpec> units = model.units();
-    const double h = 1e-5;
-    for (int u = 0; u < ctx.num_units(); ++u)
-      for (size_t i = 0; i < units[u].params.size(); ++i) {
-        double* x = ctx.param_tensors(u)[i].data<double>();
-        Vec numeric(size_t(units[u].params[i].numel()));
-        for (size_t j = 0; j < numeric.size(); ++j) {
-          const double saved = x[j];
-          x[j] = saved + h;
-          const double plus = model.forward(ctx, data.batch());
-          x[j] = saved - h;
-          const double minus = model.forward(ctx, data.batch());
-          x[j] = saved;
-          numeric[j] = (plus - minus) / (2 * h);
-        }
-        EXPECT_LE(max_rel_diff(to_doubles(ctx.grad_tensors(u)[i]), numeric), 1e-6) << units[u].params[i].name;
-      }
+    test::randomize_params(ctx, 0.4, 24);
+    const test::RandomTokens data(2, 5, micro(tied).vocab, 25);
+    test::expect_gradients_match_finite_differences(model, ctx, data);
   }
 }
 
@@ -200,7 +162,7 @@ TEST(Llama, FloatMatchesDouble) {
   LocalParams ctx64(model, DType::f64), ctx32(model, DType::f32);
   ctx64.init(model, 26);
   ctx32.copy_params_from(ctx64);
-  const Tokens data(2, 32, tiny.vocab, 27);
+  const test::RandomTokens data(2, 32, tiny.vocab, 27);
   const double loss64 = model.forward_backward(ctx64, data.batch(), 1.0f);
   const double loss32 = model.forward_backward(ctx32, data.batch(), 1.0f);
   EXPECT_NEAR(loss32, loss64, 1e-5 * loss64);
@@ -220,7 +182,7 @@ TEST(Llama, ActivationBytesMatchTheAllocator) {
     LocalParams ctx(model, DType::f32);
     ctx.init(model, 28);
     for (auto [B, T] : {std::pair{2, 16}, std::pair{3, 7}}) {
-      const Tokens data(B, T, tiny.vocab, 29);
+      const test::RandomTokens data(B, T, tiny.vocab, 29);
       model.forward_backward(ctx, data.batch(), 1.0f);
       EXPECT_EQ(live() - before, model.activation_bytes(B, T, DType::f32)) << B << "x" << T;
     }
