@@ -2,12 +2,13 @@
 """Single-process CPU step time of zshard-train against PyTorch on the same work, in one run.
 
 Why: the Foundation issue asks how far zshard's CPU path is from PyTorch's on one core. Both sides
-train the same GPT-2 config at the same batch and sequence length on one thread (OpenBLAS and OpenMP
+train the same GPT-2 or Llama config at the same batch and sequence length on one thread (OpenBLAS and OpenMP
 pinned to one thread, torch.set_num_threads(1)), with AdamW and no gradient clipping. Warm-up steps are
 dropped on both sides.
 
 Two figures per side:
-  wall ms  zshard: the "ms" of its --log-json lines; PyTorch: benchmarks/peers/gpt2_torch.py bench.
+  wall ms  zshard: the "ms" of its --log-json lines; PyTorch: benchmarks/peers/gpt2_torch.py bench, or
+           llama_torch.py bench for the Llama cases (the peer follows the case's --model).
   CPU ms   process CPU time (user + system) per step, which other load on a shared machine disturbs far
            less than wall time. PyTorch measures it per step in-process; for zshard it is the CPU time
            of a run of warm-up + timed steps minus that of a run of the warm-up steps only, divided by
@@ -29,13 +30,20 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PEER = os.path.join(HERE, "peers", "gpt2_torch.py")
+
+def peer_script(model_flags):
+    """The PyTorch peer of the case's model family: llama_torch.py for llama-*, else gpt2_torch.py."""
+    model = model_flags[model_flags.index("--model") + 1]
+    return os.path.join(HERE, "peers", "llama_torch.py" if model.startswith("llama") else "gpt2_torch.py")
 
 # name: (model flags understood by both sides, batch, seq, warm-up steps, timed steps per round)
 CASES = {
     "gpt2-B4-T256": (["--model", "gpt2"], 4, 256, 1, 3),
     "tiny-B8-T64": (["--model", "tiny"], 8, 64, 5, 30),
     "L4-D256-B8-T64": (["--model", "tiny", "--layers", "4", "--dim", "256", "--heads", "4"], 8, 64, 3, 20),
+    "llama-tiny-B8-T64": (["--model", "llama-tiny"], 8, 64, 5, 30),
+    "llama-L4-D256-B8-T64": (["--model", "llama-tiny", "--layers", "4", "--dim", "256", "--heads", "8",
+                              "--kv-heads", "2", "--ffn-dim", "704"], 8, 64, 3, 20),
 }
 
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -68,7 +76,7 @@ def zshard_round(binary, model_flags, batch, seq, warmup, steps, workdir):
 
 def torch_round(model_flags, batch, seq, warmup, steps):
     """Returns (wall ms of the timed steps, median CPU ms per timed step)."""
-    cmd = [sys.executable, PEER, "bench", *model_flags, "--batch", str(batch), "--seq", str(seq),
+    cmd = [sys.executable, peer_script(model_flags), "bench", *model_flags, "--batch", str(batch), "--seq", str(seq),
            "--warmup", str(warmup), "--steps", str(steps)]
     out = subprocess.run(cmd, check=True, env=dict(os.environ, **ONE_THREAD), capture_output=True, text=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
@@ -92,7 +100,7 @@ def main():
     args = p.parse_args()
 
     print(f"cpu: {cpu_model()}, {os.cpu_count()} cores; load average at start {os.getloadavg()[0]:.2f}")
-    print(f"{'case':>16} {'zshard wall':>12} {'torch wall':>11} {'ratio':>6} "
+    print(f"{'case':>20} {'zshard wall':>12} {'torch wall':>11} {'ratio':>6} "
           f"{'zshard cpu':>11} {'torch cpu':>10} {'ratio':>6}   (ms per step, medians; ratio = zshard/torch)")
     results = []
     with tempfile.TemporaryDirectory(prefix="zshard_cpu_step_") as workdir:
@@ -118,7 +126,7 @@ def main():
             res["wall_ratio"] = res["zshard_wall_ms"] / res["torch_wall_ms"]
             res["cpu_ratio"] = res["zshard_cpu_ms"] / res["torch_cpu_ms"]
             results.append(res)
-            print(f"{name:>16} {res['zshard_wall_ms']:12.1f} {res['torch_wall_ms']:11.1f} {res['wall_ratio']:6.2f} "
+            print(f"{name:>20} {res['zshard_wall_ms']:12.1f} {res['torch_wall_ms']:11.1f} {res['wall_ratio']:6.2f} "
                   f"{res['zshard_cpu_ms']:11.1f} {res['torch_cpu_ms']:10.1f} {res['cpu_ratio']:6.2f}", flush=True)
     print(f"load average at end {os.getloadavg()[0]:.2f}")
     if args.json:
