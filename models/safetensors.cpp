@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/atomic_file.h"
+#include "kernels/file_json.h"
 
 namespace zshard {
 
@@ -97,12 +98,10 @@ void check_finite(const std::string& path, const std::string& name, const float*
 
 // Names and keys from a file end up in one-line error messages: a control character would break the line.
 void check_printable(const std::string& path, const char* what, const std::string& text) {
-  if (std::any_of(text.begin(), text.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }))
-    fail_file(path, what, " ", json(text).dump(), " holds a control character");
+  if (has_control_character(text)) fail_file(path, what, " ", json(text).dump(), " holds a control character");
 }
 
-// A header nests three levels (tensor, field, list). nlohmann dumps, copies and compares recursively, so a
-// header nested thousands of levels deep would overflow the stack in an error message: refuse it first.
+// A header nests three levels (tensor, field, list); anything deeper is refused before it is used.
 constexpr int kMaxHeaderDepth = 16;
 
 SafetensorsEntry parse_entry(const std::string& path, const std::string& name, const json& j) {
@@ -162,10 +161,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
 
   json root;
   try {
-    root = json::parse(header, [&](int depth, json::parse_event_t, json&) {
-      if (depth > kMaxHeaderDepth)
-        fail_file(path, "bad JSON header (nested deeper than ", kMaxHeaderDepth, " levels)");
-      return true;
+    root = parse_json_with_depth_limit(header, kMaxHeaderDepth, [&] {
+      fail_file(path, "bad JSON header (nested deeper than ", kMaxHeaderDepth, " levels)");
     });
   } catch (const json::exception& e) {
     fail_file(path, "bad JSON header (", e.what(), ")");

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "kernels/atomic_file.h"
+#include "kernels/file_json.h"
 
 namespace zshard {
 
@@ -63,7 +64,7 @@ int64_t integer_field(const json& j, const char* key, int64_t lo, int64_t hi) {
 
 std::string name_field(const json& j, const char* key) {
   std::string name = j.at(key).get<std::string>();
-  if (std::any_of(name.begin(), name.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }))
+  if (has_control_character(name))
     throw std::runtime_error(std::string(key) + " " + json(name).dump() + " holds a control character");
   return name;
 }
@@ -198,10 +199,8 @@ Manifest read_manifest(const std::string& dir) {
   json j;
   try {
     // A manifest nests a few levels; the copies and comparisons below recurse once per level.
-    j = json::parse(text, [&](int depth, json::parse_event_t, json&) {
-      if (depth > 64) fail(path, ": not a valid zshard manifest (nested deeper than 64 levels)");
-      return true;
-    });
+    j = parse_json_with_depth_limit(
+        text, 64, [&] { fail(path, ": not a valid zshard manifest (nested deeper than 64 levels)"); });
   } catch (const json::exception& e) {
     fail(path, ": truncated or not JSON (", e.what(), ")");
   }
