@@ -1,5 +1,6 @@
 #include "comm/launch.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -91,7 +92,12 @@ void abort_world(int exit_code) {
   // MPI_Abort and _Exit skip the stdio flush at exit: flush first so the failing rank's last line shows.
   std::fflush(stdout);
   std::fflush(stderr);
-  if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  if (mpi_active()) {
+    // mpirun forwards a rank's output and handles its abort in one event loop, in no fixed order: its
+    // MPI_ABORT banner could otherwise come before the line that names the cause.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+  }
   std::_Exit(exit_code);
 }
 
