@@ -37,6 +37,7 @@ EstimateInput estimate_input(const TrainOptions& o, const Model& model, int worl
   in.dtypes = o.placement.param_dtype == DType::bf16 ? DtypePolicy::mixed_bf16() : DtypePolicy::fp32();
   in.rank_batch = rank_batch;
   in.seq = o.seq;
+  in.grad_accum = o.grad_accum;
   return in;
 }
 
@@ -63,7 +64,9 @@ std::string nearest_fit(const TrainOptions& o, const Model& model, int world, in
       // Uneven --rank-batches cannot be cut evenly: only the strategy may change.
       if (!o.rank_batches.empty() && cut > 1) break;
       const int rank_batch = cut == 1 ? largest_rank_batch : (o.batch / cut + world - 1) / world;
-      if (!fits(estimate_input(o, model, world, kind, rank_batch), budget)) continue;
+      EstimateInput in = estimate_input(o, model, world, kind, rank_batch);
+      in.grad_accum = o.grad_accum * cut;
+      if (!fits(in, budget)) continue;
       if (cut == 1) return strategy;
       return detail::concat(strategy, strategy.empty() ? "" : " ", "--batch ", o.batch / cut, " --grad-accum ",
                             o.grad_accum * cut, " (the same global batch)");
@@ -77,7 +80,9 @@ std::string nearest_fit(const TrainOptions& o, const Model& model, int world, in
 std::string more_ranks(const TrainOptions& o, const Model& model, int world, int64_t budget) {
   const int global = o.batch * o.grad_accum;
   for (int ranks = world * 2; ranks <= (1 << 16); ranks *= 2) {
-    if (!fits(estimate_input(o, model, ranks, StrategyKind::zero3, 1), budget)) continue;
+    EstimateInput in = estimate_input(o, model, ranks, StrategyKind::zero3, 1);
+    if (global % ranks == 0) in.grad_accum = global / ranks;
+    if (!fits(in, budget)) continue;
     const std::string batch = global % ranks == 0 ? detail::concat(" (--batch ", ranks, " --grad-accum ", global / ranks, ")") : "";
     return detail::concat("--strategy zero3 on ", ranks, " ranks with this much memory each", batch);
   }

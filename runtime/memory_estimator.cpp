@@ -60,17 +60,19 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   e.model_states.optimizer = shard_total * d.optimizer_bytes;
 
   if (p_sharded) e.gathered_in_flight = largest(units, std::max(1, in.max_inflight)) * d.param_bytes;
-  // Transient full gradients and reduce-scatter outputs. zero3/hybrid: each gather polls the reductions
-  // in flight, so what stays is the largest unit (a tied embedding, whose gradient is open through the
-  // whole backward, usually is) and its shard; across replicas (hybrid) also the previous unit's, whose all-reduce starts only at the
-  // next unit's grads_ready (runtime/sharded_params.cpp). zero2: nothing polls between units' backward, so
-  // every unit's full gradient and shard may still be alive at its end. zero1: the shards only; ddp
-  // reduces in place.
+  // Transient full gradients and reduce-scatter outputs (runtime/sharded_params.cpp). Sharded gradients:
+  // a unit's reduction is finished once the next one is issued, so at most three full gradients are
+  // alive: the unit being accumulated, the one in flight, and one held open through the whole backward
+  // (a tied embedding: the head adds into it first, the embedding last). zero3/hybrid reach their peak
+  // at the head, where the gathered tied unit and its open gradient coincide, so one open gradient
+  // beside the gathered units. Reductions land in the owned shard on a step's first micro-step; later
+  // micro-steps add a shard-sized scratch per reduction in flight (two at most). zero1: every unit's
+  // shard scratch (its reductions all start at the last micro-step); ddp reduces in place.
+  const int64_t in_flight_shards = in.grad_accum > 1 && G > 1 ? largest(units, 2) / G : 0;
   if (p_sharded) {
-    const int64_t open_grads = largest(units, in.world / G > 1 ? 2 : 1);
-    e.comm_buffers = (open_grads + (G > 1 ? open_grads / G : 0)) * d.grad_bytes;
+    e.comm_buffers = (largest(units, 1) + in_flight_shards) * d.grad_bytes;
   } else if (g_sharded) {
-    e.comm_buffers = padded_total * d.grad_bytes + (G > 1 ? shard_total * d.grad_bytes : 0);
+    e.comm_buffers = (largest(units, 3) + in_flight_shards) * d.grad_bytes;
   } else if (G > 1) {
     e.comm_buffers = shard_total * d.grad_bytes;
   }

@@ -27,6 +27,7 @@ struct EstimateInput {
   DtypePolicy dtypes = DtypePolicy::fp32();
   int rank_batch = 1;  // sequences per micro-step on this rank
   int seq = 64;
+  int grad_accum = 1;  // micro-steps per optimizer step
 };
 
 struct MemoryEstimate {

@@ -285,7 +285,11 @@ void ShardedParams::grads_ready(int unit) {
   }
   const int64_t shard = u.layout.shard_numel();
   if (shard_group_size_ > 1) {
-    r.scratch = Tensor::empty({shard}, reduce, device, Category::comm);
+    // Sharded gradients that are still zero (the first micro-step of a step) take the reduced shard as it
+    // is: the reduce-scatter writes straight into them, and no shard-sized scratch is allocated.
+    const Tensor owned = owned_grads(unit);
+    r.lands_in_place = grads_sharded_ && first_micro_step_ && owned.dtype() == reduce;
+    r.scratch = r.lands_in_place ? owned : Tensor::empty({shard}, reduce, device, Category::comm);
     r.work = groups_.shard->reduce_scatter(r.send.raw(), r.scratch.raw(), shard, reduce, comm::ReduceOp::sum);
   } else {
     r.scratch = r.send;  // a group of one: the full buffer is the shard
@@ -293,6 +297,17 @@ void ShardedParams::grads_ready(int unit) {
   if (!r.work && groups_.replica->size() > 1) start_all_reduce(r);  // no reduce-scatter to wait for
   reductions_.push_back(std::move(r));
   poll_reductions();
+  // Sharded gradients: a unit's full gradient lives until its reduction lands, and nothing guarantees
+  // that a reduction progresses on its own (MPI's non-blocking collectives move only when polled). So
+  // the earlier reductions are finished here, once this unit's is issued: they have had this unit's
+  // whole backward to progress, and the full gradients alive stay two whatever the depth of the model,
+  // this unit's in flight and the next one's being accumulated (FSDP2 keeps the same two). Resident
+  // gradients (ddp, zero1) cost no memory while in flight and are left to overlap freely.
+  if (grads_sharded_)
+    while (reductions_.size() > 1) {
+      advance(reductions_.front(), true);
+      reductions_.pop_front();
+    }
 }
 
 void ShardedParams::start_all_reduce(Reduction& r) {
@@ -320,7 +335,7 @@ bool ShardedParams::advance(Reduction& r, bool blocking) {
   // place for ddp.
   Unit& u = *units_[r.unit];
   const Tensor dest = owned_grads(r.unit);
-  if (dest.raw() != r.scratch.raw()) {
+  if (dest.raw() != r.scratch.raw() && !r.lands_in_place) {
     if (grads_sharded_) {
       accumulate(placement_.device, dest, r.scratch);
     } else {
@@ -342,6 +357,8 @@ void ShardedParams::poll_reductions() {
 }
 
 void ShardedParams::begin_micro_step(bool sync_grads) {
+  first_micro_step_ = !accumulated_;
+  accumulated_ = true;
   sync_grads_ = sync_grads;
   in_backward_ = false;
   gather_position_ = 0;
@@ -425,6 +442,7 @@ void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
     });
     u.grad_store.zero_();
   }
+  accumulated_ = false;
   gather_resident_params();
 }
 

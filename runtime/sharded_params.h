@@ -109,6 +109,7 @@ class ShardedParams : public ParamContext {
     comm::WorkPtr work;
     Tensor send;     // the unit's gradient in the reduce dtype (the full gradient itself when they agree)
     Tensor scratch;  // the reduced shard, in the reduce dtype
+    bool lands_in_place = false;  // scratch is the owned gradient shard itself
   };
 
   Tensor owned_compute(const Unit& u) const;  // this rank's part of the compute copy
@@ -137,6 +138,9 @@ class ShardedParams : public ParamContext {
   std::deque<Reduction> reductions_;
 
   bool sync_grads_ = true;
+  // The owned gradients hold nothing yet: no micro-step has run since the last optimizer step.
+  bool accumulated_ = false;
+  bool first_micro_step_ = true;
   bool in_backward_ = false;
   // Gather order recorded on the first micro-step; later micro-steps prefetch along it.
   std::vector<int> gather_order_;
