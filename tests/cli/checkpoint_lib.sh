@@ -42,9 +42,16 @@ same_losses() {
   fi
 }
 
-# The pids of a process's children (the ranks of an mpirun), without procps.
+# The pids of a process's children (the ranks of an mpirun), one a line in pid order, without procps.
+# /proc/PID/task/*/children is not used: the kernel documents it as reliable only for a stopped process.
 children_of() {
-  cat /proc/"$1"/task/*/children 2>/dev/null
+  local stat rest
+  for stat in /proc/[0-9]*/stat; do
+    { read -r rest <"$stat"; } 2>/dev/null || continue  # gone since the glob
+    rest=${rest##*) }  # past the command name, which may hold spaces and parentheses
+    rest=${rest#* }    # past the state: the parent pid comes next
+    [ "${rest%% *}" = "$1" ] && { stat=${stat#/proc/}; echo "${stat%/stat}"; }
+  done | sort -n
 }
 
 # wait_for SECONDS TEST...: polls until the test succeeds; false on timeout.

@@ -16,6 +16,10 @@ job_gone() { ! kill -0 "$1" 2>/dev/null; }
 # fault KIND STRATEGY NP: start a job, wait for its third step, hit one rank, time how long the job lives.
 fault() {
   local kind=$1 strategy=$2 np=$3 signal victim job code started elapsed name="$1 $2 np$3" first
+  # Emptied here, not by the job's redirection: that happens in the forked job, and until it does the
+  # wait below would find the previous trial's step 3.
+  : >"$WORK/out"
+  : >"$WORK/err"
   "${MPIRUN[@]}" -np "$np" "$TRAIN" --strategy "$strategy" --batch 8 --seq 32 --steps 100000 --log-every 1 \
     --comm-timeout "$TIMEOUT" >"$WORK/out" 2>"$WORK/err" &
   job=$!
