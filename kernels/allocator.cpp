@@ -15,12 +15,14 @@ std::string_view category_name(Category c) {
     case Category::activations: return "activations";
     case Category::comm: return "comm";
     case Category::workspace: return "workspace";
+    case Category::host: return "host";
   }
   return "?";
 }
 
 int64_t MemStats::model_states_live() const {
-  return live[int(Category::params)] + live[int(Category::grads)] + live[int(Category::optimizer)];
+  return live[int(Category::params)] + live[int(Category::grads)] + live[int(Category::optimizer)] +
+         live[int(Category::host)];
 }
 
 namespace {

@@ -12,14 +12,15 @@
 
 namespace zshard {
 
-// Model states are params + grads + optimizer (what the ZeRO formulas count). Transient full-size
-// unit buffers that only exist around a collective (gathered params, unsharded grads before a
-// reduce-scatter, staging) are `comm`.
-enum class Category : uint8_t { params, grads, optimizer, activations, comm, workspace };
-constexpr int kNumCategories = 6;
+// Model states are params + grads + optimizer (what the ZeRO formulas count), plus `host`: the optimizer
+// state (fp32 master, Adam m and v) that --offload optimizer keeps in host memory, ZeRO-Offload's split.
+// Transient full-size unit buffers that only exist around a collective (gathered params, unsharded grads
+// before a reduce-scatter, staging) are `comm`.
+enum class Category : uint8_t { params, grads, optimizer, activations, comm, workspace, host };
+constexpr int kNumCategories = 7;
 constexpr std::array<Category, kNumCategories> kAllCategories = {
-    Category::params, Category::grads, Category::optimizer,
-    Category::activations, Category::comm, Category::workspace};
+    Category::params, Category::grads, Category::optimizer, Category::activations,
+    Category::comm,   Category::workspace, Category::host};
 
 std::string_view category_name(Category c);
 
@@ -28,7 +29,7 @@ struct MemStats {
   std::array<int64_t, kNumCategories> peak{};
   int64_t live_total = 0;
   int64_t peak_total = 0;  // peak of the sum, not the sum of peaks
-  int64_t model_states_peak = 0;  // peak of params+grads+optimizer together
+  int64_t model_states_peak = 0;  // peak of params+grads+optimizer+host together
   int64_t model_states_live() const;
 };
 

@@ -112,6 +112,8 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
              "dtype of the gradient collectives: fp32, or bf16 (cuda; half the traffic)");
   add_choice<CommBackend>(app, "--comm", o.comm, {{"mpi", CommBackend::mpi}, {"nccl", CommBackend::nccl}},
                           "collectives: mpi, or nccl (cuda) [default: nccl on cuda, mpi on cpu]");
+  add_choice<bool>(app, "--offload", o.placement.offload_optimizer, {{"none", false}, {"optimizer", true}},
+                   "optimizer: keep the fp32 master and Adam state in host memory and step there (ZeRO-Offload)");
   app.add_option("--comm-timeout", o.comm_timeout_s, "seconds a collective may take before the job aborts");
   add_choice<bool>(app, "--mem-check", o.mem_check, {{"on", true}, {"off", false}},
                    "refuse at set-up a run whose memory estimate exceeds what each rank can use: on, off");

@@ -72,6 +72,7 @@ bool check_against(const json& doc, const std::string& path) {
     e.rank_batch = doc.at("rank_batch_max");
     e.seq = doc.at("seq");
     e.grad_accum = doc.at("grad_accum");
+    e.offload_optimizer = doc.value("offload", "none") == "optimizer";
     // The run's parameter dtype ("fp32" or "bf16"); files written before it was recorded are fp32.
     const std::string param_dtype = r.at("memory_report").value("param_dtype", "fp32");
     e.dtypes = param_dtype == "bf16" ? DtypePolicy::mixed_bf16() : DtypePolicy::fp32();

@@ -38,6 +38,7 @@ EstimateInput estimate_input(const TrainOptions& o, const Model& model, int worl
   in.rank_batch = rank_batch;
   in.seq = o.seq;
   in.grad_accum = o.grad_accum;
+  in.offload_optimizer = o.placement.offload_optimizer;
   return in;
 }
 

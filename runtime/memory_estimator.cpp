@@ -40,7 +40,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   const DtypePolicy& d = in.dtypes;
   if (!in.model) {
     e.params = in.params;
-    e.model_states = predict_model_states(in.kind, G, in.params, d);
+    e.model_states = predict_model_states(in.kind, G, in.params, d, in.offload_optimizer);
     return e;
   }
 
@@ -57,7 +57,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   const bool p_sharded = params_sharded(in.kind), g_sharded = grads_sharded(in.kind);
   e.model_states.params = (p_sharded ? shard_total : padded_total) * d.param_bytes;
   e.model_states.grads = (g_sharded ? shard_total : padded_total) * d.grad_bytes;
-  e.model_states.optimizer = shard_total * d.optimizer_bytes;
+  (in.offload_optimizer ? e.model_states.host : e.model_states.optimizer) =
+      shard_total * (in.offload_optimizer ? kOffloadedOptimizerBytes : d.optimizer_bytes);
 
   if (p_sharded) e.gathered_in_flight = largest(units, std::max(1, in.max_inflight)) * d.param_bytes;
   // Transient full gradients and reduce-scatter outputs (runtime/sharded_params.cpp). Sharded gradients:

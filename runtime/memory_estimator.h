@@ -28,6 +28,7 @@ struct EstimateInput {
   int rank_batch = 1;  // sequences per micro-step on this rank
   int seq = 64;
   int grad_accum = 1;  // micro-steps per optimizer step
+  bool offload_optimizer = false;  // --offload optimizer: master and Adam state in host memory
 };
 
 struct MemoryEstimate {

@@ -7,11 +7,13 @@ namespace {
 int64_t sharded(int64_t psi, int bytes, int parts) { return (psi + parts - 1) / parts * bytes; }
 }  // namespace
 
-ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& d) {
+ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& d,
+                                     bool offload_optimizer) {
   ModelStateBytes m;
   m.params = params_sharded(kind) ? sharded(psi, d.param_bytes, group) : psi * d.param_bytes;
   m.grads = grads_sharded(kind) ? sharded(psi, d.grad_bytes, group) : psi * d.grad_bytes;
-  m.optimizer = sharded(psi, d.optimizer_bytes, group);
+  if (offload_optimizer) m.host = sharded(psi, kOffloadedOptimizerBytes, group);
+  else m.optimizer = sharded(psi, d.optimizer_bytes, group);
   return m;
 }
 

@@ -23,13 +23,18 @@ struct ModelStateBytes {
   int64_t params = 0;
   int64_t grads = 0;
   int64_t optimizer = 0;
-  int64_t total() const { return params + grads + optimizer; }
+  int64_t host = 0;  // --offload optimizer: the fp32 master and Adam m and v, in host memory
+  int64_t total() const { return params + grads + optimizer + host; }
+  int64_t on_device() const { return params + grads + optimizer; }
 };
 
 // psi: parameter elements. `group` is the shard group size (world for zero1/2/3, G for hybrid, 1 for
 // ddp), as returned by shard_group_size(). ddp 16Ψ, zero1 4Ψ+12Ψ/N, zero2 2Ψ+14Ψ/N, zero3 16Ψ/N with
-// the mixed-precision policy.
-ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& dtypes);
+// the mixed-precision policy. With `offload_optimizer` (ZeRO-Offload) the optimizer bytes move to the
+// host, where an fp32 master of its own joins Adam m and v: 12Ψ/N whatever the dtypes.
+ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& dtypes,
+                                     bool offload_optimizer = false);
+constexpr int kOffloadedOptimizerBytes = 12;
 
 // Bytes one rank moves per optimizer step (nccl-tests bus convention), with `grad_accum` micro-steps:
 // ddp 2Ψ(N-1)/N; zero1 the same (reduce-scatter + all-gather); zero2 reduce-scatters every micro-step;

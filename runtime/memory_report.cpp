@@ -62,7 +62,8 @@ MemoryReport MemoryReport::collect(Trainer& trainer) {
   rep.param_dtype = std::string(dtype_flag(placement.param_dtype));
   rep.reduce_dtype = std::string(dtype_flag(placement.reduce_dtype));
   const DtypePolicy dtypes = DtypePolicy::of(placement.param_dtype);
-  rep.predicted = predict_model_states(params.options().kind, rep.shard_group, rep.params, dtypes);
+  rep.predicted = predict_model_states(params.options().kind, rep.shard_group, rep.params, dtypes,
+                                       placement.offload_optimizer);
   rep.predicted_inflight = params_sharded(params.options().kind)
                                ? int64_t(params.options().max_inflight) * max_unit * dtypes.param_bytes
                                : 0;
@@ -108,8 +109,16 @@ void MemoryReport::print(std::ostream& out) const {
   const double measured = double(measured_model_states());
   out << "model states per rank: measured " << mib(measured) << " MiB, predicted " << mib(double(predicted.total()))
       << " MiB (params " << mib(double(predicted.params)) << " + grads " << mib(double(predicted.grads))
-      << " + optimizer " << mib(double(predicted.optimizer)) << "), ratio " << std::fixed << std::setprecision(3)
-      << measured / std::max(1.0, double(predicted.total())) << "\n";
+      << " + optimizer " << mib(double(predicted.optimizer)) << (predicted.host ? " + host " + mib(double(predicted.host)) : "")
+      << "), ratio " << std::fixed << std::setprecision(3) << measured / std::max(1.0, double(predicted.total())) << "\n";
+  if (predicted.host > 0) {
+    // ZeRO-Offload's split: what stays on the device beside what moved to host memory.
+    int64_t host = 0;
+    for (const auto& r : ranks) host = std::max(host, r.stats.live[int(Category::host)]);
+    out << "offloaded optimizer (host): measured " << mib(double(host)) << " MiB, predicted " << mib(double(predicted.host))
+        << " MiB; model states left on the device: measured " << mib(measured - double(host)) << " MiB, predicted "
+        << mib(double(predicted.on_device())) << " MiB\n";
+  }
   if (predicted_inflight > 0)
     out << "gathered units in flight (comm): up to ~" << mib(double(predicted_inflight)) << " MiB predicted\n";
   out << "communication per step per rank: measured " << mib(ranks.empty() ? 0 : ranks[0].comm_bytes_per_step)
@@ -128,6 +137,7 @@ nlohmann::json MemoryReport::to_json() const {
   j["predicted"] = {{"params", predicted.params},
                     {"grads", predicted.grads},
                     {"optimizer", predicted.optimizer},
+                    {"host", predicted.host},
                     {"model_states", predicted.total()},
                     {"gathered_in_flight", predicted_inflight},
                     {"comm_bytes_per_step", predicted_comm_bytes}};

@@ -78,15 +78,19 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
   const auto zeros = [&](int64_t n, DType dtype, Category category) {
     return Tensor::zeros({n}, dtype, device, category);
   };
+  ZS_CHECK(!placement.offload_optimizer || device == Device::cpu,
+           "--offload optimizer runs on the cpu device only (the cuda path keeps the optimizer on the GPU)");
+  const Category optimizer = placement.offload_optimizer ? Category::host : Category::optimizer;
   const std::vector<UnitSpec> specs = model.units();
   for (size_t i = 0; i < specs.size(); ++i) {
     auto u = std::make_unique<Unit>(specs[i], shard_group_size_);
     const int64_t shard = u->layout.shard_numel(), padded = u->layout.padded_numel();
     u->resident = zeros(params_sharded_ ? shard : padded, compute, Category::params);
-    u->master = compute == kF32 ? owned_compute(*u) : zeros(shard, kF32, Category::optimizer);
+    const bool master_is_compute = compute == kF32 && !placement.offload_optimizer;
+    u->master = master_is_compute ? owned_compute(*u) : zeros(shard, kF32, optimizer);
     u->grad_store = zeros(grads_sharded_ ? shard : padded, compute, Category::grads);
-    u->m = zeros(shard, kF32, Category::optimizer);
-    u->v = zeros(shard, kF32, Category::optimizer);
+    u->m = zeros(shard, kF32, optimizer);
+    u->v = zeros(shard, kF32, optimizer);
     if (!params_sharded_) u->param_views = u->layout.views(u->resident);
     if (!grads_sharded_) {
       u->full_grads = u->grad_store;
@@ -128,16 +132,25 @@ void ShardedParams::set_unit_params(int unit, const float* full) {
   Unit& u = *units_[unit];
   const Device device = placement_.device;
   // The part of the unit this rank keeps, copied to the device in fp32: into the compute copy itself
-  // when that is fp32 (the master is a view into it), else into a staging buffer that the bf16 copy and
-  // the master are made from.
+  // when that is fp32, else into a staging buffer that the bf16 copy is made from; the master, where it
+  // is a buffer of its own, takes its owned part.
   const int64_t begin = params_sharded_ ? u.layout.shard_begin(shard_index_) : 0, n = u.resident.numel();
   const Tensor staged =
       u.resident.dtype() == kF32 ? u.resident : Tensor::empty({n}, kF32, device, Category::workspace);
   copy_bytes(staged.raw(), device, full + begin, Device::cpu, staged.nbytes());
-  if (staged.raw() == u.resident.raw()) return;
-  ops::convert(device, u.resident.raw(), u.resident.dtype(), staged.raw(), kF32, size_t(n));
+  if (staged.raw() != u.resident.raw())
+    ops::convert(device, u.resident.raw(), u.resident.dtype(), staged.raw(), kF32, size_t(n));
   const Tensor owned = staged.view(u.layout.shard_begin(shard_index_) - begin, {u.layout.shard_numel()});
-  copy_bytes(u.master.raw(), device, owned.raw(), device, u.master.nbytes());
+  if (owned.raw() != u.master.raw()) copy_bytes(u.master.raw(), device, owned.raw(), device, u.master.nbytes());
+}
+
+void ShardedParams::copy_master_to_compute(const Unit& u) {
+  const Tensor compute = owned_compute(u);
+  if (compute.raw() == u.master.raw()) return;
+  if (compute.dtype() == kF32)
+    copy_bytes(compute.raw(), placement_.device, u.master.raw(), placement_.device, compute.nbytes());
+  else
+    ops::convert(placement_.device, compute.raw(), compute.dtype(), u.master.raw(), kF32, size_t(compute.numel()));
 }
 
 std::vector<float> ShardedParams::full_unit_params(int unit) {
@@ -154,13 +167,7 @@ std::vector<float> ShardedParams::full_unit_params(int unit) {
 }
 
 void ShardedParams::sync_resident_params() {
-  if (placement_.param_dtype != kF32) {
-    for (auto& u : units_) {
-      const Tensor compute = owned_compute(*u);
-      ops::convert(placement_.device, compute.raw(), compute.dtype(), u->master.raw(), kF32,
-                   size_t(compute.numel()));
-    }
-  }
+  for (auto& u : units_) copy_master_to_compute(*u);
   gather_resident_params();
 }
 
@@ -440,6 +447,8 @@ void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
                         copy ? copy + off : nullptr);
       }
     });
+    // An fp32 compute copy beside an offloaded master takes the updated values as they are.
+    if (!copy) copy_master_to_compute(u);
     u.grad_store.zero_();
   }
   accumulated_ = false;

@@ -53,6 +53,10 @@ struct Placement {
   Device device = Device::cpu;
   DType param_dtype = DType::f32;   // compute copy and gradients: f32, or bf16 (cuda)
   DType reduce_dtype = DType::f32;  // gradient collectives: f32 or bf16
+  // ZeRO-Offload: the fp32 master shard and Adam m and v live in host memory (Category::host), and
+  // AdamW runs there. The master is then always a buffer of its own, also beside an fp32 compute copy:
+  // 12 bytes per owned parameter on the host. The cpu device only moves the accounting.
+  bool offload_optimizer = false;
 };
 
 class ShardedParams : public ParamContext {
@@ -113,6 +117,7 @@ class ShardedParams : public ParamContext {
   };
 
   Tensor owned_compute(const Unit& u) const;  // this rank's part of the compute copy
+  void copy_master_to_compute(const Unit& u);  // where the master is a buffer of its own
   // all_gather over the shard group; a group of one is a device copy (null Work): it moves nothing,
   // and the self backend copies host memory only.
   comm::WorkPtr gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype);
