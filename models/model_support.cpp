@@ -127,15 +127,18 @@ std::vector<Tensor> allocate_buffers(const BufferList& list, Device device) {
   return storage;
 }
 
-bool BatchBuffers::fits(const Batch& batch, DType type, Device dev) const {
-  return !storage.empty() && B == batch.B && T == batch.T && dtype == type && device == dev;
+bool BatchBuffers::fits(const Batch& batch, DType type, Device dev, ActivationCheckpointing mode) const {
+  return !storage.empty() && B == batch.B && T == batch.T && dtype == type && device == dev &&
+         checkpointing == mode;
 }
 
-void BatchBuffers::allocate(int b, int t, DType type, Device dev, const BufferList& list) {
+void BatchBuffers::allocate(int b, int t, DType type, Device dev, ActivationCheckpointing mode,
+                            const BufferList& list) {
   B = b;
   T = t;
   dtype = type;
   device = dev;
+  checkpointing = mode;
   storage = allocate_buffers(list, device);
 }
 
