@@ -10,42 +10,64 @@ namespace zshard::gpt2 {
 
 namespace {
 
-// The one description of the activation layout: calls f(tensor, shape, dtype) for every buffer, in
-// order. The tokens are i32; everything else is in the compute dtype.
-void for_each_buffer(Activations& a, const GPT2Config& c, int B, int T, DType dtype, ActivationCheckpointing mode,
-                     const BufferVisitor& f) {
-  const int64_t L = c.layers, S = Activations::slots(mode, c.layers), C = c.dim, NH = c.heads;
-  const int64_t Vp = logits_row_stride(c.vocab);
-  f(a.inputs, {B, T}, DType::i32);
-  f(a.targets, {B, T}, DType::i32);
+// The blocks' intermediates in the compute dtype, S slots each. Their LayerNorm statistics (another
+// dtype, few bytes) are listed with what is kept.
+void visit_intermediates(Activations& a, const GPT2Config& c, int B, int T, int64_t S, DType dtype,
+                         const BufferVisitor& f) {
+  const int64_t C = c.dim, NH = c.heads;
   const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
-  const auto stat = [&](Tensor& t, const Shape& shape) { f(t, shape, ops::norm_stat_dtype(dtype)); };
-  g(a.encoded, {B, T, C});
   g(a.ln1, {S, B, T, C});
-  stat(a.ln1_mean, {S, B, T});
-  stat(a.ln1_rstd, {S, B, T});
   g(a.qkv, {S, B, T, 3 * C});
   g(a.att, {S, B, NH, T, T});
   g(a.atty, {S, B, T, C});
   g(a.residual2, {S, B, T, C});
   g(a.ln2, {S, B, T, C});
-  stat(a.ln2_mean, {S, B, T});
-  stat(a.ln2_rstd, {S, B, T});
   g(a.fch, {S, B, T, 4 * C});
   g(a.fch_gelu, {S, B, T, 4 * C});
+}
+
+BufferList logits_list(Activations& a, const GPT2Config& c, int B, int T, DType dtype) {
+  return [&a, &c, B, T, dtype](const BufferVisitor& f) { f(a.logits, {B, T, logits_row_stride(c.vocab)}, dtype); };
+}
+
+// What lives only inside one block's forward or backward: the c_proj output, the backward's scratch and,
+// with checkpointing, the one slot of intermediates.
+BufferList block_transients(Activations& a, const GPT2Config& c, int B, int T, DType dtype,
+                            ActivationCheckpointing mode) {
+  return [&a, &c, B, T, dtype, mode](const BufferVisitor& f) {
+    const int64_t C = c.dim;
+    if (mode == ActivationCheckpointing::blocks) visit_intermediates(a, c, B, T, 1, dtype, f);
+    const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
+    g(a.proj, {B, T, C});
+    g(a.datty, {B, T, C});
+    g(a.dqkv, {B, T, 3 * C});
+    g(a.dfch, {B, T, 4 * C});
+    g(a.dfch_gelu, {B, T, 4 * C});
+  };
+}
+
+// The one description of the activation layout: calls f(tensor, shape, dtype) for every buffer, in
+// order. The tokens are i32; everything else is in the compute dtype.
+void for_each_buffer(Activations& a, const GPT2Config& c, int B, int T, DType dtype, ActivationCheckpointing mode,
+                     const BufferVisitor& f) {
+  const int64_t L = c.layers, S = Activations::slots(mode, c.layers), C = c.dim;
+  f(a.inputs, {B, T}, DType::i32);
+  f(a.targets, {B, T}, DType::i32);
+  const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
+  const auto stat = [&](Tensor& t, const Shape& shape) { f(t, shape, ops::norm_stat_dtype(dtype)); };
+  g(a.encoded, {B, T, C});
+  for (Tensor* t : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) stat(*t, {S, B, T});
+  if (mode == ActivationCheckpointing::none) visit_intermediates(a, c, B, T, L, dtype, f);
   g(a.residual3, {L, B, T, C});
   g(a.lnf, {B, T, C});
   stat(a.lnf_mean, {B, T});
   stat(a.lnf_rstd, {B, T});
-  g(a.logits, {B, T, Vp});
   g(a.losses, {B, T});
-  g(a.proj, {B, T, C});
   g(a.dresidual, {B, T, C});
   g(a.dln, {B, T, C});
-  g(a.datty, {B, T, C});
-  g(a.dqkv, {B, T, 3 * C});
-  g(a.dfch, {B, T, 4 * C});
-  g(a.dfch_gelu, {B, T, 4 * C});
+  // The logits live from the head's forward to its backward, while no block runs.
+  g(a.shared, {std::max(buffer_elements(logits_list(a, c, B, T, dtype)),
+                        buffer_elements(block_transients(a, c, B, T, dtype, mode)))});
 }
 
 // The residual stream entering block l (l == L: leaving the last block).
@@ -64,6 +86,8 @@ int64_t Activations::bytes(const GPT2Config& c, int B, int T, DType dtype, Activ
 void Activations::allocate(const GPT2Config& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode) {
   BatchBuffers::allocate(b, t, type, dev, mode,
                          [&](const BufferVisitor& f) { for_each_buffer(*this, c, b, t, type, mode, f); });
+  cut_buffers(shared, logits_list(*this, c, b, t, type));
+  cut_buffers(shared, block_transients(*this, c, b, t, type, mode));
 }
 
 

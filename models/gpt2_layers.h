@@ -36,11 +36,15 @@ struct Activations : BatchBuffers {
   Tensor fch, fch_gelu;                  // (S,B,T,4C)
   Tensor residual3;                      // (L,B,T,C) block output
   Tensor lnf, lnf_mean, lnf_rstd;        // (B,T,C), (B,T), (B,T)
-  Tensor logits;                         // (B,T,Vp), rows Vp = logits_row_stride apart; dlogits in the backward
   Tensor losses;                         // (B,T)
-  Tensor proj;                           // (B,T,C) a c_proj output before its residual add (scratch)
   // Backward scratch, shared by all blocks. dresidual carries d(loss)/d(residual stream).
-  Tensor dresidual, dln, datty;          // (B,T,C)
+  Tensor dresidual, dln;                 // (B,T,C)
+  // One region shared by the logits and what lives only inside a block (the views below, and with
+  // checkpointing the one slot of intermediates above): the logits are dead while any block runs.
+  Tensor shared;
+  Tensor logits;                         // (B,T,Vp), rows Vp = logits_row_stride apart; dlogits in the backward
+  Tensor proj;                           // (B,T,C) a c_proj output before its residual add (scratch)
+  Tensor datty;                          // (B,T,C)
   Tensor dqkv;                           // (B,T,3C)
   Tensor dfch, dfch_gelu;                // (B,T,4C)
 

@@ -1,5 +1,7 @@
 #include "models/llama_layers.h"
 
+#include <algorithm>
+
 #include "kernels/device_memory.h"
 #include "models/lm_head.h"
 #include "models/model_support.h"
@@ -8,38 +10,62 @@ namespace zshard::llama {
 
 namespace {
 
-// The one description of the activation layout, in order: i32 tokens, the rest in the compute dtype and
-// the RMSNorm statistics in NormStat.
-void for_each_buffer(Activations& a, const LlamaConfig& c, int B, int T, DType dtype, ActivationCheckpointing mode,
-                     const BufferVisitor& f) {
-  const int64_t L = c.layers, S = Activations::slots(mode, c.layers), C = c.dim, NH = c.heads;
-  const int64_t KV = c.kv_dim(), F = c.ffn_dim;
-  const int64_t Vp = logits_row_stride(c.vocab);
-  f(a.inputs, {B, T}, DType::i32);
-  f(a.targets, {B, T}, DType::i32);
+// The layers' intermediates in the compute dtype, S slots each. Their RMSNorm statistics (another dtype,
+// few bytes) are listed with what is kept.
+void visit_intermediates(Activations& a, const LlamaConfig& c, int B, int T, int64_t S, DType dtype,
+                         const BufferVisitor& f) {
+  const int64_t C = c.dim, NH = c.heads, F = c.ffn_dim;
   const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
-  const auto stat = [&](Tensor& t, const Shape& shape) { f(t, shape, ops::norm_stat_dtype(dtype)); };
-  g(a.encoded, {B, T, C});
   g(a.ln1, {S, B, T, C});
-  stat(a.ln1_rstd, {S, B, T});
   g(a.qkv, {S, B, T, 3 * C});
   g(a.att, {S, B, NH, T, T});
   g(a.atty, {S, B, T, C});
   g(a.residual2, {S, B, T, C});
   g(a.ln2, {S, B, T, C});
+  for (Tensor* t : {&a.gate, &a.up, &a.swiglu}) g(*t, {S, B, T, F});
+}
+
+BufferList logits_list(Activations& a, const LlamaConfig& c, int B, int T, DType dtype) {
+  return [&a, &c, B, T, dtype](const BufferVisitor& f) { f(a.logits, {B, T, logits_row_stride(c.vocab)}, dtype); };
+}
+
+// What lives only inside one layer's forward or backward: projections before they are packed or added,
+// the backward's scratch and, with checkpointing, the one slot of intermediates.
+BufferList layer_transients(Activations& a, const LlamaConfig& c, int B, int T, DType dtype,
+                            ActivationCheckpointing mode) {
+  return [&a, &c, B, T, dtype, mode](const BufferVisitor& f) {
+    const int64_t C = c.dim, KV = c.kv_dim(), F = c.ffn_dim;
+    if (mode == ActivationCheckpointing::blocks) visit_intermediates(a, c, B, T, 1, dtype, f);
+    const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
+    for (Tensor* t : {&a.proj, &a.q, &a.dq, &a.datty}) g(*t, {B, T, C});
+    for (Tensor* t : {&a.k, &a.v, &a.dk, &a.dv}) g(*t, {B, T, KV});
+    g(a.dqkv, {B, T, 3 * C});
+    for (Tensor* t : {&a.dswiglu, &a.dgate, &a.dup}) g(*t, {B, T, F});
+  };
+}
+
+// The one description of the activation layout, in order: i32 tokens, the rest in the compute dtype and
+// the RMSNorm statistics in NormStat.
+void for_each_buffer(Activations& a, const LlamaConfig& c, int B, int T, DType dtype, ActivationCheckpointing mode,
+                     const BufferVisitor& f) {
+  const int64_t L = c.layers, S = Activations::slots(mode, c.layers), C = c.dim;
+  f(a.inputs, {B, T}, DType::i32);
+  f(a.targets, {B, T}, DType::i32);
+  const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
+  const auto stat = [&](Tensor& t, const Shape& shape) { f(t, shape, ops::norm_stat_dtype(dtype)); };
+  g(a.encoded, {B, T, C});
+  stat(a.ln1_rstd, {S, B, T});
   stat(a.ln2_rstd, {S, B, T});
-  g(a.gate, {S, B, T, F});
-  g(a.up, {S, B, T, F});
-  g(a.swiglu, {S, B, T, F});
+  if (mode == ActivationCheckpointing::none) visit_intermediates(a, c, B, T, L, dtype, f);
   g(a.residual3, {L, B, T, C});
   g(a.lnf, {B, T, C});
   stat(a.lnf_rstd, {B, T});
-  g(a.logits, {B, T, Vp});
   g(a.losses, {B, T});
-  for (Tensor* t : {&a.proj, &a.q, &a.dq, &a.dresidual, &a.dln, &a.datty}) g(*t, {B, T, C});
-  for (Tensor* t : {&a.k, &a.v, &a.dk, &a.dv}) g(*t, {B, T, KV});
-  g(a.dqkv, {B, T, 3 * C});
-  for (Tensor* t : {&a.dswiglu, &a.dgate, &a.dup}) g(*t, {B, T, F});
+  g(a.dresidual, {B, T, C});
+  g(a.dln, {B, T, C});
+  // The logits live from the head's forward to its backward, while no layer runs.
+  g(a.shared, {std::max(buffer_elements(logits_list(a, c, B, T, dtype)),
+                        buffer_elements(layer_transients(a, c, B, T, dtype, mode)))});
 }
 
 // The residual stream entering layer l (l == L: leaving the last layer).
@@ -71,6 +97,8 @@ int64_t Activations::bytes(const LlamaConfig& c, int B, int T, DType dtype, Acti
 void Activations::allocate(const LlamaConfig& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode) {
   BatchBuffers::allocate(b, t, type, dev, mode,
                          [&](const BufferVisitor& f) { for_each_buffer(*this, c, b, t, type, mode, f); });
+  cut_buffers(shared, logits_list(*this, c, b, t, type));
+  cut_buffers(shared, layer_transients(*this, c, b, t, type, mode));
 }
 
 

@@ -29,12 +29,15 @@ struct Activations : BatchBuffers {
   Tensor gate, up, swiglu;            // (S,B,T,F)
   Tensor residual3;                   // (L,B,T,C) layer output
   Tensor lnf, lnf_rstd;               // (B,T,C), (B,T)
-  Tensor logits;                      // (B,T,Vp); dlogits in the backward
   Tensor losses;                      // (B,T)
+  Tensor dresidual, dln;              // (B,T,C) backward scratch shared by all layers
+  // One region shared by the logits and what lives only inside a layer (the views below, and with
+  // checkpointing the one slot of intermediates above): the logits are dead while any layer runs.
+  Tensor shared;
+  Tensor logits;                      // (B,T,Vp); dlogits in the backward
   // Scratch shared by all layers: projections before they are packed or added, and the backward's.
-  Tensor proj, q, dq;                 // (B,T,C)
+  Tensor proj, q, dq, datty;          // (B,T,C)
   Tensor k, v, dk, dv;                // (B,T,KV)
-  Tensor dresidual, dln, datty;       // (B,T,C)
   Tensor dqkv;                        // (B,T,3C)
   Tensor dswiglu, dgate, dup;         // (B,T,F)
 

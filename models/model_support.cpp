@@ -127,6 +127,22 @@ std::vector<Tensor> allocate_buffers(const BufferList& list, Device device) {
   return storage;
 }
 
+int64_t buffer_elements(const BufferList& list) {
+  int64_t total = 0;
+  list([&](Tensor&, const Shape& shape, DType) { total += footprint(shape); });
+  return total;
+}
+
+void cut_buffers(const Tensor& region, const BufferList& list) {
+  int64_t offset = 0;
+  list([&](Tensor& view, const Shape& shape, DType type) {
+    ZS_CHECK(type == region.dtype(), "a shared activation region of ", dtype_name(region.dtype()), " cannot hold ",
+             dtype_name(type));
+    view = region.view(offset, shape);
+    offset += footprint(shape);
+  });
+}
+
 bool BatchBuffers::fits(const Batch& batch, DType type, Device dev, ActivationCheckpointing mode) const {
   return !storage.empty() && B == batch.B && T == batch.T && dtype == type && device == dev &&
          checkpointing == mode;

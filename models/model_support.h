@@ -53,6 +53,11 @@ int64_t buffer_bytes(const BufferList& list);
 // One tracking-allocator Tensor per dtype (Category::activations), in order of first appearance, and
 // every view cut from it. Returns the storage, which the views borrow.
 std::vector<Tensor> allocate_buffers(const BufferList& list, Device device);
+// Buffers that are never live at the same time share bytes: lists of them are cut from one region (of
+// their dtype), each from its start. buffer_elements sizes a list as allocate_buffers lays it out;
+// cut_buffers cuts its views from the region.
+int64_t buffer_elements(const BufferList& list);
+void cut_buffers(const Tensor& region, const BufferList& list);
 
 // What every model's activations share: the batch shape, dtype and device they were made for, their
 // storage (one allocation per dtype) and the batch's tokens on the device. Models derive their buffers.
