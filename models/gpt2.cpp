@@ -76,7 +76,7 @@ std::unique_ptr<GPT2> make_gpt2(const ModelConfig& config) { return std::make_un
 
 int64_t GPT2::activation_bytes(int B, int T, DType dtype) const {
   ZS_CHECK(B > 0 && T > 0, "GPT-2 activation_bytes: B and T must be positive, got B=", B, " T=", T);
-  return gpt2::Activations::bytes(config_, B, T, dtype);
+  return gpt2::Activations::bytes(config_, B, T, dtype, checkpointing_);
 }
 
 double GPT2::forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) {
@@ -95,10 +95,10 @@ double GPT2::run(ParamContext& ctx, const Batch& batch, bool backward, float los
 template <class T>
 double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
   const DType dtype = dtype_of<T>();
-  if (!acts_ || !acts_->fits(batch, dtype, ctx.device())) {
+  if (!acts_ || !acts_->fits(batch, dtype, ctx.device(), checkpointing_)) {
     acts_.reset();  // free the old buffers (views included) before allocating the new ones
     acts_ = std::make_unique<gpt2::Activations>();
-    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device());
+    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device(), checkpointing_);
   }
   acts_->load_tokens(batch);
   const gpt2::Layers<T> layers{config_, *acts_};
@@ -129,9 +129,15 @@ double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float 
     ctx.release(final_unit);
     ctx.grads_ready(final_unit);
   }
+  const bool recompute = checkpointing_ == ActivationCheckpointing::blocks;
   for (int l = L - 1; l >= 0; --l) {
     const UnitTensors& p = ctx.gather(1 + l);
     const UnitTensors& g = ctx.grads(1 + l);
+    // Checkpointing: the block's intermediates are rebuilt from its kept input under this same gather,
+    // as FSDP runs a checkpointed forward inside the unit's backward, so no collective is added. The
+    // forward reads only the block input and the parameters, which backward never writes; it also rewrites
+    // the block output with the same bits, which nothing reads any more.
+    if (recompute) layers.block_forward(l, p);
     layers.block_backward(l, p, g);
     ctx.release(1 + l);
     ctx.grads_ready(1 + l);

@@ -35,12 +35,15 @@ class GPT2 final : public Model {
   // Computes in ctx.compute_dtype() on ctx.device(): f32 or f64 on cpu, f32 or bf16 on cuda, where the
   // batch's tokens are copied to the device first. forward_backward gathers every unit twice: forward
   // and backward, except unit 0, whose second gather serves the tied head (logits, then dlogits into
-  // dwte); the embedding backward needs no parameters. grads_ready runs from unit L+1 down to unit 0.
+  // dwte); the embedding backward needs no parameters. With ActivationCheckpointing::blocks a block's
+  // forward runs again under its backward's gather: the same gathers, the same results. grads_ready runs
+  // from unit L+1 down to unit 0.
   // On cuda the ops are only queued on the compute stream (kernels/ops.h): at release(u) and
   // grads_ready(u), u's work is queued, not necessarily finished; the returned loss is final.
   double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
   double forward(ParamContext& ctx, const Batch& batch) override;
   int64_t activation_bytes(int B, int T, DType dtype) const override;
+  void set_activation_checkpointing(ActivationCheckpointing mode) override { checkpointing_ = mode; }
   int vocab_size() const override { return config_.vocab; }
   int context_length() const override { return config_.ctx; }
   // 6 per parameter for the matmuls (the tied head included), plus attention's scores and weighted
@@ -54,6 +57,7 @@ class GPT2 final : public Model {
   double run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);
 
   GPT2Config config_;
+  ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
   // Kept between steps; reallocated only when (B, T), dtype or device change.
   std::unique_ptr<gpt2::Activations> acts_;
 };

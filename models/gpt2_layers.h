@@ -23,29 +23,34 @@ enum EmbedParam { kWte, kWpe };
 enum FinalNormParam { kLnfWeight, kLnfBias };
 
 // Everything forward_backward keeps for one (B, T), on the device it computes on: views into the
-// activations allocations. Per-block buffers have a leading layer dimension L.
+// activations allocations. Per-block buffers have a leading dimension: L for the block outputs
+// (residual3), S = slots(checkpointing, L) for the intermediates (L, or 1 reused by every block).
 struct Activations : BatchBuffers {
   Tensor encoded;                        // (B,T,C) wte + wpe: block 0's input
-  Tensor ln1, ln1_mean, ln1_rstd;        // (L,B,T,C), (L,B,T), (L,B,T); mean and rstd in NormStat
-  Tensor qkv;                            // (L,B,T,3C)
-  Tensor att;                            // (L,B,NH,T,T) softmax probabilities
-  Tensor atty;                           // (L,B,T,C) attention output before c_proj
-  Tensor residual2;                      // (L,B,T,C) after the attention residual add
+  Tensor ln1, ln1_mean, ln1_rstd;        // (S,B,T,C), (S,B,T), (S,B,T); mean and rstd in NormStat
+  Tensor qkv;                            // (S,B,T,3C)
+  Tensor att;                            // (S,B,NH,T,T) softmax probabilities
+  Tensor atty;                           // (S,B,T,C) attention output before c_proj
+  Tensor residual2;                      // (S,B,T,C) after the attention residual add
   Tensor ln2, ln2_mean, ln2_rstd;
-  Tensor fch, fch_gelu;                  // (L,B,T,4C)
+  Tensor fch, fch_gelu;                  // (S,B,T,4C)
   Tensor residual3;                      // (L,B,T,C) block output
   Tensor lnf, lnf_mean, lnf_rstd;        // (B,T,C), (B,T), (B,T)
-  Tensor logits;                         // (B,T,Vp), rows Vp = logits_row_stride apart; dlogits in the backward
   Tensor losses;                         // (B,T)
-  Tensor proj;                           // (B,T,C) a c_proj output before its residual add (scratch)
   // Backward scratch, shared by all blocks. dresidual carries d(loss)/d(residual stream).
-  Tensor dresidual, dln, datty;          // (B,T,C)
+  Tensor dresidual, dln;                 // (B,T,C)
+  // One region shared by the logits and what lives only inside a block (the views below, and with
+  // checkpointing the one slot of intermediates above): the logits are dead while any block runs.
+  Tensor shared;
+  Tensor logits;                         // (B,T,Vp), rows Vp = logits_row_stride apart; dlogits in the backward
+  Tensor proj;                           // (B,T,C) a c_proj output before its residual add (scratch)
+  Tensor datty;                          // (B,T,C)
   Tensor dqkv;                           // (B,T,3C)
   Tensor dfch, dfch_gelu;                // (B,T,4C)
 
-  // Bytes of the allocations for (B, T), tokens included: what activation_bytes reports.
-  static int64_t bytes(const GPT2Config& c, int B, int T, DType dtype);
-  void allocate(const GPT2Config& c, int b, int t, DType type, Device dev);
+  // Bytes of the allocations for (B, T) and `mode`, tokens included: what activation_bytes reports.
+  static int64_t bytes(const GPT2Config& c, int B, int T, DType dtype, ActivationCheckpointing mode);
+  void allocate(const GPT2Config& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode);
 };
 
 

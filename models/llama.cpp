@@ -63,7 +63,7 @@ void Llama::init_unit(int unit, const UnitTensors& params, uint64_t seed) const 
 
 int64_t Llama::activation_bytes(int B, int T, DType dtype) const {
   ZS_CHECK(B > 0 && T > 0, "Llama activation_bytes: B and T must be positive, got B=", B, " T=", T);
-  return llama::Activations::bytes(config_, B, T, dtype);
+  return llama::Activations::bytes(config_, B, T, dtype, checkpointing_);
 }
 
 double Llama::flops_per_token(int T) const {
@@ -89,10 +89,10 @@ double Llama::run(ParamContext& ctx, const Batch& batch, bool backward, float lo
 template <class T>
 double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
   const DType dtype = dtype_of<T>();
-  if (!acts_ || !acts_->fits(batch, dtype, ctx.device())) {
+  if (!acts_ || !acts_->fits(batch, dtype, ctx.device(), checkpointing_)) {
     acts_.reset();  // free the old buffers (views included) before allocating the new ones
     acts_ = std::make_unique<llama::Activations>();
-    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device());
+    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device(), checkpointing_);
   }
   acts_->load_tokens(batch);
   const llama::Layers<T> layers{config_, *acts_};
@@ -129,8 +129,11 @@ double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float
     ctx.release(final_unit);
     ctx.grads_ready(final_unit);
   }
+  const bool recompute = checkpointing_ == ActivationCheckpointing::blocks;
   for (int l = L - 1; l >= 0; --l) {
     const UnitTensors& p = ctx.gather(1 + l);
+    // Checkpointing: the layer's forward again under this same gather (no collective added), as GPT-2's.
+    if (recompute) layers.layer_forward(l, p);
     layers.layer_backward(l, p, ctx.grads(1 + l));
     ctx.release(1 + l);
     ctx.grads_ready(1 + l);

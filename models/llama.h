@@ -31,10 +31,12 @@ class Llama final : public Model {
   // Hugging Face init: matrices and the embedding N(0, 0.02), RMSNorm gains 1.
   void init_unit(int unit, const UnitTensors& params, uint64_t seed) const override;
   // Gathers every unit for forward and again for backward; a tied head gathers the embedding a second
-  // time, for the logits and their backward. grads_ready runs from the final unit down to unit 0.
+  // time, for the logits and their backward. grads_ready runs from the final unit down to unit 0. With
+  // ActivationCheckpointing::blocks a layer's forward runs again under its backward's gather.
   double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
   double forward(ParamContext& ctx, const Batch& batch) override;
   int64_t activation_bytes(int B, int T, DType dtype) const override;
+  void set_activation_checkpointing(ActivationCheckpointing mode) override { checkpointing_ = mode; }
   int vocab_size() const override { return config_.vocab; }
   int context_length() const override { return config_.ctx; }
   // 6 per parameter (the head's included when tied), plus attention's scores and weighted values, halved
@@ -47,6 +49,7 @@ class Llama final : public Model {
   double run(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);
 
   LlamaConfig config_;
+  ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
   std::unique_ptr<llama::Activations> acts_;  // reallocated only when (B, T), dtype or device change
 };
 

@@ -1,5 +1,7 @@
 #include "models/llama_layers.h"
 
+#include <algorithm>
+
 #include "kernels/device_memory.h"
 #include "models/lm_head.h"
 #include "models/model_support.h"
@@ -8,47 +10,68 @@ namespace zshard::llama {
 
 namespace {
 
+// The layers' intermediates in the compute dtype, S slots each. Their RMSNorm statistics (another dtype,
+// few bytes) are listed with what is kept.
+void visit_intermediates(Activations& a, const LlamaConfig& c, int B, int T, int64_t S, DType dtype,
+                         const BufferVisitor& f) {
+  const int64_t C = c.dim, NH = c.heads, F = c.ffn_dim;
+  const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
+  g(a.ln1, {S, B, T, C});
+  g(a.qkv, {S, B, T, 3 * C});
+  g(a.att, {S, B, NH, T, T});
+  g(a.atty, {S, B, T, C});
+  g(a.residual2, {S, B, T, C});
+  g(a.ln2, {S, B, T, C});
+  for (Tensor* t : {&a.gate, &a.up, &a.swiglu}) g(*t, {S, B, T, F});
+}
+
+BufferList logits_list(Activations& a, const LlamaConfig& c, int B, int T, DType dtype) {
+  return [&a, &c, B, T, dtype](const BufferVisitor& f) { f(a.logits, {B, T, logits_row_stride(c.vocab)}, dtype); };
+}
+
+// What lives only inside one layer's forward or backward: projections before they are packed or added,
+// the backward's scratch and, with checkpointing, the one slot of intermediates.
+BufferList layer_transients(Activations& a, const LlamaConfig& c, int B, int T, DType dtype,
+                            ActivationCheckpointing mode) {
+  return [&a, &c, B, T, dtype, mode](const BufferVisitor& f) {
+    const int64_t C = c.dim, KV = c.kv_dim(), F = c.ffn_dim;
+    if (mode == ActivationCheckpointing::blocks) visit_intermediates(a, c, B, T, 1, dtype, f);
+    const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
+    for (Tensor* t : {&a.proj, &a.q, &a.dq, &a.datty}) g(*t, {B, T, C});
+    for (Tensor* t : {&a.k, &a.v, &a.dk, &a.dv}) g(*t, {B, T, KV});
+    g(a.dqkv, {B, T, 3 * C});
+    for (Tensor* t : {&a.dswiglu, &a.dgate, &a.dup}) g(*t, {B, T, F});
+  };
+}
+
 // The one description of the activation layout, in order: i32 tokens, the rest in the compute dtype and
 // the RMSNorm statistics in NormStat.
-void for_each_buffer(Activations& a, const LlamaConfig& c, int B, int T, DType dtype, const BufferVisitor& f) {
-  const int64_t L = c.layers, C = c.dim, NH = c.heads, KV = c.kv_dim(), F = c.ffn_dim;
-  const int64_t Vp = logits_row_stride(c.vocab);
+void for_each_buffer(Activations& a, const LlamaConfig& c, int B, int T, DType dtype, ActivationCheckpointing mode,
+                     const BufferVisitor& f) {
+  const int64_t L = c.layers, S = Activations::slots(mode, c.layers), C = c.dim;
   f(a.inputs, {B, T}, DType::i32);
   f(a.targets, {B, T}, DType::i32);
   const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
   const auto stat = [&](Tensor& t, const Shape& shape) { f(t, shape, ops::norm_stat_dtype(dtype)); };
   g(a.encoded, {B, T, C});
-  g(a.ln1, {L, B, T, C});
-  stat(a.ln1_rstd, {L, B, T});
-  g(a.qkv, {L, B, T, 3 * C});
-  g(a.att, {L, B, NH, T, T});
-  g(a.atty, {L, B, T, C});
-  g(a.residual2, {L, B, T, C});
-  g(a.ln2, {L, B, T, C});
-  stat(a.ln2_rstd, {L, B, T});
-  g(a.gate, {L, B, T, F});
-  g(a.up, {L, B, T, F});
-  g(a.swiglu, {L, B, T, F});
+  stat(a.ln1_rstd, {S, B, T});
+  stat(a.ln2_rstd, {S, B, T});
+  if (mode == ActivationCheckpointing::none) visit_intermediates(a, c, B, T, L, dtype, f);
   g(a.residual3, {L, B, T, C});
   g(a.lnf, {B, T, C});
   stat(a.lnf_rstd, {B, T});
-  g(a.logits, {B, T, Vp});
   g(a.losses, {B, T});
-  for (Tensor* t : {&a.proj, &a.q, &a.dq, &a.dresidual, &a.dln, &a.datty}) g(*t, {B, T, C});
-  for (Tensor* t : {&a.k, &a.v, &a.dk, &a.dv}) g(*t, {B, T, KV});
-  g(a.dqkv, {B, T, 3 * C});
-  for (Tensor* t : {&a.dswiglu, &a.dgate, &a.dup}) g(*t, {B, T, F});
-}
-
-template <class T>
-T* at(const Tensor& t, int l) {
-  return t.data<T>() + int64_t(l) * (t.numel() / t.dim(0));
+  g(a.dresidual, {B, T, C});
+  g(a.dln, {B, T, C});
+  // The logits live from the head's forward to its backward, while no layer runs.
+  g(a.shared, {std::max(buffer_elements(logits_list(a, c, B, T, dtype)),
+                        buffer_elements(layer_transients(a, c, B, T, dtype, mode)))});
 }
 
 // The residual stream entering layer l (l == L: leaving the last layer).
 template <class T>
 T* layer_input(const Activations& a, int l) {
-  return l == 0 ? a.encoded.data<T>() : at<T>(a.residual3, l - 1);
+  return l == 0 ? a.encoded.data<T>() : slice<T>(a.residual3, l - 1);
 }
 
 // y (N, OC) = x (N, C) @ W^T for W (OC, C), Hugging Face's nn.Linear layout.
@@ -66,13 +89,16 @@ void matmul_backward(Device d, T* dx, T* dW, const T* dy, const T* x, const T* W
 
 }  // namespace
 
-int64_t Activations::bytes(const LlamaConfig& c, int B, int T, DType dtype) {
+int64_t Activations::bytes(const LlamaConfig& c, int B, int T, DType dtype, ActivationCheckpointing mode) {
   Activations unused;
-  return buffer_bytes([&](const BufferVisitor& f) { for_each_buffer(unused, c, B, T, dtype, f); });
+  return buffer_bytes([&](const BufferVisitor& f) { for_each_buffer(unused, c, B, T, dtype, mode, f); });
 }
 
-void Activations::allocate(const LlamaConfig& c, int b, int t, DType type, Device dev) {
-  BatchBuffers::allocate(b, t, type, dev, [&](const BufferVisitor& f) { for_each_buffer(*this, c, b, t, type, f); });
+void Activations::allocate(const LlamaConfig& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode) {
+  BatchBuffers::allocate(b, t, type, dev, mode,
+                         [&](const BufferVisitor& f) { for_each_buffer(*this, c, b, t, type, mode, f); });
+  cut_buffers(shared, logits_list(*this, c, b, t, type));
+  cut_buffers(shared, layer_transients(*this, c, b, t, type, mode));
 }
 
 
@@ -91,42 +117,44 @@ void Layers<T>::embedding_backward(const UnitTensors& g) const {
 template <class T>
 void Layers<T>::layer_forward(int l, const UnitTensors& p) const {
   const int B = a.B, Tn = a.T, N = B * Tn, C = c.dim, NH = c.heads, NKV = c.kv_heads, HS = c.head_dim();
+  const int s = a.slot(l);  // where this block's intermediates live
   const int KV = c.kv_dim(), F = c.ffn_dim;
   const size_t NC = size_t(N) * C;
   const Device d = a.device;
   const float theta = float(c.rope_theta);
   const auto w = [&](LayerParam i) { return p[i].data<T>(); };
   const T* residual = layer_input<T>(a, l);
-  T* ln1 = at<T>(a.ln1, l);
-  T* qkv = at<T>(a.qkv, l);
-  T* atty = at<T>(a.atty, l);
-  T* residual2 = at<T>(a.residual2, l);
-  T* ln2 = at<T>(a.ln2, l);
+  T* ln1 = slice<T>(a.ln1, s);
+  T* qkv = slice<T>(a.qkv, s);
+  T* atty = slice<T>(a.atty, s);
+  T* residual2 = slice<T>(a.residual2, s);
+  T* ln2 = slice<T>(a.ln2, s);
   T *q = a.q.data<T>(), *k = a.k.data<T>(), *v = a.v.data<T>(), *proj = a.proj.data<T>();
 
   // x = x + o_proj(attn(rope(q), rope(k), v)) on rmsnorm(x)
-  ops::rmsnorm_forward(d, ln1, at<Stat>(a.ln1_rstd, l), residual, w(kAttnNorm), N, C, kRmsNormEps);
+  ops::rmsnorm_forward(d, ln1, slice<Stat>(a.ln1_rstd, s), residual, w(kAttnNorm), N, C, kRmsNormEps);
   matmul_forward(d, q, ln1, w(kQ), N, C, C);
   matmul_forward(d, k, ln1, w(kK), N, C, KV);
   matmul_forward(d, v, ln1, w(kV), N, C, KV);
   ops::rope_forward(d, q, B, Tn, NH, HS, theta);
   ops::rope_forward(d, k, B, Tn, NKV, HS, theta);
   ops::gqa_pack(d, qkv, q, k, v, B, Tn, NH, NKV, HS);
-  ops::attention_forward(d, atty, at<T>(a.att, l), qkv, B, Tn, C, NH);
+  ops::attention_forward(d, atty, slice<T>(a.att, s), qkv, B, Tn, C, NH);
   matmul_forward(d, proj, atty, w(kO), N, C, C);
   ops::residual_forward(d, residual2, residual, proj, NC);
   // x = x + down(silu(gate(h)) * up(h)) with h = rmsnorm(x)
-  ops::rmsnorm_forward(d, ln2, at<Stat>(a.ln2_rstd, l), residual2, w(kMlpNorm), N, C, kRmsNormEps);
-  matmul_forward(d, at<T>(a.gate, l), ln2, w(kGate), N, C, F);
-  matmul_forward(d, at<T>(a.up, l), ln2, w(kUp), N, C, F);
-  ops::swiglu_forward(d, at<T>(a.swiglu, l), at<T>(a.gate, l), at<T>(a.up, l), size_t(N) * F);
-  matmul_forward(d, proj, at<T>(a.swiglu, l), w(kDown), N, F, C);
-  ops::residual_forward(d, at<T>(a.residual3, l), residual2, proj, NC);
+  ops::rmsnorm_forward(d, ln2, slice<Stat>(a.ln2_rstd, s), residual2, w(kMlpNorm), N, C, kRmsNormEps);
+  matmul_forward(d, slice<T>(a.gate, s), ln2, w(kGate), N, C, F);
+  matmul_forward(d, slice<T>(a.up, s), ln2, w(kUp), N, C, F);
+  ops::swiglu_forward(d, slice<T>(a.swiglu, s), slice<T>(a.gate, s), slice<T>(a.up, s), size_t(N) * F);
+  matmul_forward(d, proj, slice<T>(a.swiglu, s), w(kDown), N, F, C);
+  ops::residual_forward(d, slice<T>(a.residual3, l), residual2, proj, NC);
 }
 
 template <class T>
 void Layers<T>::layer_backward(int l, const UnitTensors& p, const UnitTensors& g) const {
   const int B = a.B, Tn = a.T, N = B * Tn, C = c.dim, NH = c.heads, NKV = c.kv_heads, HS = c.head_dim();
+  const int s = a.slot(l);  // where this block's intermediates live
   const int KV = c.kv_dim(), F = c.ffn_dim;
   const Device d = a.device;
   const float theta = float(c.rope_theta);
@@ -138,21 +166,22 @@ void Layers<T>::layer_backward(int l, const UnitTensors& p, const UnitTensors& g
 
   // MLP branch. The ops accumulate into activation gradients too, so each scratch is zeroed first.
   a.dswiglu.zero_();
-  matmul_backward(d, a.dswiglu.data<T>(), dw(kDown), dresidual, at<T>(a.swiglu, l), w(kDown), N, F, C);
+  matmul_backward(d, a.dswiglu.data<T>(), dw(kDown), dresidual, slice<T>(a.swiglu, s), w(kDown), N, F, C);
   a.dgate.zero_();
   a.dup.zero_();
-  ops::swiglu_backward(d, a.dgate.data<T>(), a.dup.data<T>(), a.dswiglu.data<T>(), at<T>(a.gate, l),
-                       at<T>(a.up, l), size_t(N) * F);
+  ops::swiglu_backward(d, a.dgate.data<T>(), a.dup.data<T>(), a.dswiglu.data<T>(), slice<T>(a.gate, s),
+                       slice<T>(a.up, s), size_t(N) * F);
   a.dln.zero_();
-  matmul_backward(d, dln, dw(kGate), a.dgate.data<T>(), at<T>(a.ln2, l), w(kGate), N, C, F);
-  matmul_backward(d, dln, dw(kUp), a.dup.data<T>(), at<T>(a.ln2, l), w(kUp), N, C, F);
-  ops::rmsnorm_backward(d, dresidual, dw(kMlpNorm), dln, at<T>(a.residual2, l), w(kMlpNorm),
-                        at<Stat>(a.ln2_rstd, l), N, C);
+  matmul_backward(d, dln, dw(kGate), a.dgate.data<T>(), slice<T>(a.ln2, s), w(kGate), N, C, F);
+  matmul_backward(d, dln, dw(kUp), a.dup.data<T>(), slice<T>(a.ln2, s), w(kUp), N, C, F);
+  ops::rmsnorm_backward(d, dresidual, dw(kMlpNorm), dln, slice<T>(a.residual2, s), w(kMlpNorm),
+                        slice<Stat>(a.ln2_rstd, s), N, C);
   // Attention branch.
   a.datty.zero_();
-  matmul_backward(d, a.datty.data<T>(), dw(kO), dresidual, at<T>(a.atty, l), w(kO), N, C, C);
+  matmul_backward(d, a.datty.data<T>(), dw(kO), dresidual, slice<T>(a.atty, s), w(kO), N, C, C);
   a.dqkv.zero_();
-  ops::attention_backward(d, a.dqkv.data<T>(), a.datty.data<T>(), at<T>(a.qkv, l), at<T>(a.att, l), B, Tn, C, NH);
+  ops::attention_backward(d, a.dqkv.data<T>(), a.datty.data<T>(), slice<T>(a.qkv, s), slice<T>(a.att, s), B, Tn,
+                          C, NH);
   a.dq.zero_();
   a.dk.zero_();
   a.dv.zero_();
@@ -160,12 +189,12 @@ void Layers<T>::layer_backward(int l, const UnitTensors& p, const UnitTensors& g
   ops::rope_backward(d, a.dq.data<T>(), B, Tn, NH, HS, theta);
   ops::rope_backward(d, a.dk.data<T>(), B, Tn, NKV, HS, theta);
   a.dln.zero_();
-  const T* ln1 = at<T>(a.ln1, l);
+  const T* ln1 = slice<T>(a.ln1, s);
   matmul_backward(d, dln, dw(kQ), a.dq.data<T>(), ln1, w(kQ), N, C, C);
   matmul_backward(d, dln, dw(kK), a.dk.data<T>(), ln1, w(kK), N, C, KV);
   matmul_backward(d, dln, dw(kV), a.dv.data<T>(), ln1, w(kV), N, C, KV);
   ops::rmsnorm_backward(d, dresidual, dw(kAttnNorm), dln, layer_input<T>(a, l), w(kAttnNorm),
-                        at<Stat>(a.ln1_rstd, l), N, C);
+                        slice<Stat>(a.ln1_rstd, s), N, C);
 }
 
 template <class T>

@@ -16,29 +16,33 @@ enum LayerParam { kAttnNorm, kQ, kK, kV, kO, kMlpNorm, kGate, kUp, kDown, kNumLa
 enum EmbedParam { kEmbed };
 enum FinalParam { kFinalNorm, kLmHead };  // kLmHead only with an untied head
 
-// Everything forward_backward keeps for one (B, T); per-layer buffers have a leading layer dimension L.
+// Everything forward_backward keeps for one (B, T). Per-layer buffers have a leading dimension: L for the
+// layer outputs (residual3), S = slots(checkpointing, L) for the intermediates (L, or 1 reused by every layer).
 struct Activations : BatchBuffers {
   Tensor encoded;                     // (B,T,C) the token embedding: layer 0's input
-  Tensor ln1, ln1_rstd;               // (L,B,T,C), (L,B,T)
-  Tensor qkv;                         // (L,B,T,3C) rotated q, and k and v repeated per query head
-  Tensor att;                         // (L,B,NH,T,T) softmax probabilities
-  Tensor atty;                        // (L,B,T,C) attention output before o_proj
-  Tensor residual2;                   // (L,B,T,C) after the attention residual add
+  Tensor ln1, ln1_rstd;               // (S,B,T,C), (S,B,T)
+  Tensor qkv;                         // (S,B,T,3C) rotated q, and k and v repeated per query head
+  Tensor att;                         // (S,B,NH,T,T) softmax probabilities
+  Tensor atty;                        // (S,B,T,C) attention output before o_proj
+  Tensor residual2;                   // (S,B,T,C) after the attention residual add
   Tensor ln2, ln2_rstd;
-  Tensor gate, up, swiglu;            // (L,B,T,F)
+  Tensor gate, up, swiglu;            // (S,B,T,F)
   Tensor residual3;                   // (L,B,T,C) layer output
   Tensor lnf, lnf_rstd;               // (B,T,C), (B,T)
-  Tensor logits;                      // (B,T,Vp); dlogits in the backward
   Tensor losses;                      // (B,T)
+  Tensor dresidual, dln;              // (B,T,C) backward scratch shared by all layers
+  // One region shared by the logits and what lives only inside a layer (the views below, and with
+  // checkpointing the one slot of intermediates above): the logits are dead while any layer runs.
+  Tensor shared;
+  Tensor logits;                      // (B,T,Vp); dlogits in the backward
   // Scratch shared by all layers: projections before they are packed or added, and the backward's.
-  Tensor proj, q, dq;                 // (B,T,C)
+  Tensor proj, q, dq, datty;          // (B,T,C)
   Tensor k, v, dk, dv;                // (B,T,KV)
-  Tensor dresidual, dln, datty;       // (B,T,C)
   Tensor dqkv;                        // (B,T,3C)
   Tensor dswiglu, dgate, dup;         // (B,T,F)
 
-  static int64_t bytes(const LlamaConfig& c, int B, int T, DType dtype);
-  void allocate(const LlamaConfig& c, int b, int t, DType type, Device dev);
+  static int64_t bytes(const LlamaConfig& c, int B, int T, DType dtype, ActivationCheckpointing mode);
+  void allocate(const LlamaConfig& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode);
 };
 
 template <class T>

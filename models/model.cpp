@@ -1,5 +1,7 @@
 #include "models/model.h"
 
+#include "kernels/error.h"
+
 namespace zshard {
 
 int64_t num_params(const Model& model) {
@@ -9,5 +11,11 @@ int64_t num_params(const Model& model) {
 }
 
 double Model::flops_per_token(int) const { return 6.0 * double(num_params(*this)); }
+
+void Model::set_activation_checkpointing(ActivationCheckpointing mode) {
+  if (mode != ActivationCheckpointing::none)
+    throw UsageError("--activation-checkpointing blocks: this model does not support recomputation (it does not "
+                     "override Model::set_activation_checkpointing)");
+}
 
 }  // namespace zshard

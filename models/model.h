@@ -11,6 +11,11 @@
 //
 // A unit may be gathered more than once (GPT-2's head reuses the embedding unit's wte), and its
 // gradients may be requested in several places before grads_ready.
+//
+// Activation checkpointing (set_activation_checkpointing(blocks)) changes what a model keeps between
+// forward and backward, never the protocol or the math: each block unit's forward runs again inside
+// its backward, between that backward's gather and release, so the losses and gradients are the same
+// bits and the collectives the same ones.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -58,6 +63,12 @@ struct Batch {
   int T = 0;
 };
 
+// What forward_backward keeps for the backward (--activation-checkpointing).
+enum class ActivationCheckpointing {
+  none,    // every block's intermediates, from its forward to its backward
+  blocks,  // each block's input only; the block's forward is recomputed right before its backward
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -70,8 +81,12 @@ class Model {
   virtual double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) = 0;
   // Forward only; returns the sum of the token losses.
   virtual double forward(ParamContext& ctx, const Batch& batch) = 0;
-  // Bytes this model will allocate for activations at batch (B, T): what the memory estimator uses.
+  // Bytes this model will allocate for activations at batch (B, T) in the checkpointing mode set: what
+  // the memory estimator uses.
   virtual int64_t activation_bytes(int B, int T, DType dtype) const = 0;
+  // Applies to every later forward_backward and activation_bytes. The default accepts none only: a model
+  // that recomputes nothing throws UsageError for blocks.
+  virtual void set_activation_checkpointing(ActivationCheckpointing mode);
   // Token ids run from 0 to vocab_size() - 1; sequences are at most context_length() tokens.
   virtual int vocab_size() const = 0;
   virtual int context_length() const = 0;

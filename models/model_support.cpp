@@ -127,15 +127,34 @@ std::vector<Tensor> allocate_buffers(const BufferList& list, Device device) {
   return storage;
 }
 
-bool BatchBuffers::fits(const Batch& batch, DType type, Device dev) const {
-  return !storage.empty() && B == batch.B && T == batch.T && dtype == type && device == dev;
+int64_t buffer_elements(const BufferList& list) {
+  int64_t total = 0;
+  list([&](Tensor&, const Shape& shape, DType) { total += footprint(shape); });
+  return total;
 }
 
-void BatchBuffers::allocate(int b, int t, DType type, Device dev, const BufferList& list) {
+void cut_buffers(const Tensor& region, const BufferList& list) {
+  int64_t offset = 0;
+  list([&](Tensor& view, const Shape& shape, DType type) {
+    ZS_CHECK(type == region.dtype(), "a shared activation region of ", dtype_name(region.dtype()), " cannot hold ",
+             dtype_name(type));
+    view = region.view(offset, shape);
+    offset += footprint(shape);
+  });
+}
+
+bool BatchBuffers::fits(const Batch& batch, DType type, Device dev, ActivationCheckpointing mode) const {
+  return !storage.empty() && B == batch.B && T == batch.T && dtype == type && device == dev &&
+         checkpointing == mode;
+}
+
+void BatchBuffers::allocate(int b, int t, DType type, Device dev, ActivationCheckpointing mode,
+                            const BufferList& list) {
   B = b;
   T = t;
   dtype = type;
   device = dev;
+  checkpointing = mode;
   storage = allocate_buffers(list, device);
 }
 

@@ -53,6 +53,11 @@ int64_t buffer_bytes(const BufferList& list);
 // One tracking-allocator Tensor per dtype (Category::activations), in order of first appearance, and
 // every view cut from it. Returns the storage, which the views borrow.
 std::vector<Tensor> allocate_buffers(const BufferList& list, Device device);
+// Buffers that are never live at the same time share bytes: lists of them are cut from one region (of
+// their dtype), each from its start. buffer_elements sizes a list as allocate_buffers lays it out;
+// cut_buffers cuts its views from the region.
+int64_t buffer_elements(const BufferList& list);
+void cut_buffers(const Tensor& region, const BufferList& list);
 
 // What every model's activations share: the batch shape, dtype and device they were made for, their
 // storage (one allocation per dtype) and the batch's tokens on the device. Models derive their buffers.
@@ -60,15 +65,29 @@ struct BatchBuffers {
   int B = 0, T = 0;
   DType dtype = DType::f32;
   Device device = Device::cpu;
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
   std::vector<Tensor> storage;
   Tensor inputs, targets;  // (B,T) i32
 
-  // True when these buffers serve `batch` in `type` on `dev` as they are.
-  bool fits(const Batch& batch, DType type, Device dev) const;
+  // Slots of a buffer of per-block intermediates: one per block, or with checkpointing one that every
+  // block reuses (in its forward and in its recompute). Block inputs keep one per block either way.
+  static int64_t slots(ActivationCheckpointing mode, int layers) {
+    return mode == ActivationCheckpointing::blocks ? 1 : layers;
+  }
+  // The slot of block `layer`'s intermediates.
+  int slot(int layer) const { return checkpointing == ActivationCheckpointing::blocks ? 0 : layer; }
+  // True when these buffers serve `batch` in `type` on `dev` with `mode` as they are.
+  bool fits(const Batch& batch, DType type, Device dev, ActivationCheckpointing mode) const;
   // Records the shape and allocates every buffer `list` visits (the tokens among them).
-  void allocate(int b, int t, DType type, Device dev, const BufferList& list);
+  void allocate(int b, int t, DType type, Device dev, ActivationCheckpointing mode, const BufferList& list);
   // Copies the batch's host tokens into inputs and targets.
   void load_tokens(const Batch& batch) const;
 };
+
+// Slice i of a buffer with a leading layer (or slot) dimension.
+template <class T>
+T* slice(const Tensor& t, int64_t i) {
+  return t.data<T>() + i * (t.numel() / t.dim(0));
+}
 
 }  // namespace zshard

@@ -186,6 +186,7 @@ json report_json(const json& results, const TrainOptions& options, const ModelCo
           {"rank_batch_max", (options.batch + world.size() - 1) / world.size()},
           {"max_inflight", options.strategy.max_inflight},
           {"offload", options.placement.offload_optimizer ? "optimizer" : "none"},
+          {"activation_checkpointing", checkpointing_flag(options.activation_checkpointing)},
           {"warmup_steps", bench.warmup_steps},
           {"steps", options.steps},
           {"world", world.size()},

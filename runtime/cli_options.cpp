@@ -72,6 +72,15 @@ void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) 
       "the output head reuses the token embedding: true or false (--config tie_embeddings=1|0)");
 }
 
+void add_checkpointing_flag(CLI::App& app, ActivationCheckpointing& mode) {
+  Choices<ActivationCheckpointing> modes;
+  for (ActivationCheckpointing m : {ActivationCheckpointing::none, ActivationCheckpointing::blocks})
+    modes.emplace_back(std::string(checkpointing_flag(m)), m);
+  add_choice(app, "--activation-checkpointing", mode, modes,
+             "none, or blocks: keep each block's input only and recompute the block inside its backward "
+             "(less activation memory, one more block forward per step, the same results)");
+}
+
 void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   app.option_defaults()->always_capture_default();
   add_model_flags(app, o.model, o.overrides);
@@ -117,6 +126,7 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   app.add_option("--comm-timeout", o.comm_timeout_s, "seconds a collective may take before the job aborts");
   add_choice<bool>(app, "--mem-check", o.mem_check, {{"on", true}, {"off", false}},
                    "refuse at set-up a run whose memory estimate exceeds what each rank can use: on, off");
+  add_checkpointing_flag(app, o.activation_checkpointing);
   app.add_option("--log-json", o.log_json, "write one JSON object per step to this file");
   app.add_option("--log-every", o.log_every, "progress line every N steps");
   app.add_option("--save", o.save, "save the final weights (safetensors)");

@@ -32,6 +32,7 @@ struct MemOptions {
   int batch = 8;
   int seq = 64;
   int max_inflight = 2;
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
   std::string device_mem;
   std::string json_path;
   std::string check;
@@ -56,8 +57,16 @@ bool check_against(const json& doc, const std::string& path) {
   const json& m = doc.at("model");
   const std::string name = m.at("name").get<std::string>();
   const std::unique_ptr<Model> model = build_model(name, model_config(name, m.at("config").get<ModelConfig>()));
+  // Files written before the mode was recorded ran without checkpointing.
+  const std::string mode = doc.value("activation_checkpointing", "none");
+  if (mode != "none" && mode != "blocks")
+    throw UsageError(detail::concat("--check ", path, ": activation_checkpointing must be none or blocks, got '",
+                                    mode, "'"));
+  model->set_activation_checkpointing(mode == "blocks" ? ActivationCheckpointing::blocks
+                                                       : ActivationCheckpointing::none);
   std::cout << "estimate vs zshard-bench (" << path << "): " << m.at("name").get<std::string>() << ", world "
-            << doc.at("world") << ", rank batch " << doc.at("rank_batch_max") << "x" << doc.at("seq") << "\n"
+            << doc.at("world") << ", rank batch " << doc.at("rank_batch_max") << "x" << doc.at("seq")
+            << (mode == "blocks" ? ", activation checkpointing" : "") << "\n"
             << std::left << std::setw(9) << "strategy" << std::right << std::setw(14) << "states est"
             << std::setw(14) << "measured" << std::setw(8) << "ratio" << std::setw(14) << "peak est" << std::setw(14)
             << "measured" << std::setw(8) << "ratio" << "\n";
@@ -112,6 +121,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   app.add_option("--batch", o.batch, "global sequences per micro-step, split across the world");
   app.add_option("--seq", o.seq, "tokens per sequence");
   app.add_option("--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once");
+  add_checkpointing_flag(app, o.checkpointing);
   app.add_option("--device-mem", o.device_mem, "device memory, e.g. 80GiB: also print the largest batch that fits");
   app.add_option("--json", o.json_path, "write the estimates as JSON to this file");
   app.add_option("--check", o.check, "zshard-bench JSON: compare the estimate with its measurements");
@@ -141,6 +151,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
       base.params = int64_t(std::llround(o.params));
     } else {
       model = build_model(o.model, model_config(o.model, o.overrides));
+      model->set_activation_checkpointing(o.checkpointing);
       if (o.seq > model->context_length())
         throw UsageError(detail::concat("--seq ", o.seq, " exceeds the model's context of ", model->context_length()));
       base.model = model.get();

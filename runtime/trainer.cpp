@@ -87,6 +87,10 @@ void check_weights_file(const std::string& path, const Model& model) {
 
 std::string_view dtype_flag(DType dtype) { return dtype == DType::f32 ? "fp32" : dtype_name(dtype); }
 
+std::string_view checkpointing_flag(ActivationCheckpointing mode) {
+  return mode == ActivationCheckpointing::blocks ? "blocks" : "none";
+}
+
 void validate_options(const TrainOptions& o, int world_size) {
   const Device device = o.placement.device;
   for (const auto& [flag, dtype] : {std::pair{"--param-dtype", o.placement.param_dtype},
@@ -161,6 +165,8 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     validate_options(options_, world.size());
     config_ = resolve_model_config(options_);
     model_ = build_model(options_.model, config_);
+    // Before the memory check, which sizes activations for the mode set.
+    model_->set_activation_checkpointing(options_.activation_checkpointing);
     if (options_.seq > model_->context_length())
       usage("--seq ", options_.seq, " exceeds the model's context of ", model_->context_length(), " tokens");
     if (num_params(*model_) < world.size())

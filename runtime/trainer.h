@@ -50,6 +50,8 @@ struct TrainOptions {
   std::optional<CommBackend> comm;  // --comm; unset: nccl on cuda, mpi on cpu
   double comm_timeout_s = 300;
   bool mem_check = true;  // refuse at set-up a run whose estimate exceeds the memory available
+  // What the model keeps for backward; changes memory and compute, never the results.
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::none;
   // output
   std::string log_json;
   std::string save;
@@ -64,6 +66,8 @@ struct TrainOptions {
 
 // How --param-dtype and --reduce-dtype spell a dtype: fp32, bf16.
 std::string_view dtype_flag(DType dtype);
+// How --activation-checkpointing spells a mode: none, blocks.
+std::string_view checkpointing_flag(ActivationCheckpointing mode);
 
 // Checks every option that does not need the data or the model; throws UsageError naming the flag.
 void validate_options(const TrainOptions& options, int world_size);

@@ -49,5 +49,7 @@ check "mem JSON" python3 -c "
 import json
 d = json.load(open('$WORK/mem.json'))
 assert d['model'] == 'bigram' and len(d['rows']) == 6"
+expect_failure "own model refuses recomputation" 2 "--activation-checkpointing blocks: this model does not" -- \
+  "$OWN" --activation-checkpointing blocks --steps 1
 check "own_model mem --check on its bench" "$OWN" mem --check "$WORK/bench.json"
 finish

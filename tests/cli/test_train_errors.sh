@@ -10,6 +10,9 @@ expect_failure "missing data file" 1 "no/such/file" -- "$TRAIN" --data "$WORK/no
 expect_failure "seq beyond context" 2 "--seq 4096 exceeds" -- "$TRAIN" --seq 4096
 expect_failure "missing weights" 1 "missing.safetensors" -- "$TRAIN" --init-from "$WORK/missing.safetensors"
 expect_failure "unknown device" 2 "--device: gpu not in" -- "$TRAIN" --device gpu
+expect_failure "unknown checkpointing" 2 "--activation-checkpointing: layers not in" -- \
+  "$TRAIN" --activation-checkpointing layers
+expect_one_line "unknown checkpointing" "--activation-checkpointing"
 expect_failure "bf16 on cpu" 2 "--param-dtype bf16 needs --device cuda" -- "$TRAIN" --param-dtype bf16
 expect_failure "nccl on cpu" 2 "--comm nccl needs --device cuda" -- "$TRAIN" --comm nccl
 

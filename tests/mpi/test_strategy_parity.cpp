@@ -1,7 +1,8 @@
 // Every strategy trains each small model (GPT-2's tiny, llama-tiny) exactly like the single-process run
 // with the same global batch:
 // same per-step losses and same final parameters, clipping on. Also gradient accumulation against the
-// large batch, uneven per-rank batches against the even split, and memory against the ZeRO formulas.
+// large batch, uneven per-rank batches against the even split, activation checkpointing against none
+// (bit for bit), and memory against the ZeRO formulas.
 // zshard-test-np: 2 3 4
 #include <gtest/gtest.h>
 
@@ -86,6 +87,24 @@ TEST(StrategyParity, UnevenRankBatchesEqualEvenSplit) {
       even.rank_batches = {2, 2, 2, 2};
       expect_same_run(test::train(uneven, test::world()), test::train(even, test::world()),
                       model + " " + std::string(strategy_name(k)) + " rank-batches 3,1,2,2");
+    }
+}
+
+// Recomputation runs the same ops on the same inputs under the same gathers: every strategy's losses,
+// gradient norms and parameters are the same bits with and without it.
+TEST(StrategyParity, ActivationCheckpointingChangesNoBit) {
+  for (const std::string& model : kModels)
+    for (const StrategyOptions& s : strategies_for(test::world().size())) {
+      TrainOptions plain = test::tiny_options(5);
+      plain.model = model;
+      plain.strategy = s;
+      TrainOptions recomputed = plain;
+      recomputed.activation_checkpointing = ActivationCheckpointing::blocks;
+      const RunResult want = test::train(plain, test::world()), got = test::train(recomputed, test::world());
+      const std::string what = model + " " + describe(s) + " blocks";
+      EXPECT_EQ(got.losses, want.losses) << what;
+      EXPECT_EQ(got.grad_norms, want.grad_norms) << what;
+      EXPECT_EQ(got.params, want.params) << what;
     }
 }
 

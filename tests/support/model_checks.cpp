@@ -1,10 +1,12 @@
 #include "tests/support/model_checks.h"
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 #include <gtest/gtest.h>
 
+#include "kernels/allocator.h"
 #include "tests/support/test_support.h"
 
 namespace zshard::test {
@@ -50,6 +52,50 @@ double expect_gradients_match_finite_differences(Model& model, LocalParams& ctx,
       worst = std::max(worst, err);
     }
   return worst;
+}
+
+void expect_checkpointing_bit_identical(Model& model, const LocalParams& params, DType dtype,
+                                        const RandomTokens& data) {
+  LocalParams plain(model, dtype), recomputed(model, dtype);
+  plain.copy_params_from(params);
+  recomputed.copy_params_from(params);
+  model.set_activation_checkpointing(ActivationCheckpointing::none);
+  const double loss_plain = model.forward_backward(plain, data.batch(), 0.25f);
+  model.set_activation_checkpointing(ActivationCheckpointing::blocks);
+  const double loss_recomputed = model.forward_backward(recomputed, data.batch(), 0.25f);
+  model.set_activation_checkpointing(ActivationCheckpointing::none);
+
+  EXPECT_EQ(std::memcmp(&loss_plain, &loss_recomputed, sizeof(double)), 0) << loss_plain << " vs " << loss_recomputed;
+  const std::vector<UnitSpec> units = model.units();
+  for (int u = 0; u < plain.num_units(); ++u)
+    for (size_t i = 0; i < units[u].params.size(); ++i) {
+      const Tensor &a = plain.grad_tensors(u)[i], &b = recomputed.grad_tensors(u)[i];
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), size_t(a.nbytes())), 0) << units[u].params[i].name;
+    }
+  ASSERT_EQ(plain.events().size(), recomputed.events().size());
+  for (size_t e = 0; e < plain.events().size(); ++e) {
+    EXPECT_EQ(plain.events()[e].call, recomputed.events()[e].call) << "protocol call " << e;
+    EXPECT_EQ(plain.events()[e].unit, recomputed.events()[e].unit) << "protocol call " << e;
+  }
+}
+
+std::pair<int64_t, int64_t> expect_checkpointing_shrinks_activations(Model& model, const RandomTokens& data) {
+  const auto live = [] { return Allocator::of(Device::cpu).stats().live[int(Category::activations)]; };
+  const int64_t before = live();
+  int64_t bytes[2] = {0, 0};
+  {
+    LocalParams ctx(model, DType::f32);
+    randomize_params(ctx, 0.1, 5);
+    for (ActivationCheckpointing mode : {ActivationCheckpointing::none, ActivationCheckpointing::blocks}) {
+      model.set_activation_checkpointing(mode);
+      model.forward_backward(ctx, data.batch(), 1.0f);
+      bytes[int(mode)] = model.activation_bytes(data.B, data.T, DType::f32);
+      EXPECT_EQ(live() - before, bytes[int(mode)]) << "mode " << int(mode);
+    }
+    model.set_activation_checkpointing(ActivationCheckpointing::none);
+  }
+  EXPECT_LT(bytes[1], bytes[0]);
+  return {bytes[0], bytes[1]};
 }
 
 }  // namespace zshard::test

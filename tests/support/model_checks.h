@@ -1,6 +1,7 @@
 // What the model tests share: random token batches and random parameters for a LocalParams context.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "models/local_params.h"
@@ -23,5 +24,15 @@ void randomize_params(LocalParams& ctx, double std, uint64_t seed);
 // token loss: a gtest failure (naming the parameter) where max_rel_diff exceeds `tol`. Returns the worst.
 double expect_gradients_match_finite_differences(Model& model, LocalParams& ctx, const RandomTokens& data,
                                                  double tol = 1e-6, double h = 1e-5);
+
+// forward_backward on `data` without and then with ActivationCheckpointing::blocks, each in a fresh context
+// of `dtype` holding `params`'s values: gtest failures unless the two losses, every gradient (memcmp) and
+// the protocol calls (so the collectives) are the same. Leaves `model` without checkpointing.
+void expect_checkpointing_bit_identical(Model& model, const LocalParams& params, DType dtype,
+                                        const RandomTokens& data);
+
+// For each mode, the activations the cpu allocator holds after a forward_backward on `data` in f32 equal
+// activation_bytes; blocks needs fewer. Returns {none, blocks} bytes.
+std::pair<int64_t, int64_t> expect_checkpointing_shrinks_activations(Model& model, const RandomTokens& data);
 
 }  // namespace zshard::test

@@ -377,6 +377,33 @@ TEST(GPT2, ActivationBytesMatchTheAllocator) {
   EXPECT_EQ(live_activation_bytes(), before);
 }
 
+// tiny with more blocks, so that every block's forward and recompute reuses the one slot.
+GPT2Config deep_tiny() {
+  GPT2Config c = gpt2_config("tiny");
+  c.layers = 6;
+  return c;
+}
+
+TEST(GPT2, CheckpointingGivesTheSameBits) {
+  const GPT2Config tiny = deep_tiny();
+  GPT2 model(tiny);
+  LocalParams params(model, DType::f64);
+  test::randomize_params(params, 0.1, 18);
+  const test::RandomTokens data(2, 24, tiny.vocab, 19);
+  for (DType dtype : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    test::expect_checkpointing_bit_identical(model, params, dtype, data);
+  }
+}
+
+TEST(GPT2, CheckpointingShrinksActivationsAsAllocated) {
+  const GPT2Config tiny = deep_tiny();
+  GPT2 model(tiny);
+  const auto [none, blocks] = test::expect_checkpointing_shrinks_activations(model, {2, 32, tiny.vocab, 20});
+  // Six blocks' intermediates down to one block's: well over half of the bytes go.
+  EXPECT_LT(blocks * 2, none);
+}
+
 TEST(GPT2, BadBatchesFailBeforeAnyGather) {
   const GPT2Config tiny = gpt2_config("tiny");
   GPT2 model(tiny);

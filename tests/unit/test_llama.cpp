@@ -190,5 +190,30 @@ TEST(Llama, ActivationBytesMatchTheAllocator) {
   EXPECT_EQ(live(), before);
 }
 
+TEST(Llama, CheckpointingGivesTheSameBits) {
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied head" : "untied head");
+    LlamaConfig config = llama_config("llama-tiny");
+    config.layers = 6;  // every layer's forward and recompute reuse the one slot
+    config.tie_embeddings = tied;
+    Llama model(config);
+    LocalParams params(model, DType::f64);
+    test::randomize_params(params, 0.1, 30);
+    const test::RandomTokens data(2, 24, config.vocab, 31);
+    for (DType dtype : {DType::f32, DType::f64}) {
+      SCOPED_TRACE(dtype_name(dtype));
+      test::expect_checkpointing_bit_identical(model, params, dtype, data);
+    }
+  }
+}
+
+TEST(Llama, CheckpointingShrinksActivationsAsAllocated) {
+  LlamaConfig tiny = llama_config("llama-tiny");
+  tiny.layers = 6;
+  Llama model(tiny);
+  const auto [none, blocks] = test::expect_checkpointing_shrinks_activations(model, {2, 32, tiny.vocab, 32});
+  EXPECT_LT(blocks * 2, none);
+}
+
 }  // namespace
 }  // namespace zshard
