@@ -134,7 +134,7 @@ chmod +x "$dir/rsh"
 # What ranks on the other hosts need from this environment: a login there would not have it.
 forward=()
 for var in OPENBLAS_NUM_THREADS OMP_NUM_THREADS $(compgen -e ZSHARD_); do
-  [ -n "${!var+set}" ] && forward+=(-x "$var")
+  if [ -n "${!var+set}" ]; then forward+=(-x "$var"); fi
 done
 total=0
 for n in "${slots[@]}"; do total=$((total + n)); done
