@@ -1,0 +1,53 @@
+# shellcheck shell=bash
+# Jobs across two hosts made on this machine (scripts/multihost.sh: namespaces on a private bridge, Open MPI
+# over TCP between them): MPI sees two nodes, and hybrid, zero3 and llama-tiny runs split over the hosts
+# have the single-process run's losses. Exit 77 (skipped) where the hosts cannot be made.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
+MULTIHOST=(bash "$ZSHARD_SRC/scripts/multihost.sh")
+ARGS=(--steps 5 --batch 12 --seq 32 --log-every 1000)
+
+# expect_nodes SLOTS WANT: on hosts SLOTS, every rank's host name and its node's rank count (as Open MPI
+# placed it), counted, are WANT ("3 hosta 3, 3 hostb 3": 3 ranks on hosta, each seeing 3 on its node).
+expect_nodes() {
+  # shellcheck disable=SC2016  # expanded by each rank's shell
+  timeout 60 "${MULTIHOST[@]}" --hosts "$1" -- sh -c 'echo "$(hostname) $OMPI_COMM_WORLD_LOCAL_SIZE"' \
+    >"$WORK/out" 2>"$WORK/err"
+  local code=$? got
+  if [ $code = 77 ]; then
+    echo "skipped: $(cat "$WORK/err")"
+    exit 77
+  fi
+  got=$(sort "$WORK/out" | uniq -c | awk '{ printf "%s%s %s %s", (NR > 1 ? ", " : ""), $1, $2, $3 }')
+  expect_true "hosts $1: ranks on two nodes ($got)" test "$got" = "$2"
+}
+expect_nodes 3,3 "3 hosta 3, 3 hostb 3"
+expect_nodes 4,2 "4 hosta 4, 2 hostb 2"
+
+# A short run with Open MPI's transport log: ranks on different hosts connect over TCP on the bridge
+# (hosta's to 10.77.0.2, hostb's to 10.77.0.1), ranks on one host never do (they share memory).
+expect_ok "a run with the transport log, hosts 3,3" env OMPI_MCA_btl_base_verbose=100 "${MULTIHOST[@]}" \
+  --hosts 3,3 -- "$TRAIN" --steps 1 --batch 6 --seq 8 --log-every 1000
+tcp=$(grep -Ec '^\[host[ab]:[0-9]+\] btl:tcp: now connected to ' "$WORK/err")
+cross=$(grep -Ec '^\[hosta:[0-9]+\] btl:tcp: now connected to 10\.77\.0\.2,|^\[hostb:[0-9]+\] btl:tcp: now connected to 10\.77\.0\.1,' \
+  "$WORK/err")
+expect_true "TCP connections between the hosts only ($cross of $tcp)" test "$tcp" -gt 0 -a "$cross" = "$tcp"
+
+# cross_host NAME SLOTS REFERENCE ARGS...: zshard-train ARGS on hosts SLOTS has the losses of REFERENCE
+# (the single-process run's --log-json), within 1e-5 relative.
+cross_host() {
+  local name=$1 slots=$2 ref=$3
+  shift 3
+  expect_ok "$name: hosts $slots" "${MULTIHOST[@]}" --hosts "$slots" -- "$TRAIN" "${ARGS[@]}" "$@" \
+    --log-json "$WORK/run.json"
+  same_losses "$name: the single process's losses within 1e-5" "$ref" "$WORK/run.json" 1e-5
+}
+for model in tiny llama-tiny; do
+  expect_ok "$model: one process" "$TRAIN" --model "$model" "${ARGS[@]}" --log-json "$WORK/$model.json"
+done
+cross_host "tiny hybrid, shard group 3" 3,3 "$WORK/tiny.json" --model tiny --strategy hybrid --shard-group 3
+cross_host "tiny zero3" 4,2 "$WORK/tiny.json" --model tiny --strategy zero3
+cross_host "llama-tiny hybrid, shard group 3" 3,3 "$WORK/llama-tiny.json" --model llama-tiny --strategy hybrid \
+  --shard-group 3
+
+finish
