@@ -5,9 +5,12 @@
   throughput.png          tokens/s by strategy
   busbw.png               bus bandwidth vs size per collective (zshard solid, raw MPI dashed)
   scaling.png             zshard-project's efficiency vs N (solid: overlap, dotted: none) and Amdahl
+  memory_sweep.png        per model: peak per rank at a fixed batch and the largest batch per rank under a
+                          budget, each strategy with and without activation checkpointing and offload,
+                          measured (bars) beside predicted (dots) (benchmarks/memory_sweep.py)
 
   /usr/bin/python3 benchmarks/plot.py --bench bench.json --commbench comm.json \
-      --projection projection.json --out benchmarks/results
+      --projection projection.json --memory-sweep memory_sweep.json --out benchmarks/results
 """
 
 import argparse
@@ -19,7 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-CATEGORIES = ["params", "grads", "optimizer", "activations", "comm", "workspace"]
+CATEGORIES = ["params", "grads", "optimizer", "activations", "comm", "workspace", "host"]
 
 
 def title_of(doc):
@@ -39,7 +42,7 @@ def plot_memory(doc, path):
     bottom = [0.0] * len(results)
     fig, ax = plt.subplots(figsize=(7, 4))
     for cat in CATEGORIES:
-        values = [r["peak_bytes"][cat] / 2**20 for r in results]
+        values = [r["peak_bytes"].get(cat, 0) / 2**20 for r in results]
         ax.bar(names, values, bottom=bottom, label=cat)
         bottom = [b + v for b, v in zip(bottom, values)]
     ax.set_ylabel("peak MiB per rank (max over ranks)")
@@ -97,15 +100,50 @@ def plot_scaling(doc, path):
     save(fig, path)
 
 
+def plot_memory_sweep(doc, path):
+    rows = doc["rows"]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    combos = [("none", "none"), ("blocks", "none"), ("none", "optimizer"), ("blocks", "optimizer")]
+    fig, axes = plt.subplots(len(models), 2, figsize=(12, 3.6 * len(models)), squeeze=False)
+    for row_axes, model in zip(axes, models):
+        mine = [r for r in rows if r["model"] == model]
+        strategies = list(dict.fromkeys(r["strategy"] for r in mine))
+        width = 0.8 / len(combos)
+        for ax, measured, predicted, label in (
+                (row_axes[0], "peak_measured", "peak_predicted", "peak MiB per rank"),
+                (row_axes[1], "largest_batch_measured", "largest_batch_predicted", "largest batch per rank")):
+            for i, (ac, offload) in enumerate(combos):
+                xs, got, want = [], [], []
+                for j, s in enumerate(strategies):
+                    hit = [r for r in mine if r["strategy"] == s and r["activation_checkpointing"] == ac
+                           and r["offload"] == offload]
+                    if not hit:
+                        continue
+                    scale = 2**20 if measured == "peak_measured" else 1
+                    xs.append(j - 0.4 + (i + 0.5) * width)
+                    got.append(hit[0][measured] / scale)
+                    want.append((hit[0][predicted] or 0) / scale)
+                ax.bar(xs, got, width, label=f"ckpt {ac}, offload {offload}")
+                ax.plot(xs, want, "k.", markersize=6)
+            ax.set_xticks(range(len(strategies)), strategies)
+            r0 = mine[0]
+            extra = f", budget {r0['budget'] / 2**20:.0f} MiB" if measured != "peak_measured" else ""
+            ax.set_title(f"{model}, world {r0['world']}, {r0['rank_batch']}x{r0['seq']} per rank{extra}", fontsize=9)
+            ax.set_ylabel(label + " (dots: predicted)", fontsize=8)
+        row_axes[0].legend(fontsize=7)
+    save(fig, path)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--bench", help="zshard-bench --json output")
     p.add_argument("--commbench", help="zshard-commbench --json output")
     p.add_argument("--projection", help="zshard-project --json output")
+    p.add_argument("--memory-sweep", help="benchmarks/memory_sweep.py output (memory_sweep.json)")
     p.add_argument("--out", default=".", help="directory for the PNGs")
     args = p.parse_args()
-    if not (args.bench or args.commbench or args.projection):
-        p.error("give at least one of --bench, --commbench, --projection")
+    if not (args.bench or args.commbench or args.projection or args.memory_sweep):
+        p.error("give at least one of --bench, --commbench, --projection, --memory-sweep")
     os.makedirs(args.out, exist_ok=True)
     written = []
     if args.bench:
@@ -125,6 +163,11 @@ def main():
             doc = json.load(f)
         written.append(os.path.join(args.out, "scaling.png"))
         plot_scaling(doc, written[-1])
+    if args.memory_sweep:
+        with open(args.memory_sweep) as f:
+            doc = json.load(f)
+        written.append(os.path.join(args.out, "memory_sweep.png"))
+        plot_memory_sweep(doc, written[-1])
     for path in written:
         print(path)
 

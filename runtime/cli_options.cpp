@@ -81,6 +81,11 @@ void add_checkpointing_flag(CLI::App& app, ActivationCheckpointing& mode) {
              "(less activation memory, one more block forward per step, the same results)");
 }
 
+void add_offload_flag(CLI::App& app, bool& offload_optimizer) {
+  add_choice<bool>(app, "--offload", offload_optimizer, {{"none", false}, {"optimizer", true}},
+                   "optimizer: keep the fp32 master and Adam state in host memory and step there (ZeRO-Offload)");
+}
+
 void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   app.option_defaults()->always_capture_default();
   add_model_flags(app, o.model, o.overrides);
@@ -121,8 +126,7 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
              "dtype of the gradient collectives: fp32, or bf16 (cuda; half the traffic)");
   add_choice<CommBackend>(app, "--comm", o.comm, {{"mpi", CommBackend::mpi}, {"nccl", CommBackend::nccl}},
                           "collectives: mpi, or nccl (cuda) [default: nccl on cuda, mpi on cpu]");
-  add_choice<bool>(app, "--offload", o.placement.offload_optimizer, {{"none", false}, {"optimizer", true}},
-                   "optimizer: keep the fp32 master and Adam state in host memory and step there (ZeRO-Offload)");
+  add_offload_flag(app, o.placement.offload_optimizer);
   app.add_option("--comm-timeout", o.comm_timeout_s, "seconds a collective may take before the job aborts");
   add_choice<bool>(app, "--mem-check", o.mem_check, {{"on", true}, {"off", false}},
                    "refuse at set-up a run whose memory estimate exceeds what each rank can use: on, off");

@@ -11,6 +11,8 @@ namespace zshard {
 void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides);
 // --activation-checkpointing none|blocks: the tools that run a model or size its activations.
 void add_checkpointing_flag(CLI::App& app, ActivationCheckpointing& mode);
+// --offload none|optimizer: zshard-train, zshard-bench and zshard-mem.
+void add_offload_flag(CLI::App& app, bool& offload_optimizer);
 void add_train_flags(CLI::App& app, TrainOptions& options, std::string& strategy_name);
 // Turns a CLI11 parse error into the one-line message zshard prints (naming the flag).
 std::string cli_error_line(const CLI::Error& e);

@@ -33,6 +33,7 @@ struct MemOptions {
   int seq = 64;
   int max_inflight = 2;
   ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
+  bool offload_optimizer = false;
   std::string device_mem;
   std::string json_path;
   std::string check;
@@ -122,6 +123,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   app.add_option("--seq", o.seq, "tokens per sequence");
   app.add_option("--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once");
   add_checkpointing_flag(app, o.checkpointing);
+  add_offload_flag(app, o.offload_optimizer);
   app.add_option("--device-mem", o.device_mem, "device memory, e.g. 80GiB: also print the largest batch that fits");
   app.add_option("--json", o.json_path, "write the estimates as JSON to this file");
   app.add_option("--check", o.check, "zshard-bench JSON: compare the estimate with its measurements");
@@ -146,6 +148,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     base.dtypes = parse_dtype_policy(o.dtype);
     base.seq = o.seq;
     base.max_inflight = o.max_inflight;
+    base.offload_optimizer = o.offload_optimizer;
     std::unique_ptr<Model> model;
     if (o.params > 0) {
       base.params = int64_t(std::llround(o.params));

@@ -90,6 +90,15 @@ TEST(StrategyParity, UnevenRankBatchesEqualEvenSplit) {
     }
 }
 
+// Runs `plain` and `changed` (the same run but for one setting that must not change the math) and
+// expects the same bits: losses, gradient norms and final parameters.
+void expect_same_bits(const TrainOptions& plain, const TrainOptions& changed, const std::string& what) {
+  const RunResult want = test::train(plain, test::world()), got = test::train(changed, test::world());
+  EXPECT_EQ(got.losses, want.losses) << what;
+  EXPECT_EQ(got.grad_norms, want.grad_norms) << what;
+  EXPECT_EQ(got.params, want.params) << what;
+}
+
 // Recomputation runs the same ops on the same inputs under the same gathers: every strategy's losses,
 // gradient norms and parameters are the same bits with and without it.
 TEST(StrategyParity, ActivationCheckpointingChangesNoBit) {
@@ -100,12 +109,19 @@ TEST(StrategyParity, ActivationCheckpointingChangesNoBit) {
       plain.strategy = s;
       TrainOptions recomputed = plain;
       recomputed.activation_checkpointing = ActivationCheckpointing::blocks;
-      const RunResult want = test::train(plain, test::world()), got = test::train(recomputed, test::world());
-      const std::string what = model + " " + describe(s) + " blocks";
-      EXPECT_EQ(got.losses, want.losses) << what;
-      EXPECT_EQ(got.grad_norms, want.grad_norms) << what;
-      EXPECT_EQ(got.params, want.params) << what;
+      expect_same_bits(plain, recomputed, model + " " + describe(s) + " blocks");
     }
+}
+
+// An offloaded optimizer runs the same AdamW on a master of its own, copied into the fp32 compute copy.
+TEST(StrategyParity, OffloadedOptimizerChangesNoBit) {
+  for (const StrategyOptions& s : strategies_for(test::world().size())) {
+    TrainOptions plain = test::tiny_options(5);
+    plain.strategy = s;
+    TrainOptions offloaded = plain;
+    offloaded.placement.offload_optimizer = true;
+    expect_same_bits(plain, offloaded, describe(s) + " offload optimizer");
+  }
 }
 
 // Live model-state bytes of a freshly built trainer, max over ranks.
@@ -133,6 +149,27 @@ TEST(StrategyMemory, MeasuredModelStatesFollowTheFormulas) {
     EXPECT_NEAR(double(measured) / double(predicted), 1.0, 0.05) << strategy_name(k);
     if (k == StrategyKind::ddp) ddp_bytes = measured;
     if (k == StrategyKind::zero3 && n == 4) EXPECT_LE(double(measured), 0.3 * double(ddp_bytes));
+  }
+}
+
+// ZeRO-Offload's split: the master and Adam m and v (12 bytes per owned parameter) are host bytes, and
+// no optimizer state is left in the optimizer category.
+TEST(StrategyMemory, OffloadedOptimizerStateIsHostMemory) {
+  const int n = test::world().size();
+  TrainOptions o = test::tiny_options(1);
+  o.placement.offload_optimizer = true;
+  const int64_t psi = num_params(*build_model(o.model, resolve_model_config(o)));
+  for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero2, StrategyKind::zero3}) {
+    o.strategy.kind = k;
+    const MemStats before = Allocator::of(Device::cpu).stats();
+    Trainer trainer(o, test::world());
+    const MemStats after = Allocator::of(Device::cpu).stats();
+    const ModelStateBytes want =
+        predict_model_states(k, k == StrategyKind::ddp ? 1 : n, psi, DtypePolicy::fp32(), true);
+    const auto grew = [&](Category c) { return double(after.live[int(c)] - before.live[int(c)]); };
+    EXPECT_NEAR(grew(Category::host) / double(want.host), 1.0, 0.05) << strategy_name(k);
+    EXPECT_EQ(grew(Category::optimizer), 0.0) << strategy_name(k);
+    EXPECT_NEAR(grew(Category::params) / double(want.params), 1.0, 0.05) << strategy_name(k);
   }
 }
 
