@@ -31,6 +31,11 @@ int& host_ranks() {
   return ranks;
 }
 
+int& host_first_rank() {
+  static int rank = 0;
+  return rank;
+}
+
 // True when this node's ranks outnumber the CPUs they may run on together (the union of their affinity
 // masks: right for unbound ranks, ranks bound to a core each, and cpusets alike). Records the node's rank
 // count for ranks_on_this_host. Collective on the world.
@@ -40,6 +45,9 @@ bool node_oversubscribed() {
   int ranks = 1;
   ZS_MPI_CHECK(MPI_Comm_size(node, &ranks));
   host_ranks() = ranks;
+  int rank = 0;
+  ZS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  ZS_MPI_CHECK(MPI_Allreduce(&rank, &host_first_rank(), 1, MPI_INT, MPI_MIN, node));
   int cpus = int(std::thread::hardware_concurrency());
 #ifdef __linux__
   cpu_set_t mine, all;
@@ -87,6 +95,8 @@ std::unique_ptr<Communicator> init_world(int* argc, char*** argv) {
 }
 
 int ranks_on_this_host() { return host_ranks(); }
+
+int first_rank_on_this_host() { return host_first_rank(); }
 
 void abort_world(int exit_code) {
   // MPI_Abort and _Exit skip the stdio flush at exit: flush first so the failing rank's last line shows.

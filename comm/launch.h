@@ -15,6 +15,8 @@ std::unique_ptr<Communicator> init_world(int* argc, char*** argv);
 
 // The world's ranks on this host (sharing its memory), this one included; 1 without MPI. Set by init_world.
 int ranks_on_this_host();
+// The lowest world rank on this host; 0 without MPI. Set by init_world.
+int first_rank_on_this_host();
 
 // Ends every rank of the job at once (MPI_Abort when MPI is up): used when one rank fails so that no
 // other rank is left waiting in a collective. Does not return.

@@ -223,6 +223,10 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
     ModelConfig config;
     std::unique_ptr<Model> model;
     run_agreed(world, [&] {
+      StrategyOptions hybrid = options.strategy;  // the group hybrid runs with: on hosts, theirs
+      hybrid.kind = StrategyKind::hybrid;
+      resolve_node_groups(hybrid, world);
+      options.strategy.shard_group = hybrid.shard_group;
       config = resolve_model_config(options);
       model = build_model(options.model, config);
       if (options.steps < 1) throw UsageError("--steps must be >= 1, got " + std::to_string(options.steps));

@@ -112,7 +112,26 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
           [](const std::string& v) { return v.rfind('-', 0) == 0 ? "must be >= 0, got " + v : std::string(); },
           "UINT"));
   app.add_option("--strategy", strategy, "ddp, zero1, zero2, zero3 or hybrid");
-  app.add_option("--shard-group", o.strategy.shard_group, "hybrid: ranks per shard group, dividing the world (0 = the largest divisor up to 8 leaving two replicas)");
+  app.add_option_function<std::string>(
+         "--shard-group",
+         [&o](const std::string& v) {
+           if (v == "node") {
+             o.strategy.shard_group = kShardGroupNode;
+             return;
+           }
+           size_t used = 0;
+           int g = -1;
+           try {
+             g = std::stoi(v, &used);
+           } catch (const std::exception&) {
+           }
+           if (used != v.size() || g < 0)
+             throw CLI::ValidationError("--shard-group", "must be node or a group size >= 0, got '" + v + "'");
+           o.strategy.shard_group = g;
+         },
+         "hybrid: ranks per shard group dividing the world, or node: each host's ranks (0 = node across two or "
+         "more hosts of equal size, else the largest divisor up to 8 leaving two replicas)")
+      ->default_str("0");
   app.add_option("--reshard-after-forward", o.strategy.reshard_after_forward,
                  "zero3/hybrid: free gathered params after each unit's forward (true/false)");
   app.add_option("--max-inflight", o.strategy.max_inflight, "zero3/hybrid: gathered units alive at once");

@@ -20,6 +20,9 @@ enum class StrategyKind { ddp, zero1, zero2, zero3, hybrid };
 StrategyKind parse_strategy(std::string_view name);  // throws UsageError naming the valid ones
 std::string_view strategy_name(StrategyKind kind);
 
+// --shard-group node: each host's ranks form a shard group (resolve_node_groups).
+constexpr int kShardGroupNode = -1;
+
 struct StrategyOptions {
   StrategyKind kind = StrategyKind::ddp;
   int shard_group = 0;                // hybrid only: ranks per shard group (divides the world); 0: default
@@ -36,6 +39,12 @@ int shard_group_size(const StrategyOptions& options, int world_size);
 // replicas; 1 (no sharding, so no real hybrid) for worlds of 1 to 3 ranks.
 constexpr int kDefaultNodeRanks = 8;
 int default_shard_group(int world_size, int node_ranks = kDefaultNodeRanks);
+
+// Hybrid's groups from the hosts the world runs on (MPI_COMM_TYPE_SHARED, comm/launch.h): `node` becomes
+// the ranks per host, and so does the default (0) when the world spans two or more hosts of equal size.
+// Collective over `world`. Throws UsageError for `node` on one host, or for hosts of unequal sizes or
+// whose ranks are not consecutive (groups are runs of consecutive ranks).
+void resolve_node_groups(StrategyOptions& options, comm::Communicator& world);
 
 // The two sub-communicators a strategy reduces over; both are views of `world`.
 struct StrategyGroups {

@@ -162,6 +162,7 @@ ModelConfig resolve_model_config(const TrainOptions& o) { return model_config(o.
 
 Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : options_(options), world_(world) {
   run_agreed(world, [&] {
+    resolve_node_groups(options_.strategy, world);  // collective: first, before anything may throw
     validate_options(options_, world.size());
     config_ = resolve_model_config(options_);
     model_ = build_model(options_.model, config_);

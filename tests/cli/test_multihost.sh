@@ -49,5 +49,13 @@ cross_host "tiny hybrid, shard group 3" 3,3 "$WORK/tiny.json" --model tiny --str
 cross_host "tiny zero3" 4,2 "$WORK/tiny.json" --model tiny --strategy zero3
 cross_host "llama-tiny hybrid, shard group 3" 3,3 "$WORK/llama-tiny.json" --model llama-tiny --strategy hybrid \
   --shard-group 3
+# Node groups: each host's ranks shard, given as `node` or by default across hosts of equal size.
+cross_host "tiny hybrid, shard group node" 3,3 "$WORK/tiny.json" --model tiny --strategy hybrid --shard-group node
+expect_true "--shard-group node is the host's 3 ranks" grep -q "shard group 3," "$WORK/out"
+cross_host "llama-tiny hybrid, default group" 3,3 "$WORK/llama-tiny.json" --model llama-tiny --strategy hybrid
+expect_true "the default group across equal hosts is the host's 3 ranks" grep -q "shard group 3," "$WORK/out"
+expect_failure "--shard-group node on unequal hosts" 2 "^zshard-train: error: --shard-group node: the hosts hold 4,2 ranks" -- \
+  "${MULTIHOST[@]}" --hosts 4,2 -- "$TRAIN" "${ARGS[@]}" --strategy hybrid --shard-group node
+expect_one_line "--shard-group node on unequal hosts" "error: --shard-group node"
 
 finish
