@@ -3,7 +3,9 @@
 // micro-batch that fits the budget for the run's strategy, checkpointing, offload, dtypes, seq and
 // grad-accum; the first step's measured peak (the tracking allocator's, the largest over the ranks) must
 // fit too, else the batch steps down one sequence per rank and the trainer is built again. Every rank
-// decides from the same all-reduced values, so all take the same batch.
+// decides from the same all-reduced values, so all take the same batch. The measurement sees the first
+// step only: where buffers live as long as their collectives take (zero3's prefetched gathers), a later
+// step can peak a little higher.
 #pragma once
 #include <iosfwd>
 #include <memory>
