@@ -209,7 +209,7 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
   app.remove_option(app.get_option("--strategy"));  // --strategies picks them here
   // Flags of a training run that a benchmark has no use for: refused (exit 2), not silently ignored.
   for (const char* train_only : {"--save", "--save-dir", "--save-every", "--keep", "--resume", "--log-json",
-                                 "--mem-report"})
+                                 "--mem-report", "--mem-budget"})
     app.remove_option(app.get_option(train_only));
   app.get_option("--steps")->description("timed optimizer steps per strategy (after --warmup-steps)");
   app.add_option("--strategies", bench.strategies, "strategies to run, comma separated (hybrid needs world >= 4)")
@@ -229,6 +229,8 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
       options.strategy.shard_group = hybrid.shard_group;
       config = resolve_model_config(options);
       model = build_model(options.model, config);
+      if (options.auto_batch)
+        throw UsageError("--batch auto is zshard-train's: zshard-bench runs every strategy on one given --batch");
       if (options.steps < 1) throw UsageError("--steps must be >= 1, got " + std::to_string(options.steps));
       if (bench.warmup_steps < 0) throw UsageError("--warmup-steps must be >= 0");
       if (!(bench.peak_tflops >= 0 && std::isfinite(bench.peak_tflops)))

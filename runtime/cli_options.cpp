@@ -91,7 +91,28 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   add_model_flags(app, o.model, o.overrides);
   app.add_option("--init-from", o.init_from, "initial weights (safetensors with the model's parameter names)");
   app.add_option("--data", o.data, "'default' (embedded text), a text file (bytes) or an llm.c .bin token file");
-  app.add_option("--batch", o.batch, "global sequences per micro-step, split across ranks");
+  // A number, or auto: the largest that fits --mem-budget (zshard-train only).
+  app.add_option_function<std::string>(
+         "--batch",
+         [&o](const std::string& given) {
+           o.auto_batch = given == "auto";
+           if (o.auto_batch) return;
+           size_t used = 0;
+           try {
+             o.batch = std::stoi(given, &used);
+           } catch (const std::exception&) {
+             used = 0;
+           }
+           if (used == 0 || used != given.size())
+             throw CLI::ValidationError("--batch", "expected a number of sequences or auto, got '" + given + "'");
+         },
+         "global sequences per micro-step, split across ranks; or auto: the largest that fits --mem-budget "
+         "(zshard-train: by the estimate, then stepped down until the first step's measured peak fits)")
+      ->type_name("N|auto")
+      ->default_str(std::to_string(o.batch));
+  app.add_option("--mem-budget", o.mem_budget,
+                 "with --batch auto: the memory each rank may use, e.g. 2GiB (the host's bytes count too with "
+                 "--offload optimizer; default: what the set-up memory check finds usable per rank)");
   app.add_option("--seq", o.seq, "tokens per sequence");
   app.add_option("--grad-accum", o.grad_accum, "micro-steps per optimizer step");
   app.add_option("--rank-batches", o.rank_batches, "per-rank sequences, comma separated, summing to --batch")

@@ -1,7 +1,8 @@
 // zshard-mem: per-rank memory of a run before running it. For a model of the registry (--model, --config)
 // or a bare parameter count (--params 7.5e9), world sizes, strategies and a dtype policy: bytes of params, grads,
 // optimizer state, gathered units in flight, communication buffers and activations, and the largest
-// batch that fits --device-mem. --check FILE compares the estimate with what zshard-bench measured.
+// batch that fits --device-mem. --max-batch tabulates that batch for every combination of activation
+// checkpointing and optimizer offload. --check FILE compares the estimate with what zshard-bench measured.
 #include <cmath>
 #include <iomanip>
 #include <iostream>
@@ -35,6 +36,8 @@ struct MemOptions {
   ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
   bool offload_optimizer = false;
   std::string device_mem;
+  std::string mem_budget;
+  bool max_batch = false;
   std::string json_path;
   std::string check;
 };
@@ -100,6 +103,36 @@ bool check_against(const json& doc, const std::string& path) {
   return ok;
 }
 
+// --max-batch: one row per strategy and world, the largest per-rank micro-batch for each memory saver.
+json print_max_batch_table(const MemOptions& o, EstimateInput base, Model& model, int64_t budget) {
+  std::cout << "zshard-mem --max-batch: " << o.model << ", dtype " << o.dtype << ", seq " << o.seq << ", budget "
+            << format_bytes(double(budget)) << " per rank: the most sequences per rank and micro-step\n"
+            << std::left << std::setw(8) << "strategy" << std::right << std::setw(6) << "N";
+  for (const MemorySavers& savers : kAllMemorySavers) std::cout << std::setw(16) << savers.name();
+  std::cout << "\n";
+  json rows = json::array();
+  for (const std::string& s : o.strategies) {
+    for (int world : o.worlds) {
+      EstimateInput in = base;
+      in.kind = parse_strategy(s);
+      in.world = world;
+      in.shard_group = in.kind == StrategyKind::hybrid ? o.shard_group : 0;
+      const std::vector<int> batches = largest_rank_batch_per_saver(in, model, budget);
+      json row = {{"strategy", s}, {"world", world}, {"max_rank_batch", json::object()}};
+      std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world;
+      for (size_t i = 0; i < batches.size(); ++i) {
+        const bool unsupported = batches[i] < 0;  // the model cannot recompute its blocks
+        row["max_rank_batch"][kAllMemorySavers[i].name()] = unsupported ? json(nullptr) : json(batches[i]);
+        std::cout << std::setw(16) << (unsupported ? std::string("-") : std::to_string(batches[i]));
+      }
+      std::cout << "\n";
+      rows.push_back(row);
+    }
+  }
+  return json{{"tool", "zshard-mem"}, {"model", o.model},          {"dtype", o.dtype},
+              {"seq", o.seq},         {"budget_bytes", budget},    {"max_batch", rows}};
+}
+
 bool check_against(const std::string& path) {
   const json doc = read_json_file("--check", path);
   return read_fields("--check", path, [&] { return check_against(doc, path); });
@@ -125,6 +158,14 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   add_checkpointing_flag(app, o.checkpointing);
   add_offload_flag(app, o.offload_optimizer);
   app.add_option("--device-mem", o.device_mem, "device memory, e.g. 80GiB: also print the largest batch that fits");
+  app.add_option("--mem-budget", o.mem_budget,
+                 "memory each rank may use, e.g. 2GiB (what zshard-train --batch auto fits to): like --device-mem, "
+                 "for a budget below the device's")
+      ->excludes(app.get_option("--device-mem"));
+  app.add_flag("--max-batch", o.max_batch,
+               "with --device-mem or --mem-budget (per rank): the largest sequences per rank for each of "
+               "--activation-checkpointing none|blocks x --offload none|optimizer (offload's host bytes count "
+               "against the budget: on the cpu the host is the device)");
   app.add_option("--json", o.json_path, "write the estimates as JSON to this file");
   app.add_option("--check", o.check, "zshard-bench JSON: compare the estimate with its measurements");
   return run_local_tool("zshard-mem", argc, argv, app, [&] {
@@ -159,7 +200,18 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
         throw UsageError(detail::concat("--seq ", o.seq, " exceeds the model's context of ", model->context_length()));
       base.model = model.get();
     }
-    const int64_t device = o.device_mem.empty() ? 0 : parse_bytes(o.device_mem, "--device-mem");
+    const int64_t device = !o.mem_budget.empty()  ? parse_bytes(o.mem_budget, "--mem-budget")
+                           : !o.device_mem.empty() ? parse_bytes(o.device_mem, "--device-mem")
+                                                   : 0;
+    if (o.max_batch) {
+      if (!model)
+        throw UsageError("--max-batch needs a model (--model or --config), not --params: a bare count has no "
+                         "activations to size");
+      if (!device) throw UsageError("--max-batch needs --mem-budget SIZE (per rank) or --device-mem SIZE");
+      const json doc = print_max_batch_table(o, base, *model, device);
+      if (!o.json_path.empty()) write_file_atomically(o.json_path, doc.dump(2) + "\n");
+      return 0;
+    }
 
     json rows = json::array();
     std::cout << "zshard-mem: " << (o.model.empty() ? "" : o.model + ", ") << "dtype " << o.dtype

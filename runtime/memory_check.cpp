@@ -26,22 +26,6 @@ int64_t read_number(const std::string& path, const std::string& key = "") {
   return -1;
 }
 
-EstimateInput estimate_input(const TrainOptions& o, const Model& model, int world, StrategyKind kind,
-                             int rank_batch) {
-  EstimateInput in;
-  in.model = &model;
-  in.kind = kind;
-  in.world = world;
-  in.shard_group = kind == StrategyKind::hybrid ? o.strategy.shard_group : 0;
-  in.max_inflight = o.strategy.max_inflight;
-  in.dtypes = o.placement.param_dtype == DType::bf16 ? DtypePolicy::mixed_bf16() : DtypePolicy::fp32();
-  in.rank_batch = rank_batch;
-  in.seq = o.seq;
-  in.grad_accum = o.grad_accum;
-  in.offload_optimizer = o.placement.offload_optimizer;
-  return in;
-}
-
 bool fits(const EstimateInput& in, int64_t budget) {
   try {
     return estimate_memory(in).total() <= budget;
@@ -91,6 +75,22 @@ std::string more_ranks(const TrainOptions& o, const Model& model, int world, int
 }
 
 }  // namespace
+
+EstimateInput estimate_input(const TrainOptions& o, const Model& model, int world, StrategyKind kind,
+                             int rank_batch) {
+  EstimateInput in;
+  in.model = &model;
+  in.kind = kind;
+  in.world = world;
+  in.shard_group = kind == StrategyKind::hybrid ? o.strategy.shard_group : 0;
+  in.max_inflight = o.strategy.max_inflight;
+  in.dtypes = o.placement.param_dtype == DType::bf16 ? DtypePolicy::mixed_bf16() : DtypePolicy::fp32();
+  in.rank_batch = rank_batch;
+  in.seq = o.seq;
+  in.grad_accum = o.grad_accum;
+  in.offload_optimizer = o.placement.offload_optimizer;
+  return in;
+}
 
 MemoryBudget usable_memory(Device device, int ranks_on_host) {
   MemoryBudget budget;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "models/model.h"
+#include "runtime/memory_estimator.h"
 #include "runtime/trainer.h"
 
 namespace zshard {
@@ -19,6 +20,10 @@ struct MemoryBudget {
 // What one rank may allocate. cuda: the device's free memory, shared among the ranks using the device.
 // cpu: MemAvailable, or what the cgroup limit leaves if that is less, shared among this host's ranks.
 MemoryBudget usable_memory(Device device, int ranks_on_host);
+
+// What the estimator needs of a run: its strategy, dtypes, seq, grad-accum and offload, on `world` ranks.
+EstimateInput estimate_input(const TrainOptions& options, const Model& model, int world, StrategyKind kind,
+                             int rank_batch);
 
 // Throws zshard::Error when the estimate for this rank (its `rank_batch` sequences) exceeds `budget`.
 // `largest_rank_batch` sizes the suggestion, which keeps the global batch (a smaller micro-batch with

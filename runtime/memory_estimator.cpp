@@ -103,6 +103,29 @@ int largest_rank_batch(EstimateInput in, int64_t device_bytes) {
   return lo;
 }
 
+std::string MemorySavers::name() const {
+  const bool blocks = checkpointing == ActivationCheckpointing::blocks;
+  if (!offload_optimizer) return blocks ? "blocks" : "none";
+  return blocks ? "blocks+offload" : "offload";
+}
+
+std::vector<int> largest_rank_batch_per_saver(EstimateInput in, Model& model, int64_t budget) {
+  in.model = &model;
+  std::vector<int> batches;
+  for (const MemorySavers& savers : kAllMemorySavers) {
+    try {
+      model.set_activation_checkpointing(savers.checkpointing);
+    } catch (const UsageError&) {
+      batches.push_back(-1);  // a model of its own without recomputation
+      continue;
+    }
+    in.offload_optimizer = savers.offload_optimizer;
+    batches.push_back(largest_rank_batch(in, budget));
+  }
+  model.set_activation_checkpointing(ActivationCheckpointing::none);
+  return batches;
+}
+
 std::string format_bytes(double bytes) {
   std::ostringstream os;
   os << std::fixed;

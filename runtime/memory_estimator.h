@@ -48,6 +48,22 @@ MemoryEstimate estimate_memory(const EstimateInput& in);
 // fits, or without a model, -1: activations unknown).
 int largest_rank_batch(EstimateInput in, int64_t device_bytes);
 
+// The memory savers zshard-mem --max-batch compares: activation checkpointing and optimizer offload.
+struct MemorySavers {
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
+  bool offload_optimizer = false;
+  std::string name() const;  // "none", "blocks", "offload", "blocks+offload"
+};
+inline constexpr MemorySavers kAllMemorySavers[] = {{ActivationCheckpointing::none, false},
+                                                    {ActivationCheckpointing::blocks, false},
+                                                    {ActivationCheckpointing::none, true},
+                                                    {ActivationCheckpointing::blocks, true}};
+
+// largest_rank_batch for each of kAllMemorySavers, in that order, on `model` (whose checkpointing mode it
+// sets in turn and leaves at none): -1 where the model cannot recompute its blocks. The offloaded host
+// bytes count against `budget` like the rest (on the cpu the host is the device).
+std::vector<int> largest_rank_batch_per_saver(EstimateInput in, Model& model, int64_t budget);
+
 // "1.50 GB", "12.30 MB", "4.0 kB" (decimal units, as the tools print them).
 std::string format_bytes(double bytes);
 

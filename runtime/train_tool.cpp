@@ -8,6 +8,7 @@
 #include "runtime/checkpointing.h"
 #include "runtime/cli_options.h"
 #include "runtime/agreed_failure.h"
+#include "runtime/auto_batch.h"
 #include "runtime/memory_report.h"
 #include "runtime/tool_runner.h"
 #include "runtime/tools.h"
@@ -24,7 +25,9 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
   return run_tool("zshard-train", argc, argv, app, [&](comm::Communicator& world) {
     const int rank = world.rank();
     run_agreed(world, [&] { options.strategy.kind = parse_strategy(strategy); });
-    Trainer trainer(options, world);
+    const std::unique_ptr<Trainer> fitted = options.auto_batch ? fit_batch_to_budget(options, world, &std::cout)
+                                                               : std::make_unique<Trainer>(options, world);
+    Trainer& trainer = *fitted;
     if (rank == 0)
       std::cout << "zshard-train: " << strategy << " on " << world.size() << " rank(s), "
                 << device_name(options.placement.device) << " (" << dtype_flag(options.placement.param_dtype)
@@ -35,7 +38,9 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
                 << ", " << options.steps << " steps\n";
     Checkpointer checkpoints(trainer, &std::cout);
     install_stop_handlers();
-    trainer.run(&std::cout, [&] { return checkpoints.after_step(); });
+    // --batch auto took the first step to measure its peak: it is checkpointed like any other.
+    if (trainer.steps_done() == 0 || checkpoints.after_step())
+      trainer.run(&std::cout, [&] { return checkpoints.after_step(); });
     checkpoints.save();  // the final save (also after a stop signal)
     if (!options.save.empty()) trainer.save_weights(options.save);
     const MemoryReport report = MemoryReport::collect(trainer);

@@ -17,6 +17,7 @@
 #include "models/safetensors.h"
 #include "runtime/agreed_failure.h"
 #include "runtime/memory_check.h"
+#include "runtime/memory_estimator.h"
 #include "shard/checkpoint.h"
 
 namespace zshard {
@@ -138,6 +139,14 @@ void validate_options(const TrainOptions& o, int world_size) {
   if (o.strategy.kind != StrategyKind::hybrid && o.strategy.shard_group != 0)
     usage("--shard-group is only for --strategy hybrid");
   shard_group_size(o.strategy, world_size);  // throws for a group that does not divide the world
+  if (!o.mem_budget.empty()) {
+    if (!o.auto_batch) usage("--mem-budget is the budget of --batch auto (give --batch auto, or drop it)");
+    parse_bytes(o.mem_budget, "--mem-budget");
+  }
+  if (o.auto_batch && !o.rank_batches.empty())
+    usage("--batch auto and --rank-batches exclude each other (give --batch N with --rank-batches)");
+  if (o.auto_batch && !o.resume.empty())
+    usage("--batch auto and --resume exclude each other (resume with the --batch the run chose)");
   if (!o.rank_batches.empty()) {
     if (int(o.rank_batches.size()) != world_size)
       usage("--rank-batches has ", o.rank_batches.size(), " entries but the world has ", world_size,
@@ -331,17 +340,22 @@ void Trainer::write_log_json() {
   });
 }
 
+StepResult Trainer::run_step(std::ostream* out) {
+  StepResult r;
+  try {
+    r = step();
+  } catch (const AgreedFailure&) {
+    write_log_json();  // the steps that went well
+    throw;
+  }
+  train_seconds_ += r.ms / 1e3;
+  log_step(r, out);
+  return r;
+}
+
 void Trainer::run(std::ostream* out, const std::function<bool()>& after_step) {
   while (steps_done_ < options_.steps) {
-    StepResult r;
-    try {
-      r = step();
-    } catch (const AgreedFailure&) {
-      write_log_json();  // the steps that went well
-      throw;
-    }
-    train_seconds_ += r.ms / 1e3;
-    log_step(r, out);
+    run_step(out);
     if (after_step && !after_step()) break;
   }
   write_log_json();

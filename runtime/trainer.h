@@ -29,6 +29,9 @@ struct TrainOptions {
   // data and batch
   std::string data = "default";
   int batch = 8;  // global sequences per micro-step
+  // --batch auto: zshard-train sets `batch` to the largest that fits --mem-budget (runtime/auto_batch.h).
+  bool auto_batch = false;
+  std::string mem_budget;  // --mem-budget SIZE, per rank; empty: what the memory check finds usable
   int seq = 64;
   int grad_accum = 1;
   std::vector<int> rank_batches;  // per-rank share of --batch; empty = even split
@@ -96,6 +99,8 @@ class Trainer {
   ~Trainer();
 
   StepResult step();
+  // One step as run() takes it: timed into the ETA and logged to `out` on rank 0 (null: silent).
+  StepResult run_step(std::ostream* out);
   // Runs the remaining steps; rank 0 prints progress to `out` (null: silent). `after_step`, when
   // given, runs on every rank after every step; returning false ends the run early. A step whose loss
   // or gradient norm is not finite throws AgreedFailure on every rank before the optimizer applies it.

@@ -125,6 +125,65 @@ TEST(MemoryEstimator, LargestBatchFitsAndTheNextDoesNot) {
   EXPECT_EQ(largest_rank_batch(bare, device), -1);
 }
 
+// A model of a user's own: GPT-2's units and activations, without recomputation (Model's default
+// refuses blocks). Only sized, never run.
+class WithoutRecompute final : public Model {
+ public:
+  explicit WithoutRecompute(const Model& sized_like) : inner_(sized_like) {}
+  std::vector<UnitSpec> units() const override { return inner_.units(); }
+  void init_unit(int, const UnitTensors&, uint64_t) const override {}
+  double forward_backward(ParamContext&, const Batch&, float) override { return 0; }
+  double forward(ParamContext&, const Batch&) override { return 0; }
+  int64_t activation_bytes(int B, int T, DType dtype) const override { return inner_.activation_bytes(B, T, dtype); }
+  int vocab_size() const override { return inner_.vocab_size(); }
+  int context_length() const override { return inner_.context_length(); }
+
+ private:
+  const Model& inner_;
+};
+
+// zshard-mem --max-batch: each batch is the largest that fits under its savers, by the estimate itself.
+TEST(MemoryEstimator, LargestBatchPerSaverFitsAndTheNextDoesNot) {
+  GPT2 model(gpt2_config("gpt2"));
+  const int64_t budget = int64_t(4) << 30;
+  for (StrategyKind kind : {StrategyKind::ddp, StrategyKind::zero2, StrategyKind::zero3}) {
+    SCOPED_TRACE(strategy_name(kind));
+    EstimateInput in;
+    in.kind = kind;
+    in.world = 4;
+    in.seq = 256;
+    const std::vector<int> batches = largest_rank_batch_per_saver(in, model, budget);
+    ASSERT_EQ(batches.size(), std::size(kAllMemorySavers));
+    in.model = &model;
+    for (size_t i = 0; i < batches.size(); ++i) {
+      SCOPED_TRACE(kAllMemorySavers[i].name());
+      ASSERT_GT(batches[i], 0);
+      model.set_activation_checkpointing(kAllMemorySavers[i].checkpointing);
+      in.offload_optimizer = kAllMemorySavers[i].offload_optimizer;
+      in.rank_batch = batches[i];
+      EXPECT_LE(estimate_memory(in).total(), budget);
+      in.rank_batch = batches[i] + 1;
+      EXPECT_GT(estimate_memory(in).total(), budget);
+    }
+    // Recomputing blocks only ever frees activations. fp32 offload moves the 8 bytes per parameter of Adam
+    // to the host but adds a 4-byte master there: with the host counted, it fits no more.
+    EXPECT_GT(batches[1], batches[0]);
+    EXPECT_GT(batches[3], batches[2]);
+    EXPECT_LE(batches[2], batches[0]);
+    EXPECT_LE(batches[3], batches[1]);
+  }
+  model.set_activation_checkpointing(ActivationCheckpointing::none);
+  WithoutRecompute own(model);
+  EstimateInput in;
+  in.world = 4;
+  in.seq = 256;
+  const std::vector<int> batches = largest_rank_batch_per_saver(in, own, budget);
+  EXPECT_GT(batches[0], 0);
+  EXPECT_EQ(batches[1], -1);
+  EXPECT_GT(batches[2], 0);
+  EXPECT_EQ(batches[3], -1);
+}
+
 TEST(MemoryEstimator, ParsesSizes) {
   EXPECT_EQ(parse_bytes("80GiB", "--device-mem"), int64_t(80) << 30);
   EXPECT_EQ(parse_bytes("40GB", "--device-mem"), int64_t(40'000'000'000));

@@ -148,6 +148,39 @@ TEST(TrainOptions, DeviceFlagsParseByName) {
   }
 }
 
+TEST(TrainOptions, BatchIsANumberOrAuto) {
+  TrainOptions o;
+  std::string strategy;
+  CLI::App app;
+  add_train_flags(app, o, strategy);
+  app.parse("--batch 12");
+  EXPECT_EQ(o.batch, 12);
+  EXPECT_FALSE(o.auto_batch);
+  app.parse("--batch auto --mem-budget 2GiB");
+  EXPECT_TRUE(o.auto_batch);
+  EXPECT_EQ(o.mem_budget, "2GiB");
+  for (const char* bad : {"--batch x", "--batch 8x", "--batch 1.5"}) {
+    try {
+      app.parse(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const CLI::Error& e) {
+      EXPECT_THAT(cli_error_line(e), HasSubstr("--batch")) << bad;
+    }
+  }
+}
+
+TEST(TrainOptions, MemBudgetBelongsToAutoBatch) {
+  TrainOptions o;
+  o.mem_budget = "1GB";
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --mem-budget is the budget of --batch auto"));
+  o.auto_batch = true;
+  o.mem_budget = "1 parsec";
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --mem-budget"));
+  o.mem_budget = "1GB";
+  o.rank_batches = {4, 4};
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --batch auto and --rank-batches exclude each other"));
+}
+
 TEST(LrSchedule, WarmupThenCosineToMin) {
   const LrSchedule s{1.0f, 0.1f, 4, 14, true};
   EXPECT_FLOAT_EQ(s.at(0), 0.25f);

@@ -1,0 +1,54 @@
+# --batch auto --mem-budget: zshard-train picks the largest batch the estimate fits, its measured peak
+# stays within the budget, and zshard-mem --max-batch agrees; a budget too small and bad values are one
+# line and exit 2 on every rank.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
+MEM="$ZSHARD_BIN/zshard-mem"
+RUN=(--model tiny --seq 32 --log-every 1000)
+
+# auto_batch STRATEGY BUDGET: zshard-train --batch auto on 2 ranks; sets $chosen, the batch it ran.
+auto_batch() {
+  expect_ok "auto batch $1 $2" timeout 120 "${MPIRUN[@]}" -np 2 "$TRAIN" "${RUN[@]}" --strategy "$1" --batch auto \
+    --mem-budget "$2" --steps 2 --mem-report "$WORK/report.json"
+  chosen=$(sed -n "s/^zshard-train: $1 on 2 rank(s).*, batch \([0-9]*\)x32.*/\1/p" "$WORK/out")
+  expect_true "$1 $2: a batch is chosen (${chosen:=0}) and its first step fits" \
+    grep -q "batch $chosen ($((chosen / 2)) per rank); the first step's measured peak .* fits --mem-budget" "$WORK/out"
+}
+
+# The estimate's largest batch is taken, and one more sequence per rank would not fit by the estimate.
+auto_batch zero2 8MiB
+# zero2's peak is the same every step (zero3's depends on when the prefetches complete).
+expect_true "zero2 8MiB: every rank's measured peak is within the budget" python3 -c "
+peaks = [r['peak_total'] for r in __import__('json').load(open('$WORK/report.json'))['ranks']]
+assert len(peaks) == 2 and max(peaks) <= 8 << 20, peaks"
+expect_ok "mem --max-batch" "$MEM" --model tiny --world 2 --strategy zero2 --seq 32 --max-batch \
+  --mem-budget 8MiB --json "$WORK/max.json"
+expect_ok "mem at the next larger batch" "$MEM" --model tiny --world 2 --strategy zero2 --seq 32 \
+  --batch $((chosen + 2)) --json "$WORK/next.json"
+expect_true "zero2 8MiB: the estimate's largest batch; one more per rank exceeds the budget" python3 -c "
+import json
+largest = json.load(open('$WORK/max.json'))['max_batch'][0]['max_rank_batch']['none']
+assert $chosen == 2 * largest, ($chosen, largest)
+assert json.load(open('$WORK/next.json'))['rows'][0]['total_bytes'] > 8 << 20"
+# Where the estimate leaves out the scratch the first step measures, the batch steps down: the line
+# names the batch that did not fit, one more sequence per rank than the chosen one.
+auto_batch zero3 7MiB
+if grep -q "exceeds" "$WORK/out"; then
+  expect_true "zero3 7MiB: stepped down from batch $((chosen + 2))" \
+    grep -q "at batch $((chosen + 2)) exceeds --mem-budget.*trying batch $chosen\$" "$WORK/out"
+fi
+
+expect_every_rank_fails "budget too small" 2 "--mem-budget 1.0 kB" -- "${RUN[@]}" --batch auto --mem-budget 1KB
+expect_failure "batch not a number" 2 "--batch" -- "$TRAIN" --batch x
+expect_one_line "batch not a number" "--batch"
+expect_failure "bad budget" 2 "--mem-budget" -- "$TRAIN" --batch auto --mem-budget 2furlongs
+expect_failure "budget without auto" 2 "--mem-budget is the budget of --batch auto" -- "$TRAIN" --mem-budget 1GB
+expect_failure "auto with rank-batches" 2 "--batch auto and --rank-batches" -- \
+  "${MPIRUN[@]}" -np 2 "$TRAIN" --batch auto --mem-budget 1GB --rank-batches 1,1
+expect_one_line "auto with rank-batches" "rank-batches"
+expect_failure "max-batch without a budget" 2 "--max-batch needs --mem-budget" -- "$MEM" --model tiny --max-batch
+expect_failure "max-batch without a model" 2 "--max-batch needs a model" -- \
+  "$MEM" --params 1e9 --max-batch --mem-budget 1GB
+expect_failure "bench refuses auto" 2 "--batch auto is zshard-train's" -- \
+  "$ZSHARD_BIN/zshard-bench" --model tiny --batch auto
+finish
