@@ -67,15 +67,15 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // (a tied embedding: the head adds into it first, the embedding last). zero3/hybrid reach their peak
   // at the head, where the gathered tied unit and its open gradient coincide, so one open gradient
   // beside the gathered units. Reductions land in the owned shard on a step's first micro-step; later
-  // micro-steps add a shard-sized scratch per reduction in flight (two at most). zero1: every unit's
-  // shard scratch (its reductions all start at the last micro-step); ddp reduces in place.
+  // micro-steps add a shard-sized scratch per reduction in flight (two at most). zero1: the scratch of
+  // its two reductions in flight, on the last micro-step; ddp reduces in place.
   const int64_t in_flight_shards = in.grad_accum > 1 && G > 1 ? largest(units, 2) / G : 0;
   if (p_sharded) {
     e.comm_buffers = (largest(units, 1) + in_flight_shards) * d.grad_bytes;
   } else if (g_sharded) {
     e.comm_buffers = (largest(units, 3) + in_flight_shards) * d.grad_bytes;
   } else if (G > 1) {
-    e.comm_buffers = shard_total * d.grad_bytes;
+    e.comm_buffers = largest(units, 2) / G * d.grad_bytes;
   }
 
   const DType act = d.param_bytes == 2 ? DType::bf16 : DType::f32;

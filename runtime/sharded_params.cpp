@@ -308,9 +308,10 @@ void ShardedParams::grads_ready(int unit) {
   // that a reduction progresses on its own (MPI's non-blocking collectives move only when polled). So
   // the earlier reductions are finished here, once this unit's is issued: they have had this unit's
   // whole backward to progress, and the full gradients alive stay two whatever the depth of the model,
-  // this unit's in flight and the next one's being accumulated (FSDP2 keeps the same two). Resident
-  // gradients (ddp, zero1) cost no memory while in flight and are left to overlap freely.
-  if (grads_sharded_)
+  // this unit's in flight and the next one's being accumulated (FSDP2 keeps the same two). zero1 is
+  // held to the same bound for its shard-sized scratch; ddp reduces in place, at no memory cost, and is
+  // left to overlap freely.
+  if (shard_group_size_ > 1 || grads_sharded_)
     while (reductions_.size() > 1) {
       advance(reductions_.front(), true);
       reductions_.pop_front();

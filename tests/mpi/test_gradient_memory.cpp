@@ -1,7 +1,8 @@
 // Sharded gradients free each unit's full gradient as its reduction lands: under zero2, zero3 and hybrid
 // at most three full unit gradients are alive during backward (the one accumulated, the one in flight and
 // one held open, as a tied embedding is), however many units the model has; and the reduced shards are
-// right, landed in place on a step's first micro-step and added on the next.
+// right, landed in place on a step's first micro-step and added on the next. zero1 keeps the scratch of
+// two reductions at most.
 // zshard-test-np: 2 4
 #include <gtest/gtest.h>
 
@@ -78,6 +79,20 @@ TEST(GradientMemory, AtMostThreeFullGradientsAliveAndShardsRight) {
       EXPECT_EQ(wrong, 0) << strategy_name(k) << " unit " << u;
     }
   }
+}
+
+TEST(GradientMemory, Zero1KeepsTwoScratchShardsAtMost) {
+  const int n = test::world().size();
+  std::vector<int64_t> unit_bytes;
+  for (const UnitSpec& u : deep_model().units()) unit_bytes.push_back(FlatLayout(u, n).padded_numel() * 4);
+  std::sort(unit_bytes.rbegin(), unit_bytes.rend());
+  ShardedParams p(deep_model(), test::world(), {StrategyKind::zero1, 0, true, 2}, 7);
+  Allocator::of(Device::cpu).reset_peaks();
+  const int64_t before = Allocator::of(Device::cpu).stats().live[int(Category::comm)];
+  p.begin_micro_step(true);
+  backward(p, 0);
+  p.end_micro_step();
+  EXPECT_LE(comm_peak() - before, (unit_bytes[0] + unit_bytes[1]) / n);
 }
 
 }  // namespace
