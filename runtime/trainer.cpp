@@ -220,16 +220,17 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
   // Every rank has a usable device (validate_options); selecting it can still fail locally.
   if (options_.placement.device != Device::cpu)
     run_agreed(world, [&] { select_device(options_.placement.device, world); });
-  const MemoryBudget budget =
-      options_.mem_check ? usable_memory(options_.placement.device, comm::ranks_on_this_host()) : MemoryBudget{};
-  run_agreed(world, [&] {
-    check_memory_fits(options_, *model_, world.size(), rank_batch_,
-                      *std::max_element(rank_batches_.begin(), rank_batches_.end()), budget);
-  });
+  MemoryBudget budget;  // unknown with --mem-check off: nothing is checked or limited
+  if (options_.mem_check)
+    run_agreed(world, [&] {
+      budget = usable_memory(options_.placement.device, comm::ranks_on_this_host());
+      check_memory_fits(options_, *model_, world.size(), rank_batch_,
+                        *std::max_element(rank_batches_.begin(), rank_batches_.end()), budget);
+    });
   if (options_.rank_batches_auto) {
     // Each rank's own limit, gathered so that every rank splits within the same caps.
     int32_t cap = options_.max_rank_batch.value_or(options_.batch);
-    const int fits = budget.bytes < 0 ? -1 : largest_rank_batch_fitting(options_, *model_, world.size(), budget);
+    const int fits = largest_rank_batch_fitting(options_, *model_, world.size(), budget);
     if (fits >= 0) cap = std::min(cap, std::max(fits, rank_batch_));
     rank_batch_caps_.resize(world.size());
     world.all_gather(&cap, rank_batch_caps_.data(), 1, DType::i32)->wait();
@@ -266,9 +267,9 @@ std::vector<double> Trainer::gathered_seq_per_s() {
 }
 
 void Trainer::measure_speed(const StepResult& r) {
-  // Where the host cannot see the waits (NaN), the whole step; a wait that overlaps compute could make
-  // the difference tiny, so it counts for at most half the step.
-  const double waited_ms = std::isfinite(r.comm_exposed_ms) ? std::clamp(r.comm_exposed_ms, 0.0, r.ms / 2) : 0;
+  // Where the waits cannot be seen (NaN), the whole step. The bound keeps the compute time positive
+  // should the two clocks disagree.
+  const double waited_ms = std::isfinite(r.comm_exposed_ms) ? std::clamp(r.comm_exposed_ms, 0.0, 0.95 * r.ms) : 0;
   const double per_seq =
       (r.ms - waited_ms) / 1e3 / (double(rank_batch_) * options_.grad_accum) * test_slowdown(world_.rank());
   seconds_per_seq_ = seconds_per_seq_ > 0 ? kSpeedSmoothing * per_seq + (1 - kSpeedSmoothing) * seconds_per_seq_
@@ -390,7 +391,7 @@ void Trainer::log_step(const StepResult& r, std::ostream* out) {
          << std::flush;
   }
   if (!r.resplit_seq_per_s.empty()) {
-    *out << "step " << r.step << ": rank batches " << join(rank_batches_) << " (measured seq/s" << std::setprecision(1);
+    *out << "step " << r.step << ": rank batches " << join(rank_batches_) << " (measured seq/s" << std::fixed << std::setprecision(1);
     for (size_t i = 0; i < r.resplit_seq_per_s.size(); ++i) *out << (i ? "," : " ") << r.resplit_seq_per_s[i];
     *out << ")\n" << std::flush;
   }

@@ -129,7 +129,8 @@ class Trainer {
   void set_rank_batches(const std::vector<int>& batches);
   // Every rank's smoothed throughput in sequences per second of compute (0 before the first step). Collective.
   std::vector<double> gathered_seq_per_s();
-  // The largest sequences per micro-step each rank may take (--max-rank-batch, its memory). Collective.
+  // --rank-batches auto: the most sequences per micro-step each rank may take (--max-rank-batch, its
+  // memory), gathered at set-up.
   const std::vector<int>& rank_batch_caps() const { return rank_batch_caps_; }
 
   // Writes the consolidated model (the model's parameter names and shapes, F32) from rank 0. Collective.
