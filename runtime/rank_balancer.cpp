@@ -64,12 +64,11 @@ double predicted_step_seconds(const std::vector<int>& split, const std::vector<d
 std::vector<int> rebalanced_split(const std::vector<int>& current, const std::vector<double>& seq_per_s,
                                   const std::vector<int>& caps, double min_gain) {
   const int total = std::accumulate(current.begin(), current.end(), 0);
-  std::vector<int> proposed = proportional_split(total, seq_per_s, caps);
+  const std::vector<int> proposed = proportional_split(total, seq_per_s, caps);
   bool current_fits = true;
   for (size_t r = 0; r < current.size(); ++r) current_fits &= current[r] <= caps[r];
-  if (current_fits && predicted_step_seconds(proposed, seq_per_s) > (1 - min_gain) * predicted_step_seconds(current, seq_per_s))
-    return current;
-  return proposed;
+  const double now = predicted_step_seconds(current, seq_per_s);
+  return current_fits && predicted_step_seconds(proposed, seq_per_s) > (1 - min_gain) * now ? current : proposed;
 }
 
 }  // namespace zshard

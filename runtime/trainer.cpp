@@ -391,7 +391,8 @@ void Trainer::log_step(const StepResult& r, std::ostream* out) {
          << std::flush;
   }
   if (!r.resplit_seq_per_s.empty()) {
-    *out << "step " << r.step << ": rank batches " << join(rank_batches_) << " (measured seq/s" << std::fixed << std::setprecision(1);
+    *out << "step " << r.step << ": rank batches " << join(rank_batches_) << " (measured seq/s" << std::fixed
+         << std::setprecision(1);
     for (size_t i = 0; i < r.resplit_seq_per_s.size(); ++i) *out << (i ? "," : " ") << r.resplit_seq_per_s[i];
     *out << ")\n" << std::flush;
   }
