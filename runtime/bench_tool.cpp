@@ -132,8 +132,13 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
     peak_bytes[std::string(category_name(c))] = m;
   }
   for (const auto& r : report.ranks) peak_total = std::max(peak_total, r.stats.peak_total);
+  // The largest micro-batch any rank had in any step (warm-up included), which sized its peak memory.
+  int rank_batch_max = 0;
+  for (const StepResult& h : trainer.history())
+    rank_batch_max = std::max(rank_batch_max, *std::max_element(h.rank_batches.begin(), h.rank_batches.end()));
   json j = {{"strategy", name},
             {"rank_batches", split},
+            {"rank_batch_max", rank_batch_max},
             {"split", trainer.rank_batches()},
             {"measured_seq_per_s", seq_per_s},
             {"ideal_step_ms", double(options.batch) * options.grad_accum / total_seq_per_s * 1e3},

@@ -38,7 +38,9 @@ assert [r['rank_batches'] for r in d['results']] == ['even', 'auto']
 for r in d['results']:
     assert sum(r['split']) == d['batch'] and min(r['split']) >= 1, r['split']
     assert len(r['measured_seq_per_s']) == 2 and min(r['measured_seq_per_s']) > 0 and r['ideal_step_ms'] > 0
+    assert r['rank_batch_max'] >= max(r['split']), r
 "
+check "mem vs bench even,auto" "$BIN/zshard-mem" --check "$WORK/balance.json"
 
 # np 4 (oversubscribed on small machines): all five strategies, hybrid with shard groups of 2.
 check "bench np 4" timeout 300 "${MPIRUN[@]}" -np 4 "$BIN/zshard-bench" --model tiny --warmup-steps 1 --steps 1 \
