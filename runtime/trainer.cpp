@@ -266,12 +266,12 @@ std::vector<double> Trainer::gathered_seq_per_s() {
   return all;
 }
 
-void Trainer::measure_speed(const StepResult& r) {
-  // Where the waits cannot be seen (NaN), the whole step. The bound keeps the compute time positive
-  // should the two clocks disagree.
-  const double waited_ms = std::isfinite(r.comm_exposed_ms) ? std::clamp(r.comm_exposed_ms, 0.0, 0.95 * r.ms) : 0;
+void Trainer::measure_speed(double batch_ms, double waited_ms) {
+  // Where the waits cannot be seen (NaN), all of it. The bound keeps the compute time positive should the
+  // two clocks disagree.
+  waited_ms = std::isfinite(waited_ms) ? std::clamp(waited_ms, 0.0, 0.95 * batch_ms) : 0;
   const double per_seq =
-      (r.ms - waited_ms) / 1e3 / (double(rank_batch_) * options_.grad_accum) * test_slowdown(world_.rank());
+      (batch_ms - waited_ms) / 1e3 / (double(rank_batch_) * options_.grad_accum) * test_slowdown(world_.rank());
   seconds_per_seq_ = seconds_per_seq_ > 0 ? kSpeedSmoothing * per_seq + (1 - kSpeedSmoothing) * seconds_per_seq_
                                           : per_seq;
 }
@@ -343,6 +343,11 @@ StepResult Trainer::step() {
   StepResult r;
   r.step = steps_done_ + 1;
   r.grad_norm = params_->grad_norm();
+  // The part of the step that the split changes ends here (the norm is on the host, so the device is
+  // done): the optimizer's cost does not depend on the batch and would make a rank with few sequences
+  // look slow per sequence.
+  const double batch_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double batch_waited_ms = (params_->comm_stats().seconds_waiting - before.seconds_waiting) * 1e3;
   comm::all_reduce_sum(world_, &loss_sum, 1);
   r.loss = loss_sum / global_tokens;
   // Both are all-reduced, so every rank stops here alike, before AdamW would spread the damage into the
@@ -372,7 +377,7 @@ StepResult Trainer::step() {
   r.tokens_per_s = global_tokens / (r.ms / 1e3);
   r.rank_batches = rank_batches_;
   ++steps_done_;
-  measure_speed(r);
+  measure_speed(batch_ms, batch_waited_ms);
   r.resplit_seq_per_s = maybe_rebalance();
   history_.push_back(r);
   return r;

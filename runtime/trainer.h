@@ -140,8 +140,9 @@ class Trainer {
   void load_weights(const std::string& path);
   void maybe_inject_fault(int step);
   void log_step(const StepResult& r, std::ostream* out);
-  // Folds this step's compute time (the step minus its time blocked in collectives) into the average.
-  void measure_speed(const StepResult& r);
+  // Folds this step's compute time per sequence into the average: the micro-steps and the gradient
+  // reduction (`batch_ms`) less the time blocked in collectives.
+  void measure_speed(double batch_ms, double waited_ms);
   // --rank-batches auto, every --rebalance-every steps: the split every rank computes from the gathered
   // speeds. Returns the gathered throughputs when the split changed (empty otherwise). Collective.
   std::vector<double> maybe_rebalance();
