@@ -35,7 +35,14 @@ struct BenchOptions {
   int warmup_steps = 2;
   std::string json_path;
   double peak_tflops = 0;  // per rank; 0 = unknown (no MFU)
+  // How each strategy splits the global batch: even, and/or auto (by measured speed, timed once settled).
+  std::vector<std::string> splits{"even"};
 };
+
+// Warm-up steps of an auto run: enough re-splits to settle before the clock starts.
+int warmup_steps(const BenchOptions& bench, const TrainOptions& options) {
+  return options.rank_batches_auto ? bench.warmup_steps + 2 * options.rebalance_every : bench.warmup_steps;
+}
 
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
@@ -87,14 +94,16 @@ double replay_comm_ms(comm::Communicator& comm, Device device, const comm::CommS
   return total_ms;
 }
 
-json run_strategy(const std::string& name, TrainOptions options, const BenchOptions& bench,
+json run_strategy(const std::string& name, const std::string& split, TrainOptions options, const BenchOptions& bench,
                   comm::Communicator& world) {
   options.strategy.kind = parse_strategy(name);
-  const int timed = options.steps;
-  options.steps = bench.warmup_steps + timed;
+  options.rank_batches_auto = split == "auto";
+  if (!options.rank_batches_auto) options.max_rank_batch.reset();  // a limit of the auto split only
+  const int timed = options.steps, warmup = warmup_steps(bench, options);
+  options.steps = warmup + timed;
   Trainer trainer(options, world);
   Allocator::of(options.placement.device).reset_peaks();  // peaks of the steps, not of initialisation
-  for (int s = 0; s < bench.warmup_steps; ++s) trainer.step();
+  for (int s = 0; s < warmup; ++s) trainer.step();
   trainer.params().reset_comm_stats();
   std::vector<double> ms;
   double exposed_ms = 0, comm_bytes = 0;
@@ -107,6 +116,10 @@ json run_strategy(const std::string& name, TrainOptions options, const BenchOpti
   const comm::CommStats stats = trainer.params().comm_stats();
   const MemoryReport report = MemoryReport::collect(trainer);
   const double total_comm_ms = replay_comm_ms(trainer.collective_world(), options.placement.device, stats, timed);
+  // The ideal step: the global batch computed at the ranks' summed throughput, no rank waiting for another.
+  const std::vector<double> seq_per_s = trainer.gathered_seq_per_s();
+  double total_seq_per_s = 0;
+  for (double v : seq_per_s) total_seq_per_s += v;
 
   const double median = percentile(ms, 0.5);
   const double tokens = double(options.batch) * options.seq * options.grad_accum;
@@ -119,7 +132,16 @@ json run_strategy(const std::string& name, TrainOptions options, const BenchOpti
     peak_bytes[std::string(category_name(c))] = m;
   }
   for (const auto& r : report.ranks) peak_total = std::max(peak_total, r.stats.peak_total);
+  // The largest micro-batch any rank had in any step (warm-up included), which sized its peak memory.
+  int rank_batch_max = 0;
+  for (const StepResult& h : trainer.history())
+    rank_batch_max = std::max(rank_batch_max, *std::max_element(h.rank_batches.begin(), h.rank_batches.end()));
   json j = {{"strategy", name},
+            {"rank_batches", split},
+            {"rank_batch_max", rank_batch_max},
+            {"split", trainer.rank_batches()},
+            {"measured_seq_per_s", seq_per_s},
+            {"ideal_step_ms", double(options.batch) * options.grad_accum / total_seq_per_s * 1e3},
             {"world", world.size()},
             {"shard_group", report.shard_group},
             {"backend", comm_backend(options) == CommBackend::nccl ? "nccl" : world.backend()},
@@ -144,14 +166,15 @@ std::string fixed(double v, int digits) {
 
 void print_table(const json& results, std::ostream& out) {
   const double MiB = 1048576.0;
-  out << std::left << std::setw(8) << "strategy" << std::right << std::setw(6) << "world" << std::setw(4) << "G"
+  out << std::left << std::setw(11) << "strategy" << std::right << std::setw(6) << "world" << std::setw(4) << "G"
       << std::setw(10) << "med ms" << std::setw(10) << "p10" << std::setw(10) << "p90" << std::setw(10) << "tok/s"
       << std::setw(9) << "TFLOP/s" << std::setw(7) << "MFU" << std::setw(18) << "states MiB m/th"
       << std::setw(11) << "peak MiB" << std::setw(20) << "comm MiB/step m/th" << std::setw(18)
       << "comm ms exp/tot" << "\n";
   for (const json& r : results) {
     const json& st = r["step_ms"];
-    out << std::left << std::setw(8) << r["strategy"].get<std::string>() << std::right << std::setw(6)
+    const std::string split = r["rank_batches"] == "auto" ? "/auto" : "";
+    out << std::left << std::setw(11) << r["strategy"].get<std::string>() + split << std::right << std::setw(6)
         << r["world"].get<int>() << std::setw(4) << r["shard_group"].get<int>() << std::setw(10)
         << fixed(st["median"], 1) << std::setw(10) << fixed(st["p10"], 1) << std::setw(10) << fixed(st["p90"], 1)
         << std::setw(10) << fixed(r["tokens_per_s"], 0) << std::setw(9) << fixed(r["tflops"], 4) << std::setw(7)
@@ -188,6 +211,8 @@ json report_json(const json& results, const TrainOptions& options, const ModelCo
           {"offload", options.placement.offload_optimizer ? "optimizer" : "none"},
           {"activation_checkpointing", checkpointing_flag(options.activation_checkpointing)},
           {"warmup_steps", bench.warmup_steps},
+          {"rank_batch_splits", bench.splits},
+          {"rebalance_every", options.rebalance_every},
           {"steps", options.steps},
           {"world", world.size()},
           {"poll_backoff", comm::poll_policy().backoff},
@@ -209,8 +234,13 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
   app.remove_option(app.get_option("--strategy"));  // --strategies picks them here
   // Flags of a training run that a benchmark has no use for: refused (exit 2), not silently ignored.
   for (const char* train_only : {"--save", "--save-dir", "--save-every", "--keep", "--resume", "--log-json",
-                                 "--mem-report", "--mem-budget"})
+                                 "--mem-report", "--mem-budget", "--rank-batches"})
     app.remove_option(app.get_option(train_only));
+  app.add_option("--rank-batches", bench.splits,
+                 "how each strategy splits the global batch, comma separated: even, auto (by measured speed; "
+                 "timed after 2 x --rebalance-every more warm-up steps)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"even", "auto"}));
   app.get_option("--steps")->description("timed optimizer steps per strategy (after --warmup-steps)");
   app.add_option("--strategies", bench.strategies, "strategies to run, comma separated (hybrid needs world >= 4)")
       ->delimiter(',');
@@ -242,6 +272,12 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
           throw UsageError("--strategies hybrid needs a shard group between 1 and the world: no such group in a "
                            "world of " + std::to_string(world.size()));
       }
+      if (bench.splits.empty()) throw UsageError("--rank-batches: name at least one of even, auto");
+      if (std::find(bench.splits.begin(), bench.splits.end(), "auto") != bench.splits.end()) {
+        TrainOptions auto_options = options;
+        auto_options.rank_batches_auto = true;
+        validate_options(auto_options, world.size());  // --batch against the world, --max-rank-batch
+      }
       if (to_run.empty()) throw UsageError("--strategies: none of them runs on " + std::to_string(world.size()) + " rank(s)");
       if (!bench.json_path.empty() && rank == 0) {
         check_output_path("--json", bench.json_path);
@@ -258,10 +294,14 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
     for (const std::string& s : to_run) {
       TrainOptions o = options;
       o.strategy.shard_group = s == "hybrid" ? *hybrid_group(world.size(), options.strategy.shard_group) : 0;
-      results.push_back(run_strategy(s, o, bench, world));
-      if (rank == 0)
-        std::cout << "  " << s << ": median " << fixed(results.back()["step_ms"]["median"], 1) << " ms\n"
-                  << std::flush;
+      for (const std::string& split : bench.splits) {
+        results.push_back(run_strategy(s, split, o, bench, world));
+        const json& r = results.back();
+        if (rank == 0)
+          std::cout << "  " << s << " " << split << ": median " << fixed(r["step_ms"]["median"], 1) << " ms, split "
+                    << r["split"].dump() << ", ideal " << fixed(r["ideal_step_ms"], 1) << " ms\n"
+                    << std::flush;
+      }
     }
     if (rank == 0) print_table(results, std::cout);
     if (bench.json_path.empty()) return;

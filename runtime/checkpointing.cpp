@@ -147,6 +147,7 @@ Checkpointer::Checkpointer(Trainer& trainer, std::ostream* out)
   });
   params.sync_resident_params();
   trainer.restore_steps_done(manifest.step);
+  if (o.rank_batches_auto) continue_split(manifest.run);
   resumed_step_ = manifest.step;
   std::error_code ec;
   if (!o.save_dir.empty() && fs::equivalent(dir, fs::path(o.save_dir) / step_dir_name(manifest.step), ec))
@@ -220,6 +221,24 @@ void Checkpointer::check_save_dir(const std::string& resume_dir, int resumed_ste
   if (world_.rank() != 0) return;
   created_save_dir_ = fs::create_directories(save_dir, ec);
   if (ec) usage("--save-dir ", save_dir, ": cannot create (", ec.message(), ")");
+}
+
+void Checkpointer::continue_split(const json& run) {
+  // Every rank reads the same manifest, so every rank decides alike.
+  std::vector<int> saved;
+  try {
+    saved = run.value("rank_batches", std::vector<int>{});
+  } catch (const json::exception&) {
+    return;  // not a split: the even one
+  }
+  const std::vector<int>& caps = trainer_.rank_batch_caps();
+  if (int(saved.size()) != world_.size()) return;  // another world: the even split
+  int sum = 0;
+  for (int r = 0; r < world_.size(); ++r) {
+    if (saved[r] < 1 || saved[r] > caps[r]) return;
+    sum += saved[r];
+  }
+  if (sum == trainer_.options().batch) trainer_.set_rank_batches(saved);
 }
 
 bool Checkpointer::after_step() {

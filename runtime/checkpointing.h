@@ -36,6 +36,8 @@ class Checkpointer {
   // Fails when the checkpoint's model is not the flags' one; returns the lines the resume reports (the
   // saved strategy, and flags that differ from the saved run's).
   std::vector<std::string> compare_with_flags(const std::string& dir, const Manifest& manifest) const;
+  // --rank-batches auto: goes on with the checkpoint's split where it fits this run (same world and batch).
+  void continue_split(const nlohmann::json& run);
   void check_save_dir(const std::string& resume_dir, int resumed_step);
   void prune(int newest_step) const;
 

@@ -115,8 +115,36 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
                  "--offload optimizer; default: what the set-up memory check finds usable per rank)");
   app.add_option("--seq", o.seq, "tokens per sequence");
   app.add_option("--grad-accum", o.grad_accum, "micro-steps per optimizer step");
-  app.add_option("--rank-batches", o.rank_batches, "per-rank sequences, comma separated, summing to --batch")
+  app.add_option_function<std::vector<std::string>>(
+         "--rank-batches",
+         [&o](const std::vector<std::string>& items) {
+           o.rank_batches.clear();
+           o.rank_batches_auto = false;
+           for (const std::string& item : items) {
+             if (item == "auto") {
+               o.rank_batches_auto = true;
+               continue;
+             }
+             size_t used = 0;
+             int value = 0;
+             try {
+               value = std::stoi(item, &used);
+             } catch (const std::exception&) {
+               used = 0;
+             }
+             if (used == 0 || used != item.size())
+               throw CLI::ValidationError("--rank-batches", "expected integers or 'auto', got '" + item + "'");
+             o.rank_batches.push_back(value);
+           }
+         },
+         "per-rank sequences, comma separated, summing to --batch; or 'auto': split by each rank's measured "
+         "speed")
       ->delimiter(',');
+  app.add_option("--rebalance-every", o.rebalance_every,
+                 "--rank-batches auto: re-split the batch every N steps (0 = never)");
+  app.add_option_function<int>(
+      "--max-rank-batch", [&o](int n) { o.max_rank_batch = n; },
+      "--rank-batches auto: the most sequences a rank may take [default: what its memory allows]");
   app.add_option("--steps", o.steps, "optimizer steps");
   app.add_option("--lr", o.lr, "peak learning rate");
   app.add_option("--warmup", o.warmup, "linear warmup steps");

@@ -82,7 +82,8 @@ bool check_against(const json& doc, const std::string& path) {
     e.world = r.at("world");
     e.shard_group = r.at("shard_group");
     e.max_inflight = doc.at("max_inflight");
-    e.rank_batch = doc.at("rank_batch_max");
+    // A result's own (--rank-batches auto moves it); files written before it was recorded have the run's.
+    e.rank_batch = r.value("rank_batch_max", doc.at("rank_batch_max").get<int>());
     e.seq = doc.at("seq");
     e.grad_accum = doc.at("grad_accum");
     e.offload_optimizer = doc.value("offload", "none") == "optimizer";

@@ -120,6 +120,11 @@ MemoryBudget usable_memory(Device device, int ranks_on_host) {
   return {total / share, detail::concat(source, " ", format_bytes(double(total)), ranks)};
 }
 
+int largest_rank_batch_fitting(const TrainOptions& o, const Model& model, int world, const MemoryBudget& budget) {
+  if (budget.bytes < 0) return -1;
+  return largest_rank_batch(estimate_input(o, model, world, o.strategy.kind, 1), budget.bytes);
+}
+
 void check_memory_fits(const TrainOptions& o, const Model& model, int world, int rank_batch,
                        int largest_rank_batch, const MemoryBudget& budget) {
   if (budget.bytes < 0) return;

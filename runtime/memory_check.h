@@ -25,6 +25,10 @@ MemoryBudget usable_memory(Device device, int ranks_on_host);
 EstimateInput estimate_input(const TrainOptions& options, const Model& model, int world, StrategyKind kind,
                              int rank_batch);
 
+// The most sequences per micro-step this rank can take within `budget` with the run's settings (0: not
+// even one; -1: the budget is unknown).
+int largest_rank_batch_fitting(const TrainOptions& options, const Model& model, int world, const MemoryBudget& budget);
+
 // Throws zshard::Error when the estimate for this rank (its `rank_batch` sequences) exceeds `budget`.
 // `largest_rank_batch` sizes the suggestion, which keeps the global batch (a smaller micro-batch with
 // more accumulation) and tries the strategies that shard more.

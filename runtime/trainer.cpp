@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <cstdlib>
+#include <cstring>
 #include <iomanip>
 #include <ostream>
 
@@ -18,6 +19,7 @@
 #include "runtime/agreed_failure.h"
 #include "runtime/memory_check.h"
 #include "runtime/memory_estimator.h"
+#include "runtime/rank_balancer.h"
 #include "shard/checkpoint.h"
 
 namespace zshard {
@@ -42,13 +44,35 @@ void check_at_least(const char* flag, double value, double lo, const char* note 
 }
 
 // Sequences of the global batch per rank: --rank-batches, or an even split with the remainder on the
-// first ranks. The gradient stays the exact global mean whatever the split (losses are summed and
-// scaled by 1/global tokens).
+// first ranks (also where auto starts). The gradient stays the exact global mean whatever the split
+// (losses are summed and scaled by 1/global tokens).
 std::vector<int> split_batch(const TrainOptions& o, int world_size) {
   if (!o.rank_batches.empty()) return o.rank_batches;
   std::vector<int> b(world_size, o.batch / world_size);
   for (int r = 0; r < o.batch % world_size; ++r) ++b[r];
   return b;
+}
+
+// Weight of the newest step in the moving average of a rank's speed: it follows a change of load within
+// a few steps, and one noisy step moves it by less than half.
+constexpr double kSpeedSmoothing = 0.4;
+
+// Test hook: ZSHARD_TEST_SLOW_RANK=r:f reports rank r's compute time f times longer than measured, so
+// that a test can force a re-split on an idle machine (zshard never slows a rank down).
+double test_slowdown(int rank) {
+  const char* s = std::getenv("ZSHARD_TEST_SLOW_RANK");
+  if (!s || std::atoi(s) != rank) return 1;
+  const char* colon = std::strchr(s, ':');
+  return colon ? std::atof(colon + 1) : 1;
+}
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(x);
+  }
+  return s;
 }
 
 // The files rank 0 writes when the run ends: writable now, and none of them an input or another output.
@@ -147,6 +171,18 @@ void validate_options(const TrainOptions& o, int world_size) {
     usage("--batch auto and --rank-batches exclude each other (give --batch N with --rank-batches)");
   if (o.auto_batch && !o.resume.empty())
     usage("--batch auto and --resume exclude each other (resume with the --batch the run chose)");
+  if (o.rebalance_every < 0) usage("--rebalance-every must be >= 0 (0 = never), got ", o.rebalance_every);
+  if (o.max_rank_batch) {
+    if (*o.max_rank_batch < 1) usage("--max-rank-batch must be >= 1, got ", *o.max_rank_batch);
+    if (!o.rank_batches_auto) usage("--max-rank-batch is only for --rank-batches auto");
+    if (int64_t(*o.max_rank_batch) * world_size < o.batch)
+      usage("--max-rank-batch ", *o.max_rank_batch, " on ", world_size, " ranks holds fewer than --batch ", o.batch,
+            " sequences");
+  }
+  if (o.auto_batch && o.rank_batches_auto)
+    usage("--batch auto and --rank-batches auto exclude each other (fix --batch N to balance it across ranks)");
+  if (o.rank_batches_auto && !o.rank_batches.empty())
+    usage("--rank-batches auto takes no sizes beside it, got auto and ", join(o.rank_batches));
   if (!o.rank_batches.empty()) {
     if (int(o.rank_batches.size()) != world_size)
       usage("--rank-batches has ", o.rank_batches.size(), " entries but the world has ", world_size,
@@ -188,11 +224,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     if (!options_.init_from.empty()) check_weights_file(options_.init_from, *model_);
     if (world.rank() == 0) check_outputs(options_);
   });
-  const std::vector<int> batches = split_batch(options_, world.size());
-  rank_batch_ = batches[world.rank()];
-  for (int r = 0; r < world.rank(); ++r) rank_offset_ += batches[r];
-  inputs_.resize(size_t(rank_batch_) * options_.seq);
-  targets_.resize(inputs_.size());
+  set_rank_batches(split_batch(options_, world.size()));
   schedule_ = {options_.lr, options_.min_lr, options_.warmup, std::max(options_.steps, 1),
                options_.lr_schedule == "cosine"};
   world.set_timeout(std::chrono::duration_cast<comm::Clock::duration>(
@@ -200,12 +232,21 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
   // Every rank has a usable device (validate_options); selecting it can still fail locally.
   if (options_.placement.device != Device::cpu)
     run_agreed(world, [&] { select_device(options_.placement.device, world); });
+  MemoryBudget budget;  // unknown with --mem-check off: nothing is checked or limited
   if (options_.mem_check)
     run_agreed(world, [&] {
+      budget = usable_memory(options_.placement.device, comm::ranks_on_this_host());
       check_memory_fits(options_, *model_, world.size(), rank_batch_,
-                        *std::max_element(batches.begin(), batches.end()),
-                        usable_memory(options_.placement.device, comm::ranks_on_this_host()));
+                        *std::max_element(rank_batches_.begin(), rank_batches_.end()), budget);
     });
+  if (options_.rank_batches_auto) {
+    // Each rank's own limit, gathered so that every rank splits within the same caps.
+    int32_t cap = options_.max_rank_batch.value_or(options_.batch);
+    const int fits = largest_rank_batch_fitting(options_, *model_, world.size(), budget);
+    if (fits >= 0) cap = std::min(cap, std::max(fits, rank_batch_));
+    rank_batch_caps_.resize(world.size());
+    world.all_gather(&cap, rank_batch_caps_.data(), 1, DType::i32)->wait();
+  }
   device_comm_ = open_device_comm(comm_backend(options_), world);
   params_ = std::make_unique<ShardedParams>(*model_, collective_world(), options_.strategy,
                                             options_.seed, options_.placement);
@@ -219,6 +260,42 @@ Trainer::~Trainer() {
   device_comm_.reset();
   model_.reset();
   release_cached_memory(options_.placement.device);
+}
+
+void Trainer::set_rank_batches(const std::vector<int>& batches) {
+  rank_batches_ = batches;
+  rank_batch_ = batches[world_.rank()];
+  rank_offset_ = 0;
+  for (int r = 0; r < world_.rank(); ++r) rank_offset_ += batches[r];
+  inputs_.resize(size_t(rank_batch_) * options_.seq);
+  targets_.resize(inputs_.size());
+}
+
+std::vector<double> Trainer::gathered_seq_per_s() {
+  const double mine = seconds_per_seq_ > 0 ? 1 / seconds_per_seq_ : 0;
+  std::vector<double> all(world_.size());
+  world_.all_gather(&mine, all.data(), 1, DType::f64)->wait();
+  return all;
+}
+
+void Trainer::measure_speed(double batch_ms, double waited_ms) {
+  // Where the waits cannot be seen (NaN), all of it. The bound keeps the compute time positive should the
+  // two clocks disagree.
+  waited_ms = std::isfinite(waited_ms) ? std::clamp(waited_ms, 0.0, 0.95 * batch_ms) : 0;
+  const double per_seq =
+      (batch_ms - waited_ms) / 1e3 / (double(rank_batch_) * options_.grad_accum) * test_slowdown(world_.rank());
+  seconds_per_seq_ = seconds_per_seq_ > 0 ? kSpeedSmoothing * per_seq + (1 - kSpeedSmoothing) * seconds_per_seq_
+                                          : per_seq;
+}
+
+std::vector<double> Trainer::maybe_rebalance() {
+  const int every = options_.rebalance_every;
+  if (!options_.rank_batches_auto || every == 0 || steps_done_ % every != 0 || world_.size() == 1) return {};
+  const std::vector<double> seq_per_s = gathered_seq_per_s();
+  const std::vector<int> split = rebalanced_split(rank_batches_, seq_per_s, rank_batch_caps_);
+  if (split == rank_batches_) return {};
+  set_rank_batches(split);
+  return seq_per_s;
 }
 
 void Trainer::load_weights(const std::string& path) {
@@ -278,6 +355,11 @@ StepResult Trainer::step() {
   StepResult r;
   r.step = steps_done_ + 1;
   r.grad_norm = params_->grad_norm();
+  // The part of the step that the split changes ends here (the norm is on the host, so the device is
+  // done): the optimizer's cost does not depend on the batch and would make a rank with few sequences
+  // look slow per sequence.
+  const double batch_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double batch_waited_ms = (params_->comm_stats().seconds_waiting - before.seconds_waiting) * 1e3;
   comm::all_reduce_sum(world_, &loss_sum, 1);
   r.loss = loss_sum / global_tokens;
   // Both are all-reduced, so every rank stops here alike, before AdamW would spread the damage into the
@@ -305,7 +387,10 @@ StepResult Trainer::step() {
   r.comm_exposed_ms = (after.seconds_waiting - before.seconds_waiting) * 1e3;
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   r.tokens_per_s = global_tokens / (r.ms / 1e3);
+  r.rank_batches = rank_batches_;
   ++steps_done_;
+  measure_speed(batch_ms, batch_waited_ms);
+  r.resplit_seq_per_s = maybe_rebalance();
   history_.push_back(r);
   return r;
 }
@@ -322,6 +407,12 @@ void Trainer::log_step(const StepResult& r, std::ostream* out) {
          << " ms  ETA " << std::setprecision(0) << eta << " s\n"
          << std::flush;
   }
+  if (!r.resplit_seq_per_s.empty()) {
+    *out << "step " << r.step << ": rank batches " << join(rank_batches_) << " (measured seq/s" << std::fixed
+         << std::setprecision(1);
+    for (size_t i = 0; i < r.resplit_seq_per_s.size(); ++i) *out << (i ? "," : " ") << r.resplit_seq_per_s[i];
+    *out << ")\n" << std::flush;
+  }
 }
 
 void Trainer::write_log_json() {
@@ -333,7 +424,8 @@ void Trainer::write_log_json() {
       const nlohmann::json j = {{"step", r.step},           {"loss", r.loss},
                                 {"lr", r.lr},               {"grad_norm", r.grad_norm},
                                 {"ms", r.ms},               {"tokens_per_s", r.tokens_per_s},
-                                {"comm_bytes", r.comm_bytes}, {"comm_exposed_ms", r.comm_exposed_ms}};
+                                {"comm_bytes", r.comm_bytes}, {"comm_exposed_ms", r.comm_exposed_ms},
+                                {"rank_batches", r.rank_batches}};
       text += j.dump() + "\n";
     }
     write_file_atomically(options_.log_json, text);

@@ -34,7 +34,12 @@ struct TrainOptions {
   std::string mem_budget;  // --mem-budget SIZE, per rank; empty: what the memory check finds usable
   int seq = 64;
   int grad_accum = 1;
-  std::vector<int> rank_batches;  // per-rank share of --batch; empty = even split
+  std::vector<int> rank_batches;  // per-rank share of --batch; empty = even split (or auto)
+  // --rank-batches auto: start even, then every `rebalance_every` steps (0: never) re-split by each
+  // rank's measured speed, each rank within `max_rank_batch` (unset: what its memory allows).
+  bool rank_batches_auto = false;
+  int rebalance_every = 5;
+  std::optional<int> max_rank_batch;
   // optimizer
   int steps = 300;
   float lr = 3e-3f;
@@ -89,6 +94,9 @@ struct StepResult {
   // Time this rank spent blocked on communication; NaN (null in JSON) where the host cannot see it
   // (nccl, see Trainer::step).
   double comm_exposed_ms = 0;
+  std::vector<int> rank_batches;  // the split of the global batch this step ran with
+  // Set when --rank-batches auto re-split the batch after this step: the throughputs it went by.
+  std::vector<double> resplit_seq_per_s;
 };
 
 class Trainer {
@@ -121,6 +129,14 @@ class Trainer {
   const std::vector<StepResult>& history() const { return history_; }
   int rank_batch() const { return rank_batch_; }
   int rank_offset() const { return rank_offset_; }
+  const std::vector<int>& rank_batches() const { return rank_batches_; }
+  // Runs the next steps with this split (a checkpoint's, on the same world); it must sum to --batch.
+  void set_rank_batches(const std::vector<int>& batches);
+  // Every rank's smoothed throughput in sequences per second of compute (0 before the first step). Collective.
+  std::vector<double> gathered_seq_per_s();
+  // --rank-batches auto: the most sequences per micro-step each rank may take (--max-rank-batch, its
+  // memory), gathered at set-up.
+  const std::vector<int>& rank_batch_caps() const { return rank_batch_caps_; }
 
   // Writes the consolidated model (the model's parameter names and shapes, F32) from rank 0. Collective.
   void save_weights(const std::string& path);
@@ -129,6 +145,12 @@ class Trainer {
   void load_weights(const std::string& path);
   void maybe_inject_fault(int step);
   void log_step(const StepResult& r, std::ostream* out);
+  // Folds this step's compute time per sequence into the average: the micro-steps and the gradient
+  // reduction (`batch_ms`) less the time blocked in collectives.
+  void measure_speed(double batch_ms, double waited_ms);
+  // --rank-batches auto, every --rebalance-every steps: the split every rank computes from the gathered
+  // speeds. Returns the gathered throughputs when the split changed (empty otherwise). Collective.
+  std::vector<double> maybe_rebalance();
   // --log-json, all steps so far, written at once when the run ends (also on a stop signal or a
   // non-finite step), so the file is complete or absent. Collective.
   void write_log_json();
@@ -141,8 +163,11 @@ class Trainer {
   std::unique_ptr<comm::Communicator> device_comm_;  // nccl: what params_'s groups split from (outlives them)
   std::unique_ptr<ShardedParams> params_;
   LrSchedule schedule_;
+  std::vector<int> rank_batches_;
+  std::vector<int> rank_batch_caps_;  // auto only
   int rank_batch_ = 0;
   int rank_offset_ = 0;
+  double seconds_per_seq_ = 0;  // exponential moving average of compute seconds per sequence; 0: none yet
   int steps_done_ = 0;
   std::vector<int32_t> inputs_, targets_;
   std::vector<StepResult> history_;

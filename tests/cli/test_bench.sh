@@ -26,6 +26,22 @@ assert ddp['measured'] == ddp['theory'], ddp  # 16 bytes per parameter, nothing 
 "
 check "mem vs bench" "$BIN/zshard-mem" --check "$WORK/bench.json"
 
+# --rank-batches even,auto: both splits per strategy, the auto one after re-splits, with the ideal step.
+check "bench even,auto" timeout 120 "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --model tiny --strategies ddp \
+  --rank-batches even,auto --rebalance-every 1 --warmup-steps 1 --steps 2 --json "$WORK/balance.json"
+grep -Eq "^ *ddp/auto " "$WORK/out" || { echo "FAIL bench even,auto: no ddp/auto row"; cat "$WORK/out"; failures=$((failures + 1)); }
+check "bench even,auto JSON" python3 -c "
+import json
+d = json.load(open('$WORK/balance.json'))
+assert d['rank_batch_splits'] == ['even', 'auto'] and d['rebalance_every'] == 1, d['rank_batch_splits']
+assert [r['rank_batches'] for r in d['results']] == ['even', 'auto']
+for r in d['results']:
+    assert sum(r['split']) == d['batch'] and min(r['split']) >= 1, r['split']
+    assert len(r['measured_seq_per_s']) == 2 and min(r['measured_seq_per_s']) > 0 and r['ideal_step_ms'] > 0
+    assert r['rank_batch_max'] >= max(r['split']), r
+"
+check "mem vs bench even,auto" "$BIN/zshard-mem" --check "$WORK/balance.json"
+
 # np 4 (oversubscribed on small machines): all five strategies, hybrid with shard groups of 2.
 check "bench np 4" timeout 300 "${MPIRUN[@]}" -np 4 "$BIN/zshard-bench" --model tiny --warmup-steps 1 --steps 1 \
   --json "$WORK/bench4.json"

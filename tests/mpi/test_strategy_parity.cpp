@@ -1,10 +1,13 @@
 // Every strategy trains each small model (GPT-2's tiny, llama-tiny) exactly like the single-process run
 // with the same global batch:
 // same per-step losses and same final parameters, clipping on. Also gradient accumulation against the
-// large batch, uneven per-rank batches against the even split, activation checkpointing against none
+// large batch, uneven per-rank batches (fixed, and re-split by speed) against the even split, activation checkpointing against none
 // (bit for bit), and memory against the ZeRO formulas.
 // zshard-test-np: 2 3 4
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <numeric>
 
 #include "kernels/allocator.h"
 #include "runtime/memory_model.h"
@@ -97,6 +100,28 @@ void expect_same_bits(const TrainOptions& plain, const TrainOptions& changed, co
   EXPECT_EQ(got.losses, want.losses) << what;
   EXPECT_EQ(got.grad_norms, want.grad_norms) << what;
   EXPECT_EQ(got.params, want.params) << what;
+}
+
+// --rank-batches auto re-splits the batch mid-run (rank 1 made to report 4x its compute time through the
+// test hook) and the run still equals the single process: which rank computes a sequence changes nothing.
+TEST(StrategyParity, AutoRankBatchesResplitAndMatchSingleProcess) {
+  const int n = test::world().size();
+  for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero3}) {
+    TrainOptions o = test::tiny_options(8);
+    o.strategy.kind = k;
+    o.batch = 4 * n;
+    o.rank_batches_auto = true;
+    o.rebalance_every = 2;
+    setenv("ZSHARD_TEST_SLOW_RANK", "1:4", 1);
+    const RunResult got = test::train(o, test::world());
+    unsetenv("ZSHARD_TEST_SLOW_RANK");
+    const std::string what = "auto " + std::string(strategy_name(k));
+    expect_same_run(got, test::train_single_process(o), what);
+    EXPECT_EQ(got.rank_batches.front(), std::vector<int>(n, 4)) << what;
+    const std::vector<int>& last = got.rank_batches.back();
+    EXPECT_LT(last[1], last[0]) << what << ": the slow rank keeps its share";
+    EXPECT_EQ(std::accumulate(last.begin(), last.end(), 0), o.batch) << what;
+  }
 }
 
 // Recomputation runs the same ops on the same inputs under the same gathers: every strategy's losses,

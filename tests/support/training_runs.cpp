@@ -29,6 +29,7 @@ RunResult train(const TrainOptions& options, comm::Communicator& comm) {
   for (const auto& h : trainer.history()) {
     r.losses.push_back(h.loss);
     r.grad_norms.push_back(h.grad_norm);
+    r.rank_batches.push_back(h.rank_batches);
   }
   for (int u = 0; u < trainer.params().num_units(); ++u) {
     const std::vector<float> full = trainer.params().full_unit_params(u);
@@ -42,6 +43,8 @@ RunResult train_single_process(const TrainOptions& options) {
   TrainOptions single = options;
   single.strategy = StrategyOptions{};
   single.rank_batches.clear();
+  single.rank_batches_auto = false;
+  single.max_rank_batch.reset();
   return train(single, self);
 }
 

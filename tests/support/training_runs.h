@@ -12,6 +12,7 @@ struct RunResult {
   std::vector<double> losses;       // per optimizer step, global mean
   std::vector<double> grad_norms;
   std::vector<float> params;        // every unit's full flat parameters, concatenated
+  std::vector<std::vector<int>> rank_batches;  // per optimizer step, the split it ran with
 };
 
 // The tiny model on the embedded default data with clipping on; tests change what they compare.

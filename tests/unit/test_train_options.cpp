@@ -62,6 +62,17 @@ TEST(TrainOptions, BadValuesNameTheirFlag) {
               HasSubstr("2: --shard-group is only for --strategy hybrid"));
   EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches = {2, 2, 2, 0}; }),
               HasSubstr("every rank needs at least one sequence"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.rank_batches = {2}; }),
+              HasSubstr("2: --rank-batches auto takes no sizes beside it, got auto and 2"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.batch = 3; }),
+              HasSubstr("2: --batch 3 is smaller than the world size 4"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.rebalance_every = -1; }), HasSubstr("2: --rebalance-every must be >= 0"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.max_rank_batch = 0; }),
+              HasSubstr("2: --max-rank-batch must be >= 1, got 0"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.max_rank_batch = 1; }),
+              HasSubstr("2: --max-rank-batch 1 on 4 ranks holds fewer than --batch 8 sequences"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.max_rank_batch = 4; }),
+              HasSubstr("2: --max-rank-batch is only for --rank-batches auto"));
   EXPECT_THAT(with([](TrainOptions& o) { o.overrides["heads"] = 5; }),
               HasSubstr("2: model 'tiny' (ctx=128, dim=64, heads=5, layers=2, vocab=256): GPT-2 config: dim 64 is not "
                         "divisible by heads 5"));
@@ -125,6 +136,27 @@ TEST(TrainOptions, CudaWithoutUsableGpuIsRefused) {
   TrainOptions o;
   o.placement.device = Device::cuda;
   EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --device cuda: " + why));
+}
+
+TEST(TrainOptions, RankBatchesParseSizesOrAuto) {
+  TrainOptions o;
+  std::string strategy;
+  CLI::App app;
+  add_train_flags(app, o, strategy);
+  app.parse("--rank-batches 3,1,2,2");
+  EXPECT_EQ(o.rank_batches, (std::vector<int>{3, 1, 2, 2}));
+  EXPECT_FALSE(o.rank_batches_auto);
+  app.parse("--rank-batches auto --rebalance-every 3 --max-rank-batch 6");
+  EXPECT_TRUE(o.rank_batches.empty());
+  EXPECT_TRUE(o.rank_batches_auto);
+  EXPECT_EQ(o.rebalance_every, 3);
+  EXPECT_EQ(o.max_rank_batch, 6);
+  try {
+    app.parse("--rank-batches 3,fast");
+    ADD_FAILURE() << "'fast' accepted";
+  } catch (const CLI::Error& e) {
+    EXPECT_THAT(cli_error_line(e), HasSubstr("--rank-batches: expected integers or 'auto', got 'fast'"));
+  }
 }
 
 TEST(TrainOptions, DeviceFlagsParseByName) {
