@@ -22,6 +22,15 @@ using nlohmann::json;
 
 namespace {
 
+// The estimate of one row of a table: `base` for one strategy on `world` ranks.
+EstimateInput table_row(const EstimateInput& base, const std::string& strategy, int world, int shard_group) {
+  EstimateInput in = base;
+  in.kind = parse_strategy(strategy);
+  in.world = world;
+  in.shard_group = in.kind == StrategyKind::hybrid ? shard_group : 0;
+  return in;
+}
+
 struct MemOptions {
   std::string model;
   ModelConfig overrides;
@@ -114,10 +123,7 @@ json print_max_batch_table(const MemOptions& o, EstimateInput base, Model& model
   json rows = json::array();
   for (const std::string& s : o.strategies) {
     for (int world : o.worlds) {
-      EstimateInput in = base;
-      in.kind = parse_strategy(s);
-      in.world = world;
-      in.shard_group = in.kind == StrategyKind::hybrid ? o.shard_group : 0;
+      const EstimateInput in = table_row(base, s, world, o.shard_group);
       const std::vector<int> batches = largest_rank_batch_per_saver(in, model, budget);
       json row = {{"strategy", s}, {"world", world}, {"max_rank_batch", json::object()}};
       std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world;
@@ -225,10 +231,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
               << (device ? "  max batch/rank" : "") << "\n";
     for (const std::string& s : o.strategies) {
       for (int world : o.worlds) {
-        EstimateInput in = base;
-        in.kind = parse_strategy(s);
-        in.world = world;
-        in.shard_group = in.kind == StrategyKind::hybrid ? o.shard_group : 0;
+        EstimateInput in = table_row(base, s, world, o.shard_group);
         in.rank_batch = (o.batch + world - 1) / world;
         const MemoryEstimate e = estimate_memory(in);
         json row = to_json(e);
