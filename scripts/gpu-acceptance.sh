@@ -226,6 +226,21 @@ step_tiny() {
   exit "$rc"
 }
 
+step_checkpointing() {  # --activation-checkpointing blocks recomputes the same ops: the same losses, bit for bit
+  local model mode rc=0
+  for model in tiny llama-tiny; do
+    for mode in none blocks; do
+      "$BUILD/zshard-train" --model "$model" --steps 20 --log-every 10 --device cuda --activation-checkpointing "$mode" \
+        --log-json "$LOGS/ckpt_${model}_$mode.jsonl" >"$LOGS/ckpt_${model}_$mode.out" 2>&1 ||
+        { cat "$LOGS/ckpt_${model}_$mode.out"; note "$model $mode failed: $(first_error "$LOGS/ckpt_${model}_$mode.out")"; exit 1; }
+    done
+    python3 "$LOGS/compare.py" losses "$LOGS/ckpt_${model}_blocks.jsonl" "$LOGS/ckpt_${model}_none.jsonl" 0 |
+      tee "$LOGS/ckpt_$model.txt" || rc=1
+    note "$model blocks vs none, 20 steps fp32 on cuda: $(cat "$LOGS/ckpt_$model.txt")"
+  done
+  exit "$rc"
+}
+
 step_mpi() {  # NP
   local np=$1 s rc=0
   for s in ddp zero3; do
@@ -385,6 +400,7 @@ fi
 if [ "$STAGE" != build-and-test ]; then
   run_step flags 30 step_flags
   run_step tiny 90 step_tiny
+  run_step checkpointing 120 step_checkpointing
   run_step mpi-np2 90 "step_mpi 2"
   run_step mpi-np4 120 "step_mpi 4"
   run_step nccl-gpt2 300 step_nccl_gpt2
