@@ -1,9 +1,13 @@
 #include "runtime/sharded_params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <span>
+#include <thread>
 
+#include "comm/launch.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
 
@@ -57,6 +61,53 @@ void accumulate(Device device, const Tensor& dst, Tensor src) {
     using T = decltype(t);
     ops::axpy(device, dst.data<T>(), src.data<T>(), 1.0f, n);
   });
+}
+// A piece of elementwise work over n elements: run(begin, count) does [begin, begin + count).
+struct AdamWPiece {
+  size_t n;
+  std::function<void(size_t begin, size_t count)> run;
+};
+
+// Runs the pieces, in order, cut into `threads` contiguous runs of about equal elements. The work is
+// elementwise, so any cut gives the same bits.
+void run_pieces(const std::vector<AdamWPiece>& pieces, int threads) {
+  size_t total = 0;
+  for (const AdamWPiece& piece : pieces) total += piece.n;
+  const size_t per_thread = (total + size_t(threads) - 1) / size_t(std::max(threads, 1));
+  const auto run_range = [&](size_t lo, size_t hi) {  // global element range [lo, hi)
+    size_t start = 0;
+    for (const AdamWPiece& piece : pieces) {
+      const size_t b = std::max(lo, start), e = std::min(hi, start + piece.n);
+      if (b < e) piece.run(b - start, e - b);
+      start += piece.n;
+    }
+  };
+  if (threads <= 1 || total == 0) return run_range(0, total);
+  // A worker's error is rethrown here, after every worker has joined.
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      try {
+        run_range(std::min(total, t * per_thread), std::min(total, (t + 1) * per_thread));
+      } catch (...) {
+        errors[size_t(t)] = std::current_exception();
+      }
+    });
+  try {
+    run_range(0, std::min(total, per_thread));
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (std::thread& w : workers) w.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// This rank's share of the host's hardware threads (ranks on one host share its cores), at least 1.
+int host_threads() {
+  const int cores = int(std::thread::hardware_concurrency());
+  return std::max(1, cores / std::max(1, comm::ranks_on_this_host()));
 }
 }  // namespace
 
@@ -427,13 +478,15 @@ double ShardedParams::sum_over_shard_group(double value) {
 
 void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
   const Device device = placement_.device;
+  // Every parameter segment's AdamW as a piece of work over its elements [begin, begin + count).
+  std::vector<AdamWPiece> pieces;
   for (int i = 0; i < num_units(); ++i) {
     Unit& u = *units_[i];
     float* p = u.master.data<float>();
     float* m = u.m.data<float>();
     float* v = u.v.data<float>();
     // With bf16 parameters the kernel writes the owned part of the compute copy in the same pass; with
-    // fp32 the master is that part already.
+    // fp32 the master is that part already, or is copied into it below (offload).
     bf16* copy = u.resident.dtype() == DType::bf16 ? owned_compute(u).data<bf16>() : nullptr;
     const Tensor grads = owned_grads(i);
     const int64_t base = u.layout.shard_begin(shard_index_);
@@ -444,13 +497,20 @@ void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
         ops::AdamWParams seg_hp = hp;
         if (!u.layout.spec().params[seg.param].weight_decay) seg_hp.weight_decay = 0;
         const int64_t off = seg.flat_begin - base;
-        ops::adamw_step(device, p + off, g + off, m + off, v + off, size_t(seg.count), seg_hp,
-                        copy ? copy + off : nullptr);
+        pieces.push_back({size_t(seg.count), [=](size_t begin, size_t count) {
+                            const size_t at = size_t(off) + begin;
+                            ops::adamw_step(device, p + at, g + at, m + at, v + at, count, seg_hp,
+                                            copy ? copy + at : nullptr);
+                          }});
       }
     });
-    // An fp32 compute copy beside an offloaded master takes the updated values as they are.
-    if (!copy) copy_master_to_compute(u);
-    u.grad_store.zero_();
+  }
+  // ZeRO-Offload's host AdamW runs on this rank's share of the host's cores; elsewhere it is one pass (a
+  // device launch per segment, or the cpu path, whose cores the ranks already share).
+  run_pieces(pieces, placement_.offload_optimizer ? host_threads() : 1);
+  for (auto& u : units_) {
+    if (u->resident.dtype() != DType::bf16) copy_master_to_compute(*u);
+    u->grad_store.zero_();
   }
   accumulated_ = false;
   gather_resident_params();
