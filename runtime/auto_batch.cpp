@@ -22,13 +22,9 @@ double max_over_ranks(comm::Communicator& world, double value) {
   return *std::max_element(values.begin(), values.end());
 }
 
-struct Budget {
-  int64_t bytes = -1;
-  std::string name;  // for the messages: "--mem-budget 2.15 GB", or where the usable memory came from
-};
-
-// --mem-budget, else the memory check's usable memory, the least over the ranks so that all agree.
-Budget agreed_budget(const TrainOptions& o, comm::Communicator& world) {
+// --mem-budget, else the memory check's usable memory, the least over the ranks so that all agree. Its
+// source names it in the messages: "--mem-budget 2.15 GB", or where the usable memory came from.
+MemoryBudget agreed_budget(const TrainOptions& o, comm::Communicator& world) {
   if (!o.mem_budget.empty()) {
     const int64_t bytes = parse_bytes(o.mem_budget, "--mem-budget");
     return {bytes, "--mem-budget " + format_bytes(double(bytes))};
@@ -52,21 +48,22 @@ std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Commun
     options.batch = ranks;  // the smallest batch auto can choose, for the checks of --batch
     validate_options(options, ranks);
   });
-  const Budget budget = agreed_budget(options, world);
+  const MemoryBudget budget = agreed_budget(options, world);
   int rank_batch = 0;
   run_agreed(world, [&] {
     const std::unique_ptr<Model> model = build_model(options.model, resolve_model_config(options));
     model->set_activation_checkpointing(options.activation_checkpointing);
-    const EstimateInput one = estimate_input(options, *model, ranks, options.strategy.kind, 1);
-    rank_batch = largest_rank_batch(one, budget.bytes);
-    if (rank_batch == 0)
+    rank_batch = largest_rank_batch_fitting(options, *model, ranks, budget);
+    if (rank_batch == 0) {
+      const EstimateInput one = estimate_input(options, *model, ranks, options.strategy.kind, 1);
       throw UsageError(detail::concat("--batch auto: one sequence per rank needs about ",
-                                      format_bytes(double(estimate_memory(one).total())),
-                                      " by the estimate, more than ", budget.name));
+                                      format_bytes(double(estimate_memory(one).total())), " by the estimate, more than ",
+                                      budget.source));
+    }
   });
   if (report)
     *out << "zshard-train: --batch auto: the estimate fits " << rank_batch << " sequence(s) per rank in "
-         << budget.name << "\n";
+         << budget.source << "\n";
   const Device device = options.placement.device;
   for (;;) {
     options.batch = ranks * rank_batch;
@@ -78,12 +75,12 @@ std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Commun
     if (peak <= double(budget.bytes)) {
       if (report)
         *out << "zshard-train: --batch auto: batch " << options.batch << " (" << rank_batch
-             << " per rank); the first step's measured peak " << format_bytes(peak) << " fits " << budget.name
+             << " per rank); the first step's measured peak " << format_bytes(peak) << " fits " << budget.source
              << "\n";
       return trainer;
     }
     const std::string over = detail::concat("the first step's measured peak ", format_bytes(peak), " at batch ",
-                                            options.batch, " exceeds ", budget.name);
+                                            options.batch, " exceeds ", budget.source);
     if (--rank_batch == 0)
       throw AgreedFailure("--batch auto: " + over + ", with one sequence per rank", 2, world.rank() == 0);
     if (report) *out << "zshard-train: --batch auto: " << over << "; trying batch " << ranks * rank_batch << "\n";

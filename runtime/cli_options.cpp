@@ -1,7 +1,7 @@
 #include "runtime/cli_options.h"
 
+#include <optional>
 #include <string>
-
 #include <utility>
 #include <vector>
 
@@ -11,6 +11,20 @@ namespace {
 
 template <class E>
 using Choices = std::vector<std::pair<std::string, E>>;
+
+// The integer `text` spells whole (nothing after it, no overflow), or nothing: for the flags
+// that take a number or a word (--batch N|auto, --rank-batches ...|auto, --shard-group G|node).
+std::optional<int> whole_int(const std::string& text) {
+  size_t used = 0;
+  int value = 0;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != text.size()) return std::nullopt;
+  return value;
+}
 
 // A flag taking one of `choices` by name into `value` (an E, or an optional one); --help lists the names
 // and shows the current value's as the default.
@@ -97,14 +111,9 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
          [&o](const std::string& given) {
            o.auto_batch = given == "auto";
            if (o.auto_batch) return;
-           size_t used = 0;
-           try {
-             o.batch = std::stoi(given, &used);
-           } catch (const std::exception&) {
-             used = 0;
-           }
-           if (used == 0 || used != given.size())
-             throw CLI::ValidationError("--batch", "expected a number of sequences or auto, got '" + given + "'");
+           const std::optional<int> n = whole_int(given);
+           if (!n) throw CLI::ValidationError("--batch", "expected a number of sequences or auto, got '" + given + "'");
+           o.batch = *n;
          },
          "global sequences per micro-step, split across ranks; or auto: the largest that fits --mem-budget "
          "(zshard-train: by the estimate, then stepped down until the first step's measured peak fits)")
@@ -125,16 +134,9 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
                o.rank_batches_auto = true;
                continue;
              }
-             size_t used = 0;
-             int value = 0;
-             try {
-               value = std::stoi(item, &used);
-             } catch (const std::exception&) {
-               used = 0;
-             }
-             if (used == 0 || used != item.size())
-               throw CLI::ValidationError("--rank-batches", "expected integers or 'auto', got '" + item + "'");
-             o.rank_batches.push_back(value);
+             const std::optional<int> n = whole_int(item);
+             if (!n) throw CLI::ValidationError("--rank-batches", "expected integers or 'auto', got '" + item + "'");
+             o.rank_batches.push_back(*n);
            }
          },
          "per-rank sequences, comma separated, summing to --batch; or 'auto': split by each rank's measured "
@@ -168,15 +170,10 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
              o.strategy.shard_group = kShardGroupNode;
              return;
            }
-           size_t used = 0;
-           int g = -1;
-           try {
-             g = std::stoi(v, &used);
-           } catch (const std::exception&) {
-           }
-           if (used != v.size() || g < 0)
+           const std::optional<int> g = whole_int(v);
+           if (!g || *g < 0)
              throw CLI::ValidationError("--shard-group", "must be node or a group size >= 0, got '" + v + "'");
-           o.strategy.shard_group = g;
+           o.strategy.shard_group = *g;
          },
          "hybrid: ranks per shard group dividing the world, or node: each host's ranks (0 = node across two or "
          "more hosts of equal size, else the largest divisor up to 8 leaving two replicas)")
