@@ -151,7 +151,7 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
             {"mfu", bench.peak_tflops > 0 ? json(tflops / (bench.peak_tflops * world.size())) : json(nullptr)},
             {"peak_bytes", peak_bytes},
             {"peak_total_bytes", peak_total},
-            {"model_states_bytes", {{"measured", report.measured_model_states()}, {"theory", report.predicted.total()}}},
+            {"model_states_bytes", {{"measured", report.measured_model_states(report.shard_group)}, {"theory", report.predicted.total()}}},
             {"comm_bytes_per_step", {{"measured", comm_bytes}, {"theory", report.predicted_comm_bytes}}},
             {"comm_ms_per_step", {{"exposed", exposed_ms}, {"total", total_comm_ms}}},
             {"memory_report", report.to_json()}};

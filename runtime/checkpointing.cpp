@@ -160,7 +160,7 @@ json Checkpointer::run_state(int step, const std::vector<int>& rank_batches) con
   return {
       {"model", model_json(o.model, trainer_.config())},
       {"strategy", {{"kind", strategy_name(o.strategy.kind)},
-                    {"shard_group", trainer_.params().shard_group_size()},
+                    {"shard_group", trainer_.params().groups().describe()},
                     {"world_size", world_.size()}}},
       {"rank_batches", rank_batches},
       // Flags that decide what the next steps compute, by flag name: resuming with other values works
@@ -261,7 +261,7 @@ void Checkpointer::save() {
   const std::string dir = (fs::path(o.save_dir) / step_dir_name(step)).string();
   ShardedParams& params = trainer_.params();
 
-  // Replica 0's shard group writes: world ranks 0..G-1, whose shard index is their rank.
+  // The first shard group writes: world ranks 0..G-1, whose shard index is their rank.
   run_agreed(world_, [&] {
     if (world_.rank() != 0) return;
     remove_dir(dir);  // what an interrupted save of this step left
@@ -274,7 +274,7 @@ void Checkpointer::save() {
   // it, so the newest checkpoint stays the last good one.
   try {
     run_agreed(world_, [&] {
-      if (world_.rank() >= params.shard_group_size()) return;
+      if (world_.rank() >= params.groups().size(0)) return;
       std::vector<FlatLayout> layouts;
       std::vector<ShardState> units;
       std::deque<HostShard> host;  // what the file is written from
@@ -310,7 +310,8 @@ void Checkpointer::save() {
     if (world_.rank() != 0) return;
     Manifest m;
     m.step = step;
-    m.group_size = params.shard_group_size();
+    m.group_size = params.groups().size(0);
+    m.pad_multiple = params.groups().pad_multiple();
     m.units = trainer_.model().units();
     std::vector<int> rank_batches;
     for (int r = 0; r < world_.size(); ++r) {

@@ -82,7 +82,10 @@ EstimateInput estimate_input(const TrainOptions& o, const Model& model, int worl
   in.model = &model;
   in.kind = kind;
   in.world = world;
-  in.shard_group = kind == StrategyKind::hybrid ? o.strategy.shard_group : 0;
+  if (kind == StrategyKind::hybrid) {
+    in.shard_group = o.strategy.shard_group;
+    in.shard_group_sizes = o.strategy.shard_group_sizes;
+  }
   in.max_inflight = o.strategy.max_inflight;
   in.dtypes = o.placement.param_dtype == DType::bf16 ? DtypePolicy::mixed_bf16() : DtypePolicy::fp32();
   in.rank_batch = rank_batch;

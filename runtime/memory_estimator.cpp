@@ -34,8 +34,13 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   StrategyOptions so;
   so.kind = in.kind;
   so.shard_group = in.shard_group;
+  so.shard_group_sizes = in.shard_group_sizes;
+  const ShardGroups groups = shard_groups(so, in.world);
+  int group = in.group;
+  if (group < 0) group = int(std::min_element(groups.sizes().begin(), groups.sizes().end()) - groups.sizes().begin());
+  if (group >= groups.count()) usage("no shard group ", group, " among ", groups.count());
   MemoryEstimate e;
-  e.shard_group = shard_group_size(so, in.world);
+  e.shard_group = groups.size(group);
   const int G = e.shard_group;
   const DtypePolicy& d = in.dtypes;
   if (!in.model) {
@@ -48,7 +53,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   std::vector<int64_t> units;
   int64_t padded_total = 0;
   for (const UnitSpec& unit : in.model->units()) {
-    const FlatLayout layout(unit, G);
+    const FlatLayout layout(unit, G, groups.pad_multiple());
     e.params += layout.numel();
     units.push_back(layout.padded_numel());
     padded_total += units.back();

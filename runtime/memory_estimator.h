@@ -22,7 +22,11 @@ struct EstimateInput {
   int64_t params = 0;            // Ψ; taken from the model when one is given
   StrategyKind kind = StrategyKind::ddp;
   int world = 1;
-  int shard_group = 0;  // hybrid only (0: the world)
+  int shard_group = 0;  // hybrid only (0: the default group size)
+  // hybrid with unequal groups (StrategyOptions::shard_group_sizes), and which group's ranks to estimate:
+  // -1 the smallest group, whose ranks hold the largest shards.
+  std::vector<int> shard_group_sizes;
+  int group = -1;
   int max_inflight = 2;
   DtypePolicy dtypes = DtypePolicy::fp32();
   int rank_batch = 1;  // sequences per micro-step on this rank
@@ -41,7 +45,7 @@ struct MemoryEstimate {
   int64_t total() const { return model_states.total() + gathered_in_flight + comm_buffers + activations; }
 };
 
-// Throws UsageError for a world or shard group that does not fit the strategy.
+// Throws UsageError for a world or shard groups that do not fit the strategy.
 MemoryEstimate estimate_memory(const EstimateInput& in);
 
 // The largest per-rank micro-batch whose estimate fits in `device_bytes` (0 when not even one sequence

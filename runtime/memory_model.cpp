@@ -17,11 +17,11 @@ ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, 
   return m;
 }
 
-int64_t predict_comm_bytes(StrategyKind kind, int world, int group, int64_t psi, int grad_accum,
+int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi, int grad_accum,
                            const DtypePolicy& d) {
   // One collective over a full unit buffer in a group of n moves (n-1)/n of it per rank.
   auto pass = [&](int n, int bytes) { return double(psi) * bytes * (n - 1) / n; };
-  const int replicas = world / group;
+  const int world = groups.world_size(), replicas = groups.count();
   const int K = grad_accum;
   double total = 0;
   switch (kind) {

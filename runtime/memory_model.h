@@ -36,11 +36,12 @@ ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, 
                                      bool offload_optimizer = false);
 constexpr int kOffloadedOptimizerBytes = 12;
 
-// Bytes one rank moves per optimizer step (nccl-tests bus convention), with `grad_accum` micro-steps:
-// ddp 2Ψ(N-1)/N; zero1 the same (reduce-scatter + all-gather); zero2 reduce-scatters every micro-step;
-// zero3 3Ψ(N-1)/N per micro-step; hybrid the zero3 volume inside groups plus an all-reduce of each shard
-// across the N/G replicas.
-int64_t predict_comm_bytes(StrategyKind kind, int world, int group, int64_t psi, int grad_accum,
+// Bytes one rank of a shard group of `group` ranks moves per optimizer step (nccl-tests bus convention),
+// with `grad_accum` micro-steps: ddp 2Ψ(N-1)/N; zero1 the same (reduce-scatter + all-gather); zero2
+// reduce-scatters every micro-step; zero3 3Ψ(N-1)/N per micro-step; hybrid the zero3 volume inside its
+// group plus an all-reduce of its shard across the R groups (R = N/G for groups of one size; unequal
+// groups reduce each piece of the shard among R owners, the same volume).
+int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi, int grad_accum,
                            const DtypePolicy& dtypes);
 
 }  // namespace zshard

@@ -51,7 +51,9 @@ MemoryReport MemoryReport::collect(Trainer& trainer) {
   comm::Communicator& world = trainer.world();
   rep.strategy = std::string(strategy_name(params.options().kind));
   rep.world = world.size();
-  rep.shard_group = params.shard_group_size();
+  const ShardGroups& groups = params.groups();
+  rep.shard_group = groups.size_of_rank(0);
+  rep.shard_groups = groups.describe();
   int64_t max_unit = 0;
   for (int u = 0; u < params.num_units(); ++u) {
     rep.params += params.layout(u).numel();
@@ -62,15 +64,11 @@ MemoryReport MemoryReport::collect(Trainer& trainer) {
   rep.param_dtype = std::string(dtype_flag(placement.param_dtype));
   rep.reduce_dtype = std::string(dtype_flag(placement.reduce_dtype));
   const DtypePolicy dtypes = DtypePolicy::of(placement.param_dtype);
-  rep.predicted = predict_model_states(params.options().kind, rep.shard_group, rep.params, dtypes,
-                                       placement.offload_optimizer);
   rep.predicted_inflight = params_sharded(params.options().kind)
                                ? int64_t(params.options().max_inflight) * max_unit * dtypes.param_bytes
                                : 0;
   DtypePolicy traffic = dtypes;  // gradients travel in the reduce dtype
   traffic.grad_bytes = int(dtype_size(placement.reduce_dtype));
-  rep.predicted_comm_bytes = predict_comm_bytes(params.options().kind, rep.world, rep.shard_group, rep.params,
-                                                trainer.options().grad_accum, traffic);
 
   RankMemory mine;
   mine.stats = Allocator::of(placement.device).stats();
@@ -82,18 +80,28 @@ MemoryReport MemoryReport::collect(Trainer& trainer) {
   const std::vector<double> local = encode(mine);
   std::vector<double> all(size_t(kRecord) * world.size());
   world.all_gather(local.data(), all.data(), kRecord, DType::f64)->wait();
-  for (int r = 0; r < world.size(); ++r) rep.ranks.push_back(decode(all.data() + size_t(r) * kRecord));
+  for (int r = 0; r < world.size(); ++r) {
+    RankMemory& rank = rep.ranks.emplace_back(decode(all.data() + size_t(r) * kRecord));
+    rank.shard_group = groups.size_of_rank(r);
+    rank.predicted = predict_model_states(params.options().kind, rank.shard_group, rep.params, dtypes,
+                                          placement.offload_optimizer);
+    rank.predicted_comm_bytes = predict_comm_bytes(params.options().kind, groups, rank.shard_group, rep.params,
+                                                   trainer.options().grad_accum, traffic);
+  }
+  rep.predicted = rep.ranks[0].predicted;
+  rep.predicted_comm_bytes = rep.ranks[0].predicted_comm_bytes;
   return rep;
 }
 
-int64_t MemoryReport::measured_model_states() const {
+int64_t MemoryReport::measured_model_states(int group_size) const {
   int64_t m = 0;
-  for (const auto& r : ranks) m = std::max(m, r.stats.model_states_live());
+  for (const auto& r : ranks)
+    if (group_size == 0 || r.shard_group == group_size) m = std::max(m, r.stats.model_states_live());
   return m;
 }
 
 void MemoryReport::print(std::ostream& out) const {
-  out << "memory report: " << strategy << ", world " << world << ", shard group " << shard_group << ", "
+  out << "memory report: " << strategy << ", world " << world << ", shard group " << shard_groups << ", "
       << params << " parameters, " << device << " memory, " << param_dtype << " params, " << reduce_dtype
       << " reduce (MiB; live / peak per category)\n";
   out << std::left << std::setw(6) << "rank";
@@ -106,15 +114,26 @@ void MemoryReport::print(std::ostream& out) const {
       out << std::setw(20) << (mib(double(s.live[int(c)])) + " / " + mib(double(s.peak[int(c)])));
     out << std::setw(12) << mib(double(s.peak_total)) << mib(ranks[r].comm_bytes_per_step) << "\n";
   }
-  const double measured = double(measured_model_states());
-  out << "model states per rank: measured " << mib(measured) << " MiB, predicted " << mib(double(predicted.total()))
-      << " MiB (params " << mib(double(predicted.params)) << " + grads " << mib(double(predicted.grads))
-      << " + optimizer " << mib(double(predicted.optimizer)) << (predicted.host ? " + host " + mib(double(predicted.host)) : "")
-      << "), ratio " << std::fixed << std::setprecision(3) << measured / std::max(1.0, double(predicted.total())) << "\n";
+  // One line per group size: unequal groups hold shards of different sizes, each with its prediction.
+  std::vector<int> sizes;
+  for (const RankMemory& r : ranks)
+    if (std::find(sizes.begin(), sizes.end(), r.shard_group) == sizes.end()) sizes.push_back(r.shard_group);
+  for (int g : sizes) {
+    const ModelStateBytes& p =
+        std::find_if(ranks.begin(), ranks.end(), [&](const RankMemory& r) { return r.shard_group == g; })->predicted;
+    const double measured = double(measured_model_states(g));
+    out << "model states per rank" << (sizes.size() > 1 ? detail::concat(" (shard groups of ", g, ")") : "")
+        << ": measured " << mib(measured) << " MiB, predicted " << mib(double(p.total())) << " MiB (params "
+        << mib(double(p.params)) << " + grads " << mib(double(p.grads)) << " + optimizer " << mib(double(p.optimizer))
+        << (p.host ? " + host " + mib(double(p.host)) : "") << "), ratio " << std::fixed << std::setprecision(3)
+        << measured / std::max(1.0, double(p.total())) << "\n";
+  }
+  const double measured = double(measured_model_states(shard_group));
   if (predicted.host > 0) {
     // ZeRO-Offload's split: what stays on the device beside what moved to host memory.
     int64_t host = 0;
-    for (const auto& r : ranks) host = std::max(host, r.stats.live[int(Category::host)]);
+    for (const auto& r : ranks)
+      if (r.shard_group == shard_group) host = std::max(host, r.stats.live[int(Category::host)]);
     out << "offloaded optimizer (host): measured " << mib(double(host)) << " MiB, predicted " << mib(double(predicted.host))
         << " MiB; model states left on the device: measured " << mib(measured - double(host)) << " MiB, predicted "
         << mib(double(predicted.on_device())) << " MiB\n";
@@ -133,6 +152,7 @@ nlohmann::json MemoryReport::to_json() const {
   j["reduce_dtype"] = reduce_dtype;
   j["world"] = world;
   j["shard_group"] = shard_group;
+  j["shard_groups"] = shard_groups;
   j["params"] = params;
   j["predicted"] = {{"params", predicted.params},
                     {"grads", predicted.grads},
@@ -154,6 +174,8 @@ nlohmann::json MemoryReport::to_json() const {
     rank["model_states_peak"] = r.stats.model_states_peak;
     rank["comm_bytes_per_step"] = r.comm_bytes_per_step;
     rank["comm_exposed_ms_per_step"] = r.comm_exposed_ms_per_step;
+    rank["shard_group"] = r.shard_group;
+    rank["predicted_model_states"] = r.predicted.total();
     j["ranks"].push_back(rank);
   }
   return j;

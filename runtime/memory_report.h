@@ -18,6 +18,10 @@ struct RankMemory {
   MemStats stats;
   double comm_bytes_per_step = 0;
   double comm_exposed_ms_per_step = 0;
+  // The prediction for this rank's shard group (unequal groups hold shards of different sizes).
+  int shard_group = 1;
+  ModelStateBytes predicted;
+  int64_t predicted_comm_bytes = 0;
 };
 
 struct MemoryReport {
@@ -26,17 +30,19 @@ struct MemoryReport {
   std::string param_dtype;
   std::string reduce_dtype;
   int world = 1;
-  int shard_group = 1;
+  int shard_group = 1;       // rank 0's group
+  std::string shard_groups;  // "4" for groups of one size, "4,2" for unequal ones
   int64_t params = 0;  // Ψ
-  ModelStateBytes predicted;
+  ModelStateBytes predicted;  // for rank 0's group; each rank's in RankMemory
   int64_t predicted_inflight = 0;  // largest gathered units in flight (sharded params), an estimate
-  int64_t predicted_comm_bytes = 0;
+  int64_t predicted_comm_bytes = 0;  // rank 0's
   std::vector<RankMemory> ranks;
 
   // Collective over the trainer's world; every rank returns the full report.
   static MemoryReport collect(Trainer& trainer);
-  // Max over ranks of the measured live model-state bytes (params + grads + optimizer).
-  int64_t measured_model_states() const;
+  // Max over the ranks of groups of `group_size` (0: all ranks) of the measured live model-state bytes
+  // (params + grads + optimizer + host).
+  int64_t measured_model_states(int group_size = 0) const;
   void print(std::ostream& out) const;
   nlohmann::json to_json() const;
 };

@@ -14,7 +14,7 @@
 namespace zshard {
 
 struct ShardedParams::Unit {
-  Unit(const UnitSpec& spec, int group) : layout(spec, group) {}
+  Unit(const UnitSpec& spec, int group, int pad_multiple) : layout(spec, group, pad_multiple) {}
   FlatLayout layout;
   Tensor resident;      // compute copy: the full flat buffer when resident, this rank's shard when sharded
   Tensor master;        // the fp32 owned shard; a view into `resident` when the param dtype is fp32
@@ -115,15 +115,15 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
                              uint64_t seed, const Placement& placement)
     : options_(options),
       placement_(placement),
-      shard_group_size_(zshard::shard_group_size(options, comm.size())),
+      comms_(comm, shard_groups(options, comm.size())),
+      shard_group_size_(comms_.shard_group_size()),
+      shard_index_(comms_.shard_index()),
       params_sharded_(zshard::params_sharded(options.kind)),
       grads_sharded_(zshard::grads_sharded(options.kind)) {
   ZS_CHECK(options.max_inflight >= 1, "--max-inflight must be >= 1, got ", options.max_inflight);
   for (DType t : {placement.param_dtype, placement.reduce_dtype})
     ZS_CHECK(t == kF32 || t == DType::bf16, "parameters are kept and reduced in f32 or bf16, not ",
              dtype_name(t));
-  groups_ = StrategyGroups::make(comm, shard_group_size_);
-  shard_index_ = groups_.shard->rank();
   const Device device = placement.device;
   const DType compute = placement.param_dtype;
   const auto zeros = [&](int64_t n, DType dtype, Category category) {
@@ -134,7 +134,7 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
   const Category optimizer = placement.offload_optimizer ? Category::host : Category::optimizer;
   const std::vector<UnitSpec> specs = model.units();
   for (size_t i = 0; i < specs.size(); ++i) {
-    auto u = std::make_unique<Unit>(specs[i], shard_group_size_);
+    auto u = std::make_unique<Unit>(specs[i], shard_group_size_, comms_.groups().pad_multiple());
     const int64_t shard = u->layout.shard_numel(), padded = u->layout.padded_numel();
     u->resident = zeros(params_sharded_ ? shard : padded, compute, Category::params);
     const bool master_is_compute = compute == kF32 && !placement.offload_optimizer;
@@ -232,7 +232,7 @@ void ShardedParams::gather_resident_params() {
 }
 
 comm::WorkPtr ShardedParams::gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype) {
-  if (shard_group_size_ > 1) return groups_.shard->all_gather(send, recv, size_t(shard_numel), dtype);
+  if (shard_group_size_ > 1) return comms_.shard().all_gather(send, recv, size_t(shard_numel), dtype);
   copy_bytes(recv, placement_.device, send, placement_.device, size_t(shard_numel) * dtype_size(dtype));
   return nullptr;
 }
@@ -322,20 +322,20 @@ void ShardedParams::grads_ready(int unit) {
            " without grads()");
   u.grads_state = Unit::Grads::ready;
   if (!sync_grads_ && !grads_sharded_) return;  // no_sync: keep accumulating locally
-  // Across replicas (hybrid), earlier units move on to their all-reduce here, before this unit's
+  // Across groups (ddp, hybrid), earlier units move on to their all-reduce here, before this unit's
   // reduce-scatter, and nowhere else but the end of the micro-step: a fixed point of the program, so
   // every rank issues the shard and replica groups' collectives in the same order. NCCL requires that
   // (collectives of two communicators issued in different orders can deadlock), and it would not hold
   // if each all-reduce started when its rank happened to see its reduce-scatter finish. The wait this
   // implies has had a whole unit's backward to finish, and on a device it only orders the streams.
-  if (groups_.replica->size() > 1)
+  if (comms_.across_groups())
     for (Reduction& earlier : reductions_)
       if (!earlier.all_reduce_started) start_all_reduce(earlier);
   Reduction r{unit, false, nullptr, u.full_grads, Tensor()};
   const Device device = placement_.device;
   const DType reduce = placement_.reduce_dtype;
   // With no collective at all (a world of one), a differing reduce dtype would only add two conversions.
-  const bool communicates = shard_group_size_ > 1 || groups_.replica->size() > 1;
+  const bool communicates = shard_group_size_ > 1 || comms_.across_groups();
   if (reduce != r.send.dtype() && communicates) {
     r.send = Tensor::empty(u.full_grads.shape(), reduce, device, Category::comm);
     ops::convert(device, r.send.raw(), reduce, u.full_grads.raw(), u.full_grads.dtype(),
@@ -348,11 +348,11 @@ void ShardedParams::grads_ready(int unit) {
     const Tensor owned = owned_grads(unit);
     r.lands_in_place = grads_sharded_ && first_micro_step_ && owned.dtype() == reduce;
     r.scratch = r.lands_in_place ? owned : Tensor::empty({shard}, reduce, device, Category::comm);
-    r.work = groups_.shard->reduce_scatter(r.send.raw(), r.scratch.raw(), shard, reduce, comm::ReduceOp::sum);
+    r.work = comms_.shard().reduce_scatter(r.send.raw(), r.scratch.raw(), shard, reduce, comm::ReduceOp::sum);
   } else {
     r.scratch = r.send;  // a group of one: the full buffer is the shard
   }
-  if (!r.work && groups_.replica->size() > 1) start_all_reduce(r);  // no reduce-scatter to wait for
+  if (!r.work && comms_.across_groups()) start_all_reduce(r);  // no reduce-scatter to wait for
   reductions_.push_back(std::move(r));
   poll_reductions();
   // Sharded gradients: a unit's full gradient lives until its reduction lands, and nothing guarantees
@@ -371,13 +371,12 @@ void ShardedParams::grads_ready(int unit) {
 
 void ShardedParams::start_all_reduce(Reduction& r) {
   if (r.work) r.work->wait();
-  r.work = groups_.replica->all_reduce(r.scratch.raw(), r.scratch.numel(), r.scratch.dtype(),
-                                       comm::ReduceOp::sum);
+  r.work = comms_.all_reduce_across_groups(r.scratch.raw(), r.scratch.numel(), r.scratch.dtype());
   r.all_reduce_started = true;
 }
 
 bool ShardedParams::advance(Reduction& r, bool blocking) {
-  if (groups_.replica->size() > 1 && !r.all_reduce_started) {
+  if (comms_.across_groups() && !r.all_reduce_started) {
     if (!blocking) return false;  // all-reduces start at fixed points only (see grads_ready)
     start_all_reduce(r);
   }
@@ -458,22 +457,7 @@ double ShardedParams::grad_norm() {
     }
     sum = ops::sum_squares<T>(placement_.device, parts);
   });
-  // Replicas hold identical shards, so the shard group alone covers every element once.
-  return std::sqrt(sum_over_shard_group(sum));
-}
-
-double ShardedParams::sum_over_shard_group(double value) {
-  comm::Communicator& group = *groups_.shard;
-  if (group.device() == Device::cpu) {
-    comm::all_reduce_sum(group, &value, 1);
-    return value;
-  }
-  // A device communicator (nccl) reduces device memory only: the scalar makes a round trip.
-  const Tensor scalar = Tensor::empty({1}, DType::f64, group.device(), Category::workspace);
-  copy_bytes(scalar.raw(), group.device(), &value, Device::cpu, sizeof value);
-  group.all_reduce(scalar.raw(), 1, DType::f64, comm::ReduceOp::sum)->wait();
-  copy_bytes(&value, Device::cpu, scalar.raw(), group.device(), sizeof value);
-  return value;
+  return std::sqrt(comms_.sum_of_partition(sum));
 }
 
 void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
@@ -516,23 +500,8 @@ void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
   gather_resident_params();
 }
 
-comm::CommStats ShardedParams::comm_stats() const {
-  comm::CommStats total;
-  for (comm::Communicator* c : {groups_.shard.get(), groups_.replica.get()}) {
-    c->collect_device_stats();
-    const comm::CommStats& s = c->stats();
-    for (int k = 0; k < comm::kNumCollectives; ++k) {
-      total.bytes[k] += s.bytes[k];
-      total.calls[k] += s.calls[k];
-    }
-    total.seconds_waiting += s.seconds_waiting;
-  }
-  return total;
-}
+comm::CommStats ShardedParams::comm_stats() const { return comms_.stats(); }
 
-void ShardedParams::reset_comm_stats() {
-  groups_.shard->reset_stats();
-  groups_.replica->reset_stats();
-}
+void ShardedParams::reset_comm_stats() { comms_.reset_stats(); }
 
 }  // namespace zshard

@@ -43,6 +43,7 @@
 #include "comm/communicator.h"
 #include "kernels/ops.h"
 #include "models/model.h"
+#include "runtime/group_comms.h"
 #include "runtime/strategy.h"
 #include "shard/flat_unit.h"
 
@@ -62,7 +63,7 @@ struct Placement {
 class ShardedParams : public ParamContext {
  public:
   // Collective over `comm`, which the strategy's groups split from and whose collectives carry
-  // placement.device's buffers. Parameters start from model.init_unit(seed), computed on the host.
+  // placement.device's buffers; `comm` must outlive this object. Parameters start from model.init_unit(seed), computed on the host.
   ShardedParams(const Model& model, comm::Communicator& comm, const StrategyOptions& options, uint64_t seed,
                 const Placement& placement = {});
   ~ShardedParams() override;
@@ -85,7 +86,8 @@ class ShardedParams : public ParamContext {
   int num_units() const { return int(units_.size()); }
   const FlatLayout& layout(int unit) const;
   int shard_index() const { return shard_index_; }
-  int shard_group_size() const { return shard_group_size_; }
+  int shard_group_size() const { return shard_group_size_; }  // this rank's group
+  const ShardGroups& groups() const { return comms_.groups(); }
   const StrategyOptions& options() const { return options_; }
   const Placement& placement() const { return placement_; }
   // The owned shard (shard_numel elements, on the device) of the fp32 master params, the gradients
@@ -109,7 +111,7 @@ class ShardedParams : public ParamContext {
   struct Unit;
   struct Reduction {
     int unit;
-    bool all_reduce_started;  // across replicas (hybrid): work is the all-reduce, the reduce-scatter done
+    bool all_reduce_started;  // across groups (ddp, hybrid): work is the all-reduce, the reduce-scatter done
     comm::WorkPtr work;
     Tensor send;     // the unit's gradient in the reduce dtype (the full gradient itself when they agree)
     Tensor scratch;  // the reduced shard, in the reduce dtype
@@ -121,7 +123,6 @@ class ShardedParams : public ParamContext {
   // all_gather over the shard group; a group of one is a device copy (null Work): it moves nothing,
   // and the self backend copies host memory only.
   comm::WorkPtr gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype);
-  double sum_over_shard_group(double value);
   void gather_resident_params();
   void start_gather(Unit& u);
   void finish_gather(Unit& u);
@@ -134,7 +135,7 @@ class ShardedParams : public ParamContext {
 
   StrategyOptions options_;
   Placement placement_;
-  StrategyGroups groups_;
+  GroupComms comms_;
   int shard_group_size_;
   int shard_index_;
   bool params_sharded_;

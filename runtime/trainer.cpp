@@ -160,9 +160,9 @@ void validate_options(const TrainOptions& o, int world_size) {
   if (!o.resume.empty() && !o.init_from.empty())
     usage("--resume and --init-from exclude each other (the checkpoint holds the weights)");
   if (o.strategy.max_inflight < 1) usage("--max-inflight must be >= 1, got ", o.strategy.max_inflight);
-  if (o.strategy.kind != StrategyKind::hybrid && o.strategy.shard_group != 0)
+  if (o.strategy.kind != StrategyKind::hybrid && (o.strategy.shard_group != 0 || !o.strategy.shard_group_sizes.empty()))
     usage("--shard-group is only for --strategy hybrid");
-  shard_group_size(o.strategy, world_size);  // throws for a group that does not divide the world
+  shard_groups(o.strategy, world_size);  // throws for groups that do not fit the world
   if (!o.mem_budget.empty()) {
     if (!o.auto_batch) usage("--mem-budget is the budget of --batch auto (give --batch auto, or drop it)");
     parse_bytes(o.mem_budget, "--mem-budget");

@@ -94,6 +94,11 @@ Manifest manifest_from_json(const json& j) {
   Manifest m;
   m.step = int(integer_field(j, "step", 0, INT_MAX));
   m.group_size = int(integer_field(j, "group_size", 1, INT_MAX));
+  // Absent from checkpoints saved before unequal shard groups: those padded to the group size.
+  m.pad_multiple = j.contains("pad_multiple") ? int(integer_field(j, "pad_multiple", 1, INT_MAX)) : m.group_size;
+  if (m.pad_multiple % m.group_size != 0)
+    throw std::runtime_error("pad_multiple " + std::to_string(m.pad_multiple) + " is not a multiple of group_size " +
+                             std::to_string(m.group_size));
   for (const json& u : j.at("units")) {
     UnitSpec spec{name_field(u, "name"), {}};
     int64_t unit_numel = 0;
@@ -104,7 +109,7 @@ Manifest manifest_from_json(const json& j) {
     }
     // The recorded offsets and sizes must be what the layout computes: a hand-edited or foreign
     // manifest would otherwise read the wrong bytes.
-    const FlatLayout layout(spec, m.group_size);
+    const FlatLayout layout(spec, m.group_size, m.pad_multiple);
     if (u != unit_to_json(layout)) throw std::runtime_error("unit " + spec.name + ": inconsistent layout");
     m.units.push_back(std::move(spec));
   }
@@ -133,7 +138,7 @@ json manifest_to_json(const Manifest& m) {
     files.push_back({{"name", m.files[s].name}, {"shard", s}, {"bytes", m.files[s].bytes},
                      {"fnv1a64", hex(m.files[s].checksum)}});
   return {{"format", "zshard-checkpoint"}, {"version", kCheckpointVersion}, {"step", m.step},
-          {"group_size", m.group_size}, {"units", units}, {"files", files}, {"run", m.run}};
+          {"group_size", m.group_size}, {"pad_multiple", m.pad_multiple == 0 ? m.group_size : m.pad_multiple}, {"units", units}, {"files", files}, {"run", m.run}};
 }
 
 }  // namespace
@@ -178,7 +183,7 @@ std::string step_dir_name(int step) {
 
 std::vector<FlatLayout> Manifest::layouts() const {
   std::vector<FlatLayout> out;
-  for (const UnitSpec& u : units) out.emplace_back(u, group_size);
+  for (const UnitSpec& u : units) out.emplace_back(u, group_size, pad_multiple);
   return out;
 }
 

@@ -45,6 +45,7 @@ struct CheckpointFile {
 struct Manifest {
   int step = 0;
   int group_size = 1;           // shards per unit in the saved layout = rank files
+  int pad_multiple = 0;         // units padded to a multiple of this (FlatLayout); 0: group_size
   std::vector<UnitSpec> units;  // in model order
   std::vector<CheckpointFile> files;  // files[s] holds shard s
   nlohmann::json run = nlohmann::json::object();

@@ -10,14 +10,17 @@ int64_t UnitSpec::numel() const {
   return n;
 }
 
-FlatLayout::FlatLayout(const UnitSpec& spec, int group_size) : spec_(spec), group_size_(group_size) {
+FlatLayout::FlatLayout(const UnitSpec& spec, int group_size, int pad_multiple)
+    : spec_(spec), group_size_(group_size), pad_multiple_(pad_multiple == 0 ? group_size : pad_multiple) {
   ZS_CHECK(group_size >= 1, "shard group size must be >= 1, got ", group_size);
+  ZS_CHECK(pad_multiple_ % group_size == 0, "unit padding to a multiple of ", pad_multiple_,
+           " does not split into ", group_size, " shards");
   for (const auto& p : spec_.params) {
     offsets_.push_back(numel_);
     numel_ += p.numel();
   }
   // At least one element per shard, so every rank owns a (possibly all-padding) non-empty shard.
-  padded_ = std::max<int64_t>((numel_ + group_size - 1) / group_size, 1) * group_size;
+  padded_ = std::max<int64_t>((numel_ + pad_multiple_ - 1) / pad_multiple_, 1) * pad_multiple_;
 }
 
 std::vector<FlatSegment> FlatLayout::segments(int64_t begin, int64_t end) const {

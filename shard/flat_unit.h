@@ -1,7 +1,8 @@
 // FlatLayout: how one unit's parameters sit in a single flat buffer and how that buffer is cut into
-// shards. Parameters are concatenated in UnitSpec order, then padded so the buffer splits into
-// `group_size` equal shards; shard i is elements [i*shard_numel, (i+1)*shard_numel). Any group size
-// works, including one larger than the unit (the extra shards are all padding).
+// shards. Parameters are concatenated in UnitSpec order, then padded to a multiple of `pad_multiple` (the
+// group size, or a multiple of it when groups of other sizes shard the same unit: see ShardGroups) so the
+// buffer splits into `group_size` equal shards; shard i is elements [i*shard_numel, (i+1)*shard_numel).
+// Any group size works, including one larger than the unit (the extra shards are all padding).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -21,12 +22,13 @@ struct FlatSegment {
 
 class FlatLayout {
  public:
-  FlatLayout(const UnitSpec& spec, int group_size);
+  FlatLayout(const UnitSpec& spec, int group_size, int pad_multiple = 0);  // 0: group_size
 
   const UnitSpec& spec() const { return spec_; }
   int group_size() const { return group_size_; }
+  int pad_multiple() const { return pad_multiple_; }
   int64_t numel() const { return numel_; }          // real elements
-  int64_t padded_numel() const { return padded_; }  // numel rounded up to a multiple of group_size
+  int64_t padded_numel() const { return padded_; }  // numel rounded up to a multiple of pad_multiple
   int64_t shard_numel() const { return padded_ / group_size_; }
   int64_t offset(int param) const { return offsets_[param]; }
   int64_t shard_begin(int shard) const { return shard * shard_numel(); }
@@ -43,6 +45,7 @@ class FlatLayout {
  private:
   UnitSpec spec_;
   int group_size_;
+  int pad_multiple_;
   std::vector<int64_t> offsets_;
   int64_t numel_ = 0;
   int64_t padded_ = 0;

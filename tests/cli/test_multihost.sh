@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Jobs across two hosts made on this machine (scripts/multihost.sh: namespaces on a private bridge, Open MPI
 # over TCP between them): MPI sees two nodes, and hybrid, zero3 and llama-tiny runs split over the hosts
-# have the single-process run's losses. Exit 77 (skipped) where the hosts cannot be made.
+# have the single-process run's losses, with node groups of equal (3 + 3) and unequal (4 + 2) sizes. Exit 77 (skipped) where the hosts cannot be made.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 MULTIHOST=(bash "$ZSHARD_SRC/scripts/multihost.sh")
@@ -54,8 +54,19 @@ cross_host "tiny hybrid, shard group node" 3,3 "$WORK/tiny.json" --model tiny --
 expect_true "--shard-group node is the host's 3 ranks" grep -q "shard group 3," "$WORK/out"
 cross_host "llama-tiny hybrid, default group" 3,3 "$WORK/llama-tiny.json" --model llama-tiny --strategy hybrid
 expect_true "the default group across equal hosts is the host's 3 ranks" grep -q "shard group 3," "$WORK/out"
-expect_failure "--shard-group node on unequal hosts" 2 "^zshard-train: error: --shard-group node: the hosts hold 4,2 ranks" -- \
-  "${MULTIHOST[@]}" --hosts 4,2 -- "$TRAIN" "${ARGS[@]}" --strategy hybrid --shard-group node
-expect_one_line "--shard-group node on unequal hosts" "error: --shard-group node"
+# Unequal hosts: each shards among its own ranks (a 1/4 shard on hosta, 1/2 on hostb), by request or by
+# default, and every rank's model states are the prediction for its own group.
+cross_host "tiny hybrid, shard group node" 4,2 "$WORK/tiny.json" --model tiny --strategy hybrid --shard-group node
+expect_true "--shard-group node is each host's ranks" grep -q "shard group 4,2," "$WORK/out"
+for g in 4 2; do
+  expect_true "model states of the group of $g as predicted" \
+    grep -Eq "^model states per rank \(shard groups of $g\): .* ratio 1\.000$" "$WORK/out"
+done
+cross_host "llama-tiny hybrid, default group" 4,2 "$WORK/llama-tiny.json" --model llama-tiny --strategy hybrid
+expect_true "the default group across unequal hosts is each host's ranks" grep -q "shard group 4,2," "$WORK/out"
+expect_failure "a list of groups across the hosts" 2 \
+  "^zshard-train: error: --shard-group 3,3: a group spans two hosts \(the hosts hold 4,2 ranks" -- \
+  "${MULTIHOST[@]}" --hosts 4,2 -- "$TRAIN" "${ARGS[@]}" --strategy hybrid --shard-group 3,3
+expect_one_line "a list of groups across the hosts" "error: --shard-group"
 
 finish

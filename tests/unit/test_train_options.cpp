@@ -60,6 +60,12 @@ TEST(TrainOptions, BadValuesNameTheirFlag) {
   EXPECT_THAT(with([](TrainOptions& o) { o.grad_clip = -1; }), HasSubstr("2: --grad-clip"));
   EXPECT_THAT(with([](TrainOptions& o) { o.strategy.shard_group = 2; }),
               HasSubstr("2: --shard-group is only for --strategy hybrid"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.strategy.kind = StrategyKind::hybrid, o.strategy.shard_group_sizes = {2, 1}; }),
+              HasSubstr("2: --shard-group 2,1: the groups hold 3 ranks, the world has 4"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.strategy.kind = StrategyKind::hybrid, o.strategy.shard_group = 3; }),
+              HasSubstr("2: --shard-group 3 does not divide the world size 4"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.strategy.shard_group_sizes = {2, 2}; }),
+              HasSubstr("2: --shard-group is only for --strategy hybrid"));
   EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches = {2, 2, 2, 0}; }),
               HasSubstr("every rank needs at least one sequence"));
   EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.rank_batches = {2}; }),
@@ -84,6 +90,29 @@ TEST(TrainOptions, BadValuesNameTheirFlag) {
   EXPECT_THAT(with([](TrainOptions& o) { o.mem_report = "/"; }), HasSubstr("2: --mem-report /: is a directory"));
   EXPECT_THAT(with([](TrainOptions& o) { o.save = "log.json", o.log_json = "./log.json"; }),
               HasSubstr("2: --save log.json names the same file as --log-json"));
+}
+
+// Shard groups are runs of consecutive ranks of any sizes; units pad to a multiple of every size.
+TEST(ShardGroups, RanksSizesAndPadding) {
+  const ShardGroups g({4, 2});
+  EXPECT_EQ(g.count(), 2);
+  EXPECT_EQ(g.world_size(), 6);
+  EXPECT_EQ(g.group_of(3), 0);
+  EXPECT_EQ(g.group_of(4), 1);
+  EXPECT_EQ(g.first_rank(1), 4);
+  EXPECT_EQ(g.size_of_rank(5), 2);
+  EXPECT_FALSE(g.equal());
+  EXPECT_EQ(g.describe(), "4,2");
+  EXPECT_EQ(g.pad_multiple(), 4);
+  EXPECT_EQ(ShardGroups({4, 3, 2}).pad_multiple(), 12);
+  EXPECT_EQ(ShardGroups({3, 3}).describe(), "3");
+  StrategyOptions hybrid{StrategyKind::hybrid, 0, true, 2, {3, 3}};
+  EXPECT_EQ(shard_group_size(hybrid, 6), 3);  // a list of equal sizes is the plain group size
+  hybrid.shard_group_sizes = {4, 2};
+  EXPECT_THROW(shard_group_size(hybrid, 6), UsageError);
+  EXPECT_EQ(shard_groups(hybrid, 6).sizes(), (std::vector<int>{4, 2}));
+  EXPECT_EQ(shard_groups({StrategyKind::ddp}, 3).sizes(), (std::vector<int>{1, 1, 1}));
+  EXPECT_EQ(shard_groups({StrategyKind::zero2}, 3).sizes(), (std::vector<int>{3}));
 }
 
 // `!(x >= 0)` lets +inf through: every float flag is checked for finiteness and range.
