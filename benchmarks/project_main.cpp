@@ -57,6 +57,25 @@ double check(const std::vector<std::string>& paths, ProjectionInput in, json& ou
   return serial;
 }
 
+// --nodes: the three strategies on one cluster of nodes of the given sizes.
+json project_nodes(const ShardGroups& nodes, const ProjectionInput& in) {
+  std::cout << "\ncluster of nodes " << join_sizes(nodes.sizes()) << " (" << nodes.world_size()
+            << " ranks; hybrid shards inside each node)\n"
+            << std::setw(8) << "strategy" << std::setw(12) << "step ms" << std::setw(12) << "overlap ms"
+            << std::setw(12) << "comm ms" << std::setw(14) << "efficiency\n";
+  json out = {{"sizes", nodes.sizes()}, {"rows", json::array()}};
+  for (const char* name : {"ddp", "zero3", "hybrid"}) {
+    const ProjectedStep p = project_step(parse_strategy(name), nodes, in);
+    std::cout << std::setw(8) << name << std::fixed << std::setprecision(1) << std::setw(12) << p.step_ms
+              << std::setw(12) << p.step_overlap_ms << std::setw(12) << p.comm_ms << std::setprecision(2)
+              << std::setw(9) << p.efficiency << "/" << p.efficiency_overlap << "\n";
+    out["rows"].push_back({{"strategy", name}, {"step_ms", p.step_ms}, {"step_overlap_ms", p.step_overlap_ms},
+                           {"comm_ms", p.comm_ms}, {"efficiency", p.efficiency},
+                           {"efficiency_overlap", p.efficiency_overlap}});
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,6 +84,7 @@ int main(int argc, char** argv) {
   ProjectionInput in;
   double alpha_us = 0, bandwidth = 0, inter_alpha_us = 0, inter_bandwidth = 0, serial = 0;
   int max_world = 1024;
+  std::vector<int> nodes;
   CLI::App app{"zshard-project: projected step time and scaling efficiency of ddp, zero3 and hybrid"};
   app.option_defaults()->always_capture_default();
   app.add_option("--bench", bench_path, "zshard-bench JSON of a single-rank run: compute time, params, units, batch");
@@ -81,6 +101,10 @@ int main(int argc, char** argv) {
   app.add_option("--inter-bandwidth-gbs", inter_bandwidth, "override the inter link's bandwidth (GB/s)")->default_str("--inter-link's");
   app.add_option("--node-size", in.node_size,
                  "ranks per node; hybrid's shard group is the largest divisor of N up to it leaving two replicas");
+  app.add_option("--nodes", nodes,
+                 "node sizes of one cluster, comma separated (e.g. 4,2): also project it, hybrid sharding inside "
+                 "each node")
+      ->delimiter(',');
   app.add_option("--scaling", scaling, "weak (fixed batch per rank) or strong (fixed global batch)");
   app.add_option("--max-world", max_world, "largest N (powers of two from 1)");
   app.add_option("--serial-fraction", serial, "Amdahl serial fraction (default: Karp-Flatt from --check, else 0)")
@@ -113,6 +137,8 @@ int main(int argc, char** argv) {
                                       std::pair{"--batch", in.batch}})
       if (value < 1) throw UsageError(detail::concat(flag, " must be >= 1, got ", value));
     // The table doubles N up to --max-world: past 2^20 ranks it would overflow, and means nothing.
+    for (int n : nodes)
+      if (n < 1 || n > kMaxWorld) throw UsageError(detail::concat("--nodes: sizes must be in [1, ", kMaxWorld, "], got ", n));
     if (max_world > kMaxWorld) throw UsageError(detail::concat("--max-world must be at most ", kMaxWorld, ", got ", max_world));
     for (const auto& [flag, value] : {std::pair{"--alpha-us", alpha_us}, std::pair{"--inter-alpha-us", inter_alpha_us}})
       if (app.count(flag) && !(std::isfinite(value) && value >= 0))
@@ -163,6 +189,7 @@ int main(int argc, char** argv) {
       std::cout << std::setw(14) << std::setprecision(3) << amdahl_efficiency(serial, n) << "\n";
       doc["rows"].push_back(row);
     }
+    if (!nodes.empty()) doc["nodes"] = project_nodes(ShardGroups(nodes), in);
     if (!json_path.empty()) write_file_atomically(json_path, doc.dump(2) + "\n");
     return 0;
   });

@@ -51,11 +51,11 @@ double percentile(std::vector<double> v, double q) {
   return i + 1 < v.size() ? v[i] + (pos - double(i)) * (v[i + 1] - v[i]) : v.back();
 }
 
-// Hybrid needs a shard group strictly between 1 and the world: the one asked for, or the default.
-std::optional<int> hybrid_group(int world, int requested) {
-  const int g = requested > 0 ? requested : default_shard_group(world);
-  if (g > 1 && g < world) return g;
-  return std::nullopt;
+// Hybrid needs two or more groups, one of them sharding: the groups asked for, or the default.
+bool hybrid_runs(int world, const StrategyOptions& hybrid) {
+  if (!hybrid.shard_group_sizes.empty()) return hybrid.shard_group_sizes.size() > 1;
+  const int g = hybrid.shard_group > 0 ? hybrid.shard_group : default_shard_group(world);
+  return g > 1 && g < world;
 }
 
 // Time of the step's collectives with no compute beside them: each collective the step issued, the same
@@ -139,11 +139,13 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
   json j = {{"strategy", name},
             {"rank_batches", split},
             {"rank_batch_max", rank_batch_max},
-            {"split", trainer.rank_batches()},
+            // The split the last timed step ran with (the trainer may have re-split after it, for a next step).
+            {"split", trainer.history().back().rank_batches},
             {"measured_seq_per_s", seq_per_s},
             {"ideal_step_ms", double(options.batch) * options.grad_accum / total_seq_per_s * 1e3},
             {"world", world.size()},
             {"shard_group", report.shard_group},
+            {"shard_groups", report.shard_groups},
             {"backend", comm_backend(options) == CommBackend::nccl ? "nccl" : world.backend()},
             {"step_ms", {{"median", median}, {"p10", percentile(ms, 0.1)}, {"p90", percentile(ms, 0.9)}, {"all", ms}}},
             {"tokens_per_s", tokens / (median / 1e3)},
@@ -257,6 +259,7 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
       hybrid.kind = StrategyKind::hybrid;
       resolve_node_groups(hybrid, world);
       options.strategy.shard_group = hybrid.shard_group;
+      options.strategy.shard_group_sizes = hybrid.shard_group_sizes;
       config = resolve_model_config(options);
       model = build_model(options.model, config);
       if (options.auto_batch)
@@ -267,7 +270,7 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
         throw UsageError("--peak-tflops must be a finite number >= 0, got " + std::to_string(bench.peak_tflops));
       for (const std::string& s : bench.strategies) {
         parse_strategy(s);
-        if (s != "hybrid" || hybrid_group(world.size(), options.strategy.shard_group)) to_run.push_back(s);
+        if (s != "hybrid" || hybrid_runs(world.size(), options.strategy)) to_run.push_back(s);
         else if (app.count("--strategies"))
           throw UsageError("--strategies hybrid needs a shard group between 1 and the world: no such group in a "
                            "world of " + std::to_string(world.size()));
@@ -293,7 +296,10 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
     json results = json::array();
     for (const std::string& s : to_run) {
       TrainOptions o = options;
-      o.strategy.shard_group = s == "hybrid" ? *hybrid_group(world.size(), options.strategy.shard_group) : 0;
+      if (s != "hybrid") {
+        o.strategy.shard_group = 0;
+        o.strategy.shard_group_sizes.clear();
+      }
       for (const std::string& split : bench.splits) {
         results.push_back(run_strategy(s, split, o, bench, world));
         const json& r = results.back();

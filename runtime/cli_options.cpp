@@ -100,6 +100,36 @@ void add_offload_flag(CLI::App& app, bool& offload_optimizer) {
                    "optimizer: keep the fp32 master and Adam state in host memory and step there (ZeRO-Offload)");
 }
 
+void add_shard_group_flag(CLI::App& app, StrategyOptions& strategy) {
+  app.add_option_function<std::vector<std::string>>(
+         "--shard-group",
+         [&strategy](const std::vector<std::string>& items) {
+           strategy.shard_group = 0;
+           strategy.shard_group_sizes.clear();
+           if (items.size() == 1 && items[0] == "node") {
+             strategy.shard_group = kShardGroupNode;
+             return;
+           }
+           std::vector<int> sizes;
+           for (const std::string& item : items) {
+             const std::optional<int> g = whole_int(item);
+             const bool list = items.size() > 1;
+             if (!g || *g < (list ? 1 : 0))
+               throw CLI::ValidationError("--shard-group", std::string("must be node, a group size >= 0 or a list of "
+                                                                       "sizes >= 1, got '") + item + "'");
+             sizes.push_back(*g);
+           }
+           if (sizes.size() == 1) strategy.shard_group = sizes[0];
+           else strategy.shard_group_sizes = sizes;
+         },
+         "hybrid: ranks per shard group dividing the world; a list of group sizes in rank order, e.g. 4,2 for a "
+         "node of 4 beside a node of 2; or node: each host's ranks (0 = node across two or more hosts, else the "
+         "largest divisor up to 8 leaving two replicas)")
+      ->delimiter(',')
+      ->type_name("G|G1,G2,..|node")
+      ->default_str("0");
+}
+
 void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   app.option_defaults()->always_capture_default();
   add_model_flags(app, o.model, o.overrides);
@@ -163,33 +193,7 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
           [](const std::string& v) { return v.rfind('-', 0) == 0 ? "must be >= 0, got " + v : std::string(); },
           "UINT"));
   app.add_option("--strategy", strategy, "ddp, zero1, zero2, zero3 or hybrid");
-  app.add_option_function<std::vector<std::string>>(
-         "--shard-group",
-         [&o](const std::vector<std::string>& items) {
-           o.strategy.shard_group = 0;
-           o.strategy.shard_group_sizes.clear();
-           if (items.size() == 1 && items[0] == "node") {
-             o.strategy.shard_group = kShardGroupNode;
-             return;
-           }
-           std::vector<int> sizes;
-           for (const std::string& item : items) {
-             const std::optional<int> g = whole_int(item);
-             const bool list = items.size() > 1;
-             if (!g || *g < (list ? 1 : 0))
-               throw CLI::ValidationError("--shard-group", std::string("must be node, a group size >= 0 or a list of "
-                                                                       "sizes >= 1, got '") + item + "'");
-             sizes.push_back(*g);
-           }
-           if (sizes.size() == 1) o.strategy.shard_group = sizes[0];
-           else o.strategy.shard_group_sizes = sizes;
-         },
-         "hybrid: ranks per shard group dividing the world; a list of group sizes in rank order, e.g. 4,2 for a "
-         "node of 4 beside a node of 2; or node: each host's ranks (0 = node across two or more hosts, else the "
-         "largest divisor up to 8 leaving two replicas)")
-      ->delimiter(',')
-      ->type_name("G|G1,G2,..|node")
-      ->default_str("0");
+  add_shard_group_flag(app, o.strategy);
   app.add_option("--reshard-after-forward", o.strategy.reshard_after_forward,
                  "zero3/hybrid: free gathered params after each unit's forward (true/false)");
   app.add_option("--max-inflight", o.strategy.max_inflight, "zero3/hybrid: gathered units alive at once");

@@ -13,6 +13,8 @@ void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides);
 void add_checkpointing_flag(CLI::App& app, ActivationCheckpointing& mode);
 // --offload none|optimizer: zshard-train, zshard-bench and zshard-mem.
 void add_offload_flag(CLI::App& app, bool& offload_optimizer);
+// --shard-group G | G1,G2,... | node: hybrid's groups (StrategyOptions::shard_group, shard_group_sizes).
+void add_shard_group_flag(CLI::App& app, StrategyOptions& strategy);
 void add_train_flags(CLI::App& app, TrainOptions& options, std::string& strategy_name);
 // Turns a CLI11 parse error into the one-line message zshard prints (naming the flag).
 std::string cli_error_line(const CLI::Error& e);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 
@@ -22,13 +23,23 @@ using nlohmann::json;
 
 namespace {
 
-// The estimate of one row of a table: `base` for one strategy on `world` ranks.
-EstimateInput table_row(const EstimateInput& base, const std::string& strategy, int world, int shard_group) {
+// The estimates of one strategy on `world` ranks: one row, or for hybrid over unequal groups one row per
+// group (each group's ranks hold shards of their own size).
+std::vector<EstimateInput> table_rows(const EstimateInput& base, const std::string& strategy, int world,
+                                      const StrategyOptions& groups) {
   EstimateInput in = base;
   in.kind = parse_strategy(strategy);
   in.world = world;
-  in.shard_group = in.kind == StrategyKind::hybrid ? shard_group : 0;
-  return in;
+  if (in.kind != StrategyKind::hybrid) return {in};
+  in.shard_group = groups.shard_group;
+  in.shard_group_sizes = groups.shard_group_sizes;
+  if (groups.shard_group_sizes.empty()) return {in};
+  std::vector<EstimateInput> rows;
+  for (size_t g = 0; g < groups.shard_group_sizes.size(); ++g) {
+    in.group = int(g);
+    rows.push_back(in);
+  }
+  return rows;
 }
 
 struct MemOptions {
@@ -37,7 +48,7 @@ struct MemOptions {
   double params = 0;
   std::vector<int> worlds{1};
   std::vector<std::string> strategies{"ddp", "zero1", "zero2", "zero3"};
-  int shard_group = 0;
+  StrategyOptions groups;  // hybrid's --shard-group
   std::string dtype = "fp32";
   int batch = 8;
   int seq = 64;
@@ -89,7 +100,18 @@ bool check_against(const json& doc, const std::string& path) {
     e.model = model.get();
     e.kind = parse_strategy(r.at("strategy").get<std::string>());
     e.world = r.at("world");
+    // Unequal groups: the model states are rank 0's group's, the peak the largest over the ranks, which
+    // the smallest group's ranks (the largest shards) reach.
     e.shard_group = r.at("shard_group");
+    const std::string groups = r.value("shard_groups", std::string());
+    if (groups.find(',') != std::string::npos) {
+      e.shard_group = 0;
+      for (size_t at = 0; at < groups.size();) {
+        const size_t end = std::min(groups.find(',', at), groups.size());
+        e.shard_group_sizes.push_back(std::stoi(groups.substr(at, end - at)));
+        at = end + 1;
+      }
+    }
     e.max_inflight = doc.at("max_inflight");
     // A result's own (--rank-batches auto moves it); files written before it was recorded have the run's.
     e.rank_batch = r.value("rank_batch_max", doc.at("rank_batch_max").get<int>());
@@ -100,12 +122,14 @@ bool check_against(const json& doc, const std::string& path) {
     const std::string param_dtype = r.at("memory_report").value("param_dtype", "fp32");
     e.dtypes = param_dtype == "bf16" ? DtypePolicy::mixed_bf16() : DtypePolicy::fp32();
     const MemoryEstimate est = estimate_memory(e);
+    e.group = 0;
+    const int64_t est_states = estimate_memory(e).model_states.total();
     const double states = r.at("model_states_bytes").at("measured"), peak = r.at("peak_total_bytes");
-    const double rs = double(est.model_states.total()) / states, rp = double(est.total()) / peak;
+    const double rs = double(est_states) / states, rp = double(est.total()) / peak;
     const bool good = std::abs(rs - 1) <= 0.05 && std::abs(rp - 1) <= 0.15;
     ok = ok && good;
     std::cout << std::left << std::setw(9) << r.at("strategy").get<std::string>() << std::right << std::setw(14)
-              << format_bytes(double(est.model_states.total())) << std::setw(14) << format_bytes(states) << std::setw(8)
+              << format_bytes(double(est_states)) << std::setw(14) << format_bytes(states) << std::setw(8)
               << std::fixed << std::setprecision(3) << rs << std::setw(14) << format_bytes(double(est.total()))
               << std::setw(14) << format_bytes(peak) << std::setw(8) << rp << (good ? "  ok" : "  OUTSIDE 5%/15%")
               << "\n";
@@ -117,24 +141,25 @@ bool check_against(const json& doc, const std::string& path) {
 json print_max_batch_table(const MemOptions& o, EstimateInput base, Model& model, int64_t budget) {
   std::cout << "zshard-mem --max-batch: " << o.model << ", dtype " << o.dtype << ", seq " << o.seq << ", budget "
             << format_bytes(double(budget)) << " per rank: the most sequences per rank and micro-step\n"
-            << std::left << std::setw(8) << "strategy" << std::right << std::setw(6) << "N";
+            << std::left << std::setw(8) << "strategy" << std::right << std::setw(6) << "N" << std::setw(5) << "G";
   for (const MemorySavers& savers : kAllMemorySavers) std::cout << std::setw(16) << savers.name();
   std::cout << "\n";
   json rows = json::array();
   for (const std::string& s : o.strategies) {
-    for (int world : o.worlds) {
-      const EstimateInput in = table_row(base, s, world, o.shard_group);
-      const std::vector<int> batches = largest_rank_batch_per_saver(in, model, budget);
-      json row = {{"strategy", s}, {"world", world}, {"max_rank_batch", json::object()}};
-      std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world;
-      for (size_t i = 0; i < batches.size(); ++i) {
-        const bool unsupported = batches[i] < 0;  // the model cannot recompute its blocks
-        row["max_rank_batch"][kAllMemorySavers[i].name()] = unsupported ? json(nullptr) : json(batches[i]);
-        std::cout << std::setw(16) << (unsupported ? std::string("-") : std::to_string(batches[i]));
+    for (int world : o.worlds)
+      for (const EstimateInput& in : table_rows(base, s, world, o.groups)) {
+        const std::vector<int> batches = largest_rank_batch_per_saver(in, model, budget);
+        const int G = estimate_memory(in).shard_group;
+        json row = {{"strategy", s}, {"world", world}, {"shard_group", G}, {"max_rank_batch", json::object()}};
+        std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world << std::setw(5) << G;
+        for (size_t i = 0; i < batches.size(); ++i) {
+          const bool unsupported = batches[i] < 0;  // the model cannot recompute its blocks
+          row["max_rank_batch"][kAllMemorySavers[i].name()] = unsupported ? json(nullptr) : json(batches[i]);
+          std::cout << std::setw(16) << (unsupported ? std::string("-") : std::to_string(batches[i]));
+        }
+        std::cout << "\n";
+        rows.push_back(row);
       }
-      std::cout << "\n";
-      rows.push_back(row);
-    }
   }
   return json{{"tool", "zshard-mem"}, {"model", o.model},          {"dtype", o.dtype},
               {"seq", o.seq},         {"budget_bytes", budget},    {"max_batch", rows}};
@@ -157,7 +182,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
       ->excludes(app.get_option("--model"));
   app.add_option("--world", o.worlds, "world sizes, comma separated")->delimiter(',');
   app.add_option("--strategy", o.strategies, "strategies, comma separated")->delimiter(',');
-  app.add_option("--shard-group", o.shard_group, "hybrid: ranks per shard group (0 = the largest divisor of the world up to 8 leaving two replicas)");
+  add_shard_group_flag(app, o.groups);
   app.add_option("--dtype", o.dtype, "fp32 (zshard's CPU path) or mixed (2-byte params/grads, K=12)");
   app.add_option("--batch", o.batch, "global sequences per micro-step, split across the world");
   app.add_option("--seq", o.seq, "tokens per sequence");
@@ -187,8 +212,17 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     for (int world : o.worlds)
       if (world < 1 || world > (1 << 20))
         throw UsageError(detail::concat("--world entries must be in [1, 1048576], got ", world));
-    for (const std::string& s : o.strategies) parse_strategy(s);
-    if (o.shard_group < 0) throw UsageError(detail::concat("--shard-group must be >= 0, got ", o.shard_group));
+    if (o.groups.shard_group == kShardGroupNode)
+      throw UsageError("--shard-group node: zshard-mem runs on no hosts; give the nodes' sizes, e.g. 4,2");
+    // Unequal groups fix the world: theirs, unless --world names it (and then must match).
+    if (!o.groups.shard_group_sizes.empty() && !app.count("--world"))
+      o.worlds = {std::accumulate(o.groups.shard_group_sizes.begin(), o.groups.shard_group_sizes.end(), 0)};
+    for (const std::string& s : o.strategies) {
+      StrategyOptions groups = o.groups;
+      groups.kind = parse_strategy(s);
+      if (groups.kind == StrategyKind::hybrid)
+        for (int world : o.worlds) shard_groups(groups, world);  // groups that do not fit, before any output
+    }
     if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
     if (o.seq < 1) throw UsageError("--seq must be >= 1, got " + std::to_string(o.seq));
     if (o.max_inflight < 1) throw UsageError("--max-inflight must be >= 1");
@@ -230,26 +264,26 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
               << std::setw(12) << "activations" << std::setw(12) << "total"
               << (device ? "  max batch/rank" : "") << "\n";
     for (const std::string& s : o.strategies) {
-      for (int world : o.worlds) {
-        EstimateInput in = table_row(base, s, world, o.shard_group);
-        in.rank_batch = (o.batch + world - 1) / world;
-        const MemoryEstimate e = estimate_memory(in);
-        json row = to_json(e);
-        row["strategy"] = s;
-        row["world"] = world;
-        std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world << std::setw(5)
-                  << e.shard_group;
-        for (int64_t v : {e.model_states.params, e.model_states.grads, e.model_states.optimizer,
-                          e.model_states.total(), e.gathered_in_flight, e.comm_buffers, e.activations, e.total()})
-          std::cout << std::setw(12) << (base.model || v ? format_bytes(double(v)) : std::string("-"));
-        if (device) {
-          const int fit = largest_rank_batch(in, device);
-          row["max_rank_batch"] = fit;
-          std::cout << std::setw(16) << (fit < 0 ? std::string("- (no model)") : std::to_string(fit));
+      for (int world : o.worlds)
+        for (EstimateInput in : table_rows(base, s, world, o.groups)) {
+          in.rank_batch = (o.batch + world - 1) / world;
+          const MemoryEstimate e = estimate_memory(in);
+          json row = to_json(e);
+          row["strategy"] = s;
+          row["world"] = world;
+          std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world << std::setw(5)
+                    << e.shard_group;
+          for (int64_t v : {e.model_states.params, e.model_states.grads, e.model_states.optimizer,
+                            e.model_states.total(), e.gathered_in_flight, e.comm_buffers, e.activations, e.total()})
+            std::cout << std::setw(12) << (base.model || v ? format_bytes(double(v)) : std::string("-"));
+          if (device) {
+            const int fit = largest_rank_batch(in, device);
+            row["max_rank_batch"] = fit;
+            std::cout << std::setw(16) << (fit < 0 ? std::string("- (no model)") : std::to_string(fit));
+          }
+          std::cout << "\n";
+          rows.push_back(row);
         }
-        std::cout << "\n";
-        rows.push_back(row);
-      }
     }
     if (!o.json_path.empty())
       write_file_atomically(o.json_path,

@@ -36,38 +36,70 @@ std::vector<std::string> link_profile_names() {
   return names;
 }
 
-ProjectedStep project_step(StrategyKind kind, int world, const ProjectionInput& in) {
-  ProjectedStep s;
-  const double share = in.weak ? 1.0 : 1.0 / world;
-  s.compute_ms = in.compute_ms * share;
-  const double bytes = double(in.params) * in.elem_bytes;
-  const double frac = double(world - 1) / world;
+namespace {
+
+// zero3's volume inside a group of G: two all-gathers (forward, backward) and a reduce-scatter per unit.
+double in_group_ms(const LinkProfile& link, int G, double bytes, int U) {
+  return 3 * U * ring_ms(link, G, 1, bytes * double(G - 1) / G / U);
+}
+
+// The all-reduce of a shard of `shard_bytes` per unit across R groups, cut into `pieces` collectives (one
+// per piece of the common refinement it owns, unequal groups): each pays its latency hops.
+double across_groups_ms(const LinkProfile& link, int R, double shard_bytes, int U, int pieces) {
+  if (R <= 1) return 0;
+  return U * (ring_ms(link, R, 2, 2 * shard_bytes * double(R - 1) / R / U) + (pieces - 1) * 2 * (R - 1) * link.alpha_us / 1e3);
+}
+
+ProjectedStep finish(ProjectedStep s, StrategyKind kind, int world, const ProjectionInput& in) {
   const int U = in.units;
-  const LinkProfile& flat = world <= in.node_size ? in.intra : in.inter;
-  switch (kind) {
-    case StrategyKind::ddp: s.comm_ms = U * ring_ms(flat, world, 2, 2 * bytes * frac / U); break;
-    case StrategyKind::zero3:
-    case StrategyKind::hybrid: {
-      // zero3: two all-gathers (forward, backward) and a reduce-scatter per unit, over the world.
-      // hybrid: the same inside a shard group (the tools' default group, within a node), then an
-      // all-reduce of each shard across the N/G replicas, between nodes once the world spans several.
-      const int G = kind == StrategyKind::zero3 ? world : default_shard_group(world, in.node_size);
-      const LinkProfile& group_link = kind == StrategyKind::zero3 ? flat : in.intra;
-      const double gfrac = double(G - 1) / G;
-      s.comm_ms = 3 * U * ring_ms(group_link, G, 1, bytes * gfrac / U);
-      const int replicas = world / G;
-      if (replicas > 1)
-        s.comm_ms += U * ring_ms(flat, replicas, 2, 2 * bytes / G * double(replicas - 1) / replicas / U);
-      break;
-    }
-    default: fail("project_step: only ddp, zero3 and hybrid are projected");
-  }
   s.step_ms = s.compute_ms + s.comm_ms;
   s.step_overlap_ms = std::max(s.compute_ms, s.comm_ms) + s.comm_ms / (kind == StrategyKind::ddp ? U : 3 * U);
   const double t1 = in.compute_ms;  // one rank: no communication
   s.efficiency = in.weak ? t1 / s.step_ms : t1 / (world * s.step_ms);
   s.efficiency_overlap = in.weak ? t1 / s.step_overlap_ms : t1 / (world * s.step_overlap_ms);
   return s;
+}
+
+ProjectedStep flat_step(StrategyKind kind, int world, const LinkProfile& flat, const ProjectionInput& in) {
+  ProjectedStep s;
+  s.compute_ms = in.compute_ms * (in.weak ? 1.0 : 1.0 / world);
+  const double bytes = double(in.params) * in.elem_bytes;
+  const int U = in.units;
+  if (kind == StrategyKind::ddp) s.comm_ms = U * ring_ms(flat, world, 2, 2 * bytes * double(world - 1) / world / U);
+  else if (kind == StrategyKind::zero3) s.comm_ms = in_group_ms(flat, world, bytes, U);
+  else fail("project_step: only ddp, zero3 and hybrid are projected");
+  return finish(s, kind, world, in);
+}
+
+}  // namespace
+
+ProjectedStep project_step(StrategyKind kind, int world, const ProjectionInput& in) {
+  const LinkProfile& flat = world <= in.node_size ? in.intra : in.inter;
+  if (kind != StrategyKind::hybrid) return flat_step(kind, world, flat, in);
+  // The zero3 volume inside a shard group (the tools' default group, within a node), then an all-reduce
+  // of each shard across the N/G replicas, between nodes once the world spans several.
+  ProjectedStep s;
+  s.compute_ms = in.compute_ms * (in.weak ? 1.0 : 1.0 / world);
+  const double bytes = double(in.params) * in.elem_bytes;
+  const int G = default_shard_group(world, in.node_size);
+  s.comm_ms = in_group_ms(in.intra, G, bytes, in.units) + across_groups_ms(flat, world / G, bytes / G, in.units, 1);
+  return finish(s, kind, world, in);
+}
+
+ProjectedStep project_step(StrategyKind kind, const ShardGroups& nodes, const ProjectionInput& in) {
+  const int world = nodes.world_size();
+  const LinkProfile& flat = nodes.count() > 1 ? in.inter : in.intra;
+  if (kind != StrategyKind::hybrid) return flat_step(kind, world, flat, in);
+  ProjectedStep s;
+  s.compute_ms = in.compute_ms * (in.weak ? 1.0 : 1.0 / world);
+  const double bytes = double(in.params) * in.elem_bytes;
+  // Every rank waits for the slowest: the largest node's gathers and reduce-scatters (most hops, most
+  // bytes), the smallest node's all-reduce (the largest shard, cut into the most pieces).
+  const int largest = *std::max_element(nodes.sizes().begin(), nodes.sizes().end());
+  const int smallest = *std::min_element(nodes.sizes().begin(), nodes.sizes().end());
+  s.comm_ms = in_group_ms(in.intra, largest, bytes, in.units) +
+              across_groups_ms(flat, nodes.count(), bytes / smallest, in.units, (largest + smallest - 1) / smallest);
+  return finish(s, kind, world, in);
 }
 
 double amdahl_efficiency(double serial_fraction, int world) {

@@ -45,6 +45,9 @@ struct ProjectedStep {
 };
 
 ProjectedStep project_step(StrategyKind kind, int world, const ProjectionInput& in);
+// The step on a cluster of nodes of the given sizes (4,2: a node of 4 ranks beside a node of 2): ddp and
+// zero3 over the world, hybrid sharding inside each node (in.intra) and reducing across them (in.inter).
+ProjectedStep project_step(StrategyKind kind, const ShardGroups& nodes, const ProjectionInput& in);
 
 // Amdahl: speed-up 1/(s + (1-s)/N) of a serial fraction s; efficiency is speed-up / N.
 double amdahl_efficiency(double serial_fraction, int world);

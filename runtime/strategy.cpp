@@ -55,14 +55,11 @@ bool ShardGroups::equal() const {
   return std::all_of(sizes_.begin(), sizes_.end(), [&](int g) { return g == sizes_[0]; });
 }
 
-namespace {
-// "4,2": a list of sizes as --shard-group takes it.
 std::string join_sizes(const std::vector<int>& sizes) {
   std::string list;
   for (int g : sizes) list += (list.empty() ? "" : ",") + std::to_string(g);
   return list;
 }
-}  // namespace
 
 std::string ShardGroups::describe() const { return equal() ? std::to_string(sizes_[0]) : join_sizes(sizes_); }
 

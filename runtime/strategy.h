@@ -63,6 +63,9 @@ class ShardGroups {
   int pad_multiple_ = 1;
 };
 
+// "4,2": a list of sizes as --shard-group and --nodes take it.
+std::string join_sizes(const std::vector<int>& sizes);
+
 // The shard groups of `options` on a world of `world_size` ranks: one group of one rank per rank for ddp,
 // the world for zero1/2/3, hybrid's groups. Throws UsageError when hybrid's groups do not fit the world.
 ShardGroups shard_groups(const StrategyOptions& options, int world_size);

@@ -87,5 +87,14 @@ check "mem 7.5e9" "$BIN/zshard-mem" --params 7.5e9 --dtype mixed --world 1,4,16,
 grep -Eq "zero3 +64 +64 +.*1\.88 GB" "$WORK/out" || { echo "FAIL mem: no 1.88 GB row"; cat "$WORK/out"; failures=$((failures + 1)); }
 check "project" "$BIN/zshard-project" --compute-ms 100 --params 124000000 --units 14 --max-world 64
 grep -Eq "^ +64 " "$WORK/out" || { echo "FAIL project: no N=64 row"; failures=$((failures + 1)); }
+# Unequal nodes: hybrid rows per node size in zshard-mem, a cluster table in zshard-project.
+check "mem 4,2" "$BIN/zshard-mem" --model gpt2 --strategy zero3,hybrid --shard-group 4,2 --batch 12
+grep -Eq "^hybrid +6 +4 .*124\.44 MB" "$WORK/out" && grep -Eq "^hybrid +6 +2 .*248\.88 MB" "$WORK/out" ||
+  { echo "FAIL mem 4,2: no row per group size"; cat "$WORK/out"; failures=$((failures + 1)); }
+check "project nodes 4,2" "$BIN/zshard-project" --compute-ms 100 --params 124000000 --units 14 --max-world 8 --nodes 4,2
+grep -Eq "^ +hybrid +[0-9.]+ " "$WORK/out" && grep -q "cluster of nodes 4,2 (6 ranks" "$WORK/out" ||
+  { echo "FAIL project --nodes: no cluster table"; cat "$WORK/out"; failures=$((failures + 1)); }
+expect_failure "mem groups that do not hold the world" 2 "--shard-group 4,2: the groups hold 6 ranks, the world has 8" -- \
+  "$BIN/zshard-mem" --model gpt2 --strategy hybrid --shard-group 4,2 --world 8
 expect_failure "mem bad size" 2 "--device-mem" -- "$BIN/zshard-mem" --model gpt2 --device-mem 80furlongs
 finish

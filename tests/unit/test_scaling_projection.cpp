@@ -38,6 +38,18 @@ TEST(ScalingProjection, BusBytesOverBandwidth) {
   EXPECT_NEAR(project_step(StrategyKind::hybrid, 16, input()).comm_ms, 77.5, 1e-9);
 }
 
+TEST(ScalingProjection, NodesOfUnequalSizes) {
+  // Two equal nodes of 8 are the power-of-two world of 16 with nodes of 8.
+  for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero3, StrategyKind::hybrid})
+    EXPECT_NEAR(project_step(k, ShardGroups({8, 8}), input()).comm_ms, project_step(k, 16, input()).comm_ms, 1e-9);
+  // 4 + 2: zero3 inside the node of 4 (3 * 2 GB * 3/4 at 100 GB/s = 45 ms), then the node of 2's 1 GB
+  // shard all-reduced across the two nodes (2 * 1 GB * 1/2 at 10 GB/s = 100 ms).
+  EXPECT_NEAR(project_step(StrategyKind::hybrid, ShardGroups({4, 2}), input()).comm_ms, 145, 1e-9);
+  // One node: no inter link, and hybrid is zero3.
+  EXPECT_NEAR(project_step(StrategyKind::hybrid, ShardGroups({4}), input()).comm_ms,
+              project_step(StrategyKind::zero3, 4, input()).comm_ms, 1e-9);
+}
+
 TEST(ScalingProjection, OverlapHidesAllButOneUnit) {
   const ProjectedStep s = project_step(StrategyKind::ddp, 4, input());
   EXPECT_NEAR(s.step_ms, 130, 1e-9);
