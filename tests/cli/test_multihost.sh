@@ -62,6 +62,17 @@ for g in 4 2; do
   expect_true "model states of the group of $g as predicted" \
     grep -Eq "^model states per rank \(shard groups of $g\): .* ratio 1\.000$" "$WORK/out"
 done
+# A checkpoint of the 4 + 2 node groups resumes on one host as zero2 on 3 ranks, and the other way round.
+expect_ok "save node groups 4,2 at step 3" "${MULTIHOST[@]}" --hosts 4,2 -- "$TRAIN" "${ARGS[@]}" --strategy hybrid \
+  --shard-group node --save-dir "$WORK/ck42" --save-every 3 --log-json "$WORK/42.json"
+expect_ok "resume as zero2 np 3 on one host" "${MPIRUN[@]}" -np 3 "$TRAIN" "${ARGS[@]}" --strategy zero2 \
+  --resume "$WORK/ck42/step-00000003" --log-json "$WORK/42-to-zero2.json"
+same_losses "zero2 np 3 after node groups 4,2: losses within 1e-6" "$WORK/42.json" "$WORK/42-to-zero2.json" 1e-6
+expect_ok "save zero2 np 3 at step 3" "${MPIRUN[@]}" -np 3 "$TRAIN" "${ARGS[@]}" --strategy zero2 \
+  --save-dir "$WORK/ck3" --save-every 3 --log-json "$WORK/zero2.json"
+expect_ok "resume as node groups 4,2" "${MULTIHOST[@]}" --hosts 4,2 -- "$TRAIN" "${ARGS[@]}" --strategy hybrid \
+  --shard-group node --resume "$WORK/ck3/step-00000003" --log-json "$WORK/zero2-to-42.json"
+same_losses "node groups 4,2 after zero2 np 3: losses within 1e-6" "$WORK/zero2.json" "$WORK/zero2-to-42.json" 1e-6
 cross_host "llama-tiny hybrid, default group" 4,2 "$WORK/llama-tiny.json" --model llama-tiny --strategy hybrid
 expect_true "the default group across unequal hosts is each host's ranks" grep -q "shard group 4,2," "$WORK/out"
 expect_failure "a list of groups across the hosts" 2 \
