@@ -374,8 +374,8 @@ with open(os.path.join(logs, "torch-peer.note"), "a") as f:
 PY
   exit $rc
 }
-export -f step_gpu_info step_build step_cuda_ctest step_cuda_ops step_ctest_all step_flags step_tiny step_mpi \
-  peak_tflops step_nccl_gpt2 step_torch_peer
+export -f step_gpu_info step_build step_cuda_ctest step_cuda_ops step_ctest_all step_flags step_tiny \
+  step_checkpointing step_mpi peak_tflops step_nccl_gpt2 step_torch_peer
 
 run_step() {  # NAME LIMIT FUNCTION [ARGS]
   local name=$1 limit=$2
