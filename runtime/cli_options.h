@@ -13,6 +13,8 @@ void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides);
 void add_checkpointing_flag(CLI::App& app, ActivationCheckpointing& mode);
 // --offload none|optimizer: zshard-train, zshard-bench and zshard-mem.
 void add_offload_flag(CLI::App& app, bool& offload_optimizer);
+// --device cpu|cuda: where the run computes (zshard-mem: where it would).
+void add_device_flag(CLI::App& app, Device& device, const std::string& help);
 void add_train_flags(CLI::App& app, TrainOptions& options, std::string& strategy_name);
 // Turns a CLI11 parse error into the one-line message zshard prints (naming the flag).
 std::string cli_error_line(const CLI::Error& e);

@@ -1,6 +1,7 @@
 // The memory report at the end of a run: per rank and category, live and peak bytes read from the
 // tracking allocator, beside the ZeRO prediction for the strategy, world size and dtypes; and
-// communication bytes per step measured by the communicator beside theory.
+// communication bytes per step measured by the communicator beside theory. On a GPU the categories are the
+// device's, except `host`: the offloaded optimizer's page-locked host memory, from the host's allocator.
 #pragma once
 #include <iosfwd>
 #include <string>
@@ -29,13 +30,14 @@ struct MemoryReport {
   int shard_group = 1;
   int64_t params = 0;  // Ψ
   ModelStateBytes predicted;
+  ModelStateBytes predicted_zero_offload;  // with --offload optimizer: ZeRO-Offload's own split, beside it
   int64_t predicted_inflight = 0;  // largest gathered units in flight (sharded params), an estimate
   int64_t predicted_comm_bytes = 0;
   std::vector<RankMemory> ranks;
 
   // Collective over the trainer's world; every rank returns the full report.
   static MemoryReport collect(Trainer& trainer);
-  // Max over ranks of the measured live model-state bytes (params + grads + optimizer).
+  // Max over ranks of the measured live model-state bytes (params + grads + optimizer + host).
   int64_t measured_model_states() const;
   void print(std::ostream& out) const;
   nlohmann::json to_json() const;
