@@ -50,13 +50,26 @@ void Allocator::set_raw(RawAllocator raw) {
   raw_ = raw;
 }
 
+void Allocator::set_host_category_raw(RawAllocator raw) {
+  std::lock_guard lock(mutex_);
+  const bool same = raw.allocate == host_raw_.allocate && raw.release == host_raw_.release;
+  ZS_CHECK(same || stats_.live[int(Category::host)] == 0, "the source of ", device_name(device_),
+           " host-category memory changed while ", stats_.live[int(Category::host)], " bytes of it are live");
+  host_raw_ = raw;
+}
+
+const RawAllocator& Allocator::source(Category category) const {
+  return category == Category::host && host_raw_.allocate ? host_raw_ : raw_;
+}
+
 void* Allocator::allocate(size_t bytes, Category category) {
   if (bytes == 0) bytes = 1;
-  ZS_CHECK(raw_.allocate, "no allocator for device ", device_name(device_),
+  const RawAllocator& raw = source(category);
+  ZS_CHECK(raw.allocate, "no allocator for device ", device_name(device_),
            " (was zshard built with CUDA?)");
   void* p = nullptr;
   try {
-    p = raw_.allocate(bytes);
+    p = raw.allocate(bytes);
   } catch (const std::bad_alloc&) {
     std::lock_guard lock(mutex_);
     fail("out of memory on ", device_name(device_), ": allocating ", bytes, " bytes for ",
@@ -76,7 +89,7 @@ void* Allocator::allocate(size_t bytes, Category category) {
 void Allocator::release(void* ptr, size_t bytes, Category category) {
   if (!ptr) return;
   if (bytes == 0) bytes = 1;
-  raw_.release(ptr);
+  source(category).release(ptr);
   std::lock_guard lock(mutex_);
   stats_.live[int(category)] -= int64_t(bytes);
   stats_.live_total -= int64_t(bytes);

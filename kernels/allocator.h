@@ -48,11 +48,19 @@ class Allocator {
   MemStats stats() const;
   void reset_peaks();  // peaks restart from the current live bytes
   void set_raw(RawAllocator raw);
+  // Category::host buffers come from `raw` instead, once set: page-locked memory, which the CUDA path
+  // installs into the host's allocator so that the offloaded optimizer's copies to and from the device
+  // are asynchronous (from pageable memory cudaMemcpyAsync stages through a driver buffer and returns only
+  // when done). A buffer goes back to the source that made it, so the source may not change while
+  // host-category bytes are live.
+  void set_host_category_raw(RawAllocator raw);
 
  private:
   explicit Allocator(Device device);
+  const RawAllocator& source(Category category) const;
   Device device_;
   RawAllocator raw_;
+  RawAllocator host_raw_;
   mutable std::mutex mutex_;
   MemStats stats_;
 };

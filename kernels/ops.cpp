@@ -268,14 +268,8 @@ double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* 
 template <class G>
 void adamw_step(Device d, float* param, const G* grad, float* m, float* v, size_t n, const AdamWParams& hp,
                 bf16* param_bf16) {
-  if (d == Device::cpu) {
-    if constexpr (std::is_same_v<G, float>) {
-      ZS_CHECK(!param_bf16, "adamw_step: the bf16 compute copy is written on cuda only");
-      cpu::adamw_step(param, grad, m, v, n, hp);
-      return;
-    }
-    fail("adamw_step: ", dtype_name(dtype_of<G>()), " gradients are stepped on cuda only");
-  }
+  // The host steps bf16 gradients too: --offload optimizer brings them from a device in the compute dtype.
+  if (d == Device::cpu) return cpu::adamw_step(param, grad, m, v, n, hp, param_bf16);
   on_cpu<G>(d, "adamw_step");
   ZS_ON_CUDA(G, cuda::adamw_step(param, dev(grad), m, v, n, hp, dev(param_bf16)))
 }

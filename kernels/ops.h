@@ -3,7 +3,8 @@
 // CPU ops, with a leading Device. This file is the only place that picks a backend, so a model written
 // against it runs on either without knowing which.
 //
-// Element types: float and double on cpu; float and bf16 on cuda. Any other pairing throws, naming the op.
+// Element types: float and double on cpu; float and bf16 on cuda. Any other pairing throws, naming the op
+// (one exception: adamw_step takes bf16 gradients on cpu too, for the offloaded optimizer).
 // CUDA ops are queued on the compute stream (kernels/cuda/runtime.h: the legacy default stream, which
 // also orders Tensor::zero_ and copy_bytes); the ops that return a host value wait for it.
 #pragma once
@@ -83,8 +84,8 @@ template <class T>
 double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* logits,
                                       const int32_t* targets, int N, int V, int ld, float dloss);
 
-// AdamW on an fp32 master shard with gradients G (float; bf16 on cuda). param_bf16, when given (cuda
-// only), receives the bf16 compute copy of the updated parameters in the same pass.
+// AdamW on an fp32 master shard with gradients G (float or bf16). param_bf16, when given, receives the
+// bf16 compute copy of the updated parameters in the same pass (on cpu it may alias grad: kernels/cpu/ops.h).
 template <class G>
 void adamw_step(Device d, float* param, const G* grad, float* m, float* v, size_t n, const AdamWParams& hp,
                 bf16* param_bf16 = nullptr);

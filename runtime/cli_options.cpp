@@ -130,6 +130,10 @@ void add_shard_group_flag(CLI::App& app, StrategyOptions& strategy) {
       ->default_str("0");
 }
 
+void add_device_flag(CLI::App& app, Device& device, const std::string& help) {
+  add_choice<Device>(app, "--device", device, {{"cpu", Device::cpu}, {"cuda", Device::cuda}}, help);
+}
+
 void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   app.option_defaults()->always_capture_default();
   add_model_flags(app, o.model, o.overrides);
@@ -197,8 +201,8 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   app.add_option("--reshard-after-forward", o.strategy.reshard_after_forward,
                  "zero3/hybrid: free gathered params after each unit's forward (true/false)");
   app.add_option("--max-inflight", o.strategy.max_inflight, "zero3/hybrid: gathered units alive at once");
-  add_choice<Device>(app, "--device", o.placement.device, {{"cpu", Device::cpu}, {"cuda", Device::cuda}},
-                     "where to compute: cpu, or cuda (a GPU per rank: local rank modulo the visible GPUs)");
+  add_device_flag(app, o.placement.device,
+                  "where to compute: cpu, or cuda (a GPU per rank: local rank modulo the visible GPUs)");
   const Choices<DType> dtypes = {{std::string(dtype_flag(DType::f32)), DType::f32},
                                  {std::string(dtype_flag(DType::bf16)), DType::bf16}};
   add_choice(app, "--param-dtype", o.placement.param_dtype, dtypes,

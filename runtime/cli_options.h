@@ -15,6 +15,8 @@ void add_checkpointing_flag(CLI::App& app, ActivationCheckpointing& mode);
 void add_offload_flag(CLI::App& app, bool& offload_optimizer);
 // --shard-group G | G1,G2,... | node: hybrid's groups (StrategyOptions::shard_group, shard_group_sizes).
 void add_shard_group_flag(CLI::App& app, StrategyOptions& strategy);
+// --device cpu|cuda: where the run computes (zshard-mem: where it would).
+void add_device_flag(CLI::App& app, Device& device, const std::string& help);
 void add_train_flags(CLI::App& app, TrainOptions& options, std::string& strategy_name);
 // Turns a CLI11 parse error into the one-line message zshard prints (naming the flag).
 std::string cli_error_line(const CLI::Error& e);

@@ -55,6 +55,7 @@ struct MemOptions {
   int max_inflight = 2;
   ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
   bool offload_optimizer = false;
+  Device device = Device::cpu;
   std::string device_mem;
   std::string mem_budget;
   bool max_batch = false;
@@ -68,6 +69,7 @@ json to_json(const MemoryEstimate& e) {
           {"param_bytes", e.model_states.params},
           {"grad_bytes", e.model_states.grads},
           {"optimizer_bytes", e.model_states.optimizer},
+          {"host_bytes", e.model_states.host},
           {"model_states_bytes", e.model_states.total()},
           {"gathered_in_flight_bytes", e.gathered_in_flight},
           {"comm_buffer_bytes", e.comm_buffers},
@@ -118,8 +120,10 @@ bool check_against(const json& doc, const std::string& path) {
     e.seq = doc.at("seq");
     e.grad_accum = doc.at("grad_accum");
     e.offload_optimizer = doc.value("offload", "none") == "optimizer";
-    // The run's parameter dtype ("fp32" or "bf16"); files written before it was recorded are fp32.
+    // The run's parameter dtype ("fp32" or "bf16") and device; files written before they were recorded ran
+    // fp32 on the cpu.
     const std::string param_dtype = r.at("memory_report").value("param_dtype", "fp32");
+    e.device = r.at("memory_report").value("device", "cpu") == "cuda" ? Device::cuda : Device::cpu;
     e.dtypes = param_dtype == "bf16" ? DtypePolicy::mixed_bf16() : DtypePolicy::fp32();
     const MemoryEstimate est = estimate_memory(e);
     e.group = 0;
@@ -189,6 +193,9 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   app.add_option("--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once");
   add_checkpointing_flag(app, o.checkpointing);
   add_offload_flag(app, o.offload_optimizer);
+  add_device_flag(app, o.device,
+                  "where the run would compute: cpu, or cuda (the offloaded optimizer's host bytes, with a host copy "
+                  "of the owned gradients, are then host memory beside the device's total)");
   app.add_option("--device-mem", o.device_mem, "device memory, e.g. 80GiB: also print the largest batch that fits");
   app.add_option("--mem-budget", o.mem_budget,
                  "memory each rank may use, e.g. 2GiB (what zshard-train --batch auto fits to): like --device-mem, "
@@ -197,7 +204,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   app.add_flag("--max-batch", o.max_batch,
                "with --device-mem or --mem-budget (per rank): the largest sequences per rank for each of "
                "--activation-checkpointing none|blocks x --offload none|optimizer (offload's host bytes count "
-               "against the budget: on the cpu the host is the device)");
+               "against the budget on the cpu, where the host is the device)");
   app.add_option("--json", o.json_path, "write the estimates as JSON to this file");
   app.add_option("--check", o.check, "zshard-bench JSON: compare the estimate with its measurements");
   return run_local_tool("zshard-mem", argc, argv, app, [&] {
@@ -231,6 +238,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     base.seq = o.seq;
     base.max_inflight = o.max_inflight;
     base.offload_optimizer = o.offload_optimizer;
+    base.device = o.device;
     std::unique_ptr<Model> model;
     if (o.params > 0) {
       base.params = int64_t(std::llround(o.params));
@@ -257,11 +265,12 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     json rows = json::array();
     std::cout << "zshard-mem: " << (o.model.empty() ? "" : o.model + ", ") << "dtype " << o.dtype
               << (base.model ? ", global batch " + std::to_string(o.batch) + "x" + std::to_string(o.seq) : "")
-              << " (per rank; GB = 1e9 bytes)\n"
+              << " (per rank; GB = 1e9 bytes" << (o.device == Device::cpu ? "" : "; total: the GPU's, host apart")
+              << ")\n"
               << std::left << std::setw(8) << "strategy" << std::right << std::setw(6) << "N" << std::setw(5) << "G"
               << std::setw(12) << "params" << std::setw(12) << "grads" << std::setw(12) << "optimizer"
-              << std::setw(12) << "states" << std::setw(12) << "in flight" << std::setw(12) << "comm"
-              << std::setw(12) << "activations" << std::setw(12) << "total"
+              << std::setw(12) << "host" << std::setw(12) << "states" << std::setw(12) << "in flight"
+              << std::setw(12) << "comm" << std::setw(12) << "activations" << std::setw(12) << "total"
               << (device ? "  max batch/rank" : "") << "\n";
     for (const std::string& s : o.strategies) {
       for (int world : o.worlds)
@@ -273,7 +282,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
           row["world"] = world;
           std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world << std::setw(5)
                     << e.shard_group;
-          for (int64_t v : {e.model_states.params, e.model_states.grads, e.model_states.optimizer,
+          for (int64_t v : {e.model_states.params, e.model_states.grads, e.model_states.optimizer, e.model_states.host,
                             e.model_states.total(), e.gathered_in_flight, e.comm_buffers, e.activations, e.total()})
             std::cout << std::setw(12) << (base.model || v ? format_bytes(double(v)) : std::string("-"));
           if (device) {
@@ -287,7 +296,8 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     }
     if (!o.json_path.empty())
       write_file_atomically(o.json_path,
-                            json{{"tool", "zshard-mem"}, {"model", o.model}, {"dtype", o.dtype}, {"rows", rows}}.dump(2) + "\n");
+                            json{{"tool", "zshard-mem"}, {"model", o.model}, {"dtype", o.dtype},
+                                 {"device", device_name(o.device)}, {"rows", rows}}.dump(2) + "\n");
     return 0;
   });
 }

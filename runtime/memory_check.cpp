@@ -92,6 +92,7 @@ EstimateInput estimate_input(const TrainOptions& o, const Model& model, int worl
   in.seq = o.seq;
   in.grad_accum = o.grad_accum;
   in.offload_optimizer = o.placement.offload_optimizer;
+  in.device = o.placement.device;
   return in;
 }
 
@@ -136,7 +137,8 @@ void check_memory_fits(const TrainOptions& o, const Model& model, int world, int
   const std::string fix = nearest_fit(o, model, world, largest_rank_batch, budget.bytes);
   const std::string bigger = fix.empty() ? more_ranks(o, model, world, budget.bytes) : "";
   fail("does not fit in memory: this rank needs about ", format_bytes(double(e.total())), " (model states ",
-       format_bytes(double(e.model_states.total())), ", activations ", format_bytes(double(e.activations)),
+       format_bytes(double(e.model_states.total() - e.host_apart())), ", activations ",
+       format_bytes(double(e.activations)),
        "), it can use ", format_bytes(double(budget.bytes)), " (", budget.source, "); ",
        !fix.empty()    ? "nearest that fits: " + fix
        : bigger.empty() ? detail::concat("no strategy or batch split fits on ", world, " rank(s) or on more of them")

@@ -40,12 +40,13 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   if (group < 0) group = int(std::min_element(groups.sizes().begin(), groups.sizes().end()) - groups.sizes().begin());
   if (group >= groups.count()) usage("no shard group ", group, " among ", groups.count());
   MemoryEstimate e;
+  e.device = in.device;
   e.shard_group = groups.size(group);
   const int G = e.shard_group;
   const DtypePolicy& d = in.dtypes;
   if (!in.model) {
     e.params = in.params;
-    e.model_states = predict_model_states(in.kind, G, in.params, d, in.offload_optimizer);
+    e.model_states = predict_model_states(in.kind, G, in.params, d, in.offload_optimizer, in.device);
     return e;
   }
 
@@ -63,7 +64,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   e.model_states.params = (p_sharded ? shard_total : padded_total) * d.param_bytes;
   e.model_states.grads = (g_sharded ? shard_total : padded_total) * d.grad_bytes;
   (in.offload_optimizer ? e.model_states.host : e.model_states.optimizer) =
-      shard_total * (in.offload_optimizer ? kOffloadedOptimizerBytes : d.optimizer_bytes);
+      shard_total * (in.offload_optimizer ? offloaded_bytes_per_param(d, in.device) : d.optimizer_bytes);
 
   if (p_sharded) e.gathered_in_flight = largest(units, std::max(1, in.max_inflight)) * d.param_bytes;
   // Transient full gradients and reduce-scatter outputs (runtime/sharded_params.cpp). Sharded gradients:

@@ -33,16 +33,25 @@ struct EstimateInput {
   int seq = 64;
   int grad_accum = 1;  // micro-steps per optimizer step
   bool offload_optimizer = false;  // --offload optimizer: master and Adam state in host memory
+  // Where the run computes. On the cpu the host is the device; on a GPU the offloaded optimizer's host
+  // bytes (with the host copy of the owned gradients) are host memory beside the device's.
+  Device device = Device::cpu;
 };
 
 struct MemoryEstimate {
+  Device device = Device::cpu;
   int shard_group = 1;
   int64_t params = 0;  // Ψ
   ModelStateBytes model_states;
   int64_t gathered_in_flight = 0;  // full parameter units alive at once (zero3/hybrid)
   int64_t comm_buffers = 0;        // transient full-size gradients and reduce-scatter outputs
   int64_t activations = 0;
-  int64_t total() const { return model_states.total() + gathered_in_flight + comm_buffers + activations; }
+  // Model states in host memory that is not the device's: the offloaded optimizer's on a GPU.
+  int64_t host_apart() const { return device == Device::cpu ? 0 : model_states.host; }
+  // The device's peak, what budgets are checked against (on the cpu, offloaded host bytes included).
+  int64_t total() const {
+    return model_states.total() - host_apart() + gathered_in_flight + comm_buffers + activations;
+  }
 };
 
 // Throws UsageError for a world or shard groups that do not fit the strategy.
@@ -64,8 +73,8 @@ inline constexpr MemorySavers kAllMemorySavers[] = {{ActivationCheckpointing::no
                                                     {ActivationCheckpointing::blocks, true}};
 
 // largest_rank_batch for each of kAllMemorySavers, in that order, on `model` (whose checkpointing mode it
-// sets in turn and leaves at none): -1 where the model cannot recompute its blocks. The offloaded host
-// bytes count against `budget` like the rest (on the cpu the host is the device).
+// sets in turn and leaves at none): -1 where the model cannot recompute its blocks. On the cpu the
+// offloaded host bytes count against `budget` like the rest (the host is the device); on a GPU they do not.
 std::vector<int> largest_rank_batch_per_saver(EstimateInput in, Model& model, int64_t budget);
 
 // "1.50 GB", "12.30 MB", "4.0 kB" (decimal units, as the tools print them).

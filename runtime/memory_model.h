@@ -23,18 +23,29 @@ struct ModelStateBytes {
   int64_t params = 0;
   int64_t grads = 0;
   int64_t optimizer = 0;
-  int64_t host = 0;  // --offload optimizer: the fp32 master and Adam m and v, in host memory
+  // --offload optimizer: the fp32 master and Adam m and v in host memory, and on a GPU the host copy of
+  // the owned gradients
+  int64_t host = 0;
   int64_t total() const { return params + grads + optimizer + host; }
   int64_t on_device() const { return params + grads + optimizer; }
 };
 
 // psi: parameter elements. `group` is the shard group size (world for zero1/2/3, G for hybrid, 1 for
 // ddp), as returned by shard_group_size(). ddp 16Ψ, zero1 4Ψ+12Ψ/N, zero2 2Ψ+14Ψ/N, zero3 16Ψ/N with
-// the mixed-precision policy. With `offload_optimizer` (ZeRO-Offload) the optimizer bytes move to the
-// host, where an fp32 master of its own joins Adam m and v: 12Ψ/N whatever the dtypes.
+// the mixed-precision policy. With `offload_optimizer` the optimizer bytes move to the host, where an
+// fp32 master of its own joins Adam m and v (12Ψ/N whatever the dtypes), and on a device other than
+// the cpu the host copy of the owned gradients that AdamW steps from (offloaded_bytes_per_param).
 ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& dtypes,
-                                     bool offload_optimizer = false);
+                                     bool offload_optimizer = false, Device device = Device::cpu);
 constexpr int kOffloadedOptimizerBytes = 12;
+// Host bytes per owned parameter of zshard's offloaded optimizer: master, m and v, plus where host memory
+// is not the device's the gradients' host copy (on the cpu AdamW reads the gradients where they are).
+int offloaded_bytes_per_param(const DtypePolicy& dtypes, Device device);
+// ZeRO-Offload's own split (Ren et al. 2021), for comparison: the gradients too go to the host, beside the
+// 12 bytes of optimizer state ((12 + grad bytes)Ψ/N there), and the device keeps only the parameters.
+// zshard also keeps the owned gradients on the device: they accumulate over micro-steps there and give
+// the gradient norm without a host pass.
+ModelStateBytes predict_zero_offload(StrategyKind kind, int group, int64_t psi, const DtypePolicy& dtypes);
 
 // Bytes one rank of a shard group of `group` ranks moves per optimizer step (nccl-tests bus convention),
 // with `grad_accum` micro-steps: ddp 2Ψ(N-1)/N; zero1 the same (reduce-scatter + all-gather); zero2

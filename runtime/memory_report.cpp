@@ -37,6 +37,20 @@ RankMemory decode(const double* v) {
   return r;
 }
 
+// This rank's memory on `device`. On a GPU the host column is the host allocator's (the offloaded
+// optimizer's state and staging), while the totals stay the device's, what its memory holds; that host
+// memory is allocated once, at set-up, so its peak adds to the device's model-state peak.
+MemStats rank_memory(Device device) {
+  MemStats stats = Allocator::of(device).stats();
+  if (device == Device::cpu) return stats;
+  const MemStats host = Allocator::of(Device::cpu).stats();
+  const int c = int(Category::host);
+  stats.live[c] = host.live[c];
+  stats.peak[c] = host.peak[c];
+  stats.model_states_peak += host.peak[c];
+  return stats;
+}
+
 std::string mib(double bytes) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(bytes < 10 * 1048576.0 ? 3 : 1) << bytes / 1048576.0;
@@ -64,6 +78,8 @@ MemoryReport MemoryReport::collect(Trainer& trainer) {
   rep.param_dtype = std::string(dtype_flag(placement.param_dtype));
   rep.reduce_dtype = std::string(dtype_flag(placement.reduce_dtype));
   const DtypePolicy dtypes = DtypePolicy::of(placement.param_dtype);
+  if (placement.offload_optimizer)
+    rep.predicted_zero_offload = predict_zero_offload(params.options().kind, rep.shard_group, rep.params, dtypes);
   rep.predicted_inflight = params_sharded(params.options().kind)
                                ? int64_t(params.options().max_inflight) * max_unit * dtypes.param_bytes
                                : 0;
@@ -71,7 +87,7 @@ MemoryReport MemoryReport::collect(Trainer& trainer) {
   traffic.grad_bytes = int(dtype_size(placement.reduce_dtype));
 
   RankMemory mine;
-  mine.stats = Allocator::of(placement.device).stats();
+  mine.stats = rank_memory(placement.device);
   const auto& history = trainer.history();
   for (const auto& h : history) {
     mine.comm_bytes_per_step += double(h.comm_bytes) / history.size();
@@ -84,7 +100,7 @@ MemoryReport MemoryReport::collect(Trainer& trainer) {
     RankMemory& rank = rep.ranks.emplace_back(decode(all.data() + size_t(r) * kRecord));
     rank.shard_group = groups.size_of_rank(r);
     rank.predicted = predict_model_states(params.options().kind, rank.shard_group, rep.params, dtypes,
-                                          placement.offload_optimizer);
+                                          placement.offload_optimizer, placement.device);
     rank.predicted_comm_bytes = predict_comm_bytes(params.options().kind, groups, rank.shard_group, rep.params,
                                                    trainer.options().grad_accum, traffic);
   }
@@ -102,8 +118,9 @@ int64_t MemoryReport::measured_model_states(int group_size) const {
 
 void MemoryReport::print(std::ostream& out) const {
   out << "memory report: " << strategy << ", world " << world << ", shard group " << shard_groups << ", "
-      << params << " parameters, " << device << " memory, " << param_dtype << " params, " << reduce_dtype
-      << " reduce (MiB; live / peak per category)\n";
+      << params << " parameters, " << device << " memory"
+      << (device != "cpu" && predicted.host > 0 ? " (host: page-locked host memory)" : "") << ", " << param_dtype
+      << " params, " << reduce_dtype << " reduce (MiB; live / peak per category)\n";
   out << std::left << std::setw(6) << "rank";
   for (Category c : kAllCategories) out << std::setw(20) << category_name(c);
   out << std::setw(12) << "peak total" << "comm/step\n";
@@ -135,8 +152,10 @@ void MemoryReport::print(std::ostream& out) const {
     for (const auto& r : ranks)
       if (r.shard_group == shard_group) host = std::max(host, r.stats.live[int(Category::host)]);
     out << "offloaded optimizer (host): measured " << mib(double(host)) << " MiB, predicted " << mib(double(predicted.host))
-        << " MiB; model states left on the device: measured " << mib(measured - double(host)) << " MiB, predicted "
-        << mib(double(predicted.on_device())) << " MiB\n";
+        << " MiB (ZeRO-Offload, gradients on the host too: " << mib(double(predicted_zero_offload.host))
+        << " MiB); model states left on the device: measured " << mib(measured - double(host)) << " MiB, predicted "
+        << mib(double(predicted.on_device())) << " MiB (ZeRO-Offload: "
+        << mib(double(predicted_zero_offload.on_device())) << " MiB)\n";
   }
   if (predicted_inflight > 0)
     out << "gathered units in flight (comm): up to ~" << mib(double(predicted_inflight)) << " MiB predicted\n";
@@ -159,6 +178,8 @@ nlohmann::json MemoryReport::to_json() const {
                     {"optimizer", predicted.optimizer},
                     {"host", predicted.host},
                     {"model_states", predicted.total()},
+                    {"zero_offload", {{"host", predicted_zero_offload.host},
+                                      {"on_device", predicted_zero_offload.on_device()}}},
                     {"gathered_in_flight", predicted_inflight},
                     {"comm_bytes_per_step", predicted_comm_bytes}};
   j["measured_model_states_max"] = measured_model_states();

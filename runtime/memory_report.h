@@ -1,6 +1,7 @@
 // The memory report at the end of a run: per rank and category, live and peak bytes read from the
 // tracking allocator, beside the ZeRO prediction for the strategy, world size and dtypes; and
-// communication bytes per step measured by the communicator beside theory.
+// communication bytes per step measured by the communicator beside theory. On a GPU the categories are the
+// device's, except `host`: the offloaded optimizer's page-locked host memory, from the host's allocator.
 #pragma once
 #include <iosfwd>
 #include <string>
@@ -34,6 +35,7 @@ struct MemoryReport {
   std::string shard_groups;  // "4" for groups of one size, "4,2" for unequal ones
   int64_t params = 0;  // Ψ
   ModelStateBytes predicted;  // for rank 0's group; each rank's in RankMemory
+  ModelStateBytes predicted_zero_offload;  // with --offload optimizer: ZeRO-Offload's own split, beside it
   int64_t predicted_inflight = 0;  // largest gathered units in flight (sharded params), an estimate
   int64_t predicted_comm_bytes = 0;  // rank 0's
   std::vector<RankMemory> ranks;

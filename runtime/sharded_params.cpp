@@ -1,15 +1,12 @@
 #include "runtime/sharded_params.h"
 
-#include <algorithm>
 #include <cmath>
 #include <exception>
-#include <functional>
 #include <span>
-#include <thread>
 
-#include "comm/launch.h"
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
+#include "runtime/optimizer_offload.h"
 
 namespace zshard {
 
@@ -62,53 +59,6 @@ void accumulate(Device device, const Tensor& dst, Tensor src) {
     ops::axpy(device, dst.data<T>(), src.data<T>(), 1.0f, n);
   });
 }
-// A piece of elementwise work over n elements: run(begin, count) does [begin, begin + count).
-struct AdamWPiece {
-  size_t n;
-  std::function<void(size_t begin, size_t count)> run;
-};
-
-// Runs the pieces, in order, cut into `threads` contiguous runs of about equal elements. The work is
-// elementwise, so any cut gives the same bits.
-void run_pieces(const std::vector<AdamWPiece>& pieces, int threads) {
-  size_t total = 0;
-  for (const AdamWPiece& piece : pieces) total += piece.n;
-  const size_t per_thread = (total + size_t(threads) - 1) / size_t(std::max(threads, 1));
-  const auto run_range = [&](size_t lo, size_t hi) {  // global element range [lo, hi)
-    size_t start = 0;
-    for (const AdamWPiece& piece : pieces) {
-      const size_t b = std::max(lo, start), e = std::min(hi, start + piece.n);
-      if (b < e) piece.run(b - start, e - b);
-      start += piece.n;
-    }
-  };
-  if (threads <= 1 || total == 0) return run_range(0, total);
-  // A worker's error is rethrown here, after every worker has joined.
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
-  std::vector<std::thread> workers;
-  for (int t = 1; t < threads; ++t)
-    workers.emplace_back([&, t] {
-      try {
-        run_range(std::min(total, t * per_thread), std::min(total, (t + 1) * per_thread));
-      } catch (...) {
-        errors[size_t(t)] = std::current_exception();
-      }
-    });
-  try {
-    run_range(0, std::min(total, per_thread));
-  } catch (...) {
-    errors[0] = std::current_exception();
-  }
-  for (std::thread& w : workers) w.join();
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
-// This rank's share of the host's hardware threads (ranks on one host share its cores), at least 1.
-int host_threads() {
-  const int cores = int(std::thread::hardware_concurrency());
-  return std::max(1, cores / std::max(1, comm::ranks_on_this_host()));
-}
 }  // namespace
 
 ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const StrategyOptions& options,
@@ -129,19 +79,20 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
   const auto zeros = [&](int64_t n, DType dtype, Category category) {
     return Tensor::zeros({n}, dtype, device, category);
   };
-  ZS_CHECK(!placement.offload_optimizer || device == Device::cpu,
-           "--offload optimizer runs on the cpu device only (the cuda path keeps the optimizer on the GPU)");
+  // Offloaded, the fp32 master and Adam m and v are host memory (page-locked on the CUDA path).
   const Category optimizer = placement.offload_optimizer ? Category::host : Category::optimizer;
+  const Device optimizer_device = placement.offload_optimizer ? Device::cpu : device;
   const std::vector<UnitSpec> specs = model.units();
   for (size_t i = 0; i < specs.size(); ++i) {
     auto u = std::make_unique<Unit>(specs[i], shard_group_size_, comms_.groups().pad_multiple());
     const int64_t shard = u->layout.shard_numel(), padded = u->layout.padded_numel();
     u->resident = zeros(params_sharded_ ? shard : padded, compute, Category::params);
     const bool master_is_compute = compute == kF32 && !placement.offload_optimizer;
-    u->master = master_is_compute ? owned_compute(*u) : zeros(shard, kF32, optimizer);
+    const auto state = [&] { return Tensor::zeros({shard}, kF32, optimizer_device, optimizer); };
+    u->master = master_is_compute ? owned_compute(*u) : state();
     u->grad_store = zeros(grads_sharded_ ? shard : padded, compute, Category::grads);
-    u->m = zeros(shard, kF32, optimizer);
-    u->v = zeros(shard, kF32, optimizer);
+    u->m = state();
+    u->v = state();
     if (!params_sharded_) u->param_views = u->layout.views(u->resident);
     if (!grads_sharded_) {
       u->full_grads = u->grad_store;
@@ -153,6 +104,12 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
     Tensor full = Tensor::zeros({padded}, kF32, Device::cpu, Category::workspace);
     model.init_unit(int(i), units_.back()->layout.views(full), seed);
     set_unit_params(int(i), full.data<float>());
+  }
+  if (placement.offload_optimizer) {
+    std::vector<OptimizerOffload::UnitBuffers> buffers;
+    for (int i = 0; i < num_units(); ++i)
+      buffers.push_back({owned_grads(i), owned_compute(*units_[i]), units_[i]->master});
+    offload_ = std::make_unique<OptimizerOffload>(device, std::move(buffers));
   }
 }
 
@@ -192,10 +149,13 @@ void ShardedParams::set_unit_params(int unit, const float* full) {
   if (staged.raw() != u.resident.raw())
     ops::convert(device, u.resident.raw(), u.resident.dtype(), staged.raw(), kF32, size_t(n));
   const Tensor owned = staged.view(u.layout.shard_begin(shard_index_) - begin, {u.layout.shard_numel()});
-  if (owned.raw() != u.master.raw()) copy_bytes(u.master.raw(), device, owned.raw(), device, u.master.nbytes());
+  if (owned.raw() != u.master.raw())
+    copy_bytes(u.master.raw(), u.master.device(), owned.raw(), device, u.master.nbytes());
 }
 
-void ShardedParams::copy_master_to_compute(const Unit& u) {
+void ShardedParams::copy_master_to_compute(int unit) {
+  if (offload_) return offload_->upload(unit);  // from host memory
+  const Unit& u = *units_[unit];
   const Tensor compute = owned_compute(u);
   if (compute.raw() == u.master.raw()) return;
   if (compute.dtype() == kF32)
@@ -212,13 +172,18 @@ std::vector<float> ShardedParams::full_unit_params(int unit) {
   if (placement_.device != Device::cpu)
     staging = Tensor::empty({u.layout.padded_numel()}, kF32, placement_.device, Category::comm);
   void* dst = staging.defined() ? staging.raw() : out.data();
-  if (comm::WorkPtr work = gather_shards(u.master.raw(), dst, u.layout.shard_numel(), kF32)) work->wait();
+  Tensor send = u.master;
+  if (send.device() != placement_.device) {  // offloaded to the host
+    send = Tensor::empty(send.shape(), kF32, placement_.device, Category::comm);
+    copy_bytes(send.raw(), placement_.device, u.master.raw(), u.master.device(), send.nbytes());
+  }
+  if (comm::WorkPtr work = gather_shards(send.raw(), dst, u.layout.shard_numel(), kF32)) work->wait();
   if (staging.defined()) copy_bytes(out.data(), Device::cpu, dst, placement_.device, staging.nbytes());
   return out;
 }
 
 void ShardedParams::sync_resident_params() {
-  for (auto& u : units_) copy_master_to_compute(*u);
+  for (int i = 0; i < num_units(); ++i) copy_master_to_compute(i);
   gather_resident_params();
 }
 
@@ -405,6 +370,7 @@ bool ShardedParams::advance(Reduction& r, bool blocking) {
     u.full_grads = Tensor();
     u.grad_views.clear();
   }
+  if (offload_ && sync_grads_) offload_->grads_landed(r.unit);  // final for this step: off to the host
   return true;
 }
 
@@ -461,19 +427,21 @@ double ShardedParams::grad_norm() {
 }
 
 void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
-  const Device device = placement_.device;
-  // Every parameter segment's AdamW as a piece of work over its elements [begin, begin + count).
-  std::vector<AdamWPiece> pieces;
-  for (int i = 0; i < num_units(); ++i) {
+  // Unit i's AdamW: every parameter segment of its owned shard as a piece of work over its elements. On the
+  // device, with bf16 parameters the kernel writes the owned part of the compute copy in the same pass
+  // (with fp32 the master is that part). Offloaded, it runs on the host from the host copy of the
+  // gradients, over which it writes the bf16 copy that goes back to the device.
+  const auto pieces_of = [&](int i) {
     Unit& u = *units_[i];
+    const Device device = offload_ ? Device::cpu : placement_.device;
+    const Tensor grads = offload_ ? offload_->host_grads(i) : owned_grads(i);
+    bf16* copy = nullptr;
+    if (u.resident.dtype() == DType::bf16) copy = (offload_ ? grads : owned_compute(u)).data<bf16>();
     float* p = u.master.data<float>();
     float* m = u.m.data<float>();
     float* v = u.v.data<float>();
-    // With bf16 parameters the kernel writes the owned part of the compute copy in the same pass; with
-    // fp32 the master is that part already, or is copied into it below (offload).
-    bf16* copy = u.resident.dtype() == DType::bf16 ? owned_compute(u).data<bf16>() : nullptr;
-    const Tensor grads = owned_grads(i);
     const int64_t base = u.layout.shard_begin(shard_index_);
+    std::vector<AdamWPiece> pieces;
     with_element_type(grads.dtype(), [&](auto t) {
       using T = decltype(t);
       const T* g = grads.data<T>();
@@ -488,14 +456,15 @@ void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
                           }});
       }
     });
+    return pieces;
+  };
+  if (offload_) {
+    offload_->step(pieces_of);  // on the host's cores, each unit's parameters uploaded behind it
+  } else {
+    for (int i = 0; i < num_units(); ++i)
+      for (const AdamWPiece& piece : pieces_of(i)) piece.run(0, piece.n);  // a device launch per segment
   }
-  // ZeRO-Offload's host AdamW runs on this rank's share of the host's cores; elsewhere it is one pass (a
-  // device launch per segment, or the cpu path, whose cores the ranks already share).
-  run_pieces(pieces, placement_.offload_optimizer ? host_threads() : 1);
-  for (auto& u : units_) {
-    if (u->resident.dtype() != DType::bf16) copy_master_to_compute(*u);
-    u->grad_store.zero_();
-  }
+  for (auto& u : units_) u->grad_store.zero_();
   accumulated_ = false;
   gather_resident_params();
 }

@@ -49,14 +49,17 @@
 
 namespace zshard {
 
+class OptimizerOffload;
+
 // Where ShardedParams keeps a model and in which dtypes (see above).
 struct Placement {
   Device device = Device::cpu;
   DType param_dtype = DType::f32;   // compute copy and gradients: f32, or bf16 (cuda)
   DType reduce_dtype = DType::f32;  // gradient collectives: f32 or bf16
-  // ZeRO-Offload: the fp32 master shard and Adam m and v live in host memory (Category::host), and
-  // AdamW runs there. The master is then always a buffer of its own, also beside an fp32 compute copy:
-  // 12 bytes per owned parameter on the host. The cpu device only moves the accounting.
+  // ZeRO-Offload: the fp32 master shard and Adam m and v live in host memory (Category::host, page-locked
+  // on the CUDA path) and AdamW runs there (runtime/optimizer_offload.h). The master is then always a buffer
+  // of its own, also beside an fp32 compute copy: 12 bytes per owned parameter on the host, plus on a
+  // device the host copy of the owned gradients. The cpu device only moves the accounting.
   bool offload_optimizer = false;
 };
 
@@ -90,8 +93,8 @@ class ShardedParams : public ParamContext {
   const ShardGroups& groups() const { return comms_.groups(); }
   const StrategyOptions& options() const { return options_; }
   const Placement& placement() const { return placement_; }
-  // The owned shard (shard_numel elements, on the device) of the fp32 master params, the gradients
-  // (param dtype), Adam m and Adam v.
+  // The owned shard (shard_numel elements) of the fp32 master params, the gradients (param dtype), Adam m
+  // and Adam v: on the device, except the master, m and v with offload_optimizer (host memory).
   Tensor owned_params(int unit) const;
   Tensor owned_grads(int unit) const;
   Tensor adam_m(int unit) const;
@@ -119,7 +122,7 @@ class ShardedParams : public ParamContext {
   };
 
   Tensor owned_compute(const Unit& u) const;  // this rank's part of the compute copy
-  void copy_master_to_compute(const Unit& u);  // where the master is a buffer of its own
+  void copy_master_to_compute(int unit);  // where the master is a buffer of its own
   // all_gather over the shard group; a group of one is a device copy (null Work): it moves nothing,
   // and the self backend copies host memory only.
   comm::WorkPtr gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype);
@@ -142,6 +145,7 @@ class ShardedParams : public ParamContext {
   bool grads_sharded_;
   std::vector<std::unique_ptr<Unit>> units_;
   std::deque<Reduction> reductions_;
+  std::unique_ptr<OptimizerOffload> offload_;  // with placement_.offload_optimizer
 
   bool sync_grads_ = true;
   // The owned gradients hold nothing yet: no micro-step has run since the last optimizer step.

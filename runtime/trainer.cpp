@@ -127,8 +127,6 @@ void validate_options(const TrainOptions& o, int world_size) {
   }
   if (o.comm == CommBackend::nccl && device == Device::cpu)
     usage("--comm nccl needs --device cuda (NCCL moves GPU buffers; the cpu uses --comm mpi)");
-  if (o.placement.offload_optimizer && device != Device::cpu)
-    usage("--offload optimizer runs with --device cpu only for now (on cuda the optimizer stays on the GPU)");
   if (o.placement.reduce_dtype == DType::bf16 && comm_backend(o) == CommBackend::mpi)
     usage("--reduce-dtype bf16 needs --comm nccl (MPI sums fp32, not bf16)");
   if (const std::string why = device_unavailable(device); !why.empty())

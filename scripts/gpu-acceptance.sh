@@ -8,6 +8,11 @@
 #   scripts/gpu-acceptance.sh measure          (builds first if build-gpu is missing or stale)
 #       flags       zshard-train/zshard-bench --help list --device --comm --param-dtype --reduce-dtype
 #       tiny        tiny model, 20 steps fp32, --device cuda vs --device cpu: per-step loss rel diff <= 1e-4
+#       offload     tiny model, 10 steps fp32 on cuda, --offload optimizer vs none: the same losses, bit for bit
+#                   (the host AdamW and the device kernel round every operation alike)
+#       offload-mem gpt2, bf16 params, seq 1024, batch 4, 3 steps, --offload optimizer vs none: device peak and
+#                   model states beside host memory, from --mem-report (offloaded: no optimizer bytes on the
+#                   device, host within 5% of the prediction), and the step times
 #       mpi-np2/4   mpirun -np 2 / 4 on the one GPU, --device cuda --comm mpi, fp32: ddp vs zero3 losses
 #                   <= 1e-4 rel; at np 4 zero3's per-rank model-state memory <= 0.3x ddp's (--mem-report)
 #       nccl-gpt2   one rank, --comm nccl, gpt2, bf16 params, seq 1024: the largest batch that fits
@@ -241,6 +246,57 @@ step_checkpointing() {  # --activation-checkpointing blocks recomputes the same 
   exit "$rc"
 }
 
+step_offload() {  # --offload optimizer moves AdamW to the host, in the same fp32 arithmetic: the same losses
+  local mode
+  for mode in none optimizer; do
+    "$BUILD/zshard-train" --model tiny --steps 10 --log-every 5 --device cuda --param-dtype fp32 --offload "$mode" \
+      --log-json "$LOGS/offload_$mode.jsonl" >"$LOGS/offload_$mode.out" 2>&1 ||
+      { cat "$LOGS/offload_$mode.out"; note "--offload $mode failed: $(first_error "$LOGS/offload_$mode.out")"; exit 1; }
+    cat "$LOGS/offload_$mode.out"
+  done
+  python3 "$LOGS/compare.py" losses "$LOGS/offload_optimizer.jsonl" "$LOGS/offload_none.jsonl" 0 | tee "$LOGS/offload.json"
+  local rc=${PIPESTATUS[0]}
+  note "tiny, 10 steps fp32 on cuda, --offload optimizer vs none: $(cat "$LOGS/offload.json")"
+  exit "$rc"
+}
+
+step_offload_mem() {  # device and host memory of an offloaded gpt2 run beside the plain one
+  local mode
+  for mode in none optimizer; do
+    "$BUILD/zshard-train" --model gpt2 --device cuda --param-dtype bf16 --seq 1024 --batch 4 --steps 3 --log-every 1 \
+      --offload "$mode" --mem-report "$LOGS/offload_mem_$mode.json" --log-json "$LOGS/offload_mem_$mode.jsonl" \
+      >"$LOGS/offload_mem_$mode.out" 2>&1 ||
+      { cat "$LOGS/offload_mem_$mode.out"; note "gpt2 --offload $mode failed: $(first_error "$LOGS/offload_mem_$mode.out")"; exit 1; }
+    cat "$LOGS/offload_mem_$mode.out"
+  done
+  python3 - "$LOGS" <<'PY'
+import json, os, sys
+logs = sys.argv[1]
+GiB = 2**30
+out, parts = {}, []
+for mode in ("none", "optimizer"):
+    rep = json.load(open(os.path.join(logs, f"offload_mem_{mode}.json")))
+    r = rep["ranks"][0]
+    steps = [json.loads(line) for line in open(os.path.join(logs, f"offload_mem_{mode}.jsonl")) if line.strip()]
+    live = r["live"]
+    out[mode] = {"device_peak": r["peak_total"], "device_states": live["params"] + live["grads"] + live["optimizer"],
+                 "device_optimizer": live["optimizer"], "host": live["host"], "host_predicted": rep["predicted"]["host"],
+                 "zero_offload_host": rep["predicted"].get("zero_offload", {}).get("host", 0),
+                 "last_step_ms": steps[-1]["ms"]}
+    o = out[mode]
+    parts.append(f"{mode}: device peak {o['device_peak'] / GiB:.2f} GiB (model states {o['device_states'] / GiB:.2f}), "
+                 f"host {o['host'] / GiB:.2f} GiB (predicted {o['host_predicted'] / GiB:.2f}), "
+                 f"step {o['last_step_ms']:.0f} ms")
+json.dump(out, open(os.path.join(logs, "offload-mem.json"), "w"))
+with open(os.path.join(logs, "offload-mem.note"), "a") as f:
+    f.write("gpt2 bf16 seq 1024 batch 4 on cuda; " + "; ".join(parts) + "\n")
+print(json.dumps(out))
+o = out["optimizer"]
+ok = o["device_optimizer"] == 0 and abs(o["host"] / max(o["host_predicted"], 1) - 1) <= 0.05
+sys.exit(0 if ok else 1)
+PY
+}
+
 step_mpi() {  # NP
   local np=$1 s rc=0
   for s in ddp zero3; do
@@ -374,8 +430,8 @@ with open(os.path.join(logs, "torch-peer.note"), "a") as f:
 PY
   exit $rc
 }
-export -f step_gpu_info step_build step_cuda_ctest step_cuda_ops step_ctest_all step_flags step_tiny step_mpi \
-  peak_tflops step_nccl_gpt2 step_torch_peer
+export -f step_gpu_info step_build step_cuda_ctest step_cuda_ops step_ctest_all step_flags step_tiny \
+  step_checkpointing step_offload step_offload_mem step_mpi peak_tflops step_nccl_gpt2 step_torch_peer
 
 run_step() {  # NAME LIMIT FUNCTION [ARGS]
   local name=$1 limit=$2
@@ -401,6 +457,8 @@ if [ "$STAGE" != build-and-test ]; then
   run_step flags 30 step_flags
   run_step tiny 90 step_tiny
   run_step checkpointing 120 step_checkpointing
+  run_step offload 60 step_offload
+  run_step offload-mem 120 step_offload_mem
   run_step mpi-np2 90 "step_mpi 2"
   run_step mpi-np4 120 "step_mpi 4"
   run_step nccl-gpt2 300 step_nccl_gpt2

@@ -1,15 +1,18 @@
 // AdamW, the PyTorch formula (decoupled weight decay, bias-corrected moments).
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/error.h"
 
 namespace zshard::cpu {
 
-template <class T>
-void adamw_step(T* param, const T* grad, T* m, T* v, size_t n, const AdamWParams& hp) {
+template <class T, class G>
+void adamw_step(T* param, const G* grad, T* m, T* v, size_t n, const AdamWParams& hp, bf16* param_bf16) {
   ZS_CHECK(hp.step >= 1, "adamw: step is 1-based, got ", hp.step);
+  ZS_CHECK((!param_bf16 || std::is_same_v<T, float>), "adamw: the bf16 copy is written from an fp32 master");
   // Scalars in double, then rounded once to T.
   const double bc1 = 1.0 - std::pow(double(hp.beta1), hp.step);
   const double bc2 = 1.0 - std::pow(double(hp.beta2), hp.step);
@@ -19,17 +22,32 @@ void adamw_step(T* param, const T* grad, T* m, T* v, size_t n, const AdamWParams
   const T b1 = T(hp.beta1), b2 = T(hp.beta2);
   const T one_minus_b1 = T(1.0 - double(hp.beta1)), one_minus_b2 = T(1.0 - double(hp.beta2));
   const T eps = T(hp.eps), grad_scale = T(hp.grad_scale);
-  for (size_t i = 0; i < n; ++i) {
-    const T g = grad[i] * grad_scale;
-    const T mi = b1 * m[i] + one_minus_b1 * g;
-    const T vi = b2 * v[i] + one_minus_b2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = param[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+  // A block's scaled gradients go to a local array before any of its results are written: that is what
+  // lets param_bf16 alias grad, and it leaves the update loop with nothing but T arithmetic to vectorise.
+  constexpr size_t kBlock = 256;
+  T g[kBlock];
+  for (size_t begin = 0; begin < n; begin += kBlock) {
+    const size_t len = std::min(kBlock, n - begin);
+    for (size_t i = 0; i < len; ++i) g[i] = T(grad[begin + i]) * grad_scale;
+    T* const p = param + begin;
+    T* const mb = m + begin;
+    T* const vb = v + begin;
+    for (size_t i = 0; i < len; ++i) {
+      const T mi = b1 * mb[i] + one_minus_b1 * g[i];
+      const T vi = b2 * vb[i] + one_minus_b2 * g[i] * g[i];
+      mb[i] = mi;
+      vb[i] = vi;
+      p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+    }
+    if constexpr (std::is_same_v<T, float>)
+      if (param_bf16)
+        for (size_t i = 0; i < len; ++i) param_bf16[begin + i] = bf16(p[i]);
   }
 }
 
-template void adamw_step<float>(float*, const float*, float*, float*, size_t, const AdamWParams&);
-template void adamw_step<double>(double*, const double*, double*, double*, size_t, const AdamWParams&);
+template void adamw_step<float, float>(float*, const float*, float*, float*, size_t, const AdamWParams&, bf16*);
+template void adamw_step<float, bf16>(float*, const bf16*, float*, float*, size_t, const AdamWParams&, bf16*);
+template void adamw_step<double, double>(double*, const double*, double*, double*, size_t, const AdamWParams&,
+                                         bf16*);
 
 }  // namespace zshard::cpu

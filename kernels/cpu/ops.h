@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/dtype.h"
+
 namespace zshard::cpu {
 
 constexpr double kLayerNormEps = 1e-5;
@@ -110,8 +112,13 @@ struct AdamWParams {
 // Decoupled weight decay (Loshchilov & Hutter), the PyTorch AdamW formula:
 //   p -= lr*wd*p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
-template <class T>
-void adamw_step(T* param, const T* grad, T* m, T* v, size_t n, const AdamWParams& hp);
+// G is T, or bf16 with T = float: the host step of --offload optimizer on cuda, whose gradients come from
+// the device in the compute dtype. param_bf16, when given (T = float), receives the updated parameters
+// rounded to bf16 in the same pass. Each block of gradients is read before the block's results are
+// written, so param_bf16 may be the gradient array itself (the offload's host staging holds the gradients,
+// then the bf16 parameters that go back to the device).
+template <class T, class G = T>
+void adamw_step(T* param, const G* grad, T* m, T* v, size_t n, const AdamWParams& hp, bf16* param_bf16 = nullptr);
 
 // Sum of squares in double (for the global gradient norm).
 template <class T>

@@ -1,6 +1,8 @@
 // AdamW on the fp32 master shard, the PyTorch formula of kernels/cpu/adamw.cpp. One pass reads the
 // gradient (fp32 or bf16), updates param, m and v, and optionally writes the bf16 compute copy, so mixed
-// precision costs no extra sweep over the shard.
+// precision costs no extra sweep over the shard. Every operation rounds on its own (the _rn intrinsics,
+// which nvcc never fuses into multiply-adds), as the host loop does: the offloaded optimizer's host step
+// and this kernel give the same bits.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -18,12 +20,13 @@ template <class G>
 __global__ void adamw_kernel(float* param, const G* grad, float* m, float* v, size_t n, AdamWScalars s,
                              bf16* param_bf16) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float g = to_f32(grad[i]) * s.grad_scale;
-    const float mi = s.b1 * m[i] + s.one_minus_b1 * g;
-    const float vi = s.b2 * v[i] + s.one_minus_b2 * g * g;
+    const float g = __fmul_rn(to_f32(grad[i]), s.grad_scale);
+    const float mi = __fadd_rn(__fmul_rn(s.b1, m[i]), __fmul_rn(s.one_minus_b1, g));
+    const float vi = __fadd_rn(__fmul_rn(s.b2, v[i]), __fmul_rn(__fmul_rn(s.one_minus_b2, g), g));
     m[i] = mi;
     v[i] = vi;
-    const float p = param[i] * s.decay - s.step_size * mi / (sqrtf(vi) * s.inv_sqrt_bc2 + s.eps);
+    const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), s.inv_sqrt_bc2), s.eps);
+    const float p = __fsub_rn(__fmul_rn(param[i], s.decay), __fdiv_rn(__fmul_rn(s.step_size, mi), denom));
     param[i] = p;
     if (param_bf16) param_bf16[i] = __float2bfloat16(p);
   }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <new>
 #include <thread>
 
 #include "kernels/allocator.h"
@@ -53,6 +54,26 @@ void* device_allocate(size_t bytes) {
 void device_release(void* ptr) {
   if (cudaError_t rc = cudaFreeAsync(ptr, nullptr); rc != cudaSuccess && rc != cudaErrorCudartUnloading)
     std::fprintf(stderr, "zshard: cudaFreeAsync failed: %s\n", cudaGetErrorString(rc));
+}
+
+// Page-locked host memory for Category::host (the offloaded optimizer's state and staging): a copy
+// stream's cudaMemcpyAsync is asynchronous only to and from such memory. Out of memory is a bad_alloc,
+// which the tracking allocator reports with the category and the bytes live.
+void* pinned_allocate(size_t bytes) {
+  void* ptr = nullptr;
+  const cudaError_t rc = cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault);
+  if (rc == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw std::bad_alloc();
+  }
+  if (rc != cudaSuccess) cuda_fail(rc, "cudaHostAlloc", __FILE__, __LINE__);
+  return ptr;
+}
+
+// Called from destructors: report, never throw.
+void pinned_release(void* ptr) {
+  if (cudaError_t rc = cudaFreeHost(ptr); rc != cudaSuccess && rc != cudaErrorCudartUnloading)
+    std::fprintf(stderr, "zshard: cudaFreeHost failed: %s\n", cudaGetErrorString(rc));
 }
 
 // The pool keeps what was freed instead of returning it to the driver at each synchronisation, so a
@@ -131,6 +152,7 @@ void cuda_init(int device) {
   ZS_CUDA_CHECK(cudaSetDevice(device));
   keep_pool_memory(device);
   Allocator::of(Device::cuda).set_raw({device_allocate, device_release});
+  Allocator::of(Device::cpu).set_host_category_raw({pinned_allocate, pinned_release});
   set_device_memory_ops({device_memset, device_copy, device_pointer});
 }
 
@@ -143,10 +165,14 @@ void synchronize_stream(cudaStream_t stream) {
   } done;
   ZS_CUDA_CHECK(cudaEventCreateWithFlags(&done.event, cudaEventDisableTiming));
   ZS_CUDA_CHECK(cudaEventRecord(done.event, stream));
+  wait_event(done.event);
+}
+
+void wait_event(cudaEvent_t event) {
   for (;;) {
-    const cudaError_t rc = cudaEventQuery(done.event);
+    const cudaError_t rc = cudaEventQuery(event);
     if (rc == cudaSuccess) return;
-    if (rc != cudaErrorNotReady) cuda_fail(rc, "cudaEventQuery (synchronize_stream)", __FILE__, __LINE__);
+    if (rc != cudaErrorNotReady) cuda_fail(rc, "cudaEventQuery (wait_event)", __FILE__, __LINE__);
     if (wait_hook()) wait_hook()();
     std::this_thread::yield();
   }

@@ -6,7 +6,12 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string_view>
+
+namespace zshard {
+class CopyStream;
+}
 
 namespace zshard::cuda {
 
@@ -21,12 +26,16 @@ bool cuda_available();
 
 // Selects `device` for this thread and installs the raw allocator (stream-ordered cudaMallocAsync/
 // cudaFreeAsync on the legacy default stream, the compute stream) and the device memset/copy ops, so that Buffer(…, Device::cuda, …) and copy_bytes work. Call once per process before
-// any device allocation.
+// any device allocation. Host buffers of Category::host become page-locked (cudaHostAlloc), for the
+// offloaded optimizer's asynchronous copies.
 void cuda_init(int device);
 
 // Blocks the host until the work queued on `stream` so far is done, by polling an event rather than in the
-// driver, and runs the wait hook between polls. Every host wait on device work goes through here.
+// driver, and runs the wait hook between polls. Every host wait on device work goes through here or
+// wait_event.
 void synchronize_stream(cudaStream_t stream);
+// The same for the work before `event`'s latest record (on any stream).
+void wait_event(cudaEvent_t event);
 // What a host blocked in synchronize_stream does between polls. The NCCL backend installs its
 // watchdogs here: compute may be waiting on a collective that never completes, and a wait in the driver
 // would hang the job instead of letting the watchdog abort it.
@@ -42,6 +51,9 @@ void release_pool_memory() noexcept;
 
 // The cuBLAS handle of the current thread (created on first use, lives until the thread ends).
 cublasHandle_t cublas_handle();
+
+// CopyStream::make for a GPU (kernels/copy_stream.h).
+std::unique_ptr<CopyStream> make_copy_stream(int marks);
 
 }  // namespace zshard::cuda
 

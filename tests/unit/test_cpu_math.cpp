@@ -106,6 +106,35 @@ TEST(CpuAdamW, MatchesTwoStepReference) {
   EXPECT_NEAR(pf[0], 0.5 * (1 - lr * wd) - lr, 1e-7);
 }
 
+// The offloaded optimizer's host step on a device's bf16 gradients: the fp32 step on the same values, and
+// the bf16 copy written over the gradients it was computed from (the offload's staging buffer).
+TEST(CpuAdamW, Bf16GradientsWithTheCopyInTheirPlace) {
+  const size_t n = 1000;  // not a multiple of the kernel's block
+  std::mt19937 rng(31);
+  const std::vector<float> p0 = test::convert<float>(test::random_vector(n, rng));
+  const std::vector<float> m0 = test::convert<float>(test::random_vector(n, rng));
+  std::vector<float> v0 = test::convert<float>(test::random_vector(n, rng));
+  for (float& x : v0) x = x * x;
+  const std::vector<double> g = test::random_vector(n, rng);
+  std::vector<bf16> grads(n);
+  std::vector<float> grads_f32(n);
+  for (size_t i = 0; i < n; ++i) {
+    grads[i] = bf16(float(g[i]));
+    grads_f32[i] = float(grads[i]);
+  }
+  const AdamWParams hp{.lr = 1e-2f, .weight_decay = 0.1f, .step = 3, .grad_scale = 0.5f};
+  std::vector<float> want_p = p0, want_m = m0, want_v = v0;
+  adamw_step(want_p.data(), grads_f32.data(), want_m.data(), want_v.data(), n, hp);
+  std::vector<float> p = p0, m = m0, v = v0;
+  adamw_step(p.data(), grads.data(), m.data(), v.data(), n, hp, grads.data());
+  EXPECT_EQ(p, want_p);
+  EXPECT_EQ(m, want_m);
+  EXPECT_EQ(v, want_v);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(grads[i].bits, bf16(want_p[i]).bits) << "element " << i;
+  double dp = 0, dm = 0;
+  EXPECT_THROW(adamw_step(&dp, &dp, &dm, &dm, 1, hp, grads.data()), Error);  // a bf16 copy needs an fp32 master
+}
+
 TEST(CpuAdamW, RejectsStepZero) {
   AdamWParams hp;
   hp.step = 0;

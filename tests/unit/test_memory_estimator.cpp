@@ -142,6 +142,32 @@ class WithoutRecompute final : public Model {
   const Model& inner_;
 };
 
+// --offload optimizer: master, m and v (12 bytes per owned parameter) in host memory, which on the cpu is
+// the device's and counts in its total; on a GPU the host also holds a copy of the owned gradients and
+// none of it counts in the device's total. ZeRO-Offload's split has the same host bytes and keeps no
+// gradients on the device.
+TEST(MemoryEstimator, OffloadedOptimizerIsHostMemory) {
+  EstimateInput in;
+  in.params = 1'000'000;
+  in.world = 4;
+  in.kind = StrategyKind::zero2;
+  in.dtypes = DtypePolicy::mixed_bf16();
+  in.offload_optimizer = true;
+  const MemoryEstimate cpu = estimate_memory(in);
+  EXPECT_EQ(cpu.model_states.optimizer, 0);
+  EXPECT_EQ(cpu.model_states.host, 12 * 250'000);
+  EXPECT_EQ(cpu.host_apart(), 0);
+  EXPECT_EQ(cpu.total(), cpu.model_states.total());
+  in.device = Device::cuda;
+  const MemoryEstimate gpu = estimate_memory(in);
+  EXPECT_EQ(gpu.model_states.host, (12 + 2) * 250'000);
+  EXPECT_EQ(gpu.host_apart(), gpu.model_states.host);
+  EXPECT_EQ(gpu.total(), gpu.model_states.on_device());
+  const ModelStateBytes zero_offload = predict_zero_offload(in.kind, 4, in.params, in.dtypes);
+  EXPECT_EQ(zero_offload.host, gpu.model_states.host);
+  EXPECT_EQ(zero_offload.on_device(), gpu.model_states.params);
+}
+
 // zshard-mem --max-batch: each batch is the largest that fits under its savers, by the estimate itself.
 TEST(MemoryEstimator, LargestBatchPerSaverFitsAndTheNextDoesNot) {
   GPT2 model(gpt2_config("gpt2"));
