@@ -29,7 +29,7 @@ expect_failure "shard group" 2 "--shard-group 3 does not divide the world size 4
 expect_failure "node groups on one host" 2 "--shard-group node: all 2 ranks run on one host" -- \
   "${MPIRUN[@]}" -np 2 "$TRAIN" --strategy hybrid --shard-group node
 expect_one_line "node groups on one host" "shard-group node"
-expect_failure "shard group neither node nor a size" 2 "--shard-group: must be node or a group size" -- \
+expect_failure "shard group neither node nor a size" 2 "--shard-group: must be node, a group size >= 0 or a list of sizes >= 1, got .nodes." -- \
   "$TRAIN" --strategy hybrid --shard-group nodes
 expect_failure "batch smaller than world" 2 "--batch 3 is smaller than the world size 4" -- \
   "${MPIRUN[@]}" -np 4 "$TRAIN" --batch 3
