@@ -76,7 +76,12 @@ std::unique_ptr<GPT2> make_gpt2(const ModelConfig& config) { return std::make_un
 
 int64_t GPT2::activation_bytes(int B, int T, DType dtype) const {
   ZS_CHECK(B > 0 && T > 0, "GPT-2 activation_bytes: B and T must be positive, got B=", B, " T=", T);
-  return gpt2::Activations::bytes(config_, B, T, dtype, checkpointing_);
+  return gpt2::Activations::bytes(config_, B, T, dtype, checkpointing_, defers_head_gradient(B, T));
+}
+
+bool GPT2::defers_head_gradient(int B, int T) const {
+  if (head_gradient_ == HeadGradient::by_tokens) return int64_t(B) * T < config_.dim;
+  return head_gradient_ == HeadGradient::deferred;
 }
 
 double GPT2::forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) {
@@ -95,10 +100,11 @@ double GPT2::run(ParamContext& ctx, const Batch& batch, bool backward, float los
 template <class T>
 double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
   const DType dtype = dtype_of<T>();
-  if (!acts_ || !acts_->fits(batch, dtype, ctx.device(), checkpointing_)) {
+  const bool defer = defers_head_gradient(batch.B, batch.T);
+  if (!acts_ || !acts_->fits(batch, dtype, ctx.device(), checkpointing_) || acts_->deferred_head != defer) {
     acts_.reset();  // free the old buffers (views included) before allocating the new ones
     acts_ = std::make_unique<gpt2::Activations>();
-    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device(), checkpointing_);
+    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device(), checkpointing_, defer);
   }
   acts_->load_tokens(batch);
   const gpt2::Layers<T> layers{config_, *acts_};
@@ -118,7 +124,8 @@ double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float 
   // same gather: the largest unit is gathered twice per step, not three times.
   const Tensor& wte = ctx.gather(0)[gpt2::kWte];
   const double loss = layers.head_forward(wte, backward, loss_scale);
-  if (backward) layers.head_backward(wte, ctx.grads(0)[gpt2::kWte]);
+  if (backward) layers.head_input_grad(wte);
+  if (backward && !defer) layers.head_weight_grad(ctx.grads(0)[gpt2::kWte]);
   ctx.release(0);
   if (!backward) return loss;
 
@@ -143,8 +150,11 @@ double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float 
     ctx.grads_ready(1 + l);
   }
   // The embedding backward reads only the tokens, so unit 0 is not gathered for it. Its grads hold the
-  // head's dwte already; this is the last addition, so grads_ready(0) comes last.
-  layers.embedding_backward(ctx.grads(0));
+  // head's dwte already, or get it now, deferred, before the embedding's addition as at the head; this is
+  // the last addition, so grads_ready(0) comes last.
+  const UnitTensors& embedding_grads = ctx.grads(0);
+  if (defer) layers.head_weight_grad(embedding_grads[gpt2::kWte]);
+  layers.embedding_backward(embedding_grads);
   ctx.grads_ready(0);
   return loss;
 }

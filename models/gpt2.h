@@ -34,15 +34,18 @@ class GPT2 final : public Model {
   void init_unit(int unit, const UnitTensors& params, uint64_t seed) const override;
   // Computes in ctx.compute_dtype() on ctx.device(): f32 or f64 on cpu, f32 or bf16 on cuda, where the
   // batch's tokens are copied to the device first. forward_backward gathers every unit twice: forward
-  // and backward, except unit 0, whose second gather serves the tied head (logits, then dlogits into
-  // dwte); the embedding backward needs no parameters. With ActivationCheckpointing::blocks a block's
-  // forward runs again under its backward's gather: the same gathers, the same results. grads_ready runs
-  // from unit L+1 down to unit 0.
+  // and backward, except unit 0, whose second gather serves the tied head (the logits, the gradient into
+  // lnf and, unless deferred, dwte); the embedding backward needs no parameters. With ActivationCheckpointing::blocks
+  // a block's forward runs again under its backward's gather: the same gathers, the same results.
+  // grads_ready runs from unit L+1 down to unit 0; unit 0's grads() comes at the head or, with the head's
+  // dwte deferred (set_head_gradient), at the embedding's backward only.
   // On cuda the ops are only queued on the compute stream (kernels/ops.h): at release(u) and
   // grads_ready(u), u's work is queued, not necessarily finished; the returned loss is final.
   double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
   double forward(ParamContext& ctx, const Batch& batch) override;
   int64_t activation_bytes(int B, int T, DType dtype) const override;
+  // Unit 0's, when the head's dwte is added at the head (defers_head_gradient is false).
+  bool keeps_gradients_open(int B, int T) const override { return !defers_head_gradient(B, T); }
   void set_activation_checkpointing(ActivationCheckpointing mode) override { checkpointing_ = mode; }
   int vocab_size() const override { return config_.vocab; }
   int context_length() const override { return config_.ctx; }
@@ -51,6 +54,18 @@ class GPT2 final : public Model {
   // lower triangle. No recomputation is counted.
   double flops_per_token(int T) const override;
 
+  // When the tied head adds dwte = dlogits^T lnf to unit 0's gradients. Immediate: at the head's backward,
+  // so that gradient is open through every block's backward, a full V x C buffer under sharded gradients.
+  // Deferred: at the embedding's backward, just before its own addition (the same order, the same bits),
+  // keeping the dlogits (tokens x V) until then instead; what that adds to the activations is only the
+  // block scratch, which no longer shares the logits' bytes. by_tokens, the default, defers when a
+  // micro-batch has fewer tokens than channels: the dlogits are then smaller than the gradient they
+  // replace, so under sharded gradients deferring never costs more than it frees (where gradients are
+  // resident, ddp and zero1, it frees nothing and costs that scratch). Tests force either order.
+  enum class HeadGradient { by_tokens, immediate, deferred };
+  void set_head_gradient(HeadGradient when) { head_gradient_ = when; }
+  bool defers_head_gradient(int B, int T) const;
+
  private:
   double run(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);
   template <class T>
@@ -58,6 +73,7 @@ class GPT2 final : public Model {
 
   GPT2Config config_;
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
+  HeadGradient head_gradient_ = HeadGradient::by_tokens;
   // Kept between steps; reallocated only when (B, T), dtype or device change.
   std::unique_ptr<gpt2::Activations> acts_;
 };

@@ -49,7 +49,7 @@ BufferList block_transients(Activations& a, const GPT2Config& c, int B, int T, D
 // The one description of the activation layout: calls f(tensor, shape, dtype) for every buffer, in
 // order. The tokens are i32; everything else is in the compute dtype.
 void for_each_buffer(Activations& a, const GPT2Config& c, int B, int T, DType dtype, ActivationCheckpointing mode,
-                     const BufferVisitor& f) {
+                     bool deferred_head, const BufferVisitor& f) {
   const int64_t L = c.layers, S = Activations::slots(mode, c.layers), C = c.dim;
   f(a.inputs, {B, T}, DType::i32);
   f(a.targets, {B, T}, DType::i32);
@@ -65,9 +65,15 @@ void for_each_buffer(Activations& a, const GPT2Config& c, int B, int T, DType dt
   g(a.losses, {B, T});
   g(a.dresidual, {B, T, C});
   g(a.dln, {B, T, C});
-  // The logits live from the head's forward to its backward, while no block runs.
-  g(a.shared, {std::max(buffer_elements(logits_list(a, c, B, T, dtype)),
-                        buffer_elements(block_transients(a, c, B, T, dtype, mode)))});
+  // The logits live from the head's forward to its backward, while no block runs; deferred, the dlogits
+  // live on to the embedding's backward.
+  const int64_t transients = buffer_elements(block_transients(a, c, B, T, dtype, mode));
+  if (deferred_head) {
+    logits_list(a, c, B, T, dtype)(f);
+    g(a.shared, {transients});
+  } else {
+    g(a.shared, {std::max(buffer_elements(logits_list(a, c, B, T, dtype)), transients)});
+  }
 }
 
 // The residual stream entering block l (l == L: leaving the last block).
@@ -78,15 +84,20 @@ T* block_input(const Activations& a, int l) {
 
 }  // namespace
 
-int64_t Activations::bytes(const GPT2Config& c, int B, int T, DType dtype, ActivationCheckpointing mode) {
+int64_t Activations::bytes(const GPT2Config& c, int B, int T, DType dtype, ActivationCheckpointing mode,
+                           bool deferred_head) {
   Activations unused;
-  return buffer_bytes([&](const BufferVisitor& f) { for_each_buffer(unused, c, B, T, dtype, mode, f); });
+  return buffer_bytes(
+      [&](const BufferVisitor& f) { for_each_buffer(unused, c, B, T, dtype, mode, deferred_head, f); });
 }
 
-void Activations::allocate(const GPT2Config& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode) {
-  BatchBuffers::allocate(b, t, type, dev, mode,
-                         [&](const BufferVisitor& f) { for_each_buffer(*this, c, b, t, type, mode, f); });
-  cut_buffers(shared, logits_list(*this, c, b, t, type));
+void Activations::allocate(const GPT2Config& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode,
+                           bool deferred) {
+  deferred_head = deferred;
+  BatchBuffers::allocate(b, t, type, dev, mode, [&](const BufferVisitor& f) {
+    for_each_buffer(*this, c, b, t, type, mode, deferred, f);
+  });
+  if (!deferred) cut_buffers(shared, logits_list(*this, c, b, t, type));
   cut_buffers(shared, block_transients(*this, c, b, t, type, mode));
 }
 
@@ -200,9 +211,13 @@ double Layers<T>::head_forward(const Tensor& wte, bool backward, float dloss) co
 }
 
 template <class T>
-void Layers<T>::head_backward(const Tensor& wte, const Tensor& dwte) const {
-  LmHead{a.device, a.B * a.T, c.dim, c.vocab}.backward(a.dln.data<T>(), dwte.data<T>(), a.logits.data<T>(),
-                                                       a.lnf.data<T>(), wte.data<T>());
+void Layers<T>::head_input_grad(const Tensor& wte) const {
+  LmHead{a.device, a.B * a.T, c.dim, c.vocab}.input_grad(a.dln.data<T>(), a.logits.data<T>(), wte.data<T>());
+}
+
+template <class T>
+void Layers<T>::head_weight_grad(const Tensor& dwte) const {
+  LmHead{a.device, a.B * a.T, c.dim, c.vocab}.weight_grad(dwte.data<T>(), a.logits.data<T>(), a.lnf.data<T>());
 }
 
 template struct Layers<float>;

@@ -40,17 +40,23 @@ struct Activations : BatchBuffers {
   // Backward scratch, shared by all blocks. dresidual carries d(loss)/d(residual stream).
   Tensor dresidual, dln;                 // (B,T,C)
   // One region shared by the logits and what lives only inside a block (the views below, and with
-  // checkpointing the one slot of intermediates above): the logits are dead while any block runs.
+  // checkpointing the one slot of intermediates above): the logits are dead while any block runs, unless
+  // the head's dwte is deferred to the embedding's backward, which reads the dlogits after every block:
+  // then the logits have bytes of their own and the region holds the block's buffers only.
   Tensor shared;
   Tensor logits;                         // (B,T,Vp), rows Vp = logits_row_stride apart; dlogits in the backward
   Tensor proj;                           // (B,T,C) a c_proj output before its residual add (scratch)
   Tensor datty;                          // (B,T,C)
   Tensor dqkv;                           // (B,T,3C)
   Tensor dfch, dfch_gelu;                // (B,T,4C)
+  bool deferred_head = false;            // the dlogits are kept for the embedding's backward
 
-  // Bytes of the allocations for (B, T) and `mode`, tokens included: what activation_bytes reports.
-  static int64_t bytes(const GPT2Config& c, int B, int T, DType dtype, ActivationCheckpointing mode);
-  void allocate(const GPT2Config& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode);
+  // Bytes of the allocations for (B, T), `mode` and `deferred_head`, tokens included: what
+  // activation_bytes reports.
+  static int64_t bytes(const GPT2Config& c, int B, int T, DType dtype, ActivationCheckpointing mode,
+                       bool deferred_head);
+  void allocate(const GPT2Config& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode,
+                bool deferred_head);
 };
 
 
@@ -74,8 +80,11 @@ struct Layers {
   // logits = lnf @ wte^T and the token losses; returns their sum. With `backward`, the logits are
   // replaced by dlogits = dloss * (softmax - onehot).
   double head_forward(const Tensor& wte, bool backward, float dloss) const;
-  // a.dln = dlogits @ wte (set) and dwte += dlogits^T @ lnf.
-  void head_backward(const Tensor& wte, const Tensor& dwte) const;
+  // a.dln = dlogits @ wte (set).
+  void head_input_grad(const Tensor& wte) const;
+  // dwte += dlogits^T @ lnf: right after head_input_grad, or at the embedding's backward when
+  // a.deferred_head keeps the dlogits until then (lnf is never written in backward).
+  void head_weight_grad(const Tensor& dwte) const;
 };
 
 extern template struct Layers<float>;

@@ -36,6 +36,9 @@ class Llama final : public Model {
   double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
   double forward(ParamContext& ctx, const Batch& batch) override;
   int64_t activation_bytes(int B, int T, DType dtype) const override;
+  // A tied head adds the embedding's gradient at the start of backward; an untied one's is in the final
+  // unit, made ready first.
+  bool keeps_gradients_open(int, int) const override { return config_.tie_embeddings; }
   void set_activation_checkpointing(ActivationCheckpointing mode) override { checkpointing_ = mode; }
   int vocab_size() const override { return config_.vocab; }
   int context_length() const override { return config_.ctx; }

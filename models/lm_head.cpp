@@ -14,14 +14,25 @@ double LmHead::forward(T* logits, T* losses, const T* x, const T* W, const int32
 }
 
 template <class T>
+void LmHead::input_grad(T* dx, const T* dlogits, const T* W) const {
+  ops::gemm(device, false, false, N, C, V, 1.0f, dlogits, logits_row_stride(V), W, C, 0.0f, dx, C);
+}
+
+template <class T>
+void LmHead::weight_grad(T* dW, const T* dlogits, const T* x) const {
+  ops::gemm(device, true, false, V, C, N, 1.0f, dlogits, logits_row_stride(V), x, C, 1.0f, dW, C);
+}
+
+template <class T>
 void LmHead::backward(T* dx, T* dW, const T* dlogits, const T* x, const T* W) const {
-  const int Vp = logits_row_stride(V);
-  ops::gemm(device, false, false, N, C, V, 1.0f, dlogits, Vp, W, C, 0.0f, dx, C);
-  ops::gemm(device, true, false, V, C, N, 1.0f, dlogits, Vp, x, C, 1.0f, dW, C);
+  input_grad(dx, dlogits, W);
+  weight_grad(dW, dlogits, x);
 }
 
 #define ZS_INSTANTIATE(T)                                                                                  \
   template double LmHead::forward<T>(T*, T*, const T*, const T*, const int32_t*, bool, float) const;       \
+  template void LmHead::input_grad<T>(T*, const T*, const T*) const;                                       \
+  template void LmHead::weight_grad<T>(T*, const T*, const T*) const;                                      \
   template void LmHead::backward<T>(T*, T*, const T*, const T*, const T*) const;
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(double)

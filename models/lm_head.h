@@ -19,7 +19,14 @@ struct LmHead {
   template <class T>
   double forward(T* logits, T* losses, const T* x, const T* W, const int32_t* targets, bool backward,
                  float dloss) const;
-  // dx = dlogits @ W (set) and dW += dlogits^T @ x.
+  // dx = dlogits @ W (set).
+  template <class T>
+  void input_grad(T* dx, const T* dlogits, const T* W) const;
+  // dW += dlogits^T @ x. Reads only dlogits and x, so a tied head can add it later than input_grad, for
+  // as long as both are kept (GPT-2 may leave it to the embedding's backward).
+  template <class T>
+  void weight_grad(T* dW, const T* dlogits, const T* x) const;
+  // input_grad, then weight_grad.
   template <class T>
   void backward(T* dx, T* dW, const T* dlogits, const T* x, const T* W) const;
 };

@@ -12,6 +12,8 @@ int64_t num_params(const Model& model) {
 
 double Model::flops_per_token(int) const { return 6.0 * double(num_params(*this)); }
 
+bool Model::keeps_gradients_open(int, int) const { return true; }
+
 void Model::set_activation_checkpointing(ActivationCheckpointing mode) {
   if (mode != ActivationCheckpointing::none)
     throw UsageError("--activation-checkpointing blocks: this model does not support recomputation (it does not "

@@ -84,6 +84,12 @@ class Model {
   // Bytes this model will allocate for activations at batch (B, T) in the checkpointing mode set: what
   // the memory estimator uses.
   virtual int64_t activation_bytes(int B, int T, DType dtype) const = 0;
+  // Whether backward at batch (B, T) keeps a unit's gradients open while other units' backward runs:
+  // its grads() before theirs and its grads_ready() after, as a tied head that adds its weight's gradient
+  // at the start of backward does, the embedding adding the rest at the end. The memory estimator then
+  // counts that unit's full gradient (the largest unit's, on the safe side) beside the ones in flight
+  // under sharded gradients. The default says yes, the safe side for a model that does not tell.
+  virtual bool keeps_gradients_open(int B, int T) const;
   // Applies to every later forward_backward and activation_bytes. The default accepts none only: a model
   // that recomputes nothing throws UsageError for blocks.
   virtual void set_activation_checkpointing(ActivationCheckpointing mode);

@@ -68,18 +68,28 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
 
   if (p_sharded) e.gathered_in_flight = largest(units, std::max(1, in.max_inflight)) * d.param_bytes;
   // Transient full gradients and reduce-scatter outputs (runtime/sharded_params.cpp). Sharded gradients:
-  // a unit's reduction is finished once the next one is issued, so at most three full gradients are
-  // alive: the unit being accumulated, the one in flight, and one held open through the whole backward
-  // (a tied embedding: the head adds into it first, the embedding last). zero3/hybrid reach their peak
-  // at the head, where the gathered tied unit and its open gradient coincide, so one open gradient
-  // beside the gathered units. Reductions land in the owned shard on a step's first micro-step; later
-  // micro-steps add a shard-sized scratch per reduction in flight (two at most). zero1: the scratch of
-  // its two reductions in flight, on the last micro-step; ddp reduces in place.
+  // a unit's reduction is finished once the next one is issued, and a unit opens its full gradient only
+  // once those in flight fit beside it within max(L1, 2 L2) elements (L1, L2 the two largest units): the
+  // unit being accumulated and the one in flight, or the largest alone. A model that keeps a unit's
+  // gradient open through backward (Model::keeps_gradients_open: a tied head adding to the embedding
+  // first) holds it, taken as the largest, beside the two largest others. zero3/hybrid hold gathered
+  // units too: the larger of the forward's (the --max-inflight largest, no gradient open but a kept one,
+  // which opens at the head) and backward's, the gradients beside the unit whose backward runs under its
+  // gather, counted at the second largest size (the largest unit's gradient, when it opens alone, opens
+  // at an embedding's backward, which gathers nothing). Reductions land in the owned shard on a step's
+  // first micro-step; later micro-steps add a shard-sized scratch per reduction in flight (two at most).
+  // zero1: the scratch of its two reductions in flight, on the last micro-step; ddp reduces in place.
   const int64_t in_flight_shards = in.grad_accum > 1 && G > 1 ? largest(units, 2) / G : 0;
+  const int64_t L1 = largest(units, 1), L2 = largest(units, 2) - L1;
+  const bool keeps_open = in.model->keeps_gradients_open(std::max(1, in.rank_batch), in.seq);
+  const int64_t kept = keeps_open ? L1 : 0;
+  const int64_t accumulated_and_in_flight = keeps_open ? largest(units, 3) - L1 : std::max(L1, 2 * L2);
   if (p_sharded) {
-    e.comm_buffers = (largest(units, 1) + in_flight_shards) * d.grad_bytes;
+    const int64_t backward = L2 * d.param_bytes + accumulated_and_in_flight * d.grad_bytes;
+    e.comm_buffers =
+        (kept + in_flight_shards) * d.grad_bytes + std::max<int64_t>(0, backward - e.gathered_in_flight);
   } else if (g_sharded) {
-    e.comm_buffers = (largest(units, 3) + in_flight_shards) * d.grad_bytes;
+    e.comm_buffers = (kept + accumulated_and_in_flight + in_flight_shards) * d.grad_bytes;
   } else if (G > 1) {
     e.comm_buffers = largest(units, 2) / G * d.grad_bytes;
   }
@@ -91,7 +101,10 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
 
 int largest_rank_batch(EstimateInput in, int64_t device_bytes) {
   if (!in.model) return -1;
-  // The estimate grows with the batch only through activations, linearly: double, then bisect.
+  // The estimate grows with the batch through activations, linearly: double, then bisect. It may also
+  // step where a model starts keeping a gradient open (GPT-2 from dim tokens on, when the scratch of its
+  // deferred head leaves the activations), so the batch returned always fits, and is the largest when
+  // one more sequence's activations outweigh that scratch.
   in.rank_batch = 1;
   if (estimate_memory(in).total() > device_bytes) return 0;
   int lo = 1, hi = 2;

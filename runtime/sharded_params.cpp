@@ -111,6 +111,10 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
       buffers.push_back({owned_grads(i), owned_compute(*units_[i]), units_[i]->master});
     offload_ = std::make_unique<OptimizerOffload>(device, std::move(buffers));
   }
+  std::vector<int64_t> sizes = {0, 0};  // padded elements, two zeros for models of fewer units
+  for (const auto& u : units_) sizes.push_back(u->layout.padded_numel());
+  std::sort(sizes.rbegin(), sizes.rend());
+  full_grads_budget_ = std::max(sizes[0], 2 * sizes[1]);
 }
 
 ShardedParams::~ShardedParams() {
@@ -270,6 +274,7 @@ const UnitTensors& ShardedParams::grads(int unit) {
            " after its grads_ready() in this micro-step");
   u.grads_state = Unit::Grads::requested;
   if (!u.full_grads.defined()) {
+    fit_reductions_beside(u);
     u.full_grads =
         Tensor::zeros({u.layout.padded_numel()}, u.grad_store.dtype(), placement_.device, Category::comm);
     u.grad_views = u.layout.views(u.full_grads);
@@ -324,14 +329,30 @@ void ShardedParams::grads_ready(int unit) {
   // that a reduction progresses on its own (MPI's non-blocking collectives move only when polled). So
   // the earlier reductions are finished here, once this unit's is issued: they have had this unit's
   // whole backward to progress, and the full gradients alive stay two whatever the depth of the model,
-  // this unit's in flight and the next one's being accumulated (FSDP2 keeps the same two). zero1 is
+  // this unit's in flight and the next one's being accumulated (FSDP2 keeps the same two), or the
+  // largest unit's alone where it does not fit the budget beside another (fit_reductions_beside). zero1 is
   // held to the same bound for its shard-sized scratch; ddp reduces in place, at no memory cost, and is
   // left to overlap freely.
   if (shard_group_size_ > 1 || grads_sharded_)
-    while (reductions_.size() > 1) {
-      advance(reductions_.front(), true);
-      reductions_.pop_front();
-    }
+    while (reductions_.size() > 1) finish_oldest_reduction();
+}
+
+void ShardedParams::fit_reductions_beside(const Unit& opening) {
+  // Every rank opens the same units in the same order and the budget is in elements, so the ranks agree
+  // on which reductions to finish here; under hybrid none has started its all-reduce (those start at
+  // fixed points only, and polling cannot finish one before), so the collectives this may start are
+  // issued on every rank alike.
+  int64_t in_flight = 0;
+  for (const Reduction& r : reductions_) in_flight += units_[r.unit]->layout.padded_numel();
+  while (!reductions_.empty() && in_flight + opening.layout.padded_numel() > full_grads_budget_) {
+    in_flight -= units_[reductions_.front().unit]->layout.padded_numel();
+    finish_oldest_reduction();
+  }
+}
+
+void ShardedParams::finish_oldest_reduction() {
+  advance(reductions_.front(), true);
+  reductions_.pop_front();
 }
 
 void ShardedParams::start_all_reduce(Reduction& r) {
@@ -396,10 +417,7 @@ void ShardedParams::end_micro_step() {
              ": grads() without grads_ready() in this micro-step");
     u->grads_state = Unit::Grads::untouched;
   }
-  while (!reductions_.empty()) {
-    advance(reductions_.front(), true);
-    reductions_.pop_front();
-  }
+  while (!reductions_.empty()) finish_oldest_reduction();
   for (auto& u : units_)
     if (u->gathered.defined()) free_gathered(*u);  // a prefetch the model did not use
   order_recorded_ = true;

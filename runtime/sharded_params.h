@@ -8,7 +8,8 @@
 //   release(u)      sharded params: free the gathered buffer (kept until backward when
 //                   reshard_after_forward is off).
 //   grads(u)        the full-size gradient buffer the model accumulates into: resident (ddp, zero1) or
-//                   transient (zero2/3, hybrid).
+//                   transient (zero2/3, hybrid), opened on the first call of a micro-step once the
+//                   reductions in flight fit the budget beside it (full_grads_budget_).
 //   grads_ready(u)  starts the unit's reduction at once, so it overlaps the rest of backward:
 //                   reduce-scatter in the shard group, then all-reduce across replicas, then the result
 //                   lands in the owned gradient shard. ddp and zero1 skip it until the last micro-step of
@@ -133,6 +134,8 @@ class ShardedParams : public ParamContext {
   void free_gathered(Unit& u);
   void start_all_reduce(Reduction& r);  // waits for r's reduce-scatter, then starts its all-reduce
   bool advance(Reduction& r, bool blocking);
+  void finish_oldest_reduction();
+  void fit_reductions_beside(const Unit& opening);  // see full_grads_budget_
   void poll_reductions();
   int inflight_units() const;
 
@@ -146,6 +149,14 @@ class ShardedParams : public ParamContext {
   std::vector<std::unique_ptr<Unit>> units_;
   std::deque<Reduction> reductions_;
   std::unique_ptr<OptimizerOffload> offload_;  // with placement_.offload_optimizer
+  // Sharded gradients: the elements of full unit gradients that the reductions in flight and the one
+  // being opened may hold together, max(largest unit, 2 x second largest). Two ordinary units always fit
+  // (one accumulated while the other's reduction overlaps it), so a model of like units keeps that
+  // overlap; a unit larger than that, such as GPT-2's embedding with its tied head, opens only once the
+  // reductions in flight have landed: it costs the overlap of the one reduction before it, and the peak
+  // is the largest unit's gradient alone rather than that plus another. Gradients the model keeps open
+  // across other units' backward are not in flight and not counted: they cannot be finished early.
+  int64_t full_grads_budget_ = 0;
 
   bool sync_grads_ = true;
   // The owned gradients hold nothing yet: no micro-step has run since the last optimizer step.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numbers>
 #include <random>
 #include <string>
@@ -228,15 +229,21 @@ TEST(GPT2, ForwardEqualsHuggingFaceTranscription) {
 
 // Metric: for each parameter tensor, max_i |analytic_i - numeric_i| / max_i |numeric_i|, where numeric
 // is the central difference (L(x+h) - L(x-h)) / 2h of the summed token loss, h = 1e-5, every element.
+// Both timings of the head's dwte: 10 tokens are not fewer than the 8 channels (at the head), 5 are
+// (deferred to the embedding's backward).
 TEST(GPT2, EveryGradientMatchesFiniteDifferencesInDouble) {
   GPT2 model(micro());
-  LocalParams ctx(model, DType::f64);
-  test::randomize_params(ctx, 0.3, 3);
-  const test::RandomTokens data(2, 5, micro().vocab, 4);
-  const double worst = test::expect_gradients_match_finite_differences(model, ctx, data);
-  RecordProperty("worst_rel_error", std::to_string(worst));
-  std::printf("worst relative gradient error over %lld params: %.3g\n", (long long)micro().num_params(),
-              worst);
+  for (const auto [B, deferred] : {std::pair{2, false}, std::pair{1, true}}) {
+    SCOPED_TRACE(deferred ? "deferred dwte" : "dwte at the head");
+    ASSERT_EQ(model.defers_head_gradient(B, 5), deferred);
+    LocalParams ctx(model, DType::f64);
+    test::randomize_params(ctx, 0.3, 3);
+    const test::RandomTokens data(B, 5, micro().vocab, 4);
+    const double worst = test::expect_gradients_match_finite_differences(model, ctx, data);
+    RecordProperty(deferred ? "worst_rel_error_deferred" : "worst_rel_error", std::to_string(worst));
+    std::printf("worst relative gradient error over %lld params (%s): %.3g\n", (long long)micro().num_params(),
+                deferred ? "deferred dwte" : "dwte at the head", worst);
+  }
 }
 
 // The same params in f32 and f64: losses and every gradient agree to f32 accuracy.
@@ -393,6 +400,63 @@ TEST(GPT2, CheckpointingGivesTheSameBits) {
   for (DType dtype : {DType::f32, DType::f64}) {
     SCOPED_TRACE(dtype_name(dtype));
     test::expect_checkpointing_bit_identical(model, params, dtype, data);
+  }
+}
+
+// The tied head's dwte added at the head or deferred to the embedding's backward: the same losses and
+// gradient bits over two accumulated micro-steps, with and without checkpointing, in f32 and f64.
+TEST(GPT2, DeferredHeadGradientGivesTheSameBits) {
+  const GPT2Config tiny = deep_tiny();
+  GPT2 model(tiny);
+  LocalParams params(model, DType::f64);
+  test::randomize_params(params, 0.1, 21);
+  const test::RandomTokens data(2, 24, tiny.vocab, 22);
+  for (DType dtype : {DType::f32, DType::f64})
+    for (ActivationCheckpointing mode : {ActivationCheckpointing::none, ActivationCheckpointing::blocks}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (mode == ActivationCheckpointing::blocks ? " blocks" : ""));
+      model.set_activation_checkpointing(mode);
+      LocalParams at_head(model, dtype), deferred(model, dtype);
+      double losses[2] = {0, 0};
+      for (auto [ctx, when, loss] : {std::tuple{&at_head, GPT2::HeadGradient::immediate, &losses[0]},
+                                     std::tuple{&deferred, GPT2::HeadGradient::deferred, &losses[1]}}) {
+        ctx->copy_params_from(params);
+        model.set_head_gradient(when);
+        for (int micro_step = 0; micro_step < 2; ++micro_step)
+          *loss += model.forward_backward(*ctx, data.batch(), 0.5f);
+      }
+      EXPECT_EQ(std::memcmp(&losses[0], &losses[1], sizeof(double)), 0) << losses[0] << " vs " << losses[1];
+      for (int u = 0; u < at_head.num_units(); ++u)
+        for (size_t i = 0; i < at_head.grad_tensors(u).size(); ++i) {
+          const Tensor &a = at_head.grad_tensors(u)[i], &b = deferred.grad_tensors(u)[i];
+          EXPECT_EQ(std::memcmp(a.raw(), b.raw(), size_t(a.nbytes())), 0) << "unit " << u << " param " << i;
+        }
+    }
+  model.set_activation_checkpointing(ActivationCheckpointing::none);
+}
+
+// By default the head's dwte waits for the embedding's backward when the micro-batch has fewer tokens than
+// channels: unit 0's gradients are then first asked for after every other unit's are ready, so no
+// full-size gradient of the tied unit is open while the blocks run backward. Otherwise the head asks first.
+TEST(GPT2, TiedGradientOpensAtTheEmbeddingWithFewerTokensThanChannels) {
+  const GPT2Config tiny = gpt2_config("tiny");  // 64 channels
+  GPT2 model(tiny);
+  for (const auto [B, deferred] : {std::pair{2, true}, std::pair{4, false}}) {  // 32 and 64 tokens of 16
+    SCOPED_TRACE(B);
+    EXPECT_EQ(model.defers_head_gradient(B, 16), deferred);
+    LocalParams ctx(model, DType::f32);
+    ctx.init(model, 23);
+    model.forward_backward(ctx, test::RandomTokens(B, 16, tiny.vocab, 24).batch(), 1.0f);
+    const std::vector<LocalParams::Event>& events = ctx.events();
+    const auto first = [&](Call call, int unit) {
+      return std::find_if(events.begin(), events.end(), [&](auto e) { return e.call == call && e.unit == unit; }) -
+             events.begin();
+    };
+    const auto opened = first(Call::grads, 0);
+    if (deferred) {
+      EXPECT_GT(opened, first(Call::grads_ready, 1));
+    } else {
+      EXPECT_LT(opened, first(Call::grads, tiny.layers + 1));
+    }
   }
 }
 

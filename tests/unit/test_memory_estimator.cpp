@@ -1,10 +1,15 @@
 // The ZeRO paper's model-state arithmetic (Rajbhandari et al. 2020, table 1) as zshard-mem computes it,
-// and the estimator's extra terms for GPT-2 configs.
+// and the estimator's extra terms for GPT-2 and Llama configs.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
 
 #include "kernels/error.h"
 #include "models/gpt2.h"
+#include "models/model_registry.h"
 #include "runtime/memory_estimator.h"
+#include "shard/flat_unit.h"
 
 namespace zshard {
 namespace {
@@ -96,13 +101,48 @@ TEST(MemoryEstimator, Gpt2ConfigCountsEveryTerm) {
   const int64_t embed = int64_t(config.vocab + config.ctx) * C, block = 12 * C * C + 13 * C;
   EXPECT_EQ(e.gathered_in_flight, (embed + block) * 4);
   EXPECT_EQ(e.activations, model.activation_bytes(2, 128, DType::f32));
-  EXPECT_GT(e.comm_buffers, 0);
+  // 256 tokens, fewer than the 768 channels: the head's dwte waits for the embedding's backward, whose
+  // gradient opens alone, and a block's backward (its gradient, the one in flight, the block gathered)
+  // needs less than the forward's two gathered units: no gradient bytes beyond them.
+  ASSERT_FALSE(model.keeps_gradients_open(2, 128));
+  EXPECT_EQ(e.comm_buffers, 0);
+  in.kind = StrategyKind::zero2;
+  EXPECT_EQ(estimate_memory(in).comm_buffers, embed * 4);
+  // 1024 tokens: dwte at the head, the tied gradient open through backward beside two blocks' (zero2),
+  // and beside the gathered units at the head (zero3).
+  in.rank_batch = 8;
+  ASSERT_TRUE(model.keeps_gradients_open(8, 128));
+  EXPECT_EQ(estimate_memory(in).comm_buffers, (embed + 2 * block) * 4);
+  in.kind = StrategyKind::zero3;
+  EXPECT_EQ(estimate_memory(in).comm_buffers, embed * 4);
+  in.rank_batch = 2;
 
   in.kind = StrategyKind::ddp;
   const MemoryEstimate ddp = estimate_memory(in);
   EXPECT_EQ(ddp.gathered_in_flight, 0);
   EXPECT_EQ(ddp.comm_buffers, 0);
   EXPECT_EQ(ddp.model_states.total(), 16 * ddp.params);
+}
+
+// Llama keeps a gradient open only with a tied head. Untied, its units are the embedding, the layers
+// and the final unit (norm and lm_head): zero2 holds the gradients of two units, or the largest alone,
+// whichever is more.
+TEST(MemoryEstimator, LlamaKeepsTheTiedEmbeddingGradientOpenOnly) {
+  for (const bool tied : {false, true}) {
+    ModelConfig overrides;
+    overrides["tie_embeddings"] = tied;
+    const std::unique_ptr<Model> model = build_model("tinyllama-1.1b", model_config("tinyllama-1.1b", overrides));
+    EXPECT_EQ(model->keeps_gradients_open(1, 64), tied);
+    std::vector<int64_t> units;
+    for (const UnitSpec& u : model->units()) units.push_back(FlatLayout(u, 4).padded_numel());
+    std::sort(units.rbegin(), units.rend());
+    EstimateInput in;
+    in.model = model.get();
+    in.kind = StrategyKind::zero2;
+    in.world = 4;
+    const int64_t want = tied ? units[0] + units[1] + units[2] : std::max(units[0], 2 * units[1]);
+    EXPECT_EQ(estimate_memory(in).comm_buffers, want * 4) << (tied ? "tied" : "untied");
+  }
 }
 
 TEST(MemoryEstimator, LargestBatchFitsAndTheNextDoesNot) {
