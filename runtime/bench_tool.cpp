@@ -145,7 +145,7 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
             {"ideal_step_ms", double(options.batch) * options.grad_accum / total_seq_per_s * 1e3},
             {"world", world.size()},
             {"shard_group", report.shard_group},
-            {"shard_groups", report.shard_groups},
+            {"shard_group_sizes", report.shard_group_sizes},
             {"backend", comm_backend(options) == CommBackend::nccl ? "nccl" : world.backend()},
             {"step_ms", {{"median", median}, {"p10", percentile(ms, 0.1)}, {"p90", percentile(ms, 0.9)}, {"all", ms}}},
             {"tokens_per_s", tokens / (median / 1e3)},

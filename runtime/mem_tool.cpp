@@ -102,18 +102,11 @@ bool check_against(const json& doc, const std::string& path) {
     e.model = model.get();
     e.kind = parse_strategy(r.at("strategy").get<std::string>());
     e.world = r.at("world");
-    // Unequal groups: the model states are rank 0's group's, the peak the largest over the ranks, which
-    // the smallest group's ranks (the largest shards) reach.
+    // Every group's size (files written before they were recorded: groups of shard_group). With unequal
+    // groups the model states are rank 0's group's, the peak the largest over the ranks, which the
+    // smallest group's ranks (the largest shards) reach.
     e.shard_group = r.at("shard_group");
-    const std::string groups = r.value("shard_groups", std::string());
-    if (groups.find(',') != std::string::npos) {
-      e.shard_group = 0;
-      for (size_t at = 0; at < groups.size();) {
-        const size_t end = std::min(groups.find(',', at), groups.size());
-        e.shard_group_sizes.push_back(std::stoi(groups.substr(at, end - at)));
-        at = end + 1;
-      }
-    }
+    e.shard_group_sizes = r.value("shard_group_sizes", std::vector<int>{});
     e.max_inflight = doc.at("max_inflight");
     // A result's own (--rank-batches auto moves it); files written before it was recorded have the run's.
     e.rank_batch = r.value("rank_batch_max", doc.at("rank_batch_max").get<int>());

@@ -67,7 +67,7 @@ MemoryReport MemoryReport::collect(Trainer& trainer) {
   rep.world = world.size();
   const ShardGroups& groups = params.groups();
   rep.shard_group = groups.size_of_rank(0);
-  rep.shard_groups = groups.describe();
+  rep.shard_group_sizes = groups.sizes();
   int64_t max_unit = 0;
   for (int u = 0; u < params.num_units(); ++u) {
     rep.params += params.layout(u).numel();
@@ -117,7 +117,7 @@ int64_t MemoryReport::measured_model_states(int group_size) const {
 }
 
 void MemoryReport::print(std::ostream& out) const {
-  out << "memory report: " << strategy << ", world " << world << ", shard group " << shard_groups << ", "
+  out << "memory report: " << strategy << ", world " << world << ", shard group " << ShardGroups(shard_group_sizes).describe() << ", "
       << params << " parameters, " << device << " memory"
       << (device != "cpu" && predicted.host > 0 ? " (host: page-locked host memory)" : "") << ", " << param_dtype
       << " params, " << reduce_dtype << " reduce (MiB; live / peak per category)\n";
@@ -171,7 +171,7 @@ nlohmann::json MemoryReport::to_json() const {
   j["reduce_dtype"] = reduce_dtype;
   j["world"] = world;
   j["shard_group"] = shard_group;
-  j["shard_groups"] = shard_groups;
+  j["shard_group_sizes"] = shard_group_sizes;
   j["params"] = params;
   j["predicted"] = {{"params", predicted.params},
                     {"grads", predicted.grads},

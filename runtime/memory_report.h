@@ -32,7 +32,7 @@ struct MemoryReport {
   std::string reduce_dtype;
   int world = 1;
   int shard_group = 1;       // rank 0's group
-  std::string shard_groups;  // "4" for groups of one size, "4,2" for unequal ones
+  std::vector<int> shard_group_sizes;  // every group's, in rank order
   int64_t params = 0;  // Ψ
   ModelStateBytes predicted;  // for rank 0's group; each rank's in RankMemory
   ModelStateBytes predicted_zero_offload;  // with --offload optimizer: ZeRO-Offload's own split, beside it

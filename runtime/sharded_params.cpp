@@ -66,8 +66,6 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
     : options_(options),
       placement_(placement),
       comms_(comm, shard_groups(options, comm.size())),
-      shard_group_size_(comms_.shard_group_size()),
-      shard_index_(comms_.shard_index()),
       params_sharded_(zshard::params_sharded(options.kind)),
       grads_sharded_(zshard::grads_sharded(options.kind)) {
   ZS_CHECK(options.max_inflight >= 1, "--max-inflight must be >= 1, got ", options.max_inflight);
@@ -84,7 +82,7 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
   const Device optimizer_device = placement.offload_optimizer ? Device::cpu : device;
   const std::vector<UnitSpec> specs = model.units();
   for (size_t i = 0; i < specs.size(); ++i) {
-    auto u = std::make_unique<Unit>(specs[i], shard_group_size_, comms_.groups().pad_multiple());
+    auto u = std::make_unique<Unit>(specs[i], shard_group_size(), comms_.groups().pad_multiple());
     const int64_t shard = u->layout.shard_numel(), padded = u->layout.padded_numel();
     u->resident = zeros(params_sharded_ ? shard : padded, compute, Category::params);
     const bool master_is_compute = compute == kF32 && !placement.offload_optimizer;
@@ -132,12 +130,12 @@ Tensor ShardedParams::adam_v(int unit) const { return units_[unit]->v; }
 Tensor ShardedParams::owned_params(int unit) const { return units_[unit]->master; }
 
 Tensor ShardedParams::owned_compute(const Unit& u) const {
-  return owned_part(u.layout, shard_index_, u.resident);
+  return owned_part(u.layout, shard_index(), u.resident);
 }
 
 Tensor ShardedParams::owned_grads(int unit) const {
   const Unit& u = *units_[unit];
-  return owned_part(u.layout, shard_index_, u.grad_store);
+  return owned_part(u.layout, shard_index(), u.grad_store);
 }
 
 void ShardedParams::set_unit_params(int unit, const float* full) {
@@ -146,13 +144,13 @@ void ShardedParams::set_unit_params(int unit, const float* full) {
   // The part of the unit this rank keeps, copied to the device in fp32: into the compute copy itself
   // when that is fp32, else into a staging buffer that the bf16 copy is made from; the master, where it
   // is a buffer of its own, takes its owned part.
-  const int64_t begin = params_sharded_ ? u.layout.shard_begin(shard_index_) : 0, n = u.resident.numel();
+  const int64_t begin = params_sharded_ ? u.layout.shard_begin(shard_index()) : 0, n = u.resident.numel();
   const Tensor staged =
       u.resident.dtype() == kF32 ? u.resident : Tensor::empty({n}, kF32, device, Category::workspace);
   copy_bytes(staged.raw(), device, full + begin, Device::cpu, staged.nbytes());
   if (staged.raw() != u.resident.raw())
     ops::convert(device, u.resident.raw(), u.resident.dtype(), staged.raw(), kF32, size_t(n));
-  const Tensor owned = staged.view(u.layout.shard_begin(shard_index_) - begin, {u.layout.shard_numel()});
+  const Tensor owned = staged.view(u.layout.shard_begin(shard_index()) - begin, {u.layout.shard_numel()});
   if (owned.raw() != u.master.raw())
     copy_bytes(u.master.raw(), u.master.device(), owned.raw(), device, u.master.nbytes());
 }
@@ -192,7 +190,7 @@ void ShardedParams::sync_resident_params() {
 }
 
 void ShardedParams::gather_resident_params() {
-  if (params_sharded_ || shard_group_size_ == 1) return;
+  if (params_sharded_ || shard_group_size() == 1) return;
   std::vector<comm::WorkPtr> works;
   for (auto& u : units_)
     works.push_back(gather_shards(owned_compute(*u).raw(), u->resident.raw(), u->layout.shard_numel(),
@@ -201,7 +199,7 @@ void ShardedParams::gather_resident_params() {
 }
 
 comm::WorkPtr ShardedParams::gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype) {
-  if (shard_group_size_ > 1) return comms_.shard().all_gather(send, recv, size_t(shard_numel), dtype);
+  if (shard_group_size() > 1) return comms_.shard().all_gather(send, recv, size_t(shard_numel), dtype);
   copy_bytes(recv, placement_.device, send, placement_.device, size_t(shard_numel) * dtype_size(dtype));
   return nullptr;
 }
@@ -305,14 +303,14 @@ void ShardedParams::grads_ready(int unit) {
   const Device device = placement_.device;
   const DType reduce = placement_.reduce_dtype;
   // With no collective at all (a world of one), a differing reduce dtype would only add two conversions.
-  const bool communicates = shard_group_size_ > 1 || comms_.across_groups();
+  const bool communicates = shard_group_size() > 1 || comms_.across_groups();
   if (reduce != r.send.dtype() && communicates) {
     r.send = Tensor::empty(u.full_grads.shape(), reduce, device, Category::comm);
     ops::convert(device, r.send.raw(), reduce, u.full_grads.raw(), u.full_grads.dtype(),
                  size_t(u.full_grads.numel()));
   }
   const int64_t shard = u.layout.shard_numel();
-  if (shard_group_size_ > 1) {
+  if (shard_group_size() > 1) {
     // Sharded gradients that are still zero (the first micro-step of a step) take the reduced shard as it
     // is: the reduce-scatter writes straight into them, and no shard-sized scratch is allocated.
     const Tensor owned = owned_grads(unit);
@@ -333,7 +331,7 @@ void ShardedParams::grads_ready(int unit) {
   // largest unit's alone where it does not fit the budget beside another (fit_reductions_beside). zero1 is
   // held to the same bound for its shard-sized scratch; ddp reduces in place, at no memory cost, and is
   // left to overlap freely.
-  if (shard_group_size_ > 1 || grads_sharded_)
+  if (shard_group_size() > 1 || grads_sharded_)
     while (reductions_.size() > 1) finish_oldest_reduction();
 }
 
@@ -435,8 +433,8 @@ double ShardedParams::grad_norm() {
     for (int i = 0; i < num_units(); ++i) {
       const FlatLayout& layout = units_[i]->layout;
       const T* g = owned_grads(i).data<T>();
-      const int64_t base = layout.shard_begin(shard_index_);
-      for (const auto& seg : layout.shard_segments(shard_index_))
+      const int64_t base = layout.shard_begin(shard_index());
+      for (const auto& seg : layout.shard_segments(shard_index()))
         parts.emplace_back(g + (seg.flat_begin - base), size_t(seg.count));
     }
     sum = ops::sum_squares<T>(placement_.device, parts);
@@ -458,12 +456,12 @@ void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
     float* p = u.master.data<float>();
     float* m = u.m.data<float>();
     float* v = u.v.data<float>();
-    const int64_t base = u.layout.shard_begin(shard_index_);
+    const int64_t base = u.layout.shard_begin(shard_index());
     std::vector<AdamWPiece> pieces;
     with_element_type(grads.dtype(), [&](auto t) {
       using T = decltype(t);
       const T* g = grads.data<T>();
-      for (const auto& seg : u.layout.shard_segments(shard_index_)) {
+      for (const auto& seg : u.layout.shard_segments(shard_index())) {
         ops::AdamWParams seg_hp = hp;
         if (!u.layout.spec().params[seg.param].weight_decay) seg_hp.weight_decay = 0;
         const int64_t off = seg.flat_begin - base;

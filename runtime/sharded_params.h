@@ -89,8 +89,8 @@ class ShardedParams : public ParamContext {
   // Layout and owned state, for checkpoints, exports and reports.
   int num_units() const { return int(units_.size()); }
   const FlatLayout& layout(int unit) const;
-  int shard_index() const { return shard_index_; }
-  int shard_group_size() const { return shard_group_size_; }  // this rank's group
+  int shard_index() const { return comms_.shard_index(); }
+  int shard_group_size() const { return comms_.shard_group_size(); }  // this rank's group
   const ShardGroups& groups() const { return comms_.groups(); }
   const StrategyOptions& options() const { return options_; }
   const Placement& placement() const { return placement_; }
@@ -142,8 +142,6 @@ class ShardedParams : public ParamContext {
   StrategyOptions options_;
   Placement placement_;
   GroupComms comms_;
-  int shard_group_size_;
-  int shard_index_;
   bool params_sharded_;
   bool grads_sharded_;
   std::vector<std::unique_ptr<Unit>> units_;

@@ -121,11 +121,9 @@ void resolve_node_groups(StrategyOptions& options, comm::Communicator& world) {
   if (!options.shard_group_sizes.empty()) {
     // A list: groups may split a host but not span two (a group's gathers are what the node link is for).
     if (hosts.size() < 2 || !consecutive) return;
-    std::vector<int> host_ends, group_ends;
-    for (int h : hosts) host_ends.push_back((host_ends.empty() ? 0 : host_ends.back()) + h);
-    for (int g : options.shard_group_sizes) group_ends.push_back((group_ends.empty() ? 0 : group_ends.back()) + g);
-    for (int end : host_ends)
-      if (!std::binary_search(group_ends.begin(), group_ends.end(), end))
+    const ShardGroups on_hosts(hosts), list = shard_groups(options, n);  // throws for sizes that miss the world
+    for (int g = 0; g < list.count(); ++g)
+      if (on_hosts.group_of(list.first_rank(g)) != on_hosts.group_of(list.first_rank(g) + list.size(g) - 1))
         throw UsageError(detail::concat("--shard-group ", join_sizes(options.shard_group_sizes),
                                         ": a group spans two hosts (the hosts hold ", join_sizes(hosts),
                                         " ranks; each group must lie inside one host)"));
