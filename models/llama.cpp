@@ -106,27 +106,33 @@ double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float
     ctx.release(1 + l);
   }
   double loss = 0;
-  {
-    const UnitTensors& p = ctx.gather(final_unit);
-    layers.final_norm_forward(p);
-    if (!tied) {  // the head lives in the final unit: logits and their backward under this gather
-      loss = layers.head_forward(p[llama::kLmHead], backward, loss_scale);
-      if (backward) layers.head_backward(p[llama::kLmHead], ctx.grads(final_unit)[llama::kLmHead]);
-    }
+  if (tied) {
+    layers.final_norm_forward(ctx.gather(final_unit));
+    // Released before the head, the embedding gathered a second time as GPT-2's is, so that the last
+    // layer's gather is prefetched under the head; the small norm unit is gathered again for its backward.
     ctx.release(final_unit);
-  }
-  if (tied) {  // the head is the embedding: gathered a second time, as GPT-2's is
     const Tensor& head = ctx.gather(0)[llama::kEmbed];
     loss = layers.head_forward(head, backward, loss_scale);
     if (backward) layers.head_backward(head, ctx.grads(0)[llama::kEmbed]);
     ctx.release(0);
-  }
-  if (!backward) return loss;
-
-  {
+    if (!backward) return loss;
     const UnitTensors& p = ctx.gather(final_unit);
     layers.final_norm_backward(p, ctx.grads(final_unit));
     ctx.release(final_unit);
+    ctx.grads_ready(final_unit);
+  } else {
+    // The head lives in the final unit: the logits, their backward and the final norm's backward all run
+    // under one gather, so this unit (as large as the embedding) is gathered once per step, not twice.
+    const UnitTensors& p = ctx.gather(final_unit);
+    layers.final_norm_forward(p);
+    loss = layers.head_forward(p[llama::kLmHead], backward, loss_scale);
+    if (backward) {
+      const UnitTensors& g = ctx.grads(final_unit);
+      layers.head_backward(p[llama::kLmHead], g[llama::kLmHead]);
+      layers.final_norm_backward(p, g);
+    }
+    ctx.release(final_unit);
+    if (!backward) return loss;
     ctx.grads_ready(final_unit);
   }
   const bool recompute = checkpointing_ == ActivationCheckpointing::blocks;

@@ -28,10 +28,11 @@ ModelStateBytes predict_zero_offload(StrategyKind kind, int group, int64_t psi, 
   return m;
 }
 
-int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi, int grad_accum,
-                           const DtypePolicy& d) {
-  // One collective over a full unit buffer in a group of n moves (n-1)/n of it per rank.
-  auto pass = [&](int n, int bytes) { return double(psi) * bytes * (n - 1) / n; };
+int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi, int64_t gathered,
+                           int grad_accum, const DtypePolicy& d) {
+  // One collective over n elements in a group of g moves (g-1)/g of them per rank.
+  auto move = [&](double n, int g, int bytes) { return n * bytes * (g - 1) / g; };
+  auto pass = [&](int g, int bytes) { return move(double(psi), g, bytes); };
   const int world = groups.world_size(), replicas = groups.count();
   const int K = grad_accum;
   double total = 0;
@@ -41,7 +42,7 @@ int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int gro
     case StrategyKind::zero2: total = K * pass(world, d.grad_bytes) + pass(world, d.param_bytes); break;
     case StrategyKind::zero3:
     case StrategyKind::hybrid:
-      total = K * (2 * pass(group, d.param_bytes) + pass(group, d.grad_bytes));
+      total = K * (move(double(gathered), group, d.param_bytes) + pass(group, d.grad_bytes));
       total += K * 2 * pass(replicas, d.grad_bytes) / group;
       break;
   }

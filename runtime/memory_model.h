@@ -52,7 +52,10 @@ ModelStateBytes predict_zero_offload(StrategyKind kind, int group, int64_t psi, 
 // reduce-scatters every micro-step; zero3 3Ψ(N-1)/N per micro-step; hybrid the zero3 volume inside its
 // group plus an all-reduce of its shard across the R groups (R = N/G for groups of one size; unequal
 // groups reduce each piece of the shard among R owners, the same volume).
-int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi, int grad_accum,
-                           const DtypePolicy& dtypes);
+// `gathered` is the elements zero3 and hybrid gather per micro-step: the paper's 2Ψ, or the model's own
+// schedule (ShardedParams::gathered_numel_per_micro_step), which gathers an untied Llama's embedding and
+// head once each.
+int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi, int64_t gathered,
+                           int grad_accum, const DtypePolicy& dtypes);
 
 }  // namespace zshard

@@ -86,6 +86,9 @@ MemoryReport MemoryReport::collect(Trainer& trainer) {
   DtypePolicy traffic = dtypes;  // gradients travel in the reduce dtype
   traffic.grad_bytes = int(dtype_size(placement.reduce_dtype));
 
+  // The model's own gather schedule where a step has recorded it, the paper's 2Ψ before.
+  const int64_t gathered =
+      params.gathered_numel_per_micro_step() > 0 ? params.gathered_numel_per_micro_step() : 2 * rep.params;
   RankMemory mine;
   mine.stats = rank_memory(placement.device);
   const auto& history = trainer.history();
@@ -102,7 +105,7 @@ MemoryReport MemoryReport::collect(Trainer& trainer) {
     rank.predicted = predict_model_states(params.options().kind, rank.shard_group, rep.params, dtypes,
                                           placement.offload_optimizer, placement.device);
     rank.predicted_comm_bytes = predict_comm_bytes(params.options().kind, groups, rank.shard_group, rep.params,
-                                                   trainer.options().grad_accum, traffic);
+                                                   gathered, trainer.options().grad_accum, traffic);
   }
   rep.predicted = rep.ranks[0].predicted;
   rep.predicted_comm_bytes = rep.ranks[0].predicted_comm_bytes;

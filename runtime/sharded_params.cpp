@@ -18,6 +18,7 @@ struct ShardedParams::Unit {
   Tensor gathered;      // sharded params: the all-gathered full buffer while the unit is in use
   comm::WorkPtr gather_work;
   int gather_refs = 0;  // gathers not yet released, on every strategy (the protocol is checked on all)
+  bool used = false;    // the model has gathered it since it was last freed (a prefetch is not yet used)
   // Where the unit's gradients are in this micro-step: the protocol allows grads() any number of times,
   // then one grads_ready().
   enum class Grads { untouched, requested, ready } grads_state = Grads::untouched;
@@ -223,6 +224,7 @@ void ShardedParams::free_gathered(Unit& u) {
   if (u.gather_work) finish_gather(u);
   u.gathered = Tensor();
   u.param_views.clear();
+  u.used = false;
 }
 
 int ShardedParams::inflight_units() const {
@@ -240,7 +242,12 @@ void ShardedParams::prefetch_after(size_t position) {
 const UnitTensors& ShardedParams::gather(int unit) {
   ZS_CHECK(unit >= 0 && unit < num_units(), "gather of unknown unit ", unit);
   Unit& u = *units_[unit];
-  if (!order_recorded_) gather_order_.push_back(unit);
+  if (!order_recorded_) {
+    gather_order_.push_back(unit);
+    // A unit still held (nested, or kept from forward for backward) costs no collective.
+    if (!u.used) first_step_gathered_numel_ += u.layout.numel();
+  }
+  u.used = true;
   const size_t position = gather_position_++;
   if (params_sharded_) {
     if (u.gather_refs == 0 && !u.gathered.defined()) start_gather(u);

@@ -107,6 +107,11 @@ class ShardedParams : public ParamContext {
   void set_unit_params(int unit, const float* full);
   // Full flat fp32 master parameters of a unit (padded_numel, host), all-gathered. Collective.
   std::vector<float> full_unit_params(int unit);
+  // Sharded params: the elements a micro-step all-gathers for the model, as the first micro-step recorded
+  // them (0 before it). 2Ψ where every unit is gathered for forward and again for backward; less without
+  // resharding after forward, or for a model whose backward reuses a forward gather or needs none (an
+  // embedding). Prefetches the model does not use are not in it.
+  int64_t gathered_numel_per_micro_step() const { return first_step_gathered_numel_; }
   // Bytes moved by this rank's communicators since the last reset.
   comm::CommStats comm_stats() const;
   void reset_comm_stats();
@@ -163,6 +168,7 @@ class ShardedParams : public ParamContext {
   bool in_backward_ = false;
   // Gather order recorded on the first micro-step; later micro-steps prefetch along it.
   std::vector<int> gather_order_;
+  int64_t first_step_gathered_numel_ = 0;
   bool order_recorded_ = false;
   size_t gather_position_ = 0;
 };
