@@ -41,7 +41,7 @@ struct BenchOptions {
 
 // Warm-up steps of an auto run: enough re-splits to settle before the clock starts.
 int warmup_steps(const BenchOptions& bench, const TrainOptions& options) {
-  return options.rank_batches_auto ? bench.warmup_steps + 2 * options.rebalance_every : bench.warmup_steps;
+  return options.rank_batches_auto ? bench.warmup_steps + 2 * options.rebalance_interval() : bench.warmup_steps;
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -98,7 +98,10 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
                   comm::Communicator& world) {
   options.strategy.kind = parse_strategy(name);
   options.rank_batches_auto = split == "auto";
-  if (!options.rank_batches_auto) options.max_rank_batch.reset();  // a limit of the auto split only
+  if (!options.rank_batches_auto) {  // limits of the auto split only
+    options.max_rank_batch.reset();
+    options.rebalance_every.reset();
+  }
   const int timed = options.steps, warmup = warmup_steps(bench, options);
   options.steps = warmup + timed;
   Trainer trainer(options, world);
@@ -214,7 +217,7 @@ json report_json(const json& results, const TrainOptions& options, const ModelCo
           {"activation_checkpointing", checkpointing_flag(options.activation_checkpointing)},
           {"warmup_steps", bench.warmup_steps},
           {"rank_batch_splits", bench.splits},
-          {"rebalance_every", options.rebalance_every},
+          {"rebalance_every", options.rebalance_interval()},
           {"steps", options.steps},
           {"world", world.size()},
           {"poll_backoff", comm::poll_policy().backoff},
@@ -280,6 +283,9 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
         TrainOptions auto_options = options;
         auto_options.rank_batches_auto = true;
         validate_options(auto_options, world.size());  // --batch against the world, --max-rank-batch
+      } else if (options.max_rank_batch || options.rebalance_every) {
+        throw UsageError(std::string(options.max_rank_batch ? "--max-rank-batch" : "--rebalance-every") +
+                         " is only for the auto split: add auto to --rank-batches");
       }
       if (to_run.empty()) throw UsageError("--strategies: none of them runs on " + std::to_string(world.size()) + " rank(s)");
       if (!bench.json_path.empty() && rank == 0) {

@@ -176,8 +176,9 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
          "per-rank sequences, comma separated, summing to --batch; or 'auto': split by each rank's measured "
          "speed")
       ->delimiter(',');
-  app.add_option("--rebalance-every", o.rebalance_every,
-                 "--rank-batches auto: re-split the batch every N steps (0 = never)");
+  app.add_option_function<int>(
+      "--rebalance-every", [&o](int n) { o.rebalance_every = n; },
+      "--rank-batches auto: re-split the batch every N steps (0 = never) [default: 5]");
   app.add_option_function<int>(
       "--max-rank-batch", [&o](int n) { o.max_rank_batch = n; },
       "--rank-batches auto: the most sequences a rank may take [default: what its memory allows]");

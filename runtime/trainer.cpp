@@ -169,7 +169,10 @@ void validate_options(const TrainOptions& o, int world_size) {
     usage("--batch auto and --rank-batches exclude each other (give --batch N with --rank-batches)");
   if (o.auto_batch && !o.resume.empty())
     usage("--batch auto and --resume exclude each other (resume with the --batch the run chose)");
-  if (o.rebalance_every < 0) usage("--rebalance-every must be >= 0 (0 = never), got ", o.rebalance_every);
+  if (o.rebalance_every) {
+    if (*o.rebalance_every < 0) usage("--rebalance-every must be >= 0 (0 = never), got ", *o.rebalance_every);
+    if (!o.rank_batches_auto) usage("--rebalance-every is only for --rank-batches auto");
+  }
   if (o.max_rank_batch) {
     if (*o.max_rank_batch < 1) usage("--max-rank-batch must be >= 1, got ", *o.max_rank_batch);
     if (!o.rank_batches_auto) usage("--max-rank-batch is only for --rank-batches auto");
@@ -287,7 +290,7 @@ void Trainer::measure_speed(double batch_ms, double waited_ms) {
 }
 
 std::vector<double> Trainer::maybe_rebalance() {
-  const int every = options_.rebalance_every;
+  const int every = options_.rebalance_interval();
   if (!options_.rank_batches_auto || every == 0 || steps_done_ % every != 0 || world_.size() == 1) return {};
   const std::vector<double> seq_per_s = gathered_seq_per_s();
   const std::vector<int> split = rebalanced_split(rank_batches_, seq_per_s, rank_batch_caps_);

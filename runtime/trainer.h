@@ -35,11 +35,13 @@ struct TrainOptions {
   int seq = 64;
   int grad_accum = 1;
   std::vector<int> rank_batches;  // per-rank share of --batch; empty = even split (or auto)
-  // --rank-batches auto: start even, then every `rebalance_every` steps (0: never) re-split by each
-  // rank's measured speed, each rank within `max_rank_batch` (unset: what its memory allows).
+  // --rank-batches auto: start even, then every `rebalance_every` steps (0: never; unset: 5) re-split by
+  // each rank's measured speed, each rank within `max_rank_batch` (unset: what its memory allows). Both
+  // are refused without auto, where they would do nothing.
   bool rank_batches_auto = false;
-  int rebalance_every = 5;
+  std::optional<int> rebalance_every;
   std::optional<int> max_rank_batch;
+  int rebalance_interval() const { return rebalance_every.value_or(5); }
   // optimizer
   int steps = 300;
   float lr = 3e-3f;

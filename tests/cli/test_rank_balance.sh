@@ -10,6 +10,10 @@ expect_every_rank_fails "auto batch below world" 2 "--batch 1 is smaller than th
   --batch 1 --rank-batches auto
 expect_every_rank_fails "negative rebalance" 2 "--rebalance-every must be >= 0" -- \
   "${ARGS[@]}" --rank-batches auto --rebalance-every -1
+expect_every_rank_fails "rebalance without auto" 2 "--rebalance-every is only for --rank-batches auto" -- \
+  "${ARGS[@]}" --rebalance-every 2
+TRAIN="$ZSHARD_BIN/zshard-bench" expect_every_rank_fails "bench rebalance without auto" 2 \
+  "--rebalance-every is only for the auto split" -- --strategies ddp --rank-batches even --rebalance-every 2
 expect_every_rank_fails "max rank batch 0" 2 "--max-rank-batch must be >= 1, got 0" -- \
   "${ARGS[@]}" --rank-batches auto --max-rank-batch 0
 expect_every_rank_fails "not a size" 2 "--rank-batches: expected integers or 'auto', got 'fast'" -- \

@@ -72,7 +72,10 @@ TEST(TrainOptions, BadValuesNameTheirFlag) {
               HasSubstr("2: --rank-batches auto takes no sizes beside it, got auto and 2"));
   EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.batch = 3; }),
               HasSubstr("2: --batch 3 is smaller than the world size 4"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.rebalance_every = -1; }), HasSubstr("2: --rebalance-every must be >= 0"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.rebalance_every = -1; }),
+              HasSubstr("2: --rebalance-every must be >= 0"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.rebalance_every = 2; }),
+              HasSubstr("2: --rebalance-every is only for --rank-batches auto"));
   EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.max_rank_batch = 0; }),
               HasSubstr("2: --max-rank-batch must be >= 1, got 0"));
   EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.max_rank_batch = 1; }),
