@@ -30,9 +30,12 @@ class Llama final : public Model {
   std::vector<UnitSpec> units() const override;
   // Hugging Face init: matrices and the embedding N(0, 0.02), RMSNorm gains 1.
   void init_unit(int unit, const UnitTensors& params, uint64_t seed) const override;
-  // Gathers every unit for forward and again for backward; a tied head gathers the embedding a second
-  // time, for the logits and their backward. grads_ready runs from the final unit down to unit 0. With
-  // ActivationCheckpointing::blocks a layer's forward runs again under its backward's gather.
+  // Gathers every layer for forward and again for backward, the embedding for forward only (its backward
+  // reads only the tokens). Untied, the final unit (norm and head) is gathered once: the logits, their
+  // backward and the norm's backward run under that gather. Tied, the embedding is gathered a second time
+  // for the logits and their backward, and the final norm again for its backward. grads_ready runs from
+  // the final unit down to unit 0. With ActivationCheckpointing::blocks a layer's forward runs again under
+  // its backward's gather.
   double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
   double forward(ParamContext& ctx, const Batch& batch) override;
   int64_t activation_bytes(int B, int T, DType dtype) const override;
