@@ -129,6 +129,25 @@ int largest_rank_batch_fitting(const TrainOptions& o, const Model& model, int wo
   return largest_rank_batch(estimate_input(o, model, world, o.strategy.kind, 1), budget.bytes);
 }
 
+void check_host_memory_fits(const TrainOptions& o, const Model& model, int world, const MemoryBudget& host_budget) {
+  if (host_budget.bytes < 0 || o.placement.device == Device::cpu || !o.placement.offload_optimizer) return;
+  const int64_t host = estimate_memory(estimate_input(o, model, world, o.strategy.kind, 1)).host_apart();
+  if (host <= host_budget.bytes) return;
+  // The host bytes shrink only with the shard group: hybrid's shards more as zero3, any strategy's with
+  // more ranks.
+  std::string fix;
+  if (o.strategy.kind == StrategyKind::hybrid &&
+      estimate_memory(estimate_input(o, model, world, StrategyKind::zero3, 1)).host_apart() <= host_budget.bytes)
+    fix = "--strategy zero3";
+  for (int ranks = world * 2; fix.empty() && ranks <= (1 << 16); ranks *= 2)
+    if (estimate_memory(estimate_input(o, model, ranks, StrategyKind::zero3, 1)).host_apart() <= host_budget.bytes)
+      fix = detail::concat("--strategy zero3 on ", ranks, " ranks with this much host memory each");
+  fail("--offload optimizer does not fit in host memory: this rank needs about ", format_bytes(double(host)),
+       " of page-locked host memory, it can use ", format_bytes(double(host_budget.bytes)), " (",
+       host_budget.source, "); ", fix.empty() ? "" : "nearest that fits: " + fix + ", or ",
+       "--offload none (--mem-check off skips this check)");
+}
+
 void check_memory_fits(const TrainOptions& o, const Model& model, int world, int rank_batch,
                        int largest_rank_batch, const MemoryBudget& budget) {
   if (budget.bytes < 0) return;

@@ -29,6 +29,13 @@ EstimateInput estimate_input(const TrainOptions& options, const Model& model, in
 // even one; -1: the budget is unknown).
 int largest_rank_batch_fitting(const TrainOptions& options, const Model& model, int world, const MemoryBudget& budget);
 
+// On a GPU with --offload optimizer: throws zshard::Error when this rank's page-locked host memory (master,
+// Adam state and the gradients' host copy, which no batch size changes) exceeds `host_budget`, what the
+// host has per rank (usable_memory(Device::cpu, ...)). Page-locked memory cannot be swapped out, so a host
+// that overcommits it stalls or is ended by the OOM killer. Does nothing elsewhere.
+void check_host_memory_fits(const TrainOptions& options, const Model& model, int world,
+                            const MemoryBudget& host_budget);
+
 // Throws zshard::Error when the estimate for this rank (its `rank_batch` sequences) exceeds `budget`.
 // `largest_rank_batch` sizes the suggestion, which keeps the global batch (a smaller micro-batch with
 // more accumulation) and tries the strategies that shard more.

@@ -239,6 +239,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
       budget = usable_memory(options_.placement.device, comm::ranks_on_this_host());
       check_memory_fits(options_, *model_, world.size(), rank_batch_,
                         *std::max_element(rank_batches_.begin(), rank_batches_.end()), budget);
+      check_host_memory_fits(options_, *model_, world.size(), usable_memory(Device::cpu, comm::ranks_on_this_host()));
     });
   if (options_.rank_batches_auto) {
     // Each rank's own limit, gathered so that every rank splits within the same caps.

@@ -82,6 +82,32 @@ TEST(MemoryCheck, SuggestsMoreRanksWhenNothingFitsOnThese) {
   EXPECT_THAT(check(c, 1 << 20), HasSubstr("no strategy or batch split fits on 4 rank(s) or on more of them"));
 }
 
+// Checked by arithmetic, without a GPU: the cuda estimate's host part against a host budget.
+TEST(MemoryCheck, OffloadedOptimizerMustFitInHostMemory) {
+  Case c = gpt2_case();
+  c.options.placement = {Device::cuda, DType::bf16, DType::f32, true};
+  c.options.strategy.kind = StrategyKind::zero3;
+  EstimateInput in = estimate_input(c.options, *c.model, c.world, StrategyKind::zero3, 1);
+  const int64_t host = estimate_memory(in).host_apart();
+  ASSERT_GT(host, 0);
+  const auto host_check = [&](const Case& k, int64_t budget) {
+    return error_of([&] { check_host_memory_fits(k.options, *k.model, k.world, {budget, "test host"}); });
+  };
+  EXPECT_EQ(host_check(c, host), "(no error)");
+  EXPECT_EQ(host_check(c, -1), "(no error)") << "an unknown budget checks nothing";
+  const std::string e = host_check(c, host - 1);
+  EXPECT_THAT(e, HasSubstr("--offload optimizer does not fit in host memory: this rank needs about "));
+  EXPECT_THAT(e, HasSubstr("(test host); nearest that fits: --strategy zero3 on 8 ranks with this much host "
+                           "memory each, or --offload none"));
+  Case hybrid = c;  // groups of 2 hold twice zero3's host shard on 4 ranks
+  hybrid.options.strategy = {StrategyKind::hybrid, 2, true, 2};
+  EXPECT_THAT(host_check(hybrid, host), HasSubstr("nearest that fits: --strategy zero3, or --offload none"));
+  Case cpu = c;  // the cpu's host bytes are its device's, checked by check_memory_fits
+  cpu.options.placement.device = Device::cpu;
+  cpu.options.placement.param_dtype = DType::f32;
+  EXPECT_EQ(host_check(cpu, 1), "(no error)");
+}
+
 TEST(MemoryCheck, BudgetOfThisHostIsKnown) {
   const MemoryBudget b = usable_memory(Device::cpu, 2);
   ASSERT_GT(b.bytes, 0);
