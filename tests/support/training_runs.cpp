@@ -45,6 +45,7 @@ RunResult train_single_process(const TrainOptions& options) {
   single.rank_batches.clear();
   single.rank_batches_auto = false;
   single.max_rank_batch.reset();
+  single.rebalance_every.reset();
   return train(single, self);
 }
 
