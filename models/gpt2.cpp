@@ -79,11 +79,6 @@ int64_t GPT2::activation_bytes(int B, int T, DType dtype) const {
   return gpt2::Activations::bytes(config_, B, T, dtype, checkpointing_, defers_head_gradient(B, T));
 }
 
-bool GPT2::defers_head_gradient(int B, int T) const {
-  if (head_gradient_ == HeadGradient::by_tokens) return int64_t(B) * T < config_.dim;
-  return head_gradient_ == HeadGradient::deferred;
-}
-
 double GPT2::forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) {
   return run(ctx, batch, true, loss_scale);
 }
@@ -122,11 +117,7 @@ double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float 
 
   // The LM head is tied to wte, so it gathers the embedding unit again. Its backward runs under the
   // same gather: the largest unit is gathered twice per step, not three times.
-  const Tensor& wte = ctx.gather(0)[gpt2::kWte];
-  const double loss = layers.head_forward(wte, backward, loss_scale);
-  if (backward) layers.head_input_grad(wte);
-  if (backward && !defer) layers.head_weight_grad(ctx.grads(0)[gpt2::kWte]);
-  ctx.release(0);
+  const double loss = run_tied_head(ctx, layers, gpt2::kWte, backward, defer, loss_scale);
   if (!backward) return loss;
 
   {
@@ -149,13 +140,7 @@ double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float 
     ctx.release(1 + l);
     ctx.grads_ready(1 + l);
   }
-  // The embedding backward reads only the tokens, so unit 0 is not gathered for it. Its grads hold the
-  // head's dwte already, or get it now, deferred, before the embedding's addition as at the head; this is
-  // the last addition, so grads_ready(0) comes last.
-  const UnitTensors& embedding_grads = ctx.grads(0);
-  if (defer) layers.head_weight_grad(embedding_grads[gpt2::kWte]);
-  layers.embedding_backward(embedding_grads);
-  ctx.grads_ready(0);
+  run_embedding_backward(ctx, layers, gpt2::kWte, defer);
   return loss;
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "models/gpt2_config.h"
+#include "models/lm_head.h"
 #include "models/model.h"
 
 namespace zshard {
@@ -35,10 +36,10 @@ class GPT2 final : public Model {
   // Computes in ctx.compute_dtype() on ctx.device(): f32 or f64 on cpu, f32 or bf16 on cuda, where the
   // batch's tokens are copied to the device first. forward_backward gathers every unit twice: forward
   // and backward, except unit 0, whose second gather serves the tied head (the logits, the gradient into
-  // lnf and, unless deferred, dwte); the embedding backward needs no parameters. With ActivationCheckpointing::blocks
-  // a block's forward runs again under its backward's gather: the same gathers, the same results.
-  // grads_ready runs from unit L+1 down to unit 0; unit 0's grads() comes at the head or, with the head's
-  // dwte deferred (set_head_gradient), at the embedding's backward only.
+  // lnf and, unless deferred, dwte); the embedding backward needs no parameters. With
+  // ActivationCheckpointing::blocks a block's forward runs again under its backward's gather: the same
+  // gathers, the same results. grads_ready runs from unit L+1 down to unit 0; unit 0's grads() comes at the
+  // head or, with the head's dwte deferred (set_head_gradient), at the embedding's backward only.
   // On cuda the ops are only queued on the compute stream (kernels/ops.h): at release(u) and
   // grads_ready(u), u's work is queued, not necessarily finished; the returned loss is final.
   double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
@@ -54,17 +55,11 @@ class GPT2 final : public Model {
   // lower triangle. No recomputation is counted.
   double flops_per_token(int T) const override;
 
-  // When the tied head adds dwte = dlogits^T lnf to unit 0's gradients. Immediate: at the head's backward,
-  // so that gradient is open through every block's backward, a full V x C buffer under sharded gradients.
-  // Deferred: at the embedding's backward, just before its own addition (the same order, the same bits),
-  // keeping the dlogits (tokens x V) until then instead; what that adds to the activations is only the
-  // block scratch, which no longer shares the logits' bytes. by_tokens, the default, defers when a
-  // micro-batch has fewer tokens than channels: the dlogits are then smaller than the gradient they
-  // replace, so under sharded gradients deferring never costs more than it frees (where gradients are
-  // resident, ddp and zero1, it frees nothing and costs that scratch). Tests force either order.
-  enum class HeadGradient { by_tokens, immediate, deferred };
+  // When the tied head adds dwte = dlogits^T lnf to unit 0's gradients (models/lm_head.h).
   void set_head_gradient(HeadGradient when) { head_gradient_ = when; }
-  bool defers_head_gradient(int B, int T) const;
+  bool defers_head_gradient(int B, int T) const {
+    return zshard::defers_head_gradient(head_gradient_, B, T, config_.dim);
+  }
 
  private:
   double run(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);

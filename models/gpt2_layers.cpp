@@ -1,7 +1,5 @@
 #include "models/gpt2_layers.h"
 
-#include <algorithm>
-
 #include "kernels/device_memory.h"
 #include "kernels/ops.h"
 #include "models/model_support.h"
@@ -24,10 +22,6 @@ void visit_intermediates(Activations& a, const GPT2Config& c, int B, int T, int6
   g(a.ln2, {S, B, T, C});
   g(a.fch, {S, B, T, 4 * C});
   g(a.fch_gelu, {S, B, T, 4 * C});
-}
-
-BufferList logits_list(Activations& a, const GPT2Config& c, int B, int T, DType dtype) {
-  return [&a, &c, B, T, dtype](const BufferVisitor& f) { f(a.logits, {B, T, logits_row_stride(c.vocab)}, dtype); };
 }
 
 // What lives only inside one block's forward or backward: the c_proj output, the backward's scratch and,
@@ -67,13 +61,7 @@ void for_each_buffer(Activations& a, const GPT2Config& c, int B, int T, DType dt
   g(a.dln, {B, T, C});
   // The logits live from the head's forward to its backward, while no block runs; deferred, the dlogits
   // live on to the embedding's backward.
-  const int64_t transients = buffer_elements(block_transients(a, c, B, T, dtype, mode));
-  if (deferred_head) {
-    logits_list(a, c, B, T, dtype)(f);
-    g(a.shared, {transients});
-  } else {
-    g(a.shared, {std::max(buffer_elements(logits_list(a, c, B, T, dtype)), transients)});
-  }
+  a.visit_logits_region(B, T, c.vocab, dtype, deferred_head, block_transients(a, c, B, T, dtype, mode), f);
 }
 
 // The residual stream entering block l (l == L: leaving the last block).
@@ -93,12 +81,10 @@ int64_t Activations::bytes(const GPT2Config& c, int B, int T, DType dtype, Activ
 
 void Activations::allocate(const GPT2Config& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode,
                            bool deferred) {
-  deferred_head = deferred;
   BatchBuffers::allocate(b, t, type, dev, mode, [&](const BufferVisitor& f) {
     for_each_buffer(*this, c, b, t, type, mode, deferred, f);
   });
-  if (!deferred) cut_buffers(shared, logits_list(*this, c, b, t, type));
-  cut_buffers(shared, block_transients(*this, c, b, t, type, mode));
+  cut_logits_region(b, t, c.vocab, type, deferred, block_transients(*this, c, b, t, type, mode));
 }
 
 

@@ -24,8 +24,9 @@ enum FinalNormParam { kLnfWeight, kLnfBias };
 
 // Everything forward_backward keeps for one (B, T), on the device it computes on: views into the
 // activations allocations. Per-block buffers have a leading dimension: L for the block outputs
-// (residual3), S = slots(checkpointing, L) for the intermediates (L, or 1 reused by every block).
-struct Activations : BatchBuffers {
+// (residual3), S = slots(checkpointing, L) for the intermediates (L, or 1 reused by every block). The
+// logits share their region (LogitsRegion) with the views of block scratch below.
+struct Activations : BatchBuffers, LogitsRegion {
   Tensor encoded;                        // (B,T,C) wte + wpe: block 0's input
   Tensor ln1, ln1_mean, ln1_rstd;        // (S,B,T,C), (S,B,T), (S,B,T); mean and rstd in NormStat
   Tensor qkv;                            // (S,B,T,3C)
@@ -39,17 +40,11 @@ struct Activations : BatchBuffers {
   Tensor losses;                         // (B,T)
   // Backward scratch, shared by all blocks. dresidual carries d(loss)/d(residual stream).
   Tensor dresidual, dln;                 // (B,T,C)
-  // One region shared by the logits and what lives only inside a block (the views below, and with
-  // checkpointing the one slot of intermediates above): the logits are dead while any block runs, unless
-  // the head's dwte is deferred to the embedding's backward, which reads the dlogits after every block:
-  // then the logits have bytes of their own and the region holds the block's buffers only.
-  Tensor shared;
-  Tensor logits;                         // (B,T,Vp), rows Vp = logits_row_stride apart; dlogits in the backward
+  // Cut from the LogitsRegion's shared region, with checkpointing beside the one slot of intermediates.
   Tensor proj;                           // (B,T,C) a c_proj output before its residual add (scratch)
   Tensor datty;                          // (B,T,C)
   Tensor dqkv;                           // (B,T,3C)
   Tensor dfch, dfch_gelu;                // (B,T,4C)
-  bool deferred_head = false;            // the dlogits are kept for the embedding's backward
 
   // Bytes of the allocations for (B, T), `mode` and `deferred_head`, tokens included: what
   // activation_bytes reports.

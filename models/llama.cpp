@@ -63,7 +63,7 @@ void Llama::init_unit(int unit, const UnitTensors& params, uint64_t seed) const 
 
 int64_t Llama::activation_bytes(int B, int T, DType dtype) const {
   ZS_CHECK(B > 0 && T > 0, "Llama activation_bytes: B and T must be positive, got B=", B, " T=", T);
-  return llama::Activations::bytes(config_, B, T, dtype, checkpointing_);
+  return llama::Activations::bytes(config_, B, T, dtype, checkpointing_, false);
 }
 
 double Llama::flops_per_token(int T) const {
@@ -89,10 +89,11 @@ double Llama::run(ParamContext& ctx, const Batch& batch, bool backward, float lo
 template <class T>
 double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
   const DType dtype = dtype_of<T>();
+  const bool defer = false;  // a tied head adds its weight gradient at the head
   if (!acts_ || !acts_->fits(batch, dtype, ctx.device(), checkpointing_)) {
     acts_.reset();  // free the old buffers (views included) before allocating the new ones
     acts_ = std::make_unique<llama::Activations>();
-    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device(), checkpointing_);
+    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device(), checkpointing_, defer);
   }
   acts_->load_tokens(batch);
   const llama::Layers<T> layers{config_, *acts_};
@@ -111,10 +112,7 @@ double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float
     // Released before the head, the embedding gathered a second time as GPT-2's is, so that the last
     // layer's gather is prefetched under the head; the small norm unit is gathered again for its backward.
     ctx.release(final_unit);
-    const Tensor& head = ctx.gather(0)[llama::kEmbed];
-    loss = layers.head_forward(head, backward, loss_scale);
-    if (backward) layers.head_backward(head, ctx.grads(0)[llama::kEmbed]);
-    ctx.release(0);
+    loss = run_tied_head(ctx, layers, llama::kEmbed, backward, defer, loss_scale);
     if (!backward) return loss;
     const UnitTensors& p = ctx.gather(final_unit);
     layers.final_norm_backward(p, ctx.grads(final_unit));
@@ -128,7 +126,8 @@ double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float
     loss = layers.head_forward(p[llama::kLmHead], backward, loss_scale);
     if (backward) {
       const UnitTensors& g = ctx.grads(final_unit);
-      layers.head_backward(p[llama::kLmHead], g[llama::kLmHead]);
+      layers.head_input_grad(p[llama::kLmHead]);
+      layers.head_weight_grad(g[llama::kLmHead]);
       layers.final_norm_backward(p, g);
     }
     ctx.release(final_unit);
@@ -144,9 +143,7 @@ double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float
     ctx.release(1 + l);
     ctx.grads_ready(1 + l);
   }
-  // The embedding's backward reads only the tokens; a tied head's dW is in its grads already.
-  layers.embedding_backward(ctx.grads(0));
-  ctx.grads_ready(0);
+  run_embedding_backward(ctx, layers, llama::kEmbed, defer);
   return loss;
 }
 

@@ -1,9 +1,6 @@
 #include "models/llama_layers.h"
 
-#include <algorithm>
-
 #include "kernels/device_memory.h"
-#include "models/lm_head.h"
 #include "models/model_support.h"
 
 namespace zshard::llama {
@@ -25,10 +22,6 @@ void visit_intermediates(Activations& a, const LlamaConfig& c, int B, int T, int
   for (Tensor* t : {&a.gate, &a.up, &a.swiglu}) g(*t, {S, B, T, F});
 }
 
-BufferList logits_list(Activations& a, const LlamaConfig& c, int B, int T, DType dtype) {
-  return [&a, &c, B, T, dtype](const BufferVisitor& f) { f(a.logits, {B, T, logits_row_stride(c.vocab)}, dtype); };
-}
-
 // What lives only inside one layer's forward or backward: projections before they are packed or added,
 // the backward's scratch and, with checkpointing, the one slot of intermediates.
 BufferList layer_transients(Activations& a, const LlamaConfig& c, int B, int T, DType dtype,
@@ -47,7 +40,7 @@ BufferList layer_transients(Activations& a, const LlamaConfig& c, int B, int T, 
 // The one description of the activation layout, in order: i32 tokens, the rest in the compute dtype and
 // the RMSNorm statistics in NormStat.
 void for_each_buffer(Activations& a, const LlamaConfig& c, int B, int T, DType dtype, ActivationCheckpointing mode,
-                     const BufferVisitor& f) {
+                     bool deferred_head, const BufferVisitor& f) {
   const int64_t L = c.layers, S = Activations::slots(mode, c.layers), C = c.dim;
   f(a.inputs, {B, T}, DType::i32);
   f(a.targets, {B, T}, DType::i32);
@@ -63,9 +56,9 @@ void for_each_buffer(Activations& a, const LlamaConfig& c, int B, int T, DType d
   g(a.losses, {B, T});
   g(a.dresidual, {B, T, C});
   g(a.dln, {B, T, C});
-  // The logits live from the head's forward to its backward, while no layer runs.
-  g(a.shared, {std::max(buffer_elements(logits_list(a, c, B, T, dtype)),
-                        buffer_elements(layer_transients(a, c, B, T, dtype, mode)))});
+  // The logits live from the head's forward to its backward, while no layer runs; a tied head's deferred
+  // dlogits live on to the embedding's backward.
+  a.visit_logits_region(B, T, c.vocab, dtype, deferred_head, layer_transients(a, c, B, T, dtype, mode), f);
 }
 
 // The residual stream entering layer l (l == L: leaving the last layer).
@@ -89,16 +82,18 @@ void matmul_backward(Device d, T* dx, T* dW, const T* dy, const T* x, const T* W
 
 }  // namespace
 
-int64_t Activations::bytes(const LlamaConfig& c, int B, int T, DType dtype, ActivationCheckpointing mode) {
+int64_t Activations::bytes(const LlamaConfig& c, int B, int T, DType dtype, ActivationCheckpointing mode,
+                           bool deferred_head) {
   Activations unused;
-  return buffer_bytes([&](const BufferVisitor& f) { for_each_buffer(unused, c, B, T, dtype, mode, f); });
+  return buffer_bytes(
+      [&](const BufferVisitor& f) { for_each_buffer(unused, c, B, T, dtype, mode, deferred_head, f); });
 }
 
-void Activations::allocate(const LlamaConfig& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode) {
+void Activations::allocate(const LlamaConfig& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode,
+                           bool deferred) {
   BatchBuffers::allocate(b, t, type, dev, mode,
-                         [&](const BufferVisitor& f) { for_each_buffer(*this, c, b, t, type, mode, f); });
-  cut_buffers(shared, logits_list(*this, c, b, t, type));
-  cut_buffers(shared, layer_transients(*this, c, b, t, type, mode));
+                         [&](const BufferVisitor& f) { for_each_buffer(*this, c, b, t, type, mode, deferred, f); });
+  cut_logits_region(b, t, c.vocab, type, deferred, layer_transients(*this, c, b, t, type, mode));
 }
 
 
@@ -219,9 +214,13 @@ double Layers<T>::head_forward(const Tensor& head, bool backward, float dloss) c
 }
 
 template <class T>
-void Layers<T>::head_backward(const Tensor& head, const Tensor& dhead) const {
-  LmHead{a.device, a.B * a.T, c.dim, c.vocab}.backward(a.dln.data<T>(), dhead.data<T>(), a.logits.data<T>(),
-                                                       a.lnf.data<T>(), head.data<T>());
+void Layers<T>::head_input_grad(const Tensor& head) const {
+  LmHead{a.device, a.B * a.T, c.dim, c.vocab}.input_grad(a.dln.data<T>(), a.logits.data<T>(), head.data<T>());
+}
+
+template <class T>
+void Layers<T>::head_weight_grad(const Tensor& dhead) const {
+  LmHead{a.device, a.B * a.T, c.dim, c.vocab}.weight_grad(dhead.data<T>(), a.logits.data<T>(), a.lnf.data<T>());
 }
 
 template struct Layers<float>;

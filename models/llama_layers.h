@@ -5,6 +5,7 @@
 
 #include "kernels/ops.h"
 #include "models/llama_config.h"
+#include "models/lm_head.h"
 #include "models/model.h"
 #include "models/model_support.h"
 
@@ -18,7 +19,8 @@ enum FinalParam { kFinalNorm, kLmHead };  // kLmHead only with an untied head
 
 // Everything forward_backward keeps for one (B, T). Per-layer buffers have a leading dimension: L for the
 // layer outputs (residual3), S = slots(checkpointing, L) for the intermediates (L, or 1 reused by every layer).
-struct Activations : BatchBuffers {
+// The logits share their region (LogitsRegion) with the views of layer scratch below.
+struct Activations : BatchBuffers, LogitsRegion {
   Tensor encoded;                     // (B,T,C) the token embedding: layer 0's input
   Tensor ln1, ln1_rstd;               // (S,B,T,C), (S,B,T)
   Tensor qkv;                         // (S,B,T,3C) rotated q, and k and v repeated per query head
@@ -31,18 +33,18 @@ struct Activations : BatchBuffers {
   Tensor lnf, lnf_rstd;               // (B,T,C), (B,T)
   Tensor losses;                      // (B,T)
   Tensor dresidual, dln;              // (B,T,C) backward scratch shared by all layers
-  // One region shared by the logits and what lives only inside a layer (the views below, and with
-  // checkpointing the one slot of intermediates above): the logits are dead while any layer runs.
-  Tensor shared;
-  Tensor logits;                      // (B,T,Vp); dlogits in the backward
-  // Scratch shared by all layers: projections before they are packed or added, and the backward's.
+  // Scratch shared by all layers, cut from the LogitsRegion's shared region (with checkpointing beside the
+  // one slot of intermediates): projections before they are packed or added, and the backward's.
   Tensor proj, q, dq, datty;          // (B,T,C)
   Tensor k, v, dk, dv;                // (B,T,KV)
   Tensor dqkv;                        // (B,T,3C)
   Tensor dswiglu, dgate, dup;         // (B,T,F)
 
-  static int64_t bytes(const LlamaConfig& c, int B, int T, DType dtype, ActivationCheckpointing mode);
-  void allocate(const LlamaConfig& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode);
+  // Bytes of the allocations for (B, T), `mode` and `deferred_head`, tokens included: activation_bytes.
+  static int64_t bytes(const LlamaConfig& c, int B, int T, DType dtype, ActivationCheckpointing mode,
+                       bool deferred_head);
+  void allocate(const LlamaConfig& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode,
+                bool deferred_head);
 };
 
 template <class T>
@@ -59,8 +61,13 @@ struct Layers {
   void final_norm_forward(const UnitTensors& p) const;
   // From a.dln = d(loss)/d(lnf) to a.dresidual = d(loss)/d(last layer output).
   void final_norm_backward(const UnitTensors& p, const UnitTensors& g) const;
+  // logits = lnf @ head^T and the token losses; with `backward` the logits become the dlogits.
   double head_forward(const Tensor& head, bool backward, float dloss) const;
-  void head_backward(const Tensor& head, const Tensor& dhead) const;
+  // a.dln = dlogits @ head (set).
+  void head_input_grad(const Tensor& head) const;
+  // dhead += dlogits^T @ lnf: after head_input_grad, or, tied and deferred, at the embedding's backward
+  // (nothing writes the dlogits or lnf in between).
+  void head_weight_grad(const Tensor& dhead) const;
 };
 
 extern template struct Layers<float>;

@@ -1,7 +1,10 @@
 // The language-model head the hand-written models share: logits = x @ W^T for an output matrix W of
-// (V, C) (GPT-2's tied wte, Llama's lm_head or tied embedding), the token losses, and the backward.
+// (V, C) (GPT-2's tied wte, Llama's lm_head or tied embedding), the token losses, and the backward; and,
+// for a head tied to the embedding, when its weight gradient is added and the protocol around it.
 #pragma once
 #include "kernels/tensor.h"
+#include "models/model.h"
+#include "models/model_support.h"
 
 namespace zshard {
 
@@ -23,12 +26,67 @@ struct LmHead {
   template <class T>
   void input_grad(T* dx, const T* dlogits, const T* W) const;
   // dW += dlogits^T @ x. Reads only dlogits and x, so a tied head can add it later than input_grad, for
-  // as long as both are kept (GPT-2 may leave it to the embedding's backward).
+  // as long as both are kept (it may be left to the embedding's backward: HeadGradient).
   template <class T>
   void weight_grad(T* dW, const T* dlogits, const T* x) const;
-  // input_grad, then weight_grad.
-  template <class T>
-  void backward(T* dx, T* dW, const T* dlogits, const T* x, const T* W) const;
 };
+
+// When a head tied to the embedding (unit 0) adds its weight gradient dW = dlogits^T x to unit 0's
+// gradients. Immediate: at the head's backward, so that gradient is open through every block's backward,
+// a full V x C buffer under sharded gradients. Deferred: at the embedding's backward, just before its own
+// addition (the same order, the same bits), keeping the dlogits (tokens x V) until then instead; what
+// that adds to the activations is at most the block scratch, which no longer shares the logits' bytes
+// (LogitsRegion). by_tokens, the default, defers when a micro-batch has fewer tokens than channels, where
+// the dlogits are smaller than the gradient they keep closed (but for the rows' padding): under sharded
+// gradients the trade then favours deferring. Where gradients are resident (ddp, zero1) it frees nothing
+// and costs that scratch. Tests force either order.
+enum class HeadGradient { by_tokens, immediate, deferred };
+bool defers_head_gradient(HeadGradient when, int B, int T, int channels);
+
+// The logits and what lives only inside one block's forward or backward (a model's block transients, and
+// with checkpointing its one slot of intermediates) in one region: the logits are dead while any block
+// runs, unless the head's weight gradient is deferred to the embedding's backward, which reads the
+// dlogits after every block: then the logits have bytes of their own and the region holds the block's
+// buffers only.
+struct LogitsRegion {
+  Tensor shared;
+  Tensor logits;               // (B,T,Vp), rows Vp = logits_row_stride apart; dlogits in the backward
+  bool deferred_head = false;  // the dlogits are kept for the embedding's backward
+
+  // For a model's activation list: visits the logits when deferred, then the region, sized for the
+  // transients and, unless deferred, the logits.
+  void visit_logits_region(int B, int T, int vocab, DType dtype, bool deferred, const BufferList& transients,
+                           const BufferVisitor& f);
+  // Once the region is allocated: cuts the logits (unless deferred) and the transients from it.
+  void cut_logits_region(int B, int T, int vocab, DType dtype, bool deferred, const BufferList& transients);
+
+ private:
+  BufferList logits_list(int B, int T, int vocab, DType dtype);
+};
+
+// A head tied to parameter `param` of unit 0, under unit 0's second gather: the logits and the losses
+// (their sum returned) and, with `backward`, the head's input gradient and, unless `deferred`, its weight
+// gradient, which opens unit 0's grads until the embedding's backward. `layers` has GPT-2's and Llama's
+// head_forward, head_input_grad and head_weight_grad.
+template <class Layers>
+double run_tied_head(ParamContext& ctx, const Layers& layers, int param, bool backward, bool deferred, float dloss) {
+  const Tensor& W = ctx.gather(0)[param];
+  const double loss = layers.head_forward(W, backward, dloss);
+  if (backward) layers.head_input_grad(W);
+  if (backward && !deferred) layers.head_weight_grad(ctx.grads(0)[param]);
+  ctx.release(0);
+  return loss;
+}
+
+// The embedding's backward, which reads only the tokens (unit 0 is not gathered): a deferred head's weight
+// gradient first, as it would have come at the head, then the embedding's own addition, the last into
+// unit 0's grads, so grads_ready(0) follows.
+template <class Layers>
+void run_embedding_backward(ParamContext& ctx, const Layers& layers, int param, bool deferred_head) {
+  const UnitTensors& g = ctx.grads(0);
+  if (deferred_head) layers.head_weight_grad(g[param]);
+  layers.embedding_backward(g);
+  ctx.grads_ready(0);
+}
 
 }  // namespace zshard

@@ -146,8 +146,8 @@ TEST(GradientMemory, TiedGradientOpensOnlyAtTheEmbeddingAndGivesTheSameBits) {
   for (StrategyKind k : {StrategyKind::zero2, StrategyKind::zero3, StrategyKind::hybrid}) {
     if (k == StrategyKind::hybrid && n < 4) continue;
     std::vector<std::vector<float>> grads[2];
-    for (GPT2::HeadGradient when : {GPT2::HeadGradient::deferred, GPT2::HeadGradient::immediate}) {
-      const bool deferred = when == GPT2::HeadGradient::deferred;
+    for (HeadGradient when : {HeadGradient::deferred, HeadGradient::immediate}) {
+      const bool deferred = when == HeadGradient::deferred;
       model.set_head_gradient(when);
       ShardedParams p(model, test::world(), {k, k == StrategyKind::hybrid ? 2 : 0, true, 2}, 7);
       Allocator::of(Device::cpu).reset_peaks();
@@ -161,7 +161,7 @@ TEST(GradientMemory, TiedGradientOpensOnlyAtTheEmbeddingAndGivesTheSameBits) {
         grads[deferred].emplace_back(g.data<float>(), g.data<float>() + g.numel());
       }
     }
-    model.set_head_gradient(GPT2::HeadGradient::by_tokens);
+    model.set_head_gradient(HeadGradient::by_tokens);
     for (size_t u = 0; u < grads[0].size(); ++u)
       EXPECT_EQ(std::memcmp(grads[0][u].data(), grads[1][u].data(), grads[0][u].size() * sizeof(float)), 0)
           << strategy_name(k) << " unit " << u;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -76,6 +78,50 @@ void expect_checkpointing_bit_identical(Model& model, const LocalParams& params,
   for (size_t e = 0; e < plain.events().size(); ++e) {
     EXPECT_EQ(plain.events()[e].call, recomputed.events()[e].call) << "protocol call " << e;
     EXPECT_EQ(plain.events()[e].unit, recomputed.events()[e].unit) << "protocol call " << e;
+  }
+}
+
+void expect_deferred_head_bit_identical(Model& model, const std::function<void(HeadGradient)>& set_head_gradient,
+                                        const LocalParams& params, const RandomTokens& data) {
+  for (DType dtype : {DType::f32, DType::f64})
+    for (ActivationCheckpointing mode : {ActivationCheckpointing::none, ActivationCheckpointing::blocks}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (mode == ActivationCheckpointing::blocks ? " blocks" : ""));
+      model.set_activation_checkpointing(mode);
+      LocalParams at_head(model, dtype), deferred(model, dtype);
+      double losses[2] = {0, 0};
+      for (auto [ctx, when, loss] : {std::tuple{&at_head, HeadGradient::immediate, &losses[0]},
+                                     std::tuple{&deferred, HeadGradient::deferred, &losses[1]}}) {
+        ctx->copy_params_from(params);
+        set_head_gradient(when);
+        for (int micro_step = 0; micro_step < 2; ++micro_step)
+          *loss += model.forward_backward(*ctx, data.batch(), 0.5f);
+      }
+      EXPECT_EQ(std::memcmp(&losses[0], &losses[1], sizeof(double)), 0) << losses[0] << " vs " << losses[1];
+      for (int u = 0; u < at_head.num_units(); ++u)
+        for (size_t i = 0; i < at_head.grad_tensors(u).size(); ++i) {
+          const Tensor &a = at_head.grad_tensors(u)[i], &b = deferred.grad_tensors(u)[i];
+          EXPECT_EQ(std::memcmp(a.raw(), b.raw(), size_t(a.nbytes())), 0) << "unit " << u << " param " << i;
+        }
+    }
+  model.set_activation_checkpointing(ActivationCheckpointing::none);
+  set_head_gradient(HeadGradient::by_tokens);
+}
+
+void expect_tied_gradient_opens(Model& model, const RandomTokens& data, bool deferred) {
+  LocalParams ctx(model, DType::f32);
+  ctx.init(model, 23);
+  model.forward_backward(ctx, data.batch(), 1.0f);
+  const std::vector<LocalParams::Event>& events = ctx.events();
+  using Call = LocalParams::Call;
+  const auto first = [&](Call call, int unit) {
+    return std::find_if(events.begin(), events.end(), [&](auto e) { return e.call == call && e.unit == unit; }) -
+           events.begin();
+  };
+  const auto opened = first(Call::grads, 0);
+  if (deferred) {
+    EXPECT_GT(opened, first(Call::grads_ready, 1));
+  } else {
+    EXPECT_LT(opened, first(Call::grads, ctx.num_units() - 1));
   }
 }
 

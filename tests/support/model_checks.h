@@ -1,9 +1,11 @@
 // What the model tests share: random token batches and random parameters for a LocalParams context.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
+#include "models/lm_head.h"
 #include "models/local_params.h"
 
 namespace zshard::test {
@@ -30,6 +32,17 @@ double expect_gradients_match_finite_differences(Model& model, LocalParams& ctx,
 // the protocol calls (so the collectives) are the same. Leaves `model` without checkpointing.
 void expect_checkpointing_bit_identical(Model& model, const LocalParams& params, DType dtype,
                                         const RandomTokens& data);
+
+// A tied head's weight gradient added at the head and deferred to the embedding's backward (`set_head_gradient`
+// sets the model's order): over two accumulated micro-steps of `data` in fresh contexts holding `params`'s
+// values, gtest failures unless the losses and every gradient are the same bits, in f32 and f64, with and
+// without checkpointing. Leaves `model` without checkpointing and the order by_tokens.
+void expect_deferred_head_bit_identical(Model& model, const std::function<void(HeadGradient)>& set_head_gradient,
+                                        const LocalParams& params, const RandomTokens& data);
+
+// After a forward_backward on `data` in its order by_tokens, a gtest failure unless a model with a tied head
+// first asks for unit 0's grads after every other unit's are ready (`deferred`), or before the final unit's.
+void expect_tied_gradient_opens(Model& model, const RandomTokens& data, bool deferred);
 
 // For each mode, the activations the cpu allocator holds after a forward_backward on `data` in f32 equal
 // activation_bytes; blocks needs fewer. Returns {none, blocks} bytes.

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <numbers>
 #include <random>
 #include <string>
@@ -410,28 +409,8 @@ TEST(GPT2, DeferredHeadGradientGivesTheSameBits) {
   GPT2 model(tiny);
   LocalParams params(model, DType::f64);
   test::randomize_params(params, 0.1, 21);
-  const test::RandomTokens data(2, 24, tiny.vocab, 22);
-  for (DType dtype : {DType::f32, DType::f64})
-    for (ActivationCheckpointing mode : {ActivationCheckpointing::none, ActivationCheckpointing::blocks}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + (mode == ActivationCheckpointing::blocks ? " blocks" : ""));
-      model.set_activation_checkpointing(mode);
-      LocalParams at_head(model, dtype), deferred(model, dtype);
-      double losses[2] = {0, 0};
-      for (auto [ctx, when, loss] : {std::tuple{&at_head, GPT2::HeadGradient::immediate, &losses[0]},
-                                     std::tuple{&deferred, GPT2::HeadGradient::deferred, &losses[1]}}) {
-        ctx->copy_params_from(params);
-        model.set_head_gradient(when);
-        for (int micro_step = 0; micro_step < 2; ++micro_step)
-          *loss += model.forward_backward(*ctx, data.batch(), 0.5f);
-      }
-      EXPECT_EQ(std::memcmp(&losses[0], &losses[1], sizeof(double)), 0) << losses[0] << " vs " << losses[1];
-      for (int u = 0; u < at_head.num_units(); ++u)
-        for (size_t i = 0; i < at_head.grad_tensors(u).size(); ++i) {
-          const Tensor &a = at_head.grad_tensors(u)[i], &b = deferred.grad_tensors(u)[i];
-          EXPECT_EQ(std::memcmp(a.raw(), b.raw(), size_t(a.nbytes())), 0) << "unit " << u << " param " << i;
-        }
-    }
-  model.set_activation_checkpointing(ActivationCheckpointing::none);
+  test::expect_deferred_head_bit_identical(
+      model, [&](HeadGradient when) { model.set_head_gradient(when); }, params, {2, 24, tiny.vocab, 22});
 }
 
 // By default the head's dwte waits for the embedding's backward when the micro-batch has fewer tokens than
@@ -443,20 +422,7 @@ TEST(GPT2, TiedGradientOpensAtTheEmbeddingWithFewerTokensThanChannels) {
   for (const auto [B, deferred] : {std::pair{2, true}, std::pair{4, false}}) {  // 32 and 64 tokens of 16
     SCOPED_TRACE(B);
     EXPECT_EQ(model.defers_head_gradient(B, 16), deferred);
-    LocalParams ctx(model, DType::f32);
-    ctx.init(model, 23);
-    model.forward_backward(ctx, test::RandomTokens(B, 16, tiny.vocab, 24).batch(), 1.0f);
-    const std::vector<LocalParams::Event>& events = ctx.events();
-    const auto first = [&](Call call, int unit) {
-      return std::find_if(events.begin(), events.end(), [&](auto e) { return e.call == call && e.unit == unit; }) -
-             events.begin();
-    };
-    const auto opened = first(Call::grads, 0);
-    if (deferred) {
-      EXPECT_GT(opened, first(Call::grads_ready, 1));
-    } else {
-      EXPECT_LT(opened, first(Call::grads, tiny.layers + 1));
-    }
+    test::expect_tied_gradient_opens(model, {B, 16, tiny.vocab, 24}, deferred);
   }
 }
 
