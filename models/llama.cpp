@@ -63,7 +63,7 @@ void Llama::init_unit(int unit, const UnitTensors& params, uint64_t seed) const 
 
 int64_t Llama::activation_bytes(int B, int T, DType dtype) const {
   ZS_CHECK(B > 0 && T > 0, "Llama activation_bytes: B and T must be positive, got B=", B, " T=", T);
-  return llama::Activations::bytes(config_, B, T, dtype, checkpointing_, false);
+  return llama::Activations::bytes(config_, B, T, dtype, checkpointing_, defers_head_gradient(B, T));
 }
 
 double Llama::flops_per_token(int T) const {
@@ -89,8 +89,8 @@ double Llama::run(ParamContext& ctx, const Batch& batch, bool backward, float lo
 template <class T>
 double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
   const DType dtype = dtype_of<T>();
-  const bool defer = false;  // a tied head adds its weight gradient at the head
-  if (!acts_ || !acts_->fits(batch, dtype, ctx.device(), checkpointing_)) {
+  const bool defer = defers_head_gradient(batch.B, batch.T);
+  if (!acts_ || !acts_->fits(batch, dtype, ctx.device(), checkpointing_) || acts_->deferred_head != defer) {
     acts_.reset();  // free the old buffers (views included) before allocating the new ones
     acts_ = std::make_unique<llama::Activations>();
     acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device(), checkpointing_, defer);

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "models/llama_config.h"
+#include "models/lm_head.h"
 #include "models/model.h"
 
 namespace zshard {
@@ -34,20 +35,30 @@ class Llama final : public Model {
   // reads only the tokens). Untied, the final unit (norm and head) is gathered once: the logits, their
   // backward and the norm's backward run under that gather. Tied, the embedding is gathered a second time
   // for the logits and their backward, and the final norm again for its backward. grads_ready runs from
-  // the final unit down to unit 0. With ActivationCheckpointing::blocks a layer's forward runs again under
-  // its backward's gather.
+  // the final unit down to unit 0; a tied head opens unit 0's grads() at the head or, with its weight
+  // gradient deferred (set_head_gradient), at the embedding's backward only. With
+  // ActivationCheckpointing::blocks a layer's forward runs again under its backward's gather.
   double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
   double forward(ParamContext& ctx, const Batch& batch) override;
   int64_t activation_bytes(int B, int T, DType dtype) const override;
-  // A tied head adds the embedding's gradient at the start of backward; an untied one's is in the final
-  // unit, made ready first.
-  bool keeps_gradients_open(int, int) const override { return config_.tie_embeddings; }
+  // Unit 0's, when a tied head adds its weight gradient at the head (defers_head_gradient is false); an
+  // untied head's is in the final unit, made ready first.
+  bool keeps_gradients_open(int B, int T) const override {
+    return config_.tie_embeddings && !defers_head_gradient(B, T);
+  }
   void set_activation_checkpointing(ActivationCheckpointing mode) override { checkpointing_ = mode; }
   int vocab_size() const override { return config_.vocab; }
   int context_length() const override { return config_.ctx; }
   // 6 per parameter (the head's included when tied), plus attention's scores and weighted values, halved
   // by the causal mask: 6 * layers * T * dim.
   double flops_per_token(int T) const override;
+
+  // When a tied head adds its weight gradient to unit 0's gradients, as GPT-2's (models/lm_head.h). An
+  // untied head never defers.
+  void set_head_gradient(HeadGradient when) { head_gradient_ = when; }
+  bool defers_head_gradient(int B, int T) const {
+    return config_.tie_embeddings && zshard::defers_head_gradient(head_gradient_, B, T, config_.dim);
+  }
 
  private:
   template <class T>
@@ -56,7 +67,9 @@ class Llama final : public Model {
 
   LlamaConfig config_;
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
-  std::unique_ptr<llama::Activations> acts_;  // reallocated only when (B, T), dtype or device change
+  HeadGradient head_gradient_ = HeadGradient::by_tokens;
+  // Reallocated only when (B, T), dtype, device or the head's deferral change.
+  std::unique_ptr<llama::Activations> acts_;
 };
 
 // The registry's builder (models/model_registry.h).

@@ -102,9 +102,9 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
 int largest_rank_batch(EstimateInput in, int64_t device_bytes) {
   if (!in.model) return -1;
   // The estimate grows with the batch through activations, linearly: double, then bisect. It may also
-  // step where a model starts keeping a gradient open (GPT-2 from dim tokens on, when the scratch of its
-  // deferred head leaves the activations), so the batch returned always fits, and is the largest when
-  // one more sequence's activations outweigh that scratch.
+  // step where a model starts keeping a gradient open (GPT-2 and a tied Llama from dim tokens on, when the
+  // scratch of their deferred head leaves the activations), so the batch returned always fits, and is the
+  // largest when one more sequence's activations outweigh that scratch.
   in.rank_batch = 1;
   if (estimate_memory(in).total() > device_bytes) return 0;
   int lo = 1, hi = 2;

@@ -1,7 +1,8 @@
 # Smoke test of the benchmark tools: zshard-bench at np 2 and 4 on tiny prints the table and writes valid
 # JSON with every strategy the world allows, zshard-commbench finds no wrong element and writes valid JSON
 # (with Open MPI, the ring Iallreduce that zshard's launch selects, unless the user chose one),
-# zshard-mem prints the ZeRO table and checks the bench JSON, zshard-project prints its table.
+# zshard-mem prints the ZeRO table and checks the bench JSON (a tied Llama that defers its head's gradient:
+# exactly), zshard-project prints its table.
 source "$(dirname "$0")/lib.sh"
 BIN="$ZSHARD_BIN"
 
@@ -25,6 +26,17 @@ ddp = d['results'][0]['model_states_bytes']
 assert ddp['measured'] == ddp['theory'], ddp  # 16 bytes per parameter, nothing sharded
 "
 check "mem vs bench" "$BIN/zshard-mem" --check "$WORK/bench.json"
+
+# A tied Llama whose ranks have fewer tokens than channels (32 of 64) defers its head's weight gradient to
+# the embedding's backward; the estimate follows it to the byte.
+check "bench tied llama" timeout 120 "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --model llama-tiny \
+  --config tie_embeddings=1,vocab=4096 --batch 2 --seq 32 --strategies zero2,zero3 --warmup-steps 1 --steps 1 \
+  --json "$WORK/tied.json"
+check "mem vs bench tied llama" "$BIN/zshard-mem" --check "$WORK/tied.json"
+for s in zero2 zero3; do
+  grep -Eq "^$s .* 1\.000  ok$" "$WORK/out" ||
+    { echo "FAIL mem vs bench tied llama: $s's peak is not the estimate"; cat "$WORK/out"; failures=$((failures + 1)); }
+done
 
 # --rank-batches even,auto: both splits per strategy, the auto one after re-splits, with the ideal step.
 check "bench even,auto" timeout 120 "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --model tiny --strategies ddp \

@@ -1,6 +1,7 @@
 // Every strategy trains each small model (GPT-2's tiny, llama-tiny) exactly like the single-process run
 // with the same global batch:
-// same per-step losses and same final parameters, clipping on. Also gradient accumulation against the
+// same per-step losses and same final parameters, clipping on (a tied Llama too, its head's weight
+// gradient deferred on the ranks and not in the single process). Also gradient accumulation against the
 // large batch, uneven per-rank batches (fixed, and re-split by speed) against the even split, activation checkpointing against none
 // (bit for bit), and memory against the ZeRO formulas.
 // zshard-test-np: 2 3 4
@@ -69,6 +70,24 @@ TEST(StrategyParity, EveryStrategyMatchesSingleProcess) {
       o.strategy = s;
       expect_same_run(test::train(o, test::world()), reference, model + " " + describe(s));
     }
+  }
+}
+
+// A tied Llama on one sequence of 32 tokens per rank, fewer than its 64 channels: every rank defers its
+// head's weight gradient to the embedding's backward, while the single process, with 32 tokens per rank
+// of the world, as many as the channels or more, adds it at the head. Every strategy still matches it.
+TEST(StrategyParity, TiedLlamaDeferringItsHeadMatchesSingleProcess) {
+  const int n = test::world().size();
+  TrainOptions base = test::tiny_options(10);
+  base.model = "llama-tiny";
+  base.overrides["tie_embeddings"] = 1;
+  base.batch = n;
+  const RunResult reference = test::train_single_process(base);
+  ASSERT_LT(reference.losses.back(), reference.losses.front());
+  for (const StrategyOptions& s : strategies_for(n)) {
+    TrainOptions o = base;
+    o.strategy = s;
+    expect_same_run(test::train(o, test::world()), reference, "tied llama-tiny " + describe(s));
   }
 }
 

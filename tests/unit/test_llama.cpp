@@ -1,7 +1,8 @@
 // The Llama model on one process: its named sizes against the published parameter counts, Hugging Face
 // names, its forward against a plain-loop transcription of LlamaForCausalLM, every gradient against
 // finite differences in double (tied and untied heads, fewer KV heads than query heads), f32 against f64,
-// and its activation bytes against the allocator.
+// its activation bytes against the allocator, and a tied head's weight gradient deferred to the
+// embedding's backward against it added at the head.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -145,13 +146,16 @@ TEST(Llama, ForwardEqualsHuggingFaceTranscription) {
   }
 }
 
+// Tied, both timings of the head's weight gradient: 10 tokens are not fewer than the 8 channels (at the
+// head), 5 are (deferred to the embedding's backward).
 TEST(Llama, EveryGradientMatchesFiniteDifferencesInDouble) {
-  for (bool tied : {false, true}) {
-    SCOPED_TRACE(tied ? "tied head" : "untied head");
+  for (const auto [tied, B] : {std::pair{false, 2}, std::pair{true, 2}, std::pair{true, 1}}) {
+    SCOPED_TRACE(tied ? (B == 1 ? "tied head, deferred" : "tied head") : "untied head");
     Llama model(micro(tied));
+    ASSERT_EQ(model.defers_head_gradient(B, 5), tied && B == 1);
     LocalParams ctx(model, DType::f64);
     test::randomize_params(ctx, 0.4, 24);
-    const test::RandomTokens data(2, 5, micro(tied).vocab, 25);
+    const test::RandomTokens data(B, 5, micro(tied).vocab, 25);
     test::expect_gradients_match_finite_differences(model, ctx, data);
   }
 }
@@ -173,21 +177,82 @@ TEST(Llama, FloatMatchesDouble) {
           << u << "." << i;
 }
 
+// Untied and tied, the tied head's weight gradient deferred (32 and 21 tokens of 64 channels) or not (64),
+// with and without checkpointing.
 TEST(Llama, ActivationBytesMatchTheAllocator) {
   const auto live = [] { return Allocator::of(Device::cpu).stats().live[int(Category::activations)]; };
   const int64_t before = live();
-  {
-    const LlamaConfig tiny = llama_config("llama-tiny");
+  for (bool tied : {false, true}) {
+    LlamaConfig tiny = llama_config("llama-tiny");
+    tiny.tie_embeddings = tied;
     Llama model(tiny);
     LocalParams ctx(model, DType::f32);
     ctx.init(model, 28);
-    for (auto [B, T] : {std::pair{2, 16}, std::pair{3, 7}}) {
-      const test::RandomTokens data(B, T, tiny.vocab, 29);
-      model.forward_backward(ctx, data.batch(), 1.0f);
-      EXPECT_EQ(live() - before, model.activation_bytes(B, T, DType::f32)) << B << "x" << T;
+    for (ActivationCheckpointing mode : {ActivationCheckpointing::none, ActivationCheckpointing::blocks}) {
+      model.set_activation_checkpointing(mode);
+      for (auto [B, T] : {std::pair{2, 16}, std::pair{3, 7}, std::pair{4, 16}}) {
+        SCOPED_TRACE(testing::Message() << (tied ? "tied " : "untied ") << B << "x" << T << " mode " << int(mode));
+        EXPECT_EQ(model.defers_head_gradient(B, T), tied && B * T < tiny.dim);
+        const test::RandomTokens data(B, T, tiny.vocab, 29);
+        model.forward_backward(ctx, data.batch(), 1.0f);
+        EXPECT_EQ(live() - before, model.activation_bytes(B, T, DType::f32));
+      }
     }
   }
   EXPECT_EQ(live(), before);
+}
+
+// Deferring gives the dlogits bytes of their own instead of sharing the layer scratch's: the activations
+// grow by the smaller of the two (llama-tiny's 256-token vocabulary makes it the logits).
+TEST(Llama, DeferredHeadAddsTheSmallerOfLogitsAndLayerScratch) {
+  LlamaConfig tiny = llama_config("llama-tiny");
+  tiny.tie_embeddings = true;
+  Llama model(tiny);
+  const int B = 1, T = 32, N = B * T;
+  model.set_head_gradient(HeadGradient::immediate);
+  const int64_t at_head = model.activation_bytes(B, T, DType::f32);
+  model.set_head_gradient(HeadGradient::deferred);
+  const int64_t deferred = model.activation_bytes(B, T, DType::f32);
+  model.set_head_gradient(HeadGradient::by_tokens);
+  const int64_t C = tiny.dim, KV = tiny.kv_dim(), F = tiny.ffn_dim;
+  // proj q dq datty, k v dk dv, dqkv, dswiglu dgate dup; every buffer a multiple of 64 elements here.
+  const int64_t scratch = N * (4 * C + 4 * KV + 3 * C + 3 * F), logits = N * logits_row_stride(tiny.vocab);
+  ASSERT_LT(logits, scratch);
+  EXPECT_EQ(deferred - at_head, logits * 4);
+  EXPECT_EQ(model.activation_bytes(B, T, DType::f32), deferred);
+}
+
+// The tied head's weight gradient added at the head or deferred to the embedding's backward: the same
+// losses and gradient bits over two accumulated micro-steps, with and without checkpointing, in f32 and f64.
+TEST(Llama, DeferredHeadGradientGivesTheSameBits) {
+  LlamaConfig config = llama_config("llama-tiny");
+  config.layers = 4;
+  config.tie_embeddings = true;
+  Llama model(config);
+  LocalParams params(model, DType::f64);
+  test::randomize_params(params, 0.1, 33);
+  test::expect_deferred_head_bit_identical(
+      model, [&](HeadGradient when) { model.set_head_gradient(when); }, params, {2, 24, config.vocab, 34});
+}
+
+// A tied head's weight gradient waits for the embedding's backward when the micro-batch has fewer tokens
+// than channels, so unit 0's gradients open after every other unit's are ready; an untied Llama never
+// defers (its head is in the final unit).
+TEST(Llama, TiedGradientOpensAtTheEmbeddingWithFewerTokensThanChannels) {
+  LlamaConfig tiny = llama_config("llama-tiny");  // 64 channels
+  tiny.tie_embeddings = true;
+  Llama model(tiny);
+  for (const auto [B, deferred] : {std::pair{2, true}, std::pair{4, false}}) {  // 32 and 64 tokens of 16
+    SCOPED_TRACE(B);
+    EXPECT_EQ(model.defers_head_gradient(B, 16), deferred);
+    EXPECT_EQ(model.keeps_gradients_open(B, 16), !deferred);
+    test::expect_tied_gradient_opens(model, {B, 16, tiny.vocab, 35}, deferred);
+  }
+  tiny.tie_embeddings = false;
+  Llama untied(tiny);
+  untied.set_head_gradient(HeadGradient::deferred);
+  EXPECT_FALSE(untied.defers_head_gradient(1, 1));
+  EXPECT_FALSE(untied.keeps_gradients_open(1, 1));
 }
 
 TEST(Llama, CheckpointingGivesTheSameBits) {

@@ -7,6 +7,7 @@
 
 #include "kernels/error.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 #include "models/model_registry.h"
 #include "runtime/memory_estimator.h"
 #include "shard/flat_unit.h"
@@ -124,25 +125,64 @@ TEST(MemoryEstimator, Gpt2ConfigCountsEveryTerm) {
   EXPECT_EQ(ddp.model_states.total(), 16 * ddp.params);
 }
 
-// Llama keeps a gradient open only with a tied head. Untied, its units are the embedding, the layers
-// and the final unit (norm and lm_head): zero2 holds the gradients of two units, or the largest alone,
-// whichever is more.
-TEST(MemoryEstimator, LlamaKeepsTheTiedEmbeddingGradientOpenOnly) {
-  for (const bool tied : {false, true}) {
-    ModelConfig overrides;
-    overrides["tie_embeddings"] = tied;
-    const std::unique_ptr<Model> model = build_model("tinyllama-1.1b", model_config("tinyllama-1.1b", overrides));
-    EXPECT_EQ(model->keeps_gradients_open(1, 64), tied);
-    std::vector<int64_t> units;
-    for (const UnitSpec& u : model->units()) units.push_back(FlatLayout(u, 4).padded_numel());
-    std::sort(units.rbegin(), units.rend());
-    EstimateInput in;
-    in.model = model.get();
-    in.kind = StrategyKind::zero2;
-    in.world = 4;
-    const int64_t want = tied ? units[0] + units[1] + units[2] : std::max(units[0], 2 * units[1]);
-    EXPECT_EQ(estimate_memory(in).comm_buffers, want * 4) << (tied ? "tied" : "untied");
-  }
+// Llama keeps a gradient open only with a tied head that adds its weight gradient at the head: from as
+// many tokens per rank as channels (2048) on. Untied, its units are the embedding, the layers and the
+// final unit (norm and lm_head). zero2 holds a kept gradient beside the two largest others; else the
+// gradients of two units, or the largest alone, whichever is more.
+TEST(MemoryEstimator, LlamaKeepsTheTiedEmbeddingGradientOpenOnlyAtTheHead) {
+  for (const bool tied : {false, true})
+    for (const int seq : {64, 2048}) {
+      ModelConfig overrides;
+      overrides["tie_embeddings"] = tied;
+      const std::unique_ptr<Model> model = build_model("tinyllama-1.1b", model_config("tinyllama-1.1b", overrides));
+      const bool kept = tied && seq >= 2048;
+      EXPECT_EQ(model->keeps_gradients_open(1, seq), kept);
+      std::vector<int64_t> units;
+      for (const UnitSpec& u : model->units()) units.push_back(FlatLayout(u, 4).padded_numel());
+      std::sort(units.rbegin(), units.rend());
+      EstimateInput in;
+      in.model = model.get();
+      in.kind = StrategyKind::zero2;
+      in.world = 4;
+      in.seq = seq;
+      const MemoryEstimate e = estimate_memory(in);
+      const int64_t want = kept ? units[0] + units[1] + units[2] : std::max(units[0], 2 * units[1]);
+      EXPECT_EQ(e.comm_buffers, want * 4) << (tied ? "tied " : "untied ") << seq;
+      EXPECT_EQ(e.activations, model->activation_bytes(1, seq, DType::f32));
+    }
+}
+
+// llama-3.2-1b (tied; its 128256 x 2048 embedding over four times a layer), as Gpt2ConfigCountsEveryTerm:
+// at 256 tokens per rank, fewer than the channels, the head's weight gradient waits for the embedding's
+// backward, whose gradient opens alone (zero2), within what zero3's two gathered units already take; at
+// 4096 tokens the head adds it at once, open beside two layers' (zero2) and the gathered units (zero3).
+// The activations are the model's own, the deferred dlogits' bytes included.
+TEST(MemoryEstimator, TiedLlamaCountsEveryTerm) {
+  const LlamaConfig c = llama_config("llama-3.2-1b");
+  const Llama model(c);
+  const int64_t C = c.dim, embed = int64_t(c.vocab) * C;
+  const int64_t layer = 2 * C + 2 * C * C + 2 * C * c.kv_dim() + 3 * C * c.ffn_dim;
+  EstimateInput in;
+  in.model = &model;
+  in.kind = StrategyKind::zero3;
+  in.world = 4;
+  in.rank_batch = 2;
+  in.seq = 128;
+  ASSERT_FALSE(model.keeps_gradients_open(2, 128));
+  MemoryEstimate e = estimate_memory(in);
+  EXPECT_EQ(e.gathered_in_flight, (embed + layer) * 4);
+  EXPECT_EQ(e.comm_buffers, 0);
+  EXPECT_EQ(e.activations, model.activation_bytes(2, 128, DType::f32));
+  in.kind = StrategyKind::zero2;
+  EXPECT_EQ(estimate_memory(in).comm_buffers, embed * 4);
+
+  in.rank_batch = 32;
+  ASSERT_TRUE(model.keeps_gradients_open(32, 128));
+  EXPECT_EQ(estimate_memory(in).comm_buffers, (embed + 2 * layer) * 4);
+  in.kind = StrategyKind::zero3;
+  e = estimate_memory(in);
+  EXPECT_EQ(e.comm_buffers, embed * 4);
+  EXPECT_EQ(e.activations, model.activation_bytes(32, 128, DType::f32));
 }
 
 TEST(MemoryEstimator, LargestBatchFitsAndTheNextDoesNot) {
