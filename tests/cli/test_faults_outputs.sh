@@ -140,4 +140,6 @@ expect_failure "bench train-only flag" 2 "--save-dir" -- "$BIN/zshard-bench" --s
 expect_failure "bench hybrid on 2 ranks" 2 "--strategies hybrid needs a shard group between 1 and the world" -- \
   "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --strategies hybrid
 expect_one_line "bench hybrid on 2 ranks" "--strategies"
+expect_failure "commbench --min-size 0.5 (was a hang)" 2 "--min-size must be at least 1 byte" -- \
+  "$BIN/zshard-commbench" --min-size 0.5 --max-size 4KiB --rounds 1
 finish
