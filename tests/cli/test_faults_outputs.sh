@@ -4,7 +4,7 @@
 # - every output flag of every tool, pointed at a read-only directory and at a full disk (small tmpfs
 #   mounts, skipped with the reason where mounting is not allowed): one line, non-zero exit, no file left;
 # - zshard-export onto its own checkpoint; a run that cannot fit, refused before it allocates;
-# - tool flags that used to crash (SIGFPE) or be silently ignored.
+# - tool flags that used to crash (SIGFPE), hang, overflow or be silently ignored.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 BIN="$ZSHARD_BIN"
@@ -142,4 +142,7 @@ expect_failure "bench hybrid on 2 ranks" 2 "--strategies hybrid needs a shard gr
 expect_one_line "bench hybrid on 2 ranks" "--strategies"
 expect_failure "commbench --min-size 0.5 (was a hang)" 2 "--min-size must be at least 1 byte" -- \
   "$BIN/zshard-commbench" --min-size 0.5 --max-size 4KiB --rounds 1
+expect_failure "train --lr '' (trained at 0)" 2 "--lr: empty value" -- "$TRAIN" --lr ""
+expect_failure "export '' output" 2 "output: empty value" -- "$BIN/zshard-export" "$WORK/ck/step-00000001" ""
+expect_failure "train --seed 2^64 (was clamped)" 2 "--seed: must be below 2\^64" -- "$TRAIN" --seed 18446744073709551616
 finish
