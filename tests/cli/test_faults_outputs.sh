@@ -148,4 +148,19 @@ expect_failure "train --seed 2^64 (was clamped)" 2 "--seed: must be below 2\^64"
 expect_failure "mem --dim 2^30 (int64 overflow)" 2 "parameters, more than 1e\+15" -- "$BIN/zshard-mem" --model tiny --dim 1073741824
 expect_failure "mem --layers 2^30 (built units for hours)" 2 "layers must be at most 65536" -- \
   "$BIN/zshard-mem" --model tiny --layers 1073741824
+# Flags that did nothing in the combination given.
+expect_failure "mem --shard-group without hybrid" 2 "--shard-group is only for --strategy hybrid" -- \
+  "$BIN/zshard-mem" --model tiny --world 4 --shard-group 2
+expect_failure "mem --max-inflight with ddp" 2 "--max-inflight is only for --strategy zero3 or hybrid" -- \
+  "$BIN/zshard-mem" --model tiny --strategy ddp --max-inflight 4
+expect_failure "mem --params with --layers" 2 "--layers excludes --params" -- "$BIN/zshard-mem" --params 1e9 --layers 4
+expect_failure "mem --params -5" 2 "--params must be in \(0, 1e15\], got -5" -- "$BIN/zshard-mem" --params -5
+expect_failure "mem --check with --json" 2 "--check prints its comparison and writes no JSON" -- \
+  "$BIN/zshard-mem" --check "$WORK/bench.json" --json "$WORK/check.json"
+expect_failure "mem --check with --world" 2 "--world excludes --check" -- "$BIN/zshard-mem" --check "$WORK/bench.json" --world 8
+expect_failure "mem --check DIRECTORY" 2 "--check $WORK: is a directory" -- "$BIN/zshard-mem" --check "$WORK"
+expect_failure "project --bench with --compute-ms" 2 "--bench excludes --compute-ms" -- \
+  "$BIN/zshard-project" --bench "$WORK/bench.json" --compute-ms 5
+expect_failure "project --inter-link bogus" 2 "--inter-link: bogus not in" -- \
+  "$BIN/zshard-project" --compute-ms 100 --params 100000000 --inter-link bogus
 finish
