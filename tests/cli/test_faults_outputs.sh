@@ -163,4 +163,11 @@ expect_failure "project --bench with --compute-ms" 2 "--bench excludes --compute
   "$BIN/zshard-project" --bench "$WORK/bench.json" --compute-ms 5
 expect_failure "project --inter-link bogus" 2 "--inter-link: bogus not in" -- \
   "$BIN/zshard-project" --compute-ms 100 --params 100000000 --inter-link bogus
+expect_failure "bench --log-every" 2 "--log-every" -- "$BIN/zshard-bench" --log-every 5
+expect_failure "bench --shard-group without hybrid" 2 "--shard-group is only for hybrid" -- \
+  "$BIN/zshard-bench" --strategies ddp --shard-group 2
+expect_failure "bench --shard-group where hybrid cannot run" 2 "--shard-group: hybrid needs a shard group between 1 and the world" -- \
+  "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --shard-group 2
+expect_failure "bench --max-inflight without zero3 or hybrid" 2 "--max-inflight is only for zero3 and hybrid" -- \
+  "$BIN/zshard-bench" --strategies ddp,zero1 --max-inflight 4
 finish
