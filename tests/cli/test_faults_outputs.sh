@@ -145,6 +145,8 @@ expect_failure "commbench --min-size 0.5 (was a hang)" 2 "--min-size must be at 
 expect_failure "train --lr '' (trained at 0)" 2 "--lr: empty value" -- "$TRAIN" --lr ""
 expect_failure "export '' output" 2 "output: empty value" -- "$BIN/zshard-export" "$WORK/ck/step-00000001" ""
 expect_failure "train --seed 2^64 (was clamped)" 2 "--seed: must be below 2\^64" -- "$TRAIN" --seed 18446744073709551616
+expect_every_rank_fails "train --batch 2^31-1 (was bad_alloc before the memory check)" 1 "does not fit in memory" -- \
+  --batch 2147483647 --steps 1
 expect_failure "mem --dim 2^30 (int64 overflow)" 2 "parameters, more than 1e\+15" -- "$BIN/zshard-mem" --model tiny --dim 1073741824
 expect_failure "mem --layers 2^30 (built units for hours)" 2 "layers must be at most 65536" -- \
   "$BIN/zshard-mem" --model tiny --layers 1073741824
