@@ -87,14 +87,16 @@ int main(int argc, char** argv) {
   std::vector<int> nodes;
   CLI::App app{"zshard-project: projected step time and scaling efficiency of ddp, zero3 and hybrid"};
   app.option_defaults()->always_capture_default();
-  app.add_option("--bench", bench_path, "zshard-bench JSON of a single-rank run: compute time, params, units, batch");
-  app.add_option("--compute-ms", in.compute_ms, "single-rank step time (instead of --bench)");
-  app.add_option("--params", in.params, "parameter count (instead of --bench)");
-  app.add_option("--units", in.units, "collectives per pass: units (instead of --bench)");
-  app.add_option("--batch", in.batch, "sequences the compute time covers (instead of --bench)");
+  CLI::Option* bench =
+      app.add_option("--bench", bench_path, "zshard-bench JSON of a single-rank run: compute time, params, units, batch");
+  // --bench sets these itself: given beside it, they would be silently overwritten.
+  bench->excludes(app.add_option("--compute-ms", in.compute_ms, "single-rank step time (instead of --bench)"));
+  bench->excludes(app.add_option("--params", in.params, "parameter count (instead of --bench)"));
+  bench->excludes(app.add_option("--units", in.units, "collectives per pass: units (instead of --bench)"));
+  bench->excludes(app.add_option("--batch", in.batch, "sequences the compute time covers (instead of --bench)"));
   app.add_option("--elem-bytes", in.elem_bytes, "bytes per communicated element (4 fp32, 2 bf16)");
   app.add_option("--link", link, "intra-node link profile: nvlink, pcie, ib");
-  app.add_option("--inter-link", inter_link, "inter-node link profile");
+  app.add_option("--inter-link", inter_link, "inter-node link profile")->check(CLI::IsMember(link_profile_names()));
   app.add_option("--alpha-us", alpha_us, "override the intra link's per-hop latency (us)")->default_str("--link's");
   app.add_option("--bandwidth-gbs", bandwidth, "override the intra link's bus bandwidth (GB/s)")->default_str("--link's");
   app.add_option("--inter-alpha-us", inter_alpha_us, "override the inter link's latency (us)")->default_str("--inter-link's");

@@ -239,7 +239,7 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
   app.remove_option(app.get_option("--strategy"));  // --strategies picks them here
   // Flags of a training run that a benchmark has no use for: refused (exit 2), not silently ignored.
   for (const char* train_only : {"--save", "--save-dir", "--save-every", "--keep", "--resume", "--log-json",
-                                 "--mem-report", "--mem-budget", "--rank-batches"})
+                                 "--mem-report", "--mem-budget", "--rank-batches", "--log-every"})
     app.remove_option(app.get_option(train_only));
   app.add_option("--rank-batches", bench.splits,
                  "how each strategy splits the global batch, comma separated: even, auto (by measured speed; "
@@ -274,14 +274,24 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
       for (const std::string& s : bench.strategies) {
         parse_strategy(s);
         if (s != "hybrid" || hybrid_runs(world.size(), options.strategy)) to_run.push_back(s);
-        else if (app.count("--strategies"))
-          throw UsageError("--strategies hybrid needs a shard group between 1 and the world: no such group in a "
-                           "world of " + std::to_string(world.size()));
+        else if (app.count("--strategies") || app.count("--shard-group"))
+          throw UsageError(std::string(app.count("--strategies") ? "--strategies hybrid" : "--shard-group: hybrid") +
+                           " needs a shard group between 1 and the world: no such group in a world of " +
+                           std::to_string(world.size()));
       }
+      // Flags of some strategies only: refused when none of those runs, instead of doing nothing.
+      const auto runs = [&](const char* s) { return std::find(to_run.begin(), to_run.end(), s) != to_run.end(); };
+      if (app.count("--shard-group") && !runs("hybrid"))
+        throw UsageError("--shard-group is only for hybrid: add it to --strategies");
+      for (const char* flag : {"--max-inflight", "--reshard-after-forward"})
+        if (app.count(flag) && !runs("zero3") && !runs("hybrid"))
+          throw UsageError(std::string(flag) + " is only for zero3 and hybrid: add one to --strategies");
+      if (runs("hybrid")) shard_groups(hybrid, world.size());  // groups that do not fit, before any strategy runs
       if (bench.splits.empty()) throw UsageError("--rank-batches: name at least one of even, auto");
       if (std::find(bench.splits.begin(), bench.splits.end(), "auto") != bench.splits.end()) {
         TrainOptions auto_options = options;
         auto_options.rank_batches_auto = true;
+        auto_options.strategy = StrategyOptions{};  // each strategy's own flags are checked as it runs
         validate_options(auto_options, world.size());  // --batch against the world, --max-rank-batch
       } else if (options.max_rank_batch || options.rebalance_every) {
         throw UsageError(std::string(options.max_rank_batch ? "--max-rank-batch" : "--rebalance-every") +
@@ -305,6 +315,10 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
       if (s != "hybrid") {
         o.strategy.shard_group = 0;
         o.strategy.shard_group_sizes.clear();
+      }
+      if (!params_sharded(parse_strategy(s))) {  // nothing to gather
+        o.strategy.max_inflight = StrategyOptions{}.max_inflight;
+        o.strategy.reshard_after_forward = StrategyOptions{}.reshard_after_forward;
       }
       for (const std::string& split : bench.splits) {
         results.push_back(run_strategy(s, split, o, bench, world));

@@ -1,6 +1,7 @@
 #include "runtime/cli_options.h"
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -192,10 +193,19 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   app.add_option("--beta2", o.beta2, "AdamW beta2");
   app.add_option("--eps", o.eps, "AdamW epsilon");
   app.add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0 disables)");
-  // An unsigned flag would take -1 as 2^64-1.
+  // An unsigned flag would take -1 as 2^64-1, and anything past 2^64-1 as 2^64-1.
   app.add_option("--seed", o.seed, "initialisation seed")
       ->check(CLI::Validator(
-          [](const std::string& v) { return v.rfind('-', 0) == 0 ? "must be >= 0, got " + v : std::string(); },
+          [](const std::string& v) {
+            if (v.rfind('-', 0) == 0) return "must be >= 0, got " + v;
+            try {
+              std::stoull(v);
+            } catch (const std::out_of_range&) {
+              return "must be below 2^64, got " + v;
+            } catch (const std::exception&) {
+            }
+            return std::string();
+          },
           "UINT"));
   app.add_option("--strategy", strategy, "ddp, zero1, zero2, zero3 or hybrid");
   add_shard_group_flag(app, o.strategy);
@@ -227,6 +237,14 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   app.add_option("--resume", o.resume,
                  "continue from a checkpoint directory, or 'latest' (newest committed in --save-dir); "
                  "any world size and strategy");
+}
+
+void refuse_empty_values(CLI::App& app) {
+  const CLI::Validator non_empty(
+      [](const std::string& v) { return v.empty() ? std::string("empty value (leave the flag out for its default)") : ""; },
+      "");
+  for (CLI::Option* opt : app.get_options())
+    if (opt->get_type_size_max() > 0) opt->check(non_empty);
 }
 
 std::string cli_error_line(const CLI::Error& e) {

@@ -18,6 +18,8 @@ void add_shard_group_flag(CLI::App& app, StrategyOptions& strategy);
 // --device cpu|cuda: where the run computes (zshard-mem: where it would).
 void add_device_flag(CLI::App& app, Device& device, const std::string& help);
 void add_train_flags(CLI::App& app, TrainOptions& options, std::string& strategy_name);
+// Refuses an empty value for every option of `app` that takes one (CLI11 would read "" as 0 or as unset).
+void refuse_empty_values(CLI::App& app);
 // Turns a CLI11 parse error into the one-line message zshard prints (naming the flag).
 std::string cli_error_line(const CLI::Error& e);
 

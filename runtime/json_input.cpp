@@ -2,11 +2,15 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 namespace zshard {
 
 nlohmann::json read_json_file(std::string_view flag, const std::string& path) {
+  std::error_code ec;
+  // A directory opens as a stream, then fails inside the parser with a message that names neither.
+  if (std::filesystem::is_directory(path, ec)) throw UsageError(detail::concat(flag, " ", path, ": is a directory"));
   std::ifstream in(path);
   if (!in) throw UsageError(detail::concat(flag, " ", path, ": cannot read (", std::strerror(errno), ")"));
   try {

@@ -3,6 +3,7 @@
 // optimizer state, gathered units in flight, communication buffers and activations, and the largest
 // batch that fits --device-mem. --max-batch tabulates that batch for every combination of activation
 // checkpointing and optimizer offload. --check FILE compares the estimate with what zshard-bench measured.
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
@@ -199,16 +200,24 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
                "--activation-checkpointing none|blocks x --offload none|optimizer (offload's host bytes count "
                "against the budget on the cpu, where the host is the device)");
   app.add_option("--json", o.json_path, "write the estimates as JSON to this file");
-  app.add_option("--check", o.check, "zshard-bench JSON: compare the estimate with its measurements");
+  CLI::Option* check = app.add_option("--check", o.check, "zshard-bench JSON: compare the estimate with its measurements");
+  // Flags that would be silently ignored: a bare count has no configuration and no activations, and --check
+  // takes everything from its file.
+  for (const char* model_only : {"--config", "--layers", "--dim", "--heads", "--vocab", "--ctx", "--kv-heads",
+                                 "--ffn-dim", "--rope-theta", "--tie-embeddings", "--activation-checkpointing"})
+    app.get_option("--params")->excludes(app.get_option(model_only));
+  for (CLI::Option* opt : app.get_options())
+    if (opt != check && opt != app.get_help_ptr() && opt->get_name() != "--json") check->excludes(opt);
   return run_local_tool("zshard-mem", argc, argv, app, [&] {
     if (!o.json_path.empty()) {
       check_output_path("--json", o.json_path);
       check_not_input({"--json", o.json_path}, {{"--check", o.check}});
+      if (!o.check.empty()) throw UsageError("--json: --check prints its comparison and writes no JSON");
     }
     if (!o.check.empty()) return check_against(o.check) ? 0 : 1;
-    if (o.model.empty() && !(o.params > 0)) throw UsageError("give --model NAME or --params COUNT");
     if (app.count("--params") && !(o.params > 0 && o.params <= 1e15))
       throw UsageError(detail::concat("--params must be in (0, 1e15], got ", o.params));
+    if (o.model.empty() && !(o.params > 0)) throw UsageError("give --model NAME or --params COUNT");
     for (int world : o.worlds)
       if (world < 1 || world > (1 << 20))
         throw UsageError(detail::concat("--world entries must be in [1, 1048576], got ", world));
@@ -223,6 +232,10 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
       if (groups.kind == StrategyKind::hybrid)
         for (int world : o.worlds) shard_groups(groups, world);  // groups that do not fit, before any output
     }
+    const auto has = [&](const char* s) { return std::find(o.strategies.begin(), o.strategies.end(), s) != o.strategies.end(); };
+    if (app.count("--shard-group") && !has("hybrid")) throw UsageError("--shard-group is only for --strategy hybrid");
+    if (app.count("--max-inflight") && !has("zero3") && !has("hybrid"))
+      throw UsageError("--max-inflight is only for --strategy zero3 or hybrid");
     if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
     if (o.seq < 1) throw UsageError("--seq must be >= 1, got " + std::to_string(o.seq));
     if (o.max_inflight < 1) throw UsageError("--max-inflight must be >= 1");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "kernels/error.h"
@@ -34,6 +35,18 @@ bool fits(const EstimateInput& in, int64_t budget) {
   }
 }
 
+// The divisors of n in increasing order, found in O(sqrt(n)): --batch may be close to 2^31.
+std::vector<int> divisors(int n) {
+  std::vector<int> low, high;
+  for (int64_t d = 1; d * d <= n; ++d) {
+    if (n % d != 0) continue;
+    low.push_back(int(d));
+    if (d * d != n) high.push_back(int(n / d));
+  }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
+}
+
 // The first configuration that fits: this strategy, then each that shards more; for each, the smallest
 // cut of the micro-batch (a divisor of --batch, times more --grad-accum, so the global batch stays).
 std::string nearest_fit(const TrainOptions& o, const Model& model, int world, int largest_rank_batch,
@@ -44,8 +57,8 @@ std::string nearest_fit(const TrainOptions& o, const Model& model, int world, in
   else kinds.erase(kinds.begin(), std::find(kinds.begin(), kinds.end(), o.strategy.kind));
   for (StrategyKind kind : kinds) {
     const std::string strategy = kind == o.strategy.kind ? "" : "--strategy " + std::string(strategy_name(kind));
-    for (int cut = 1; cut <= o.batch; ++cut) {
-      if (o.batch % cut != 0 || o.batch / cut < world) continue;
+    for (int cut : divisors(o.batch)) {
+      if (o.batch / cut < world || int64_t(o.grad_accum) * cut > std::numeric_limits<int>::max()) break;
       // Uneven --rank-batches cannot be cut evenly: only the strategy may change.
       if (!o.rank_batches.empty() && cut > 1) break;
       const int rank_batch = cut == 1 ? largest_rank_batch : (o.batch / cut + world - 1) / world;
@@ -63,12 +76,13 @@ std::string nearest_fit(const TrainOptions& o, const Model& model, int world, in
 // When nothing fits on this world: the fewest ranks, each with this rank's memory, on which zero3 with one
 // sequence per rank would (--batch and --grad-accum keep the global batch where the world divides it).
 std::string more_ranks(const TrainOptions& o, const Model& model, int world, int64_t budget) {
-  const int global = o.batch * o.grad_accum;
+  const int64_t global = int64_t(o.batch) * o.grad_accum;
   for (int ranks = world * 2; ranks <= (1 << 16); ranks *= 2) {
     EstimateInput in = estimate_input(o, model, ranks, StrategyKind::zero3, 1);
-    if (global % ranks == 0) in.grad_accum = global / ranks;
+    const bool keeps_global = global % ranks == 0 && global / ranks <= std::numeric_limits<int>::max();
+    if (keeps_global) in.grad_accum = int(global / ranks);
     if (!fits(in, budget)) continue;
-    const std::string batch = global % ranks == 0 ? detail::concat(" (--batch ", ranks, " --grad-accum ", global / ranks, ")") : "";
+    const std::string batch = keeps_global ? detail::concat(" (--batch ", ranks, " --grad-accum ", global / ranks, ")") : "";
     return detail::concat("--strategy zero3 on ", ranks, " ranks with this much memory each", batch);
   }
   return "";

@@ -171,6 +171,8 @@ int64_t parse_bytes(const std::string& text, const std::string& flag) {
     if (unit == name) {
       if (!(value > 0) || !std::isfinite(value)) usage(flag, " must be positive, got '", text, "'");
       if (value * scale >= 9e18) usage(flag, " is too large, got '", text, "'");
+      // A fraction of a byte would truncate to 0, which no size means (a sweep from 0 never grows).
+      if (value * scale < 1) usage(flag, " must be at least 1 byte, got '", text, "'");
       return int64_t(value * scale);
     }
   usage(flag, ": unknown unit '", text.substr(used), "' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");

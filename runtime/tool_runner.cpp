@@ -14,6 +14,7 @@ int run_tool(const char* name, int argc, char** argv, CLI::App& app,
   const int rank = world->rank();
   int code = 0;
   try {
+    refuse_empty_values(app);
     app.parse(argc, argv);
     body(*world);
   } catch (const CLI::Error& e) {
@@ -37,6 +38,7 @@ int run_tool(const char* name, int argc, char** argv, CLI::App& app,
 
 int run_local_tool(const char* name, int argc, char** argv, CLI::App& app, const std::function<int()>& body) {
   try {
+    refuse_empty_values(app);
     app.parse(argc, argv);
     return body();
   } catch (const CLI::Error& e) {

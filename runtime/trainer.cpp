@@ -6,6 +6,7 @@
 #include <limits>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iomanip>
 #include <ostream>
 
@@ -76,15 +77,21 @@ std::string join(const std::vector<int>& v) {
 }
 
 // The files rank 0 writes when the run ends: writable now, and none of them an input or another output.
+// Checkpoints go into --save-dir: never into a checkpoint the run resumes from.
 void check_outputs(const TrainOptions& o) {
   std::vector<FlagPath> taken = {{"--init-from", o.init_from},
                                  {"--data", o.data == "default" ? "" : o.data},
                                  {"--resume", o.resume == "latest" ? "" : o.resume}};
+  check_not_input({"--save-dir", o.save_dir}, taken);
+  // A file may go inside an existing --save-dir, but one named as the directory would fail after training.
+  std::error_code ec;
+  const bool save_dir_exists = std::filesystem::is_directory(o.save_dir, ec);
   for (const FlagPath& out : {FlagPath{"--log-json", o.log_json}, FlagPath{"--save", o.save},
                               FlagPath{"--mem-report", o.mem_report}}) {
     if (out.second.empty()) continue;
     check_output_path(out.first, out.second);
     check_not_input(out, taken);
+    if (!save_dir_exists) check_not_input(out, {{"--save-dir", o.save_dir}});
     taken.push_back(out);
   }
 }
@@ -141,6 +148,8 @@ void validate_options(const TrainOptions& o, int world_size) {
   if (o.warmup < 0) usage("--warmup must be >= 0, got ", o.warmup);
   if (o.lr_schedule != "constant" && o.lr_schedule != "cosine")
     usage("--lr-schedule must be constant or cosine, got '", o.lr_schedule, "'");
+  if (o.lr_schedule == "constant" && o.min_lr != 0)
+    usage("--min-lr is only for --lr-schedule cosine (a constant rate never decays to it)");
   check_at_least("--wd", o.wd, 0);
   // Decoupled decay multiplies each weight by 1 - lr * wd: past 1 it flips the weights' sign.
   if (double(o.lr) * o.wd > 1) usage("--wd ", o.wd, " times --lr ", o.lr, " exceeds 1: the decay would flip weights");
@@ -158,6 +167,13 @@ void validate_options(const TrainOptions& o, int world_size) {
   if (!o.resume.empty() && !o.init_from.empty())
     usage("--resume and --init-from exclude each other (the checkpoint holds the weights)");
   if (o.strategy.max_inflight < 1) usage("--max-inflight must be >= 1, got ", o.strategy.max_inflight);
+  // The other strategies keep whole parameters: there is nothing to gather, and these would do nothing.
+  if (!params_sharded(o.strategy.kind)) {
+    const StrategyOptions defaults;
+    if (o.strategy.max_inflight != defaults.max_inflight) usage("--max-inflight is only for --strategy zero3 or hybrid");
+    if (o.strategy.reshard_after_forward != defaults.reshard_after_forward)
+      usage("--reshard-after-forward is only for --strategy zero3 or hybrid");
+  }
   if (o.strategy.kind != StrategyKind::hybrid && (o.strategy.shard_group != 0 || !o.strategy.shard_group_sizes.empty()))
     usage("--shard-group is only for --strategy hybrid");
   shard_groups(o.strategy, world_size);  // throws for groups that do not fit the world
@@ -225,7 +241,8 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     if (!options_.init_from.empty()) check_weights_file(options_.init_from, *model_);
     if (world.rank() == 0) check_outputs(options_);
   });
-  set_rank_batches(split_batch(options_, world.size()));
+  // The batch buffers are allocated once the memory check has passed: a --batch far too large is refused.
+  const std::vector<int> split = split_batch(options_, world.size());
   schedule_ = {options_.lr, options_.min_lr, options_.warmup, std::max(options_.steps, 1),
                options_.lr_schedule == "cosine"};
   world.set_timeout(std::chrono::duration_cast<comm::Clock::duration>(
@@ -237,10 +254,11 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
   if (options_.mem_check)
     run_agreed(world, [&] {
       budget = usable_memory(options_.placement.device, comm::ranks_on_this_host());
-      check_memory_fits(options_, *model_, world.size(), rank_batch_,
-                        *std::max_element(rank_batches_.begin(), rank_batches_.end()), budget);
+      check_memory_fits(options_, *model_, world.size(), split[size_t(world.rank())],
+                        *std::max_element(split.begin(), split.end()), budget);
       check_host_memory_fits(options_, *model_, world.size(), usable_memory(Device::cpu, comm::ranks_on_this_host()));
     });
+  set_rank_batches(split);
   if (options_.rank_batches_auto) {
     // Each rank's own limit, gathered so that every rank splits within the same caps.
     int32_t cap = options_.max_rank_batch.value_or(options_.batch);

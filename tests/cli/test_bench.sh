@@ -71,6 +71,9 @@ for r in d['results']:
     assert ms['measured'] == ms['theory'], (r['strategy'], ms)
 "
 check "mem vs bench np 4" "$BIN/zshard-mem" --check "$WORK/bench4.json"
+# The auto split's checks take no strategy's flags (they refused --shard-group beside hybrid).
+check "bench np 4 auto hybrid --shard-group 2" timeout 120 "${MPIRUN[@]}" -np 4 "$BIN/zshard-bench" --model tiny \
+  --strategies hybrid --shard-group 2 --rank-batches auto --rebalance-every 1 --warmup-steps 0 --steps 1
 
 check "commbench np 2" timeout 120 env -u OMPI_MCA_coll_libnbc_iallreduce_algorithm "${MPIRUN[@]}" -np 2 \
   "$BIN/zshard-commbench" --max-size 64KiB --round-ms 5 --rounds 1 --json "$WORK/comm.json"

@@ -4,7 +4,7 @@
 # - every output flag of every tool, pointed at a read-only directory and at a full disk (small tmpfs
 #   mounts, skipped with the reason where mounting is not allowed): one line, non-zero exit, no file left;
 # - zshard-export onto its own checkpoint; a run that cannot fit, refused before it allocates;
-# - tool flags that used to crash (SIGFPE) or be silently ignored.
+# - tool flags that used to crash (SIGFPE), hang, overflow or be silently ignored.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 BIN="$ZSHARD_BIN"
@@ -140,4 +140,36 @@ expect_failure "bench train-only flag" 2 "--save-dir" -- "$BIN/zshard-bench" --s
 expect_failure "bench hybrid on 2 ranks" 2 "--strategies hybrid needs a shard group between 1 and the world" -- \
   "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --strategies hybrid
 expect_one_line "bench hybrid on 2 ranks" "--strategies"
+expect_failure "commbench --min-size 0.5 (was a hang)" 2 "--min-size must be at least 1 byte" -- \
+  "$BIN/zshard-commbench" --min-size 0.5 --max-size 4KiB --rounds 1
+expect_failure "train --lr '' (trained at 0)" 2 "--lr: empty value" -- "$TRAIN" --lr ""
+expect_failure "export '' output" 2 "output: empty value" -- "$BIN/zshard-export" "$WORK/ck/step-00000001" ""
+expect_failure "train --seed 2^64 (was clamped)" 2 "--seed: must be below 2\^64" -- "$TRAIN" --seed 18446744073709551616
+expect_every_rank_fails "train --batch 2^31-1 (was bad_alloc before the memory check)" 1 "does not fit in memory" -- \
+  --batch 2147483647 --steps 1
+expect_failure "mem --dim 2^30 (int64 overflow)" 2 "parameters, more than 1e\+15" -- "$BIN/zshard-mem" --model tiny --dim 1073741824
+expect_failure "mem --layers 2^30 (built units for hours)" 2 "layers must be at most 65536" -- \
+  "$BIN/zshard-mem" --model tiny --layers 1073741824
+# Flags that did nothing in the combination given.
+expect_failure "mem --shard-group without hybrid" 2 "--shard-group is only for --strategy hybrid" -- \
+  "$BIN/zshard-mem" --model tiny --world 4 --shard-group 2
+expect_failure "mem --max-inflight with ddp" 2 "--max-inflight is only for --strategy zero3 or hybrid" -- \
+  "$BIN/zshard-mem" --model tiny --strategy ddp --max-inflight 4
+expect_failure "mem --params with --layers" 2 "--layers excludes --params" -- "$BIN/zshard-mem" --params 1e9 --layers 4
+expect_failure "mem --params -5" 2 "--params must be in \(0, 1e15\], got -5" -- "$BIN/zshard-mem" --params -5
+expect_failure "mem --check with --json" 2 "--check prints its comparison and writes no JSON" -- \
+  "$BIN/zshard-mem" --check "$WORK/bench.json" --json "$WORK/check.json"
+expect_failure "mem --check with --world" 2 "--world excludes --check" -- "$BIN/zshard-mem" --check "$WORK/bench.json" --world 8
+expect_failure "mem --check DIRECTORY" 2 "--check $WORK: is a directory" -- "$BIN/zshard-mem" --check "$WORK"
+expect_failure "project --bench with --compute-ms" 2 "--bench excludes --compute-ms" -- \
+  "$BIN/zshard-project" --bench "$WORK/bench.json" --compute-ms 5
+expect_failure "project --inter-link bogus" 2 "--inter-link: bogus not in" -- \
+  "$BIN/zshard-project" --compute-ms 100 --params 100000000 --inter-link bogus
+expect_failure "bench --log-every" 2 "--log-every" -- "$BIN/zshard-bench" --log-every 5
+expect_failure "bench --shard-group without hybrid" 2 "--shard-group is only for hybrid" -- \
+  "$BIN/zshard-bench" --strategies ddp --shard-group 2
+expect_failure "bench --shard-group where hybrid cannot run" 2 "--shard-group: hybrid needs a shard group between 1 and the world" -- \
+  "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --shard-group 2
+expect_failure "bench --max-inflight without zero3 or hybrid" 2 "--max-inflight is only for zero3 and hybrid" -- \
+  "$BIN/zshard-bench" --strategies ddp,zero1 --max-inflight 4
 finish

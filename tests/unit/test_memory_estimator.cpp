@@ -302,6 +302,8 @@ TEST(MemoryEstimator, ParsesSizes) {
     EXPECT_NE(std::string(e.what()).find("--device-mem"), std::string::npos);
   }
   EXPECT_THROW(parse_bytes("-1GB", "--device-mem"), UsageError);
+  EXPECT_THROW(parse_bytes("0.5", "--min-size"), UsageError);  // would truncate to 0 bytes
+  EXPECT_EQ(parse_bytes("0.5KiB", "--min-size"), 512);
   EXPECT_THROW(parse_dtype_policy("fp8"), UsageError);
 }
 

@@ -11,6 +11,7 @@
 #include "runtime/lr_schedule.h"
 #include "runtime/agreed_failure.h"
 #include "runtime/trainer.h"
+#include "tests/support/test_support.h"
 
 namespace zshard {
 namespace {
@@ -243,6 +244,44 @@ TEST(TrainOptions, MemBudgetBelongsToAutoBatch) {
   o.mem_budget = "1GB";
   o.rank_batches = {4, 4};
   EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --batch auto and --rank-batches exclude each other"));
+}
+
+// Flags that would do nothing in the combination given are refused, naming the flag.
+TEST(TrainOptions, FlagsWithoutEffectAreRefused) {
+  TrainOptions o;
+  o.lr_schedule = "constant";
+  o.min_lr = 1e-4f;
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --min-lr is only for --lr-schedule cosine"));
+  o.min_lr = 0;
+  EXPECT_EQ(setup_error(o, 2), "no error");
+  for (StrategyKind kind : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2}) {
+    o = TrainOptions{};
+    o.strategy.kind = kind;
+    o.strategy.max_inflight = 4;
+    EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --max-inflight is only for --strategy zero3 or hybrid"));
+    o.strategy.max_inflight = 2;
+    o.strategy.reshard_after_forward = false;
+    EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --reshard-after-forward is only for --strategy zero3 or hybrid"));
+  }
+  o.strategy.kind = StrategyKind::zero3;
+  o.strategy.max_inflight = 4;
+  EXPECT_EQ(setup_error(o, 2), "no error");
+}
+
+// --save-dir is a directory the run creates: an output file named as it would fail only after training, and
+// checkpoints written inside the checkpoint resumed from would write into an input.
+TEST(TrainOptions, SaveDirIsNoOtherOutputAndNoInput) {
+  const test::TempDir dir("zshard-options");
+  TrainOptions o;
+  o.save_dir = dir.file("ck");
+  o.save = dir.file("ck");
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --save " + o.save + " names the same file as --save-dir"));
+  o.save = "";
+  o.log_json = dir.file("./ck");
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --log-json " + o.log_json + " names the same file as --save-dir"));
+  o.log_json = "";
+  o.resume = dir.path().string();  // checked before it is read
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --save-dir " + o.save_dir + " lies inside " + o.resume + " (--resume)"));
 }
 
 TEST(LrSchedule, WarmupThenCosineToMin) {
