@@ -82,41 +82,55 @@ TEST(MemoryEstimator, HybridShardsInsideItsGroup) {
   EXPECT_THROW(estimate_memory(in), UsageError);
 }
 
-TEST(MemoryEstimator, Gpt2ConfigCountsEveryTerm) {
-  const GPT2Config config = gpt2_config("gpt2");
-  const GPT2 model(config);
+// zero3 on 4 ranks, 2 sequences of 128 per rank.
+EstimateInput zero3_on_4(const Model& model) {
   EstimateInput in;
   in.model = &model;
   in.kind = StrategyKind::zero3;
   in.world = 4;
   in.rank_batch = 2;
   in.seq = 128;
+  return in;
+}
+
+// A tied model whose embedding (`embed` elements) dominates, on 4 ranks at 2 sequences of 128: two units in
+// flight under zero3 (the embedding and a `block`). With fewer tokens than channels the head's weight
+// gradient waits for the embedding's backward, whose gradient opens alone (zero2) and within what zero3's
+// two gathered units already take. At `large_batch` sequences the head adds it at once: open through
+// backward beside two blocks' (zero2), and beside the gathered units at the head (zero3). The activations
+// are the model's own.
+void expect_tied_head_terms(const Model& model, int64_t embed, int64_t block, int large_batch) {
+  EstimateInput in = zero3_on_4(model);
+  ASSERT_FALSE(model.keeps_gradients_open(2, 128));
+  MemoryEstimate e = estimate_memory(in);
+  EXPECT_EQ(e.gathered_in_flight, (embed + block) * 4);
+  EXPECT_EQ(e.comm_buffers, 0);
+  EXPECT_EQ(e.activations, model.activation_bytes(2, 128, DType::f32));
+  in.kind = StrategyKind::zero2;
+  EXPECT_EQ(estimate_memory(in).comm_buffers, embed * 4);
+
+  in.rank_batch = large_batch;
+  ASSERT_TRUE(model.keeps_gradients_open(large_batch, 128));
+  EXPECT_EQ(estimate_memory(in).comm_buffers, (embed + 2 * block) * 4);
+  in.kind = StrategyKind::zero3;
+  e = estimate_memory(in);
+  EXPECT_EQ(e.comm_buffers, embed * 4);
+  EXPECT_EQ(e.activations, model.activation_bytes(large_batch, 128, DType::f32));
+}
+
+TEST(MemoryEstimator, Gpt2ConfigCountsEveryTerm) {
+  const GPT2Config config = gpt2_config("gpt2");
+  const GPT2 model(config);
+  EstimateInput in = zero3_on_4(model);
   const MemoryEstimate e = estimate_memory(in);
   EXPECT_EQ(e.params, config.num_params());
   // Per-unit padding adds at most group-1 elements per unit.
   const int64_t units = config.layers + 2;
   EXPECT_GE(e.model_states.total(), 16 * e.params / 4);
   EXPECT_LE(e.model_states.total(), 16 * (e.params + units * 3) / 4 + 16);
-  // Two units in flight: the embedding (wte + wpe) and one block.
+  // The embedding is wte + wpe.
   const int64_t C = config.dim;
-  const int64_t embed = int64_t(config.vocab + config.ctx) * C, block = 12 * C * C + 13 * C;
-  EXPECT_EQ(e.gathered_in_flight, (embed + block) * 4);
-  EXPECT_EQ(e.activations, model.activation_bytes(2, 128, DType::f32));
-  // 256 tokens, fewer than the 768 channels: the head's dwte waits for the embedding's backward, whose
-  // gradient opens alone, and a block's backward (its gradient, the one in flight, the block gathered)
-  // needs less than the forward's two gathered units: no gradient bytes beyond them.
-  ASSERT_FALSE(model.keeps_gradients_open(2, 128));
-  EXPECT_EQ(e.comm_buffers, 0);
-  in.kind = StrategyKind::zero2;
-  EXPECT_EQ(estimate_memory(in).comm_buffers, embed * 4);
-  // 1024 tokens: dwte at the head, the tied gradient open through backward beside two blocks' (zero2),
-  // and beside the gathered units at the head (zero3).
-  in.rank_batch = 8;
-  ASSERT_TRUE(model.keeps_gradients_open(8, 128));
-  EXPECT_EQ(estimate_memory(in).comm_buffers, (embed + 2 * block) * 4);
-  in.kind = StrategyKind::zero3;
-  EXPECT_EQ(estimate_memory(in).comm_buffers, embed * 4);
-  in.rank_batch = 2;
+  expect_tied_head_terms(model, int64_t(config.vocab + config.ctx) * C, 12 * C * C + 13 * C, 8);
 
   in.kind = StrategyKind::ddp;
   const MemoryEstimate ddp = estimate_memory(in);
@@ -152,37 +166,13 @@ TEST(MemoryEstimator, LlamaKeepsTheTiedEmbeddingGradientOpenOnlyAtTheHead) {
     }
 }
 
-// llama-3.2-1b (tied; its 128256 x 2048 embedding over four times a layer), as Gpt2ConfigCountsEveryTerm:
-// at 256 tokens per rank, fewer than the channels, the head's weight gradient waits for the embedding's
-// backward, whose gradient opens alone (zero2), within what zero3's two gathered units already take; at
-// 4096 tokens the head adds it at once, open beside two layers' (zero2) and the gathered units (zero3).
-// The activations are the model's own, the deferred dlogits' bytes included.
+// llama-3.2-1b: tied, its 128256 x 2048 embedding over four times a layer; 4096 tokens keep the head's
+// gradient open. The activations include the deferred dlogits' bytes.
 TEST(MemoryEstimator, TiedLlamaCountsEveryTerm) {
   const LlamaConfig c = llama_config("llama-3.2-1b");
   const Llama model(c);
   const int64_t C = c.dim, embed = int64_t(c.vocab) * C;
-  const int64_t layer = 2 * C + 2 * C * C + 2 * C * c.kv_dim() + 3 * C * c.ffn_dim;
-  EstimateInput in;
-  in.model = &model;
-  in.kind = StrategyKind::zero3;
-  in.world = 4;
-  in.rank_batch = 2;
-  in.seq = 128;
-  ASSERT_FALSE(model.keeps_gradients_open(2, 128));
-  MemoryEstimate e = estimate_memory(in);
-  EXPECT_EQ(e.gathered_in_flight, (embed + layer) * 4);
-  EXPECT_EQ(e.comm_buffers, 0);
-  EXPECT_EQ(e.activations, model.activation_bytes(2, 128, DType::f32));
-  in.kind = StrategyKind::zero2;
-  EXPECT_EQ(estimate_memory(in).comm_buffers, embed * 4);
-
-  in.rank_batch = 32;
-  ASSERT_TRUE(model.keeps_gradients_open(32, 128));
-  EXPECT_EQ(estimate_memory(in).comm_buffers, (embed + 2 * layer) * 4);
-  in.kind = StrategyKind::zero3;
-  e = estimate_memory(in);
-  EXPECT_EQ(e.comm_buffers, embed * 4);
-  EXPECT_EQ(e.activations, model.activation_bytes(32, 128, DType::f32));
+  expect_tied_head_terms(model, embed, 2 * C + 2 * C * C + 2 * C * c.kv_dim() + 3 * C * c.ffn_dim, 32);
 }
 
 TEST(MemoryEstimator, LargestBatchFitsAndTheNextDoesNot) {
