@@ -86,10 +86,18 @@ void check_outputs(const TrainOptions& o) {
   // A file may go inside an existing --save-dir, but one named as the directory would fail after training.
   std::error_code ec;
   const bool save_dir_exists = std::filesystem::is_directory(o.save_dir, ec);
+  const auto in_new_save_dir = [&](const std::string& path) {
+    if (save_dir_exists || o.save_dir.empty()) return false;
+    const auto canonical = [&](const std::filesystem::path& p) {
+      return std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec);
+    };
+    return canonical(std::filesystem::path(path).parent_path()) == canonical(o.save_dir);
+  };
   for (const FlagPath& out : {FlagPath{"--log-json", o.log_json}, FlagPath{"--save", o.save},
                               FlagPath{"--mem-report", o.mem_report}}) {
     if (out.second.empty()) continue;
-    check_output_path(out.first, out.second);
+    // A file straight inside the --save-dir this run creates at set-up: that directory must be creatable.
+    check_output_path(out.first, in_new_save_dir(out.second) ? o.save_dir : out.second);
     check_not_input(out, taken);
     if (!save_dir_exists) check_not_input(out, {{"--save-dir", o.save_dir}});
     taken.push_back(out);

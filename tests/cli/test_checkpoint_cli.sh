@@ -6,8 +6,9 @@ source "$(dirname "$0")/checkpoint_lib.sh"
 CK="$WORK/ck"
 
 expect_ok "save zero3 np 4, every 2 steps, keep 2" "${MPIRUN[@]}" -np 4 "$TRAIN" --strategy zero3 \
-  "${ARGS[@]}" --steps 6 --save-dir "$CK" --save-every 2 --keep 2 --log-json "$WORK/full.json" \
+  "${ARGS[@]}" --steps 6 --save-dir "$CK" --save-every 2 --keep 2 --log-json "$CK/full.json" \
   --save "$WORK/final.safetensors"
+mv "$CK/full.json" "$WORK/full.json"  # written into the --save-dir the run created
 expect_true "keep 2: step 4 and step 6 remain" \
   test "$(ls "$CK")" = "$(printf 'step-00000004\nstep-00000006')" -a -f "$CK/step-00000006/manifest.json"
 
