@@ -65,21 +65,26 @@ std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Commun
     *out << "zshard-train: --batch auto: the estimate fits " << rank_batch << " sequence(s) per rank in "
          << budget.source << "\n";
   const Device device = options.placement.device;
+  // zero3 and hybrid prefetch from the second micro-step on (the first records the gather order), one
+  // more gathered unit alive: the check measures through it, so that it sees the steps that follow.
+  const int measured_steps =
+      std::min(options.steps, params_sharded(options.strategy.kind) && options.grad_accum == 1 ? 2 : 1);
+  const std::string measured = measured_steps == 1 ? "the first step's" : "the first 2 steps'";
   for (;;) {
     options.batch = ranks * rank_batch;
     Allocator::of(device).reset_peaks();  // the previous attempt's buffers are gone: measure this one alone
     auto trainer = std::make_unique<Trainer>(options, world);
     if (options.steps == 0) return trainer;  // no step to measure: the estimate's batch
-    trainer->run_step(out);
+    for (int s = 0; s < measured_steps; ++s) trainer->run_step(out);
     const double peak = max_over_ranks(world, double(Allocator::of(device).stats().peak_total));
     if (peak <= double(budget.bytes)) {
       if (report)
         *out << "zshard-train: --batch auto: batch " << options.batch << " (" << rank_batch
-             << " per rank); the first step's measured peak " << format_bytes(peak) << " fits " << budget.source
+             << " per rank); " << measured << " measured peak " << format_bytes(peak) << " fits " << budget.source
              << "\n";
       return trainer;
     }
-    const std::string over = detail::concat("the first step's measured peak ", format_bytes(peak), " at batch ",
+    const std::string over = detail::concat(measured, " measured peak ", format_bytes(peak), " at batch ",
                                             options.batch, " exceeds ", budget.source);
     if (--rank_batch == 0)
       throw AgreedFailure("--batch auto: " + over + ", with one sequence per rank", 2, world.rank() == 0);

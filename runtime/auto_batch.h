@@ -1,11 +1,11 @@
 // zshard-train --batch auto: the global batch from a per-rank memory budget, answered before the run and
-// checked by its first step. The estimate (runtime/memory_estimator.h) picks the largest per-rank
+// checked by its first steps. The estimate (runtime/memory_estimator.h) picks the largest per-rank
 // micro-batch that fits the budget for the run's strategy, checkpointing, offload, dtypes, seq and
-// grad-accum; the first step's measured peak (the tracking allocator's, the largest over the ranks) must
-// fit too, else the batch steps down one sequence per rank and the trainer is built again. Every rank
-// decides from the same all-reduced values, so all take the same batch. The measurement sees the first
-// step only: where buffers live as long as their collectives take (zero3's prefetched gathers), a later
-// step can peak a little higher.
+// grad-accum; the measured peak (the tracking allocator's, the largest over the ranks) must fit too, else
+// the batch steps down one sequence per rank and the trainer is built again. Every rank decides from the
+// same all-reduced values, so all take the same batch. The measurement takes the first step, or the first
+// two under zero3 and hybrid without accumulation: they prefetch from the second micro-step on. Buffers
+// that live as long as their collectives take can still make a later step peak a little higher.
 #pragma once
 #include <iosfwd>
 #include <memory>
@@ -15,8 +15,8 @@
 
 namespace zshard {
 
-// Sets options.batch and returns the trainer built for it, with its first step taken (none when --steps
-// is 0). The budget is --mem-budget, else what the set-up memory check finds usable (the least over the
+// Sets options.batch and returns the trainer built for it, with its measured steps taken (none when
+// --steps is 0). The budget is --mem-budget, else what the set-up memory check finds usable (the least over the
 // ranks). A budget too small for one sequence per rank fails on every rank with exit code 2. Rank 0
 // reports the choice to `out`.
 std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Communicator& world, std::ostream* out);

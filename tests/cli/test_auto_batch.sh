@@ -6,17 +6,18 @@ source "$(dirname "$0")/checkpoint_lib.sh"
 MEM="$ZSHARD_BIN/zshard-mem"
 RUN=(--model tiny --seq 32 --log-every 1000)
 
-# auto_batch STRATEGY BUDGET: zshard-train --batch auto on 2 ranks; sets $chosen, the batch it ran.
+# auto_batch STRATEGY BUDGET MEASURED: zshard-train --batch auto on 2 ranks, whose check measured MEASURED
+# ("step's", "2 steps'"); sets $chosen, the batch it ran.
 auto_batch() {
   expect_ok "auto batch $1 $2" timeout 120 "${MPIRUN[@]}" -np 2 "$TRAIN" "${RUN[@]}" --strategy "$1" --batch auto \
-    --mem-budget "$2" --steps 2 --mem-report "$WORK/report.json"
+    --mem-budget "$2" --steps 3 --mem-report "$WORK/report.json"
   chosen=$(sed -n "s/^zshard-train: $1 on 2 rank(s).*, batch \([0-9]*\)x32.*/\1/p" "$WORK/out")
-  expect_true "$1 $2: a batch is chosen (${chosen:=0}) and its first step fits" \
-    grep -q "batch $chosen ($((chosen / 2)) per rank); the first step's measured peak .* fits --mem-budget" "$WORK/out"
+  expect_true "$1 $2: a batch is chosen (${chosen:=0}) and its measured steps fit" \
+    grep -q "batch $chosen ($((chosen / 2)) per rank); the first $3 measured peak .* fits --mem-budget" "$WORK/out"
 }
 
 # The estimate's largest batch is taken, and one more sequence per rank would not fit by the estimate.
-auto_batch zero2 8MiB
+auto_batch zero2 8MiB "step's"
 # zero2's peak is the same every step (zero3's depends on when the prefetches complete).
 expect_true "zero2 8MiB: every rank's measured peak is within the budget" python3 -c "
 peaks = [r['peak_total'] for r in __import__('json').load(open('$WORK/report.json'))['ranks']]
@@ -32,11 +33,18 @@ assert $chosen == 2 * largest, ($chosen, largest)
 assert json.load(open('$WORK/next.json'))['rows'][0]['total_bytes'] > 8 << 20"
 # Where the estimate leaves out the scratch the first step measures, the batch steps down: the line
 # names the batch that did not fit, one more sequence per rank than the chosen one.
-auto_batch zero3 7MiB
+auto_batch zero3 7MiB "2 steps'"
 if grep -q "exceeds" "$WORK/out"; then
   expect_true "zero3 7MiB: stepped down from batch $((chosen + 2))" \
     grep -q "at batch $((chosen + 2)) exceeds --mem-budget.*trying batch $chosen\$" "$WORK/out"
 fi
+# zero3 prefetches from its second step on, one more gathered unit than the first step holds: the peak
+# the check measured is the run's (within the few hundred bytes that completion times move it).
+expect_true "zero3 7MiB: the check measured the steady peak" python3 -c "
+import re, json
+checked = float(re.search(r'measured peak ([0-9.]+) MB fits', open('$WORK/out').read()).group(1)) * 1e6
+run = max(r['peak_total'] for r in json.load(open('$WORK/report.json'))['ranks'])
+assert checked >= 0.995 * run, (checked, run)"
 
 expect_every_rank_fails "budget too small" 2 "--mem-budget 1.0 kB" -- "${RUN[@]}" --batch auto --mem-budget 1KB
 expect_failure "batch not a number" 2 "--batch" -- "$TRAIN" --batch x
