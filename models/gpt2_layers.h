@@ -72,14 +72,8 @@ struct Layers {
   void final_norm_forward(const UnitTensors& p) const;
   // From a.dln = d(loss)/d(lnf) to a.dresidual = d(loss)/d(last block output).
   void final_norm_backward(const UnitTensors& p, const UnitTensors& g) const;
-  // logits = lnf @ wte^T and the token losses; returns their sum. With `backward`, the logits are
-  // replaced by dlogits = dloss * (softmax - onehot).
-  double head_forward(const Tensor& wte, bool backward, float dloss) const;
-  // a.dln = dlogits @ wte (set).
-  void head_input_grad(const Tensor& wte) const;
-  // dwte += dlogits^T @ lnf: right after head_input_grad, or at the embedding's backward when
-  // a.deferred_head keeps the dlogits until then (lnf is never written in backward).
-  void head_weight_grad(const Tensor& dwte) const;
+  // The head, tied to wte.
+  HeadSteps<T, Activations> head() const { return {a, c.dim, c.vocab}; }
 };
 
 extern template struct Layers<float>;

@@ -123,11 +123,11 @@ double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float
     // under one gather, so this unit (as large as the embedding) is gathered once per step, not twice.
     const UnitTensors& p = ctx.gather(final_unit);
     layers.final_norm_forward(p);
-    loss = layers.head_forward(p[llama::kLmHead], backward, loss_scale);
+    loss = layers.head().forward(p[llama::kLmHead], backward, loss_scale);
     if (backward) {
       const UnitTensors& g = ctx.grads(final_unit);
-      layers.head_input_grad(p[llama::kLmHead]);
-      layers.head_weight_grad(g[llama::kLmHead]);
+      layers.head().input_grad(p[llama::kLmHead]);
+      layers.head().weight_grad(g[llama::kLmHead]);
       layers.final_norm_backward(p, g);
     }
     ctx.release(final_unit);

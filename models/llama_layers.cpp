@@ -206,23 +206,6 @@ void Layers<T>::final_norm_backward(const UnitTensors& p, const UnitTensors& g) 
                         c.dim);
 }
 
-template <class T>
-double Layers<T>::head_forward(const Tensor& head, bool backward, float dloss) const {
-  return LmHead{a.device, a.B * a.T, c.dim, c.vocab}.forward(a.logits.data<T>(), a.losses.data<T>(),
-                                                             a.lnf.data<T>(), head.data<T>(),
-                                                             a.targets.data<int32_t>(), backward, dloss);
-}
-
-template <class T>
-void Layers<T>::head_input_grad(const Tensor& head) const {
-  LmHead{a.device, a.B * a.T, c.dim, c.vocab}.input_grad(a.dln.data<T>(), a.logits.data<T>(), head.data<T>());
-}
-
-template <class T>
-void Layers<T>::head_weight_grad(const Tensor& dhead) const {
-  LmHead{a.device, a.B * a.T, c.dim, c.vocab}.weight_grad(dhead.data<T>(), a.logits.data<T>(), a.lnf.data<T>());
-}
-
 template struct Layers<float>;
 template struct Layers<double>;
 template struct Layers<bf16>;

@@ -61,13 +61,8 @@ struct Layers {
   void final_norm_forward(const UnitTensors& p) const;
   // From a.dln = d(loss)/d(lnf) to a.dresidual = d(loss)/d(last layer output).
   void final_norm_backward(const UnitTensors& p, const UnitTensors& g) const;
-  // logits = lnf @ head^T and the token losses; with `backward` the logits become the dlogits.
-  double head_forward(const Tensor& head, bool backward, float dloss) const;
-  // a.dln = dlogits @ head (set).
-  void head_input_grad(const Tensor& head) const;
-  // dhead += dlogits^T @ lnf: after head_input_grad, or, tied and deferred, at the embedding's backward
-  // (nothing writes the dlogits or lnf in between).
-  void head_weight_grad(const Tensor& dhead) const;
+  // The head: the final unit's lm_head, or tied, the embedding.
+  HeadSteps<T, Activations> head() const { return {a, c.dim, c.vocab}; }
 };
 
 extern template struct Layers<float>;

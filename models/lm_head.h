@@ -31,6 +31,31 @@ struct LmHead {
   void weight_grad(T* dW, const T* dlogits, const T* x) const;
 };
 
+// The head's steps over a model's activations `a`, whose fields GPT-2's and Llama's name alike: lnf (the
+// head's input), dln (its input gradient), logits, losses and targets.
+template <class T, class Acts>
+struct HeadSteps {
+  Acts& a;
+  int dim, vocab;
+
+  LmHead head() const { return {a.device, a.B * a.T, dim, vocab}; }
+  // logits = lnf @ W^T and the token losses; returns their sum. With `backward`, the logits are replaced
+  // by dlogits = dloss * (softmax - onehot).
+  double forward(const Tensor& W, bool backward, float dloss) const {
+    return head().forward(a.logits.template data<T>(), a.losses.template data<T>(), a.lnf.template data<T>(),
+                          W.data<T>(), a.targets.template data<int32_t>(), backward, dloss);
+  }
+  // a.dln = dlogits @ W (set).
+  void input_grad(const Tensor& W) const {
+    head().input_grad(a.dln.template data<T>(), a.logits.template data<T>(), W.data<T>());
+  }
+  // dW += dlogits^T @ lnf: right after input_grad, or, tied and deferred, at the embedding's backward
+  // (nothing writes the dlogits or lnf in between).
+  void weight_grad(const Tensor& dW) const {
+    head().weight_grad(dW.data<T>(), a.logits.template data<T>(), a.lnf.template data<T>());
+  }
+};
+
 // When a head tied to the embedding (unit 0) adds its weight gradient dW = dlogits^T x to unit 0's
 // gradients. Immediate: at the head's backward, so that gradient is open through every block's backward,
 // a full V x C buffer under sharded gradients. Deferred: at the embedding's backward, just before its own
@@ -66,14 +91,15 @@ struct LogitsRegion {
 
 // A head tied to parameter `param` of unit 0, under unit 0's second gather: the logits and the losses
 // (their sum returned) and, with `backward`, the head's input gradient and, unless `deferred`, its weight
-// gradient, which opens unit 0's grads until the embedding's backward. `layers` has GPT-2's and Llama's
-// head_forward, head_input_grad and head_weight_grad.
+// gradient, which opens unit 0's grads until the embedding's backward. `layers` is GPT-2's or Llama's,
+// with head() (HeadSteps) and embedding_backward.
 template <class Layers>
 double run_tied_head(ParamContext& ctx, const Layers& layers, int param, bool backward, bool deferred, float dloss) {
   const Tensor& W = ctx.gather(0)[param];
-  const double loss = layers.head_forward(W, backward, dloss);
-  if (backward) layers.head_input_grad(W);
-  if (backward && !deferred) layers.head_weight_grad(ctx.grads(0)[param]);
+  const auto head = layers.head();
+  const double loss = head.forward(W, backward, dloss);
+  if (backward) head.input_grad(W);
+  if (backward && !deferred) head.weight_grad(ctx.grads(0)[param]);
   ctx.release(0);
   return loss;
 }
@@ -84,7 +110,7 @@ double run_tied_head(ParamContext& ctx, const Layers& layers, int param, bool ba
 template <class Layers>
 void run_embedding_backward(ParamContext& ctx, const Layers& layers, int param, bool deferred_head) {
   const UnitTensors& g = ctx.grads(0);
-  if (deferred_head) layers.head_weight_grad(g[param]);
+  if (deferred_head) layers.head().weight_grad(g[param]);
   layers.embedding_backward(g);
   ctx.grads_ready(0);
 }
