@@ -151,7 +151,7 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
            o.batch = *n;
          },
          "global sequences per micro-step, split across ranks; or auto: the largest that fits --mem-budget "
-         "(zshard-train: by the estimate, then stepped down until the first step's measured peak fits)")
+         "(zshard-train: by the estimate, then stepped down until the measured peak of its first steps fits)")
       ->type_name("N|auto")
       ->default_str(std::to_string(o.batch));
   app.add_option("--mem-budget", o.mem_budget,
