@@ -227,6 +227,12 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   add_choice<bool>(app, "--mem-check", o.mem_check, {{"on", true}, {"off", false}},
                    "refuse at set-up a run whose memory estimate exceeds what each rank can use: on, off");
   add_checkpointing_flag(app, o.activation_checkpointing);
+  app.add_option("--eval-data", o.eval_data,
+                 "held-out data to evaluate on, as --data: 'default', a text file or an llm.c .bin token file");
+  app.add_option("--eval-every", o.eval_every,
+                 "evaluate every N steps and after the last (0 = never): the mean token loss over --eval-batches");
+  app.add_option("--eval-batches", o.eval_batches,
+                 "--eval-every: global batches (--batch x --seq tokens each) from the start of --eval-data");
   app.add_option("--log-json", o.log_json, "write one JSON object per step to this file");
   app.add_option("--log-every", o.log_every, "progress line every N steps");
   app.add_option("--save", o.save, "save the final weights (safetensors)");

@@ -234,25 +234,25 @@ int ShardedParams::inflight_units() const {
 }
 
 void ShardedParams::prefetch_after(size_t position) {
-  if (position + 1 >= gather_order_.size()) return;
-  Unit& next = *units_[gather_order_[position + 1]];
+  if (position + 1 >= order_->units.size()) return;
+  Unit& next = *units_[order_->units[position + 1]];
   if (!next.gathered.defined() && inflight_units() < options_.max_inflight) start_gather(next);
 }
 
 const UnitTensors& ShardedParams::gather(int unit) {
   ZS_CHECK(unit >= 0 && unit < num_units(), "gather of unknown unit ", unit);
   Unit& u = *units_[unit];
-  if (!order_recorded_) {
-    gather_order_.push_back(unit);
+  if (!order_->recorded) {
+    order_->units.push_back(unit);
     // A unit still held (nested, or kept from forward for backward) costs no collective.
-    if (!u.used) first_step_gathered_numel_ += u.layout.numel();
+    if (!u.used && !forward_only_) first_step_gathered_numel_ += u.layout.numel();
   }
   u.used = true;
   const size_t position = gather_position_++;
   if (params_sharded_) {
     if (u.gather_refs == 0 && !u.gathered.defined()) start_gather(u);
     if (u.gather_work) finish_gather(u);
-    if (order_recorded_) prefetch_after(position);
+    if (order_->recorded) prefetch_after(position);
   }
   ++u.gather_refs;
   poll_reductions();
@@ -273,8 +273,9 @@ void ShardedParams::release(int unit) {
 
 const UnitTensors& ShardedParams::grads(int unit) {
   ZS_CHECK(unit >= 0 && unit < num_units(), "grads of unknown unit ", unit);
-  in_backward_ = true;
   Unit& u = *units_[unit];
+  ZS_CHECK(!forward_only_, "grads() of unit ", u.layout.spec().name, " in a forward-only micro-step");
+  in_backward_ = true;
   ZS_CHECK(u.grads_state != Unit::Grads::ready, "grads() of unit ", u.layout.spec().name,
            " after its grads_ready() in this micro-step");
   u.grads_state = Unit::Grads::requested;
@@ -412,6 +413,15 @@ void ShardedParams::begin_micro_step(bool sync_grads) {
   sync_grads_ = sync_grads;
   in_backward_ = false;
   gather_position_ = 0;
+  forward_only_ = false;
+  order_ = &training_order_;
+}
+
+void ShardedParams::begin_forward_only() {
+  in_backward_ = false;
+  gather_position_ = 0;
+  forward_only_ = true;
+  order_ = &forward_only_order_;
 }
 
 void ShardedParams::end_micro_step() {
@@ -425,7 +435,7 @@ void ShardedParams::end_micro_step() {
   while (!reductions_.empty()) finish_oldest_reduction();
   for (auto& u : units_)
     if (u->gathered.defined()) free_gathered(*u);  // a prefetch the model did not use
-  order_recorded_ = true;
+  order_->recorded = true;
 }
 
 // ---- optimizer ----

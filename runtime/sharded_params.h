@@ -82,7 +82,10 @@ class ShardedParams : public ParamContext {
 
   // Step protocol, driven by the trainer.
   void begin_micro_step(bool sync_grads);  // sync_grads false = accumulate locally (ddp/zero1 no_sync)
-  void end_micro_step();                   // waits for every reduction still in flight
+  // A forward-only micro-step (Model::forward, for evaluation): gathers and releases only; grads() is
+  // refused. The gradients and the optimizer state are left as they are.
+  void begin_forward_only();
+  void end_micro_step();  // after either; waits for every reduction still in flight
   double grad_norm();                      // global L2 norm of the reduced gradient (one all-reduce)
   void optimizer_step(const ops::AdamWParams& hp);  // AdamW on owned shards, re-gather, zero grads
 
@@ -166,10 +169,17 @@ class ShardedParams : public ParamContext {
   bool accumulated_ = false;
   bool first_micro_step_ = true;
   bool in_backward_ = false;
-  // Gather order recorded on the first micro-step; later micro-steps prefetch along it.
-  std::vector<int> gather_order_;
+  // The order the model gathers units in, recorded by the first micro-step of its kind; later ones
+  // prefetch along it. A forward-only pass (evaluation) gathers a prefix of training's order and stops:
+  // it has an order of its own, so that neither prefetches what the other does not use.
+  struct GatherOrder {
+    std::vector<int> units;
+    bool recorded = false;
+  };
+  GatherOrder training_order_, forward_only_order_;
+  GatherOrder* order_ = &training_order_;  // the current micro-step's
+  bool forward_only_ = false;
   int64_t first_step_gathered_numel_ = 0;
-  bool order_recorded_ = false;
   size_t gather_position_ = 0;
 };
 

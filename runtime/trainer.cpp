@@ -81,6 +81,7 @@ std::string join(const std::vector<int>& v) {
 void check_outputs(const TrainOptions& o) {
   std::vector<FlagPath> taken = {{"--init-from", o.init_from},
                                  {"--data", o.data == "default" ? "" : o.data},
+                                 {"--eval-data", o.eval_data == "default" ? "" : o.eval_data},
                                  {"--resume", o.resume == "latest" ? "" : o.resume}};
   check_not_input({"--save-dir", o.save_dir}, taken);
   // A file may go inside an existing --save-dir, but one named as the directory would fail after training.
@@ -166,6 +167,11 @@ void validate_options(const TrainOptions& o, int world_size) {
   if (!(o.eps > 0 && o.eps <= 1)) usage("--eps must be in (0, 1], got ", o.eps);
   check_at_least("--grad-clip", o.grad_clip, 0, " (0 disables)");
   if (o.log_every < 1) usage("--log-every must be >= 1, got ", o.log_every);
+  if (o.eval_every < 0) usage("--eval-every must be >= 0 (0 = never), got ", o.eval_every);
+  if (o.eval_batches < 1) usage("--eval-batches must be >= 1, got ", o.eval_batches);
+  if (o.eval_every > 0 && o.eval_data.empty()) usage("--eval-every needs --eval-data (what to evaluate on)");
+  if (o.eval_every == 0 && (!o.eval_data.empty() || o.eval_batches != TrainOptions{}.eval_batches))
+    usage(o.eval_data.empty() ? "--eval-batches" : "--eval-data", " is only for --eval-every N (how often to evaluate)");
   check_range("--comm-timeout", o.comm_timeout_s, 1e-3, kMaxCommTimeout, " seconds");
   if (o.save_every < 0) usage("--save-every must be >= 0 (0 = only the final save), got ", o.save_every);
   if (o.keep < 0) usage("--keep must be >= 0 (0 keeps every checkpoint), got ", o.keep);
@@ -246,6 +252,11 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     data_ = TokenDataset::load(options_.data);
     data_.check_vocab(model_->vocab_size());
     data_.check_seq_len(options_.seq);
+    if (!options_.eval_data.empty()) {
+      eval_data_ = TokenDataset::load(options_.eval_data);
+      eval_data_.check_vocab(model_->vocab_size());
+      eval_data_.check_seq_len(options_.seq);
+    }
     if (!options_.init_from.empty()) check_weights_file(options_.init_from, *model_);
     if (world.rank() == 0) check_outputs(options_);
   });
@@ -419,8 +430,24 @@ StepResult Trainer::step() {
   ++steps_done_;
   measure_speed(batch_ms, batch_waited_ms);
   r.resplit_seq_per_s = maybe_rebalance();
+  if (options_.eval_every > 0 && (r.step % options_.eval_every == 0 || r.step == options_.steps))
+    r.eval_loss = evaluate();
   history_.push_back(r);
   return r;
+}
+
+double Trainer::evaluate() {
+  const int B = options_.batch, T = options_.seq;
+  double loss_sum = 0;
+  // The same batches every time (the first of the stream), so that evaluations compare.
+  for (int k = 0; k < options_.eval_batches; ++k) {
+    params_->begin_forward_only();
+    eval_data_.fill_batch(k, B, T, rank_offset_, rank_batch_, inputs_.data(), targets_.data());
+    loss_sum += model_->forward(*params_, {inputs_.data(), targets_.data(), rank_batch_, T});
+    params_->end_micro_step();
+  }
+  comm::all_reduce_sum(world_, &loss_sum, 1);
+  return loss_sum / (double(B) * T * options_.eval_batches);
 }
 
 void Trainer::log_step(const StepResult& r, std::ostream* out) {
@@ -441,6 +468,9 @@ void Trainer::log_step(const StepResult& r, std::ostream* out) {
     for (size_t i = 0; i < r.resplit_seq_per_s.size(); ++i) *out << (i ? "," : " ") << r.resplit_seq_per_s[i];
     *out << ")\n" << std::flush;
   }
+  if (!std::isnan(r.eval_loss))
+    *out << "step " << r.step << ": eval loss " << std::fixed << std::setprecision(4) << r.eval_loss << "\n"
+         << std::flush;
 }
 
 void Trainer::write_log_json() {
@@ -449,11 +479,12 @@ void Trainer::write_log_json() {
     if (world_.rank() != 0) return;
     std::string text;
     for (const StepResult& r : history_) {
-      const nlohmann::json j = {{"step", r.step},           {"loss", r.loss},
-                                {"lr", r.lr},               {"grad_norm", r.grad_norm},
-                                {"ms", r.ms},               {"tokens_per_s", r.tokens_per_s},
-                                {"comm_bytes", r.comm_bytes}, {"comm_exposed_ms", r.comm_exposed_ms},
-                                {"rank_batches", r.rank_batches}};
+      nlohmann::json j = {{"step", r.step},           {"loss", r.loss},
+                          {"lr", r.lr},               {"grad_norm", r.grad_norm},
+                          {"ms", r.ms},               {"tokens_per_s", r.tokens_per_s},
+                          {"comm_bytes", r.comm_bytes}, {"comm_exposed_ms", r.comm_exposed_ms},
+                          {"rank_batches", r.rank_batches}};
+      if (!std::isnan(r.eval_loss)) j["eval_loss"] = r.eval_loss;
       text += j.dump() + "\n";
     }
     write_file_atomically(options_.log_json, text);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,6 +63,11 @@ struct TrainOptions {
   bool mem_check = true;  // refuse at set-up a run whose estimate exceeds the memory available
   // What the model keeps for backward; changes memory and compute, never the results.
   ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::none;
+  // evaluation: every `eval_every` steps (0: never) and after the last one, the mean token loss of the
+  // model over the first `eval_batches` global batches of `eval_data` (forward only, same batch and seq)
+  std::string eval_data;
+  int eval_every = 0;
+  int eval_batches = 4;
   // output
   std::string log_json;
   std::string save;
@@ -97,6 +103,7 @@ struct StepResult {
   // (nccl, see Trainer::step).
   double comm_exposed_ms = 0;
   std::vector<int> rank_batches;  // the split of the global batch this step ran with
+  double eval_loss = std::numeric_limits<double>::quiet_NaN();  // after this step; NaN: not evaluated
   // Set when --rank-batches auto re-split the batch after this step: the throughputs it went by.
   std::vector<double> resplit_seq_per_s;
 };
@@ -109,6 +116,9 @@ class Trainer {
   ~Trainer();
 
   StepResult step();
+  // The mean token loss over --eval-batches global batches of --eval-data, forward only, under the run's
+  // strategy; every rank returns it. Collective.
+  double evaluate();
   // One step as run() takes it: timed into the ETA and logged to `out` on rank 0 (null: silent).
   StepResult run_step(std::ostream* out);
   // Runs the remaining steps; rank 0 prints progress to `out` (null: silent). `after_step`, when
@@ -161,6 +171,7 @@ class Trainer {
   comm::Communicator& world_;
   ModelConfig config_;
   TokenDataset data_;
+  TokenDataset eval_data_;  // --eval-data; empty without it
   std::unique_ptr<Model> model_;
   std::unique_ptr<comm::Communicator> device_comm_;  // nccl: what params_'s groups split from (outlives them)
   std::unique_ptr<ShardedParams> params_;

@@ -2,7 +2,7 @@
 // for each model: the ZeRO volumes, with zero3's all-gathers taken from the model's own gather schedule.
 // That schedule is pinned too: GPT-2 and a tied Llama gather every unit twice per micro-step, an untied
 // Llama gathers its embedding and its head unit once each, and without resharding after forward every
-// unit is gathered once.
+// unit is gathered once. An evaluation gathers what its forward reads.
 // zshard-test-np: 1 2 4
 #include <gtest/gtest.h>
 
@@ -67,6 +67,33 @@ TEST(CommVolume, MeasuredBytesEqualTheTheoryForEveryModelAndStrategy) {
         EXPECT_NEAR(report.ranks[r].comm_bytes_per_step, theory, 2e-3 * theory) << what << ", rank " << r;
       }
     }
+  }
+}
+
+// An evaluation's forward-only passes gather what their forward reads and nothing more: they prefetch
+// along an order of their own, so the end of forward does not prefetch what training's backward would
+// gather next (an untied Llama's last layer). GPT-2's forward gathers the embedding twice (the tied head).
+TEST(CommVolume, EvaluationGathersOnlyWhatItsForwardReads) {
+  const int n = test::world().size();
+  for (const Case& c : {Case{"tiny", false, {}}, Case{"llama-tiny", false, {}}}) {
+    TrainOptions o = options(c.model, c.tied);
+    o.strategy = {StrategyKind::zero3, 0, true, 2};
+    o.eval_data = "default";
+    o.eval_every = 100;  // never within the run: evaluate() is called below
+    o.eval_batches = 3;
+    Trainer trainer(o, test::world());
+    trainer.run(nullptr);
+    const ShardedParams& params = trainer.params();
+    int64_t forward = 0;
+    for (int u = 0; u < params.num_units(); ++u) forward += params.layout(u).numel();
+    if (c.model == "tiny") forward += params.layout(0).numel();
+    const int64_t before = params.comm_stats().total_bytes();
+    trainer.evaluate();
+    // The theory counts real elements; the wire also carries the padding (under n per unit), and the
+    // loss's all-reduce is on the world, not the params' communicators.
+    const double moved = double(params.comm_stats().total_bytes() - before);
+    const double want = double(o.eval_batches) * double(forward) * 4 * (n - 1) / n;
+    EXPECT_NEAR(moved, want, 2e-3 * want) << c.model;
   }
 }
 

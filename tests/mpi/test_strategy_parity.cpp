@@ -120,6 +120,40 @@ TEST(StrategyParity, UnevenRankBatchesEqualEvenSplit) {
     }
 }
 
+// Evaluation between steps (--eval-every): every strategy gives the single process's held-out losses, and
+// training is as it was without it, bit for bit and in bytes moved: the forward-only passes prefetch
+// along a gather order of their own, not training's.
+TEST(StrategyParity, EvaluationMatchesSingleProcessAndLeavesTrainingAsItWas) {
+  const int n = test::world().size();
+  for (const std::string& model : kModels) {
+    TrainOptions plain = test::tiny_options(6);
+    plain.model = model;
+    TrainOptions evaluated = plain;
+    evaluated.eval_data = "default";
+    evaluated.eval_every = 2;  // after steps 2, 4 and 6
+    evaluated.eval_batches = 2;
+    const RunResult reference = test::train_single_process(evaluated);
+    ASSERT_EQ(reference.eval_losses.size(), 3u) << model;
+    EXPECT_LT(reference.eval_losses.back(), reference.eval_losses.front()) << model << ": it learns";
+    for (const StrategyOptions& s : std::vector<StrategyOptions>{{StrategyKind::ddp, 0, true, 2},
+                                                                 {StrategyKind::zero3, 0, true, 2},
+                                                                 {StrategyKind::zero3, 0, false, 2},
+                                                                 {StrategyKind::hybrid, n % 2 ? 1 : 2, true, 2}}) {
+      const std::string what = model + " " + describe(s);
+      plain.strategy = evaluated.strategy = s;
+      const RunResult with = test::train(evaluated, test::world()), without = test::train(plain, test::world());
+      EXPECT_EQ(with.losses, without.losses) << what;
+      EXPECT_EQ(with.grad_norms, without.grad_norms) << what;
+      EXPECT_EQ(with.params, without.params) << what;
+      EXPECT_EQ(with.comm_bytes, without.comm_bytes) << what;
+      ASSERT_EQ(with.eval_losses.size(), reference.eval_losses.size()) << what;
+      for (size_t e = 0; e < with.eval_losses.size(); ++e)
+        EXPECT_LE(std::abs(with.eval_losses[e] - reference.eval_losses[e]) / reference.eval_losses[e], kTolerance)
+            << what << ": evaluation " << e;
+    }
+  }
+}
+
 // Runs `plain` and `changed` (the same run but for one setting that must not change the math) and
 // expects the same bits: losses, gradient norms and final parameters.
 void expect_same_bits(const TrainOptions& plain, const TrainOptions& changed, const std::string& what) {

@@ -1,5 +1,7 @@
 #include "tests/support/training_runs.h"
 
+#include <cmath>
+
 #include "comm/self_communicator.h"
 
 namespace zshard::test {
@@ -30,6 +32,8 @@ RunResult train(const TrainOptions& options, comm::Communicator& comm) {
     r.losses.push_back(h.loss);
     r.grad_norms.push_back(h.grad_norm);
     r.rank_batches.push_back(h.rank_batches);
+    r.comm_bytes.push_back(h.comm_bytes);
+    if (!std::isnan(h.eval_loss)) r.eval_losses.push_back(h.eval_loss);
   }
   for (int u = 0; u < trainer.params().num_units(); ++u) {
     const std::vector<float> full = trainer.params().full_unit_params(u);

@@ -13,6 +13,8 @@ struct RunResult {
   std::vector<double> grad_norms;
   std::vector<float> params;        // every unit's full flat parameters, concatenated
   std::vector<std::vector<int>> rank_batches;  // per optimizer step, the split it ran with
+  std::vector<int64_t> comm_bytes;  // per optimizer step, this rank's
+  std::vector<double> eval_losses;  // of the steps that evaluated (--eval-every), in order
 };
 
 // The tiny model on the embedded default data with clipping on; tests change what they compare.

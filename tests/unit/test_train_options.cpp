@@ -75,6 +75,15 @@ TEST(TrainOptions, BadValuesNameTheirFlag) {
               HasSubstr("2: --batch 3 is smaller than the world size 4"));
   EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.rebalance_every = -1; }),
               HasSubstr("2: --rebalance-every must be >= 0"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.eval_every = -1; }), HasSubstr("2: --eval-every must be >= 0"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.eval_every = 5, o.eval_batches = 0; }),
+              HasSubstr("2: --eval-batches must be >= 1, got 0"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.eval_every = 5; }), HasSubstr("2: --eval-every needs --eval-data"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.eval_data = "default"; }),
+              HasSubstr("2: --eval-data is only for --eval-every N"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.eval_batches = 8; }), HasSubstr("2: --eval-batches is only for --eval-every N"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.eval_every = 5, o.eval_data = "/no/such/eval.bin"; }),
+              HasSubstr("/no/such/eval.bin"));
   EXPECT_THAT(with([](TrainOptions& o) { o.rebalance_every = 2; }),
               HasSubstr("2: --rebalance-every is only for --rank-batches auto"));
   EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.max_rank_batch = 0; }),

@@ -1,0 +1,29 @@
+# --eval-every: held-out losses printed and logged after every Nth step and after the last, the same on
+# zero3 over 2 ranks as in one process; its flags refused alone or with bad values, in one line, on every
+# rank.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
+
+EVAL=(--batch 4 --seq 32 --steps 5 --log-every 1000 --eval-data default --eval-every 2 --eval-batches 2)
+expect_ok "eval single process" "$TRAIN" "${EVAL[@]}" --log-json "$WORK/single.json"
+expect_true "eval lines after steps 2, 4 and 5" \
+  test "$(grep -c "^step [245]: eval loss [0-9.]*$" "$WORK/out")" = 3
+expect_ok "eval zero3 np 2" "${MPIRUN[@]}" -np 2 "$TRAIN" "${EVAL[@]}" --strategy zero3 --log-json "$WORK/zero3.json"
+expect_true "eval losses logged at steps 2, 4 and 5, zero3 equal to one process (1e-5)" python3 -c "
+import json
+def evals(path):
+    return {r['step']: r['eval_loss'] for r in map(json.loads, open(path)) if 'eval_loss' in r}
+single, zero3 = evals('$WORK/single.json'), evals('$WORK/zero3.json')
+assert sorted(single) == [2, 4, 5] and sorted(zero3) == [2, 4, 5], (single, zero3)
+assert all(abs(zero3[s] - single[s]) <= 1e-5 * single[s] for s in single), (single, zero3)
+assert single[5] < single[2], single"
+
+expect_every_rank_fails "missing eval data" 1 "no/such/eval.bin" -- \
+  "${ARGS[@]}" --eval-every 2 --eval-data "$WORK/no/such/eval.bin"
+expect_every_rank_fails "eval data alone" 2 "--eval-data is only for --eval-every" -- \
+  "${ARGS[@]}" --eval-data default
+expect_every_rank_fails "eval every without data" 2 "--eval-every needs --eval-data" -- "${ARGS[@]}" --eval-every 2
+expect_every_rank_fails "eval batches 0" 2 "--eval-batches must be >= 1, got 0" -- \
+  "${ARGS[@]}" --eval-every 2 --eval-data default --eval-batches 0
+expect_failure "bench refuses eval" 2 "--eval-every" -- "$ZSHARD_BIN/zshard-bench" --eval-every 2
+finish
