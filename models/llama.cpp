@@ -109,8 +109,8 @@ double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float
   double loss = 0;
   if (tied) {
     layers.final_norm_forward(ctx.gather(final_unit));
-    // Released before the head, the embedding gathered a second time as GPT-2's is, so that the last
-    // layer's gather is prefetched under the head; the small norm unit is gathered again for its backward.
+    // Released before the head, which gathers the embedding a second time as GPT-2's does; the small
+    // norm unit is gathered again for its backward, prefetched under the head.
     ctx.release(final_unit);
     loss = run_tied_head(ctx, layers, llama::kEmbed, backward, defer, loss_scale);
     if (!backward) return loss;

@@ -66,9 +66,10 @@ std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Commun
          << budget.source << "\n";
   const Device device = options.placement.device;
   // zero3 and hybrid prefetch from the second micro-step on (the first records the gather order), one
-  // more gathered unit alive: the check measures through it, so that it sees the steps that follow.
-  const int measured_steps =
-      std::min(options.steps, params_sharded(options.strategy.kind) && options.grad_accum == 1 ? 2 : 1);
+  // more gathered unit alive: the check measures through it, so that it sees the steps that follow;
+  // not past a checkpoint, though (--save-every 1 saves step 1, which only the caller can).
+  const bool prefetch_unseen = params_sharded(options.strategy.kind) && options.grad_accum == 1;
+  const int measured_steps = std::min(options.steps, prefetch_unseen && options.save_every != 1 ? 2 : 1);
   const std::string measured = measured_steps == 1 ? "the first step's" : "the first 2 steps'";
   for (;;) {
     options.batch = ranks * rank_batch;

@@ -4,8 +4,9 @@
 // grad-accum; the measured peak (the tracking allocator's, the largest over the ranks) must fit too, else
 // the batch steps down one sequence per rank and the trainer is built again. Every rank decides from the
 // same all-reduced values, so all take the same batch. The measurement takes the first step, or the first
-// two under zero3 and hybrid without accumulation: they prefetch from the second micro-step on. Buffers
-// that live as long as their collectives take can still make a later step peak a little higher.
+// two under zero3 and hybrid without accumulation (they prefetch from the second micro-step on) unless
+// --save-every 1 asks for step 1's checkpoint. Buffers that live as long as their collectives take can
+// still make a later step peak a little higher.
 #pragma once
 #include <iosfwd>
 #include <memory>

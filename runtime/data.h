@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zshard {
@@ -25,12 +26,12 @@ constexpr int kLlmcHeaderInts = 256;
 class TokenDataset {
  public:
   // `spec` is "default" (the embedded corpus), an llm.c token file (first int32 is the magic, or the
-  // name ends in ".bin") or any other file, read as bytes.
-  static TokenDataset load(const std::string& spec);
-  static TokenDataset from_default_corpus();
-  static TokenDataset from_text_file(const std::string& path);
-  static TokenDataset from_llmc_file(const std::string& path);
-  static TokenDataset from_tokens(std::vector<int32_t> tokens, std::string source);
+  // name ends in ".bin") or any other file, read as bytes. Errors name `flag`, the option that gave it.
+  static TokenDataset load(const std::string& spec, std::string_view flag = "--data");
+  static TokenDataset from_default_corpus(std::string_view flag = "--data");
+  static TokenDataset from_text_file(const std::string& path, std::string_view flag = "--data");
+  static TokenDataset from_llmc_file(const std::string& path, std::string_view flag = "--data");
+  static TokenDataset from_tokens(std::vector<int32_t> tokens, std::string source, std::string_view flag = "--data");
 
   int64_t size() const { return int64_t(tokens_.size()); }
   const std::vector<int32_t>& tokens() const { return tokens_; }
@@ -49,6 +50,7 @@ class TokenDataset {
  private:
   std::vector<int32_t> tokens_;
   std::string source_;
+  std::string flag_ = "--data";
 };
 
 }  // namespace zshard

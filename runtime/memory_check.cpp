@@ -27,6 +27,12 @@ int64_t read_number(const std::string& path, const std::string& key = "") {
   return -1;
 }
 
+// The flag that moves a run to `kind`; a hybrid run's --shard-group must go with it.
+std::string switch_to(const TrainOptions& o, StrategyKind kind) {
+  const bool groups = o.strategy.shard_group != 0 || !o.strategy.shard_group_sizes.empty();
+  return detail::concat("--strategy ", strategy_name(kind), groups ? " (without --shard-group)" : "");
+}
+
 bool fits(const EstimateInput& in, int64_t budget) {
   try {
     return estimate_memory(in).total() <= budget;
@@ -56,7 +62,7 @@ std::string nearest_fit(const TrainOptions& o, const Model& model, int world, in
   if (o.strategy.kind == StrategyKind::hybrid) kinds = {StrategyKind::hybrid, StrategyKind::zero3};
   else kinds.erase(kinds.begin(), std::find(kinds.begin(), kinds.end(), o.strategy.kind));
   for (StrategyKind kind : kinds) {
-    const std::string strategy = kind == o.strategy.kind ? "" : "--strategy " + std::string(strategy_name(kind));
+    const std::string strategy = kind == o.strategy.kind ? "" : switch_to(o, kind);
     for (int cut : divisors(o.batch)) {
       if (o.batch / cut < world || int64_t(o.grad_accum) * cut > std::numeric_limits<int>::max()) break;
       // Uneven --rank-batches cannot be cut evenly: only the strategy may change.
@@ -83,7 +89,7 @@ std::string more_ranks(const TrainOptions& o, const Model& model, int world, int
     if (keeps_global) in.grad_accum = int(global / ranks);
     if (!fits(in, budget)) continue;
     const std::string batch = keeps_global ? detail::concat(" (--batch ", ranks, " --grad-accum ", global / ranks, ")") : "";
-    return detail::concat("--strategy zero3 on ", ranks, " ranks with this much memory each", batch);
+    return detail::concat(switch_to(o, StrategyKind::zero3), " on ", ranks, " ranks with this much memory each", batch);
   }
   return "";
 }
@@ -152,10 +158,10 @@ void check_host_memory_fits(const TrainOptions& o, const Model& model, int world
   std::string fix;
   if (o.strategy.kind == StrategyKind::hybrid &&
       estimate_memory(estimate_input(o, model, world, StrategyKind::zero3, 1)).host_apart() <= host_budget.bytes)
-    fix = "--strategy zero3";
+    fix = switch_to(o, StrategyKind::zero3);
   for (int ranks = world * 2; fix.empty() && ranks <= (1 << 16); ranks *= 2)
     if (estimate_memory(estimate_input(o, model, ranks, StrategyKind::zero3, 1)).host_apart() <= host_budget.bytes)
-      fix = detail::concat("--strategy zero3 on ", ranks, " ranks with this much host memory each");
+      fix = detail::concat(switch_to(o, StrategyKind::zero3), " on ", ranks, " ranks with this much host memory each");
   fail("--offload optimizer does not fit in host memory: this rank needs about ", format_bytes(double(host)),
        " of page-locked host memory, it can use ", format_bytes(double(host_budget.bytes)), " (",
        host_budget.source, "); ", fix.empty() ? "" : "nearest that fits: " + fix + ", or ",

@@ -38,7 +38,8 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
                 << ", " << options.steps << " steps\n";
     Checkpointer checkpoints(trainer, &std::cout);
     install_stop_handlers();
-    // --batch auto took the first step to measure its peak: it is checkpointed like any other.
+    // --batch auto took its first steps to measure their peak, stopping short of any save point but
+    // its last: that step is checkpointed like any other.
     if (trainer.steps_done() == 0 || checkpoints.after_step())
       trainer.run(&std::cout, [&] { return checkpoints.after_step(); });
     checkpoints.save();  // the final save (also after a stop signal)

@@ -87,18 +87,21 @@ void check_outputs(const TrainOptions& o) {
   // A file may go inside an existing --save-dir, but one named as the directory would fail after training.
   std::error_code ec;
   const bool save_dir_exists = std::filesystem::is_directory(o.save_dir, ec);
+  const auto directory = [&](const std::filesystem::path& p) {  // absolute, normal, no trailing separator
+    const std::filesystem::path n =
+        std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec).lexically_normal();
+    return n.has_filename() ? n : n.parent_path();
+  };
   const auto in_new_save_dir = [&](const std::string& path) {
     if (save_dir_exists || o.save_dir.empty()) return false;
-    const auto canonical = [&](const std::filesystem::path& p) {
-      return std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec);
-    };
-    return canonical(std::filesystem::path(path).parent_path()) == canonical(o.save_dir);
+    return directory(std::filesystem::path(path).parent_path()) == directory(o.save_dir);
   };
   for (const FlagPath& out : {FlagPath{"--log-json", o.log_json}, FlagPath{"--save", o.save},
                               FlagPath{"--mem-report", o.mem_report}}) {
     if (out.second.empty()) continue;
-    // A file straight inside the --save-dir this run creates at set-up: that directory must be creatable.
-    check_output_path(out.first, in_new_save_dir(out.second) ? o.save_dir : out.second);
+    // A file straight inside the --save-dir this run creates (parents and all) at set-up, where a
+    // directory that cannot be made is refused (Checkpointer), needs no directory yet.
+    if (!in_new_save_dir(out.second)) check_output_path(out.first, out.second);
     check_not_input(out, taken);
     if (!save_dir_exists) check_not_input(out, {{"--save-dir", o.save_dir}});
     taken.push_back(out);
@@ -253,7 +256,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     data_.check_vocab(model_->vocab_size());
     data_.check_seq_len(options_.seq);
     if (!options_.eval_data.empty()) {
-      eval_data_ = TokenDataset::load(options_.eval_data);
+      eval_data_ = TokenDataset::load(options_.eval_data, "--eval-data");
       eval_data_.check_vocab(model_->vocab_size());
       eval_data_.check_seq_len(options_.seq);
     }
@@ -493,13 +496,20 @@ void Trainer::write_log_json() {
 
 StepResult Trainer::run_step(std::ostream* out) {
   StepResult r;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     r = step();
   } catch (const AgreedFailure&) {
-    write_log_json();  // the steps that went well
+    // The steps that went well; a log that cannot be written (its --save-dir not made yet under
+    // --batch auto) must not hide why the step failed.
+    try {
+      write_log_json();
+    } catch (const AgreedFailure&) {
+    }
     throw;
   }
-  train_seconds_ += r.ms / 1e3;
+  // The ETA's time: the step with its evaluation and re-split.
+  train_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log_step(r, out);
   return r;
 }

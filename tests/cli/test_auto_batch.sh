@@ -46,6 +46,15 @@ checked = float(re.search(r'measured peak ([0-9.]+) MB fits', open('$WORK/out').
 run = max(r['peak_total'] for r in json.load(open('$WORK/report.json'))['ranks'])
 assert checked >= 0.995 * run, (checked, run)"
 
+# Measuring two steps stops short of a save point: --save-every 1 still gets step 1's checkpoint.
+expect_ok "zero3 auto with --save-every 1" timeout 120 "${MPIRUN[@]}" -np 2 "$TRAIN" "${RUN[@]}" --strategy zero3 \
+  --batch auto --mem-budget 7MiB --steps 3 --save-dir "$WORK/every" --save-every 1
+expect_true "zero3 auto with --save-every 1: steps 1, 2 and 3 saved" \
+  test "$(ls "$WORK/every")" = "$(printf 'step-00000001\nstep-00000002\nstep-00000003')"
+# A measured step that fails says why, also when its log goes into the --save-dir not made yet.
+ZSHARD_FAULT_KIND=nan ZSHARD_FAULT_STEP=1 expect_failure "non-finite measured step" 1 "step 1: non-finite loss" -- \
+  "$TRAIN" "${RUN[@]}" --batch auto --mem-budget 8MiB --save-dir "$WORK/nan" --log-json "$WORK/nan/log.json"
+
 expect_every_rank_fails "budget too small" 2 "--mem-budget 1.0 kB" -- "${RUN[@]}" --batch auto --mem-budget 1KB
 expect_failure "batch not a number" 2 "--batch" -- "$TRAIN" --batch x
 expect_one_line "batch not a number" "--batch"

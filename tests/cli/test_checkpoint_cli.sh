@@ -9,6 +9,9 @@ expect_ok "save zero3 np 4, every 2 steps, keep 2" "${MPIRUN[@]}" -np 4 "$TRAIN"
   "${ARGS[@]}" --steps 6 --save-dir "$CK" --save-every 2 --keep 2 --log-json "$CK/full.json" \
   --save "$WORK/final.safetensors"
 mv "$CK/full.json" "$WORK/full.json"  # written into the --save-dir the run created
+expect_ok "outputs in a new --save-dir, named with a trailing slash and two levels deep" "$TRAIN" "${ARGS[@]}" \
+  --steps 1 --save-dir "$WORK/new/deep/" --log-json "$WORK/new/deep/log.json"
+expect_true "the log is in the directory the run made" test -s "$WORK/new/deep/log.json"
 expect_true "keep 2: step 4 and step 6 remain" \
   test "$(ls "$CK")" = "$(printf 'step-00000004\nstep-00000006')" -a -f "$CK/step-00000006/manifest.json"
 

@@ -101,7 +101,8 @@ TEST(MemoryCheck, OffloadedOptimizerMustFitInHostMemory) {
                            "memory each, or --offload none"));
   Case hybrid = c;  // groups of 2 hold twice zero3's host shard on 4 ranks
   hybrid.options.strategy = {StrategyKind::hybrid, 2, true, 2};
-  EXPECT_THAT(host_check(hybrid, host), HasSubstr("nearest that fits: --strategy zero3, or --offload none"));
+  EXPECT_THAT(host_check(hybrid, host),
+              HasSubstr("nearest that fits: --strategy zero3 (without --shard-group), or --offload none"));
   Case cpu = c;  // the cpu's host bytes are its device's, checked by check_memory_fits
   cpu.options.placement.device = Device::cpu;
   cpu.options.placement.param_dtype = DType::f32;
