@@ -91,7 +91,14 @@ int main(int argc, char** argv) {
       app.add_option("--bench", bench_path, "zshard-bench JSON of a single-rank run: compute time, params, units, batch");
   // --bench sets these itself: given beside it, they would be silently overwritten.
   bench->excludes(app.add_option("--compute-ms", in.compute_ms, "single-rank step time (instead of --bench)"));
-  bench->excludes(app.add_option("--params", in.params, "parameter count (instead of --bench)"));
+  // A count as zshard-mem takes it: 124e6 as well as 124000000.
+  bench->excludes(app.add_option_function<double>(
+      "--params",
+      [&in](double n) {
+        if (!(n >= 1 && n <= 1e15)) throw CLI::ValidationError("--params", "must be in [1, 1e15], got " + std::to_string(n));
+        in.params = int64_t(n);
+      },
+      "parameter count, e.g. 1.5e9 (instead of --bench)"));
   bench->excludes(app.add_option("--units", in.units, "collectives per pass: units (instead of --bench)"));
   bench->excludes(app.add_option("--batch", in.batch, "sequences the compute time covers (instead of --bench)"));
   app.add_option("--elem-bytes", in.elem_bytes, "bytes per communicated element (4 fp32, 2 bf16)");

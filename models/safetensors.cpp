@@ -148,6 +148,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   if (fd.get() < 0) fail_file(path, "cannot open (", std::strerror(errno), ")");
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) fail_file(path, "cannot stat (", std::strerror(errno), ")");
+  if (S_ISDIR(st.st_mode)) fail_file(path, "is a directory, not a safetensors file");
   const uint64_t file_size = uint64_t(st.st_size);
   if (file_size < 8) fail_file(path, "file is ", file_size, " bytes, shorter than the 8-byte header length");
 

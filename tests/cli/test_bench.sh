@@ -100,7 +100,7 @@ fi
 
 check "mem 7.5e9" "$BIN/zshard-mem" --params 7.5e9 --dtype mixed --world 1,4,16,64,1024
 grep -Eq "zero3 +64 +64 +.*1\.88 GB" "$WORK/out" || { echo "FAIL mem: no 1.88 GB row"; cat "$WORK/out"; failures=$((failures + 1)); }
-check "project" "$BIN/zshard-project" --compute-ms 100 --params 124000000 --units 14 --max-world 64
+check "project" "$BIN/zshard-project" --compute-ms 100 --params 124e6 --units 14 --max-world 64
 grep -Eq "^ +64 " "$WORK/out" || { echo "FAIL project: no N=64 row"; failures=$((failures + 1)); }
 # Unequal nodes: hybrid rows per node size in zshard-mem, a cluster table in zshard-project.
 check "mem 4,2" "$BIN/zshard-mem" --model gpt2 --strategy zero3,hybrid --shard-group 4,2 --batch 12

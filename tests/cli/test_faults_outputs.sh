@@ -125,6 +125,9 @@ expect_failure "project --max-world 2e9 (was SIGFPE)" 2 "--max-world must be at 
   "$BIN/zshard-project" --compute-ms 100 --params 100000000 --max-world 2000000000
 expect_failure "project --serial-fraction 2" 2 "--serial-fraction must be in \[0, 1\]" -- \
   "$BIN/zshard-project" --compute-ms 100 --params 100000000 --serial-fraction 2
+expect_failure "project --params 0.5" 2 "--params: must be in \[1, 1e15\]" -- \
+  "$BIN/zshard-project" --compute-ms 100 --params 0.5
+expect_failure "project --params nan" 2 "--params" -- "$BIN/zshard-project" --compute-ms 100 --params nan
 expect_failure "project --batch 0" 2 "--batch must be >= 1" -- \
   "$BIN/zshard-project" --compute-ms 100 --params 100000000 --batch 0
 expect_failure "project --bandwidth-gbs 0" 2 "--bandwidth-gbs must be a finite number > 0" -- \

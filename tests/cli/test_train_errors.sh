@@ -9,6 +9,7 @@ expect_failure "unknown model" 2 "unknown.*gpt2-xl|gpt2-xl.*" -- "$TRAIN" --mode
 expect_failure "missing data file" 1 "no/such/file" -- "$TRAIN" --data "$WORK/no/such/file"
 expect_failure "seq beyond context" 2 "--seq 4096 exceeds" -- "$TRAIN" --seq 4096
 expect_failure "missing weights" 1 "missing.safetensors" -- "$TRAIN" --init-from "$WORK/missing.safetensors"
+expect_failure "weights a directory" 1 "is a directory, not a safetensors file" -- "$TRAIN" --init-from "$WORK"
 expect_failure "unknown device" 2 "--device: gpu not in" -- "$TRAIN" --device gpu
 expect_failure "unknown checkpointing" 2 "--activation-checkpointing: layers not in" -- \
   "$TRAIN" --activation-checkpointing layers
