@@ -3,15 +3,11 @@
 #include <array>
 
 #include "kernels/error.h"
+#include "models/model_support.h"
 
 namespace zshard {
 
 namespace {
-// Far beyond any real model: past them the int64 parameter count overflows, or building the units (one
-// per layer) takes forever.
-constexpr double kMaxModelParams = 1e15;
-constexpr int kMaxModelLayers = 1 << 16;
-
 struct NamedConfig {
   std::string_view name;
   GPT2Config config;
@@ -34,12 +30,10 @@ void GPT2Config::validate() const {
     fail("GPT-2 config: layers, dim, heads, vocab and ctx must all be positive, got layers=", layers, " dim=", dim,
          " heads=", heads, " vocab=", vocab, " ctx=", ctx);
   if (dim % heads != 0) fail("GPT-2 config: dim ", dim, " is not divisible by heads ", heads);
-  if (layers > kMaxModelLayers) fail("GPT-2 config: layers must be at most ", kMaxModelLayers, ", got ", layers);
   // In double: the int64 count overflows first.
   const double C = dim;
   const double params = double(vocab) * C + double(ctx) * C + double(layers) * (12 * C * C + 13 * C) + 2 * C;
-  if (params > kMaxModelParams)
-    fail("GPT-2 config: ", params, " parameters, more than ", kMaxModelParams);
+  check_model_size("GPT-2 config", layers, params);
 }
 
 int64_t GPT2Config::num_params() const {

@@ -4,15 +4,11 @@
 #include <string_view>
 
 #include "kernels/error.h"
+#include "models/model_support.h"
 
 namespace zshard {
 
 namespace {
-// Far beyond any real model: past them the int64 parameter count overflows, or building the units (one
-// per layer) takes forever.
-constexpr double kMaxModelParams = 1e15;
-constexpr int kMaxModelLayers = 1 << 16;
-
 
 struct NamedConfig {
   std::string_view name;
@@ -35,12 +31,10 @@ void LlamaConfig::validate() const {
   if (heads % kv_heads != 0) fail("Llama config: heads ", heads, " is not divisible by kv_heads ", kv_heads);
   if (head_dim() % 2 != 0) fail("Llama config: the head size ", head_dim(), " must be even (rotary pairs)");
   if (!(rope_theta > 1)) fail("Llama config: rope_theta must be > 1, got ", rope_theta);
-  if (layers > kMaxModelLayers) fail("Llama config: layers must be at most ", kMaxModelLayers, ", got ", layers);
   // In double: the int64 count overflows first.
   const double C = dim, KV = kv_dim(), F = ffn_dim, V = vocab;
   const double params = V * C * (tie_embeddings ? 1 : 2) + double(layers) * (2 * C + 2 * C * C + 2 * C * KV + 3 * C * F) + C;
-  if (params > kMaxModelParams)
-    fail("Llama config: ", params, " parameters, more than ", kMaxModelParams);
+  check_model_size("Llama config", layers, params);
 }
 
 int64_t LlamaConfig::num_params() const {

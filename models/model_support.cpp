@@ -85,6 +85,13 @@ std::vector<UnitSpec> units_from_defs(int num_units, const std::function<std::st
   return units;
 }
 
+void check_model_size(const std::string& what, int layers, double params) {
+  constexpr int kMaxLayers = 1 << 16;
+  constexpr double kMaxParams = 1e15;
+  if (layers > kMaxLayers) fail(what, ": layers must be at most ", kMaxLayers, ", got ", layers);
+  if (params > kMaxParams) fail(what, ": ", params, " parameters, more than ", kMaxParams);
+}
+
 void check_batch(const std::string& model, const Batch& batch, int vocab, int ctx) {
   ZS_CHECK(batch.B > 0 && batch.T > 0, model, " batch: B and T must be positive, got B=", batch.B, " T=", batch.T);
   ZS_CHECK(batch.T <= ctx, model, " batch: sequence length T=", batch.T, " exceeds the context ", ctx);

@@ -28,6 +28,11 @@ void init_params(const std::string& model, const std::vector<ParamDef>& defs, co
 std::vector<UnitSpec> units_from_defs(int num_units, const std::function<std::string(int)>& name,
                                       const std::function<std::vector<ParamDef>(int)>& defs);
 
+// Refuses a configuration far beyond any real model, whose int64 parameter count would overflow (so
+// `params` is counted in double) or whose units (one per layer) would take forever to build; errors start
+// with `what` ("GPT-2 config").
+void check_model_size(const std::string& what, int layers, double params);
+
 // Every token of the batch inside [0, vocab), T within the context; errors name the model.
 void check_batch(const std::string& model, const Batch& batch, int vocab, int ctx);
 
