@@ -123,11 +123,12 @@ double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float
     // under one gather, so this unit (as large as the embedding) is gathered once per step, not twice.
     const UnitTensors& p = ctx.gather(final_unit);
     layers.final_norm_forward(p);
-    loss = layers.head().forward(p[llama::kLmHead], backward, loss_scale);
+    const auto head = layers.head();
+    loss = head.forward(p[llama::kLmHead], backward, loss_scale);
     if (backward) {
       const UnitTensors& g = ctx.grads(final_unit);
-      layers.head().input_grad(p[llama::kLmHead]);
-      layers.head().weight_grad(g[llama::kLmHead]);
+      head.input_grad(p[llama::kLmHead]);
+      head.weight_grad(g[llama::kLmHead]);
       layers.final_norm_backward(p, g);
     }
     ctx.release(final_unit);

@@ -245,7 +245,7 @@ const UnitTensors& ShardedParams::gather(int unit) {
   if (!order_->recorded) {
     order_->units.push_back(unit);
     // A unit still held (nested, or kept from forward for backward) costs no collective.
-    if (!u.used && !forward_only_) first_step_gathered_numel_ += u.layout.numel();
+    if (!u.used && !forward_only()) first_step_gathered_numel_ += u.layout.numel();
   }
   u.used = true;
   const size_t position = gather_position_++;
@@ -274,7 +274,7 @@ void ShardedParams::release(int unit) {
 const UnitTensors& ShardedParams::grads(int unit) {
   ZS_CHECK(unit >= 0 && unit < num_units(), "grads of unknown unit ", unit);
   Unit& u = *units_[unit];
-  ZS_CHECK(!forward_only_, "grads() of unit ", u.layout.spec().name, " in a forward-only micro-step");
+  ZS_CHECK(!forward_only(), "grads() of unit ", u.layout.spec().name, " in a forward-only micro-step");
   in_backward_ = true;
   ZS_CHECK(u.grads_state != Unit::Grads::ready, "grads() of unit ", u.layout.spec().name,
            " after its grads_ready() in this micro-step");
@@ -413,14 +413,12 @@ void ShardedParams::begin_micro_step(bool sync_grads) {
   sync_grads_ = sync_grads;
   in_backward_ = false;
   gather_position_ = 0;
-  forward_only_ = false;
   order_ = &training_order_;
 }
 
 void ShardedParams::begin_forward_only() {
   in_backward_ = false;
   gather_position_ = 0;
-  forward_only_ = true;
   order_ = &forward_only_order_;
 }
 

@@ -178,7 +178,7 @@ class ShardedParams : public ParamContext {
   };
   GatherOrder training_order_, forward_only_order_;
   GatherOrder* order_ = &training_order_;  // the current micro-step's
-  bool forward_only_ = false;
+  bool forward_only() const { return order_ == &forward_only_order_; }
   int64_t first_step_gathered_numel_ = 0;
   size_t gather_position_ = 0;
 };

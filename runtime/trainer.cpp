@@ -252,14 +252,14 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     if (num_params(*model_) < world.size())
       usage("the model has ", num_params(*model_), " parameters, fewer than the ", world.size(),
             " ranks that would shard it");
-    data_ = TokenDataset::load(options_.data);
-    data_.check_vocab(model_->vocab_size());
-    data_.check_seq_len(options_.seq);
-    if (!options_.eval_data.empty()) {
-      eval_data_ = TokenDataset::load(options_.eval_data, "--eval-data");
-      eval_data_.check_vocab(model_->vocab_size());
-      eval_data_.check_seq_len(options_.seq);
-    }
+    const auto load = [&](const std::string& spec, std::string_view flag) {
+      TokenDataset d = TokenDataset::load(spec, flag);
+      d.check_vocab(model_->vocab_size());
+      d.check_seq_len(options_.seq);
+      return d;
+    };
+    data_ = load(options_.data, "--data");
+    if (!options_.eval_data.empty()) eval_data_ = load(options_.eval_data, "--eval-data");
     if (!options_.init_from.empty()) check_weights_file(options_.init_from, *model_);
     if (world.rank() == 0) check_outputs(options_);
   });
