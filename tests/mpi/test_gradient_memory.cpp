@@ -26,24 +26,14 @@ namespace {
 // Twelve blocks of 0.2 M parameters each: deep enough that keeping every unit's full gradient would
 // show, with units large enough that a reduction takes several polls to complete.
 GPT2& deep_model() {
-  static GPT2 model([] {
-    ModelConfig overrides;
-    overrides["layers"] = 12;
-    overrides["dim"] = 128;
-    return gpt2_config_from(model_config("tiny", overrides));
-  }());
+  static GPT2 model(gpt2_config_from(model_config("tiny", {{"layers", 12}, {"dim", 128}})));
   return model;
 }
 
 // Twelve small blocks under an embedding ten times their size, as GPT-2's 50257-token wte is beside its
 // blocks.
 GPT2& dominant_embedding_model() {
-  static GPT2 model([] {
-    ModelConfig overrides;
-    overrides["layers"] = 12;
-    overrides["vocab"] = 8192;
-    return gpt2_config_from(model_config("tiny", overrides));
-  }());
+  static GPT2 model(gpt2_config_from(model_config("tiny", {{"layers", 12}, {"vocab", 8192}})));
   return model;
 }
 
@@ -137,13 +127,8 @@ TEST(GradientMemory, DominantUnitOpensAlone) {
 
 // A tied Llama with the same shape of problem: twelve layers under an embedding ten times their size.
 Llama& dominant_embedding_llama() {
-  static Llama model([] {
-    ModelConfig overrides;
-    overrides["layers"] = 12;
-    overrides["vocab"] = 8192;
-    overrides["tie_embeddings"] = 1;
-    return llama_config_from(model_config("llama-tiny", overrides));
-  }());
+  static Llama model(
+      llama_config_from(model_config("llama-tiny", {{"layers", 12}, {"vocab", 8192}, {"tie_embeddings", 1}})));
   return model;
 }
 
