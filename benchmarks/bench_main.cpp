@@ -1,4 +1,4 @@
-// zshard-bench: runtime/bench_tool.cpp.
-#include "runtime/tools.h"
+// zshard-bench: runtime/tools/bench_tool.cpp.
+#include "runtime/tools/tools.h"
 
 int main(int argc, char** argv) { return zshard::bench_tool(argc, argv, "tiny"); }

@@ -11,17 +11,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/agreed_failure.h"
 #include "comm/launch.h"
 #include "comm/mpi_communicator.h"
 #include "comm/polling_work.h"
 #include "kernels/allocator.h"
-#include "kernels/atomic_file.h"
 #include "kernels/device_memory.h"
-#include "runtime/cli_options.h"
-#include "runtime/memory_check.h"
-#include "runtime/memory_estimator.h"
-#include "runtime/agreed_failure.h"
-#include "runtime/tool_runner.h"
+#include "kernels/io/atomic_file.h"
+#include "runtime/planning/memory_check.h"
+#include "runtime/planning/memory_estimator.h"
+#include "runtime/tools/cli_options.h"
+#include "runtime/tools/tool_runner.h"
 
 using namespace zshard;
 using comm::Collective;

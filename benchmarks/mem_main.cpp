@@ -1,4 +1,4 @@
-// zshard-mem: runtime/mem_tool.cpp.
-#include "runtime/tools.h"
+// zshard-mem: runtime/tools/mem_tool.cpp.
+#include "runtime/tools/tools.h"
 
 int main(int argc, char** argv) { return zshard::mem_tool(argc, argv, ""); }

@@ -10,11 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/atomic_file.h"
-#include "runtime/cli_options.h"
-#include "runtime/json_input.h"
-#include "runtime/scaling_projection.h"
-#include "runtime/tool_runner.h"
+#include "kernels/io/atomic_file.h"
+#include "kernels/io/json_input.h"
+#include "runtime/planning/scaling_projection.h"
+#include "runtime/tools/cli_options.h"
+#include "runtime/tools/tool_runner.h"
 
 using namespace zshard;
 using nlohmann::json;

@@ -1,9 +1,9 @@
-#include "comm/communicator.h"
+#include <zshard/communicator.h>
 
 #include <atomic>
 #include <numeric>
 
-#include "kernels/error.h"
+#include <zshard/error.h>
 
 namespace zshard::comm {
 

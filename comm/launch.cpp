@@ -9,10 +9,11 @@
 #include <sched.h>
 #endif
 
+#include <zshard/error.h>
+
 #include "comm/mpi_communicator.h"
 #include "comm/polling_work.h"
 #include "comm/self_communicator.h"
-#include "kernels/error.h"
 
 namespace zshard::comm {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <memory>
 
-#include "comm/communicator.h"
+#include <zshard/communicator.h>
 
 namespace zshard::comm {
 

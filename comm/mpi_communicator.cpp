@@ -6,12 +6,13 @@
 #include <cstdio>
 #include <functional>
 
+#include <zshard/error.h>
+
 #include "comm/launch.h"
 #include "comm/polling_work.h"
 #include "kernels/allocator.h"
 #include "kernels/device_memory.h"
-#include "kernels/error.h"
-#include "kernels/ops.h"
+#include "kernels/engine_ops.h"
 
 namespace zshard::comm {
 

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string_view>
 
-#include "comm/communicator.h"
+#include <zshard/communicator.h>
 
 namespace zshard::comm {
 

@@ -2,7 +2,7 @@
 
 #include <thread>
 
-#include "kernels/error.h"
+#include <zshard/error.h>
 
 namespace zshard::comm {
 

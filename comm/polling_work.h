@@ -2,7 +2,7 @@
 // library (MPI_Wait, a stream synchronise), so that it can give up at a deadline instead of hanging and can
 // measure the time the caller was blocked. Backends implement poll().
 #pragma once
-#include "comm/communicator.h"
+#include <zshard/communicator.h>
 
 namespace zshard::comm {
 

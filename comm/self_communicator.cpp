@@ -2,8 +2,9 @@
 
 #include <cstring>
 
+#include <zshard/error.h>
+
 #include "comm/polling_work.h"
-#include "kernels/error.h"
 
 namespace zshard::comm {
 

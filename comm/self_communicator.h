@@ -1,7 +1,7 @@
 // The world of one rank, with no MPI: every collective is a local copy (or nothing) and completes at once.
 // It accepts every dtype and op, since with one rank a reduction is the identity.
 #pragma once
-#include "comm/communicator.h"
+#include <zshard/communicator.h>
 
 namespace zshard::comm {
 

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "kernels/error.h"
+#include <zshard/error.h>
 
 namespace zshard {
 

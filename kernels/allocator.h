@@ -8,21 +8,9 @@
 #include <mutex>
 #include <string_view>
 
-#include "kernels/dtype.h"
+#include <zshard/tensor.h>
 
 namespace zshard {
-
-// Model states are params + grads + optimizer (what the ZeRO formulas count), plus `host`: the optimizer
-// state (fp32 master, Adam m and v) that --offload optimizer keeps in host memory, ZeRO-Offload's split.
-// Transient full-size unit buffers that only exist around a collective (gathered params, unsharded grads
-// before a reduce-scatter, staging) are `comm`.
-enum class Category : uint8_t { params, grads, optimizer, activations, comm, workspace, host };
-constexpr int kNumCategories = 7;
-constexpr std::array<Category, kNumCategories> kAllCategories = {
-    Category::params, Category::grads, Category::optimizer, Category::activations,
-    Category::comm,   Category::workspace, Category::host};
-
-std::string_view category_name(Category c);
 
 struct MemStats {
   std::array<int64_t, kNumCategories> live{};
@@ -63,26 +51,6 @@ class Allocator {
   RawAllocator host_raw_;
   mutable std::mutex mutex_;
   MemStats stats_;
-};
-
-// An owned allocation; frees itself through the allocator that made it.
-class Buffer {
- public:
-  Buffer(size_t bytes, Device device, Category category);
-  ~Buffer();
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-
-  void* data() const { return ptr_; }
-  size_t bytes() const { return bytes_; }
-  Device device() const { return device_; }
-  Category category() const { return category_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-  Device device_;
-  Category category_;
 };
 
 }  // namespace zshard

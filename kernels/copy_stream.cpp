@@ -1,7 +1,8 @@
 #include "kernels/copy_stream.h"
 
+#include <zshard/error.h>
+
 #include "kernels/device_memory.h"
-#include "kernels/error.h"
 
 #ifdef ZSHARD_WITH_CUDA
 #include "kernels/cuda/runtime.h"

@@ -1,5 +1,5 @@
 // Copies between host memory and a device that run beside the compute stream, with numbered marks that
-// order them against the host and the compute stream. The offloaded optimizer (runtime/optimizer_offload.h)
+// order them against the host and the compute stream. The offloaded optimizer (shard/optimizer_offload.h)
 // sends each unit's gradients to the host while backward still runs, and each unit's updated parameters
 // back while the host steps the next unit.
 //
@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "kernels/dtype.h"
+#include <zshard/dtype.h>
 
 namespace zshard {
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "kernels/error.h"
+#include <zshard/error.h>
 
 namespace zshard {
 

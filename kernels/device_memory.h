@@ -3,7 +3,7 @@
 #pragma once
 #include <cstddef>
 
-#include "kernels/dtype.h"
+#include <zshard/dtype.h>
 
 namespace zshard {
 

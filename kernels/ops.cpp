@@ -1,65 +1,10 @@
-#include "kernels/ops.h"
+#include <zshard/ops.h>
 
-#include <type_traits>
-#include <vector>
-
-#include "kernels/device_memory.h"
-#include "kernels/error.h"
-
-#ifdef ZSHARD_WITH_CUDA
-#include <cuda_runtime.h>
-
-#include "kernels/cuda/ops.cuh"
-#include "kernels/cuda/runtime.h"
-#endif
+#include "kernels/op_dispatch.h"
 
 namespace zshard::ops {
 
-namespace {
-
-template <class T>
-constexpr bool kOnCpu = std::is_same_v<T, float> || std::is_same_v<T, double>;
-template <class T>
-constexpr bool kOnCuda = std::is_same_v<T, float> || std::is_same_v<T, bf16>;
-
-// True for cpu, false for cuda; throws when this build or this element type cannot run there, so that
-// each op below only has to place the two calls.
-template <class T>
-bool on_cpu(Device d, const char* op) {
-  if (d == Device::cpu) {
-    if (!kOnCpu<T>) fail(op, ": ", dtype_name(dtype_of<T>()), " is computed on cuda only (cpu: f32, f64)");
-    return true;
-  }
-#ifndef ZSHARD_WITH_CUDA
-  fail(op, ": this zshard was built without the CUDA path (configure with -DZSHARD_CUDA=ON)");
-#endif
-  if (!kOnCuda<T>) fail(op, ": ", dtype_name(dtype_of<T>()), " is computed on cpu only (cuda: f32, bf16)");
-  return false;
-}
-
-#ifdef ZSHARD_WITH_CUDA
-static_assert(sizeof(bf16) == sizeof(__nv_bfloat16), "bf16 and __nv_bfloat16 must share their bits");
-
-// zshard::bf16 storage seen as CUDA's type; other pointers pass through.
-template <class T>
-auto* dev(T* p) {
-  if constexpr (std::is_same_v<std::remove_const_t<T>, bf16>) {
-    using U = std::conditional_t<std::is_const_v<T>, const __nv_bfloat16, __nv_bfloat16>;
-    return reinterpret_cast<U*>(p);
-  } else {
-    return p;
-  }
-}
-#define ZS_ON_CUDA(T, ...) \
-  if constexpr (kOnCuda<T>) { __VA_ARGS__; }
-#else
-#define ZS_ON_CUDA(T, ...)
-#endif
-
-#define ZS_ON_CPU(T, ...) \
-  if constexpr (kOnCpu<T>) { __VA_ARGS__; }
-
-}  // namespace
+using namespace dispatch;
 
 template <class T>
 void embedding_forward(Device d, T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn,
@@ -265,79 +210,6 @@ double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* 
   fail("cross_entropy_forward_backward: no backend for ", dtype_name(dtype_of<T>()));
 }
 
-template <class G>
-void adamw_step(Device d, float* param, const G* grad, float* m, float* v, size_t n, const AdamWParams& hp,
-                bf16* param_bf16) {
-  // The host steps bf16 gradients too: --offload optimizer brings them from a device in the compute dtype.
-  if (d == Device::cpu) return cpu::adamw_step(param, grad, m, v, n, hp, param_bf16);
-  on_cpu<G>(d, "adamw_step");
-  ZS_ON_CUDA(G, cuda::adamw_step(param, dev(grad), m, v, n, hp, dev(param_bf16)))
-}
-
-template <class T>
-double sum_squares(Device d, std::span<const std::span<const T>> parts) {
-  if (on_cpu<T>(d, "sum_squares")) {
-    ZS_ON_CPU(T, {
-      double sum = 0;
-      for (std::span<const T> part : parts) sum += cpu::sum_squares(part.data(), part.size());
-      return sum;
-    })
-  } else {
-    ZS_ON_CUDA(T, {
-      using U = std::remove_pointer_t<decltype(dev(static_cast<const T*>(nullptr)))>;
-      std::vector<std::span<U>> device_parts;
-      for (std::span<const T> part : parts) device_parts.emplace_back(dev(part.data()), part.size());
-      return cuda::sum_squares<std::remove_const_t<U>>(device_parts, nullptr);
-    })
-  }
-  fail("sum_squares: no backend for ", dtype_name(dtype_of<T>()));
-}
-
-template <class T>
-void axpy(Device d, T* y, const T* x, float alpha, size_t n) {
-  if (on_cpu<T>(d, "axpy")) {
-    ZS_ON_CPU(T, cpu::axpy(y, x, T(alpha), n))
-  } else {
-    ZS_ON_CUDA(T, cuda::axpy(dev(y), dev(x), alpha, n))
-  }
-}
-
-void convert(Device d, void* dst, DType dst_type, const void* src, DType src_type, size_t n) {
-  const bool known = (dst_type == DType::f32 || dst_type == DType::bf16) &&
-                     (src_type == DType::f32 || src_type == DType::bf16);
-  ZS_CHECK(known, "convert: f32 and bf16 only, not ", dtype_name(src_type), " -> ", dtype_name(dst_type));
-  // The device check first, so that a build without CUDA says so whichever types are asked for.
-  const bool cpu = on_cpu<float>(d, "convert");
-  if (dst_type == src_type) {
-    copy_bytes(dst, d, src, d, n * dtype_size(dst_type));
-    return;
-  }
-  const bool to_bf16 = dst_type == DType::bf16;
-  if (cpu) {
-    if (to_bf16) {
-      for (size_t i = 0; i < n; ++i) static_cast<bf16*>(dst)[i] = bf16(static_cast<const float*>(src)[i]);
-    } else {
-      for (size_t i = 0; i < n; ++i) static_cast<float*>(dst)[i] = float(static_cast<const bf16*>(src)[i]);
-    }
-    return;
-  }
-#ifdef ZSHARD_WITH_CUDA
-  if (to_bf16) {
-    cuda::convert(static_cast<__nv_bfloat16*>(dst), static_cast<const float*>(src), n);
-  } else {
-    cuda::convert(static_cast<float*>(dst), static_cast<const __nv_bfloat16*>(src), n);
-  }
-#endif
-}
-
-void synchronize(Device d) {
-  if (d == Device::cpu) return;
-  on_cpu<float>(d, "synchronize");
-#ifdef ZSHARD_WITH_CUDA
-  cuda::synchronize_stream(nullptr);  // the compute stream, which waited for every collective it used
-#endif
-}
-
 #define ZS_INSTANTIATE(T)                                                                                    \
   template void embedding_forward<T>(Device, T*, const int32_t*, const T*, const T*, int, int, int);        \
   template void embedding_backward<T>(Device, T*, T*, const T*, const int32_t*, int, int, int);            \
@@ -363,17 +235,10 @@ void synchronize(Device d) {
   template void gelu_backward<T>(Device, T*, const T*, const T*, size_t);                                    \
   template void residual_forward<T>(Device, T*, const T*, const T*, size_t);                                 \
   template double cross_entropy_forward_backward<T>(Device, T*, T*, const T*, const int32_t*, int, int,     \
-                                                    int, float);                                                \
-  template double sum_squares<T>(Device, std::span<const std::span<const T>>);                              \
-  template void axpy<T>(Device, T*, const T*, float, size_t);
+                                                    int, float);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(double)
 ZS_INSTANTIATE(bf16)
 #undef ZS_INSTANTIATE
-
-template void adamw_step<float>(Device, float*, const float*, float*, float*, size_t, const AdamWParams&,
-                                bf16*);
-template void adamw_step<bf16>(Device, float*, const bf16*, float*, float*, size_t, const AdamWParams&,
-                               bf16*);
 
 }  // namespace zshard::ops

@@ -1,4 +1,4 @@
-#include "kernels/tensor.h"
+#include <zshard/tensor.h>
 
 #include <cstring>
 #include <sstream>

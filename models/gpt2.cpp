@@ -3,7 +3,8 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/error.h"
+#include <zshard/error.h>
+
 #include "models/gpt2_layers.h"
 #include "models/model_support.h"
 

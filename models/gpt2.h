@@ -10,9 +10,10 @@
 #pragma once
 #include <memory>
 
+#include <zshard/model.h>
+
 #include "models/gpt2_config.h"
 #include "models/lm_head.h"
-#include "models/model.h"
 
 namespace zshard {
 
@@ -40,7 +41,7 @@ class GPT2 final : public Model {
   // ActivationCheckpointing::blocks a block's forward runs again under its backward's gather: the same
   // gathers, the same results. grads_ready runs from unit L+1 down to unit 0; unit 0's grads() comes at the
   // head or, with the head's dwte deferred (set_head_gradient), at the embedding's backward only.
-  // On cuda the ops are only queued on the compute stream (kernels/ops.h): at release(u) and
+  // On cuda the ops are only queued on the compute stream (<zshard/ops.h>): at release(u) and
   // grads_ready(u), u's work is queued, not necessarily finished; the returned loss is final.
   double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
   double forward(ParamContext& ctx, const Batch& batch) override;
@@ -73,7 +74,7 @@ class GPT2 final : public Model {
   std::unique_ptr<gpt2::Activations> acts_;
 };
 
-// The registry's builder (models/model_registry.h).
+// The registry's builder (<zshard/model_registry.h>).
 std::unique_ptr<GPT2> make_gpt2(const ModelConfig& config);
 
 }  // namespace zshard

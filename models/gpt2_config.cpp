@@ -2,7 +2,8 @@
 
 #include <array>
 
-#include "kernels/error.h"
+#include <zshard/error.h>
+
 #include "models/model_support.h"
 
 namespace zshard {

@@ -1,7 +1,8 @@
 #include "models/gpt2_layers.h"
 
+#include <zshard/ops.h>
+
 #include "kernels/device_memory.h"
-#include "kernels/ops.h"
 #include "models/model_support.h"
 
 namespace zshard::gpt2 {
@@ -86,7 +87,6 @@ void Activations::allocate(const GPT2Config& c, int b, int t, DType type, Device
   });
   cut_logits_region(b, t, c.vocab, type, deferred, block_transients(*this, c, b, t, type, mode));
 }
-
 
 template <class T>
 void Layers<T>::embedding_forward(const UnitTensors& p) const {

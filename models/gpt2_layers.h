@@ -5,10 +5,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/ops.h"
+#include <zshard/model.h>
+#include <zshard/ops.h>
+
 #include "models/gpt2_config.h"
 #include "models/lm_head.h"
-#include "models/model.h"
 #include "models/model_support.h"
 
 namespace zshard::gpt2 {
@@ -53,7 +54,6 @@ struct Activations : BatchBuffers, LogitsRegion {
   void allocate(const GPT2Config& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode,
                 bool deferred_head);
 };
-
 
 // GPT-2's computation in dtype T (float or double on cpu, float or bf16 on cuda) over one set of
 // activations, on a.device. The tokens are a.inputs and a.targets.

@@ -2,7 +2,8 @@
 
 #include <string>
 
-#include "kernels/error.h"
+#include <zshard/error.h>
+
 #include "models/llama_layers.h"
 #include "models/model_support.h"
 

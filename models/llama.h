@@ -10,9 +10,10 @@
 #pragma once
 #include <memory>
 
+#include <zshard/model.h>
+
 #include "models/llama_config.h"
 #include "models/lm_head.h"
-#include "models/model.h"
 
 namespace zshard {
 
@@ -72,7 +73,7 @@ class Llama final : public Model {
   std::unique_ptr<llama::Activations> acts_;
 };
 
-// The registry's builder (models/model_registry.h).
+// The registry's builder (<zshard/model_registry.h>).
 std::unique_ptr<Llama> make_llama(const ModelConfig& config);
 
 }  // namespace zshard

@@ -3,7 +3,8 @@
 #include <array>
 #include <string_view>
 
-#include "kernels/error.h"
+#include <zshard/error.h>
+
 #include "models/model_support.h"
 
 namespace zshard {

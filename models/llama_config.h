@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "models/model_registry.h"
+#include <zshard/model_registry.h>
 
 namespace zshard {
 

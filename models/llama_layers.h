@@ -3,10 +3,11 @@
 #pragma once
 #include <vector>
 
-#include "kernels/ops.h"
+#include <zshard/model.h>
+#include <zshard/ops.h>
+
 #include "models/llama_config.h"
 #include "models/lm_head.h"
-#include "models/model.h"
 #include "models/model_support.h"
 
 namespace zshard::llama {

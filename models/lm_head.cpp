@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "kernels/ops.h"
+#include <zshard/ops.h>
 
 namespace zshard {
 

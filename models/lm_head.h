@@ -2,8 +2,9 @@
 // (V, C) (GPT-2's tied wte, Llama's lm_head or tied embedding), the token losses, and the backward; and,
 // for a head tied to the embedding, when its weight gradient is added and the protocol around it.
 #pragma once
-#include "kernels/tensor.h"
-#include "models/model.h"
+#include <zshard/model.h>
+#include <zshard/tensor.h>
+
 #include "models/model_support.h"
 
 namespace zshard {

@@ -1,6 +1,6 @@
-#include "models/model.h"
+#include <zshard/model.h>
 
-#include "kernels/error.h"
+#include <zshard/error.h>
 
 namespace zshard {
 

@@ -1,8 +1,9 @@
-#include "models/model_registry.h"
+#include <zshard/model_registry.h>
 
 #include <sstream>
 
-#include "kernels/error.h"
+#include <zshard/error.h>
+
 #include "models/gpt2.h"
 #include "models/llama.h"
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.h"
-#include "kernels/tensor.h"
-#include "models/model.h"
+#include <zshard/error.h>
+#include <zshard/model.h>
+#include <zshard/tensor.h>
 
 namespace zshard {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "models/safetensors.h"
+#include "kernels/io/safetensors.h"
 
 namespace zshard {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "models/model.h"
+#include <zshard/model.h>
 
 namespace zshard {
 

@@ -4,9 +4,10 @@
 #include <thread>
 #include <vector>
 
+#include <zshard/error.h>
+
 #include "comm/mpi_communicator.h"
 #include "kernels/cuda/runtime.h"
-#include "kernels/error.h"
 
 namespace zshard::comm {
 

@@ -21,7 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
+#include <zshard/communicator.h>
+
 #include "kernels/allocator.h"
 
 namespace zshard::comm {

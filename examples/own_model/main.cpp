@@ -1,8 +1,9 @@
+#include <zshard/train.h>
+
 // A model of one's own on zshard, through the public headers and the one call only: an embedding (token
 // and position) and a linear head predicting the next token. zshard::train_main turns this binary into a
 // full trainer for it: every zshard-train flag (--strategy, --grad-accum, --save-dir, --resume,
 // --mem-report, ...), and `own_model bench ...` / `own_model mem ...` as zshard-bench and zshard-mem.
-#include <zshard/train.h>
 
 using namespace zshard;
 

@@ -4,8 +4,9 @@
 #include <cstddef>
 #include <type_traits>
 
+#include <zshard/error.h>
+
 #include "kernels/cpu/ops.h"
-#include "kernels/error.h"
 
 namespace zshard::cpu {
 

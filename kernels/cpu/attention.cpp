@@ -8,9 +8,10 @@
 #include <cstddef>
 #include <vector>
 
+#include <zshard/error.h>
+
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec_math.h"
-#include "kernels/error.h"
 
 namespace zshard::cpu {
 

@@ -3,9 +3,10 @@
 #include <cmath>
 #include <cstddef>
 
+#include <zshard/error.h>
+
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec_math.h"
-#include "kernels/error.h"
 
 namespace zshard::cpu {
 

@@ -2,8 +2,9 @@
 #include <algorithm>
 #include <cstddef>
 
+#include <zshard/error.h>
+
 #include "kernels/cpu/ops.h"
-#include "kernels/error.h"
 
 namespace zshard::cpu {
 

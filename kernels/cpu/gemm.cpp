@@ -3,8 +3,9 @@
 
 #include <algorithm>
 
+#include <zshard/error.h>
+
 #include "kernels/cpu/ops.h"
-#include "kernels/error.h"
 
 namespace zshard::cpu {
 

@@ -1,8 +1,9 @@
 // Linear layer in the Conv1D layout: out(N,OC) = inp(N,C) @ W(C,OC) + b.
 #include <cstddef>
 
+#include <zshard/error.h>
+
 #include "kernels/cpu/ops.h"
-#include "kernels/error.h"
 
 namespace zshard::cpu {
 

@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/dtype.h"
+#include <zshard/dtype.h>
 
 namespace zshard::cpu {
 

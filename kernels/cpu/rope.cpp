@@ -5,8 +5,9 @@
 #include <cstddef>
 #include <vector>
 
+#include <zshard/error.h>
+
 #include "kernels/cpu/ops.h"
-#include "kernels/error.h"
 
 namespace zshard::cpu {
 

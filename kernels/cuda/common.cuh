@@ -7,11 +7,12 @@
 #include <cstddef>
 #include <type_traits>
 
+#include <zshard/error.h>
+
 #include "kernels/allocator.h"
-#include "kernels/gemm_grid.h"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/runtime.h"
-#include "kernels/error.h"
+#include "kernels/gemm_grid.h"
 
 namespace zshard::cuda {
 
@@ -39,7 +40,6 @@ template <>
 __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
-
 
 __device__ __forceinline__ float warp_sum(float x) {
   for (int o = kWarpSize / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);

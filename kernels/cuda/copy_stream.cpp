@@ -2,9 +2,10 @@
 #include <chrono>
 #include <vector>
 
+#include <zshard/error.h>
+
 #include "kernels/copy_stream.h"
 #include "kernels/cuda/runtime.h"
-#include "kernels/error.h"
 
 namespace zshard::cuda {
 

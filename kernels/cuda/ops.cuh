@@ -34,7 +34,7 @@ template <class T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
                         cudaStream_t stream = nullptr);
 
-// mean and rstd are fp32 for both T (kernels/ops.h, NormStat).
+// mean and rstd are fp32 for both T (<zshard/ops.h>, NormStat).
 template <class T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N,
                        int C, cudaStream_t stream = nullptr);

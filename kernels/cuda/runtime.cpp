@@ -8,9 +8,10 @@
 #include <new>
 #include <thread>
 
+#include <zshard/error.h>
+
 #include "kernels/allocator.h"
 #include "kernels/device_memory.h"
-#include "kernels/error.h"
 
 namespace zshard::cuda {
 

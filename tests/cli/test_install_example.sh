@@ -4,8 +4,27 @@
 # world size, and offers zshard-bench and zshard-mem for its model.
 source "$(dirname "$0")/lib.sh"
 cmake --install "$ZSHARD_BIN" --prefix "$WORK/prefix" >/dev/null || { echo "FAIL install"; exit 1; }
-if [ -e "$WORK/prefix/include/zshard/runtime/sharded_params.h" ]; then
-  echo "FAIL internal headers are installed"; failures=$((failures + 1)); fi
+# The prefix holds the public headers and nothing else: include/zshard/*.h as in the source tree.
+installed=$(cd "$WORK/prefix/include" && find . -type f | sort)
+public=$(cd "$ZSHARD_SRC/include" && find . -type f | sort)
+if [ "$installed" != "$public" ]; then
+  echo "FAIL the prefix's headers are not exactly include/zshard:"; diff <(echo "$public") <(echo "$installed")
+  failures=$((failures + 1)); fi
+# So a file including an internal header does not compile against it, while the public ones do.
+probe() {  # probe HEADER ok|fails
+  local dir="$WORK/probe-${1//\//_}"
+  cmake -S "$ZSHARD_SRC/tests/cli/install_probe" -B "$dir" -DCMAKE_PREFIX_PATH="$WORK/prefix" -DPROBE_HEADER="$1" \
+    >"$WORK/probe.log" 2>&1 && cmake --build "$dir" >>"$WORK/probe.log" 2>&1
+  local built=$?
+  if [ "$2" = ok ] && [ $built -ne 0 ]; then
+    echo "FAIL $1 does not compile against the prefix"; cat "$WORK/probe.log"; failures=$((failures + 1))
+  elif [ "$2" = fails ] && { [ $built -eq 0 ] || ! grep -q "No such file" "$WORK/probe.log"; }; then
+    echo "FAIL $1 is reachable from the prefix"; cat "$WORK/probe.log"; failures=$((failures + 1))
+  else echo "ok   $1 $2 against the prefix"; fi
+}
+for header in zshard/train.h zshard/testing.h; do probe $header ok; done
+for header in shard/sharded_params.h kernels/allocator.h kernels/cpu/ops.h runtime/train/trainer.h; do
+  probe $header fails; done
 cmake -S "$ZSHARD_SRC/examples/own_model" -B "$WORK/example" -DCMAKE_PREFIX_PATH="$WORK/prefix" >"$WORK/log" 2>&1 \
   || { cat "$WORK/log"; echo "FAIL configure"; exit 1; }
 cmake --build "$WORK/example" >"$WORK/log" 2>&1 || { cat "$WORK/log"; echo "FAIL build"; exit 1; }

@@ -4,7 +4,7 @@
 #include <climits>
 #include <cstring>
 
-#include "runtime/data.h"
+#include "runtime/train/data.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace zshard::fuzz {

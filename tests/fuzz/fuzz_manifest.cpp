@@ -4,7 +4,7 @@
 #include <climits>
 #include <filesystem>
 
-#include "shard/checkpoint.h"
+#include "shard/checkpoint_format.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace zshard::fuzz {

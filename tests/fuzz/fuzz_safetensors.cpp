@@ -4,7 +4,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "models/safetensors.h"
+#include "kernels/io/safetensors.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace zshard::fuzz {

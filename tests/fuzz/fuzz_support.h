@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/error.h"
+#include <zshard/error.h>
 
 namespace zshard::fuzz {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
+#include <zshard/communicator.h>
 
 namespace zshard::comm::test_checks {
 

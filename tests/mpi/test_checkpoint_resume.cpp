@@ -9,7 +9,7 @@
 #include <functional>
 
 #include "comm/self_communicator.h"
-#include "runtime/checkpointing.h"
+#include "runtime/train/save_policy.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
 

@@ -11,8 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "comm/communicator.h"
-#include "kernels/error.h"
+#include <zshard/communicator.h>
+#include <zshard/error.h>
+
 #include "tests/mpi/collective_checks.h"
 #include "tests/support/test_support.h"
 

@@ -6,7 +6,7 @@
 // zshard-test-np: 1 2 4
 #include <gtest/gtest.h>
 
-#include "runtime/memory_report.h"
+#include "runtime/planning/memory_report.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
 

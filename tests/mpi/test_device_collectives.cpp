@@ -6,10 +6,11 @@
 
 #include <functional>
 
-#include "comm/communicator.h"
-#include "kernels/device_memory.h"
-#include "kernels/error.h"
+#include <zshard/communicator.h>
+#include <zshard/error.h>
+
 #include "kernels/allocator.h"
+#include "kernels/device_memory.h"
 #include "tests/mpi/collective_checks.h"
 #include "tests/support/test_support.h"
 

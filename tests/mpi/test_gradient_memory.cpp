@@ -12,11 +12,12 @@
 #include <cstring>
 #include <string_view>
 
+#include <zshard/model_registry.h>
+
 #include "kernels/allocator.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
-#include "models/model_registry.h"
-#include "runtime/sharded_params.h"
+#include "shard/sharded_params.h"
 #include "tests/support/model_checks.h"
 #include "tests/support/test_support.h"
 

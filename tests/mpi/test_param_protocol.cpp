@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "models/gpt2.h"
-#include "runtime/sharded_params.h"
+#include "shard/sharded_params.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {

@@ -10,8 +10,8 @@
 
 #include "kernels/allocator.h"
 #include "models/gpt2.h"
-#include "runtime/memory_model.h"
-#include "runtime/sharded_params.h"
+#include "shard/memory_model.h"
+#include "shard/sharded_params.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {

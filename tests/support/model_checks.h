@@ -5,8 +5,9 @@
 #include <utility>
 #include <vector>
 
+#include <zshard/testing.h>
+
 #include "models/lm_head.h"
-#include "models/local_params.h"
 
 namespace zshard::test {
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <random>
 
-#include "kernels/error.h"
+#include <zshard/error.h>
 
 namespace zshard::test {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
+#include <zshard/communicator.h>
 
 namespace zshard::test {
 

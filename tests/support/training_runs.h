@@ -3,8 +3,9 @@
 #pragma once
 #include <vector>
 
-#include "comm/communicator.h"
-#include "runtime/trainer.h"
+#include <zshard/communicator.h>
+
+#include "runtime/train/trainer.h"
 
 namespace zshard::test {
 

@@ -7,8 +7,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "kernels/atomic_file.h"
-#include "kernels/error.h"
+#include <zshard/error.h>
+
+#include "kernels/io/atomic_file.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {

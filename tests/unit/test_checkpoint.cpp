@@ -1,7 +1,7 @@
 // The checkpoint format on its own: resharding reads between any saved and any target group size, the
 // manifest round trip, the commit marker, and one clear error per kind of bad input. Then the
 // Checkpointer's checks against the flags and --keep, in a single process.
-#include "shard/checkpoint.h"
+#include "shard/checkpoint_format.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "comm/agreed_failure.h"
 #include "comm/self_communicator.h"
-#include "runtime/checkpointing.h"
-#include "runtime/agreed_failure.h"
+#include "runtime/train/save_policy.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
 

@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
+#include <zshard/communicator.h>
+
 #include "tests/support/training_runs.h"
 
 namespace zshard {

@@ -5,9 +5,10 @@
 #include <cmath>
 #include <vector>
 
+#include <zshard/error.h>
+
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec_math.h"
-#include "kernels/error.h"
 #include "tests/unit/cpu_op_check.h"
 
 namespace zshard::cpu {

@@ -7,8 +7,9 @@
 #include <cstdint>
 #include <vector>
 
+#include <zshard/error.h>
+
 #include "kernels/cpu/ops.h"
-#include "kernels/error.h"
 #include "tests/unit/op_cases.h"
 
 namespace zshard::cpu {

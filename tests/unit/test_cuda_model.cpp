@@ -13,14 +13,15 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/error.h"
+#include <zshard/error.h>
+#include <zshard/testing.h>
+
 #include "models/gpt2.h"
 #include "tests/support/test_support.h"
 
 #ifdef ZSHARD_WITH_CUDA
 #include "kernels/allocator.h"
 #include "kernels/cuda/runtime.h"
-#include "models/local_params.h"
 #endif
 
 namespace zshard {

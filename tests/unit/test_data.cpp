@@ -1,4 +1,6 @@
-#include "runtime/data.h"
+#include <zshard/error.h>
+
+#include "runtime/train/data.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,7 +9,6 @@
 #include <fstream>
 #include <numeric>
 
-#include "kernels/error.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {

@@ -10,10 +10,11 @@
 #include <string>
 #include <tuple>
 
+#include <zshard/error.h>
+#include <zshard/testing.h>
+
 #include "kernels/allocator.h"
-#include "kernels/error.h"
 #include "models/gpt2.h"
-#include "models/local_params.h"
 #include "tests/support/model_checks.h"
 #include "tests/support/test_support.h"
 

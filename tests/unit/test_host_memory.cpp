@@ -6,10 +6,11 @@
 #include <cstdlib>
 #include <vector>
 
+#include <zshard/error.h>
+#include <zshard/tensor.h>
+
 #include "kernels/allocator.h"
 #include "kernels/copy_stream.h"
-#include "kernels/error.h"
-#include "kernels/tensor.h"
 
 namespace zshard {
 namespace {

@@ -9,10 +9,11 @@
 #include <cmath>
 #include <random>
 
+#include <zshard/model_registry.h>
+#include <zshard/testing.h>
+
 #include "kernels/allocator.h"
 #include "models/llama.h"
-#include "models/local_params.h"
-#include "models/model_registry.h"
 #include "tests/support/model_checks.h"
 #include "tests/support/test_support.h"
 

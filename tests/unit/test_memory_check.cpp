@@ -3,9 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "runtime/memory_check.h"
-#include "runtime/memory_estimator.h"
-#include "models/model_registry.h"
+#include <zshard/model_registry.h>
+
+#include "runtime/planning/memory_check.h"
+#include "runtime/planning/memory_estimator.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {

@@ -5,11 +5,12 @@
 #include <algorithm>
 #include <memory>
 
-#include "kernels/error.h"
+#include <zshard/error.h>
+#include <zshard/model_registry.h>
+
 #include "models/gpt2.h"
 #include "models/llama.h"
-#include "models/model_registry.h"
-#include "runtime/memory_estimator.h"
+#include "runtime/planning/memory_estimator.h"
 #include "shard/flat_unit.h"
 
 namespace zshard {

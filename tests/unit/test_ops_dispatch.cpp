@@ -1,4 +1,4 @@
-// The device-dispatched ops (kernels/ops.h) without a GPU: the host bf16 type, that ops:: on cpu is
+// The device-dispatched ops (<zshard/ops.h>) without a GPU: the host bf16 type, that ops:: on cpu is
 // exactly the CPU reference, the f32<->bf16 conversion on cpu, and the errors for pairings that cannot run.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include <zshard/ops.h>
+
 #include "kernels/cpu/ops.h"
-#include "kernels/ops.h"
+#include "kernels/engine_ops.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {

@@ -2,7 +2,7 @@
 
 #include <numeric>
 
-#include "runtime/rank_balancer.h"
+#include "runtime/planning/rank_balancer.h"
 
 namespace zshard {
 namespace {

@@ -1,4 +1,4 @@
-#include "models/safetensors.h"
+#include "kernels/io/safetensors.h"
 
 #include <unistd.h>
 

@@ -1,8 +1,9 @@
 // The alpha-beta scaling projection of zshard-project.
 #include <gtest/gtest.h>
 
-#include "kernels/error.h"
-#include "runtime/scaling_projection.h"
+#include <zshard/error.h>
+
+#include "runtime/planning/scaling_projection.h"
 
 namespace zshard {
 namespace {

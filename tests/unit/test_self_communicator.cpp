@@ -9,10 +9,11 @@
 #include <string>
 #include <vector>
 
+#include <zshard/error.h>
+
 #include "comm/launch.h"
 #include "comm/polling_work.h"
 #include "comm/self_communicator.h"
-#include "kernels/error.h"
 
 namespace zshard::comm {
 namespace {

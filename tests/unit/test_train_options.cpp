@@ -5,12 +5,13 @@
 
 #include <limits>
 
+#include <zshard/lr_schedule.h>
+
+#include "comm/agreed_failure.h"
 #include "comm/self_communicator.h"
-#include "runtime/cli_options.h"
-#include "runtime/device_setup.h"
-#include "runtime/lr_schedule.h"
-#include "runtime/agreed_failure.h"
-#include "runtime/trainer.h"
+#include "runtime/tools/cli_options.h"
+#include "runtime/train/trainer.h"
+#include "shard/device_setup.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {

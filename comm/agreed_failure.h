@@ -1,0 +1,30 @@
+// Failures every rank agrees on. Before the first collective (and around each file a run writes): if any
+// rank's part throws, every rank learns it through one all-reduce and throws AgreedFailure, so the whole
+// job exits with the same code and one message instead of some ranks waiting forever in the next
+// collective. A failure every rank sees alike anyway (a non-finite step) is thrown as AgreedFailure
+// directly.
+#pragma once
+#include <functional>
+
+#include <zshard/communicator.h>
+#include <zshard/error.h>
+
+namespace zshard {
+
+class AgreedFailure : public Error {
+ public:
+  AgreedFailure(const std::string& what, int exit_code, bool report)
+      : Error(what), exit_code_(exit_code), report_(report) {}
+  int exit_code() const { return exit_code_; }
+  // True on the one rank that should print the message: the lowest failing rank.
+  bool report() const { return report_; }
+
+ private:
+  int exit_code_;
+  bool report_;
+};
+
+// Runs `setup` on every rank; a UsageError becomes exit code 2, any other exception exit code 1.
+void run_agreed(comm::Communicator& world, const std::function<void()>& setup);
+
+}  // namespace zshard

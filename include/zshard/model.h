@@ -1,0 +1,107 @@
+// The model API: how a model plugs into the zshard runtime.
+//
+// A model is an ordered list of units (for GPT-2: embeddings, one per block, the final LayerNorm).
+// Each unit declares its parameters; the runtime owns them, flattens each unit into one buffer and
+// shards it. The model never knows the strategy: around each unit's computation it
+// asks the runtime for the unit's parameters and hands back its gradients:
+//
+//   forward:   p = ctx.gather(u);  ...compute...;  ctx.release(u);
+//   backward:  p = ctx.gather(u);  g = ctx.grads(u);  ...accumulate into g...;  ctx.release(u);
+//              ctx.grads_ready(u);   // the last time anything adds into u's gradients this micro-step
+//
+// A unit may be gathered more than once (GPT-2's head reuses the embedding unit's wte), and its
+// gradients may be requested in several places before grads_ready.
+//
+// Activation checkpointing (set_activation_checkpointing(blocks)) changes what a model keeps between
+// forward and backward, never the protocol or the math: each block unit's forward runs again inside
+// its backward, between that backward's gather and release, so the losses and gradients are the same
+// bits and the collectives the same ones.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <zshard/tensor.h>
+
+namespace zshard {
+
+struct ParamSpec {
+  std::string name;   // the name in saved weights (Hugging Face GPT-2 names for GPT-2)
+  Shape shape;        // the saved layout
+  bool weight_decay;  // AdamW decays matrices and embeddings, not biases or LayerNorm gains
+  int64_t numel() const { return shape_numel(shape); }
+};
+
+struct UnitSpec {
+  std::string name;
+  std::vector<ParamSpec> params;
+  int64_t numel() const;
+};
+
+// Views of one unit's parameters or gradients, in UnitSpec::params order.
+using UnitTensors = std::vector<Tensor>;
+
+class ParamContext {
+ public:
+  virtual ~ParamContext() = default;
+  // Full parameters of `unit`, valid until the matching release().
+  virtual const UnitTensors& gather(int unit) = 0;
+  virtual void release(int unit) = 0;
+  // Full-size gradient accumulators of `unit`, valid until grads_ready(). Backward ops add into them.
+  virtual const UnitTensors& grads(int unit) = 0;
+  virtual void grads_ready(int unit) = 0;
+  // Device and dtype in which the model should compute.
+  virtual Device device() const = 0;
+  virtual DType compute_dtype() const = 0;
+};
+
+// One micro-batch on this rank: B sequences of T tokens, inputs and targets (B*T each, host memory).
+struct Batch {
+  const int32_t* inputs = nullptr;
+  const int32_t* targets = nullptr;
+  int B = 0;
+  int T = 0;
+};
+
+// What forward_backward keeps for the backward (--activation-checkpointing).
+enum class ActivationCheckpointing {
+  none,    // every block's intermediates, from its forward to its backward
+  blocks,  // each block's input only; the block's forward is recomputed right before its backward
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::vector<UnitSpec> units() const = 0;
+  // Fills one unit's parameters with their initial values; the same seed gives the same values whatever
+  // the world size or strategy.
+  virtual void init_unit(int unit, const UnitTensors& params, uint64_t seed) const = 0;
+  // Forward and backward over one micro-batch. Adds loss_scale * d(sum of token losses)/d(param) into
+  // ctx.grads and returns the sum of the B*T token losses.
+  virtual double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) = 0;
+  // Forward only; returns the sum of the token losses.
+  virtual double forward(ParamContext& ctx, const Batch& batch) = 0;
+  // Bytes this model will allocate for activations at batch (B, T) in the checkpointing mode set: what
+  // the memory estimator uses.
+  virtual int64_t activation_bytes(int B, int T, DType dtype) const = 0;
+  // Whether backward at batch (B, T) keeps a unit's gradients open while other units' backward runs:
+  // its grads() before theirs and its grads_ready() after, as a tied head that adds its weight's gradient
+  // at the start of backward does, the embedding adding the rest at the end. The memory estimator then
+  // counts that unit's full gradient (the largest unit's, on the safe side) beside the ones in flight
+  // under sharded gradients. The default says yes, the safe side for a model that does not tell.
+  virtual bool keeps_gradients_open(int B, int T) const;
+  // Applies to every later forward_backward and activation_bytes. The default accepts none only: a model
+  // that recomputes nothing throws UsageError for blocks.
+  virtual void set_activation_checkpointing(ActivationCheckpointing mode);
+  // Token ids run from 0 to vocab_size() - 1; sequences are at most context_length() tokens.
+  virtual int vocab_size() const = 0;
+  virtual int context_length() const = 0;
+  // Model FLOPs per token of a sequence of T tokens, forward and backward, for MFU. The default counts
+  // the matmuls only: 6 per parameter. Models with attention add its T-dependent part.
+  virtual double flops_per_token(int T) const;
+};
+
+// Parameter elements of all units.
+int64_t num_params(const Model& model);
+
+}  // namespace zshard

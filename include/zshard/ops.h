@@ -1,0 +1,87 @@
+// The ops a model computes with, forward and backward, dispatched on the device the data lives on: a CPU
+// reference op or its CUDA twin, with the same arguments and a leading Device, so a model written
+// against them runs on either without knowing which.
+//
+// Conventions: arrays are contiguous and row-major (N = rows, B*T; C = channels; OC = output channels;
+// V = vocabulary; NH = heads). Backward ops ACCUMULATE (+=) into every gradient they write, activation
+// gradients included, so the caller zeroes; tied weights and gradient accumulation come free. Linear
+// weights use the Hugging Face GPT-2 Conv1D layout (in, out): out = inp @ W + b.
+//
+// Element types: float and double on cpu; float and bf16 on cuda. Any other pairing throws, naming the op.
+// CUDA ops are queued on the compute stream (the legacy default stream, which also orders
+// Tensor::zero_ and the runtime's copies); the ops that return a host value wait for it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+#include <zshard/dtype.h>
+
+namespace zshard::ops {
+
+template <class T>
+void embedding_forward(Device d, T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn,
+                       int C);
+template <class T>
+void embedding_backward(Device d, T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn,
+                        int C);
+// LayerNorm's saved mean and rstd are NormStat<T>: fp32 for bf16, since the backward rebuilds xhat from
+// them and an rstd rounded to bf16 would be off by up to 0.4%; the compute type otherwise.
+template <class T>
+using NormStat = std::conditional_t<std::is_same_v<T, bf16>, float, T>;
+inline DType norm_stat_dtype(DType compute) { return compute == DType::bf16 ? DType::f32 : compute; }
+
+template <class T>
+void layernorm_forward(Device d, T* out, NormStat<T>* mean, NormStat<T>* rstd, const T* inp, const T* weight,
+                       const T* bias, int N, int C);
+template <class T>
+void layernorm_backward(Device d, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                        const T* weight, const NormStat<T>* mean, const NormStat<T>* rstd, int N, int C);
+// RMSNorm (Llama); rstd is a NormStat<T> like LayerNorm's.
+template <class T>
+void rmsnorm_forward(Device d, T* out, NormStat<T>* rstd, const T* inp, const T* weight, int N, int C, float eps);
+template <class T>
+void rmsnorm_backward(Device d, T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
+                      const NormStat<T>* rstd, int N, int C);
+// Rotary embedding in place (Hugging Face's rotate_half layout); the backward turns a gradient back in place.
+template <class T>
+void rope_forward(Device d, T* x, int B, int Tn, int NH, int HS, float theta);
+template <class T>
+void rope_backward(Device d, T* dx, int B, int Tn, int NH, int HS, float theta);
+// Grouped-query attention's packed input for attention_forward, and its backward (accumulating).
+template <class T>
+void gqa_pack(Device d, T* qkv, const T* q, const T* k, const T* v, int B, int Tn, int NH, int NKV, int HS);
+template <class T>
+void gqa_pack_backward(Device d, T* dq, T* dk, T* dv, const T* dqkv, int B, int Tn, int NH, int NKV, int HS);
+template <class T>
+void swiglu_forward(Device d, T* out, const T* gate, const T* up, size_t n);
+template <class T>
+void swiglu_backward(Device d, T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n);
+
+template <class T>
+void linear_forward(Device d, T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC);
+template <class T>
+void linear_backward(Device d, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int N, int C, int OC);
+// Scalars (alpha and beta, axpy's alpha, cross-entropy's dloss) are fp32 whatever T is, down to the
+// kernels: a bf16 loss scale would be off by up to 0.4%.
+template <class T>
+void gemm(Device d, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
+          const T* B, int ldb, float beta, T* C, int ldc);
+template <class T>
+void attention_forward(Device d, T* out, T* att, const T* qkv, int B, int Tn, int C, int NH);
+template <class T>
+void attention_backward(Device d, T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C,
+                        int NH);
+template <class T>
+void gelu_forward(Device d, T* out, const T* inp, size_t n);
+template <class T>
+void gelu_backward(Device d, T* dinp, const T* inp, const T* dout, size_t n);
+template <class T>
+void residual_forward(Device d, T* out, const T* a, const T* b, size_t n);
+template <class T>
+double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* logits,
+                                      const int32_t* targets, int N, int V, int ld, float dloss);
+
+}  // namespace zshard::ops

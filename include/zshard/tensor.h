@@ -1,0 +1,89 @@
+// Tensor: a typed, shaped view into a tracked Buffer. Views share the buffer, so a unit's parameters
+// can be views into one flat buffer without copies.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <zshard/dtype.h>
+#include <zshard/error.h>
+
+namespace zshard {
+
+// Model states are params + grads + optimizer (what the ZeRO formulas count), plus `host`: the optimizer
+// state (fp32 master, Adam m and v) that --offload optimizer keeps in host memory, ZeRO-Offload's split.
+// Transient full-size unit buffers that only exist around a collective (gathered params, unsharded grads
+// before a reduce-scatter, staging) are `comm`.
+enum class Category : uint8_t { params, grads, optimizer, activations, comm, workspace, host };
+constexpr int kNumCategories = 7;
+constexpr std::array<Category, kNumCategories> kAllCategories = {
+    Category::params, Category::grads, Category::optimizer, Category::activations,
+    Category::comm,   Category::workspace, Category::host};
+
+std::string_view category_name(Category c);
+
+// An owned allocation; frees itself through the allocator that made it.
+class Buffer {
+ public:
+  Buffer(size_t bytes, Device device, Category category);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+  Category category() const { return category_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_;
+  Category category_;
+};
+
+using Shape = std::vector<int64_t>;
+int64_t shape_numel(const Shape& shape);
+std::string shape_str(const Shape& shape);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  static Tensor empty(Shape shape, DType dtype, Device device, Category category);
+  static Tensor zeros(Shape shape, DType dtype, Device device, Category category);
+
+  bool defined() const { return buffer_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return buffer_ ? buffer_->device() : Device::cpu; }
+  Category category() const { return buffer_->category(); }
+
+  void* raw() const { return static_cast<char*>(buffer_->data()) + offset_bytes_; }
+  template <class T>
+  T* data() const {
+    ZS_CHECK(dtype_of<T>() == dtype_, "tensor holds ", dtype_name(dtype_), ", accessed as ",
+             dtype_name(dtype_of<T>()));
+    return static_cast<T*>(raw());
+  }
+
+  // A view of `shape` starting `offset` elements into this tensor.
+  Tensor view(int64_t offset, Shape shape) const;
+  Tensor reshape(Shape shape) const { return view(0, std::move(shape)); }
+  void zero_();  // host or device memset
+
+ private:
+  std::shared_ptr<Buffer> buffer_;
+  size_t offset_bytes_ = 0;
+  Shape shape_;
+  DType dtype_ = DType::f32;
+};
+
+}  // namespace zshard

@@ -1,0 +1,98 @@
+#include "kernels/engine_ops.h"
+
+#include <vector>
+
+#include "kernels/device_memory.h"
+#include "kernels/op_dispatch.h"
+
+namespace zshard::ops {
+
+using namespace dispatch;
+
+template <class G>
+void adamw_step(Device d, float* param, const G* grad, float* m, float* v, size_t n, const AdamWParams& hp,
+                bf16* param_bf16) {
+  // The host steps bf16 gradients too: --offload optimizer brings them from a device in the compute dtype.
+  if (d == Device::cpu) return cpu::adamw_step(param, grad, m, v, n, hp, param_bf16);
+  on_cpu<G>(d, "adamw_step");
+  ZS_ON_CUDA(G, cuda::adamw_step(param, dev(grad), m, v, n, hp, dev(param_bf16)))
+}
+
+template <class T>
+double sum_squares(Device d, std::span<const std::span<const T>> parts) {
+  if (on_cpu<T>(d, "sum_squares")) {
+    ZS_ON_CPU(T, {
+      double sum = 0;
+      for (std::span<const T> part : parts) sum += cpu::sum_squares(part.data(), part.size());
+      return sum;
+    })
+  } else {
+    ZS_ON_CUDA(T, {
+      using U = std::remove_pointer_t<decltype(dev(static_cast<const T*>(nullptr)))>;
+      std::vector<std::span<U>> device_parts;
+      for (std::span<const T> part : parts) device_parts.emplace_back(dev(part.data()), part.size());
+      return cuda::sum_squares<std::remove_const_t<U>>(device_parts, nullptr);
+    })
+  }
+  fail("sum_squares: no backend for ", dtype_name(dtype_of<T>()));
+}
+
+template <class T>
+void axpy(Device d, T* y, const T* x, float alpha, size_t n) {
+  if (on_cpu<T>(d, "axpy")) {
+    ZS_ON_CPU(T, cpu::axpy(y, x, T(alpha), n))
+  } else {
+    ZS_ON_CUDA(T, cuda::axpy(dev(y), dev(x), alpha, n))
+  }
+}
+
+void convert(Device d, void* dst, DType dst_type, const void* src, DType src_type, size_t n) {
+  const bool known = (dst_type == DType::f32 || dst_type == DType::bf16) &&
+                     (src_type == DType::f32 || src_type == DType::bf16);
+  ZS_CHECK(known, "convert: f32 and bf16 only, not ", dtype_name(src_type), " -> ", dtype_name(dst_type));
+  // The device check first, so that a build without CUDA says so whichever types are asked for.
+  const bool cpu = on_cpu<float>(d, "convert");
+  if (dst_type == src_type) {
+    copy_bytes(dst, d, src, d, n * dtype_size(dst_type));
+    return;
+  }
+  const bool to_bf16 = dst_type == DType::bf16;
+  if (cpu) {
+    if (to_bf16) {
+      for (size_t i = 0; i < n; ++i) static_cast<bf16*>(dst)[i] = bf16(static_cast<const float*>(src)[i]);
+    } else {
+      for (size_t i = 0; i < n; ++i) static_cast<float*>(dst)[i] = float(static_cast<const bf16*>(src)[i]);
+    }
+    return;
+  }
+#ifdef ZSHARD_WITH_CUDA
+  if (to_bf16) {
+    cuda::convert(static_cast<__nv_bfloat16*>(dst), static_cast<const float*>(src), n);
+  } else {
+    cuda::convert(static_cast<float*>(dst), static_cast<const __nv_bfloat16*>(src), n);
+  }
+#endif
+}
+
+void synchronize(Device d) {
+  if (d == Device::cpu) return;
+  on_cpu<float>(d, "synchronize");
+#ifdef ZSHARD_WITH_CUDA
+  cuda::synchronize_stream(nullptr);  // the compute stream, which waited for every collective it used
+#endif
+}
+
+#define ZS_INSTANTIATE(T)                                                         \
+  template double sum_squares<T>(Device, std::span<const std::span<const T>>); \
+  template void axpy<T>(Device, T*, const T*, float, size_t);
+ZS_INSTANTIATE(float)
+ZS_INSTANTIATE(double)
+ZS_INSTANTIATE(bf16)
+#undef ZS_INSTANTIATE
+
+template void adamw_step<float>(Device, float*, const float*, float*, float*, size_t, const AdamWParams&,
+                                bf16*);
+template void adamw_step<bf16>(Device, float*, const bf16*, float*, float*, size_t, const AdamWParams&,
+                               bf16*);
+
+}  // namespace zshard::ops

@@ -1,0 +1,123 @@
+#include "kernels/io/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <zshard/error.h>
+
+namespace zshard {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string parent_dir(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+// Unique per process and per file, so that ranks or threads writing beside each other never collide.
+std::string temp_name(const std::string& path) {
+  static std::atomic<unsigned> serial{0};
+  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(temp_name(path_)) {
+  std::error_code ec;
+  if (fs::is_directory(path_, ec)) fail(path_, ": cannot write (it is a directory)");
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail(path_, ": cannot write (", std::strerror(errno), ")");
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ < 0) return;  // committed, or already cleaned up
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::fail_with_errno(const char* action, int err) {
+  ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+  fail(path_, ": cannot ", action, " (", std::strerror(err), ")");
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  ZS_CHECK(fd_ >= 0, path_, ": written after commit or failure");
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t put = ::write(fd_, p, bytes);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) fail_with_errno("write", put < 0 ? errno : ENOSPC);
+    p += put;
+    bytes -= size_t(put);
+  }
+}
+
+void AtomicFile::commit() {
+  ZS_CHECK(fd_ >= 0, path_, ": committed twice or after a failure");
+  // Delayed allocation can report a full disk only here, at fsync or close.
+  if (::fsync(fd_) != 0) fail_with_errno("write", errno);
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  if (rc != 0 || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp_.c_str());
+    fail(path_, ": cannot write (", std::strerror(err), ")");
+  }
+  sync_dir(parent_dir(path_));  // the rename is durable once the directory is
+}
+
+void sync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail(dir, ": cannot open directory (", std::strerror(errno), ")");
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) fail(dir, ": cannot fsync directory (", std::strerror(err), ")");
+}
+
+void write_file_atomically(const std::string& path, std::string_view contents) {
+  AtomicFile file(path);
+  file.write(contents);
+  file.commit();
+}
+
+void check_output_path(std::string_view flag, const std::string& path) {
+  std::error_code ec;
+  if (path.empty()) throw UsageError(detail::concat(flag, ": empty path"));
+  if (fs::is_directory(path, ec)) throw UsageError(detail::concat(flag, " ", path, ": is a directory"));
+  const std::string dir = parent_dir(path);
+  if (!fs::is_directory(dir, ec))
+    throw UsageError(detail::concat(flag, " ", path, ": directory ", dir, " does not exist"));
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw UsageError(detail::concat(flag, " ", path, ": cannot write into ", dir, " (", std::strerror(errno), ")"));
+}
+
+void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs) {
+  const auto& [out_flag, out] = output;
+  if (out.empty()) return;
+  std::error_code ec;
+  const fs::path target = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  for (const auto& [in_flag, in] : inputs) {
+    if (in.empty()) continue;
+    const fs::path source = fs::weakly_canonical(fs::absolute(in, ec), ec);
+    if (target == source)
+      throw UsageError(detail::concat(out_flag, " ", out, " names the same file as ", in_flag, ": refusing to overwrite it"));
+    if (!fs::is_directory(source, ec)) continue;
+    // Inside the input directory: the relative path from it does not climb out.
+    const fs::path rel = target.lexically_relative(source);
+    if (!rel.empty() && *rel.begin() != "..")
+      throw UsageError(
+          detail::concat(out_flag, " ", out, " lies inside ", in, " (", in_flag, "): refusing to write into an input"));
+  }
+}
+
+}  // namespace zshard

@@ -1,0 +1,188 @@
+#include "runtime/planning/memory_estimator.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <functional>
+#include <iomanip>
+#include <sstream>
+
+#include <zshard/error.h>
+
+#include "shard/flat_unit.h"
+
+namespace zshard {
+
+namespace {
+
+template <class... Args>
+[[noreturn]] void usage(const Args&... args) {
+  throw UsageError(detail::concat(args...));
+}
+
+// Sum of the `k` largest entries.
+int64_t largest(std::vector<int64_t> v, int k) {
+  std::sort(v.begin(), v.end(), std::greater<>());
+  int64_t sum = 0;
+  for (int i = 0; i < k && i < int(v.size()); ++i) sum += v[i];
+  return sum;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const EstimateInput& in) {
+  if (in.world < 1) usage("--world must be >= 1, got ", in.world);
+  StrategyOptions so;
+  so.kind = in.kind;
+  so.shard_group = in.shard_group;
+  so.shard_group_sizes = in.shard_group_sizes;
+  const ShardGroups groups = shard_groups(so, in.world);
+  int group = in.group;
+  if (group < 0) group = int(std::min_element(groups.sizes().begin(), groups.sizes().end()) - groups.sizes().begin());
+  if (group >= groups.count()) usage("no shard group ", group, " among ", groups.count());
+  MemoryEstimate e;
+  e.device = in.device;
+  e.shard_group = groups.size(group);
+  const int G = e.shard_group;
+  const DtypePolicy& d = in.dtypes;
+  if (!in.model) {
+    e.params = in.params;
+    e.model_states = predict_model_states(in.kind, G, in.params, d, in.offload_optimizer, in.device);
+    return e;
+  }
+
+  // Per-unit padding by the code that shards the units.
+  std::vector<int64_t> units;
+  int64_t padded_total = 0;
+  for (const UnitSpec& unit : in.model->units()) {
+    const FlatLayout layout(unit, G, groups.pad_multiple());
+    e.params += layout.numel();
+    units.push_back(layout.padded_numel());
+    padded_total += units.back();
+  }
+  const int64_t shard_total = padded_total / G;
+  const bool p_sharded = params_sharded(in.kind), g_sharded = grads_sharded(in.kind);
+  e.model_states.params = (p_sharded ? shard_total : padded_total) * d.param_bytes;
+  e.model_states.grads = (g_sharded ? shard_total : padded_total) * d.grad_bytes;
+  (in.offload_optimizer ? e.model_states.host : e.model_states.optimizer) =
+      shard_total * (in.offload_optimizer ? offloaded_bytes_per_param(d, in.device) : d.optimizer_bytes);
+
+  if (p_sharded) e.gathered_in_flight = largest(units, std::max(1, in.max_inflight)) * d.param_bytes;
+  // Transient full gradients and reduce-scatter outputs (shard/sharded_params.cpp). Sharded gradients:
+  // a unit's reduction is finished once the next one is issued, and a unit opens its full gradient only
+  // once those in flight fit beside it within max(L1, 2 L2) elements (L1, L2 the two largest units): the
+  // unit being accumulated and the one in flight, or the largest alone. A model that keeps a unit's
+  // gradient open through backward (Model::keeps_gradients_open: a tied head adding to the embedding
+  // first) holds it, taken as the largest, beside the two largest others. zero3/hybrid hold gathered
+  // units too: the larger of the forward's (the --max-inflight largest, no gradient open but a kept one,
+  // which opens at the head) and backward's, the gradients beside the unit whose backward runs under its
+  // gather, counted at the second largest size (the largest unit's gradient, when it opens alone, opens
+  // at an embedding's backward, which gathers nothing). Reductions land in the owned shard on a step's
+  // first micro-step; later micro-steps add a shard-sized scratch per reduction in flight (two at most).
+  // zero1: the scratch of its two reductions in flight, on the last micro-step; ddp reduces in place.
+  const int64_t in_flight_shards = in.grad_accum > 1 && G > 1 ? largest(units, 2) / G : 0;
+  const int64_t L1 = largest(units, 1), L2 = largest(units, 2) - L1;
+  const bool keeps_open = in.model->keeps_gradients_open(std::max(1, in.rank_batch), in.seq);
+  const int64_t kept = keeps_open ? L1 : 0;
+  const int64_t accumulated_and_in_flight = keeps_open ? largest(units, 3) - L1 : std::max(L1, 2 * L2);
+  if (p_sharded) {
+    const int64_t backward = L2 * d.param_bytes + accumulated_and_in_flight * d.grad_bytes;
+    e.comm_buffers =
+        (kept + in_flight_shards) * d.grad_bytes + std::max<int64_t>(0, backward - e.gathered_in_flight);
+  } else if (g_sharded) {
+    e.comm_buffers = (kept + accumulated_and_in_flight + in_flight_shards) * d.grad_bytes;
+  } else if (G > 1) {
+    e.comm_buffers = largest(units, 2) / G * d.grad_bytes;
+  }
+
+  const DType act = d.param_bytes == 2 ? DType::bf16 : DType::f32;
+  e.activations = in.model->activation_bytes(std::max(1, in.rank_batch), in.seq, act);
+  return e;
+}
+
+int largest_rank_batch(EstimateInput in, int64_t device_bytes) {
+  if (!in.model) return -1;
+  // The estimate grows with the batch through activations, linearly: double, then bisect. It may also
+  // step where a model starts keeping a gradient open (GPT-2 and a tied Llama from dim tokens on, when the
+  // scratch of their deferred head leaves the activations), so the batch returned always fits, and is the
+  // largest when one more sequence's activations outweigh that scratch.
+  in.rank_batch = 1;
+  if (estimate_memory(in).total() > device_bytes) return 0;
+  int lo = 1, hi = 2;
+  for (;;) {
+    in.rank_batch = hi;
+    if (estimate_memory(in).total() > device_bytes) break;
+    lo = hi;
+    if (hi > (1 << 29)) return lo;
+    hi *= 2;
+  }
+  while (hi - lo > 1) {
+    in.rank_batch = lo + (hi - lo) / 2;
+    (estimate_memory(in).total() > device_bytes ? hi : lo) = in.rank_batch;
+  }
+  return lo;
+}
+
+std::string MemorySavers::name() const {
+  const bool blocks = checkpointing == ActivationCheckpointing::blocks;
+  if (!offload_optimizer) return blocks ? "blocks" : "none";
+  return blocks ? "blocks+offload" : "offload";
+}
+
+std::vector<int> largest_rank_batch_per_saver(EstimateInput in, Model& model, int64_t budget) {
+  in.model = &model;
+  std::vector<int> batches;
+  for (const MemorySavers& savers : kAllMemorySavers) {
+    try {
+      model.set_activation_checkpointing(savers.checkpointing);
+    } catch (const UsageError&) {
+      batches.push_back(-1);  // a model of its own without recomputation
+      continue;
+    }
+    in.offload_optimizer = savers.offload_optimizer;
+    batches.push_back(largest_rank_batch(in, budget));
+  }
+  model.set_activation_checkpointing(ActivationCheckpointing::none);
+  return batches;
+}
+
+std::string format_bytes(double bytes) {
+  std::ostringstream os;
+  os << std::fixed;
+  if (bytes >= 1e9) os << std::setprecision(2) << bytes / 1e9 << " GB";
+  else if (bytes >= 1e6) os << std::setprecision(2) << bytes / 1e6 << " MB";
+  else os << std::setprecision(1) << bytes / 1e3 << " kB";
+  return os.str();
+}
+
+int64_t parse_bytes(const std::string& text, const std::string& flag) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    usage(flag, " must be a size such as 80GiB, 40GB or 1.5e9, got '", text, "'");
+  }
+  std::string unit = text.substr(used);
+  for (char& ch : unit) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  const std::vector<std::pair<std::string, double>> units = {
+      {"", 1},          {"b", 1},           {"kb", 1e3},        {"mb", 1e6},           {"gb", 1e9},
+      {"tb", 1e12},     {"kib", 1024.0},    {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  for (const auto& [name, scale] : units)
+    if (unit == name) {
+      if (!(value > 0) || !std::isfinite(value)) usage(flag, " must be positive, got '", text, "'");
+      if (value * scale >= 9e18) usage(flag, " is too large, got '", text, "'");
+      // A fraction of a byte would truncate to 0, which no size means (a sweep from 0 never grows).
+      if (value * scale < 1) usage(flag, " must be at least 1 byte, got '", text, "'");
+      return int64_t(value * scale);
+    }
+  usage(flag, ": unknown unit '", text.substr(used), "' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");
+}
+
+DtypePolicy parse_dtype_policy(const std::string& name) {
+  if (name == "fp32") return DtypePolicy::fp32();
+  if (name == "mixed") return DtypePolicy::mixed_bf16();
+  usage("--dtype must be fp32 or mixed, got '", name, "'");
+}
+
+}  // namespace zshard

@@ -1,0 +1,52 @@
+// The memory report at the end of a run: per rank and category, live and peak bytes read from the
+// tracking allocator, beside the ZeRO prediction for the strategy, world size and dtypes; and
+// communication bytes per step measured by the communicator beside theory. On a GPU the categories are the
+// device's, except `host`: the offloaded optimizer's page-locked host memory, from the host's allocator.
+#pragma once
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "kernels/allocator.h"
+#include "runtime/train/trainer.h"
+#include "shard/memory_model.h"
+
+namespace zshard {
+
+struct RankMemory {
+  MemStats stats;
+  double comm_bytes_per_step = 0;
+  double comm_exposed_ms_per_step = 0;
+  // The prediction for this rank's shard group (unequal groups hold shards of different sizes).
+  int shard_group = 1;
+  ModelStateBytes predicted;
+  int64_t predicted_comm_bytes = 0;
+};
+
+struct MemoryReport {
+  std::string strategy;
+  std::string device;  // where the measured bytes live; the prediction follows the param dtype
+  std::string param_dtype;
+  std::string reduce_dtype;
+  int world = 1;
+  int shard_group = 1;       // rank 0's group
+  std::vector<int> shard_group_sizes;  // every group's, in rank order
+  int64_t params = 0;  // Ψ
+  ModelStateBytes predicted;  // for rank 0's group; each rank's in RankMemory
+  ModelStateBytes predicted_zero_offload;  // with --offload optimizer: ZeRO-Offload's own split, beside it
+  int64_t predicted_inflight = 0;  // largest gathered units in flight (sharded params), an estimate
+  int64_t predicted_comm_bytes = 0;  // rank 0's
+  std::vector<RankMemory> ranks;
+
+  // Collective over the trainer's world; every rank returns the full report.
+  static MemoryReport collect(Trainer& trainer);
+  // Max over the ranks of groups of `group_size` (0: all ranks) of the measured live model-state bytes
+  // (params + grads + optimizer + host).
+  int64_t measured_model_states(int group_size = 0) const;
+  void print(std::ostream& out) const;
+  nlohmann::json to_json() const;
+};
+
+}  // namespace zshard

@@ -1,0 +1,57 @@
+// Scaling projection: step time of ddp, zero3 and hybrid at N ranks from a measured single-rank compute
+// time and an alpha-beta link model (time of a message = alpha + bytes / bandwidth, ring collectives:
+// (n-1) latency hops per all-gather or reduce-scatter, 2(n-1) per all-reduce, bus bytes as nccl-tests
+// count them). Communication is per unit, as zshard issues it. Without overlap a step is compute +
+// communication; with overlap the longer of the two plus one unit's communication, which has nothing
+// left to hide behind (ddp's last all-reduce, zero3's first gather).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shard/strategy.h"
+
+namespace zshard {
+
+struct LinkProfile {
+  std::string name;
+  double alpha_us = 0;       // per hop latency
+  double bandwidth_gbs = 0;  // bus bandwidth per rank, GB/s (1e9)
+};
+
+// "nvlink", "pcie", "ib" (InfiniBand HDR); throws UsageError naming the valid ones otherwise.
+LinkProfile link_profile(const std::string& name);
+std::vector<std::string> link_profile_names();
+
+struct ProjectionInput {
+  double compute_ms = 0;  // one rank's compute time for `batch` sequences (step time at N = 1)
+  int batch = 1;          // sequences that compute_ms covers
+  bool weak = true;       // weak: every rank keeps `batch`; strong: the global batch is `batch`
+  int64_t params = 0;     // Ψ
+  int units = 1;          // collectives per pass (one per unit)
+  int elem_bytes = 4;
+  int node_size = kDefaultNodeRanks;  // ranks on one intra link; bounds hybrid's default shard group
+  LinkProfile intra;                  // links inside a node (all of ddp/zero3 when N <= node_size)
+  LinkProfile inter;      // links between nodes
+};
+
+struct ProjectedStep {
+  double compute_ms = 0;
+  double comm_ms = 0;
+  double step_ms = 0;          // no overlap
+  double step_overlap_ms = 0;  // communication overlapped with compute
+  double efficiency = 0;       // weak: t(1)/t(N); strong: t(1)/(N t(N)); without overlap
+  double efficiency_overlap = 0;
+};
+
+ProjectedStep project_step(StrategyKind kind, int world, const ProjectionInput& in);
+// The step on a cluster of nodes of the given sizes (4,2: a node of 4 ranks beside a node of 2): ddp and
+// zero3 over the world, hybrid sharding inside each node (in.intra) and reducing across them (in.inter).
+ProjectedStep project_step(StrategyKind kind, const ShardGroups& nodes, const ProjectionInput& in);
+
+// Amdahl: speed-up 1/(s + (1-s)/N) of a serial fraction s; efficiency is speed-up / N.
+double amdahl_efficiency(double serial_fraction, int world);
+// Karp-Flatt: the serial fraction that explains a measured speed-up S at N ranks.
+double karp_flatt(double speedup, int world);
+
+}  // namespace zshard

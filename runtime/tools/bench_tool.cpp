@@ -1,0 +1,342 @@
+// zshard-bench: the same model and global batch under each strategy, after warm-up steps. Prints a
+// table and writes JSON (--json): step time (median, p10, p90), tokens/s, achieved TFLOP/s and MFU
+// (with --peak-tflops), peak bytes per category (max over ranks), communication bytes per step measured
+// and in theory, and communication time exposed vs total. Run it under mpirun (CPU) or on GPUs.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/agreed_failure.h"
+#include "comm/polling_work.h"
+#include "kernels/allocator.h"
+#include "kernels/device_memory.h"
+#include "kernels/engine_ops.h"
+#include "kernels/io/atomic_file.h"
+#include "runtime/planning/memory_report.h"
+#include "runtime/tools/cli_options.h"
+#include "runtime/tools/tool_runner.h"
+#include "runtime/tools/tools.h"
+#include "runtime/train/trainer.h"
+
+namespace zshard {
+using nlohmann::json;
+
+namespace {
+
+struct BenchOptions {
+  std::vector<std::string> strategies{"ddp", "zero1", "zero2", "zero3", "hybrid"};
+  int warmup_steps = 2;
+  std::string json_path;
+  double peak_tflops = 0;  // per rank; 0 = unknown (no MFU)
+  // How each strategy splits the global batch: even, and/or auto (by measured speed, timed once settled).
+  std::vector<std::string> splits{"even"};
+};
+
+// Warm-up steps of an auto run: enough re-splits to settle before the clock starts.
+int warmup_steps(const BenchOptions& bench, const TrainOptions& options) {
+  return options.rank_batches_auto ? bench.warmup_steps + 2 * options.rebalance_interval() : bench.warmup_steps;
+}
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * double(v.size() - 1);
+  const size_t i = size_t(pos);
+  return i + 1 < v.size() ? v[i] + (pos - double(i)) * (v[i + 1] - v[i]) : v.back();
+}
+
+// Hybrid needs two or more groups, one of them sharding: the groups asked for, or the default.
+bool hybrid_runs(int world, const StrategyOptions& hybrid) {
+  if (!hybrid.shard_group_sizes.empty()) return hybrid.shard_group_sizes.size() > 1;
+  const int g = hybrid.shard_group > 0 ? hybrid.shard_group : default_shard_group(world);
+  return g > 1 && g < world;
+}
+
+// Time of the step's collectives with no compute beside them: each collective the step issued, the same
+// number of calls at their mean size, on the communicator and the buffers' device the step used (nccl,
+// or the mpi world with host or staged device buffers). With the exposed time this gives how much communication the step hid behind
+// compute. The device is synchronised before the clock stops: nccl's waits only order the streams.
+double replay_comm_ms(comm::Communicator& comm, Device device, const comm::CommStats& per_run, int steps) {
+  const int n = comm.size();
+  if (n == 1) return 0;
+  double total_ms = 0;
+  for (comm::Collective c : {comm::Collective::all_gather, comm::Collective::reduce_scatter,
+                             comm::Collective::all_reduce, comm::Collective::broadcast}) {
+    const int64_t calls = per_run.calls[int(c)] / steps;
+    if (calls == 0) continue;
+    const double bus = double(per_run.bytes[int(c)]) / double(per_run.calls[int(c)]);
+    const double factor = comm::bus_bytes(c, n, int64_t(n) * 1000000) / double(int64_t(n) * 1000000);
+    const size_t elems = std::max<size_t>(size_t(n), size_t(bus / factor / 4) / n * n);
+    const size_t bytes = elems * sizeof(float);
+    Buffer a(bytes, device, Category::comm), b(bytes, device, Category::comm);
+    memset_device(device, a.data(), 0, bytes);  // defined values: no NaN or denormal slow paths
+    comm.barrier();
+    const auto t0 = comm::Clock::now();
+    for (int64_t k = 0; k < calls; ++k) {
+      switch (c) {
+        case comm::Collective::all_gather: comm.all_gather(a.data(), b.data(), elems / n, DType::f32)->wait(); break;
+        case comm::Collective::reduce_scatter:
+          comm.reduce_scatter(a.data(), b.data(), elems / n, DType::f32, comm::ReduceOp::sum)->wait();
+          break;
+        case comm::Collective::all_reduce: comm.all_reduce(a.data(), elems, DType::f32, comm::ReduceOp::sum)->wait(); break;
+        case comm::Collective::broadcast: comm.broadcast(a.data(), elems, DType::f32, 0)->wait(); break;
+      }
+    }
+    ops::synchronize(device);
+    total_ms += std::chrono::duration<double, std::milli>(comm::Clock::now() - t0).count();
+  }
+  return total_ms;
+}
+
+json run_strategy(const std::string& name, const std::string& split, TrainOptions options, const BenchOptions& bench,
+                  comm::Communicator& world) {
+  options.strategy.kind = parse_strategy(name);
+  options.rank_batches_auto = split == "auto";
+  if (!options.rank_batches_auto) {  // limits of the auto split only
+    options.max_rank_batch.reset();
+    options.rebalance_every.reset();
+  }
+  const int timed = options.steps, warmup = warmup_steps(bench, options);
+  options.steps = warmup + timed;
+  Trainer trainer(options, world);
+  Allocator::of(options.placement.device).reset_peaks();  // peaks of the steps, not of initialisation
+  for (int s = 0; s < warmup; ++s) trainer.step();
+  trainer.params().reset_comm_stats();
+  std::vector<double> ms;
+  double exposed_ms = 0, comm_bytes = 0;
+  for (int s = 0; s < timed; ++s) {
+    const StepResult r = trainer.step();
+    ms.push_back(r.ms);
+    exposed_ms += r.comm_exposed_ms / timed;
+    comm_bytes += double(r.comm_bytes) / timed;
+  }
+  const comm::CommStats stats = trainer.params().comm_stats();
+  const MemoryReport report = MemoryReport::collect(trainer);
+  const double total_comm_ms = replay_comm_ms(trainer.collective_world(), options.placement.device, stats, timed);
+  // The ideal step: the global batch computed at the ranks' summed throughput, no rank waiting for another.
+  const std::vector<double> seq_per_s = trainer.gathered_seq_per_s();
+  double total_seq_per_s = 0;
+  for (double v : seq_per_s) total_seq_per_s += v;
+
+  const double median = percentile(ms, 0.5);
+  const double tokens = double(options.batch) * options.seq * options.grad_accum;
+  const double tflops = trainer.model().flops_per_token(options.seq) * tokens / (median / 1e3) / 1e12;
+  json peak_bytes;
+  int64_t peak_total = 0;
+  for (Category c : kAllCategories) {
+    int64_t m = 0;
+    for (const auto& r : report.ranks) m = std::max(m, r.stats.peak[int(c)]);
+    peak_bytes[std::string(category_name(c))] = m;
+  }
+  for (const auto& r : report.ranks) peak_total = std::max(peak_total, r.stats.peak_total);
+  // The largest micro-batch any rank had in any step (warm-up included), which sized its peak memory.
+  int rank_batch_max = 0;
+  for (const StepResult& h : trainer.history())
+    rank_batch_max = std::max(rank_batch_max, *std::max_element(h.rank_batches.begin(), h.rank_batches.end()));
+  json j = {{"strategy", name},
+            {"rank_batches", split},
+            {"rank_batch_max", rank_batch_max},
+            // The split the last timed step ran with (the trainer may have re-split after it, for a next step).
+            {"split", trainer.history().back().rank_batches},
+            {"measured_seq_per_s", seq_per_s},
+            {"ideal_step_ms", double(options.batch) * options.grad_accum / total_seq_per_s * 1e3},
+            {"world", world.size()},
+            {"shard_group", report.shard_group},
+            {"shard_group_sizes", report.shard_group_sizes},
+            {"backend", comm_backend(options) == CommBackend::nccl ? "nccl" : world.backend()},
+            {"step_ms", {{"median", median}, {"p10", percentile(ms, 0.1)}, {"p90", percentile(ms, 0.9)}, {"all", ms}}},
+            {"tokens_per_s", tokens / (median / 1e3)},
+            {"tflops", tflops},
+            {"mfu", bench.peak_tflops > 0 ? json(tflops / (bench.peak_tflops * world.size())) : json(nullptr)},
+            {"peak_bytes", peak_bytes},
+            {"peak_total_bytes", peak_total},
+            {"model_states_bytes", {{"measured", report.measured_model_states(report.shard_group)}, {"theory", report.predicted.total()}}},
+            {"comm_bytes_per_step", {{"measured", comm_bytes}, {"theory", report.predicted_comm_bytes}}},
+            {"comm_ms_per_step", {{"exposed", exposed_ms}, {"total", total_comm_ms}}},
+            {"memory_report", report.to_json()}};
+  return j;
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << v;
+  return os.str();
+}
+
+void print_table(const json& results, std::ostream& out) {
+  const double MiB = 1048576.0;
+  out << std::left << std::setw(11) << "strategy" << std::right << std::setw(6) << "world" << std::setw(4) << "G"
+      << std::setw(10) << "med ms" << std::setw(10) << "p10" << std::setw(10) << "p90" << std::setw(10) << "tok/s"
+      << std::setw(9) << "TFLOP/s" << std::setw(7) << "MFU" << std::setw(18) << "states MiB m/th"
+      << std::setw(11) << "peak MiB" << std::setw(20) << "comm MiB/step m/th" << std::setw(18)
+      << "comm ms exp/tot" << "\n";
+  for (const json& r : results) {
+    const json& st = r["step_ms"];
+    const std::string split = r["rank_batches"] == "auto" ? "/auto" : "";
+    out << std::left << std::setw(11) << r["strategy"].get<std::string>() + split << std::right << std::setw(6)
+        << r["world"].get<int>() << std::setw(4) << r["shard_group"].get<int>() << std::setw(10)
+        << fixed(st["median"], 1) << std::setw(10) << fixed(st["p10"], 1) << std::setw(10) << fixed(st["p90"], 1)
+        << std::setw(10) << fixed(r["tokens_per_s"], 0) << std::setw(9) << fixed(r["tflops"], 4) << std::setw(7)
+        << (r["mfu"].is_null() ? std::string("-") : fixed(100 * r["mfu"].get<double>(), 1) + "%")
+        << std::setw(18)
+        << (fixed(r["model_states_bytes"]["measured"].get<double>() / MiB, 2) + "/" +
+            fixed(r["model_states_bytes"]["theory"].get<double>() / MiB, 2))
+        << std::setw(11) << fixed(r["peak_total_bytes"].get<double>() / MiB, 2) << std::setw(20)
+        << (fixed(r["comm_bytes_per_step"]["measured"].get<double>() / MiB, 2) + "/" +
+            fixed(r["comm_bytes_per_step"]["theory"].get<double>() / MiB, 2))
+        << std::setw(18)
+        << (fixed(r["comm_ms_per_step"]["exposed"], 1) + "/" + fixed(r["comm_ms_per_step"]["total"], 1)) << "\n";
+  }
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+// The --json document: the run's set-up and every strategy's results.
+json report_json(const json& results, const TrainOptions& options, const ModelConfig& config, const Model& model,
+                 const BenchOptions& bench, const comm::Communicator& world) {
+  return {{"tool", "zshard-bench"},
+          {"machine", {{"host", hostname()}, {"hardware_threads", std::thread::hardware_concurrency()}}},
+          {"model", {{"name", options.model}, {"config", config}, {"params", num_params(model)},
+                     {"units", model.units().size()}}},
+          {"batch", options.batch},
+          {"seq", options.seq},
+          {"grad_accum", options.grad_accum},
+          {"rank_batch_max", (options.batch + world.size() - 1) / world.size()},
+          {"max_inflight", options.strategy.max_inflight},
+          {"offload", options.placement.offload_optimizer ? "optimizer" : "none"},
+          {"activation_checkpointing", checkpointing_flag(options.activation_checkpointing)},
+          {"warmup_steps", bench.warmup_steps},
+          {"rank_batch_splits", bench.splits},
+          {"rebalance_every", options.rebalance_interval()},
+          {"steps", options.steps},
+          {"world", world.size()},
+          {"poll_backoff", comm::poll_policy().backoff},
+          {"peak_tflops_per_rank", bench.peak_tflops},
+          {"results", results}};
+}
+
+}  // namespace
+
+int bench_tool(int argc, char** argv, const std::string& default_model) {
+  TrainOptions options;
+  options.model = default_model;
+  options.steps = 5;
+  options.log_every = 1000000;
+  BenchOptions bench;
+  std::string unused_strategy;
+  CLI::App app{"zshard-bench: every strategy on the same model and global batch; table and JSON"};
+  add_train_flags(app, options, unused_strategy);
+  app.remove_option(app.get_option("--strategy"));  // --strategies picks them here
+  // Flags of a training run that a benchmark has no use for: refused (exit 2), not silently ignored.
+  for (const char* train_only : {"--save", "--save-dir", "--save-every", "--keep", "--resume", "--log-json",
+                                 "--mem-report", "--mem-budget", "--rank-batches", "--log-every", "--eval-data",
+                                 "--eval-every", "--eval-batches"})
+    app.remove_option(app.get_option(train_only));
+  app.add_option("--rank-batches", bench.splits,
+                 "how each strategy splits the global batch, comma separated: even, auto (by measured speed; "
+                 "timed after 2 x --rebalance-every more warm-up steps)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"even", "auto"}));
+  app.get_option("--steps")->description("timed optimizer steps per strategy (after --warmup-steps)");
+  app.add_option("--strategies", bench.strategies, "strategies to run, comma separated (hybrid needs world >= 4)")
+      ->delimiter(',');
+  app.add_option("--warmup-steps", bench.warmup_steps, "untimed steps before the timed ones");
+  app.add_option("--json", bench.json_path, "write the results as JSON to this file");
+  app.add_option("--peak-tflops", bench.peak_tflops, "peak TFLOP/s of one rank's device, for MFU (0 = unknown)");
+  return run_tool("zshard-bench", argc, argv, app, [&](comm::Communicator& world) {
+    const int rank = world.rank();
+    std::vector<std::string> to_run;
+    ModelConfig config;
+    std::unique_ptr<Model> model;
+    run_agreed(world, [&] {
+      StrategyOptions hybrid = options.strategy;  // the group hybrid runs with: on hosts, theirs
+      hybrid.kind = StrategyKind::hybrid;
+      resolve_node_groups(hybrid, world);
+      options.strategy.shard_group = hybrid.shard_group;
+      options.strategy.shard_group_sizes = hybrid.shard_group_sizes;
+      config = resolve_model_config(options);
+      model = build_model(options.model, config);
+      if (options.auto_batch)
+        throw UsageError("--batch auto is zshard-train's: zshard-bench runs every strategy on one given --batch");
+      if (options.steps < 1) throw UsageError("--steps must be >= 1, got " + std::to_string(options.steps));
+      if (bench.warmup_steps < 0) throw UsageError("--warmup-steps must be >= 0");
+      if (!(bench.peak_tflops >= 0 && std::isfinite(bench.peak_tflops)))
+        throw UsageError("--peak-tflops must be a finite number >= 0, got " + std::to_string(bench.peak_tflops));
+      for (const std::string& s : bench.strategies) {
+        parse_strategy(s);
+        if (s != "hybrid" || hybrid_runs(world.size(), options.strategy)) to_run.push_back(s);
+        else if (app.count("--strategies") || app.count("--shard-group"))
+          throw UsageError(std::string(app.count("--strategies") ? "--strategies hybrid" : "--shard-group: hybrid") +
+                           " needs a shard group between 1 and the world: no such group in a world of " +
+                           std::to_string(world.size()));
+      }
+      // Flags of some strategies only: refused when none of those runs, instead of doing nothing.
+      const auto runs = [&](const char* s) { return std::find(to_run.begin(), to_run.end(), s) != to_run.end(); };
+      if (app.count("--shard-group") && !runs("hybrid"))
+        throw UsageError("--shard-group is only for hybrid: add it to --strategies");
+      for (const char* flag : {"--max-inflight", "--reshard-after-forward"})
+        if (app.count(flag) && !runs("zero3") && !runs("hybrid"))
+          throw UsageError(std::string(flag) + " is only for zero3 and hybrid: add one to --strategies");
+      if (runs("hybrid")) shard_groups(hybrid, world.size());  // groups that do not fit, before any strategy runs
+      if (bench.splits.empty()) throw UsageError("--rank-batches: name at least one of even, auto");
+      if (std::find(bench.splits.begin(), bench.splits.end(), "auto") != bench.splits.end()) {
+        TrainOptions auto_options = options;
+        auto_options.rank_batches_auto = true;
+        auto_options.strategy = StrategyOptions{};  // each strategy's own flags are checked as it runs
+        validate_options(auto_options, world.size());  // --batch against the world, --max-rank-batch
+      } else if (options.max_rank_batch || options.rebalance_every) {
+        throw UsageError(std::string(options.max_rank_batch ? "--max-rank-batch" : "--rebalance-every") +
+                         " is only for the auto split: add auto to --rank-batches");
+      }
+      if (to_run.empty()) throw UsageError("--strategies: none of them runs on " + std::to_string(world.size()) + " rank(s)");
+      if (!bench.json_path.empty() && rank == 0) {
+        check_output_path("--json", bench.json_path);
+        check_not_input({"--json", bench.json_path}, {{"--data", options.data == "default" ? "" : options.data},
+                                                      {"--init-from", options.init_from}});
+      }
+    });
+    if (rank == 0)
+      std::cout << "zshard-bench: " << options.model << " (" << num_params(*model) << " parameters), world "
+                << world.size() << " (" << world.backend() << "), global batch " << options.batch << "x"
+                << options.seq << (options.grad_accum > 1 ? " x" + std::to_string(options.grad_accum) : "")
+                << ", " << bench.warmup_steps << " warm-up + " << options.steps << " timed steps\n";
+    json results = json::array();
+    for (const std::string& s : to_run) {
+      TrainOptions o = options;
+      if (s != "hybrid") {
+        o.strategy.shard_group = 0;
+        o.strategy.shard_group_sizes.clear();
+      }
+      if (!params_sharded(parse_strategy(s))) {  // nothing to gather
+        o.strategy.max_inflight = StrategyOptions{}.max_inflight;
+        o.strategy.reshard_after_forward = StrategyOptions{}.reshard_after_forward;
+      }
+      for (const std::string& split : bench.splits) {
+        results.push_back(run_strategy(s, split, o, bench, world));
+        const json& r = results.back();
+        if (rank == 0)
+          std::cout << "  " << s << " " << split << ": median " << fixed(r["step_ms"]["median"], 1) << " ms, split "
+                    << r["split"].dump() << ", ideal " << fixed(r["ideal_step_ms"], 1) << " ms\n"
+                    << std::flush;
+      }
+    }
+    if (rank == 0) print_table(results, std::cout);
+    if (bench.json_path.empty()) return;
+    run_agreed(world, [&] {
+      if (rank == 0)
+        write_file_atomically(bench.json_path, report_json(results, options, config, *model, bench, world).dump(2) + "\n");
+    });
+  });
+}
+
+}  // namespace zshard

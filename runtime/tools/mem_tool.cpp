@@ -1,0 +1,312 @@
+// zshard-mem: per-rank memory of a run before running it. For a model of the registry (--model, --config)
+// or a bare parameter count (--params 7.5e9), world sizes, strategies and a dtype policy: bytes of params, grads,
+// optimizer state, gathered units in flight, communication buffers and activations, and the largest
+// batch that fits --device-mem. --max-batch tabulates that batch for every combination of activation
+// checkpointing and optimizer offload. --check FILE compares the estimate with what zshard-bench measured.
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <iostream>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+#include <zshard/model_registry.h>
+
+#include "kernels/io/atomic_file.h"
+#include "kernels/io/json_input.h"
+#include "runtime/planning/memory_estimator.h"
+#include "runtime/tools/cli_options.h"
+#include "runtime/tools/tool_runner.h"
+#include "runtime/tools/tools.h"
+
+namespace zshard {
+using nlohmann::json;
+
+namespace {
+
+// The estimates of one strategy on `world` ranks: one row, or for hybrid over unequal groups one row per
+// group (each group's ranks hold shards of their own size).
+std::vector<EstimateInput> table_rows(const EstimateInput& base, const std::string& strategy, int world,
+                                      const StrategyOptions& groups) {
+  EstimateInput in = base;
+  in.kind = parse_strategy(strategy);
+  in.world = world;
+  if (in.kind != StrategyKind::hybrid) return {in};
+  in.shard_group = groups.shard_group;
+  in.shard_group_sizes = groups.shard_group_sizes;
+  if (groups.shard_group_sizes.empty()) return {in};
+  std::vector<EstimateInput> rows;
+  for (size_t g = 0; g < groups.shard_group_sizes.size(); ++g) {
+    in.group = int(g);
+    rows.push_back(in);
+  }
+  return rows;
+}
+
+struct MemOptions {
+  std::string model;
+  ModelConfig overrides;
+  double params = 0;
+  std::vector<int> worlds{1};
+  std::vector<std::string> strategies{"ddp", "zero1", "zero2", "zero3"};
+  StrategyOptions groups;  // hybrid's --shard-group
+  std::string dtype = "fp32";
+  int batch = 8;
+  int seq = 64;
+  int max_inflight = 2;
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
+  bool offload_optimizer = false;
+  Device device = Device::cpu;
+  std::string device_mem;
+  std::string mem_budget;
+  bool max_batch = false;
+  std::string json_path;
+  std::string check;
+};
+
+json to_json(const MemoryEstimate& e) {
+  return {{"shard_group", e.shard_group},
+          {"params", e.params},
+          {"param_bytes", e.model_states.params},
+          {"grad_bytes", e.model_states.grads},
+          {"optimizer_bytes", e.model_states.optimizer},
+          {"host_bytes", e.model_states.host},
+          {"model_states_bytes", e.model_states.total()},
+          {"gathered_in_flight_bytes", e.gathered_in_flight},
+          {"comm_buffer_bytes", e.comm_buffers},
+          {"activation_bytes", e.activations},
+          {"total_bytes", e.total()}};
+}
+
+// Estimates each zshard-bench result in `doc` (read from `path`) and prints it beside the measurement. True
+// when every model-state estimate is within 5% and every peak within 15%.
+bool check_against(const json& doc, const std::string& path) {
+  const json& m = doc.at("model");
+  const std::string name = m.at("name").get<std::string>();
+  const std::unique_ptr<Model> model = build_model(name, model_config(name, m.at("config").get<ModelConfig>()));
+  // Files written before the mode was recorded ran without checkpointing.
+  const std::string mode = doc.value("activation_checkpointing", "none");
+  if (mode != "none" && mode != "blocks")
+    throw UsageError(detail::concat("--check ", path, ": activation_checkpointing must be none or blocks, got '",
+                                    mode, "'"));
+  model->set_activation_checkpointing(mode == "blocks" ? ActivationCheckpointing::blocks
+                                                       : ActivationCheckpointing::none);
+  std::cout << "estimate vs zshard-bench (" << path << "): " << m.at("name").get<std::string>() << ", world "
+            << doc.at("world") << ", rank batch " << doc.at("rank_batch_max") << "x" << doc.at("seq")
+            << (mode == "blocks" ? ", activation checkpointing" : "") << "\n"
+            << std::left << std::setw(9) << "strategy" << std::right << std::setw(14) << "states est"
+            << std::setw(14) << "measured" << std::setw(8) << "ratio" << std::setw(14) << "peak est" << std::setw(14)
+            << "measured" << std::setw(8) << "ratio" << "\n";
+  bool ok = true;
+  for (const json& r : doc.at("results")) {
+    EstimateInput e;
+    e.model = model.get();
+    e.kind = parse_strategy(r.at("strategy").get<std::string>());
+    e.world = r.at("world");
+    // Every group's size (files written before they were recorded: groups of shard_group). With unequal
+    // groups the model states are rank 0's group's, the peak the largest over the ranks, which the
+    // smallest group's ranks (the largest shards) reach.
+    e.shard_group = r.at("shard_group");
+    e.shard_group_sizes = r.value("shard_group_sizes", std::vector<int>{});
+    e.max_inflight = doc.at("max_inflight");
+    // A result's own (--rank-batches auto moves it); files written before it was recorded have the run's.
+    e.rank_batch = r.value("rank_batch_max", doc.at("rank_batch_max").get<int>());
+    e.seq = doc.at("seq");
+    e.grad_accum = doc.at("grad_accum");
+    e.offload_optimizer = doc.value("offload", "none") == "optimizer";
+    // The run's parameter dtype ("fp32" or "bf16") and device; files written before they were recorded ran
+    // fp32 on the cpu.
+    const std::string param_dtype = r.at("memory_report").value("param_dtype", "fp32");
+    e.device = r.at("memory_report").value("device", "cpu") == "cuda" ? Device::cuda : Device::cpu;
+    e.dtypes = param_dtype == "bf16" ? DtypePolicy::mixed_bf16() : DtypePolicy::fp32();
+    const MemoryEstimate est = estimate_memory(e);
+    e.group = 0;
+    const int64_t est_states = estimate_memory(e).model_states.total();
+    const double states = r.at("model_states_bytes").at("measured"), peak = r.at("peak_total_bytes");
+    const double rs = double(est_states) / states, rp = double(est.total()) / peak;
+    const bool good = std::abs(rs - 1) <= 0.05 && std::abs(rp - 1) <= 0.15;
+    ok = ok && good;
+    std::cout << std::left << std::setw(9) << r.at("strategy").get<std::string>() << std::right << std::setw(14)
+              << format_bytes(double(est_states)) << std::setw(14) << format_bytes(states) << std::setw(8)
+              << std::fixed << std::setprecision(3) << rs << std::setw(14) << format_bytes(double(est.total()))
+              << std::setw(14) << format_bytes(peak) << std::setw(8) << rp << (good ? "  ok" : "  OUTSIDE 5%/15%")
+              << "\n";
+  }
+  return ok;
+}
+
+// --max-batch: one row per strategy and world, the largest per-rank micro-batch for each memory saver.
+json print_max_batch_table(const MemOptions& o, EstimateInput base, Model& model, int64_t budget) {
+  std::cout << "zshard-mem --max-batch: " << o.model << ", dtype " << o.dtype << ", seq " << o.seq << ", budget "
+            << format_bytes(double(budget)) << " per rank: the most sequences per rank and micro-step\n"
+            << std::left << std::setw(8) << "strategy" << std::right << std::setw(6) << "N" << std::setw(5) << "G";
+  for (const MemorySavers& savers : kAllMemorySavers) std::cout << std::setw(16) << savers.name();
+  std::cout << "\n";
+  json rows = json::array();
+  for (const std::string& s : o.strategies) {
+    for (int world : o.worlds)
+      for (const EstimateInput& in : table_rows(base, s, world, o.groups)) {
+        const std::vector<int> batches = largest_rank_batch_per_saver(in, model, budget);
+        const int G = estimate_memory(in).shard_group;
+        json row = {{"strategy", s}, {"world", world}, {"shard_group", G}, {"max_rank_batch", json::object()}};
+        std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world << std::setw(5) << G;
+        for (size_t i = 0; i < batches.size(); ++i) {
+          const bool unsupported = batches[i] < 0;  // the model cannot recompute its blocks
+          row["max_rank_batch"][kAllMemorySavers[i].name()] = unsupported ? json(nullptr) : json(batches[i]);
+          std::cout << std::setw(16) << (unsupported ? std::string("-") : std::to_string(batches[i]));
+        }
+        std::cout << "\n";
+        rows.push_back(row);
+      }
+  }
+  return json{{"tool", "zshard-mem"}, {"model", o.model},          {"dtype", o.dtype},
+              {"seq", o.seq},         {"budget_bytes", budget},    {"max_batch", rows}};
+}
+
+bool check_against(const std::string& path) {
+  const json doc = read_json_file("--check", path);
+  return read_fields("--check", path, [&] { return check_against(doc, path); });
+}
+
+}  // namespace
+
+int mem_tool(int argc, char** argv, const std::string& default_model) {
+  MemOptions o;
+  o.model = default_model;
+  CLI::App app{"zshard-mem: per-rank memory estimate for a model, world size, strategy and dtype policy"};
+  app.option_defaults()->always_capture_default();
+  add_model_flags(app, o.model, o.overrides);
+  app.add_option("--params", o.params, "bare parameter count, e.g. 7.5e9 (model states only)")
+      ->excludes(app.get_option("--model"));
+  app.add_option("--world", o.worlds, "world sizes, comma separated")->delimiter(',');
+  app.add_option("--strategy", o.strategies, "strategies, comma separated")->delimiter(',');
+  add_shard_group_flag(app, o.groups);
+  app.add_option("--dtype", o.dtype, "fp32 (zshard's CPU path) or mixed (2-byte params/grads, K=12)");
+  app.add_option("--batch", o.batch, "global sequences per micro-step, split across the world");
+  app.add_option("--seq", o.seq, "tokens per sequence");
+  app.add_option("--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once");
+  add_checkpointing_flag(app, o.checkpointing);
+  add_offload_flag(app, o.offload_optimizer);
+  add_device_flag(app, o.device,
+                  "where the run would compute: cpu, or cuda (the offloaded optimizer's host bytes, with a host copy "
+                  "of the owned gradients, are then host memory beside the device's total)");
+  app.add_option("--device-mem", o.device_mem, "device memory, e.g. 80GiB: also print the largest batch that fits");
+  app.add_option("--mem-budget", o.mem_budget,
+                 "memory each rank may use, e.g. 2GiB (what zshard-train --batch auto fits to): like --device-mem, "
+                 "for a budget below the device's")
+      ->excludes(app.get_option("--device-mem"));
+  app.add_flag("--max-batch", o.max_batch,
+               "with --device-mem or --mem-budget (per rank): the largest sequences per rank for each of "
+               "--activation-checkpointing none|blocks x --offload none|optimizer (offload's host bytes count "
+               "against the budget on the cpu, where the host is the device)");
+  app.add_option("--json", o.json_path, "write the estimates as JSON to this file");
+  CLI::Option* check = app.add_option("--check", o.check, "zshard-bench JSON: compare the estimate with its measurements");
+  // Flags that would be silently ignored: a bare count has no configuration and no activations, and --check
+  // takes everything from its file.
+  for (const char* model_only : {"--config", "--layers", "--dim", "--heads", "--vocab", "--ctx", "--kv-heads",
+                                 "--ffn-dim", "--rope-theta", "--tie-embeddings", "--activation-checkpointing"})
+    app.get_option("--params")->excludes(app.get_option(model_only));
+  for (CLI::Option* opt : app.get_options())
+    if (opt != check && opt != app.get_help_ptr() && opt->get_name() != "--json") check->excludes(opt);
+  return run_local_tool("zshard-mem", argc, argv, app, [&] {
+    if (!o.json_path.empty()) {
+      check_output_path("--json", o.json_path);
+      check_not_input({"--json", o.json_path}, {{"--check", o.check}});
+      if (!o.check.empty()) throw UsageError("--json: --check prints its comparison and writes no JSON");
+    }
+    if (!o.check.empty()) return check_against(o.check) ? 0 : 1;
+    if (app.count("--params") && !(o.params > 0 && o.params <= 1e15))
+      throw UsageError(detail::concat("--params must be in (0, 1e15], got ", o.params));
+    if (o.model.empty() && !(o.params > 0)) throw UsageError("give --model NAME or --params COUNT");
+    for (int world : o.worlds)
+      if (world < 1 || world > (1 << 20))
+        throw UsageError(detail::concat("--world entries must be in [1, 1048576], got ", world));
+    if (o.groups.shard_group == kShardGroupNode)
+      throw UsageError("--shard-group node: zshard-mem runs on no hosts; give the nodes' sizes, e.g. 4,2");
+    // Unequal groups fix the world: theirs, unless --world names it (and then must match).
+    if (!o.groups.shard_group_sizes.empty() && !app.count("--world"))
+      o.worlds = {std::accumulate(o.groups.shard_group_sizes.begin(), o.groups.shard_group_sizes.end(), 0)};
+    for (const std::string& s : o.strategies) {
+      StrategyOptions groups = o.groups;
+      groups.kind = parse_strategy(s);
+      if (groups.kind == StrategyKind::hybrid)
+        for (int world : o.worlds) shard_groups(groups, world);  // groups that do not fit, before any output
+    }
+    const auto has = [&](const char* s) { return std::find(o.strategies.begin(), o.strategies.end(), s) != o.strategies.end(); };
+    if (app.count("--shard-group") && !has("hybrid")) throw UsageError("--shard-group is only for --strategy hybrid");
+    if (app.count("--max-inflight") && !has("zero3") && !has("hybrid"))
+      throw UsageError("--max-inflight is only for --strategy zero3 or hybrid");
+    if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
+    if (o.seq < 1) throw UsageError("--seq must be >= 1, got " + std::to_string(o.seq));
+    if (o.max_inflight < 1) throw UsageError("--max-inflight must be >= 1");
+    EstimateInput base;
+    base.dtypes = parse_dtype_policy(o.dtype);
+    base.seq = o.seq;
+    base.max_inflight = o.max_inflight;
+    base.offload_optimizer = o.offload_optimizer;
+    base.device = o.device;
+    std::unique_ptr<Model> model;
+    if (o.params > 0) {
+      base.params = int64_t(std::llround(o.params));
+    } else {
+      model = build_model(o.model, model_config(o.model, o.overrides));
+      model->set_activation_checkpointing(o.checkpointing);
+      if (o.seq > model->context_length())
+        throw UsageError(detail::concat("--seq ", o.seq, " exceeds the model's context of ", model->context_length()));
+      base.model = model.get();
+    }
+    const int64_t device = !o.mem_budget.empty()  ? parse_bytes(o.mem_budget, "--mem-budget")
+                           : !o.device_mem.empty() ? parse_bytes(o.device_mem, "--device-mem")
+                                                   : 0;
+    if (o.max_batch) {
+      if (!model)
+        throw UsageError("--max-batch needs a model (--model or --config), not --params: a bare count has no "
+                         "activations to size");
+      if (!device) throw UsageError("--max-batch needs --mem-budget SIZE (per rank) or --device-mem SIZE");
+      const json doc = print_max_batch_table(o, base, *model, device);
+      if (!o.json_path.empty()) write_file_atomically(o.json_path, doc.dump(2) + "\n");
+      return 0;
+    }
+
+    json rows = json::array();
+    std::cout << "zshard-mem: " << (o.model.empty() ? "" : o.model + ", ") << "dtype " << o.dtype
+              << (base.model ? ", global batch " + std::to_string(o.batch) + "x" + std::to_string(o.seq) : "")
+              << " (per rank; GB = 1e9 bytes" << (o.device == Device::cpu ? "" : "; total: the GPU's, host apart")
+              << ")\n"
+              << std::left << std::setw(8) << "strategy" << std::right << std::setw(6) << "N" << std::setw(5) << "G"
+              << std::setw(12) << "params" << std::setw(12) << "grads" << std::setw(12) << "optimizer"
+              << std::setw(12) << "host" << std::setw(12) << "states" << std::setw(12) << "in flight"
+              << std::setw(12) << "comm" << std::setw(12) << "activations" << std::setw(12) << "total"
+              << (device ? "  max batch/rank" : "") << "\n";
+    for (const std::string& s : o.strategies) {
+      for (int world : o.worlds)
+        for (EstimateInput in : table_rows(base, s, world, o.groups)) {
+          in.rank_batch = (o.batch + world - 1) / world;
+          const MemoryEstimate e = estimate_memory(in);
+          json row = to_json(e);
+          row["strategy"] = s;
+          row["world"] = world;
+          std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world << std::setw(5)
+                    << e.shard_group;
+          for (int64_t v : {e.model_states.params, e.model_states.grads, e.model_states.optimizer, e.model_states.host,
+                            e.model_states.total(), e.gathered_in_flight, e.comm_buffers, e.activations, e.total()})
+            std::cout << std::setw(12) << (base.model || v ? format_bytes(double(v)) : std::string("-"));
+          if (device) {
+            const int fit = largest_rank_batch(in, device);
+            row["max_rank_batch"] = fit;
+            std::cout << std::setw(16) << (fit < 0 ? std::string("- (no model)") : std::to_string(fit));
+          }
+          std::cout << "\n";
+          rows.push_back(row);
+        }
+    }
+    if (!o.json_path.empty())
+      write_file_atomically(o.json_path,
+                            json{{"tool", "zshard-mem"}, {"model", o.model}, {"dtype", o.dtype},
+                                 {"device", device_name(o.device)}, {"rows", rows}}.dump(2) + "\n");
+    return 0;
+  });
+}
+
+}  // namespace zshard

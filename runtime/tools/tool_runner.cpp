@@ -1,0 +1,60 @@
+#include "runtime/tools/tool_runner.h"
+
+#include <iostream>
+
+#include "comm/agreed_failure.h"
+#include "comm/launch.h"
+#include "runtime/tools/cli_options.h"
+
+namespace zshard {
+
+int run_tool(const char* name, int argc, char** argv, CLI::App& app,
+             const std::function<void(comm::Communicator& world)>& body) {
+  auto world = comm::init_world(&argc, &argv);
+  const int rank = world->rank();
+  int code = 0;
+  try {
+    refuse_empty_values(app);
+    app.parse(argc, argv);
+    body(*world);
+  } catch (const CLI::Error& e) {
+    code = e.get_exit_code() == 0 ? 0 : 2;
+    if (rank == 0) {
+      if (code == 0) std::cout << app.help();
+      else std::cerr << name << ": " << cli_error_line(e) << "\n";
+    }
+  } catch (const AgreedFailure& e) {
+    if (e.report()) std::cerr << name << ": error: " << e.what() << "\n";
+    code = e.exit_code();
+  } catch (const std::exception& e) {
+    // Mid-run failure on this rank: its peers may be inside a collective, so end the whole job now.
+    std::cerr << name << ": rank " << rank << ": " << e.what() << "\n";
+    comm::abort_world(1);
+  }
+  world.reset();
+  comm::finalize_world();
+  return code;
+}
+
+int run_local_tool(const char* name, int argc, char** argv, CLI::App& app, const std::function<int()>& body) {
+  try {
+    refuse_empty_values(app);
+    app.parse(argc, argv);
+    return body();
+  } catch (const CLI::Error& e) {
+    if (e.get_exit_code() == 0) {
+      std::cout << app.help();
+      return 0;
+    }
+    std::cerr << name << ": " << cli_error_line(e) << "\n";
+    return 2;
+  } catch (const UsageError& e) {
+    std::cerr << name << ": " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << name << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace zshard

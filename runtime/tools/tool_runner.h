@@ -1,0 +1,22 @@
+// The skeleton every zshard tool's main() shares: start the world, parse the flags (the same on every
+// rank, so every rank takes the same exit), run the body, and turn failures into zshard's exits:
+//   bad flag or value      one line from rank 0, exit 2 on every rank
+//   set-up failure         the agreed exit code on every rank (see agreed_failure.h)
+//   failure mid-run        the failing rank's line, then the whole job is aborted (no rank left waiting)
+#pragma once
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+#include <zshard/communicator.h>
+
+namespace zshard {
+
+int run_tool(const char* name, int argc, char** argv, CLI::App& app,
+             const std::function<void(comm::Communicator& world)>& body);
+
+// The same exits for a single-process tool (no MPI): parse, run the body, return its exit code; a bad
+// flag or a UsageError prints one line and returns 2, any other failure "NAME: error: ..." and 1.
+int run_local_tool(const char* name, int argc, char** argv, CLI::App& app, const std::function<int()>& body);
+
+}  // namespace zshard

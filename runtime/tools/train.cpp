@@ -1,0 +1,24 @@
+#include <zshard/train.h>
+
+#include <string_view>
+
+#include "runtime/tools/tools.h"
+
+namespace zshard {
+
+int train_main(int argc, char** argv, const std::string& name, ModelConfig defaults, ModelBuilder build) {
+  register_model(name, std::move(defaults), std::move(build));
+  return train_main(argc, argv, name);
+}
+
+int train_main(int argc, char** argv, const std::string& default_model) {
+  // The mode word is not a flag: drop it and hand the tool its argv as if it were its own program.
+  const std::string_view mode = argc > 1 ? argv[1] : "";
+  if (mode == "bench" || mode == "mem") {
+    argv[1] = argv[0];
+    return mode == "bench" ? bench_tool(argc - 1, argv + 1, default_model) : mem_tool(argc - 1, argv + 1, default_model);
+  }
+  return train_tool(argc, argv, default_model);
+}
+
+}  // namespace zshard

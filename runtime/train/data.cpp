@@ -1,0 +1,133 @@
+#include "runtime/train/data.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <zshard/error.h>
+
+namespace zshard {
+
+namespace {
+
+// `flag` is the option that named the data (--data, --eval-data).
+template <class... Args>
+[[noreturn]] void fail_data(std::string_view flag, const std::string& source, const Args&... args) {
+  fail(flag, " ", source, ": ", args...);
+}
+
+std::string file_source(const std::string& path) { return "file " + path; }
+
+std::vector<char> read_file(const std::string& path, std::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_data(flag, file_source(path), "cannot open (", std::strerror(errno), ")");
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail_data(flag, file_source(path), "read error");
+  return bytes;
+}
+
+TokenDataset from_bytes(const uint8_t* bytes, size_t n, std::string source, std::string_view flag) {
+  if (n == 0) fail_data(flag, source, "is empty");
+  return TokenDataset::from_tokens(std::vector<int32_t>(bytes, bytes + n), std::move(source), flag);
+}
+
+bool ends_with_bin(const std::string& path) {
+  return path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0;
+}
+
+}  // namespace
+
+TokenDataset TokenDataset::load(const std::string& spec, std::string_view flag) {
+  if (spec == "default") return from_default_corpus(flag);
+  std::error_code ec;
+  if (std::filesystem::is_directory(spec, ec))
+    throw UsageError(detail::concat(flag, " ", spec, ": is a directory, not a token or text file"));
+  int32_t first = 0;
+  {
+    std::ifstream in(spec, std::ios::binary);
+    if (!in) fail_data(flag, file_source(spec), "cannot open (", std::strerror(errno), ")");
+    in.read(reinterpret_cast<char*>(&first), sizeof(first));
+  }
+  // A ".bin" without the magic is a damaged token file, not text: report it instead of training on it.
+  if (first == kLlmcMagic || ends_with_bin(spec)) return from_llmc_file(spec, flag);
+  return from_text_file(spec, flag);
+}
+
+TokenDataset TokenDataset::from_default_corpus(std::string_view flag) {
+  return from_bytes(kDefaultCorpus, kDefaultCorpusSize, "default (embedded corpus)", flag);
+}
+
+TokenDataset TokenDataset::from_text_file(const std::string& path, std::string_view flag) {
+  const std::vector<char> bytes = read_file(path, flag);
+  return from_bytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), file_source(path), flag);
+}
+
+TokenDataset TokenDataset::from_llmc_file(const std::string& path, std::string_view flag) {
+  const std::string source = file_source(path);
+  const std::vector<char> bytes = read_file(path, flag);
+  constexpr size_t kHeaderBytes = kLlmcHeaderInts * sizeof(int32_t);
+  if (bytes.size() < kHeaderBytes)
+    fail_data(flag, source, "llm.c token file of ", bytes.size(), " bytes is shorter than its ", kHeaderBytes,
+              "-byte header");
+  int32_t header[kLlmcHeaderInts];
+  std::memcpy(header, bytes.data(), kHeaderBytes);
+  if (header[0] != kLlmcMagic)
+    fail_data(flag, source, "bad magic ", header[0], " (an llm.c token file starts with ", kLlmcMagic, ")");
+  if (header[1] != kLlmcVersion)
+    fail_data(flag, source, "unsupported llm.c token file version ", header[1], " (expected ", kLlmcVersion, ")");
+  const int64_t count = header[2];
+  const int64_t held = int64_t((bytes.size() - kHeaderBytes) / sizeof(uint16_t));
+  if (count < 0) fail_data(flag, source, "negative token count ", count, " in the header");
+  if (count > held)
+    fail_data(flag, source, "truncated: the header says ", count, " tokens but the file holds ", held);
+  std::vector<int32_t> tokens(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    uint16_t t;
+    std::memcpy(&t, bytes.data() + kHeaderBytes + size_t(i) * sizeof(t), sizeof(t));
+    tokens[size_t(i)] = t;
+  }
+  return from_tokens(std::move(tokens), source, flag);
+}
+
+TokenDataset TokenDataset::from_tokens(std::vector<int32_t> tokens, std::string source, std::string_view flag) {
+  TokenDataset d;
+  d.tokens_ = std::move(tokens);
+  d.source_ = std::move(source);
+  d.flag_ = flag;
+  return d;
+}
+
+void TokenDataset::check_vocab(int vocab) const {
+  for (size_t i = 0; i < tokens_.size(); ++i)
+    if (tokens_[i] < 0 || tokens_[i] >= vocab)
+      fail_data(flag_, source_, "token ", tokens_[i], " at position ", i,
+                " is outside the model's vocabulary of ", vocab, " (ids 0..", vocab - 1, ")");
+}
+
+void TokenDataset::check_seq_len(int T) const {
+  if (T < 1) fail_data(flag_, source_, "sequence length must be positive, got ", T);
+  if (size() < int64_t(T) + 1)
+    fail_data(flag_, source_, "has ", size(), " tokens, fewer than the ", int64_t(T) + 1,
+              " needed for one sequence of ", T, " plus its target");
+}
+
+void TokenDataset::fill_batch(int64_t micro_step, int B, int T, int k0, int b, int32_t* inputs,
+                              int32_t* targets) const {
+  check_seq_len(T);
+  ZS_CHECK(micro_step >= 0 && B > 0 && k0 >= 0 && b >= 0 && k0 + int64_t(b) <= B,
+           "bad batch slice: step ", micro_step, ", sequences [", k0, ", ", k0 + b, ") of ", B);
+  // Reduce before multiplying so (s*B + k)*T cannot overflow for any step count.
+  const uint64_t n = uint64_t(size());
+  for (int k = 0; k < b; ++k) {
+    const uint64_t seq = (uint64_t(micro_step) % n * (uint64_t(B) % n) + uint64_t(k0 + k)) % n;
+    const uint64_t start = seq * (uint64_t(T) % n) % n;
+    for (int j = 0; j < T; ++j) {
+      inputs[size_t(k) * T + j] = tokens_[(start + j) % n];
+      targets[size_t(k) * T + j] = tokens_[(start + j + 1) % n];
+    }
+  }
+}
+
+}  // namespace zshard

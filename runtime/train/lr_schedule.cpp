@@ -1,0 +1,18 @@
+#include <zshard/lr_schedule.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace zshard {
+
+float LrSchedule::at(int step) const {
+  // Warmup reaches the full rate at its last step (llm.c and nanoGPT use the same (s+1)/warmup ramp).
+  if (step < warmup) return lr * float(step + 1) / float(warmup);
+  if (!cosine) return lr;
+  const int decay_steps = std::max(total_steps - warmup, 1);
+  const double progress = std::min(1.0, double(step - warmup) / decay_steps);
+  return float(min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(std::numbers::pi * progress)));
+}
+
+}  // namespace zshard

@@ -1,0 +1,56 @@
+// Checkpointing for the Trainer on top of the format of shard/checkpoint_format.h: --save-dir / --save-every
+// (and a final save), --keep, --resume on any world size and strategy, and a clean stop on SIGTERM or
+// SIGINT. A checkpoint holds the fp32 master parameters, Adam m and v and the step count; the step
+// fixes the rest (LR schedule position, data position, AdamW bias correction; no random numbers are
+// drawn after initialisation), so a resumed run repeats the uninterrupted one.
+#pragma once
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/train/trainer.h"
+#include "shard/checkpoint_format.h"
+
+namespace zshard {
+
+class Checkpointer {
+ public:
+  // Checks --save-dir and --resume and, with --resume, loads the checkpoint into `trainer`, each rank
+  // reading only the slices its new shards need. Bad input fails on every rank alike (AgreedFailure)
+  // before any collective. Rank 0 reports to `out` (null: silent).
+  Checkpointer(Trainer& trainer, std::ostream* out);
+
+  // The Trainer::run hook: saves every --save-every steps, then returns false once any rank has been
+  // signalled (agreed by one all-reduce, so every rank stops after the same step).
+  bool after_step();
+  // Saves the state after trainer.steps_done() steps into --save-dir (a no-op without one, or when
+  // that step is already there). Collective.
+  void save();
+
+  int resumed_step() const { return resumed_step_; }  // -1 when not resumed
+
+ private:
+  nlohmann::json run_state(int step, const std::vector<int>& rank_batches) const;
+  // Fails when the checkpoint's model is not the flags' one; returns the lines the resume reports (the
+  // saved strategy, and flags that differ from the saved run's).
+  std::vector<std::string> compare_with_flags(const std::string& dir, const Manifest& manifest) const;
+  // --rank-batches auto: goes on with the checkpoint's split where it fits this run (same world and batch).
+  void continue_split(const nlohmann::json& run);
+  void check_save_dir(const std::string& resume_dir, int resumed_step);
+  void prune(int newest_step) const;
+
+  Trainer& trainer_;
+  comm::Communicator& world_;
+  std::ostream* out_;
+  int resumed_step_ = -1;
+  int saved_step_ = -1;  // the step whose checkpoint is already in --save-dir
+  bool created_save_dir_ = false;  // this run made --save-dir: a failed first save removes it again
+};
+
+// SIGTERM and SIGINT then only set a flag that Checkpointer::after_step acts on; a second signal of
+// the same kind ends the process at once.
+void install_stop_handlers();
+
+}  // namespace zshard

@@ -1,4 +1,0 @@
-// zshard-train: runtime/train_tool.cpp.
-#include "runtime/tools.h"
-
-int main(int argc, char** argv) { return zshard::train_tool(argc, argv, "tiny"); }

@@ -1,0 +1,352 @@
+#include "shard/checkpoint_format.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "kernels/io/atomic_file.h"
+#include "kernels/io/file_json.h"
+
+namespace zshard {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
+}
+
+std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+
+std::string tensor_name(const UnitSpec& unit, std::string_view kind) {
+  return unit.name + "." + std::string(kind);
+}
+
+json unit_to_json(const FlatLayout& layout) {
+  json params = json::array();
+  for (size_t i = 0; i < layout.spec().params.size(); ++i) {
+    const ParamSpec& p = layout.spec().params[i];
+    params.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", layout.offset(int(i))},
+                      {"weight_decay", p.weight_decay}});
+  }
+  return {{"name", layout.spec().name}, {"numel", layout.numel()}, {"padded_numel", layout.padded_numel()},
+          {"shard_numel", layout.shard_numel()}, {"params", params}};
+}
+
+// Manifest values arrive from a file: refuse what nlohmann would convert with undefined behaviour (a float
+// or an out-of-range integer cast to int), dimensions whose product overflows, and names holding control
+// characters, which would break the one-line error messages that quote them. Messages name a bad value by
+// its type unless it is a number: dumping arbitrary JSON can recurse as deep as the file nests.
+constexpr int64_t kMaxManifestNumel = int64_t(1) << 48;
+
+std::string describe(const json& v) { return v.is_number() ? v.dump() : std::string(v.type_name()); }
+
+int64_t integer_field(const json& j, const char* key, int64_t lo, int64_t hi) {
+  const json& v = j.at(key);
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) ||
+      v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+    throw std::runtime_error(std::string(key) + " " + describe(v) + " is not an integer in [" +
+                             std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v.get<int64_t>();
+}
+
+std::string name_field(const json& j, const char* key) {
+  std::string name = j.at(key).get<std::string>();
+  if (has_control_character(name))
+    throw std::runtime_error(std::string(key) + " " + json(name).dump() + " holds a control character");
+  return name;
+}
+
+Shape shape_field(const json& p, int64_t& unit_numel) {
+  const json& shape = p.at("shape");
+  if (!shape.is_array()) throw std::runtime_error("shape is " + describe(shape) + ", not an array");
+  Shape out;
+  int64_t numel = 1;
+  for (const json& d : shape) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > uint64_t(kMaxManifestNumel) ||
+        __builtin_mul_overflow(numel, int64_t(d.get<uint64_t>()), &numel) || numel > kMaxManifestNumel)
+      throw std::runtime_error("shape is not a list of non-negative dimensions with a product below 2^48");
+    out.push_back(d.get<int64_t>());
+  }
+  if ((unit_numel += numel) > kMaxManifestNumel) throw std::runtime_error("unit larger than 2^48 elements");
+  return out;
+}
+
+// Parses the manifest's JSON; nlohmann's messages name the missing key or the wrong type.
+Manifest manifest_from_json(const json& j) {
+  if (j.at("format").get<std::string>() != "zshard-checkpoint")
+    throw std::runtime_error("format is not zshard-checkpoint");
+  if (integer_field(j, "version", INT64_MIN, INT64_MAX) != kCheckpointVersion)
+    throw std::runtime_error("version " + j.at("version").dump() + " is not " +
+                             std::to_string(kCheckpointVersion));
+  Manifest m;
+  m.step = int(integer_field(j, "step", 0, INT_MAX));
+  m.group_size = int(integer_field(j, "group_size", 1, INT_MAX));
+  // Absent from checkpoints saved before unequal shard groups: those padded to the group size.
+  m.pad_multiple = j.contains("pad_multiple") ? int(integer_field(j, "pad_multiple", 1, INT_MAX)) : m.group_size;
+  if (m.pad_multiple % m.group_size != 0)
+    throw std::runtime_error("pad_multiple " + std::to_string(m.pad_multiple) + " is not a multiple of group_size " +
+                             std::to_string(m.group_size));
+  for (const json& u : j.at("units")) {
+    UnitSpec spec{name_field(u, "name"), {}};
+    int64_t unit_numel = 0;
+    for (const json& p : u.at("params")) {
+      std::string name = name_field(p, "name");
+      Shape shape = shape_field(p, unit_numel);
+      spec.params.push_back({std::move(name), std::move(shape), p.at("weight_decay").get<bool>()});
+    }
+    // The recorded offsets and sizes must be what the layout computes: a hand-edited or foreign
+    // manifest would otherwise read the wrong bytes.
+    const FlatLayout layout(spec, m.group_size, m.pad_multiple);
+    if (u != unit_to_json(layout)) throw std::runtime_error("unit " + spec.name + ": inconsistent layout");
+    m.units.push_back(std::move(spec));
+  }
+  const json& files = j.at("files");
+  if (files.size() != size_t(m.group_size))
+    throw std::runtime_error(std::to_string(files.size()) + " files listed for " +
+                             std::to_string(m.group_size) + " shards");
+  for (size_t s = 0; s < files.size(); ++s) {
+    const json& f = files[s];
+    if (integer_field(f, "shard", 0, INT64_MAX) != int64_t(s))
+      throw std::runtime_error("files are not in shard order");
+    if (!f.at("bytes").is_number_unsigned()) throw std::runtime_error("bytes is not a non-negative integer");
+    CheckpointFile cf{name_field(f, "name"), f.at("bytes").get<uint64_t>(), 0};
+    if (cf.name != rank_file_name(int(s))) throw std::runtime_error("unexpected file name " + cf.name);
+    cf.checksum = std::stoull(f.at("fnv1a64").get<std::string>(), nullptr, 16);
+    m.files.push_back(std::move(cf));
+  }
+  m.run = j.at("run");
+  return m;
+}
+
+json manifest_to_json(const Manifest& m) {
+  json units = json::array(), files = json::array();
+  for (const FlatLayout& layout : m.layouts()) units.push_back(unit_to_json(layout));
+  for (size_t s = 0; s < m.files.size(); ++s)
+    files.push_back({{"name", m.files[s].name}, {"shard", s}, {"bytes", m.files[s].bytes},
+                     {"fnv1a64", hex(m.files[s].checksum)}});
+  return {{"format", "zshard-checkpoint"}, {"version", kCheckpointVersion}, {"step", m.step},
+          {"group_size", m.group_size}, {"pad_multiple", m.pad_multiple == 0 ? m.group_size : m.pad_multiple}, {"units", units}, {"files", files}, {"run", m.run}};
+}
+
+}  // namespace
+
+uint64_t fnv1a64(const void* data, size_t n, uint64_t hash) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) hash = (hash ^ p[i]) * 0x100000001b3ull;
+  return hash;
+}
+
+uint64_t file_checksum(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, ": cannot open (", std::strerror(errno), ")");
+  std::vector<char> buf(1 << 20);
+  uint64_t hash = fnv1a64(nullptr, 0);
+  for (;;) {
+    const ssize_t got = ::read(fd, buf.data(), buf.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int err = errno;
+      ::close(fd);
+      fail(path, ": cannot read (", std::strerror(err), ")");
+    }
+    if (got == 0) break;
+    hash = fnv1a64(buf.data(), size_t(got), hash);
+  }
+  ::close(fd);
+  return hash;
+}
+
+std::string rank_file_name(int shard) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank-%05d.safetensors", shard);
+  return buf;
+}
+
+std::string step_dir_name(int step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08d", step);
+  return buf;
+}
+
+std::vector<FlatLayout> Manifest::layouts() const {
+  std::vector<FlatLayout> out;
+  for (const UnitSpec& u : units) out.emplace_back(u, group_size, pad_multiple);
+  return out;
+}
+
+Manifest read_manifest(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail(dir, ": not a checkpoint (no such directory)");
+  const std::string path = join(dir, kManifestFile);
+  if (!fs::exists(path, ec))
+    fail(dir, ": not a checkpoint (no ", kManifestFile, "; an interrupted save leaves none)");
+  std::string text;
+  {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) fail(path, ": cannot open (", std::strerror(errno), ")");
+    char buf[1 << 16];
+    for (size_t got; (got = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, got);
+    std::fclose(f);
+  }
+  json j;
+  try {
+    // A manifest nests a few levels; the copies and comparisons below recurse once per level.
+    j = parse_json_with_depth_limit(
+        text, 64, [&] { fail(path, ": not a valid zshard manifest (nested deeper than 64 levels)"); });
+  } catch (const json::exception& e) {
+    fail(path, ": truncated or not JSON (", e.what(), ")");
+  }
+  try {
+    return manifest_from_json(j);
+  } catch (const std::exception& e) {  // json::exception or a consistency check
+    fail(path, ": not a valid zshard manifest (", e.what(), ")");
+  }
+}
+
+void commit_manifest(const std::string& dir, const Manifest& manifest) {
+  write_file_atomically(join(dir, kManifestFile), manifest_to_json(manifest).dump(1) + "\n");
+}
+
+bool is_committed(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(join(dir, kManifestFile), ec);
+}
+
+void verify_file(const std::string& dir, const CheckpointFile& file, bool full) {
+  const std::string path = join(dir, file.name);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail(path, ": missing (", std::strerror(errno), ")");
+  if (uint64_t(st.st_size) != file.bytes)
+    fail(path, ": ", st.st_size, " bytes, the manifest records ", file.bytes, " (truncated or replaced)");
+  if (!full) return;
+  const uint64_t sum = file_checksum(path);
+  if (sum != file.checksum)
+    fail(path, ": checksum mismatch (fnv1a64 ", hex(sum), ", the manifest records ", hex(file.checksum),
+         "): the file is corrupt");
+}
+
+void check_units(const std::string& dir, const Manifest& manifest, const std::vector<UnitSpec>& units) {
+  const std::string path = join(dir, kManifestFile);
+  if (manifest.units.size() != units.size())
+    fail(path, ": ", manifest.units.size(), " units, the model has ", units.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    const UnitSpec& saved = manifest.units[u];
+    const UnitSpec& want = units[u];
+    bool same = saved.name == want.name && saved.params.size() == want.params.size();
+    for (size_t i = 0; same && i < want.params.size(); ++i)
+      same = saved.params[i].name == want.params[i].name && saved.params[i].shape == want.params[i].shape;
+    if (!same)
+      fail(path, ": unit ", u, " (", saved.name, ") has other parameters than the model's ", want.name);
+  }
+}
+
+CheckpointFile write_rank_file(const std::string& dir, int shard, const std::vector<FlatLayout>& layouts,
+                               const std::vector<ShardState>& units) {
+  ZS_CHECK(layouts.size() == units.size(), "rank file: ", layouts.size(), " layouts for ", units.size(),
+           " units");
+  std::vector<SafetensorsArray> arrays;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const Shape shape{layouts[u].shard_numel()};
+    const float* data[] = {units[u].params, units[u].m, units[u].v};
+    for (size_t k = 0; k < std::size(kShardKinds); ++k)
+      arrays.push_back({tensor_name(layouts[u].spec(), kShardKinds[k]), data[k], shape});
+  }
+  CheckpointFile file{rank_file_name(shard), 0, 0};
+  const std::string path = join(dir, file.name);
+  save_safetensors(path, arrays, {{"format", "zshard-checkpoint-shard"}, {"shard", std::to_string(shard)}});
+  // Read back: the checksum covers the bytes that reached the file, not the ones meant for it.
+  std::error_code ec;
+  file.bytes = fs::file_size(path, ec);
+  if (ec) fail(path, ": cannot stat (", ec.message(), ")");
+  file.checksum = file_checksum(path);
+  return file;
+}
+
+CheckpointReader::CheckpointReader(std::string dir, const Manifest& manifest)
+    : dir_(std::move(dir)), files_(manifest.files), layouts_(manifest.layouts()) {}
+
+const SafetensorsFile& CheckpointReader::file(int shard) {
+  auto it = open_.find(shard);
+  if (it != open_.end()) return it->second;
+  SafetensorsFile f = SafetensorsFile::open(join(dir_, files_.at(shard).name));
+  for (const FlatLayout& layout : layouts_) {
+    for (std::string_view kind : kShardKinds) {
+      const SafetensorsEntry& e = f.entry(tensor_name(layout.spec(), kind));
+      if (e.dtype != "F32" || e.shape != Shape{layout.shard_numel()})
+        fail(f.path(), ": tensor ", e.name, " is ", e.dtype, " ", shape_str(e.shape),
+             ", the manifest needs F32 [", layout.shard_numel(), "]");
+    }
+  }
+  return open_.emplace(shard, std::move(f)).first->second;
+}
+
+void CheckpointReader::read(int unit, std::string_view kind, int64_t begin, int64_t count, float* dst) {
+  const FlatLayout& layout = layouts_.at(unit);
+  const int64_t end = begin + count, real_end = std::clamp(layout.numel(), begin, end);
+  const int64_t shard = layout.shard_numel();
+  const std::string name = tensor_name(layout.spec(), kind);
+  for (int64_t pos = begin; pos < real_end;) {
+    const int64_t s = pos / shard, hi = std::min(real_end, (s + 1) * shard);
+    file(int(s)).read_f32_range(name, pos - s * shard, hi - pos, dst + (pos - begin));
+    pos = hi;
+  }
+  std::fill(dst + (real_end - begin), dst + count, 0.0f);
+}
+
+std::vector<CheckpointEntry> list_checkpoints(const std::string& save_dir) {
+  std::vector<CheckpointEntry> out;
+  std::error_code ec;
+  if (!fs::is_directory(save_dir, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(save_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    int step = -1;
+    char tail = 0;
+    if (!entry.is_directory(ec) || std::sscanf(name.c_str(), "step-%d%c", &step, &tail) != 1 ||
+        step < 0 || name != step_dir_name(step))
+      continue;
+    out.push_back({step, entry.path().string(), is_committed(entry.path().string())});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return out;
+}
+
+void save_consolidated(const std::string& path, const std::vector<UnitSpec>& units,
+                       const std::vector<std::vector<float>>& flat_units) {
+  std::vector<SafetensorsArray> arrays;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const FlatLayout layout(units[u], 1);
+    ZS_CHECK(int64_t(flat_units[u].size()) >= layout.numel(), "unit ", units[u].name, ": ",
+             flat_units[u].size(), " elements, the layout needs ", layout.numel());
+    for (size_t i = 0; i < units[u].params.size(); ++i)
+      arrays.push_back({units[u].params[i].name, flat_units[u].data() + layout.offset(int(i)),
+                        units[u].params[i].shape});
+  }
+  save_safetensors(path, arrays, {{"format", "pt"}, {"producer", "zshard"}});
+}
+
+void export_checkpoint(const std::string& dir, const std::string& out_path) {
+  const Manifest manifest = read_manifest(dir);
+  for (const CheckpointFile& f : manifest.files) verify_file(dir, f, /*full=*/true);
+  CheckpointReader reader(dir, manifest);
+  std::vector<std::vector<float>> flat_units;
+  for (size_t u = 0; u < manifest.units.size(); ++u) {
+    flat_units.emplace_back(size_t(manifest.units[u].numel()));
+    reader.read(int(u), "params", 0, manifest.units[u].numel(), flat_units.back().data());
+  }
+  save_consolidated(out_path, manifest.units, flat_units);
+}
+
+}  // namespace zshard

@@ -1,0 +1,109 @@
+// Checkpoint format: a directory holding one safetensors file per saved shard plus manifest.json,
+// written last. Rank file `rank-0000S.safetensors` holds shard S of every unit as three 1-D F32
+// tensors "<unit>.params", "<unit>.m", "<unit>.v" (shard_numel elements each, padding included). The
+// saved flat buffer of a unit is the concatenation of all its shards, so resharding to any other
+// group size is index arithmetic over FlatLayout: a target rank reads only the byte ranges of the
+// rank files that overlap its new shard.
+//
+// Commit protocol: rank files are written under temporary names, fsynced and renamed; after a barrier
+// the manifest is written to a temporary file, fsynced, renamed and the directory fsynced. A
+// directory without manifest.json is not a checkpoint.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/io/safetensors.h"
+#include "shard/flat_unit.h"
+
+namespace zshard {
+
+constexpr const char* kManifestFile = "manifest.json";
+constexpr int kCheckpointVersion = 1;
+// The per-unit tensors of a rank file.
+constexpr std::string_view kShardKinds[] = {"params", "m", "v"};
+
+// 64-bit FNV-1a: cheap, dependency-free, and enough to catch torn or corrupted files.
+uint64_t fnv1a64(const void* data, size_t n, uint64_t hash = 0xcbf29ce484222325ull);
+uint64_t file_checksum(const std::string& path);  // streams the file; throws naming it
+
+std::string rank_file_name(int shard);
+std::string step_dir_name(int step);  // "step-00000042": sorts by step
+
+struct CheckpointFile {
+  std::string name;  // relative to the checkpoint directory
+  uint64_t bytes = 0;
+  uint64_t checksum = 0;
+};
+
+// What the manifest says about the layout and the files; `run` carries the trainer's state and
+// options (model config, strategy, schedule and data position), which this layer does not interpret.
+struct Manifest {
+  int step = 0;
+  int group_size = 1;           // shards per unit in the saved layout = rank files
+  int pad_multiple = 0;         // units padded to a multiple of this (FlatLayout); 0: group_size
+  std::vector<UnitSpec> units;  // in model order
+  std::vector<CheckpointFile> files;  // files[s] holds shard s
+  nlohmann::json run = nlohmann::json::object();
+
+  std::vector<FlatLayout> layouts() const;
+};
+
+// Reads and validates DIR/manifest.json; errors name the file and what is wrong with it.
+Manifest read_manifest(const std::string& dir);
+// Writes DIR/manifest.json through a temporary file, fsync and rename: the commit point.
+void commit_manifest(const std::string& dir, const Manifest& manifest);
+bool is_committed(const std::string& dir);
+
+// Checks that the file exists with the recorded size (cheap) or, with `full`, also its checksum.
+void verify_file(const std::string& dir, const CheckpointFile& file, bool full);
+// Every parameter of `units` (the model's) matches the manifest's by name, shape and order.
+void check_units(const std::string& dir, const Manifest& manifest, const std::vector<UnitSpec>& units);
+
+// One shard's state of one unit: shard_numel floats each.
+struct ShardState {
+  const float* params;
+  const float* m;
+  const float* v;
+};
+// Writes the rank file of `shard` (temp name, fsync, rename) and returns its size and checksum.
+CheckpointFile write_rank_file(const std::string& dir, int shard, const std::vector<FlatLayout>& layouts,
+                               const std::vector<ShardState>& units);
+
+// Reads ranges of the saved flat buffers, opening only the rank files a range touches.
+class CheckpointReader {
+ public:
+  CheckpointReader(std::string dir, const Manifest& manifest);
+  // Elements [begin, begin + count) of `unit`'s saved flat buffer of `kind` ("params", "m", "v")
+  // into dst; positions past the real elements (padding of any layout) read as 0.
+  void read(int unit, std::string_view kind, int64_t begin, int64_t count, float* dst);
+
+ private:
+  const SafetensorsFile& file(int shard);
+
+  std::string dir_;
+  std::vector<CheckpointFile> files_;
+  std::vector<FlatLayout> layouts_;
+  std::map<int, SafetensorsFile> open_;
+};
+
+struct CheckpointEntry {
+  int step;
+  std::string path;
+  bool committed;
+};
+// The step-* directories of a save directory, oldest first (none if it does not exist).
+std::vector<CheckpointEntry> list_checkpoints(const std::string& save_dir);
+
+// Writes every parameter (the model's names and shapes, F32) from full flat unit buffers.
+void save_consolidated(const std::string& path, const std::vector<UnitSpec>& units,
+                       const std::vector<std::vector<float>>& flat_units);
+// zshard-export: verifies every rank file's checksum, then writes the parameters consolidated; only the
+// params tensors are read and held, never the Adam state.
+void export_checkpoint(const std::string& dir, const std::string& out_path);
+
+}  // namespace zshard

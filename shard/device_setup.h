@@ -1,0 +1,40 @@
+// Putting a run on its device: whether the device is usable, selecting this rank's GPU, and the
+// communicator that carries the strategy's collectives. The only place in runtime/ that knows whether
+// this zshard was built with the CUDA path.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <zshard/communicator.h>
+#include <zshard/dtype.h>
+
+namespace zshard {
+
+// --comm: mpi carries host or device buffers (device ones staged through the host unless MPI is
+// CUDA-aware); nccl carries device buffers between GPUs, one GPU per rank.
+enum class CommBackend { mpi, nccl };
+
+// Why this process cannot compute on `device`, or empty when it can (the cpu always can).
+std::string device_unavailable(Device device);
+
+// Makes `device` current for this process: on cuda, selects this rank's GPU (its local rank modulo the
+// visible GPUs) and installs the device allocator, so it must run before any device allocation. Nothing
+// to do on cpu.
+void select_device(Device device, comm::Communicator& world);
+
+// The communicator the strategy's groups split from: null for mpi (`world` itself carries them), a new
+// NCCL communicator over the same ranks for nccl (bootstrapped through `world`, which it must not
+// outlive). Collective over `world`; select_device must have run.
+std::unique_ptr<comm::Communicator> open_device_comm(CommBackend backend, comm::Communicator& world);
+
+// Free bytes on this rank's device divided among the host's ranks that share it (ranks_on_host over the
+// visible GPUs, rounded up); -1 on cpu. select_device must have run.
+int64_t device_free_memory_per_rank(Device device, int ranks_on_host);
+
+// Hands memory the device allocator keeps for reuse back to the driver, for the libraries that allocate
+// outside it (cuBLAS workspaces, NCCL buffers), e.g. between two runs in one process. Never throws; does
+// nothing on cpu, or while device work is still queued.
+void release_cached_memory(Device device) noexcept;
+
+}  // namespace zshard

@@ -1,0 +1,161 @@
+// The gradients' side of the protocol: the full-size buffers the model accumulates into, and the
+// reduction each grads_ready() starts: reduce-scatter in the shard group, all-reduce across groups.
+#include "shard/sharded_unit.h"
+
+#include "shard/optimizer_offload.h"
+
+namespace zshard {
+
+using namespace sharded;
+
+const UnitTensors& ShardedParams::grads(int unit) {
+  ZS_CHECK(unit >= 0 && unit < num_units(), "grads of unknown unit ", unit);
+  Unit& u = *units_[unit];
+  ZS_CHECK(!forward_only(), "grads() of unit ", u.layout.spec().name, " in a forward-only micro-step");
+  in_backward_ = true;
+  ZS_CHECK(u.grads_state != Unit::Grads::ready, "grads() of unit ", u.layout.spec().name,
+           " after its grads_ready() in this micro-step");
+  u.grads_state = Unit::Grads::requested;
+  if (!u.full_grads.defined()) {
+    fit_reductions_beside(u);
+    u.full_grads =
+        Tensor::zeros({u.layout.padded_numel()}, u.grad_store.dtype(), placement_.device, Category::comm);
+    u.grad_views = u.layout.views(u.full_grads);
+  }
+  return u.grad_views;
+}
+
+void ShardedParams::grads_ready(int unit) {
+  ZS_CHECK(unit >= 0 && unit < num_units(), "grads_ready of unknown unit ", unit);
+  Unit& u = *units_[unit];
+  // Checked before any collective: a second reduction of the same gradients would be silently wrong.
+  ZS_CHECK(u.grads_state != Unit::Grads::ready, "grads_ready for unit ", u.layout.spec().name,
+           " twice in one micro-step");
+  ZS_CHECK(u.grads_state == Unit::Grads::requested, "grads_ready for unit ", u.layout.spec().name,
+           " without grads()");
+  u.grads_state = Unit::Grads::ready;
+  if (!sync_grads_ && !grads_sharded_) return;  // no_sync: keep accumulating locally
+  // Across groups (ddp, hybrid), earlier units move on to their all-reduce here, before this unit's
+  // reduce-scatter, and nowhere else but the end of the micro-step: a fixed point of the program, so
+  // every rank issues the shard and replica groups' collectives in the same order. NCCL requires that
+  // (collectives of two communicators issued in different orders can deadlock), and it would not hold
+  // if each all-reduce started when its rank happened to see its reduce-scatter finish. The wait this
+  // implies has had a whole unit's backward to finish, and on a device it only orders the streams.
+  if (comms_.across_groups())
+    for (Reduction& earlier : reductions_)
+      if (!earlier.all_reduce_started) start_all_reduce(earlier);
+  Reduction r{unit, false, nullptr, u.full_grads, Tensor()};
+  const Device device = placement_.device;
+  const DType reduce = placement_.reduce_dtype;
+  // With no collective at all (a world of one), a differing reduce dtype would only add two conversions.
+  const bool communicates = shard_group_size() > 1 || comms_.across_groups();
+  if (reduce != r.send.dtype() && communicates) {
+    r.send = Tensor::empty(u.full_grads.shape(), reduce, device, Category::comm);
+    ops::convert(device, r.send.raw(), reduce, u.full_grads.raw(), u.full_grads.dtype(),
+                 size_t(u.full_grads.numel()));
+  }
+  const int64_t shard = u.layout.shard_numel();
+  if (shard_group_size() > 1) {
+    // Sharded gradients that are still zero (the first micro-step of a step) take the reduced shard as it
+    // is: the reduce-scatter writes straight into them, and no shard-sized scratch is allocated.
+    const Tensor owned = owned_grads(unit);
+    r.lands_in_place = grads_sharded_ && first_micro_step_ && owned.dtype() == reduce;
+    r.scratch = r.lands_in_place ? owned : Tensor::empty({shard}, reduce, device, Category::comm);
+    r.work = comms_.shard().reduce_scatter(r.send.raw(), r.scratch.raw(), shard, reduce, comm::ReduceOp::sum);
+  } else {
+    r.scratch = r.send;  // a group of one: the full buffer is the shard
+  }
+  if (!r.work && comms_.across_groups()) start_all_reduce(r);  // no reduce-scatter to wait for
+  reductions_.push_back(std::move(r));
+  poll_reductions();
+  // Sharded gradients: a unit's full gradient lives until its reduction lands, and nothing guarantees
+  // that a reduction progresses on its own (MPI's non-blocking collectives move only when polled). So
+  // the earlier reductions are finished here, once this unit's is issued: they have had this unit's
+  // whole backward to progress, and the full gradients alive stay two whatever the depth of the model,
+  // this unit's in flight and the next one's being accumulated (FSDP2 keeps the same two), or the
+  // largest unit's alone where it does not fit the budget beside another (fit_reductions_beside). zero1 is
+  // held to the same bound for its shard-sized scratch; ddp reduces in place, at no memory cost, and is
+  // left to overlap freely.
+  if (shard_group_size() > 1 || grads_sharded_)
+    while (reductions_.size() > 1) finish_oldest_reduction();
+}
+
+void ShardedParams::fit_reductions_beside(const Unit& opening) {
+  // Every rank opens the same units in the same order and the budget is in elements, so the ranks agree
+  // on which reductions to finish here; under hybrid none has started its all-reduce (those start at
+  // fixed points only, and polling cannot finish one before), so the collectives this may start are
+  // issued on every rank alike.
+  int64_t in_flight = 0;
+  for (const Reduction& r : reductions_) in_flight += units_[r.unit]->layout.padded_numel();
+  while (!reductions_.empty() && in_flight + opening.layout.padded_numel() > full_grads_budget_) {
+    in_flight -= units_[reductions_.front().unit]->layout.padded_numel();
+    finish_oldest_reduction();
+  }
+}
+
+void ShardedParams::finish_oldest_reduction() {
+  advance(reductions_.front(), true);
+  reductions_.pop_front();
+}
+
+void ShardedParams::start_all_reduce(Reduction& r) {
+  if (r.work) r.work->wait();
+  r.work = comms_.all_reduce_across_groups(r.scratch.raw(), r.scratch.numel(), r.scratch.dtype());
+  r.all_reduce_started = true;
+}
+
+bool ShardedParams::advance(Reduction& r, bool blocking) {
+  if (comms_.across_groups() && !r.all_reduce_started) {
+    if (!blocking) return false;  // all-reduces start at fixed points only (see grads_ready)
+    start_all_reduce(r);
+  }
+  if (r.work) {
+    if (blocking) {
+      r.work->wait();
+    } else if (!r.work->test()) {
+      return false;
+    }
+    r.work.reset();
+  }
+  // The reduced shard lands in the owned gradients, converted when the reduce dtype differs: added for
+  // sharded grads (they accumulate over micro-steps), copied into the owned slice for zero1, already in
+  // place for ddp.
+  Unit& u = *units_[r.unit];
+  const Tensor dest = owned_grads(r.unit);
+  if (dest.raw() != r.scratch.raw() && !r.lands_in_place) {
+    if (grads_sharded_) {
+      accumulate(placement_.device, dest, r.scratch);
+    } else {
+      ops::convert(placement_.device, dest.raw(), dest.dtype(), r.scratch.raw(), r.scratch.dtype(),
+                   size_t(dest.numel()));
+    }
+  }
+  if (grads_sharded_) {
+    u.full_grads = Tensor();
+    u.grad_views.clear();
+  }
+  if (offload_ && sync_grads_) offload_->grads_landed(r.unit);  // final for this step: off to the host
+  return true;
+}
+
+void ShardedParams::poll_reductions() {
+  while (!reductions_.empty() && advance(reductions_.front(), false)) reductions_.pop_front();
+  // Later reductions are tested too so that MPI progresses them while the model computes.
+  for (auto& r : reductions_) if (r.work) r.work->test();
+}
+
+void ShardedParams::end_micro_step() {
+  // The protocol first, on every strategy: gradients never made ready would silently miss the reduction.
+  for (auto& u : units_) {
+    ZS_CHECK(u->gather_refs == 0, "unit ", u->layout.spec().name, " still gathered at the end of a micro-step");
+    ZS_CHECK(u->grads_state != Unit::Grads::requested, "unit ", u->layout.spec().name,
+             ": grads() without grads_ready() in this micro-step");
+    u->grads_state = Unit::Grads::untouched;
+  }
+  while (!reductions_.empty()) finish_oldest_reduction();
+  for (auto& u : units_)
+    if (u->gathered.defined()) free_gathered(*u);  // a prefetch the model did not use
+  order_->recorded = true;
+}
+
+}  // namespace zshard

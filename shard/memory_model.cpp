@@ -1,0 +1,52 @@
+#include "shard/memory_model.h"
+
+namespace zshard {
+
+namespace {
+// Bytes of `psi` elements of `bytes` each, cut into `parts` shards (rounded up like the flat units).
+int64_t sharded(int64_t psi, int bytes, int parts) { return (psi + parts - 1) / parts * bytes; }
+}  // namespace
+
+int offloaded_bytes_per_param(const DtypePolicy& d, Device device) {
+  return kOffloadedOptimizerBytes + (device == Device::cpu ? 0 : d.grad_bytes);
+}
+
+ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& d,
+                                     bool offload_optimizer, Device device) {
+  ModelStateBytes m;
+  m.params = params_sharded(kind) ? sharded(psi, d.param_bytes, group) : psi * d.param_bytes;
+  m.grads = grads_sharded(kind) ? sharded(psi, d.grad_bytes, group) : psi * d.grad_bytes;
+  if (offload_optimizer) m.host = sharded(psi, offloaded_bytes_per_param(d, device), group);
+  else m.optimizer = sharded(psi, d.optimizer_bytes, group);
+  return m;
+}
+
+ModelStateBytes predict_zero_offload(StrategyKind kind, int group, int64_t psi, const DtypePolicy& d) {
+  ModelStateBytes m = predict_model_states(kind, group, psi, d);
+  m.grads = m.optimizer = 0;
+  m.host = sharded(psi, kOffloadedOptimizerBytes + d.grad_bytes, group);
+  return m;
+}
+
+int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi, int64_t gathered,
+                           int grad_accum, const DtypePolicy& d) {
+  // One collective over n elements in a group of g moves (g-1)/g of them per rank.
+  auto move = [&](double n, int g, int bytes) { return n * bytes * (g - 1) / g; };
+  auto pass = [&](int g, int bytes) { return move(double(psi), g, bytes); };
+  const int world = groups.world_size(), replicas = groups.count();
+  const int K = grad_accum;
+  double total = 0;
+  switch (kind) {
+    case StrategyKind::ddp: total = 2 * pass(world, d.grad_bytes); break;
+    case StrategyKind::zero1: total = pass(world, d.grad_bytes) + pass(world, d.param_bytes); break;
+    case StrategyKind::zero2: total = K * pass(world, d.grad_bytes) + pass(world, d.param_bytes); break;
+    case StrategyKind::zero3:
+    case StrategyKind::hybrid:
+      total = K * (move(double(gathered), group, d.param_bytes) + pass(group, d.grad_bytes));
+      total += K * 2 * pass(replicas, d.grad_bytes) / group;
+      break;
+  }
+  return int64_t(total);
+}
+
+}  // namespace zshard

@@ -1,0 +1,62 @@
+// The ZeRO paper's arithmetic for model-state bytes and communication volume per rank, for any
+// strategy, world size and dtype policy. The memory report prints it beside what the allocator
+// measured; the estimator (zshard-mem) uses it for models that were never run.
+#pragma once
+#include <cstdint>
+
+#include <zshard/dtype.h>
+
+#include "shard/strategy.h"
+
+namespace zshard {
+
+struct DtypePolicy {
+  int param_bytes = 4;      // compute copy of the parameters
+  int grad_bytes = 4;
+  int optimizer_bytes = 8;  // K per parameter: Adam m+v in fp32 (+4 for an fp32 master copy in mixed precision)
+  static DtypePolicy fp32() { return {4, 4, 8}; }
+  static DtypePolicy mixed_bf16() { return {2, 2, 12}; }
+  // The policy of parameters (and gradients) kept in `param_dtype`, as ShardedParams keeps them.
+  static DtypePolicy of(DType param_dtype) { return param_dtype == DType::bf16 ? mixed_bf16() : fp32(); }
+};
+
+struct ModelStateBytes {
+  int64_t params = 0;
+  int64_t grads = 0;
+  int64_t optimizer = 0;
+  // --offload optimizer: the fp32 master and Adam m and v in host memory, and on a GPU the host copy of
+  // the owned gradients
+  int64_t host = 0;
+  int64_t total() const { return params + grads + optimizer + host; }
+  int64_t on_device() const { return params + grads + optimizer; }
+};
+
+// psi: parameter elements. `group` is the shard group size (world for zero1/2/3, G for hybrid, 1 for
+// ddp), as returned by shard_group_size(). ddp 16Ψ, zero1 4Ψ+12Ψ/N, zero2 2Ψ+14Ψ/N, zero3 16Ψ/N with
+// the mixed-precision policy. With `offload_optimizer` the optimizer bytes move to the host, where an
+// fp32 master of its own joins Adam m and v (12Ψ/N whatever the dtypes), and on a device other than
+// the cpu the host copy of the owned gradients that AdamW steps from (offloaded_bytes_per_param).
+ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& dtypes,
+                                     bool offload_optimizer = false, Device device = Device::cpu);
+constexpr int kOffloadedOptimizerBytes = 12;
+// Host bytes per owned parameter of zshard's offloaded optimizer: master, m and v, plus where host memory
+// is not the device's the gradients' host copy (on the cpu AdamW reads the gradients where they are).
+int offloaded_bytes_per_param(const DtypePolicy& dtypes, Device device);
+// ZeRO-Offload's own split (Ren et al. 2021), for comparison: the gradients too go to the host, beside the
+// 12 bytes of optimizer state ((12 + grad bytes)Ψ/N there), and the device keeps only the parameters.
+// zshard also keeps the owned gradients on the device: they accumulate over micro-steps there and give
+// the gradient norm without a host pass.
+ModelStateBytes predict_zero_offload(StrategyKind kind, int group, int64_t psi, const DtypePolicy& dtypes);
+
+// Bytes one rank of a shard group of `group` ranks moves per optimizer step (nccl-tests bus convention),
+// with `grad_accum` micro-steps: ddp 2Ψ(N-1)/N; zero1 the same (reduce-scatter + all-gather); zero2
+// reduce-scatters every micro-step; zero3 3Ψ(N-1)/N per micro-step; hybrid the zero3 volume inside its
+// group plus an all-reduce of its shard across the R groups (R = N/G for groups of one size; unequal
+// groups reduce each piece of the shard among R owners, the same volume).
+// `gathered` is the elements zero3 and hybrid gather per micro-step: the paper's 2Ψ, or the model's own
+// schedule (ShardedParams::gathered_numel_per_micro_step), which gathers an untied Llama's embedding and
+// head once each.
+int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi, int64_t gathered,
+                           int grad_accum, const DtypePolicy& dtypes);
+
+}  // namespace zshard

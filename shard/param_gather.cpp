@@ -1,0 +1,88 @@
+// The parameters' side of the protocol: all-gathers into transient buffers, the prefetch along the
+// recorded order, and release.
+#include "shard/sharded_unit.h"
+
+#include "kernels/device_memory.h"
+
+namespace zshard {
+
+using namespace sharded;
+
+void ShardedParams::start_gather(Unit& u) {
+  u.gathered =
+      Tensor::empty({u.layout.padded_numel()}, u.resident.dtype(), placement_.device, Category::comm);
+  u.gather_work =
+      gather_shards(u.resident.raw(), u.gathered.raw(), u.layout.shard_numel(), u.resident.dtype());
+  u.param_views = u.layout.views(u.gathered);
+}
+
+void ShardedParams::finish_gather(Unit& u) {
+  u.gather_work->wait();
+  u.gather_work.reset();
+}
+
+void ShardedParams::free_gathered(Unit& u) {
+  if (u.gather_work) finish_gather(u);
+  u.gathered = Tensor();
+  u.param_views.clear();
+  u.used = false;
+}
+
+int ShardedParams::inflight_units() const {
+  int n = 0;
+  for (const auto& u : units_) n += u->gathered.defined() ? 1 : 0;
+  return n;
+}
+
+void ShardedParams::prefetch_after(size_t position) {
+  if (position + 1 >= order_->units.size()) return;
+  Unit& next = *units_[order_->units[position + 1]];
+  if (!next.gathered.defined() && inflight_units() < options_.max_inflight) start_gather(next);
+}
+
+const UnitTensors& ShardedParams::gather(int unit) {
+  ZS_CHECK(unit >= 0 && unit < num_units(), "gather of unknown unit ", unit);
+  Unit& u = *units_[unit];
+  if (!order_->recorded) {
+    order_->units.push_back(unit);
+    // A unit still held (nested, or kept from forward for backward) costs no collective.
+    if (!u.used && !forward_only()) first_step_gathered_numel_ += u.layout.numel();
+  }
+  u.used = true;
+  const size_t position = gather_position_++;
+  if (params_sharded_) {
+    if (u.gather_refs == 0 && !u.gathered.defined()) start_gather(u);
+    if (u.gather_work) finish_gather(u);
+    if (order_->recorded) prefetch_after(position);
+  }
+  ++u.gather_refs;
+  poll_reductions();
+  return u.param_views;
+}
+
+void ShardedParams::release(int unit) {
+  ZS_CHECK(unit >= 0 && unit < num_units(), "release of unknown unit ", unit);
+  Unit& u = *units_[unit];
+  ZS_CHECK(u.gather_refs > 0, "release of unit ", u.layout.spec().name, " that is not gathered");
+  if (--u.gather_refs > 0 || !params_sharded_) return;
+  // Without resharding after forward, the gathered unit waits for its backward.
+  if (!options_.reshard_after_forward && !in_backward_) return;
+  free_gathered(u);
+}
+
+void ShardedParams::begin_micro_step(bool sync_grads) {
+  first_micro_step_ = !accumulated_;
+  accumulated_ = true;
+  sync_grads_ = sync_grads;
+  in_backward_ = false;
+  gather_position_ = 0;
+  order_ = &training_order_;
+}
+
+void ShardedParams::begin_forward_only() {
+  in_backward_ = false;
+  gather_position_ = 0;
+  order_ = &forward_only_order_;
+}
+
+}  // namespace zshard

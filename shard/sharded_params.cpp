@@ -1,0 +1,160 @@
+#include "shard/sharded_unit.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "kernels/device_memory.h"
+#include "shard/optimizer_offload.h"
+
+namespace zshard {
+
+using namespace sharded;
+
+ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const StrategyOptions& options,
+                             uint64_t seed, const Placement& placement)
+    : options_(options),
+      placement_(placement),
+      comms_(comm, shard_groups(options, comm.size())),
+      params_sharded_(zshard::params_sharded(options.kind)),
+      grads_sharded_(zshard::grads_sharded(options.kind)) {
+  ZS_CHECK(options.max_inflight >= 1, "--max-inflight must be >= 1, got ", options.max_inflight);
+  for (DType t : {placement.param_dtype, placement.reduce_dtype})
+    ZS_CHECK(t == kF32 || t == DType::bf16, "parameters are kept and reduced in f32 or bf16, not ",
+             dtype_name(t));
+  const Device device = placement.device;
+  const DType compute = placement.param_dtype;
+  const auto zeros = [&](int64_t n, DType dtype, Category category) {
+    return Tensor::zeros({n}, dtype, device, category);
+  };
+  // Offloaded, the fp32 master and Adam m and v are host memory (page-locked on the CUDA path).
+  const Category optimizer = placement.offload_optimizer ? Category::host : Category::optimizer;
+  const Device optimizer_device = placement.offload_optimizer ? Device::cpu : device;
+  const std::vector<UnitSpec> specs = model.units();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto u = std::make_unique<Unit>(specs[i], shard_group_size(), comms_.groups().pad_multiple());
+    const int64_t shard = u->layout.shard_numel(), padded = u->layout.padded_numel();
+    u->resident = zeros(params_sharded_ ? shard : padded, compute, Category::params);
+    const bool master_is_compute = compute == kF32 && !placement.offload_optimizer;
+    const auto state = [&] { return Tensor::zeros({shard}, kF32, optimizer_device, optimizer); };
+    u->master = master_is_compute ? owned_compute(*u) : state();
+    u->grad_store = zeros(grads_sharded_ ? shard : padded, compute, Category::grads);
+    u->m = state();
+    u->v = state();
+    if (!params_sharded_) u->param_views = u->layout.views(u->resident);
+    if (!grads_sharded_) {
+      u->full_grads = u->grad_store;
+      u->grad_views = u->layout.views(u->full_grads);
+    }
+    units_.push_back(std::move(u));
+    // Every rank initialises the whole unit from the seed, on the host, and keeps its part, so the
+    // initial values do not depend on the world size, strategy or device.
+    Tensor full = Tensor::zeros({padded}, kF32, Device::cpu, Category::workspace);
+    model.init_unit(int(i), units_.back()->layout.views(full), seed);
+    set_unit_params(int(i), full.data<float>());
+  }
+  if (placement.offload_optimizer) {
+    std::vector<OptimizerOffload::UnitBuffers> buffers;
+    for (int i = 0; i < num_units(); ++i)
+      buffers.push_back({owned_grads(i), owned_compute(*units_[i]), units_[i]->master});
+    offload_ = std::make_unique<OptimizerOffload>(device, std::move(buffers));
+  }
+  std::vector<int64_t> sizes = {0, 0};  // padded elements, two zeros for models of fewer units
+  for (const auto& u : units_) sizes.push_back(u->layout.padded_numel());
+  std::sort(sizes.rbegin(), sizes.rend());
+  full_grads_budget_ = std::max(sizes[0], 2 * sizes[1]);
+}
+
+ShardedParams::~ShardedParams() {
+  // While unwinding from an error, peers may never match our collectives: waiting could hang, and the
+  // job is about to be aborted anyway. The same once any collective has failed.
+  if (std::uncaught_exceptions() > 0 || comm::collectives_failed()) return;
+  for (auto& r : reductions_) if (r.work) r.work->wait();
+  for (auto& u : units_) if (u->gather_work) u->gather_work->wait();
+}
+
+const FlatLayout& ShardedParams::layout(int unit) const { return units_[unit]->layout; }
+Tensor ShardedParams::adam_m(int unit) const { return units_[unit]->m; }
+Tensor ShardedParams::adam_v(int unit) const { return units_[unit]->v; }
+
+Tensor ShardedParams::owned_params(int unit) const { return units_[unit]->master; }
+
+Tensor ShardedParams::owned_compute(const Unit& u) const {
+  return owned_part(u.layout, shard_index(), u.resident);
+}
+
+Tensor ShardedParams::owned_grads(int unit) const {
+  const Unit& u = *units_[unit];
+  return owned_part(u.layout, shard_index(), u.grad_store);
+}
+
+void ShardedParams::set_unit_params(int unit, const float* full) {
+  Unit& u = *units_[unit];
+  const Device device = placement_.device;
+  // The part of the unit this rank keeps, copied to the device in fp32: into the compute copy itself
+  // when that is fp32, else into a staging buffer that the bf16 copy is made from; the master, where it
+  // is a buffer of its own, takes its owned part.
+  const int64_t begin = params_sharded_ ? u.layout.shard_begin(shard_index()) : 0, n = u.resident.numel();
+  const Tensor staged =
+      u.resident.dtype() == kF32 ? u.resident : Tensor::empty({n}, kF32, device, Category::workspace);
+  copy_bytes(staged.raw(), device, full + begin, Device::cpu, staged.nbytes());
+  if (staged.raw() != u.resident.raw())
+    ops::convert(device, u.resident.raw(), u.resident.dtype(), staged.raw(), kF32, size_t(n));
+  const Tensor owned = staged.view(u.layout.shard_begin(shard_index()) - begin, {u.layout.shard_numel()});
+  if (owned.raw() != u.master.raw())
+    copy_bytes(u.master.raw(), u.master.device(), owned.raw(), device, u.master.nbytes());
+}
+
+void ShardedParams::copy_master_to_compute(int unit) {
+  if (offload_) return offload_->upload(unit);  // from host memory
+  const Unit& u = *units_[unit];
+  const Tensor compute = owned_compute(u);
+  if (compute.raw() == u.master.raw()) return;
+  if (compute.dtype() == kF32)
+    copy_bytes(compute.raw(), placement_.device, u.master.raw(), placement_.device, compute.nbytes());
+  else
+    ops::convert(placement_.device, compute.raw(), compute.dtype(), u.master.raw(), kF32, size_t(compute.numel()));
+}
+
+std::vector<float> ShardedParams::full_unit_params(int unit) {
+  Unit& u = *units_[unit];
+  std::vector<float> out(u.layout.padded_numel());
+  // Collectives on a device take device buffers: gather there, then copy to the host.
+  Tensor staging;
+  if (placement_.device != Device::cpu)
+    staging = Tensor::empty({u.layout.padded_numel()}, kF32, placement_.device, Category::comm);
+  void* dst = staging.defined() ? staging.raw() : out.data();
+  Tensor send = u.master;
+  if (send.device() != placement_.device) {  // offloaded to the host
+    send = Tensor::empty(send.shape(), kF32, placement_.device, Category::comm);
+    copy_bytes(send.raw(), placement_.device, u.master.raw(), u.master.device(), send.nbytes());
+  }
+  if (comm::WorkPtr work = gather_shards(send.raw(), dst, u.layout.shard_numel(), kF32)) work->wait();
+  if (staging.defined()) copy_bytes(out.data(), Device::cpu, dst, placement_.device, staging.nbytes());
+  return out;
+}
+
+void ShardedParams::sync_resident_params() {
+  for (int i = 0; i < num_units(); ++i) copy_master_to_compute(i);
+  gather_resident_params();
+}
+
+void ShardedParams::gather_resident_params() {
+  if (params_sharded_ || shard_group_size() == 1) return;
+  std::vector<comm::WorkPtr> works;
+  for (auto& u : units_)
+    works.push_back(gather_shards(owned_compute(*u).raw(), u->resident.raw(), u->layout.shard_numel(),
+                                  u->resident.dtype()));
+  for (auto& w : works) w->wait();
+}
+
+comm::WorkPtr ShardedParams::gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype) {
+  if (shard_group_size() > 1) return comms_.shard().all_gather(send, recv, size_t(shard_numel), dtype);
+  copy_bytes(recv, placement_.device, send, placement_.device, size_t(shard_numel) * dtype_size(dtype));
+  return nullptr;
+}
+
+comm::CommStats ShardedParams::comm_stats() const { return comms_.stats(); }
+
+void ShardedParams::reset_comm_stats() { comms_.reset_stats(); }
+
+}  // namespace zshard

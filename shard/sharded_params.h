@@ -1,0 +1,187 @@
+// ShardedParams: the runtime side of the model API. It owns every unit's parameters, gradients and
+// AdamW state as the strategy prescribes, on the run's device, and implements gather / release / grads /
+// grads_ready:
+//
+//   gather(u)       sharded params: all-gather the unit into a transient buffer (waiting on a prefetch
+//                   when one is in flight) and start the next unit's gather, in the order recorded on
+//                   the first micro-step; resident params: hand out views.
+//   release(u)      sharded params: free the gathered buffer (kept until backward when
+//                   reshard_after_forward is off).
+//   grads(u)        the full-size gradient buffer the model accumulates into: resident (ddp, zero1) or
+//                   transient (zero2/3, hybrid), opened on the first call of a micro-step once the
+//                   reductions in flight fit the budget beside it (full_grads_budget_).
+//   grads_ready(u)  starts the unit's reduction at once, so it overlaps the rest of backward:
+//                   reduce-scatter in the shard group, then all-reduce across replicas, then the result
+//                   lands in the owned gradient shard. ddp and zero1 skip it until the last micro-step of
+//                   an accumulation (no_sync); zero2/3 and hybrid reduce every micro-step so that no full
+//                   gradient outlives its unit's backward.
+//
+// Dtypes (Placement). Every buffer lives on placement.device; three dtypes are in play:
+//   master     fp32, this rank's owned shard: what AdamW updates and what checkpoints and exports save.
+//   params     the compute copy the model reads, in the param dtype (f32, or bf16 on cuda): full on every
+//              rank where parameters are resident (ddp, zero1, zero2), this rank's shard where they are
+//              sharded (zero3, hybrid). Gathers all-gather compute-dtype shards, so bf16 halves them.
+//              With fp32 parameters the master IS the compute copy (its owned slice, or the shard): one
+//              buffer, counted as params. With bf16 the master is a buffer of its own, counted as
+//              optimizer state beside Adam m and v: K = 12 bytes per parameter, the ZeRO paper's.
+//   grads      the param dtype everywhere: the full accumulators the model writes and the owned store.
+//              params + grads + optimizer are then exactly the ZeRO formulas (16 bytes per parameter in
+//              bf16 with K = 12, and in fp32 with K = 8), and AdamW reads the gradients as they are.
+// The reduce dtype is the dtype of the gradient collectives only. When it differs from the gradient
+// dtype, the unit's gradient is converted into a comm buffer, reduced there, and the reduced shard is
+// converted back into (or added to) the owned gradients. Keeping the gradients themselves in an fp32
+// reduce dtype was the alternative; it would make the owned store 4 bytes per element under bf16 and the
+// model states no longer the paper's, while the conversion costs only a transient buffer per unit in
+// flight (an fp32 reduction still sums in fp32 and rounds once, when it lands).
+// AdamW steps the fp32 master shard from the owned gradients and, with bf16 parameters, writes the bf16
+// compute copy in the same pass: the owned slice of the full copy (then all-gathered, as in fp32) or
+// the shard.
+#pragma once
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include <zshard/communicator.h>
+#include <zshard/model.h>
+
+#include "kernels/engine_ops.h"
+#include "shard/flat_unit.h"
+#include "shard/group_comms.h"
+#include "shard/strategy.h"
+
+namespace zshard {
+
+class OptimizerOffload;
+
+// Where ShardedParams keeps a model and in which dtypes (see above).
+struct Placement {
+  Device device = Device::cpu;
+  DType param_dtype = DType::f32;   // compute copy and gradients: f32, or bf16 (cuda)
+  DType reduce_dtype = DType::f32;  // gradient collectives: f32 or bf16
+  // ZeRO-Offload: the fp32 master shard and Adam m and v live in host memory (Category::host, page-locked
+  // on the CUDA path) and AdamW runs there (shard/optimizer_offload.h). The master is then always a buffer
+  // of its own, also beside an fp32 compute copy: 12 bytes per owned parameter on the host, plus on a
+  // device the host copy of the owned gradients. The cpu device only moves the accounting.
+  bool offload_optimizer = false;
+};
+
+class ShardedParams : public ParamContext {
+ public:
+  // Collective over `comm`, which the strategy's groups split from and whose collectives carry
+  // placement.device's buffers; `comm` must outlive this object. Parameters start from model.init_unit(seed), computed on the host.
+  ShardedParams(const Model& model, comm::Communicator& comm, const StrategyOptions& options, uint64_t seed,
+                const Placement& placement = {});
+  ~ShardedParams() override;
+
+  // ParamContext
+  const UnitTensors& gather(int unit) override;
+  void release(int unit) override;
+  const UnitTensors& grads(int unit) override;
+  void grads_ready(int unit) override;
+  Device device() const override { return placement_.device; }
+  DType compute_dtype() const override { return placement_.param_dtype; }
+
+  // Step protocol, driven by the trainer.
+  void begin_micro_step(bool sync_grads);  // sync_grads false = accumulate locally (ddp/zero1 no_sync)
+  // A forward-only micro-step (Model::forward, for evaluation): gathers and releases only; grads() is
+  // refused. The gradients and the optimizer state are left as they are.
+  void begin_forward_only();
+  void end_micro_step();  // after either; waits for every reduction still in flight
+  double grad_norm();                      // global L2 norm of the reduced gradient (one all-reduce)
+  void optimizer_step(const ops::AdamWParams& hp);  // AdamW on owned shards, re-gather, zero grads
+
+  // Layout and owned state, for checkpoints, exports and reports.
+  int num_units() const { return int(units_.size()); }
+  const FlatLayout& layout(int unit) const;
+  int shard_index() const { return comms_.shard_index(); }
+  int shard_group_size() const { return comms_.shard_group_size(); }  // this rank's group
+  const ShardGroups& groups() const { return comms_.groups(); }
+  const StrategyOptions& options() const { return options_; }
+  const Placement& placement() const { return placement_; }
+  // The owned shard (shard_numel elements) of the fp32 master params, the gradients (param dtype), Adam m
+  // and Adam v: on the device, except the master, m and v with offload_optimizer (host memory).
+  Tensor owned_params(int unit) const;
+  Tensor owned_grads(int unit) const;
+  Tensor adam_m(int unit) const;
+  Tensor adam_v(int unit) const;
+  // After writing owned master shards directly (loading), makes the compute copies consistent.
+  // Collective.
+  void sync_resident_params();
+  // Sets a unit's parameters from a full flat host buffer (padded_numel floats), every rank the same.
+  void set_unit_params(int unit, const float* full);
+  // Full flat fp32 master parameters of a unit (padded_numel, host), all-gathered. Collective.
+  std::vector<float> full_unit_params(int unit);
+  // Sharded params: the elements a micro-step all-gathers for the model, as the first micro-step recorded
+  // them (0 before it). 2Ψ where every unit is gathered for forward and again for backward; less without
+  // resharding after forward, or for a model whose backward reuses a forward gather or needs none (an
+  // embedding). Prefetches the model does not use are not in it.
+  int64_t gathered_numel_per_micro_step() const { return first_step_gathered_numel_; }
+  // Bytes moved by this rank's communicators since the last reset.
+  comm::CommStats comm_stats() const;
+  void reset_comm_stats();
+
+ private:
+  struct Unit;
+  struct Reduction {
+    int unit;
+    bool all_reduce_started;  // across groups (ddp, hybrid): work is the all-reduce, the reduce-scatter done
+    comm::WorkPtr work;
+    Tensor send;     // the unit's gradient in the reduce dtype (the full gradient itself when they agree)
+    Tensor scratch;  // the reduced shard, in the reduce dtype
+    bool lands_in_place = false;  // scratch is the owned gradient shard itself
+  };
+
+  Tensor owned_compute(const Unit& u) const;  // this rank's part of the compute copy
+  void copy_master_to_compute(int unit);  // where the master is a buffer of its own
+  // all_gather over the shard group; a group of one is a device copy (null Work): it moves nothing,
+  // and the self backend copies host memory only.
+  comm::WorkPtr gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype);
+  void gather_resident_params();
+  void start_gather(Unit& u);
+  void finish_gather(Unit& u);
+  void prefetch_after(size_t position);
+  void free_gathered(Unit& u);
+  void start_all_reduce(Reduction& r);  // waits for r's reduce-scatter, then starts its all-reduce
+  bool advance(Reduction& r, bool blocking);
+  void finish_oldest_reduction();
+  void fit_reductions_beside(const Unit& opening);  // see full_grads_budget_
+  void poll_reductions();
+  int inflight_units() const;
+
+  StrategyOptions options_;
+  Placement placement_;
+  GroupComms comms_;
+  bool params_sharded_;
+  bool grads_sharded_;
+  std::vector<std::unique_ptr<Unit>> units_;
+  std::deque<Reduction> reductions_;
+  std::unique_ptr<OptimizerOffload> offload_;  // with placement_.offload_optimizer
+  // Sharded gradients: the elements of full unit gradients that the reductions in flight and the one
+  // being opened may hold together, max(largest unit, 2 x second largest). Two ordinary units always fit
+  // (one accumulated while the other's reduction overlaps it), so a model of like units keeps that
+  // overlap; a unit larger than that, such as GPT-2's embedding with its tied head, opens only once the
+  // reductions in flight have landed: it costs the overlap of the one reduction before it, and the peak
+  // is the largest unit's gradient alone rather than that plus another. Gradients the model keeps open
+  // across other units' backward are not in flight and not counted: they cannot be finished early.
+  int64_t full_grads_budget_ = 0;
+
+  bool sync_grads_ = true;
+  // The owned gradients hold nothing yet: no micro-step has run since the last optimizer step.
+  bool accumulated_ = false;
+  bool first_micro_step_ = true;
+  bool in_backward_ = false;
+  // The order the model gathers units in, recorded by the first micro-step of its kind; later ones
+  // prefetch along it. A forward-only pass (evaluation) gathers a prefix of training's order and stops:
+  // it has an order of its own, so that neither prefetches what the other does not use.
+  struct GatherOrder {
+    std::vector<int> units;
+    bool recorded = false;
+  };
+  GatherOrder training_order_, forward_only_order_;
+  GatherOrder* order_ = &training_order_;  // the current micro-step's
+  bool forward_only() const { return order_ == &forward_only_order_; }
+  int64_t first_step_gathered_numel_ = 0;
+  size_t gather_position_ = 0;
+};
+
+}  // namespace zshard

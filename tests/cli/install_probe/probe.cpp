@@ -1,0 +1,3 @@
+#include PROBE_HEADER
+
+int main() { return 0; }
