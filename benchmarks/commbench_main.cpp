@@ -20,8 +20,8 @@
 #include "kernels/io/atomic_file.h"
 #include "runtime/planning/memory_check.h"
 #include "runtime/planning/memory_estimator.h"
-#include "runtime/tools/cli_options.h"
 #include "runtime/tools/tool_runner.h"
+#include "runtime/train/options/flags.h"
 
 using namespace zshard;
 using comm::Collective;

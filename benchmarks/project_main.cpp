@@ -13,8 +13,8 @@
 #include "kernels/io/atomic_file.h"
 #include "kernels/io/json_input.h"
 #include "runtime/planning/scaling_projection.h"
-#include "runtime/tools/cli_options.h"
 #include "runtime/tools/tool_runner.h"
+#include "runtime/train/options/flags.h"
 
 using namespace zshard;
 using nlohmann::json;

@@ -112,6 +112,13 @@ void abort_world(int exit_code) {
   std::_Exit(exit_code);
 }
 
+void maybe_stall_in_set_up(int rank) {
+  const char* spec = std::getenv("ZSHARD_TEST_STALL_SET_UP");
+  if (!spec || std::atoi(spec) != rank) return;
+  const char* colon = std::strchr(spec, ':');
+  std::this_thread::sleep_for(std::chrono::duration<double>(colon ? std::atof(colon + 1) : 3600.0));
+}
+
 void finalize_world() {
   if (mpi_active()) ZS_MPI_CHECK(MPI_Finalize());
 }

@@ -22,6 +22,10 @@ int first_rank_on_this_host();
 // other rank is left waiting in a collective. Does not return.
 [[noreturn]] void abort_world(int exit_code);
 
+// Test hook: ZSHARD_TEST_STALL_SET_UP=r:s holds world rank r for s seconds (without :s, an hour) where
+// set-up is about to issue its first collective, so that a test can check set-up's deadline.
+void maybe_stall_in_set_up(int rank);
+
 // MPI_Finalize if MPI was initialised; safe to call always.
 void finalize_world();
 

@@ -8,18 +8,9 @@
 #include <mutex>
 #include <string_view>
 
-#include <zshard/tensor.h>
+#include <zshard/memory.h>
 
 namespace zshard {
-
-struct MemStats {
-  std::array<int64_t, kNumCategories> live{};
-  std::array<int64_t, kNumCategories> peak{};
-  int64_t live_total = 0;
-  int64_t peak_total = 0;  // peak of the sum, not the sum of peaks
-  int64_t model_states_peak = 0;  // peak of params+grads+optimizer+host together
-  int64_t model_states_live() const;
-};
 
 // Raw memory source of one device; the CUDA library installs its own at start-up.
 struct RawAllocator {

@@ -4,20 +4,19 @@
 #pragma once
 #include <type_traits>
 
-#include <zshard/dtype.h>
-#include <zshard/error.h>
-
 #ifdef ZSHARD_WITH_CUDA
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/runtime.h"
 #endif
+
+#include <zshard/dtype.h>
+#include <zshard/error.h>
+
 #include "kernels/cpu/ops.h"
 
 namespace zshard::ops::dispatch {
-
-
 
 template <class T>
 constexpr bool kOnCpu = std::is_same_v<T, float> || std::is_same_v<T, double>;
@@ -62,4 +61,3 @@ auto* dev(T* p) {
   if constexpr (kOnCpu<T>) { __VA_ARGS__; }
 
 }  // namespace zshard::ops::dispatch
-

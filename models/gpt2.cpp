@@ -77,7 +77,7 @@ std::unique_ptr<GPT2> make_gpt2(const ModelConfig& config) { return std::make_un
 
 int64_t GPT2::activation_bytes(int B, int T, DType dtype) const {
   ZS_CHECK(B > 0 && T > 0, "GPT-2 activation_bytes: B and T must be positive, got B=", B, " T=", T);
-  return gpt2::Activations::bytes(config_, B, T, dtype, checkpointing_, defers_head_gradient(B, T));
+  return gpt2::Activations::bytes(config_, B, T, dtype, recompute_, defers_head_gradient(B, T));
 }
 
 double GPT2::forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) {
@@ -97,10 +97,10 @@ template <class T>
 double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
   const DType dtype = dtype_of<T>();
   const bool defer = defers_head_gradient(batch.B, batch.T);
-  if (!acts_ || !acts_->fits(batch, dtype, ctx.device(), checkpointing_) || acts_->deferred_head != defer) {
+  if (!acts_ || !acts_->fits(batch, dtype, ctx.device(), recompute_) || acts_->deferred_head != defer) {
     acts_.reset();  // free the old buffers (views included) before allocating the new ones
     acts_ = std::make_unique<gpt2::Activations>();
-    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device(), checkpointing_, defer);
+    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device(), recompute_, defer);
   }
   acts_->load_tokens(batch);
   const gpt2::Layers<T> layers{config_, *acts_};
@@ -128,7 +128,7 @@ double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float 
     ctx.release(final_unit);
     ctx.grads_ready(final_unit);
   }
-  const bool recompute = checkpointing_ == ActivationCheckpointing::blocks;
+  const bool recompute = recompute_ == Recompute::blocks;
   for (int l = L - 1; l >= 0; --l) {
     const UnitTensors& p = ctx.gather(1 + l);
     const UnitTensors& g = ctx.grads(1 + l);

@@ -38,7 +38,7 @@ class GPT2 final : public Model {
   // batch's tokens are copied to the device first. forward_backward gathers every unit twice: forward
   // and backward, except unit 0, whose second gather serves the tied head (the logits, the gradient into
   // lnf and, unless deferred, dwte); the embedding backward needs no parameters. With
-  // ActivationCheckpointing::blocks a block's forward runs again under its backward's gather: the same
+  // Recompute::blocks a block's forward runs again under its backward's gather: the same
   // gathers, the same results. grads_ready runs from unit L+1 down to unit 0; unit 0's grads() comes at the
   // head or, with the head's dwte deferred (set_head_gradient), at the embedding's backward only.
   // On cuda the ops are only queued on the compute stream (<zshard/ops.h>): at release(u) and
@@ -48,7 +48,7 @@ class GPT2 final : public Model {
   int64_t activation_bytes(int B, int T, DType dtype) const override;
   // Unit 0's, when the head's dwte is added at the head (defers_head_gradient is false).
   bool keeps_gradients_open(int B, int T) const override { return !defers_head_gradient(B, T); }
-  void set_activation_checkpointing(ActivationCheckpointing mode) override { checkpointing_ = mode; }
+  void set_recompute(Recompute mode) override { recompute_ = mode; }
   int vocab_size() const override { return config_.vocab; }
   int context_length() const override { return config_.ctx; }
   // 6 per parameter for the matmuls (the tied head included), plus attention's scores and weighted
@@ -68,7 +68,7 @@ class GPT2 final : public Model {
   double run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);
 
   GPT2Config config_;
-  ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
+  Recompute recompute_ = Recompute::none;
   HeadGradient head_gradient_ = HeadGradient::by_tokens;
   // Kept between steps; reallocated only when (B, T), dtype or device change.
   std::unique_ptr<gpt2::Activations> acts_;

@@ -65,9 +65,10 @@ GPT2Config gpt2_config_from(const ModelConfig& config) {
   const auto field = [&](const char* key) {
     const auto it = config.find(key);
     if (it == config.end()) fail("GPT-2 config: no '", key, "'");
-    if (!(it->second > 0 && it->second <= (int64_t(1) << 30)))
-      fail("GPT-2 config: ", key, " must be in [1, 2^30], got ", it->second);
-    return int(it->second);
+    const int64_t v = it->second.is_integer() ? it->second.integer() : 0;
+    if (!(it->second.is_integer() && v > 0 && v <= (int64_t(1) << 30)))
+      fail("GPT-2 config: ", key, " must be an integer in [1, 2^30], got ", it->second.text());
+    return int(v);
   };
   GPT2Config c{field("layers"), field("dim"), field("heads"), field("vocab"), field("ctx")};
   c.validate();

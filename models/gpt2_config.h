@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include <zshard/model_registry.h>
+#include <zshard/model_config.h>
 
 namespace zshard {
 
@@ -29,7 +29,7 @@ struct GPT2Config {
 GPT2Config gpt2_config(std::string_view name);
 std::vector<std::string> gpt2_config_names();
 
-// The registry's form (<zshard/model_registry.h>): keys layers, dim, heads, vocab, ctx.
+// The registry's form (<zshard/model_config.h>): keys layers, dim, heads, vocab, ctx.
 ModelConfig to_model_config(const GPT2Config& config);
 // Throws zshard::Error naming a missing key or a value out of range.
 GPT2Config gpt2_config_from(const ModelConfig& config);

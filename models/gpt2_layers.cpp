@@ -26,12 +26,12 @@ void visit_intermediates(Activations& a, const GPT2Config& c, int B, int T, int6
 }
 
 // What lives only inside one block's forward or backward: the c_proj output, the backward's scratch and,
-// with checkpointing, the one slot of intermediates.
+// with recomputation, the one slot of intermediates.
 BufferList block_transients(Activations& a, const GPT2Config& c, int B, int T, DType dtype,
-                            ActivationCheckpointing mode) {
+                            Recompute mode) {
   return [&a, &c, B, T, dtype, mode](const BufferVisitor& f) {
     const int64_t C = c.dim;
-    if (mode == ActivationCheckpointing::blocks) visit_intermediates(a, c, B, T, 1, dtype, f);
+    if (mode == Recompute::blocks) visit_intermediates(a, c, B, T, 1, dtype, f);
     const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
     g(a.proj, {B, T, C});
     g(a.datty, {B, T, C});
@@ -43,7 +43,7 @@ BufferList block_transients(Activations& a, const GPT2Config& c, int B, int T, D
 
 // The one description of the activation layout: calls f(tensor, shape, dtype) for every buffer, in
 // order. The tokens are i32; everything else is in the compute dtype.
-void for_each_buffer(Activations& a, const GPT2Config& c, int B, int T, DType dtype, ActivationCheckpointing mode,
+void for_each_buffer(Activations& a, const GPT2Config& c, int B, int T, DType dtype, Recompute mode,
                      bool deferred_head, const BufferVisitor& f) {
   const int64_t L = c.layers, S = Activations::slots(mode, c.layers), C = c.dim;
   f(a.inputs, {B, T}, DType::i32);
@@ -52,7 +52,7 @@ void for_each_buffer(Activations& a, const GPT2Config& c, int B, int T, DType dt
   const auto stat = [&](Tensor& t, const Shape& shape) { f(t, shape, ops::norm_stat_dtype(dtype)); };
   g(a.encoded, {B, T, C});
   for (Tensor* t : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) stat(*t, {S, B, T});
-  if (mode == ActivationCheckpointing::none) visit_intermediates(a, c, B, T, L, dtype, f);
+  if (mode == Recompute::none) visit_intermediates(a, c, B, T, L, dtype, f);
   g(a.residual3, {L, B, T, C});
   g(a.lnf, {B, T, C});
   stat(a.lnf_mean, {B, T});
@@ -73,14 +73,14 @@ T* block_input(const Activations& a, int l) {
 
 }  // namespace
 
-int64_t Activations::bytes(const GPT2Config& c, int B, int T, DType dtype, ActivationCheckpointing mode,
+int64_t Activations::bytes(const GPT2Config& c, int B, int T, DType dtype, Recompute mode,
                            bool deferred_head) {
   Activations unused;
   return buffer_bytes(
       [&](const BufferVisitor& f) { for_each_buffer(unused, c, B, T, dtype, mode, deferred_head, f); });
 }
 
-void Activations::allocate(const GPT2Config& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode,
+void Activations::allocate(const GPT2Config& c, int b, int t, DType type, Device dev, Recompute mode,
                            bool deferred) {
   BatchBuffers::allocate(b, t, type, dev, mode, [&](const BufferVisitor& f) {
     for_each_buffer(*this, c, b, t, type, mode, deferred, f);

@@ -25,7 +25,7 @@ enum FinalNormParam { kLnfWeight, kLnfBias };
 
 // Everything forward_backward keeps for one (B, T), on the device it computes on: views into the
 // activations allocations. Per-block buffers have a leading dimension: L for the block outputs
-// (residual3), S = slots(checkpointing, L) for the intermediates (L, or 1 reused by every block). The
+// (residual3), S = slots(recompute, L) for the intermediates (L, or 1 reused by every block). The
 // logits share their region (LogitsRegion) with the views of block scratch below.
 struct Activations : BatchBuffers, LogitsRegion {
   Tensor encoded;                        // (B,T,C) wte + wpe: block 0's input
@@ -41,7 +41,7 @@ struct Activations : BatchBuffers, LogitsRegion {
   Tensor losses;                         // (B,T)
   // Backward scratch, shared by all blocks. dresidual carries d(loss)/d(residual stream).
   Tensor dresidual, dln;                 // (B,T,C)
-  // Cut from the LogitsRegion's shared region, with checkpointing beside the one slot of intermediates.
+  // Cut from the LogitsRegion's shared region, with recomputation beside the one slot of intermediates.
   Tensor proj;                           // (B,T,C) a c_proj output before its residual add (scratch)
   Tensor datty;                          // (B,T,C)
   Tensor dqkv;                           // (B,T,3C)
@@ -49,9 +49,9 @@ struct Activations : BatchBuffers, LogitsRegion {
 
   // Bytes of the allocations for (B, T), `mode` and `deferred_head`, tokens included: what
   // activation_bytes reports.
-  static int64_t bytes(const GPT2Config& c, int B, int T, DType dtype, ActivationCheckpointing mode,
+  static int64_t bytes(const GPT2Config& c, int B, int T, DType dtype, Recompute mode,
                        bool deferred_head);
-  void allocate(const GPT2Config& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode,
+  void allocate(const GPT2Config& c, int b, int t, DType type, Device dev, Recompute mode,
                 bool deferred_head);
 };
 

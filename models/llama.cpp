@@ -64,7 +64,7 @@ void Llama::init_unit(int unit, const UnitTensors& params, uint64_t seed) const 
 
 int64_t Llama::activation_bytes(int B, int T, DType dtype) const {
   ZS_CHECK(B > 0 && T > 0, "Llama activation_bytes: B and T must be positive, got B=", B, " T=", T);
-  return llama::Activations::bytes(config_, B, T, dtype, checkpointing_, defers_head_gradient(B, T));
+  return llama::Activations::bytes(config_, B, T, dtype, recompute_, defers_head_gradient(B, T));
 }
 
 double Llama::flops_per_token(int T) const {
@@ -91,10 +91,10 @@ template <class T>
 double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
   const DType dtype = dtype_of<T>();
   const bool defer = defers_head_gradient(batch.B, batch.T);
-  if (!acts_ || !acts_->fits(batch, dtype, ctx.device(), checkpointing_) || acts_->deferred_head != defer) {
+  if (!acts_ || !acts_->fits(batch, dtype, ctx.device(), recompute_) || acts_->deferred_head != defer) {
     acts_.reset();  // free the old buffers (views included) before allocating the new ones
     acts_ = std::make_unique<llama::Activations>();
-    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device(), checkpointing_, defer);
+    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device(), recompute_, defer);
   }
   acts_->load_tokens(batch);
   const llama::Layers<T> layers{config_, *acts_};
@@ -136,7 +136,7 @@ double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float
     if (!backward) return loss;
     ctx.grads_ready(final_unit);
   }
-  const bool recompute = checkpointing_ == ActivationCheckpointing::blocks;
+  const bool recompute = recompute_ == Recompute::blocks;
   for (int l = L - 1; l >= 0; --l) {
     const UnitTensors& p = ctx.gather(1 + l);
     // Checkpointing: the layer's forward again under this same gather (no collective added), as GPT-2's.

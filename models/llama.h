@@ -38,7 +38,7 @@ class Llama final : public Model {
   // for the logits and their backward, and the final norm again for its backward. grads_ready runs from
   // the final unit down to unit 0; a tied head opens unit 0's grads() at the head or, with its weight
   // gradient deferred (set_head_gradient), at the embedding's backward only. With
-  // ActivationCheckpointing::blocks a layer's forward runs again under its backward's gather.
+  // Recompute::blocks a layer's forward runs again under its backward's gather.
   double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
   double forward(ParamContext& ctx, const Batch& batch) override;
   int64_t activation_bytes(int B, int T, DType dtype) const override;
@@ -47,7 +47,7 @@ class Llama final : public Model {
   bool keeps_gradients_open(int B, int T) const override {
     return config_.tie_embeddings && !defers_head_gradient(B, T);
   }
-  void set_activation_checkpointing(ActivationCheckpointing mode) override { checkpointing_ = mode; }
+  void set_recompute(Recompute mode) override { recompute_ = mode; }
   int vocab_size() const override { return config_.vocab; }
   int context_length() const override { return config_.ctx; }
   // 6 per parameter (the head's included when tied), plus attention's scores and weighted values, halved
@@ -67,7 +67,7 @@ class Llama final : public Model {
   double run(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);
 
   LlamaConfig config_;
-  ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
+  Recompute recompute_ = Recompute::none;
   HeadGradient head_gradient_ = HeadGradient::by_tokens;
   // Reallocated only when (B, T), dtype, device or the head's deferral change.
   std::unique_ptr<llama::Activations> acts_;

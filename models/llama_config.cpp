@@ -47,21 +47,28 @@ int64_t LlamaConfig::num_params() const {
 ModelConfig to_model_config(const LlamaConfig& c) {
   return {{"layers", c.layers},   {"dim", c.dim},     {"heads", c.heads},
           {"kv_heads", c.kv_heads}, {"ffn_dim", c.ffn_dim}, {"vocab", c.vocab},
-          {"ctx", c.ctx},         {"rope_theta", int64_t(c.rope_theta)}, {"tie_embeddings", c.tie_embeddings}};
+          {"ctx", c.ctx},         {"rope_theta", c.rope_theta}, {"tie_embeddings", c.tie_embeddings}};
 }
 
 LlamaConfig llama_config_from(const ModelConfig& config) {
-  const auto field = [&](const char* key, int64_t lo, int64_t hi) {
+  const auto value = [&](const char* key) -> const ConfigValue& {
     const auto it = config.find(key);
     if (it == config.end()) fail("Llama config: no '", key, "'");
-    if (it->second < lo || it->second > hi) fail("Llama config: ", key, " must be in [", lo, ", ", hi, "], got ", it->second);
     return it->second;
   };
+  const auto field = [&](const char* key, int64_t lo, int64_t hi) {
+    const ConfigValue& v = value(key);
+    if (!(v.is_integer() && v.integer() >= lo && v.integer() <= hi))
+      fail("Llama config: ", key, " must be an integer in [", lo, ", ", hi, "], got ", v.text());
+    return v.integer();
+  };
   constexpr int64_t kBig = int64_t(1) << 30;
+  const double theta = value("rope_theta").number();
+  if (!(theta >= 2 && theta <= double(kBig)))
+    fail("Llama config: rope_theta must be in [2, ", kBig, "], got ", value("rope_theta").text());
   LlamaConfig c{int(field("layers", 1, kBig)),      int(field("dim", 1, kBig)),   int(field("heads", 1, kBig)),
                 int(field("kv_heads", 1, kBig)),    int(field("ffn_dim", 1, kBig)), int(field("vocab", 1, kBig)),
-                int(field("ctx", 1, kBig)),         double(field("rope_theta", 2, kBig)),
-                field("tie_embeddings", 0, 1) == 1};
+                int(field("ctx", 1, kBig)),         theta, field("tie_embeddings", 0, 1) == 1};
   c.validate();
   return c;
 }

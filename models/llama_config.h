@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include <zshard/model_registry.h>
+#include <zshard/model_config.h>
 
 namespace zshard {
 

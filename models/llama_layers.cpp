@@ -23,12 +23,12 @@ void visit_intermediates(Activations& a, const LlamaConfig& c, int B, int T, int
 }
 
 // What lives only inside one layer's forward or backward: projections before they are packed or added,
-// the backward's scratch and, with checkpointing, the one slot of intermediates.
+// the backward's scratch and, with recomputation, the one slot of intermediates.
 BufferList layer_transients(Activations& a, const LlamaConfig& c, int B, int T, DType dtype,
-                            ActivationCheckpointing mode) {
+                            Recompute mode) {
   return [&a, &c, B, T, dtype, mode](const BufferVisitor& f) {
     const int64_t C = c.dim, KV = c.kv_dim(), F = c.ffn_dim;
-    if (mode == ActivationCheckpointing::blocks) visit_intermediates(a, c, B, T, 1, dtype, f);
+    if (mode == Recompute::blocks) visit_intermediates(a, c, B, T, 1, dtype, f);
     const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
     for (Tensor* t : {&a.proj, &a.q, &a.dq, &a.datty}) g(*t, {B, T, C});
     for (Tensor* t : {&a.k, &a.v, &a.dk, &a.dv}) g(*t, {B, T, KV});
@@ -39,7 +39,7 @@ BufferList layer_transients(Activations& a, const LlamaConfig& c, int B, int T, 
 
 // The one description of the activation layout, in order: i32 tokens, the rest in the compute dtype and
 // the RMSNorm statistics in NormStat.
-void for_each_buffer(Activations& a, const LlamaConfig& c, int B, int T, DType dtype, ActivationCheckpointing mode,
+void for_each_buffer(Activations& a, const LlamaConfig& c, int B, int T, DType dtype, Recompute mode,
                      bool deferred_head, const BufferVisitor& f) {
   const int64_t L = c.layers, S = Activations::slots(mode, c.layers), C = c.dim;
   f(a.inputs, {B, T}, DType::i32);
@@ -49,7 +49,7 @@ void for_each_buffer(Activations& a, const LlamaConfig& c, int B, int T, DType d
   g(a.encoded, {B, T, C});
   stat(a.ln1_rstd, {S, B, T});
   stat(a.ln2_rstd, {S, B, T});
-  if (mode == ActivationCheckpointing::none) visit_intermediates(a, c, B, T, L, dtype, f);
+  if (mode == Recompute::none) visit_intermediates(a, c, B, T, L, dtype, f);
   g(a.residual3, {L, B, T, C});
   g(a.lnf, {B, T, C});
   stat(a.lnf_rstd, {B, T});
@@ -82,14 +82,14 @@ void matmul_backward(Device d, T* dx, T* dW, const T* dy, const T* x, const T* W
 
 }  // namespace
 
-int64_t Activations::bytes(const LlamaConfig& c, int B, int T, DType dtype, ActivationCheckpointing mode,
+int64_t Activations::bytes(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode,
                            bool deferred_head) {
   Activations unused;
   return buffer_bytes(
       [&](const BufferVisitor& f) { for_each_buffer(unused, c, B, T, dtype, mode, deferred_head, f); });
 }
 
-void Activations::allocate(const LlamaConfig& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode,
+void Activations::allocate(const LlamaConfig& c, int b, int t, DType type, Device dev, Recompute mode,
                            bool deferred) {
   BatchBuffers::allocate(b, t, type, dev, mode,
                          [&](const BufferVisitor& f) { for_each_buffer(*this, c, b, t, type, mode, deferred, f); });

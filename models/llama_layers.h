@@ -19,7 +19,7 @@ enum EmbedParam { kEmbed };
 enum FinalParam { kFinalNorm, kLmHead };  // kLmHead only with an untied head
 
 // Everything forward_backward keeps for one (B, T). Per-layer buffers have a leading dimension: L for the
-// layer outputs (residual3), S = slots(checkpointing, L) for the intermediates (L, or 1 reused by every layer).
+// layer outputs (residual3), S = slots(recompute, L) for the intermediates (L, or 1 reused by every layer).
 // The logits share their region (LogitsRegion) with the views of layer scratch below.
 struct Activations : BatchBuffers, LogitsRegion {
   Tensor encoded;                     // (B,T,C) the token embedding: layer 0's input
@@ -34,7 +34,7 @@ struct Activations : BatchBuffers, LogitsRegion {
   Tensor lnf, lnf_rstd;               // (B,T,C), (B,T)
   Tensor losses;                      // (B,T)
   Tensor dresidual, dln;              // (B,T,C) backward scratch shared by all layers
-  // Scratch shared by all layers, cut from the LogitsRegion's shared region (with checkpointing beside the
+  // Scratch shared by all layers, cut from the LogitsRegion's shared region (with recomputation beside the
   // one slot of intermediates): projections before they are packed or added, and the backward's.
   Tensor proj, q, dq, datty;          // (B,T,C)
   Tensor k, v, dk, dv;                // (B,T,KV)
@@ -42,9 +42,9 @@ struct Activations : BatchBuffers, LogitsRegion {
   Tensor dswiglu, dgate, dup;         // (B,T,F)
 
   // Bytes of the allocations for (B, T), `mode` and `deferred_head`, tokens included: activation_bytes.
-  static int64_t bytes(const LlamaConfig& c, int B, int T, DType dtype, ActivationCheckpointing mode,
+  static int64_t bytes(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode,
                        bool deferred_head);
-  void allocate(const LlamaConfig& c, int b, int t, DType type, Device dev, ActivationCheckpointing mode,
+  void allocate(const LlamaConfig& c, int b, int t, DType type, Device dev, Recompute mode,
                 bool deferred_head);
 };
 

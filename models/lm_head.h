@@ -2,6 +2,7 @@
 // (V, C) (GPT-2's tied wte, Llama's lm_head or tied embedding), the token losses, and the backward; and,
 // for a head tied to the embedding, when its weight gradient is added and the protocol around it.
 #pragma once
+
 #include <zshard/model.h>
 #include <zshard/tensor.h>
 
@@ -70,7 +71,7 @@ enum class HeadGradient { by_tokens, immediate, deferred };
 bool defers_head_gradient(HeadGradient when, int B, int T, int channels);
 
 // The logits and what lives only inside one block's forward or backward (a model's block transients, and
-// with checkpointing its one slot of intermediates) in one region: the logits are dead while any block
+// with recomputation its one slot of intermediates) in one region: the logits are dead while any block
 // runs, unless the head's weight gradient is deferred to the embedding's backward, which reads the
 // dlogits after every block: then the logits have bytes of their own and the region holds the block's
 // buffers only.

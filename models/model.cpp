@@ -14,10 +14,10 @@ double Model::flops_per_token(int) const { return 6.0 * double(num_params(*this)
 
 bool Model::keeps_gradients_open(int, int) const { return true; }
 
-void Model::set_activation_checkpointing(ActivationCheckpointing mode) {
-  if (mode != ActivationCheckpointing::none)
+void Model::set_recompute(Recompute mode) {
+  if (mode != Recompute::none)
     throw UsageError("--activation-checkpointing blocks: this model does not support recomputation (it does not "
-                     "override Model::set_activation_checkpointing)");
+                     "override Model::set_recompute)");
 }
 
 }  // namespace zshard

@@ -53,10 +53,13 @@ std::vector<std::string> model_names() {
 ModelConfig model_config(const std::string& name, const ModelConfig& overrides) {
   ModelConfig config = find(name).defaults;
   for (const auto& [key, value] : overrides) {
-    if (!config.count(key))
+    const auto it = config.find(key);
+    if (it == config.end())
       throw UsageError(detail::concat("--config: model '", name, "' has no '", key, "' (it has ",
                                       config_text(config), ")"));
-    config[key] = value;
+    if (it->second.is_integer() && !value.is_integer())
+      throw UsageError(detail::concat("--config: ", key, " of model '", name, "' is an integer, got ", value.text()));
+    it->second = it->second.is_integer() ? value : ConfigValue(value.number());
   }
   return config;
 }
@@ -69,12 +72,6 @@ std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& c
   } catch (const Error& e) {
     throw UsageError(detail::concat("model '", name, "' (", config_text(config), "): ", e.what()));
   }
-}
-
-std::string config_text(const ModelConfig& config) {
-  std::ostringstream os;
-  for (auto it = config.begin(); it != config.end(); ++it) os << (it == config.begin() ? "" : ", ") << it->first << "=" << it->second;
-  return os.str();
 }
 
 }  // namespace zshard

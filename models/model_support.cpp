@@ -150,18 +150,18 @@ void cut_buffers(const Tensor& region, const BufferList& list) {
   });
 }
 
-bool BatchBuffers::fits(const Batch& batch, DType type, Device dev, ActivationCheckpointing mode) const {
+bool BatchBuffers::fits(const Batch& batch, DType type, Device dev, Recompute mode) const {
   return !storage.empty() && B == batch.B && T == batch.T && dtype == type && device == dev &&
-         checkpointing == mode;
+         recompute == mode;
 }
 
-void BatchBuffers::allocate(int b, int t, DType type, Device dev, ActivationCheckpointing mode,
+void BatchBuffers::allocate(int b, int t, DType type, Device dev, Recompute mode,
                             const BufferList& list) {
   B = b;
   T = t;
   dtype = type;
   device = dev;
-  checkpointing = mode;
+  recompute = mode;
   storage = allocate_buffers(list, device);
 }
 

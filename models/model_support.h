@@ -70,21 +70,21 @@ struct BatchBuffers {
   int B = 0, T = 0;
   DType dtype = DType::f32;
   Device device = Device::cpu;
-  ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
+  Recompute recompute = Recompute::none;
   std::vector<Tensor> storage;
   Tensor inputs, targets;  // (B,T) i32
 
-  // Slots of a buffer of per-block intermediates: one per block, or with checkpointing one that every
+  // Slots of a buffer of per-block intermediates: one per block, or with recomputation one that every
   // block reuses (in its forward and in its recompute). Block inputs keep one per block either way.
-  static int64_t slots(ActivationCheckpointing mode, int layers) {
-    return mode == ActivationCheckpointing::blocks ? 1 : layers;
+  static int64_t slots(Recompute mode, int layers) {
+    return mode == Recompute::blocks ? 1 : layers;
   }
   // The slot of block `layer`'s intermediates.
-  int slot(int layer) const { return checkpointing == ActivationCheckpointing::blocks ? 0 : layer; }
+  int slot(int layer) const { return recompute == Recompute::blocks ? 0 : layer; }
   // True when these buffers serve `batch` in `type` on `dev` with `mode` as they are.
-  bool fits(const Batch& batch, DType type, Device dev, ActivationCheckpointing mode) const;
+  bool fits(const Batch& batch, DType type, Device dev, Recompute mode) const;
   // Records the shape and allocates every buffer `list` visits (the tokens among them).
-  void allocate(int b, int t, DType type, Device dev, ActivationCheckpointing mode, const BufferList& list);
+  void allocate(int b, int t, DType type, Device dev, Recompute mode, const BufferList& list);
   // Copies the batch's host tokens into inputs and targets.
   void load_tokens(const Batch& batch) const;
 };

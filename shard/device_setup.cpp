@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <zshard/error.h>
+#include <zshard/plan.h>
 
 #ifdef ZSHARD_WITH_CUDA
 #include "comm/nccl/nccl_communicator.h"

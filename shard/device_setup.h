@@ -11,9 +11,7 @@
 
 namespace zshard {
 
-// --comm: mpi carries host or device buffers (device ones staged through the host unless MPI is
-// CUDA-aware); nccl carries device buffers between GPUs, one GPU per rank.
-enum class CommBackend { mpi, nccl };
+enum class CommBackend;  // <zshard/plan.h>
 
 // Why this process cannot compute on `device`, or empty when it can (the cpu always can).
 std::string device_unavailable(Device device);

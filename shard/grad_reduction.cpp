@@ -1,6 +1,6 @@
 // The gradients' side of the protocol: the full-size buffers the model accumulates into, and the
 // reduction each grads_ready() starts: reduce-scatter in the shard group, all-reduce across groups.
-#include "shard/sharded_unit.h"
+#include "shard/sharded_params.h"
 
 #include "shard/optimizer_offload.h"
 
@@ -19,7 +19,7 @@ const UnitTensors& ShardedParams::grads(int unit) {
   if (!u.full_grads.defined()) {
     fit_reductions_beside(u);
     u.full_grads =
-        Tensor::zeros({u.layout.padded_numel()}, u.grad_store.dtype(), placement_.device, Category::comm);
+        Tensor::zeros({u.layout.padded_numel()}, u.grad_store.dtype(), plan_.placement.device, Category::comm);
     u.grad_views = u.layout.views(u.full_grads);
   }
   return u.grad_views;
@@ -45,8 +45,8 @@ void ShardedParams::grads_ready(int unit) {
     for (Reduction& earlier : reductions_)
       if (!earlier.all_reduce_started) start_all_reduce(earlier);
   Reduction r{unit, false, nullptr, u.full_grads, Tensor()};
-  const Device device = placement_.device;
-  const DType reduce = placement_.reduce_dtype;
+  const Device device = plan_.placement.device;
+  const DType reduce = plan_.placement.reduce_dtype;
   // With no collective at all (a world of one), a differing reduce dtype would only add two conversions.
   const bool communicates = shard_group_size() > 1 || comms_.across_groups();
   if (reduce != r.send.dtype() && communicates) {
@@ -124,9 +124,9 @@ bool ShardedParams::advance(Reduction& r, bool blocking) {
   const Tensor dest = owned_grads(r.unit);
   if (dest.raw() != r.scratch.raw() && !r.lands_in_place) {
     if (grads_sharded_) {
-      accumulate(placement_.device, dest, r.scratch);
+      accumulate(plan_.placement.device, dest, r.scratch);
     } else {
-      ops::convert(placement_.device, dest.raw(), dest.dtype(), r.scratch.raw(), r.scratch.dtype(),
+      ops::convert(plan_.placement.device, dest.raw(), dest.dtype(), r.scratch.raw(), r.scratch.dtype(),
                    size_t(dest.numel()));
     }
   }

@@ -16,8 +16,7 @@
 #include <vector>
 
 #include <zshard/communicator.h>
-
-#include "shard/strategy.h"
+#include <zshard/plan.h>
 
 namespace zshard {
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include <zshard/dtype.h>
-
-#include "shard/strategy.h"
+#include <zshard/memory_report.h>
+#include <zshard/plan.h>
 
 namespace zshard {
 
@@ -18,17 +18,6 @@ struct DtypePolicy {
   static DtypePolicy mixed_bf16() { return {2, 2, 12}; }
   // The policy of parameters (and gradients) kept in `param_dtype`, as ShardedParams keeps them.
   static DtypePolicy of(DType param_dtype) { return param_dtype == DType::bf16 ? mixed_bf16() : fp32(); }
-};
-
-struct ModelStateBytes {
-  int64_t params = 0;
-  int64_t grads = 0;
-  int64_t optimizer = 0;
-  // --offload optimizer: the fp32 master and Adam m and v in host memory, and on a GPU the host copy of
-  // the owned gradients
-  int64_t host = 0;
-  int64_t total() const { return params + grads + optimizer + host; }
-  int64_t on_device() const { return params + grads + optimizer; }
 };
 
 // psi: parameter elements. `group` is the shard group size (world for zero1/2/3, G for hybrid, 1 for

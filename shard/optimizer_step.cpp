@@ -1,5 +1,5 @@
 // After the micro-steps: the global gradient norm and AdamW on the owned shards.
-#include "shard/sharded_unit.h"
+#include "shard/sharded_params.h"
 
 #include <cmath>
 #include <span>
@@ -14,7 +14,7 @@ double ShardedParams::grad_norm() {
   // Every parameter's owned gradient segment (the padding is left out), summed in one call: on a device
   // that is one host wait per step rather than one per segment.
   double sum = 0;
-  with_element_type(placement_.param_dtype, [&](auto t) {
+  with_element_type(plan_.placement.param_dtype, [&](auto t) {
     using T = decltype(t);
     std::vector<std::span<const T>> parts;
     for (int i = 0; i < num_units(); ++i) {
@@ -24,7 +24,7 @@ double ShardedParams::grad_norm() {
       for (const auto& seg : layout.shard_segments(shard_index()))
         parts.emplace_back(g + (seg.flat_begin - base), size_t(seg.count));
     }
-    sum = ops::sum_squares<T>(placement_.device, parts);
+    sum = ops::sum_squares<T>(plan_.placement.device, parts);
   });
   return std::sqrt(comms_.sum_of_partition(sum));
 }
@@ -36,7 +36,7 @@ void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
   // gradients, over which it writes the bf16 copy that goes back to the device.
   const auto pieces_of = [&](int i) {
     Unit& u = *units_[i];
-    const Device device = offload_ ? Device::cpu : placement_.device;
+    const Device device = offload_ ? Device::cpu : plan_.placement.device;
     const Tensor grads = offload_ ? offload_->host_grads(i) : owned_grads(i);
     bf16* copy = nullptr;
     if (u.resident.dtype() == DType::bf16) copy = (offload_ ? grads : owned_compute(u)).data<bf16>();

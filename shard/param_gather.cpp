@@ -1,6 +1,6 @@
 // The parameters' side of the protocol: all-gathers into transient buffers, the prefetch along the
 // recorded order, and release.
-#include "shard/sharded_unit.h"
+#include "shard/sharded_params.h"
 
 #include "kernels/device_memory.h"
 
@@ -10,7 +10,7 @@ using namespace sharded;
 
 void ShardedParams::start_gather(Unit& u) {
   u.gathered =
-      Tensor::empty({u.layout.padded_numel()}, u.resident.dtype(), placement_.device, Category::comm);
+      Tensor::empty({u.layout.padded_numel()}, u.resident.dtype(), plan_.placement.device, Category::comm);
   u.gather_work =
       gather_shards(u.resident.raw(), u.gathered.raw(), u.layout.shard_numel(), u.resident.dtype());
   u.param_views = u.layout.views(u.gathered);
@@ -37,7 +37,7 @@ int ShardedParams::inflight_units() const {
 void ShardedParams::prefetch_after(size_t position) {
   if (position + 1 >= order_->units.size()) return;
   Unit& next = *units_[order_->units[position + 1]];
-  if (!next.gathered.defined() && inflight_units() < options_.max_inflight) start_gather(next);
+  if (!next.gathered.defined() && inflight_units() < plan_.max_inflight) start_gather(next);
 }
 
 const UnitTensors& ShardedParams::gather(int unit) {
@@ -66,7 +66,7 @@ void ShardedParams::release(int unit) {
   ZS_CHECK(u.gather_refs > 0, "release of unit ", u.layout.spec().name, " that is not gathered");
   if (--u.gather_refs > 0 || !params_sharded_) return;
   // Without resharding after forward, the gathered unit waits for its backward.
-  if (!options_.reshard_after_forward && !in_backward_) return;
+  if (!plan_.reshard_after_forward && !in_backward_) return;
   free_gathered(u);
 }
 

@@ -1,4 +1,4 @@
-#include "shard/sharded_unit.h"
+#include "shard/sharded_params.h"
 
 #include <algorithm>
 #include <exception>
@@ -10,14 +10,14 @@ namespace zshard {
 
 using namespace sharded;
 
-ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const StrategyOptions& options,
-                             uint64_t seed, const Placement& placement)
-    : options_(options),
-      placement_(placement),
-      comms_(comm, shard_groups(options, comm.size())),
-      params_sharded_(zshard::params_sharded(options.kind)),
-      grads_sharded_(zshard::grads_sharded(options.kind)) {
-  ZS_CHECK(options.max_inflight >= 1, "--max-inflight must be >= 1, got ", options.max_inflight);
+ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const ShardPlan& plan, uint64_t seed)
+    : plan_(plan),
+      comms_(comm, plan.groups),
+      params_sharded_(plan.params_sharded()),
+      grads_sharded_(plan.grads_sharded()) {
+  ZS_CHECK(comm.size() == plan.world_size(), "a plan for ", plan.world_size(), " ranks on a world of ", comm.size());
+  ZS_CHECK(plan.max_inflight >= 1, "--max-inflight must be >= 1, got ", plan.max_inflight);
+  const Placement& placement = plan.placement;
   for (DType t : {placement.param_dtype, placement.reduce_dtype})
     ZS_CHECK(t == kF32 || t == DType::bf16, "parameters are kept and reduced in f32 or bf16, not ",
              dtype_name(t));
@@ -89,7 +89,7 @@ Tensor ShardedParams::owned_grads(int unit) const {
 
 void ShardedParams::set_unit_params(int unit, const float* full) {
   Unit& u = *units_[unit];
-  const Device device = placement_.device;
+  const Device device = plan_.placement.device;
   // The part of the unit this rank keeps, copied to the device in fp32: into the compute copy itself
   // when that is fp32, else into a staging buffer that the bf16 copy is made from; the master, where it
   // is a buffer of its own, takes its owned part.
@@ -110,9 +110,9 @@ void ShardedParams::copy_master_to_compute(int unit) {
   const Tensor compute = owned_compute(u);
   if (compute.raw() == u.master.raw()) return;
   if (compute.dtype() == kF32)
-    copy_bytes(compute.raw(), placement_.device, u.master.raw(), placement_.device, compute.nbytes());
+    copy_bytes(compute.raw(), plan_.placement.device, u.master.raw(), plan_.placement.device, compute.nbytes());
   else
-    ops::convert(placement_.device, compute.raw(), compute.dtype(), u.master.raw(), kF32, size_t(compute.numel()));
+    ops::convert(plan_.placement.device, compute.raw(), compute.dtype(), u.master.raw(), kF32, size_t(compute.numel()));
 }
 
 std::vector<float> ShardedParams::full_unit_params(int unit) {
@@ -120,16 +120,16 @@ std::vector<float> ShardedParams::full_unit_params(int unit) {
   std::vector<float> out(u.layout.padded_numel());
   // Collectives on a device take device buffers: gather there, then copy to the host.
   Tensor staging;
-  if (placement_.device != Device::cpu)
-    staging = Tensor::empty({u.layout.padded_numel()}, kF32, placement_.device, Category::comm);
+  if (plan_.placement.device != Device::cpu)
+    staging = Tensor::empty({u.layout.padded_numel()}, kF32, plan_.placement.device, Category::comm);
   void* dst = staging.defined() ? staging.raw() : out.data();
   Tensor send = u.master;
-  if (send.device() != placement_.device) {  // offloaded to the host
-    send = Tensor::empty(send.shape(), kF32, placement_.device, Category::comm);
-    copy_bytes(send.raw(), placement_.device, u.master.raw(), u.master.device(), send.nbytes());
+  if (send.device() != plan_.placement.device) {  // offloaded to the host
+    send = Tensor::empty(send.shape(), kF32, plan_.placement.device, Category::comm);
+    copy_bytes(send.raw(), plan_.placement.device, u.master.raw(), u.master.device(), send.nbytes());
   }
   if (comm::WorkPtr work = gather_shards(send.raw(), dst, u.layout.shard_numel(), kF32)) work->wait();
-  if (staging.defined()) copy_bytes(out.data(), Device::cpu, dst, placement_.device, staging.nbytes());
+  if (staging.defined()) copy_bytes(out.data(), Device::cpu, dst, plan_.placement.device, staging.nbytes());
   return out;
 }
 
@@ -149,7 +149,7 @@ void ShardedParams::gather_resident_params() {
 
 comm::WorkPtr ShardedParams::gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype) {
   if (shard_group_size() > 1) return comms_.shard().all_gather(send, recv, size_t(shard_numel), dtype);
-  copy_bytes(recv, placement_.device, send, placement_.device, size_t(shard_numel) * dtype_size(dtype));
+  copy_bytes(recv, plan_.placement.device, send, plan_.placement.device, size_t(shard_numel) * dtype_size(dtype));
   return nullptr;
 }
 

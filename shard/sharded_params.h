@@ -43,34 +43,23 @@
 
 #include <zshard/communicator.h>
 #include <zshard/model.h>
+#include <zshard/plan.h>
 
+#include "kernels/engine_ops.h"
 #include "kernels/engine_ops.h"
 #include "shard/flat_unit.h"
 #include "shard/group_comms.h"
-#include "shard/strategy.h"
 
 namespace zshard {
 
 class OptimizerOffload;
 
-// Where ShardedParams keeps a model and in which dtypes (see above).
-struct Placement {
-  Device device = Device::cpu;
-  DType param_dtype = DType::f32;   // compute copy and gradients: f32, or bf16 (cuda)
-  DType reduce_dtype = DType::f32;  // gradient collectives: f32 or bf16
-  // ZeRO-Offload: the fp32 master shard and Adam m and v live in host memory (Category::host, page-locked
-  // on the CUDA path) and AdamW runs there (shard/optimizer_offload.h). The master is then always a buffer
-  // of its own, also beside an fp32 compute copy: 12 bytes per owned parameter on the host, plus on a
-  // device the host copy of the owned gradients. The cpu device only moves the accounting.
-  bool offload_optimizer = false;
-};
-
 class ShardedParams : public ParamContext {
  public:
-  // Collective over `comm`, which the strategy's groups split from and whose collectives carry
-  // placement.device's buffers; `comm` must outlive this object. Parameters start from model.init_unit(seed), computed on the host.
-  ShardedParams(const Model& model, comm::Communicator& comm, const StrategyOptions& options, uint64_t seed,
-                const Placement& placement = {});
+  // Collective over `comm`, which the plan's groups split from (it has the plan's world size) and whose
+  // collectives carry the plan's device buffers; `comm` must outlive this object. Parameters start from
+  // model.init_unit(seed), computed on the host.
+  ShardedParams(const Model& model, comm::Communicator& comm, const ShardPlan& plan, uint64_t seed);
   ~ShardedParams() override;
 
   // ParamContext
@@ -78,8 +67,8 @@ class ShardedParams : public ParamContext {
   void release(int unit) override;
   const UnitTensors& grads(int unit) override;
   void grads_ready(int unit) override;
-  Device device() const override { return placement_.device; }
-  DType compute_dtype() const override { return placement_.param_dtype; }
+  Device device() const override { return plan_.placement.device; }
+  DType compute_dtype() const override { return plan_.placement.param_dtype; }
 
   // Step protocol, driven by the trainer.
   void begin_micro_step(bool sync_grads);  // sync_grads false = accumulate locally (ddp/zero1 no_sync)
@@ -96,8 +85,8 @@ class ShardedParams : public ParamContext {
   int shard_index() const { return comms_.shard_index(); }
   int shard_group_size() const { return comms_.shard_group_size(); }  // this rank's group
   const ShardGroups& groups() const { return comms_.groups(); }
-  const StrategyOptions& options() const { return options_; }
-  const Placement& placement() const { return placement_; }
+  const ShardPlan& plan() const { return plan_; }
+  const Placement& placement() const { return plan_.placement; }
   // The owned shard (shard_numel elements) of the fp32 master params, the gradients (param dtype), Adam m
   // and Adam v: on the device, except the master, m and v with offload_optimizer (host memory).
   Tensor owned_params(int unit) const;
@@ -148,14 +137,13 @@ class ShardedParams : public ParamContext {
   void poll_reductions();
   int inflight_units() const;
 
-  StrategyOptions options_;
-  Placement placement_;
+  ShardPlan plan_;
   GroupComms comms_;
   bool params_sharded_;
   bool grads_sharded_;
   std::vector<std::unique_ptr<Unit>> units_;
   std::deque<Reduction> reductions_;
-  std::unique_ptr<OptimizerOffload> offload_;  // with placement_.offload_optimizer
+  std::unique_ptr<OptimizerOffload> offload_;  // with plan_.placement.offload_optimizer
   // Sharded gradients: the elements of full unit gradients that the reductions in flight and the one
   // being opened may hold together, max(largest unit, 2 x second largest). Two ordinary units always fit
   // (one accumulated while the other's reduction overlaps it), so a model of like units keeps that
@@ -183,5 +171,61 @@ class ShardedParams : public ParamContext {
   int64_t first_step_gathered_numel_ = 0;
   size_t gather_position_ = 0;
 };
+
+// ---- the inside that its four source files share (sharded_params.cpp: state and ownership;
+// param_gather.cpp: all-gather and prefetch; grad_reduction.cpp: reduce-scatter and all-reduce;
+// optimizer_step.cpp: norm and AdamW) ----
+
+struct ShardedParams::Unit {
+  Unit(const UnitSpec& spec, int group, int pad_multiple) : layout(spec, group, pad_multiple) {}
+  FlatLayout layout;
+  Tensor resident;      // compute copy: the full flat buffer when resident, this rank's shard when sharded
+  Tensor master;        // the fp32 owned shard; a view into `resident` when the param dtype is fp32
+  Tensor gathered;      // sharded params: the all-gathered full buffer while the unit is in use
+  comm::WorkPtr gather_work;
+  int gather_refs = 0;  // gathers not yet released, on every strategy (the protocol is checked on all)
+  bool used = false;    // the model has gathered it since it was last freed (a prefetch is not yet used)
+  // Where the unit's gradients are in this micro-step: the protocol allows grads() any number of times,
+  // then one grads_ready().
+  enum class Grads { untouched, requested, ready } grads_state = Grads::untouched;
+  UnitTensors param_views;
+  Tensor grad_store;    // grads: full when resident (ddp, zero1), this rank's shard when sharded
+  Tensor full_grads;    // what the model accumulates into: grad_store, or a transient full buffer
+  UnitTensors grad_views;
+  Tensor m, v;          // AdamW state of the owned shard
+};
+
+namespace sharded {
+inline constexpr DType kF32 = DType::f32;
+
+// Calls fn(T{}) with T the element type of `dtype` (float or bf16): where a runtime dtype picks an op's
+// template argument.
+template <class Fn>
+decltype(auto) with_element_type(DType dtype, Fn&& fn) {
+  if (dtype == DType::bf16) return fn(bf16{});
+  ZS_CHECK(dtype == DType::f32, "parameters and gradients are f32 or bf16, not ", dtype_name(dtype));
+  return fn(float{});
+}
+
+// This rank's shard of a unit buffer that holds either the full unit or that shard already.
+inline Tensor owned_part(const FlatLayout& layout, int shard, const Tensor& buffer) {
+  if (buffer.numel() != layout.padded_numel()) return buffer;
+  return buffer.view(layout.shard_begin(shard), {layout.shard_numel()});
+}
+
+// dst += src, both on `device`; src is converted to dst's dtype first when they differ.
+inline void accumulate(Device device, const Tensor& dst, Tensor src) {
+  const size_t n = size_t(dst.numel());
+  if (src.dtype() != dst.dtype()) {
+    Tensor converted = Tensor::empty(dst.shape(), dst.dtype(), device, Category::comm);
+    ops::convert(device, converted.raw(), dst.dtype(), src.raw(), src.dtype(), n);
+    src = converted;
+  }
+  with_element_type(dst.dtype(), [&](auto t) {
+    using T = decltype(t);
+    ops::axpy(device, dst.data<T>(), src.data<T>(), 1.0f, n);
+  });
+}
+}  // namespace sharded
 
 }  // namespace zshard

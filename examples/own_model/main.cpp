@@ -71,6 +71,6 @@ class Bigram final : public Model {
 
 int main(int argc, char** argv) {
   return train_main(argc, argv, "bigram", {{"vocab", 256}, {"dim", 32}, {"ctx", 64}}, [](const ModelConfig& c) {
-    return std::make_unique<Bigram>(int(c.at("vocab")), int(c.at("dim")), int(c.at("ctx")));
+    return std::make_unique<Bigram>(int(c.at("vocab").integer()), int(c.at("dim").integer()), int(c.at("ctx").integer()));
   });
 }

@@ -31,6 +31,12 @@ template <class... Args>
   throw Error(detail::concat(args...));
 }
 
+// Refuses a bad value the user gave: the message names the flag (UsageError, exit code 2).
+template <class... Args>
+[[noreturn]] void refuse(const Args&... args) {
+  throw UsageError(detail::concat(args...));
+}
+
 }  // namespace zshard
 
 // ZS_CHECK(cond, msg...) throws zshard::Error with file:line when cond is false.

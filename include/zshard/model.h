@@ -12,7 +12,7 @@
 // A unit may be gathered more than once (GPT-2's head reuses the embedding unit's wte), and its
 // gradients may be requested in several places before grads_ready.
 //
-// Activation checkpointing (set_activation_checkpointing(blocks)) changes what a model keeps between
+// Activation checkpointing (set_recompute(blocks)) changes what a model keeps between
 // forward and backward, never the protocol or the math: each block unit's forward runs again inside
 // its backward, between that backward's gather and release, so the losses and gradients are the same
 // bits and the collectives the same ones.
@@ -64,7 +64,7 @@ struct Batch {
 };
 
 // What forward_backward keeps for the backward (--activation-checkpointing).
-enum class ActivationCheckpointing {
+enum class Recompute {
   none,    // every block's intermediates, from its forward to its backward
   blocks,  // each block's input only; the block's forward is recomputed right before its backward
 };
@@ -81,7 +81,7 @@ class Model {
   virtual double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) = 0;
   // Forward only; returns the sum of the token losses.
   virtual double forward(ParamContext& ctx, const Batch& batch) = 0;
-  // Bytes this model will allocate for activations at batch (B, T) in the checkpointing mode set: what
+  // Bytes this model will allocate for activations at batch (B, T) in the recompute mode set: what
   // the memory estimator uses.
   virtual int64_t activation_bytes(int B, int T, DType dtype) const = 0;
   // Whether backward at batch (B, T) keeps a unit's gradients open while other units' backward runs:
@@ -92,7 +92,7 @@ class Model {
   virtual bool keeps_gradients_open(int B, int T) const;
   // Applies to every later forward_backward and activation_bytes. The default accepts none only: a model
   // that recomputes nothing throws UsageError for blocks.
-  virtual void set_activation_checkpointing(ActivationCheckpointing mode);
+  virtual void set_recompute(Recompute mode);
   // Token ids run from 0 to vocab_size() - 1; sequences are at most context_length() tokens.
   virtual int vocab_size() const = 0;
   virtual int context_length() const = 0;

@@ -11,12 +11,10 @@
 #include <vector>
 
 #include <zshard/model.h>
+#include <zshard/model_config.h>
 
 namespace zshard {
 
-// A model's integer hyper-parameters by name, e.g. {"layers": 12, "dim": 768, ...}; each model has its
-// own keys.
-using ModelConfig = std::map<std::string, int64_t>;
 // Builds the model of a configuration; throws zshard::Error naming the field for an invalid one.
 using ModelBuilder = std::function<std::unique_ptr<Model>(const ModelConfig&)>;
 
@@ -25,13 +23,11 @@ void register_model(const std::string& name, ModelConfig defaults, ModelBuilder 
 // Every registered name, sorted.
 std::vector<std::string> model_names();
 
-// `name`'s configuration with `overrides` applied. Throws UsageError naming --model for an unknown
-// name (listing the known ones) and --config for a key the model does not have.
+// `name`'s configuration with `overrides` applied, each in the type of the default it replaces (an integer
+// given for a real number becomes one). Throws UsageError naming --model for an unknown name (listing the
+// known ones), and --config for a key the model does not have or a real number where it needs an integer.
 ModelConfig model_config(const std::string& name, const ModelConfig& overrides = {});
 // Builds `name` with `config` (from model_config); an invalid configuration is a UsageError naming it.
 std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& config);
-
-// "layers=12, dim=768": how messages and --help show a configuration.
-std::string config_text(const ModelConfig& config);
 
 }  // namespace zshard

@@ -1,51 +1,18 @@
 // Tensor: a typed, shaped view into a tracked Buffer. Views share the buffer, so a unit's parameters
 // can be views into one flat buffer without copies.
 #pragma once
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <zshard/dtype.h>
 #include <zshard/error.h>
+#include <zshard/memory.h>
 
 namespace zshard {
-
-// Model states are params + grads + optimizer (what the ZeRO formulas count), plus `host`: the optimizer
-// state (fp32 master, Adam m and v) that --offload optimizer keeps in host memory, ZeRO-Offload's split.
-// Transient full-size unit buffers that only exist around a collective (gathered params, unsharded grads
-// before a reduce-scatter, staging) are `comm`.
-enum class Category : uint8_t { params, grads, optimizer, activations, comm, workspace, host };
-constexpr int kNumCategories = 7;
-constexpr std::array<Category, kNumCategories> kAllCategories = {
-    Category::params, Category::grads, Category::optimizer, Category::activations,
-    Category::comm,   Category::workspace, Category::host};
-
-std::string_view category_name(Category c);
-
-// An owned allocation; frees itself through the allocator that made it.
-class Buffer {
- public:
-  Buffer(size_t bytes, Device device, Category category);
-  ~Buffer();
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-
-  void* data() const { return ptr_; }
-  size_t bytes() const { return bytes_; }
-  Device device() const { return device_; }
-  Category category() const { return category_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-  Device device_;
-  Category category_;
-};
 
 using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& shape);

@@ -29,9 +29,20 @@ int64_t read_number(const std::string& path, const std::string& key = "") {
 }
 
 // The flag that moves a run to `kind`; a hybrid run's --shard-group must go with it.
-std::string switch_to(const TrainOptions& o, StrategyKind kind) {
-  const bool groups = o.strategy.shard_group != 0 || !o.strategy.shard_group_sizes.empty();
-  return detail::concat("--strategy ", strategy_name(kind), groups ? " (without --shard-group)" : "");
+std::string switch_to(const ShardPlan& plan, StrategyKind kind) {
+  return detail::concat("--strategy ", strategy_name(kind), plan.shard_group.automatic() ? "" : " (without --shard-group)");
+}
+
+// The run's plan under `kind` on `world` ranks: its own where nothing changes, else the default groups and
+// prefetch of that strategy with the run's placement.
+ShardPlan plan_as(const ShardPlan& plan, StrategyKind kind, int world) {
+  if (kind == plan.kind && world == plan.world_size()) return plan;
+  PlanOptions options{{kind}, plan.placement, plan.comm, plan.comm_timeout_s};
+  if (params_sharded(kind) && params_sharded(plan.kind)) {
+    options.strategy.max_inflight = plan.max_inflight;
+    options.strategy.reshard_after_forward = plan.reshard_after_forward;
+  }
+  return plan_for_world(options, world);
 }
 
 bool fits(const EstimateInput& in, int64_t budget) {
@@ -56,25 +67,27 @@ std::vector<int> divisors(int n) {
 
 // The first configuration that fits: this strategy, then each that shards more; for each, the smallest
 // cut of the micro-batch (a divisor of --batch, times more --grad-accum, so the global batch stays).
-std::string nearest_fit(const TrainOptions& o, const Model& model, int world, int largest_rank_batch,
+std::string nearest_fit(const ShardPlan& plan, const Model& model, const BatchShape& shape, int largest_rank_batch,
                         int64_t budget) {
+  const int world = plan.world_size();
   std::vector<StrategyKind> kinds = {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2,
                                      StrategyKind::zero3};
-  if (o.strategy.kind == StrategyKind::hybrid) kinds = {StrategyKind::hybrid, StrategyKind::zero3};
-  else kinds.erase(kinds.begin(), std::find(kinds.begin(), kinds.end(), o.strategy.kind));
+  if (plan.kind == StrategyKind::hybrid) kinds = {StrategyKind::hybrid, StrategyKind::zero3};
+  else kinds.erase(kinds.begin(), std::find(kinds.begin(), kinds.end(), plan.kind));
   for (StrategyKind kind : kinds) {
-    const std::string strategy = kind == o.strategy.kind ? "" : switch_to(o, kind);
-    for (int cut : divisors(o.batch)) {
-      if (o.batch / cut < world || int64_t(o.grad_accum) * cut > std::numeric_limits<int>::max()) break;
+    const std::string strategy = kind == plan.kind ? "" : switch_to(plan, kind);
+    const ShardPlan candidate = plan_as(plan, kind, world);
+    for (int cut : divisors(shape.batch)) {
+      if (shape.batch / cut < world || int64_t(shape.grad_accum) * cut > std::numeric_limits<int>::max()) break;
       // Uneven --rank-batches cannot be cut evenly: only the strategy may change.
-      if (!o.rank_batches.empty() && cut > 1) break;
-      const int rank_batch = cut == 1 ? largest_rank_batch : (o.batch / cut + world - 1) / world;
-      EstimateInput in = estimate_input(o, model, world, kind, rank_batch);
-      in.grad_accum = o.grad_accum * cut;
+      if (!shape.even && cut > 1) break;
+      const int rank_batch = cut == 1 ? largest_rank_batch : (shape.batch / cut + world - 1) / world;
+      EstimateInput in = estimate_input(candidate, model, shape, rank_batch);
+      in.grad_accum = shape.grad_accum * cut;
       if (!fits(in, budget)) continue;
       if (cut == 1) return strategy;
-      return detail::concat(strategy, strategy.empty() ? "" : " ", "--batch ", o.batch / cut, " --grad-accum ",
-                            o.grad_accum * cut, " (the same global batch)");
+      return detail::concat(strategy, strategy.empty() ? "" : " ", "--batch ", shape.batch / cut, " --grad-accum ",
+                            shape.grad_accum * cut, " (the same global batch)");
     }
   }
   return "";
@@ -82,38 +95,28 @@ std::string nearest_fit(const TrainOptions& o, const Model& model, int world, in
 
 // When nothing fits on this world: the fewest ranks, each with this rank's memory, on which zero3 with one
 // sequence per rank would (--batch and --grad-accum keep the global batch where the world divides it).
-std::string more_ranks(const TrainOptions& o, const Model& model, int world, int64_t budget) {
-  const int64_t global = int64_t(o.batch) * o.grad_accum;
-  for (int ranks = world * 2; ranks <= (1 << 16); ranks *= 2) {
-    EstimateInput in = estimate_input(o, model, ranks, StrategyKind::zero3, 1);
+std::string more_ranks(const ShardPlan& plan, const Model& model, const BatchShape& shape, int64_t budget) {
+  const int64_t global = int64_t(shape.batch) * shape.grad_accum;
+  for (int ranks = plan.world_size() * 2; ranks <= (1 << 16); ranks *= 2) {
+    EstimateInput in = estimate_input(plan_as(plan, StrategyKind::zero3, ranks), model, shape, 1);
     const bool keeps_global = global % ranks == 0 && global / ranks <= std::numeric_limits<int>::max();
     if (keeps_global) in.grad_accum = int(global / ranks);
     if (!fits(in, budget)) continue;
     const std::string batch = keeps_global ? detail::concat(" (--batch ", ranks, " --grad-accum ", global / ranks, ")") : "";
-    return detail::concat(switch_to(o, StrategyKind::zero3), " on ", ranks, " ranks with this much memory each", batch);
+    return detail::concat(switch_to(plan, StrategyKind::zero3), " on ", ranks, " ranks with this much memory each", batch);
   }
   return "";
 }
 
 }  // namespace
 
-EstimateInput estimate_input(const TrainOptions& o, const Model& model, int world, StrategyKind kind,
-                             int rank_batch) {
+EstimateInput estimate_input(const ShardPlan& plan, const Model& model, const BatchShape& shape, int rank_batch) {
   EstimateInput in;
   in.model = &model;
-  in.kind = kind;
-  in.world = world;
-  if (kind == StrategyKind::hybrid) {
-    in.shard_group = o.strategy.shard_group;
-    in.shard_group_sizes = o.strategy.shard_group_sizes;
-  }
-  in.max_inflight = o.strategy.max_inflight;
-  in.dtypes = o.placement.param_dtype == DType::bf16 ? DtypePolicy::mixed_bf16() : DtypePolicy::fp32();
+  in.plan = plan;
   in.rank_batch = rank_batch;
-  in.seq = o.seq;
-  in.grad_accum = o.grad_accum;
-  in.offload_optimizer = o.placement.offload_optimizer;
-  in.device = o.placement.device;
+  in.seq = shape.seq;
+  in.grad_accum = shape.grad_accum;
   return in;
 }
 
@@ -145,37 +148,41 @@ MemoryBudget usable_memory(Device device, int ranks_on_host) {
   return {total / share, detail::concat(source, " ", format_bytes(double(total)), ranks)};
 }
 
-int largest_rank_batch_fitting(const TrainOptions& o, const Model& model, int world, const MemoryBudget& budget) {
+int largest_rank_batch_fitting(const ShardPlan& plan, const Model& model, const BatchShape& shape,
+                               const MemoryBudget& budget) {
   if (budget.bytes < 0) return -1;
-  return largest_rank_batch(estimate_input(o, model, world, o.strategy.kind, 1), budget.bytes);
+  return largest_rank_batch(estimate_input(plan, model, shape, 1), budget.bytes);
 }
 
-void check_host_memory_fits(const TrainOptions& o, const Model& model, int world, const MemoryBudget& host_budget) {
-  if (host_budget.bytes < 0 || o.placement.device == Device::cpu || !o.placement.offload_optimizer) return;
-  const int64_t host = estimate_memory(estimate_input(o, model, world, o.strategy.kind, 1)).host_apart();
+void check_host_memory_fits(const ShardPlan& plan, const Model& model, const BatchShape& shape,
+                            const MemoryBudget& host_budget) {
+  if (host_budget.bytes < 0 || plan.placement.device == Device::cpu || !plan.placement.offload_optimizer) return;
+  const auto host_of = [&](const ShardPlan& p) { return estimate_memory(estimate_input(p, model, shape, 1)).host_apart(); };
+  const int64_t host = host_of(plan);
   if (host <= host_budget.bytes) return;
   // The host bytes shrink only with the shard group: hybrid's shards more as zero3, any strategy's with
   // more ranks.
+  const int world = plan.world_size();
   std::string fix;
-  if (o.strategy.kind == StrategyKind::hybrid &&
-      estimate_memory(estimate_input(o, model, world, StrategyKind::zero3, 1)).host_apart() <= host_budget.bytes)
-    fix = switch_to(o, StrategyKind::zero3);
+  if (plan.kind == StrategyKind::hybrid && host_of(plan_as(plan, StrategyKind::zero3, world)) <= host_budget.bytes)
+    fix = switch_to(plan, StrategyKind::zero3);
   for (int ranks = world * 2; fix.empty() && ranks <= (1 << 16); ranks *= 2)
-    if (estimate_memory(estimate_input(o, model, ranks, StrategyKind::zero3, 1)).host_apart() <= host_budget.bytes)
-      fix = detail::concat(switch_to(o, StrategyKind::zero3), " on ", ranks, " ranks with this much host memory each");
+    if (host_of(plan_as(plan, StrategyKind::zero3, ranks)) <= host_budget.bytes)
+      fix = detail::concat(switch_to(plan, StrategyKind::zero3), " on ", ranks, " ranks with this much host memory each");
   fail("--offload optimizer does not fit in host memory: this rank needs about ", format_bytes(double(host)),
        " of page-locked host memory, it can use ", format_bytes(double(host_budget.bytes)), " (",
        host_budget.source, "); ", fix.empty() ? "" : "nearest that fits: " + fix + ", or ",
        "--offload none (--mem-check off skips this check)");
 }
 
-void check_memory_fits(const TrainOptions& o, const Model& model, int world, int rank_batch,
+void check_memory_fits(const ShardPlan& plan, const Model& model, const BatchShape& shape, int rank_batch,
                        int largest_rank_batch, const MemoryBudget& budget) {
   if (budget.bytes < 0) return;
-  const MemoryEstimate e = estimate_memory(estimate_input(o, model, world, o.strategy.kind, rank_batch));
+  const MemoryEstimate e = estimate_memory(estimate_input(plan, model, shape, rank_batch));
   if (e.total() <= budget.bytes) return;
-  const std::string fix = nearest_fit(o, model, world, largest_rank_batch, budget.bytes);
-  const std::string bigger = fix.empty() ? more_ranks(o, model, world, budget.bytes) : "";
+  const int world = plan.world_size();
+  const std::string fix = nearest_fit(plan, model, shape, largest_rank_batch, budget.bytes);
+  const std::string bigger = fix.empty() ? more_ranks(plan, model, shape, budget.bytes) : "";
   fail("does not fit in memory: this rank needs about ", format_bytes(double(e.total())), " (model states ",
        format_bytes(double(e.model_states.total() - e.host_apart())), ", activations ",
        format_bytes(double(e.activations)),

@@ -15,11 +15,6 @@ namespace zshard {
 
 namespace {
 
-template <class... Args>
-[[noreturn]] void usage(const Args&... args) {
-  throw UsageError(detail::concat(args...));
-}
-
 // Sum of the `k` largest entries.
 int64_t largest(std::vector<int64_t> v, int k) {
   std::sort(v.begin(), v.end(), std::greater<>());
@@ -31,23 +26,21 @@ int64_t largest(std::vector<int64_t> v, int k) {
 }  // namespace
 
 MemoryEstimate estimate_memory(const EstimateInput& in) {
-  if (in.world < 1) usage("--world must be >= 1, got ", in.world);
-  StrategyOptions so;
-  so.kind = in.kind;
-  so.shard_group = in.shard_group;
-  so.shard_group_sizes = in.shard_group_sizes;
-  const ShardGroups groups = shard_groups(so, in.world);
+  const ShardPlan& plan = in.plan;
+  const ShardGroups& groups = plan.groups;
   int group = in.group;
   if (group < 0) group = int(std::min_element(groups.sizes().begin(), groups.sizes().end()) - groups.sizes().begin());
-  if (group >= groups.count()) usage("no shard group ", group, " among ", groups.count());
+  if (group >= groups.count()) refuse("no shard group ", group, " among ", groups.count());
   MemoryEstimate e;
-  e.device = in.device;
+  const Device device = plan.placement.device;
+  const bool offload = plan.placement.offload_optimizer;
+  e.device = device;
   e.shard_group = groups.size(group);
   const int G = e.shard_group;
-  const DtypePolicy& d = in.dtypes;
+  const DtypePolicy d = DtypePolicy::of(plan.placement.param_dtype);
   if (!in.model) {
     e.params = in.params;
-    e.model_states = predict_model_states(in.kind, G, in.params, d, in.offload_optimizer, in.device);
+    e.model_states = predict_model_states(plan.kind, G, in.params, d, offload, device);
     return e;
   }
 
@@ -61,13 +54,13 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     padded_total += units.back();
   }
   const int64_t shard_total = padded_total / G;
-  const bool p_sharded = params_sharded(in.kind), g_sharded = grads_sharded(in.kind);
+  const bool p_sharded = plan.params_sharded(), g_sharded = plan.grads_sharded();
   e.model_states.params = (p_sharded ? shard_total : padded_total) * d.param_bytes;
   e.model_states.grads = (g_sharded ? shard_total : padded_total) * d.grad_bytes;
-  (in.offload_optimizer ? e.model_states.host : e.model_states.optimizer) =
-      shard_total * (in.offload_optimizer ? offloaded_bytes_per_param(d, in.device) : d.optimizer_bytes);
+  (offload ? e.model_states.host : e.model_states.optimizer) =
+      shard_total * (offload ? offloaded_bytes_per_param(d, device) : d.optimizer_bytes);
 
-  if (p_sharded) e.gathered_in_flight = largest(units, std::max(1, in.max_inflight)) * d.param_bytes;
+  if (p_sharded) e.gathered_in_flight = largest(units, std::max(1, plan.max_inflight)) * d.param_bytes;
   // Transient full gradients and reduce-scatter outputs (shard/sharded_params.cpp). Sharded gradients:
   // a unit's reduction is finished once the next one is issued, and a unit opens its full gradient only
   // once those in flight fit beside it within max(L1, 2 L2) elements (L1, L2 the two largest units): the
@@ -124,7 +117,7 @@ int largest_rank_batch(EstimateInput in, int64_t device_bytes) {
 }
 
 std::string MemorySavers::name() const {
-  const bool blocks = checkpointing == ActivationCheckpointing::blocks;
+  const bool blocks = recompute == Recompute::blocks;
   if (!offload_optimizer) return blocks ? "blocks" : "none";
   return blocks ? "blocks+offload" : "offload";
 }
@@ -134,15 +127,15 @@ std::vector<int> largest_rank_batch_per_saver(EstimateInput in, Model& model, in
   std::vector<int> batches;
   for (const MemorySavers& savers : kAllMemorySavers) {
     try {
-      model.set_activation_checkpointing(savers.checkpointing);
+      model.set_recompute(savers.recompute);
     } catch (const UsageError&) {
       batches.push_back(-1);  // a model of its own without recomputation
       continue;
     }
-    in.offload_optimizer = savers.offload_optimizer;
+    in.plan.placement.offload_optimizer = savers.offload_optimizer;
     batches.push_back(largest_rank_batch(in, budget));
   }
-  model.set_activation_checkpointing(ActivationCheckpointing::none);
+  model.set_recompute(Recompute::none);
   return batches;
 }
 
@@ -161,7 +154,7 @@ int64_t parse_bytes(const std::string& text, const std::string& flag) {
   try {
     value = std::stod(text, &used);
   } catch (const std::exception&) {
-    usage(flag, " must be a size such as 80GiB, 40GB or 1.5e9, got '", text, "'");
+    refuse(flag, " must be a size such as 80GiB, 40GB or 1.5e9, got '", text, "'");
   }
   std::string unit = text.substr(used);
   for (char& ch : unit) ch = char(std::tolower(static_cast<unsigned char>(ch)));
@@ -170,19 +163,19 @@ int64_t parse_bytes(const std::string& text, const std::string& flag) {
       {"tb", 1e12},     {"kib", 1024.0},    {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
   for (const auto& [name, scale] : units)
     if (unit == name) {
-      if (!(value > 0) || !std::isfinite(value)) usage(flag, " must be positive, got '", text, "'");
-      if (value * scale >= 9e18) usage(flag, " is too large, got '", text, "'");
+      if (!(value > 0) || !std::isfinite(value)) refuse(flag, " must be positive, got '", text, "'");
+      if (value * scale >= 9e18) refuse(flag, " is too large, got '", text, "'");
       // A fraction of a byte would truncate to 0, which no size means (a sweep from 0 never grows).
-      if (value * scale < 1) usage(flag, " must be at least 1 byte, got '", text, "'");
+      if (value * scale < 1) refuse(flag, " must be at least 1 byte, got '", text, "'");
       return int64_t(value * scale);
     }
-  usage(flag, ": unknown unit '", text.substr(used), "' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");
+  refuse(flag, ": unknown unit '", text.substr(used), "' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");
 }
 
-DtypePolicy parse_dtype_policy(const std::string& name) {
-  if (name == "fp32") return DtypePolicy::fp32();
-  if (name == "mixed") return DtypePolicy::mixed_bf16();
-  usage("--dtype must be fp32 or mixed, got '", name, "'");
+DType parse_dtype_policy(const std::string& name) {
+  if (name == "fp32") return DType::f32;
+  if (name == "mixed") return DType::bf16;
+  refuse("--dtype must be fp32 or mixed, got '", name, "'");
 }
 
 }  // namespace zshard

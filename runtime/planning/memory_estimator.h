@@ -2,7 +2,7 @@
 // that was never run, from the ZeRO model-state arithmetic (memory_model.h) plus what zshard's runtime
 // allocates around it: gathered units in flight, transient full-size gradient buffers, activations.
 // Works from any Model (every term: its units, padded by the flat-layout code that shards them, and its
-// activation_bytes in the checkpointing mode set on it) or from a bare parameter count (model states only:
+// activation_bytes in the recompute mode set on it) or from a bare parameter count (model states only:
 // without units there is nothing to size the other terms from). Left out: the short-lived scratch of the
 // CUDA ops (the report's `workspace`): attention's score gradients (up to 256 MiB, or one sequence's if
 // that is more) and a few bytes per token.
@@ -12,31 +12,23 @@
 #include <vector>
 
 #include <zshard/model.h>
+#include <zshard/plan.h>
 
 #include "shard/memory_model.h"
-#include "shard/strategy.h"
 
 namespace zshard {
 
 struct EstimateInput {
   const Model* model = nullptr;  // null: `params` alone, model states only
   int64_t params = 0;            // Ψ; taken from the model when one is given
-  StrategyKind kind = StrategyKind::ddp;
-  int world = 1;
-  int shard_group = 0;  // hybrid only (0: the default group size)
-  // hybrid with unequal groups (StrategyOptions::shard_group_sizes), and which group's ranks to estimate:
-  // -1 the smallest group, whose ranks hold the largest shards.
-  std::vector<int> shard_group_sizes;
-  int group = -1;
-  int max_inflight = 2;
-  DtypePolicy dtypes = DtypePolicy::fp32();
+  // The strategy, its shard groups and prefetch depth, the dtypes, offload and device. On the cpu the
+  // host is the device; on a GPU the offloaded optimizer's host bytes (with the host copy of the owned
+  // gradients) are host memory beside the device's.
+  ShardPlan plan;
+  int group = -1;  // which group's ranks to estimate; -1: the smallest, whose ranks hold the largest shards
   int rank_batch = 1;  // sequences per micro-step on this rank
   int seq = 64;
   int grad_accum = 1;  // micro-steps per optimizer step
-  bool offload_optimizer = false;  // --offload optimizer: master and Adam state in host memory
-  // Where the run computes. On the cpu the host is the device; on a GPU the offloaded optimizer's host
-  // bytes (with the host copy of the owned gradients) are host memory beside the device's.
-  Device device = Device::cpu;
 };
 
 struct MemoryEstimate {
@@ -55,7 +47,7 @@ struct MemoryEstimate {
   }
 };
 
-// Throws UsageError for a world or shard groups that do not fit the strategy.
+// Throws UsageError for a group that the plan does not have.
 MemoryEstimate estimate_memory(const EstimateInput& in);
 
 // The largest per-rank micro-batch whose estimate fits in `device_bytes` (0 when not even one sequence
@@ -64,16 +56,16 @@ int largest_rank_batch(EstimateInput in, int64_t device_bytes);
 
 // The memory savers zshard-mem --max-batch compares: activation checkpointing and optimizer offload.
 struct MemorySavers {
-  ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
+  Recompute recompute = Recompute::none;
   bool offload_optimizer = false;
   std::string name() const;  // "none", "blocks", "offload", "blocks+offload"
 };
-inline constexpr MemorySavers kAllMemorySavers[] = {{ActivationCheckpointing::none, false},
-                                                    {ActivationCheckpointing::blocks, false},
-                                                    {ActivationCheckpointing::none, true},
-                                                    {ActivationCheckpointing::blocks, true}};
+inline constexpr MemorySavers kAllMemorySavers[] = {{Recompute::none, false},
+                                                    {Recompute::blocks, false},
+                                                    {Recompute::none, true},
+                                                    {Recompute::blocks, true}};
 
-// largest_rank_batch for each of kAllMemorySavers, in that order, on `model` (whose checkpointing mode it
+// largest_rank_batch for each of kAllMemorySavers, in that order, on `model` (whose recompute mode it
 // sets in turn and leaves at none): -1 where the model cannot recompute its blocks. On the cpu the
 // offloaded host bytes count against `budget` like the rest (the host is the device); on a GPU they do not.
 std::vector<int> largest_rank_batch_per_saver(EstimateInput in, Model& model, int64_t budget);
@@ -83,7 +75,8 @@ std::string format_bytes(double bytes);
 
 // Parses "80GiB", "80GB", "1.5e9", "512MiB" into bytes; throws UsageError naming `flag` otherwise.
 int64_t parse_bytes(const std::string& text, const std::string& flag);
-// "fp32" or "mixed" (bf16/fp16 params and grads, fp32 master + Adam: the ZeRO paper's K=12).
-DtypePolicy parse_dtype_policy(const std::string& name);
+// zshard-mem's --dtype: "fp32", or "mixed" (bf16 params and grads, fp32 master + Adam: the ZeRO paper's
+// K=12), as the parameter dtype of a plan.
+DType parse_dtype_policy(const std::string& name);
 
 }  // namespace zshard

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "shard/strategy.h"
+#include <zshard/plan.h>
 
 namespace zshard {
 

@@ -19,10 +19,10 @@
 #include "kernels/device_memory.h"
 #include "kernels/engine_ops.h"
 #include "kernels/io/atomic_file.h"
-#include "runtime/planning/memory_report.h"
-#include "runtime/tools/cli_options.h"
+#include "models/config_json.h"
 #include "runtime/tools/tool_runner.h"
 #include "runtime/tools/tools.h"
+#include "runtime/train/options/train_options.h"
 #include "runtime/train/trainer.h"
 
 namespace zshard {
@@ -41,7 +41,7 @@ struct BenchOptions {
 
 // Warm-up steps of an auto run: enough re-splits to settle before the clock starts.
 int warmup_steps(const BenchOptions& bench, const TrainOptions& options) {
-  return options.rank_batches_auto ? bench.warmup_steps + 2 * options.rebalance_interval() : bench.warmup_steps;
+  return options.data.rank_batches_auto ? bench.warmup_steps + 2 * options.data.rebalance_interval() : bench.warmup_steps;
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -52,10 +52,8 @@ double percentile(std::vector<double> v, double q) {
 }
 
 // Hybrid needs two or more groups, one of them sharding: the groups asked for, or the default.
-bool hybrid_runs(int world, const StrategyOptions& hybrid) {
-  if (!hybrid.shard_group_sizes.empty()) return hybrid.shard_group_sizes.size() > 1;
-  const int g = hybrid.shard_group > 0 ? hybrid.shard_group : default_shard_group(world);
-  return g > 1 && g < world;
+bool hybrid_runs(const ShardGroups& groups) {
+  return groups.count() > 1 && *std::max_element(groups.sizes().begin(), groups.sizes().end()) > 1;
 }
 
 // Time of the step's collectives with no compute beside them: each collective the step issued, the same
@@ -96,18 +94,21 @@ double replay_comm_ms(comm::Communicator& comm, Device device, const comm::CommS
 
 json run_strategy(const std::string& name, const std::string& split, TrainOptions options, const BenchOptions& bench,
                   comm::Communicator& world) {
-  options.strategy.kind = parse_strategy(name);
-  options.rank_batches_auto = split == "auto";
-  if (!options.rank_batches_auto) {  // limits of the auto split only
-    options.max_rank_batch.reset();
-    options.rebalance_every.reset();
+  options.plan.strategy.kind = parse_strategy(name);
+  DataOptions& data = options.data;
+  data.rank_batches_auto = split == "auto";
+  if (!data.rank_batches_auto) {  // limits of the auto split only
+    data.max_rank_batch.reset();
+    data.rebalance_every.reset();
   }
-  const int timed = options.steps, warmup = warmup_steps(bench, options);
-  options.steps = warmup + timed;
+  const int timed = options.optimizer.steps, warmup = warmup_steps(bench, options);
+  options.optimizer.steps = warmup + timed;
   Trainer trainer(options, world);
-  Allocator::of(options.placement.device).reset_peaks();  // peaks of the steps, not of initialisation
+  Engine& engine = trainer.engine();
+  const Device device = trainer.plan().placement.device;
+  Allocator::of(device).reset_peaks();  // peaks of the steps, not of initialisation
   for (int s = 0; s < warmup; ++s) trainer.step();
-  trainer.params().reset_comm_stats();
+  engine.reset_comm_stats();
   std::vector<double> ms;
   double exposed_ms = 0, comm_bytes = 0;
   for (int s = 0; s < timed; ++s) {
@@ -116,17 +117,17 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
     exposed_ms += r.comm_exposed_ms / timed;
     comm_bytes += double(r.comm_bytes) / timed;
   }
-  const comm::CommStats stats = trainer.params().comm_stats();
-  const MemoryReport report = MemoryReport::collect(trainer);
-  const double total_comm_ms = replay_comm_ms(trainer.collective_world(), options.placement.device, stats, timed);
+  const comm::CommStats stats = engine.comm_stats();
+  const MemoryReport report = engine.memory_report();
+  const double total_comm_ms = replay_comm_ms(engine.collective_world(), device, stats, timed);
   // The ideal step: the global batch computed at the ranks' summed throughput, no rank waiting for another.
   const std::vector<double> seq_per_s = trainer.gathered_seq_per_s();
   double total_seq_per_s = 0;
   for (double v : seq_per_s) total_seq_per_s += v;
 
   const double median = percentile(ms, 0.5);
-  const double tokens = double(options.batch) * options.seq * options.grad_accum;
-  const double tflops = trainer.model().flops_per_token(options.seq) * tokens / (median / 1e3) / 1e12;
+  const double tokens = double(data.batch) * data.seq * data.grad_accum;
+  const double tflops = trainer.model().flops_per_token(data.seq) * tokens / (median / 1e3) / 1e12;
   json peak_bytes;
   int64_t peak_total = 0;
   for (Category c : kAllCategories) {
@@ -145,11 +146,11 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
             // The split the last timed step ran with (the trainer may have re-split after it, for a next step).
             {"split", trainer.history().back().rank_batches},
             {"measured_seq_per_s", seq_per_s},
-            {"ideal_step_ms", double(options.batch) * options.grad_accum / total_seq_per_s * 1e3},
+            {"ideal_step_ms", double(data.batch) * data.grad_accum / total_seq_per_s * 1e3},
             {"world", world.size()},
             {"shard_group", report.shard_group},
             {"shard_group_sizes", report.shard_group_sizes},
-            {"backend", comm_backend(options) == CommBackend::nccl ? "nccl" : world.backend()},
+            {"backend", trainer.plan().comm == CommBackend::nccl ? "nccl" : world.backend()},
             {"step_ms", {{"median", median}, {"p10", percentile(ms, 0.1)}, {"p90", percentile(ms, 0.9)}, {"all", ms}}},
             {"tokens_per_s", tokens / (median / 1e3)},
             {"tflops", tflops},
@@ -159,7 +160,7 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
             {"model_states_bytes", {{"measured", report.measured_model_states(report.shard_group)}, {"theory", report.predicted.total()}}},
             {"comm_bytes_per_step", {{"measured", comm_bytes}, {"theory", report.predicted_comm_bytes}}},
             {"comm_ms_per_step", {{"exposed", exposed_ms}, {"total", total_comm_ms}}},
-            {"memory_report", report.to_json()}};
+            {"memory_report", json::parse(report.to_json())}};
   return j;
 }
 
@@ -204,21 +205,22 @@ std::string hostname() {
 // The --json document: the run's set-up and every strategy's results.
 json report_json(const json& results, const TrainOptions& options, const ModelConfig& config, const Model& model,
                  const BenchOptions& bench, const comm::Communicator& world) {
+  const DataOptions& data = options.data;
   return {{"tool", "zshard-bench"},
           {"machine", {{"host", hostname()}, {"hardware_threads", std::thread::hardware_concurrency()}}},
-          {"model", {{"name", options.model}, {"config", config}, {"params", num_params(model)},
+          {"model", {{"name", options.model.name}, {"config", config}, {"params", num_params(model)},
                      {"units", model.units().size()}}},
-          {"batch", options.batch},
-          {"seq", options.seq},
-          {"grad_accum", options.grad_accum},
-          {"rank_batch_max", (options.batch + world.size() - 1) / world.size()},
-          {"max_inflight", options.strategy.max_inflight},
-          {"offload", options.placement.offload_optimizer ? "optimizer" : "none"},
-          {"activation_checkpointing", checkpointing_flag(options.activation_checkpointing)},
+          {"batch", data.batch},
+          {"seq", data.seq},
+          {"grad_accum", data.grad_accum},
+          {"rank_batch_max", (data.batch + world.size() - 1) / world.size()},
+          {"max_inflight", options.plan.strategy.max_inflight},
+          {"offload", options.plan.placement.offload_optimizer ? "optimizer" : "none"},
+          {"activation_checkpointing", recompute_flag(options.model.recompute)},
           {"warmup_steps", bench.warmup_steps},
           {"rank_batch_splits", bench.splits},
-          {"rebalance_every", options.rebalance_interval()},
-          {"steps", options.steps},
+          {"rebalance_every", data.rebalance_interval()},
+          {"steps", options.optimizer.steps},
           {"world", world.size()},
           {"poll_backoff", comm::poll_policy().backoff},
           {"peak_tflops_per_rank", bench.peak_tflops},
@@ -229,13 +231,12 @@ json report_json(const json& results, const TrainOptions& options, const ModelCo
 
 int bench_tool(int argc, char** argv, const std::string& default_model) {
   TrainOptions options;
-  options.model = default_model;
-  options.steps = 5;
-  options.log_every = 1000000;
+  options.model.name = default_model;
+  options.optimizer.steps = 5;
+  options.output.log_every = 1000000;
   BenchOptions bench;
-  std::string unused_strategy;
   CLI::App app{"zshard-bench: every strategy on the same model and global batch; table and JSON"};
-  add_train_flags(app, options, unused_strategy);
+  add_train_flags(app, options);
   app.remove_option(app.get_option("--strategy"));  // --strategies picks them here
   // Flags of a training run that a benchmark has no use for: refused (exit 2), not silently ignored.
   for (const char* train_only : {"--save", "--save-dir", "--save-every", "--keep", "--resume", "--log-json",
@@ -254,27 +255,35 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
   app.add_option("--json", bench.json_path, "write the results as JSON to this file");
   app.add_option("--peak-tflops", bench.peak_tflops, "peak TFLOP/s of one rank's device, for MFU (0 = unknown)");
   return run_tool("zshard-bench", argc, argv, app, [&](comm::Communicator& world) {
+    apply_comm_timeout(options.plan, world);  // before the first collective
     const int rank = world.rank();
     std::vector<std::string> to_run;
     ModelConfig config;
     std::unique_ptr<Model> model;
+    DataOptions& data = options.data;
     run_agreed(world, [&] {
-      StrategyOptions hybrid = options.strategy;  // the group hybrid runs with: on hosts, theirs
-      hybrid.kind = StrategyKind::hybrid;
-      resolve_node_groups(hybrid, world);
-      options.strategy.shard_group = hybrid.shard_group;
-      options.strategy.shard_group_sizes = hybrid.shard_group_sizes;
-      config = resolve_model_config(options);
-      model = build_model(options.model, config);
-      if (options.auto_batch)
+      config = resolve_model_config(options.model);
+      model = build_model(options.model.name, config);
+      if (data.auto_batch)
         throw UsageError("--batch auto is zshard-train's: zshard-bench runs every strategy on one given --batch");
-      if (options.steps < 1) throw UsageError("--steps must be >= 1, got " + std::to_string(options.steps));
+      if (options.optimizer.steps < 1)
+        throw UsageError("--steps must be >= 1, got " + std::to_string(options.optimizer.steps));
       if (bench.warmup_steps < 0) throw UsageError("--warmup-steps must be >= 0");
       if (!(bench.peak_tflops >= 0 && std::isfinite(bench.peak_tflops)))
         throw UsageError("--peak-tflops must be a finite number >= 0, got " + std::to_string(bench.peak_tflops));
+      for (const std::string& s : bench.strategies) parse_strategy(s);
+      const auto listed = [&](const char* s) {
+        return std::find(bench.strategies.begin(), bench.strategies.end(), s) != bench.strategies.end();
+      };
+      // The groups hybrid runs with: the plan's, on these hosts (collective).
+      PlanOptions hybrid = options.plan;
+      hybrid.strategy.kind = StrategyKind::hybrid;
+      const bool hybrid_listed = listed("hybrid");
+      if (app.count("--shard-group") && !hybrid_listed)
+        throw UsageError("--shard-group is only for hybrid: add it to --strategies");
+      const bool hybrid_ok = hybrid_listed && hybrid_runs(resolve_plan(hybrid, world).groups);
       for (const std::string& s : bench.strategies) {
-        parse_strategy(s);
-        if (s != "hybrid" || hybrid_runs(world.size(), options.strategy)) to_run.push_back(s);
+        if (s != "hybrid" || hybrid_ok) to_run.push_back(s);
         else if (app.count("--strategies") || app.count("--shard-group"))
           throw UsageError(std::string(app.count("--strategies") ? "--strategies hybrid" : "--shard-group: hybrid") +
                            " needs a shard group between 1 and the world: no such group in a world of " +
@@ -282,44 +291,39 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
       }
       // Flags of some strategies only: refused when none of those runs, instead of doing nothing.
       const auto runs = [&](const char* s) { return std::find(to_run.begin(), to_run.end(), s) != to_run.end(); };
-      if (app.count("--shard-group") && !runs("hybrid"))
-        throw UsageError("--shard-group is only for hybrid: add it to --strategies");
       for (const char* flag : {"--max-inflight", "--reshard-after-forward"})
         if (app.count(flag) && !runs("zero3") && !runs("hybrid"))
           throw UsageError(std::string(flag) + " is only for zero3 and hybrid: add one to --strategies");
-      if (runs("hybrid")) shard_groups(hybrid, world.size());  // groups that do not fit, before any strategy runs
       if (bench.splits.empty()) throw UsageError("--rank-batches: name at least one of even, auto");
       if (std::find(bench.splits.begin(), bench.splits.end(), "auto") != bench.splits.end()) {
         TrainOptions auto_options = options;
-        auto_options.rank_batches_auto = true;
-        auto_options.strategy = StrategyOptions{};  // each strategy's own flags are checked as it runs
+        auto_options.data.rank_batches_auto = true;
+        auto_options.plan.strategy = StrategyOptions{};  // each strategy's own flags are checked as it runs
         validate_options(auto_options, world.size());  // --batch against the world, --max-rank-batch
-      } else if (options.max_rank_batch || options.rebalance_every) {
-        throw UsageError(std::string(options.max_rank_batch ? "--max-rank-batch" : "--rebalance-every") +
+      } else if (data.max_rank_batch || data.rebalance_every) {
+        throw UsageError(std::string(data.max_rank_batch ? "--max-rank-batch" : "--rebalance-every") +
                          " is only for the auto split: add auto to --rank-batches");
       }
       if (to_run.empty()) throw UsageError("--strategies: none of them runs on " + std::to_string(world.size()) + " rank(s)");
       if (!bench.json_path.empty() && rank == 0) {
         check_output_path("--json", bench.json_path);
-        check_not_input({"--json", bench.json_path}, {{"--data", options.data == "default" ? "" : options.data},
-                                                      {"--init-from", options.init_from}});
+        check_not_input({"--json", bench.json_path}, {{"--data", data.source == "default" ? "" : data.source},
+                                                      {"--init-from", options.model.init_from}});
       }
     });
     if (rank == 0)
-      std::cout << "zshard-bench: " << options.model << " (" << num_params(*model) << " parameters), world "
-                << world.size() << " (" << world.backend() << "), global batch " << options.batch << "x"
-                << options.seq << (options.grad_accum > 1 ? " x" + std::to_string(options.grad_accum) : "")
-                << ", " << bench.warmup_steps << " warm-up + " << options.steps << " timed steps\n";
+      std::cout << "zshard-bench: " << options.model.name << " (" << num_params(*model) << " parameters), world "
+                << world.size() << " (" << world.backend() << "), global batch " << data.batch << "x" << data.seq
+                << (data.grad_accum > 1 ? " x" + std::to_string(data.grad_accum) : "") << ", " << bench.warmup_steps
+                << " warm-up + " << options.optimizer.steps << " timed steps\n";
     json results = json::array();
     for (const std::string& s : to_run) {
       TrainOptions o = options;
-      if (s != "hybrid") {
-        o.strategy.shard_group = 0;
-        o.strategy.shard_group_sizes.clear();
-      }
+      StrategyOptions& strategy = o.plan.strategy;
+      if (s != "hybrid") strategy.shard_group = ShardGroupRequest();
       if (!params_sharded(parse_strategy(s))) {  // nothing to gather
-        o.strategy.max_inflight = StrategyOptions{}.max_inflight;
-        o.strategy.reshard_after_forward = StrategyOptions{}.reshard_after_forward;
+        strategy.max_inflight = StrategyOptions{}.max_inflight;
+        strategy.reshard_after_forward = StrategyOptions{}.reshard_after_forward;
       }
       for (const std::string& split : bench.splits) {
         results.push_back(run_strategy(s, split, o, bench, world));

@@ -15,30 +15,39 @@
 
 #include "kernels/io/atomic_file.h"
 #include "kernels/io/json_input.h"
+#include "models/config_json.h"
 #include "runtime/planning/memory_estimator.h"
-#include "runtime/tools/cli_options.h"
 #include "runtime/tools/tool_runner.h"
 #include "runtime/tools/tools.h"
+#include "runtime/train/options/flags.h"
+#include "runtime/train/options/model_options.h"
+#include "runtime/train/options/plan_flags.h"
 
 namespace zshard {
 using nlohmann::json;
 
 namespace {
 
+// The plan of `kind` on `world` ranks: `base`'s placement, its groups for hybrid and its prefetch depth
+// where parameters are gathered.
+ShardPlan plan_of(const PlanOptions& base, StrategyKind kind, int world) {
+  PlanOptions options = base;
+  options.strategy.kind = kind;
+  if (kind != StrategyKind::hybrid) options.strategy.shard_group = ShardGroupRequest();
+  if (!params_sharded(kind)) options.strategy.max_inflight = StrategyOptions{}.max_inflight;
+  return plan_for_world(options, world);
+}
+
 // The estimates of one strategy on `world` ranks: one row, or for hybrid over unequal groups one row per
 // group (each group's ranks hold shards of their own size).
-std::vector<EstimateInput> table_rows(const EstimateInput& base, const std::string& strategy, int world,
-                                      const StrategyOptions& groups) {
+std::vector<EstimateInput> table_rows(const EstimateInput& base, const PlanOptions& plan, const std::string& strategy,
+                                      int world) {
   EstimateInput in = base;
-  in.kind = parse_strategy(strategy);
-  in.world = world;
-  if (in.kind != StrategyKind::hybrid) return {in};
-  in.shard_group = groups.shard_group;
-  in.shard_group_sizes = groups.shard_group_sizes;
-  if (groups.shard_group_sizes.empty()) return {in};
+  in.plan = plan_of(plan, parse_strategy(strategy), world);
+  if (in.plan.kind != StrategyKind::hybrid || in.plan.shard_group.sizes().size() < 2) return {in};
   std::vector<EstimateInput> rows;
-  for (size_t g = 0; g < groups.shard_group_sizes.size(); ++g) {
-    in.group = int(g);
+  for (int g = 0; g < in.plan.groups.count(); ++g) {
+    in.group = g;
     rows.push_back(in);
   }
   return rows;
@@ -50,12 +59,12 @@ struct MemOptions {
   double params = 0;
   std::vector<int> worlds{1};
   std::vector<std::string> strategies{"ddp", "zero1", "zero2", "zero3"};
-  StrategyOptions groups;  // hybrid's --shard-group
+  ShardGroupRequest groups;  // hybrid's --shard-group
   std::string dtype = "fp32";
   int batch = 8;
   int seq = 64;
   int max_inflight = 2;
-  ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
+  Recompute recompute = Recompute::none;
   bool offload_optimizer = false;
   Device device = Device::cpu;
   std::string device_mem;
@@ -90,8 +99,8 @@ bool check_against(const json& doc, const std::string& path) {
   if (mode != "none" && mode != "blocks")
     throw UsageError(detail::concat("--check ", path, ": activation_checkpointing must be none or blocks, got '",
                                     mode, "'"));
-  model->set_activation_checkpointing(mode == "blocks" ? ActivationCheckpointing::blocks
-                                                       : ActivationCheckpointing::none);
+  model->set_recompute(mode == "blocks" ? Recompute::blocks
+                                                       : Recompute::none);
   std::cout << "estimate vs zshard-bench (" << path << "): " << m.at("name").get<std::string>() << ", world "
             << doc.at("world") << ", rank batch " << doc.at("rank_batch_max") << "x" << doc.at("seq")
             << (mode == "blocks" ? ", activation checkpointing" : "") << "\n"
@@ -102,24 +111,28 @@ bool check_against(const json& doc, const std::string& path) {
   for (const json& r : doc.at("results")) {
     EstimateInput e;
     e.model = model.get();
-    e.kind = parse_strategy(r.at("strategy").get<std::string>());
-    e.world = r.at("world");
+    const StrategyKind kind = parse_strategy(r.at("strategy").get<std::string>());
+    PlanOptions plan;
+    plan.strategy.kind = kind;
     // Every group's size (files written before they were recorded: groups of shard_group). With unequal
     // groups the model states are rank 0's group's, the peak the largest over the ranks, which the
     // smallest group's ranks (the largest shards) reach.
-    e.shard_group = r.at("shard_group");
-    e.shard_group_sizes = r.value("shard_group_sizes", std::vector<int>{});
-    e.max_inflight = doc.at("max_inflight");
+    const std::vector<int> sizes = r.value("shard_group_sizes", std::vector<int>{});
+    if (kind == StrategyKind::hybrid)
+      plan.strategy.shard_group = sizes.size() > 1 ? ShardGroupRequest::list(sizes)
+                                                   : ShardGroupRequest::equal(r.at("shard_group").get<int>());
+    if (params_sharded(kind)) plan.strategy.max_inflight = doc.at("max_inflight");
+    plan.placement.offload_optimizer = doc.value("offload", "none") == "optimizer";
+    // The run's parameter dtype ("fp32" or "bf16") and device; files written before they were recorded ran
+    // fp32 on the cpu.
+    const std::string param_dtype = r.at("memory_report").value("param_dtype", "fp32");
+    plan.placement.device = r.at("memory_report").value("device", "cpu") == "cuda" ? Device::cuda : Device::cpu;
+    plan.placement.param_dtype = param_dtype == "bf16" ? DType::bf16 : DType::f32;
+    e.plan = plan_for_world(plan, r.at("world").get<int>());
     // A result's own (--rank-batches auto moves it); files written before it was recorded have the run's.
     e.rank_batch = r.value("rank_batch_max", doc.at("rank_batch_max").get<int>());
     e.seq = doc.at("seq");
     e.grad_accum = doc.at("grad_accum");
-    e.offload_optimizer = doc.value("offload", "none") == "optimizer";
-    // The run's parameter dtype ("fp32" or "bf16") and device; files written before they were recorded ran
-    // fp32 on the cpu.
-    const std::string param_dtype = r.at("memory_report").value("param_dtype", "fp32");
-    e.device = r.at("memory_report").value("device", "cpu") == "cuda" ? Device::cuda : Device::cpu;
-    e.dtypes = param_dtype == "bf16" ? DtypePolicy::mixed_bf16() : DtypePolicy::fp32();
     const MemoryEstimate est = estimate_memory(e);
     e.group = 0;
     const int64_t est_states = estimate_memory(e).model_states.total();
@@ -137,7 +150,8 @@ bool check_against(const json& doc, const std::string& path) {
 }
 
 // --max-batch: one row per strategy and world, the largest per-rank micro-batch for each memory saver.
-json print_max_batch_table(const MemOptions& o, EstimateInput base, Model& model, int64_t budget) {
+json print_max_batch_table(const MemOptions& o, EstimateInput base, const PlanOptions& plan, Model& model,
+                           int64_t budget) {
   std::cout << "zshard-mem --max-batch: " << o.model << ", dtype " << o.dtype << ", seq " << o.seq << ", budget "
             << format_bytes(double(budget)) << " per rank: the most sequences per rank and micro-step\n"
             << std::left << std::setw(8) << "strategy" << std::right << std::setw(6) << "N" << std::setw(5) << "G";
@@ -146,7 +160,7 @@ json print_max_batch_table(const MemOptions& o, EstimateInput base, Model& model
   json rows = json::array();
   for (const std::string& s : o.strategies) {
     for (int world : o.worlds)
-      for (const EstimateInput& in : table_rows(base, s, world, o.groups)) {
+      for (const EstimateInput& in : table_rows(base, plan, s, world)) {
         const std::vector<int> batches = largest_rank_batch_per_saver(in, model, budget);
         const int G = estimate_memory(in).shard_group;
         json row = {{"strategy", s}, {"world", world}, {"shard_group", G}, {"max_rank_batch", json::object()}};
@@ -186,7 +200,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   app.add_option("--batch", o.batch, "global sequences per micro-step, split across the world");
   app.add_option("--seq", o.seq, "tokens per sequence");
   app.add_option("--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once");
-  add_checkpointing_flag(app, o.checkpointing);
+  add_recompute_flag(app, o.recompute);
   add_offload_flag(app, o.offload_optimizer);
   add_device_flag(app, o.device,
                   "where the run would compute: cpu, or cuda (the offloaded optimizer's host bytes, with a host copy "
@@ -222,14 +236,13 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     for (int world : o.worlds)
       if (world < 1 || world > (1 << 20))
         throw UsageError(detail::concat("--world entries must be in [1, 1048576], got ", world));
-    if (o.groups.shard_group == kShardGroupNode)
+    if (o.groups.kind() == ShardGroupRequest::Kind::node)
       throw UsageError("--shard-group node: zshard-mem runs on no hosts; give the nodes' sizes, e.g. 4,2");
     // Unequal groups fix the world: theirs, unless --world names it (and then must match).
-    if (!o.groups.shard_group_sizes.empty() && !app.count("--world"))
-      o.worlds = {std::accumulate(o.groups.shard_group_sizes.begin(), o.groups.shard_group_sizes.end(), 0)};
+    const std::vector<int>& sizes = o.groups.sizes();
+    if (sizes.size() > 1 && !app.count("--world")) o.worlds = {std::accumulate(sizes.begin(), sizes.end(), 0)};
     for (const std::string& s : o.strategies) {
-      StrategyOptions groups = o.groups;
-      groups.kind = parse_strategy(s);
+      StrategyOptions groups{parse_strategy(s), o.groups};
       if (groups.kind == StrategyKind::hybrid)
         for (int world : o.worlds) shard_groups(groups, world);  // groups that do not fit, before any output
     }
@@ -240,18 +253,18 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
     if (o.seq < 1) throw UsageError("--seq must be >= 1, got " + std::to_string(o.seq));
     if (o.max_inflight < 1) throw UsageError("--max-inflight must be >= 1");
+    PlanOptions plan;
+    plan.strategy.shard_group = o.groups;
+    plan.strategy.max_inflight = o.max_inflight;
+    plan.placement = {o.device, parse_dtype_policy(o.dtype), DType::f32, o.offload_optimizer};
     EstimateInput base;
-    base.dtypes = parse_dtype_policy(o.dtype);
     base.seq = o.seq;
-    base.max_inflight = o.max_inflight;
-    base.offload_optimizer = o.offload_optimizer;
-    base.device = o.device;
     std::unique_ptr<Model> model;
     if (o.params > 0) {
       base.params = int64_t(std::llround(o.params));
     } else {
       model = build_model(o.model, model_config(o.model, o.overrides));
-      model->set_activation_checkpointing(o.checkpointing);
+      model->set_recompute(o.recompute);
       if (o.seq > model->context_length())
         throw UsageError(detail::concat("--seq ", o.seq, " exceeds the model's context of ", model->context_length()));
       base.model = model.get();
@@ -264,7 +277,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
         throw UsageError("--max-batch needs a model (--model or --config), not --params: a bare count has no "
                          "activations to size");
       if (!device) throw UsageError("--max-batch needs --mem-budget SIZE (per rank) or --device-mem SIZE");
-      const json doc = print_max_batch_table(o, base, *model, device);
+      const json doc = print_max_batch_table(o, base, plan, *model, device);
       if (!o.json_path.empty()) write_file_atomically(o.json_path, doc.dump(2) + "\n");
       return 0;
     }
@@ -281,7 +294,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
               << (device ? "  max batch/rank" : "") << "\n";
     for (const std::string& s : o.strategies) {
       for (int world : o.worlds)
-        for (EstimateInput in : table_rows(base, s, world, o.groups)) {
+        for (EstimateInput in : table_rows(base, plan, s, world)) {
           in.rank_batch = (o.batch + world - 1) / world;
           const MemoryEstimate e = estimate_memory(in);
           json row = to_json(e);

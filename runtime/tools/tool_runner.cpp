@@ -4,7 +4,7 @@
 
 #include "comm/agreed_failure.h"
 #include "comm/launch.h"
-#include "runtime/tools/cli_options.h"
+#include "runtime/train/options/flags.h"
 
 namespace zshard {
 

@@ -25,11 +25,11 @@ double max_over_ranks(comm::Communicator& world, double value) {
 // --mem-budget, else the memory check's usable memory, the least over the ranks so that all agree. Its
 // source names it in the messages: "--mem-budget 2.15 GB", or where the usable memory came from.
 MemoryBudget agreed_budget(const TrainOptions& o, comm::Communicator& world) {
-  if (!o.mem_budget.empty()) {
-    const int64_t bytes = parse_bytes(o.mem_budget, "--mem-budget");
+  if (!o.data.mem_budget.empty()) {
+    const int64_t bytes = parse_bytes(o.data.mem_budget, "--mem-budget");
     return {bytes, "--mem-budget " + format_bytes(double(bytes))};
   }
-  const MemoryBudget usable = usable_memory(o.placement.device, comm::ranks_on_this_host());
+  const MemoryBudget usable = usable_memory(o.plan.placement.device, comm::ranks_on_this_host());
   const double unknown = max_over_ranks(world, usable.bytes < 0 ? 1 : 0);
   if (unknown > 0)
     throw AgreedFailure("--batch auto: the memory a rank can use is unknown here; give --mem-budget SIZE", 2,
@@ -44,18 +44,22 @@ MemoryBudget agreed_budget(const TrainOptions& o, comm::Communicator& world) {
 std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Communicator& world, std::ostream* out) {
   const int ranks = world.size();
   const bool report = out && world.rank() == 0;
+  DataOptions& data = options.data;
+  ShardPlan plan;
   run_agreed(world, [&] {
-    options.batch = ranks;  // the smallest batch auto can choose, for the checks of --batch
+    plan = resolve_plan(options.plan, world);  // sets the timeout, then its collectives: the first of the run
+    data.batch = ranks;  // the smallest batch auto can choose, for the checks of --batch
     validate_options(options, ranks);
   });
   const MemoryBudget budget = agreed_budget(options, world);
   int rank_batch = 0;
   run_agreed(world, [&] {
-    const std::unique_ptr<Model> model = build_model(options.model, resolve_model_config(options));
-    model->set_activation_checkpointing(options.activation_checkpointing);
-    rank_batch = largest_rank_batch_fitting(options, *model, ranks, budget);
+    const std::unique_ptr<Model> model = build_model(options.model.name, resolve_model_config(options.model));
+    model->set_recompute(options.model.recompute);
+    const BatchShape shape{data.batch, data.seq, data.grad_accum, true};
+    rank_batch = largest_rank_batch_fitting(plan, *model, shape, budget);
     if (rank_batch == 0) {
-      const EstimateInput one = estimate_input(options, *model, ranks, options.strategy.kind, 1);
+      const EstimateInput one = estimate_input(plan, *model, shape, 1);
       throw UsageError(detail::concat("--batch auto: one sequence per rank needs about ",
                                       format_bytes(double(estimate_memory(one).total())), " by the estimate, more than ",
                                       budget.source));
@@ -64,29 +68,29 @@ std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Commun
   if (report)
     *out << "zshard-train: --batch auto: the estimate fits " << rank_batch << " sequence(s) per rank in "
          << budget.source << "\n";
-  const Device device = options.placement.device;
+  const Device device = plan.placement.device;
   // zero3 and hybrid prefetch from the second micro-step on (the first records the gather order), one
   // more gathered unit alive: the check measures through it, so that it sees the steps that follow;
   // not past a checkpoint, though (--save-every 1 saves step 1, which only the caller can).
-  const bool prefetch_unseen = params_sharded(options.strategy.kind) && options.grad_accum == 1;
-  const int measured_steps = std::min(options.steps, prefetch_unseen && options.save_every != 1 ? 2 : 1);
+  const bool prefetch_unseen = plan.params_sharded() && data.grad_accum == 1;
+  const int measured_steps = std::min(options.optimizer.steps, prefetch_unseen && options.saves.save_every != 1 ? 2 : 1);
   const std::string measured = measured_steps == 1 ? "the first step's" : "the first 2 steps'";
   for (;;) {
-    options.batch = ranks * rank_batch;
+    data.batch = ranks * rank_batch;
     Allocator::of(device).reset_peaks();  // the previous attempt's buffers are gone: measure this one alone
     auto trainer = std::make_unique<Trainer>(options, world);
-    if (options.steps == 0) return trainer;  // no step to measure: the estimate's batch
+    if (options.optimizer.steps == 0) return trainer;  // no step to measure: the estimate's batch
     for (int s = 0; s < measured_steps; ++s) trainer->run_step(out);
     const double peak = max_over_ranks(world, double(Allocator::of(device).stats().peak_total));
     if (peak <= double(budget.bytes)) {
       if (report)
-        *out << "zshard-train: --batch auto: batch " << options.batch << " (" << rank_batch
+        *out << "zshard-train: --batch auto: batch " << data.batch << " (" << rank_batch
              << " per rank); " << measured << " measured peak " << format_bytes(peak) << " fits " << budget.source
              << "\n";
       return trainer;
     }
     const std::string over = detail::concat(measured, " measured peak ", format_bytes(peak), " at batch ",
-                                            options.batch, " exceeds ", budget.source);
+                                            data.batch, " exceeds ", budget.source);
     if (--rank_batch == 0)
       throw AgreedFailure("--batch auto: " + over + ", with one sequence per rank", 2, world.rank() == 0);
     if (report) *out << "zshard-train: --batch auto: " << over << "; trying batch " << ranks * rank_batch << "\n";

@@ -1,8 +1,9 @@
-// Checkpointing for the Trainer on top of the format of shard/checkpoint_format.h: --save-dir / --save-every
-// (and a final save), --keep, --resume on any world size and strategy, and a clean stop on SIGTERM or
-// SIGINT. A checkpoint holds the fp32 master parameters, Adam m and v and the step count; the step
-// fixes the rest (LR schedule position, data position, AdamW bias correction; no random numbers are
-// drawn after initialisation), so a resumed run repeats the uninterrupted one.
+// The save policy of a training run, on top of the engine's checkpoints (Engine::save/load, in the format
+// of shard/checkpoint_format.h): --save-dir / --save-every (and a final save), --keep, --resume on any
+// world size and strategy, and a clean stop on SIGTERM or SIGINT. A checkpoint holds the fp32 master
+// parameters, Adam m and v and the step count; the step fixes the rest (LR schedule position, data
+// position, AdamW bias correction; no random numbers are drawn after initialisation), so a resumed run
+// repeats the uninterrupted one.
 #pragma once
 #include <iosfwd>
 #include <string>
@@ -15,12 +16,12 @@
 
 namespace zshard {
 
-class Checkpointer {
+class SavePolicy {
  public:
   // Checks --save-dir and --resume and, with --resume, loads the checkpoint into `trainer`, each rank
   // reading only the slices its new shards need. Bad input fails on every rank alike (AgreedFailure)
   // before any collective. Rank 0 reports to `out` (null: silent).
-  Checkpointer(Trainer& trainer, std::ostream* out);
+  SavePolicy(Trainer& trainer, std::ostream* out);
 
   // The Trainer::run hook: saves every --save-every steps, then returns false once any rank has been
   // signalled (agreed by one all-reduce, so every rank stops after the same step).
@@ -32,13 +33,15 @@ class Checkpointer {
   int resumed_step() const { return resumed_step_; }  // -1 when not resumed
 
  private:
-  nlohmann::json run_state(int step, const std::vector<int>& rank_batches) const;
+  nlohmann::json run_state(int step) const;
   // Fails when the checkpoint's model is not the flags' one; returns the lines the resume reports (the
   // saved strategy, and flags that differ from the saved run's).
   std::vector<std::string> compare_with_flags(const std::string& dir, const Manifest& manifest) const;
   // --rank-batches auto: goes on with the checkpoint's split where it fits this run (same world and batch).
   void continue_split(const nlohmann::json& run);
-  void check_save_dir(const std::string& resume_dir, int resumed_step);
+  // Saving never overwrites a checkpoint: --save-dir may hold only what led to this run.
+  void check_save_dir(const std::string& resume_dir, int resumed_step) const;
+  void create_save_dir();
   void prune(int newest_step) const;
 
   Trainer& trainer_;
@@ -49,8 +52,8 @@ class Checkpointer {
   bool created_save_dir_ = false;  // this run made --save-dir: a failed first save removes it again
 };
 
-// SIGTERM and SIGINT then only set a flag that Checkpointer::after_step acts on; a second signal of
-// the same kind ends the process at once.
+// SIGTERM and SIGINT then only set a flag that SavePolicy::after_step acts on; a second signal of the same
+// kind ends the process at once.
 void install_stop_handlers();
 
 }  // namespace zshard

@@ -10,6 +10,7 @@
 
 #include "comm/self_communicator.h"
 #include "runtime/train/save_policy.h"
+#include "shard/sharded_params.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
 
@@ -27,15 +28,15 @@ struct Outcome {
 // A job as zshard-train runs it: resume if asked, save per the options and at the end.
 Outcome run_job(const TrainOptions& o, comm::Communicator& comm, const std::string& weights = "") {
   Trainer trainer(o, comm);
-  Checkpointer checkpoints(trainer, nullptr);
+  SavePolicy checkpoints(trainer, nullptr);
   trainer.run(nullptr, [&] { return checkpoints.after_step(); });
   checkpoints.save();
   if (!weights.empty()) trainer.save_weights(weights);
   Outcome out;
   for (const StepResult& r : trainer.history()) out.losses.push_back(r.loss);
-  for (int u = 0; u < trainer.params().num_units(); ++u) {
-    const std::vector<float> full = trainer.params().full_unit_params(u);
-    out.params.insert(out.params.end(), full.begin(), full.begin() + trainer.params().layout(u).numel());
+  for (int u = 0; u < trainer.engine().params().num_units(); ++u) {
+    const std::vector<float> full = trainer.engine().params().full_unit_params(u);
+    out.params.insert(out.params.end(), full.begin(), full.begin() + trainer.engine().params().layout(u).numel());
   }
   return out;
 }
@@ -71,14 +72,14 @@ struct Config {
 
 std::string describe(const Config& c) {
   std::string d(strategy_name(c.strategy.kind));
-  if (c.strategy.kind == StrategyKind::hybrid) d += "G" + std::to_string(c.strategy.shard_group);
+  if (c.strategy.kind == StrategyKind::hybrid) d += "G" + c.strategy.shard_group.text();
   if (!c.strategy.reshard_after_forward) d += "-noreshard";
   return d + "-np" + std::to_string(c.ranks);
 }
 
 TrainOptions options_for(const Config& c) {
   TrainOptions o = test::tiny_options(kSaved + kResumed);
-  o.strategy = c.strategy;
+  o.plan.strategy = c.strategy;
   return o;
 }
 
@@ -89,13 +90,13 @@ std::pair<Outcome, Outcome> save_and_resume(const Config& saved, const Config& t
   Outcome full, resumed;
   on_ranks(saved.ranks, [&](comm::Communicator& comm) {
     TrainOptions o = options_for(saved);
-    o.save_dir = dir;
-    o.save_every = kSaved;
+    o.saves.save_dir = dir;
+    o.saves.save_every = kSaved;
     full = run_job(o, comm);
   });
   on_ranks(target.ranks, [&](comm::Communicator& comm) {
     TrainOptions o = options_for(target);
-    o.resume = dir + "/" + step_dir_name(kSaved);
+    o.saves.resume = dir + "/" + step_dir_name(kSaved);
     resumed = run_job(o, comm);
   });
   if (test::world().rank() == 0) {
@@ -112,9 +113,9 @@ TEST(CheckpointResume, SameWorldAndStrategyIsBitIdentical) {
   const int n = test::world().size();
   std::vector<StrategyOptions> strategies;
   for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
-    strategies.push_back({k, 0, true, 2});
-  strategies.push_back({StrategyKind::zero3, 0, false, 2});
-  if (n % 2 == 0) strategies.push_back({StrategyKind::hybrid, 2, true, 2});
+    strategies.push_back({k, {}, true, 2});
+  strategies.push_back({StrategyKind::zero3, {}, false, 2});
+  if (n % 2 == 0) strategies.push_back({StrategyKind::hybrid, ShardGroupRequest::equal(2), true, 2});
   for (const StrategyOptions& s : strategies) {
     const Config c{s, n};
     const auto [full, resumed] = save_and_resume(c, c, root + "/" + describe(c));
@@ -127,7 +128,7 @@ TEST(CheckpointResume, SameWorldAndStrategyIsBitIdentical) {
 TEST(CheckpointResume, AnotherWorldSizeOrStrategyMatchesWithin1e6) {
   test::TempDir mine("zshard-ckpt");
   const std::string root = shared_dir(mine);
-  const auto s = [](StrategyKind k, int group = 0) { return StrategyOptions{k, group, true, 2}; };
+  const auto s = [](StrategyKind k, int group = 0) { return StrategyOptions{k, group ? ShardGroupRequest::equal(group) : ShardGroupRequest(), true, 2}; };
   using K = StrategyKind;
   const std::vector<std::pair<Config, Config>> cases = {
       {{s(K::zero3), 4}, {s(K::ddp), 2}},
@@ -165,16 +166,16 @@ TEST(CheckpointExport, ShardedCheckpointExportsTheSingleProcessWeights) {
   const std::string root = shared_dir(mine);
   const std::string ckpt = root + "/run/" + step_dir_name(kSaved);
   TrainOptions o = test::tiny_options(kSaved);
-  o.strategy.kind = StrategyKind::zero3;
-  o.save_dir = root + "/run";
+  o.plan.strategy.kind = StrategyKind::zero3;
+  o.saves.save_dir = root + "/run";
   run_job(o, test::world(), root + "/gathered.safetensors");  // rank 0 consolidates the live state
   on_ranks(1, [&](comm::Communicator& self) {
     TrainOptions single = test::tiny_options(kSaved);  // the checkpoint loaded in one process
-    single.resume = ckpt;
+    single.saves.resume = ckpt;
     run_job(single, self, root + "/single.safetensors");
     export_checkpoint(ckpt, root + "/exported.safetensors");
     const std::string exported = bytes_of(root + "/exported.safetensors");
-    EXPECT_GT(exported.size(), 4u * size_t(num_params(*build_model(o.model, resolve_model_config(o)))));
+    EXPECT_GT(exported.size(), 4u * size_t(num_params(*build_model(o.model.name, resolve_model_config(o.model)))));
     EXPECT_TRUE(exported == bytes_of(root + "/single.safetensors"));
     EXPECT_TRUE(exported == bytes_of(root + "/gathered.safetensors"));
   });

@@ -6,7 +6,9 @@
 // zshard-test-np: 1 2 4
 #include <gtest/gtest.h>
 
-#include "runtime/planning/memory_report.h"
+#include <zshard/memory_report.h>
+
+#include "shard/sharded_params.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
 
@@ -15,18 +17,18 @@ namespace {
 
 TrainOptions options(const std::string& model, bool tied) {
   TrainOptions o = test::tiny_options(2);
-  o.model = model;
-  if (tied) o.overrides["tie_embeddings"] = 1;
-  o.grad_accum = 2;  // zero2 and zero3 move their volume every micro-step
+  o.model.name = model;
+  if (tied) o.model.overrides["tie_embeddings"] = 1;
+  o.data.grad_accum = 2;  // zero2 and zero3 move their volume every micro-step
   return o;
 }
 
 std::vector<StrategyOptions> strategies(int world) {
   std::vector<StrategyOptions> out;
   for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
-    out.push_back({k, 0, true, 2});
-  out.push_back({StrategyKind::zero3, 0, false, 2});
-  out.push_back({StrategyKind::hybrid, world % 2 == 0 ? 2 : 1, true, 2});
+    out.push_back({k, {}, true, 2});
+  out.push_back({StrategyKind::zero3, {}, false, 2});
+  out.push_back({StrategyKind::hybrid, ShardGroupRequest::equal(world % 2 == 0 ? 2 : 1), true, 2});
   return out;
 }
 
@@ -42,12 +44,12 @@ TEST(CommVolume, MeasuredBytesEqualTheTheoryForEveryModelAndStrategy) {
   for (const Case& c : {Case{"tiny", false, {}}, Case{"llama-tiny", false, {0, -1}}, Case{"llama-tiny", true, {}}}) {
     for (const StrategyOptions& s : strategies(n)) {
       TrainOptions o = options(c.model, c.tied);
-      o.strategy = s;
+      o.plan.strategy = s;
       const std::string what = c.model + (c.tied ? " tied " : " ") + std::string(strategy_name(s.kind)) +
                                (s.reshard_after_forward ? "" : " kept after forward");
       Trainer trainer(o, test::world());
       trainer.run(nullptr);
-      const ShardedParams& params = trainer.params();
+      const ShardedParams& params = trainer.engine().params();
       if (params_sharded(s.kind)) {
         int64_t psi = 0, want = 0;
         const int units = params.num_units();
@@ -60,7 +62,7 @@ TEST(CommVolume, MeasuredBytesEqualTheTheoryForEveryModelAndStrategy) {
         }
         EXPECT_EQ(params.gathered_numel_per_micro_step(), want) << what;
       }
-      const MemoryReport report = MemoryReport::collect(trainer);
+      const MemoryReport report = trainer.engine().memory_report();
       for (int r = 0; r < n; ++r) {
         // The theory counts real elements; the wire also carries the padding (under n per unit).
         const double theory = double(report.ranks[r].predicted_comm_bytes);
@@ -77,13 +79,13 @@ TEST(CommVolume, EvaluationGathersOnlyWhatItsForwardReads) {
   const int n = test::world().size();
   for (const Case& c : {Case{"tiny", false, {}}, Case{"llama-tiny", false, {}}}) {
     TrainOptions o = options(c.model, c.tied);
-    o.strategy = {StrategyKind::zero3, 0, true, 2};
-    o.eval_data = "default";
-    o.eval_every = 100;  // never within the run: evaluate() is called below
-    o.eval_batches = 3;
+    o.plan.strategy = {StrategyKind::zero3, {}, true, 2};
+    o.eval.source = "default";
+    o.eval.every = 100;  // never within the run: evaluate() is called below
+    o.eval.batches = 3;
     Trainer trainer(o, test::world());
     trainer.run(nullptr);
-    const ShardedParams& params = trainer.params();
+    const ShardedParams& params = trainer.engine().params();
     int64_t forward = 0;
     for (int u = 0; u < params.num_units(); ++u) forward += params.layout(u).numel();
     if (c.model == "tiny") forward += params.layout(0).numel();
@@ -92,7 +94,7 @@ TEST(CommVolume, EvaluationGathersOnlyWhatItsForwardReads) {
     // The theory counts real elements; the wire also carries the padding (under n per unit), and the
     // loss's all-reduce is on the world, not the params' communicators.
     const double moved = double(params.comm_stats().total_bytes() - before);
-    const double want = double(o.eval_batches) * double(forward) * 4 * (n - 1) / n;
+    const double want = double(o.eval.batches) * double(forward) * 4 * (n - 1) / n;
     EXPECT_NEAR(moved, want, 2e-3 * want) << c.model;
   }
 }

@@ -85,7 +85,7 @@ TEST(GradientMemory, AtMostThreeFullGradientsAliveAndShardsRight) {
   const int64_t three_largest = unit_bytes[0] + unit_bytes[1] + unit_bytes[2];
   for (StrategyKind k : {StrategyKind::zero2, StrategyKind::zero3, StrategyKind::hybrid}) {
     if (k == StrategyKind::hybrid && n < 4) continue;
-    ShardedParams p(deep_model(), test::world(), {k, k == StrategyKind::hybrid ? 2 : 0, true, 2}, 7);
+    ShardedParams p(deep_model(), test::world(), test::plan({k, k == StrategyKind::hybrid ? ShardGroupRequest::equal(2) : ShardGroupRequest(), true, 2}), 7);
     Allocator::of(Device::cpu).reset_peaks();
     const int64_t before = comm_live();
     for (int micro = 0; micro < 2; ++micro) {
@@ -111,7 +111,7 @@ TEST(GradientMemory, DominantUnitOpensAlone) {
   ASSERT_GT(unit_bytes[0], 2 * unit_bytes[1]);
   for (StrategyKind k : {StrategyKind::zero2, StrategyKind::zero3, StrategyKind::hybrid}) {
     if (k == StrategyKind::hybrid && n < 4) continue;
-    ShardedParams p(dominant_embedding_model(), test::world(), {k, k == StrategyKind::hybrid ? 2 : 0, true, 2}, 7);
+    ShardedParams p(dominant_embedding_model(), test::world(), test::plan({k, k == StrategyKind::hybrid ? ShardGroupRequest::equal(2) : ShardGroupRequest(), true, 2}), 7);
     Allocator::of(Device::cpu).reset_peaks();
     const int64_t before = comm_live();
     p.begin_micro_step(true);
@@ -151,7 +151,7 @@ void expect_tied_gradient_opens_only_at_the_embedding(TiedModel& model) {
     for (HeadGradient when : {HeadGradient::deferred, HeadGradient::immediate}) {
       const bool deferred = when == HeadGradient::deferred;
       model.set_head_gradient(when);
-      ShardedParams p(model, test::world(), {k, k == StrategyKind::hybrid ? 2 : 0, true, 2}, 7);
+      ShardedParams p(model, test::world(), test::plan({k, k == StrategyKind::hybrid ? ShardGroupRequest::equal(2) : ShardGroupRequest(), true, 2}), 7);
       Allocator::of(Device::cpu).reset_peaks();
       const int64_t before = comm_live();
       p.begin_micro_step(true);
@@ -185,7 +185,7 @@ TEST(GradientMemory, TiedLlamaGradientOpensOnlyAtTheEmbeddingAndGivesTheSameBits
 TEST(GradientMemory, Zero1KeepsTwoScratchShardsAtMost) {
   const int n = test::world().size();
   const std::vector<int64_t> unit_bytes = unit_bytes_descending(deep_model(), n);
-  ShardedParams p(deep_model(), test::world(), {StrategyKind::zero1, 0, true, 2}, 7);
+  ShardedParams p(deep_model(), test::world(), test::plan({StrategyKind::zero1}), 7);
   Allocator::of(Device::cpu).reset_peaks();
   const int64_t before = comm_live();
   p.begin_micro_step(true);

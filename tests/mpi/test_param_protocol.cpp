@@ -27,14 +27,14 @@ std::vector<StrategyOptions> strategies() {
   const int n = test::world().size();
   std::vector<StrategyOptions> out;
   for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
-    out.push_back({k, 0, true, 2});
-  out.push_back({StrategyKind::hybrid, n % 2 == 0 ? 2 : 1, true, 2});
+    out.push_back({k, {}, true, 2});
+  out.push_back({StrategyKind::hybrid, ShardGroupRequest::equal(n % 2 == 0 ? 2 : 1), true, 2});
   return out;
 }
 
 // Runs `misuse` inside one micro-step of a fresh ShardedParams and returns the error it raised.
 std::string error_in_micro_step(const StrategyOptions& s, const std::function<void(ShardedParams&)>& misuse) {
-  auto p = std::make_unique<ShardedParams>(model(), test::world(), s, 1);
+  auto p = std::make_unique<ShardedParams>(model(), test::world(), test::plan(s), 1);
   p->begin_micro_step(true);
   const std::string error = test::error_of([&] {
     misuse(*p);
@@ -72,7 +72,7 @@ TEST(ParamProtocol, EachMisuseNamesTheUnitOnEveryStrategy) {
 TEST(ParamProtocol, LegalSequencesPassOnEveryStrategy) {
   for (const StrategyOptions& s : strategies()) {
     SCOPED_TRACE(strategy_name(s.kind));
-    ShardedParams p(model(), test::world(), s, 1);
+    ShardedParams p(model(), test::world(), test::plan(s), 1);
     for (int micro = 0; micro < 2; ++micro) {
       p.begin_micro_step(micro == 1);
       EXPECT_EQ(test::error_of([&] {

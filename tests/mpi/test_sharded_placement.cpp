@@ -25,7 +25,9 @@ GPT2& tiny_model() {
   return model;
 }
 
-StrategyOptions strategy(StrategyKind kind) { return {kind, kind == StrategyKind::hybrid ? 1 : 0, true, 2}; }
+StrategyOptions strategy(StrategyKind kind) {
+  return {kind, kind == StrategyKind::hybrid ? ShardGroupRequest::equal(1) : ShardGroupRequest(), true, 2};
+}
 
 int64_t live(Category c) { return Allocator::of(Device::cpu).stats().live[int(c)]; }
 
@@ -36,7 +38,7 @@ TEST(ShardedPlacement, MixedPrecisionModelStatesFollowTheFormulas) {
   for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3}) {
     const int64_t params = live(Category::params), grads = live(Category::grads);
     const int64_t optimizer = live(Category::optimizer);
-    ShardedParams p(tiny_model(), test::world(), strategy(k), kSeed, kMixed);
+    ShardedParams p(tiny_model(), test::world(), test::plan(strategy(k), kMixed), kSeed);
     const ModelStateBytes want =
         predict_model_states(k, k == StrategyKind::ddp ? 1 : n, psi, DtypePolicy::mixed_bf16());
     // Only padding (under n elements per unit) separates the measurement from the formula.
@@ -48,9 +50,9 @@ TEST(ShardedPlacement, MixedPrecisionModelStatesFollowTheFormulas) {
 }
 
 TEST(ShardedPlacement, Bf16ComputeCopyIsTheRoundedFp32Master) {
-  ShardedParams reference(tiny_model(), test::world(), strategy(StrategyKind::ddp), kSeed);
+  ShardedParams reference(tiny_model(), test::world(), test::plan(strategy(StrategyKind::ddp)), kSeed);
   for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero3, StrategyKind::hybrid}) {
-    ShardedParams p(tiny_model(), test::world(), strategy(k), kSeed, kMixed);
+    ShardedParams p(tiny_model(), test::world(), test::plan(strategy(k), kMixed), kSeed);
     EXPECT_EQ(p.compute_dtype(), DType::bf16);
     p.begin_micro_step(true);
     for (int u = 0; u < p.num_units(); ++u) {
@@ -80,7 +82,7 @@ TEST(ShardedPlacement, Bf16GradientsReducedInFp32) {
   const int n = test::world().size(), rank = test::world().rank();
   const float sum = float(n * (n + 1) / 2);
   for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1}) {
-    ShardedParams p(tiny_model(), test::world(), strategy(k), kSeed, kMixed);
+    ShardedParams p(tiny_model(), test::world(), test::plan(strategy(k), kMixed), kSeed);
     p.begin_micro_step(true);
     for (int u = p.num_units() - 1; u >= 0; --u) {
       for (const Tensor& g : p.grads(u)) {

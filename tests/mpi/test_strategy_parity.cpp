@@ -33,17 +33,17 @@ void expect_same_run(const RunResult& got, const RunResult& want, const std::str
 std::vector<StrategyOptions> strategies_for(int world) {
   std::vector<StrategyOptions> out;
   for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
-    out.push_back({k, 0, true, 2});
-  out.push_back({StrategyKind::zero3, 0, false, 2});  // keep gathered params until backward
+    out.push_back({k, {}, true, 2});
+  out.push_back({StrategyKind::zero3, {}, false, 2});  // keep gathered params until backward
   // hybrid with every group size that divides the world (G = 1 and G = world are the corner cases)
   for (int g = 1; g <= world; ++g)
-    if (world % g == 0) out.push_back({StrategyKind::hybrid, g, true, 2});
+    if (world % g == 0) out.push_back({StrategyKind::hybrid, ShardGroupRequest::equal(g), true, 2});
   // hybrid with groups of unequal sizes (a node of 2 beside a node of 1; groups of 1 beside one of 2, whose
   // shards each span two of the others' pieces)
-  if (world == 3) out.push_back({StrategyKind::hybrid, 0, true, 2, {2, 1}});
+  if (world == 3) out.push_back({StrategyKind::hybrid, ShardGroupRequest::list({2, 1}), true, 2});
   if (world == 4) {
-    out.push_back({StrategyKind::hybrid, 0, true, 2, {3, 1}});
-    out.push_back({StrategyKind::hybrid, 0, true, 2, {1, 2, 1}});
+    out.push_back({StrategyKind::hybrid, ShardGroupRequest::list({3, 1}), true, 2});
+    out.push_back({StrategyKind::hybrid, ShardGroupRequest::list({1, 2, 1}), true, 2});
   }
   return out;
 }
@@ -51,7 +51,7 @@ std::vector<StrategyOptions> strategies_for(int world) {
 std::string describe(const StrategyOptions& s) {
   std::string d(strategy_name(s.kind));
   if (s.kind == StrategyKind::hybrid)
-    d += " G=" + (s.shard_group_sizes.empty() ? std::to_string(s.shard_group) : ShardGroups(s.shard_group_sizes).describe());
+    d += " G=" + s.shard_group.text();
   if (!s.reshard_after_forward) d += " no-reshard";
   return d;
 }
@@ -62,12 +62,12 @@ const std::vector<std::string> kModels = {"tiny", "llama-tiny"};
 TEST(StrategyParity, EveryStrategyMatchesSingleProcess) {
   for (const std::string& model : kModels) {
     TrainOptions base = test::tiny_options(30);
-    base.model = model;
+    base.model.name = model;
     const RunResult reference = test::train_single_process(base);
     ASSERT_LT(reference.losses.back(), reference.losses.front()) << model;  // it really trains
     for (const StrategyOptions& s : strategies_for(test::world().size())) {
       TrainOptions o = base;
-      o.strategy = s;
+      o.plan.strategy = s;
       expect_same_run(test::train(o, test::world()), reference, model + " " + describe(s));
     }
   }
@@ -79,14 +79,14 @@ TEST(StrategyParity, EveryStrategyMatchesSingleProcess) {
 TEST(StrategyParity, TiedLlamaDeferringItsHeadMatchesSingleProcess) {
   const int n = test::world().size();
   TrainOptions base = test::tiny_options(10);
-  base.model = "llama-tiny";
-  base.overrides["tie_embeddings"] = 1;
-  base.batch = n;
+  base.model.name = "llama-tiny";
+  base.model.overrides["tie_embeddings"] = 1;
+  base.data.batch = n;
   const RunResult reference = test::train_single_process(base);
   ASSERT_LT(reference.losses.back(), reference.losses.front());
   for (const StrategyOptions& s : strategies_for(n)) {
     TrainOptions o = base;
-    o.strategy = s;
+    o.plan.strategy = s;
     expect_same_run(test::train(o, test::world()), reference, "tied llama-tiny " + describe(s));
   }
 }
@@ -95,11 +95,11 @@ TEST(StrategyParity, GradAccumulationEqualsLargeBatch) {
   const int n = test::world().size();
   for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero3}) {
     TrainOptions large = test::tiny_options(10);
-    large.strategy.kind = k;
-    large.batch = 4 * n;
+    large.plan.strategy.kind = k;
+    large.data.batch = 4 * n;
     TrainOptions accumulated = large;
-    accumulated.batch = n;
-    accumulated.grad_accum = 4;
+    accumulated.data.batch = n;
+    accumulated.data.grad_accum = 4;
     expect_same_run(test::train(accumulated, test::world()), test::train(large, test::world()),
                     std::string(strategy_name(k)) + " grad-accum 4");
   }
@@ -110,11 +110,11 @@ TEST(StrategyParity, UnevenRankBatchesEqualEvenSplit) {
   for (const std::string& model : kModels)
     for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero3}) {
       TrainOptions even = test::tiny_options(10);
-      even.model = model;
-      even.strategy.kind = k;
+      even.model.name = model;
+      even.plan.strategy.kind = k;
       TrainOptions uneven = even;
-      uneven.rank_batches = {3, 1, 2, 2};
-      even.rank_batches = {2, 2, 2, 2};
+      uneven.data.rank_batches = {3, 1, 2, 2};
+      even.data.rank_batches = {2, 2, 2, 2};
       expect_same_run(test::train(uneven, test::world()), test::train(even, test::world()),
                       model + " " + std::string(strategy_name(k)) + " rank-batches 3,1,2,2");
     }
@@ -127,20 +127,20 @@ TEST(StrategyParity, EvaluationMatchesSingleProcessAndLeavesTrainingAsItWas) {
   const int n = test::world().size();
   for (const std::string& model : kModels) {
     TrainOptions plain = test::tiny_options(6);
-    plain.model = model;
+    plain.model.name = model;
     TrainOptions evaluated = plain;
-    evaluated.eval_data = "default";
-    evaluated.eval_every = 2;  // after steps 2, 4 and 6
-    evaluated.eval_batches = 2;
+    evaluated.eval.source = "default";
+    evaluated.eval.every = 2;  // after steps 2, 4 and 6
+    evaluated.eval.batches = 2;
     const RunResult reference = test::train_single_process(evaluated);
     ASSERT_EQ(reference.eval_losses.size(), 3u) << model;
     EXPECT_LT(reference.eval_losses.back(), reference.eval_losses.front()) << model << ": it learns";
-    for (const StrategyOptions& s : std::vector<StrategyOptions>{{StrategyKind::ddp, 0, true, 2},
-                                                                 {StrategyKind::zero3, 0, true, 2},
-                                                                 {StrategyKind::zero3, 0, false, 2},
-                                                                 {StrategyKind::hybrid, n % 2 ? 1 : 2, true, 2}}) {
+    for (const StrategyOptions& s : std::vector<StrategyOptions>{{StrategyKind::ddp, {}, true, 2},
+                                                                 {StrategyKind::zero3, {}, true, 2},
+                                                                 {StrategyKind::zero3, {}, false, 2},
+                                                                 {StrategyKind::hybrid, ShardGroupRequest::equal(n % 2 ? 1 : 2), true, 2}}) {
       const std::string what = model + " " + describe(s);
-      plain.strategy = evaluated.strategy = s;
+      plain.plan.strategy = evaluated.plan.strategy = s;
       const RunResult with = test::train(evaluated, test::world()), without = test::train(plain, test::world());
       EXPECT_EQ(with.losses, without.losses) << what;
       EXPECT_EQ(with.grad_norms, without.grad_norms) << what;
@@ -169,10 +169,10 @@ TEST(StrategyParity, AutoRankBatchesResplitAndMatchSingleProcess) {
   const int n = test::world().size();
   for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero3}) {
     TrainOptions o = test::tiny_options(8);
-    o.strategy.kind = k;
-    o.batch = 4 * n;
-    o.rank_batches_auto = true;
-    o.rebalance_every = 2;
+    o.plan.strategy.kind = k;
+    o.data.batch = 4 * n;
+    o.data.rank_batches_auto = true;
+    o.data.rebalance_every = 2;
     setenv("ZSHARD_TEST_SLOW_RANK", "1:4", 1);
     const RunResult got = test::train(o, test::world());
     unsetenv("ZSHARD_TEST_SLOW_RANK");
@@ -181,20 +181,20 @@ TEST(StrategyParity, AutoRankBatchesResplitAndMatchSingleProcess) {
     EXPECT_EQ(got.rank_batches.front(), std::vector<int>(n, 4)) << what;
     const std::vector<int>& last = got.rank_batches.back();
     EXPECT_LT(last[1], last[0]) << what << ": the slow rank keeps its share";
-    EXPECT_EQ(std::accumulate(last.begin(), last.end(), 0), o.batch) << what;
+    EXPECT_EQ(std::accumulate(last.begin(), last.end(), 0), o.data.batch) << what;
   }
 }
 
 // Recomputation runs the same ops on the same inputs under the same gathers: every strategy's losses,
 // gradient norms and parameters are the same bits with and without it.
-TEST(StrategyParity, ActivationCheckpointingChangesNoBit) {
+TEST(StrategyParity, RecomputeChangesNoBit) {
   for (const std::string& model : kModels)
     for (const StrategyOptions& s : strategies_for(test::world().size())) {
       TrainOptions plain = test::tiny_options(5);
-      plain.model = model;
-      plain.strategy = s;
+      plain.model.name = model;
+      plain.plan.strategy = s;
       TrainOptions recomputed = plain;
-      recomputed.activation_checkpointing = ActivationCheckpointing::blocks;
+      recomputed.model.recompute = Recompute::blocks;
       expect_same_bits(plain, recomputed, model + " " + describe(s) + " blocks");
     }
 }
@@ -207,12 +207,12 @@ TEST(StrategyParity, OffloadedOptimizerChangesNoBit) {
     for (const StrategyOptions& s : strategies_for(test::world().size()))
       for (int accum : {1, 2}) {
         TrainOptions plain = test::tiny_options(5);
-        plain.model = model;
-        plain.strategy = s;
-        plain.grad_accum = accum;
+        plain.model.name = model;
+        plain.plan.strategy = s;
+        plain.data.grad_accum = accum;
         const RunResult want = test::train(plain, test::world());
         TrainOptions offloaded = plain;
-        offloaded.placement.offload_optimizer = true;
+        offloaded.plan.placement.offload_optimizer = true;
         for (const bool copies : {false, true}) {
           if (copies) setenv("ZSHARD_TEST_OFFLOAD_COPIES", "1", 1);
           const RunResult got = test::train(offloaded, test::world());
@@ -239,12 +239,12 @@ int64_t model_state_bytes(const TrainOptions& o) {
 TEST(StrategyMemory, MeasuredModelStatesFollowTheFormulas) {
   const int n = test::world().size();
   TrainOptions o = test::tiny_options(1);
-  o.model = "gpt2";  // big enough that padding is negligible
-  o.overrides = {{"layers", 2}, {"dim", 256}, {"heads", 4}, {"vocab", 4096}, {"ctx", 128}};
-  const int64_t psi = num_params(*build_model(o.model, resolve_model_config(o)));
+  o.model.name = "gpt2";  // big enough that padding is negligible
+  o.model.overrides = {{"layers", 2}, {"dim", 256}, {"heads", 4}, {"vocab", 4096}, {"ctx", 128}};
+  const int64_t psi = num_params(*build_model(o.model.name, resolve_model_config(o.model)));
   int64_t ddp_bytes = 0;
   for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3}) {
-    o.strategy.kind = k;
+    o.plan.strategy.kind = k;
     const int64_t measured = model_state_bytes(o);
     const int64_t predicted =
         predict_model_states(k, k == StrategyKind::ddp ? 1 : n, psi, DtypePolicy::fp32()).total();
@@ -259,10 +259,10 @@ TEST(StrategyMemory, MeasuredModelStatesFollowTheFormulas) {
 TEST(StrategyMemory, OffloadedOptimizerStateIsHostMemory) {
   const int n = test::world().size();
   TrainOptions o = test::tiny_options(1);
-  o.placement.offload_optimizer = true;
-  const int64_t psi = num_params(*build_model(o.model, resolve_model_config(o)));
+  o.plan.placement.offload_optimizer = true;
+  const int64_t psi = num_params(*build_model(o.model.name, resolve_model_config(o.model)));
   for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero2, StrategyKind::zero3}) {
-    o.strategy.kind = k;
+    o.plan.strategy.kind = k;
     const MemStats before = Allocator::of(Device::cpu).stats();
     Trainer trainer(o, test::world());
     const MemStats after = Allocator::of(Device::cpu).stats();

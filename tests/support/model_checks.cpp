@@ -56,16 +56,16 @@ double expect_gradients_match_finite_differences(Model& model, LocalParams& ctx,
   return worst;
 }
 
-void expect_checkpointing_bit_identical(Model& model, const LocalParams& params, DType dtype,
+void expect_recompute_bit_identical(Model& model, const LocalParams& params, DType dtype,
                                         const RandomTokens& data) {
   LocalParams plain(model, dtype), recomputed(model, dtype);
   plain.copy_params_from(params);
   recomputed.copy_params_from(params);
-  model.set_activation_checkpointing(ActivationCheckpointing::none);
+  model.set_recompute(Recompute::none);
   const double loss_plain = model.forward_backward(plain, data.batch(), 0.25f);
-  model.set_activation_checkpointing(ActivationCheckpointing::blocks);
+  model.set_recompute(Recompute::blocks);
   const double loss_recomputed = model.forward_backward(recomputed, data.batch(), 0.25f);
-  model.set_activation_checkpointing(ActivationCheckpointing::none);
+  model.set_recompute(Recompute::none);
 
   EXPECT_EQ(std::memcmp(&loss_plain, &loss_recomputed, sizeof(double)), 0) << loss_plain << " vs " << loss_recomputed;
   const std::vector<UnitSpec> units = model.units();
@@ -84,9 +84,9 @@ void expect_checkpointing_bit_identical(Model& model, const LocalParams& params,
 void expect_deferred_head_bit_identical(Model& model, const std::function<void(HeadGradient)>& set_head_gradient,
                                         const LocalParams& params, const RandomTokens& data) {
   for (DType dtype : {DType::f32, DType::f64})
-    for (ActivationCheckpointing mode : {ActivationCheckpointing::none, ActivationCheckpointing::blocks}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + (mode == ActivationCheckpointing::blocks ? " blocks" : ""));
-      model.set_activation_checkpointing(mode);
+    for (Recompute mode : {Recompute::none, Recompute::blocks}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (mode == Recompute::blocks ? " blocks" : ""));
+      model.set_recompute(mode);
       LocalParams at_head(model, dtype), deferred(model, dtype);
       double losses[2] = {0, 0};
       for (auto [ctx, when, loss] : {std::tuple{&at_head, HeadGradient::immediate, &losses[0]},
@@ -103,7 +103,7 @@ void expect_deferred_head_bit_identical(Model& model, const std::function<void(H
           EXPECT_EQ(std::memcmp(a.raw(), b.raw(), size_t(a.nbytes())), 0) << "unit " << u << " param " << i;
         }
     }
-  model.set_activation_checkpointing(ActivationCheckpointing::none);
+  model.set_recompute(Recompute::none);
   set_head_gradient(HeadGradient::by_tokens);
 }
 
@@ -125,20 +125,20 @@ void expect_tied_gradient_opens(Model& model, const RandomTokens& data, bool def
   }
 }
 
-std::pair<int64_t, int64_t> expect_checkpointing_shrinks_activations(Model& model, const RandomTokens& data) {
+std::pair<int64_t, int64_t> expect_recompute_shrinks_activations(Model& model, const RandomTokens& data) {
   const auto live = [] { return Allocator::of(Device::cpu).stats().live[int(Category::activations)]; };
   const int64_t before = live();
   int64_t bytes[2] = {0, 0};
   {
     LocalParams ctx(model, DType::f32);
     randomize_params(ctx, 0.1, 5);
-    for (ActivationCheckpointing mode : {ActivationCheckpointing::none, ActivationCheckpointing::blocks}) {
-      model.set_activation_checkpointing(mode);
+    for (Recompute mode : {Recompute::none, Recompute::blocks}) {
+      model.set_recompute(mode);
       model.forward_backward(ctx, data.batch(), 1.0f);
       bytes[int(mode)] = model.activation_bytes(data.B, data.T, DType::f32);
       EXPECT_EQ(live() - before, bytes[int(mode)]) << "mode " << int(mode);
     }
-    model.set_activation_checkpointing(ActivationCheckpointing::none);
+    model.set_recompute(Recompute::none);
   }
   EXPECT_LT(bytes[1], bytes[0]);
   return {bytes[0], bytes[1]};

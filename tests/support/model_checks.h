@@ -28,10 +28,10 @@ void randomize_params(LocalParams& ctx, double std, uint64_t seed);
 double expect_gradients_match_finite_differences(Model& model, LocalParams& ctx, const RandomTokens& data,
                                                  double tol = 1e-6, double h = 1e-5);
 
-// forward_backward on `data` without and then with ActivationCheckpointing::blocks, each in a fresh context
+// forward_backward on `data` without and then with Recompute::blocks, each in a fresh context
 // of `dtype` holding `params`'s values: gtest failures unless the two losses, every gradient (memcmp) and
 // the protocol calls (so the collectives) are the same. Leaves `model` without checkpointing.
-void expect_checkpointing_bit_identical(Model& model, const LocalParams& params, DType dtype,
+void expect_recompute_bit_identical(Model& model, const LocalParams& params, DType dtype,
                                         const RandomTokens& data);
 
 // A tied head's weight gradient added at the head and deferred to the embedding's backward (`set_head_gradient`
@@ -47,6 +47,6 @@ void expect_tied_gradient_opens(Model& model, const RandomTokens& data, bool def
 
 // For each mode, the activations the cpu allocator holds after a forward_backward on `data` in f32 equal
 // activation_bytes; blocks needs fewer. Returns {none, blocks} bytes.
-std::pair<int64_t, int64_t> expect_checkpointing_shrinks_activations(Model& model, const RandomTokens& data);
+std::pair<int64_t, int64_t> expect_recompute_shrinks_activations(Model& model, const RandomTokens& data);
 
 }  // namespace zshard::test

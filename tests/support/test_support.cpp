@@ -26,6 +26,10 @@ double rel_diff(const std::vector<T>& a, const std::vector<T>& b) {
 }
 }  // namespace
 
+ShardPlan plan(const StrategyOptions& strategy, const Placement& placement) {
+  return plan_for_world({strategy, placement}, world().size());
+}
+
 comm::Communicator& world() {
   ZS_CHECK(g_world, "world() used outside an MPI test binary");
   return *g_world;

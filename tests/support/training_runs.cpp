@@ -3,24 +3,25 @@
 #include <cmath>
 
 #include "comm/self_communicator.h"
+#include "shard/sharded_params.h"
 
 namespace zshard::test {
 
 TrainOptions tiny_options(int steps) {
   TrainOptions o;
-  o.model = "tiny";
-  o.batch = 8;
-  o.seq = 32;
-  o.steps = steps;
-  o.lr = 3e-3f;
+  o.model.name = "tiny";
+  o.data.batch = 8;
+  o.data.seq = 32;
+  o.optimizer.steps = steps;
+  o.optimizer.lr = 3e-3f;
   // GPT-2's key bias has an exactly zero true gradient (softmax ignores a constant shift of the scores),
   // so what backward computes for it is rounding noise, which differs with the order of any sum - and
   // sharding reorders sums. With eps 1e-8 Adam would turn that noise into full-size steps of random
   // sign; eps 1e-6 keeps the comparison about the strategies, not about amplified rounding.
-  o.eps = 1e-6f;
-  o.warmup = 3;
-  o.grad_clip = 1.0f;  // active: the tiny model's early gradient norms are above 1
-  o.seed = 7;
+  o.optimizer.eps = 1e-6f;
+  o.optimizer.warmup = 3;
+  o.optimizer.grad_clip = 1.0f;  // active: the tiny model's early gradient norms are above 1
+  o.model.seed = 7;
   return o;
 }
 
@@ -35,9 +36,9 @@ RunResult train(const TrainOptions& options, comm::Communicator& comm) {
     r.comm_bytes.push_back(h.comm_bytes);
     if (!std::isnan(h.eval_loss)) r.eval_losses.push_back(h.eval_loss);
   }
-  for (int u = 0; u < trainer.params().num_units(); ++u) {
-    const std::vector<float> full = trainer.params().full_unit_params(u);
-    r.params.insert(r.params.end(), full.begin(), full.begin() + trainer.params().layout(u).numel());
+  for (int u = 0; u < trainer.engine().params().num_units(); ++u) {
+    const std::vector<float> full = trainer.engine().params().full_unit_params(u);
+    r.params.insert(r.params.end(), full.begin(), full.begin() + trainer.engine().params().layout(u).numel());
   }
   return r;
 }
@@ -45,11 +46,11 @@ RunResult train(const TrainOptions& options, comm::Communicator& comm) {
 RunResult train_single_process(const TrainOptions& options) {
   comm::SelfCommunicator self;
   TrainOptions single = options;
-  single.strategy = StrategyOptions{};
-  single.rank_batches.clear();
-  single.rank_batches_auto = false;
-  single.max_rank_batch.reset();
-  single.rebalance_every.reset();
+  single.plan.strategy = StrategyOptions{};
+  single.data.rank_batches.clear();
+  single.data.rank_batches_auto = false;
+  single.data.max_rank_batch.reset();
+  single.data.rebalance_every.reset();
   return train(single, self);
 }
 

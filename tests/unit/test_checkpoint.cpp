@@ -1,6 +1,6 @@
 // The checkpoint format on its own: resharding reads between any saved and any target group size, the
 // manifest round trip, the commit marker, and one clear error per kind of bad input. Then the
-// Checkpointer's checks against the flags and --keep, in a single process.
+// SavePolicy's checks against the flags and --keep, in a single process.
 #include "shard/checkpoint_format.h"
 
 #include <gmock/gmock.h>
@@ -188,15 +188,15 @@ TEST(Checkpoint, BadInputNamesTheFileAndTheProblem) {
               AllOf(HasSubstr("manifest.json"), HasSubstr("unit a: inconsistent layout")));
 }
 
-// ---- the Checkpointer in one process ----
+// ---- the save policy in one process ----
 
 struct Job {
   comm::SelfCommunicator self;
   std::unique_ptr<Trainer> trainer;
-  std::unique_ptr<Checkpointer> checkpoints;
+  std::unique_ptr<SavePolicy> checkpoints;
   explicit Job(const TrainOptions& o) {
     trainer = std::make_unique<Trainer>(o, self);
-    checkpoints = std::make_unique<Checkpointer>(*trainer, nullptr);
+    checkpoints = std::make_unique<SavePolicy>(*trainer, nullptr);
   }
   void run() {
     trainer->run(nullptr, [&] { return checkpoints->after_step(); });
@@ -213,81 +213,81 @@ std::string setup_error(const TrainOptions& o) {
   return "(no error)";
 }
 
-TEST(Checkpointer, FlagsNeedTheirCompanions) {
+TEST(SavePolicy, FlagsNeedTheirCompanions) {
   const auto with = [](auto edit) {
     TrainOptions o = test::tiny_options(1);
     edit(o);
     return setup_error(o);
   };
-  EXPECT_THAT(with([](TrainOptions& o) { o.save_every = 2; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.saves.save_every = 2; }),
               HasSubstr("--save-every and --keep need --save-dir"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.resume = "latest"; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.saves.resume = "latest"; }),
               HasSubstr("--resume latest needs --save-dir"));
   EXPECT_THAT(with([](TrainOptions& o) {
-                o.resume = "x";
-                o.init_from = "y";
+                o.saves.resume = "x";
+                o.model.init_from = "y";
               }),
               HasSubstr("--resume and --init-from exclude each other"));
   EXPECT_THAT(with([](TrainOptions& o) {
-                o.save_dir = "x";
-                o.keep = -1;
+                o.saves.save_dir = "x";
+                o.saves.keep = -1;
               }),
               HasSubstr("--keep must be >= 0"));
 }
 
-TEST(Checkpointer, KeepsTheNewestAndRemovesInterruptedSaves) {
+TEST(SavePolicy, KeepsTheNewestAndRemovesInterruptedSaves) {
   TempDir tmp;
   TrainOptions o = test::tiny_options(6);
-  o.save_dir = tmp.file("run");
-  o.save_every = 2;
-  o.keep = 2;
+  o.saves.save_dir = tmp.file("run");
+  o.saves.save_every = 2;
+  o.saves.keep = 2;
   fs::create_directories(tmp.file("run/step-00000001"));  // an interrupted save, older than step 2
   Job(o).run();
-  const std::vector<CheckpointEntry> left = list_checkpoints(o.save_dir);
+  const std::vector<CheckpointEntry> left = list_checkpoints(o.saves.save_dir);
   ASSERT_EQ(left.size(), 2u);
   EXPECT_TRUE(left[0].step == 4 && left[0].committed);
   EXPECT_TRUE(left[1].step == 6 && left[1].committed);
 
   // Resuming the newest with nothing left to do saves nothing and modifies nothing.
   const uint64_t before = file_checksum(left[1].path + "/manifest.json");
-  o.resume = "latest";
+  o.saves.resume = "latest";
   Job again(o);
   EXPECT_EQ(again.checkpoints->resumed_step(), 6);
   again.run();
   EXPECT_EQ(file_checksum(left[1].path + "/manifest.json"), before);
-  EXPECT_EQ(list_checkpoints(o.save_dir).size(), 2u);
+  EXPECT_EQ(list_checkpoints(o.saves.save_dir).size(), 2u);
 }
 
-TEST(Checkpointer, RejectsMismatchedModelAndOccupiedSaveDir) {
+TEST(SavePolicy, RejectsMismatchedModelAndOccupiedSaveDir) {
   TempDir tmp;
   TrainOptions o = test::tiny_options(2);
-  o.save_dir = tmp.file("run");
+  o.saves.save_dir = tmp.file("run");
   Job(o).run();
-  const std::string ckpt = o.save_dir + "/" + step_dir_name(2);
+  const std::string ckpt = o.saves.save_dir + "/" + step_dir_name(2);
 
   TrainOptions fresh = o;  // a new run into a directory that holds checkpoints
   EXPECT_THAT(setup_error(fresh),
               AllOf(HasSubstr("already holds checkpoints"), HasSubstr("--resume latest")));
 
   TrainOptions other = o;
-  other.save_dir.clear();
-  other.resume = ckpt;
-  other.overrides["layers"] = 3;
+  other.saves.save_dir.clear();
+  other.saves.resume = ckpt;
+  other.model.overrides["layers"] = 3;
   EXPECT_THAT(setup_error(other),
               AllOf(HasSubstr(ckpt + "/manifest.json: the checkpoint holds model tiny with ctx=128, dim=64, "
                               "heads=4, layers=2, vocab=256, the flags ask for tiny with ctx=128, dim=64, heads=4, "
                               "layers=3, vocab=256")));
 
   TrainOptions older = o;  // resuming an older checkpoint into the same directory would overwrite newer ones
-  older.save_dir = tmp.file("run2");
-  older.save_every = 1;
+  older.saves.save_dir = tmp.file("run2");
+  older.saves.save_every = 1;
   Job(older).run();
-  older.resume = older.save_dir + "/" + step_dir_name(1);
+  older.saves.resume = older.saves.save_dir + "/" + step_dir_name(1);
   EXPECT_THAT(setup_error(older), HasSubstr("which a save of this run would overwrite"));
 
   TrainOptions none = o;
-  none.save_dir = tmp.file("empty");
-  none.resume = "latest";
+  none.saves.save_dir = tmp.file("empty");
+  none.saves.resume = "latest";
   EXPECT_THAT(setup_error(none), HasSubstr("--resume latest: no committed checkpoint"));
 }
 

@@ -85,8 +85,8 @@ std::vector<std::string> issued_collectives(unsigned seed) {
   Script script{std::mt19937(seed), {}};
   ScriptedCommunicator world("world", 4, {2, 2}, script);
   TrainOptions options = test::tiny_options(2);
-  options.strategy = {StrategyKind::hybrid, 2, true, 2};
-  options.grad_accum = 2;
+  options.plan.strategy = {StrategyKind::hybrid, ShardGroupRequest::equal(2), true, 2};
+  options.data.grad_accum = 2;
   Trainer trainer(options, world);
   script.issued.clear();  // set-up is not timing-dependent; the steps are what is compared
   trainer.run(nullptr);

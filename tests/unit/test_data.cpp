@@ -1,3 +1,4 @@
+
 #include <zshard/error.h>
 
 #include "runtime/train/data.h"

@@ -399,7 +399,7 @@ TEST(GPT2, CheckpointingGivesTheSameBits) {
   const test::RandomTokens data(2, 24, tiny.vocab, 19);
   for (DType dtype : {DType::f32, DType::f64}) {
     SCOPED_TRACE(dtype_name(dtype));
-    test::expect_checkpointing_bit_identical(model, params, dtype, data);
+    test::expect_recompute_bit_identical(model, params, dtype, data);
   }
 }
 
@@ -430,7 +430,7 @@ TEST(GPT2, TiedGradientOpensAtTheEmbeddingWithFewerTokensThanChannels) {
 TEST(GPT2, CheckpointingShrinksActivationsAsAllocated) {
   const GPT2Config tiny = deep_tiny();
   GPT2 model(tiny);
-  const auto [none, blocks] = test::expect_checkpointing_shrinks_activations(model, {2, 32, tiny.vocab, 20});
+  const auto [none, blocks] = test::expect_recompute_shrinks_activations(model, {2, 32, tiny.vocab, 20});
   // Six blocks' intermediates down to one block's: well over half of the bytes go.
   EXPECT_LT(blocks * 2, none);
 }

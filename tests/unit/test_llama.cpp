@@ -189,8 +189,8 @@ TEST(Llama, ActivationBytesMatchTheAllocator) {
     Llama model(tiny);
     LocalParams ctx(model, DType::f32);
     ctx.init(model, 28);
-    for (ActivationCheckpointing mode : {ActivationCheckpointing::none, ActivationCheckpointing::blocks}) {
-      model.set_activation_checkpointing(mode);
+    for (Recompute mode : {Recompute::none, Recompute::blocks}) {
+      model.set_recompute(mode);
       for (auto [B, T] : {std::pair{2, 16}, std::pair{3, 7}, std::pair{4, 16}}) {
         SCOPED_TRACE(testing::Message() << (tied ? "tied " : "untied ") << B << "x" << T << " mode " << int(mode));
         EXPECT_EQ(model.defers_head_gradient(B, T), tied && B * T < tiny.dim);
@@ -268,7 +268,7 @@ TEST(Llama, CheckpointingGivesTheSameBits) {
     const test::RandomTokens data(2, 24, config.vocab, 31);
     for (DType dtype : {DType::f32, DType::f64}) {
       SCOPED_TRACE(dtype_name(dtype));
-      test::expect_checkpointing_bit_identical(model, params, dtype, data);
+      test::expect_recompute_bit_identical(model, params, dtype, data);
     }
   }
 }
@@ -277,7 +277,7 @@ TEST(Llama, CheckpointingShrinksActivationsAsAllocated) {
   LlamaConfig tiny = llama_config("llama-tiny");
   tiny.layers = 6;
   Llama model(tiny);
-  const auto [none, blocks] = test::expect_checkpointing_shrinks_activations(model, {2, 32, tiny.vocab, 32});
+  const auto [none, blocks] = test::expect_recompute_shrinks_activations(model, {2, 32, tiny.vocab, 32});
   EXPECT_LT(blocks * 2, none);
 }
 

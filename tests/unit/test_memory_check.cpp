@@ -16,32 +16,30 @@ using ::testing::HasSubstr;
 using test::error_of;
 
 struct Case {
-  TrainOptions options;
+  PlanOptions plan;
+  BatchShape shape;
   std::shared_ptr<Model> model = build_model("gpt2", model_config("gpt2"));
   int world = 4;
+  ShardPlan resolved() const { return plan_for_world(plan, world); }
 };
 
 int64_t estimate(const Case& c, StrategyKind kind, int rank_batch) {
-  EstimateInput in;
-  in.model = c.model.get();
-  in.kind = kind;
-  in.world = c.world;
-  in.rank_batch = rank_batch;
-  in.seq = c.options.seq;
-  in.max_inflight = c.options.strategy.max_inflight;
-  return estimate_memory(in).total();
+  PlanOptions plan;
+  plan.strategy.kind = kind;
+  plan.strategy.max_inflight = c.plan.strategy.max_inflight;
+  return estimate_memory(estimate_input(plan_for_world(plan, c.world), *c.model, c.shape, rank_batch)).total();
 }
 
 std::string check(const Case& c, int64_t budget) {
-  const int rank_batch = c.options.batch / c.world;
-  return error_of([&] { check_memory_fits(c.options, *c.model, c.world, rank_batch, rank_batch, {budget, "test"}); });
+  const int rank_batch = c.shape.batch / c.world;
+  return error_of([&] { check_memory_fits(c.resolved(), *c.model, c.shape, rank_batch, rank_batch, {budget, "test"}); });
 }
 
 Case gpt2_case() {
   Case c;
-  c.options.batch = 32;
-  c.options.seq = 1024;
-  c.options.strategy.kind = StrategyKind::ddp;
+  c.shape.batch = 32;
+  c.shape.seq = 1024;
+  c.plan.strategy.kind = StrategyKind::ddp;
   return c;
 }
 
@@ -63,7 +61,7 @@ TEST(MemoryCheck, SuggestsMoreAccumulationKeepingTheGlobalBatch) {
 
 TEST(MemoryCheck, SuggestsAStrategyThatShardsMore) {
   Case c = gpt2_case();
-  c.options.batch = 4;  // one sequence per rank: only sharding can help
+  c.shape.batch = 4;  // one sequence per rank: only sharding can help
   const int64_t zero3 = estimate(c, StrategyKind::zero3, 1);
   ASSERT_LT(zero3, estimate(c, StrategyKind::zero2, 1));
   EXPECT_THAT(check(c, zero3), HasSubstr("nearest that fits: --strategy zero3"));
@@ -71,8 +69,8 @@ TEST(MemoryCheck, SuggestsAStrategyThatShardsMore) {
 
 TEST(MemoryCheck, SuggestsMoreRanksWhenNothingFitsOnThese) {
   Case c = gpt2_case();
-  c.options.batch = 4;
-  c.options.grad_accum = 4;
+  c.shape.batch = 4;
+  c.shape.grad_accum = 4;
   Case wider = c;
   wider.world = 16;
   const int64_t zero3_on_16 = estimate(wider, StrategyKind::zero3, 1);
@@ -86,13 +84,13 @@ TEST(MemoryCheck, SuggestsMoreRanksWhenNothingFitsOnThese) {
 // Checked by arithmetic, without a GPU: the cuda estimate's host part against a host budget.
 TEST(MemoryCheck, OffloadedOptimizerMustFitInHostMemory) {
   Case c = gpt2_case();
-  c.options.placement = {Device::cuda, DType::bf16, DType::f32, true};
-  c.options.strategy.kind = StrategyKind::zero3;
-  EstimateInput in = estimate_input(c.options, *c.model, c.world, StrategyKind::zero3, 1);
+  c.plan.placement = {Device::cuda, DType::bf16, DType::f32, true};
+  c.plan.strategy.kind = StrategyKind::zero3;
+  EstimateInput in = estimate_input(c.resolved(), *c.model, c.shape, 1);
   const int64_t host = estimate_memory(in).host_apart();
   ASSERT_GT(host, 0);
   const auto host_check = [&](const Case& k, int64_t budget) {
-    return error_of([&] { check_host_memory_fits(k.options, *k.model, k.world, {budget, "test host"}); });
+    return error_of([&] { check_host_memory_fits(k.resolved(), *k.model, k.shape, {budget, "test host"}); });
   };
   EXPECT_EQ(host_check(c, host), "(no error)");
   EXPECT_EQ(host_check(c, -1), "(no error)") << "an unknown budget checks nothing";
@@ -101,12 +99,12 @@ TEST(MemoryCheck, OffloadedOptimizerMustFitInHostMemory) {
   EXPECT_THAT(e, HasSubstr("(test host); nearest that fits: --strategy zero3 on 8 ranks with this much host "
                            "memory each, or --offload none"));
   Case hybrid = c;  // groups of 2 hold twice zero3's host shard on 4 ranks
-  hybrid.options.strategy = {StrategyKind::hybrid, 2, true, 2};
+  hybrid.plan.strategy = {StrategyKind::hybrid, ShardGroupRequest::equal(2), true, 2};
   EXPECT_THAT(host_check(hybrid, host),
               HasSubstr("nearest that fits: --strategy zero3 (without --shard-group), or --offload none"));
   Case cpu = c;  // the cpu's host bytes are its device's, checked by check_memory_fits
-  cpu.options.placement.device = Device::cpu;
-  cpu.options.placement.param_dtype = DType::f32;
+  cpu.plan.placement.device = Device::cpu;
+  cpu.plan.placement.param_dtype = DType::f32;
   EXPECT_EQ(host_check(cpu, 1), "(no error)");
 }
 

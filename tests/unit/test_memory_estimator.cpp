@@ -18,12 +18,19 @@ namespace {
 
 constexpr int64_t kPsi = 7'500'000'000;
 
+// The plan of `kind` on `world` ranks (hybrid in groups of `group`; 0: the default), fp32 on the cpu.
+ShardPlan plan(StrategyKind kind, int world, int group = 0) {
+  PlanOptions o;
+  o.strategy.kind = kind;
+  if (group > 0) o.strategy.shard_group = ShardGroupRequest::equal(group);
+  return plan_for_world(o, world);
+}
+
 double model_state_gb(StrategyKind kind, int world) {
   EstimateInput in;
   in.params = kPsi;
-  in.kind = kind;
-  in.world = world;
-  in.dtypes = DtypePolicy::mixed_bf16();
+  in.plan = plan(kind, world);
+  in.plan.placement.param_dtype = DType::bf16;
   return double(estimate_memory(in).model_states.total()) / 1e9;
 }
 
@@ -58,13 +65,12 @@ TEST(MemoryEstimator, ZeroPaperTableFor7_5B) {
 TEST(MemoryEstimator, Fp32PolicyIsSixteenBytesWithKEight) {
   EstimateInput in;
   in.params = 1'000'000;
-  in.world = 4;
-  in.kind = StrategyKind::ddp;
+  in.plan = plan(StrategyKind::ddp, 4);
   const ModelStateBytes ddp = estimate_memory(in).model_states;
   EXPECT_EQ(ddp.params, 4'000'000);
   EXPECT_EQ(ddp.grads, 4'000'000);
   EXPECT_EQ(ddp.optimizer, 8'000'000);
-  in.kind = StrategyKind::zero2;
+  in.plan = plan(StrategyKind::zero2, 4);
   const ModelStateBytes z2 = estimate_memory(in).model_states;
   EXPECT_EQ(z2.total(), 4'000'000 + 12'000'000 / 4);
 }
@@ -72,23 +78,19 @@ TEST(MemoryEstimator, Fp32PolicyIsSixteenBytesWithKEight) {
 TEST(MemoryEstimator, HybridShardsInsideItsGroup) {
   EstimateInput in;
   in.params = 8'000'000;
-  in.kind = StrategyKind::hybrid;
-  in.world = 16;
-  in.shard_group = 4;
-  in.dtypes = DtypePolicy::mixed_bf16();
+  in.plan = plan(StrategyKind::hybrid, 16, 4);
+  in.plan.placement.param_dtype = DType::bf16;
   const MemoryEstimate e = estimate_memory(in);
   EXPECT_EQ(e.shard_group, 4);
   EXPECT_EQ(e.model_states.total(), 16 * 8'000'000 / 4);
-  in.shard_group = 3;
-  EXPECT_THROW(estimate_memory(in), UsageError);
+  EXPECT_THROW(plan(StrategyKind::hybrid, 16, 3), UsageError);
 }
 
 // zero3 on 4 ranks, 2 sequences of 128 per rank.
 EstimateInput zero3_on_4(const Model& model) {
   EstimateInput in;
   in.model = &model;
-  in.kind = StrategyKind::zero3;
-  in.world = 4;
+  in.plan = plan(StrategyKind::zero3, 4);
   in.rank_batch = 2;
   in.seq = 128;
   return in;
@@ -107,13 +109,13 @@ void expect_tied_head_terms(const Model& model, int64_t embed, int64_t block, in
   EXPECT_EQ(e.gathered_in_flight, (embed + block) * 4);
   EXPECT_EQ(e.comm_buffers, 0);
   EXPECT_EQ(e.activations, model.activation_bytes(2, 128, DType::f32));
-  in.kind = StrategyKind::zero2;
+  in.plan = plan(StrategyKind::zero2, 4);
   EXPECT_EQ(estimate_memory(in).comm_buffers, embed * 4);
 
   in.rank_batch = large_batch;
   ASSERT_TRUE(model.keeps_gradients_open(large_batch, 128));
   EXPECT_EQ(estimate_memory(in).comm_buffers, (embed + 2 * block) * 4);
-  in.kind = StrategyKind::zero3;
+  in.plan = plan(StrategyKind::zero3, 4);
   e = estimate_memory(in);
   EXPECT_EQ(e.comm_buffers, embed * 4);
   EXPECT_EQ(e.activations, model.activation_bytes(large_batch, 128, DType::f32));
@@ -133,7 +135,7 @@ TEST(MemoryEstimator, Gpt2ConfigCountsEveryTerm) {
   const int64_t C = config.dim;
   expect_tied_head_terms(model, int64_t(config.vocab + config.ctx) * C, 12 * C * C + 13 * C, 8);
 
-  in.kind = StrategyKind::ddp;
+  in.plan = plan(StrategyKind::ddp, 4);
   const MemoryEstimate ddp = estimate_memory(in);
   EXPECT_EQ(ddp.gathered_in_flight, 0);
   EXPECT_EQ(ddp.comm_buffers, 0);
@@ -148,7 +150,7 @@ TEST(MemoryEstimator, LlamaKeepsTheTiedEmbeddingGradientOpenOnlyAtTheHead) {
   for (const bool tied : {false, true})
     for (const int seq : {64, 2048}) {
       ModelConfig overrides;
-      overrides["tie_embeddings"] = tied;
+      overrides.insert_or_assign("tie_embeddings", tied);
       const std::unique_ptr<Model> model = build_model("tinyllama-1.1b", model_config("tinyllama-1.1b", overrides));
       const bool kept = tied && seq >= 2048;
       EXPECT_EQ(model->keeps_gradients_open(1, seq), kept);
@@ -157,8 +159,7 @@ TEST(MemoryEstimator, LlamaKeepsTheTiedEmbeddingGradientOpenOnlyAtTheHead) {
       std::sort(units.rbegin(), units.rend());
       EstimateInput in;
       in.model = model.get();
-      in.kind = StrategyKind::zero2;
-      in.world = 4;
+      in.plan = plan(StrategyKind::zero2, 4);
       in.seq = seq;
       const MemoryEstimate e = estimate_memory(in);
       const int64_t want = kept ? units[0] + units[1] + units[2] : std::max(units[0], 2 * units[1]);
@@ -180,8 +181,7 @@ TEST(MemoryEstimator, LargestBatchFitsAndTheNextDoesNot) {
   const GPT2 model(gpt2_config("gpt2"));
   EstimateInput in;
   in.model = &model;
-  in.kind = StrategyKind::zero3;
-  in.world = 8;
+  in.plan = plan(StrategyKind::zero3, 8);
   in.seq = 1024;
   const int64_t device = int64_t(80) << 30;
   const int b = largest_rank_batch(in, device);
@@ -220,21 +220,20 @@ class WithoutRecompute final : public Model {
 TEST(MemoryEstimator, OffloadedOptimizerIsHostMemory) {
   EstimateInput in;
   in.params = 1'000'000;
-  in.world = 4;
-  in.kind = StrategyKind::zero2;
-  in.dtypes = DtypePolicy::mixed_bf16();
-  in.offload_optimizer = true;
+  in.plan = plan(StrategyKind::zero2, 4);
+  in.plan.placement.param_dtype = DType::bf16;
+  in.plan.placement.offload_optimizer = true;
   const MemoryEstimate cpu = estimate_memory(in);
   EXPECT_EQ(cpu.model_states.optimizer, 0);
   EXPECT_EQ(cpu.model_states.host, 12 * 250'000);
   EXPECT_EQ(cpu.host_apart(), 0);
   EXPECT_EQ(cpu.total(), cpu.model_states.total());
-  in.device = Device::cuda;
+  in.plan.placement.device = Device::cuda;
   const MemoryEstimate gpu = estimate_memory(in);
   EXPECT_EQ(gpu.model_states.host, (12 + 2) * 250'000);
   EXPECT_EQ(gpu.host_apart(), gpu.model_states.host);
   EXPECT_EQ(gpu.total(), gpu.model_states.on_device());
-  const ModelStateBytes zero_offload = predict_zero_offload(in.kind, 4, in.params, in.dtypes);
+  const ModelStateBytes zero_offload = predict_zero_offload(in.plan.kind, 4, in.params, DtypePolicy::mixed_bf16());
   EXPECT_EQ(zero_offload.host, gpu.model_states.host);
   EXPECT_EQ(zero_offload.on_device(), gpu.model_states.params);
 }
@@ -246,8 +245,7 @@ TEST(MemoryEstimator, LargestBatchPerSaverFitsAndTheNextDoesNot) {
   for (StrategyKind kind : {StrategyKind::ddp, StrategyKind::zero2, StrategyKind::zero3}) {
     SCOPED_TRACE(strategy_name(kind));
     EstimateInput in;
-    in.kind = kind;
-    in.world = 4;
+    in.plan = plan(kind, 4);
     in.seq = 256;
     const std::vector<int> batches = largest_rank_batch_per_saver(in, model, budget);
     ASSERT_EQ(batches.size(), std::size(kAllMemorySavers));
@@ -255,8 +253,8 @@ TEST(MemoryEstimator, LargestBatchPerSaverFitsAndTheNextDoesNot) {
     for (size_t i = 0; i < batches.size(); ++i) {
       SCOPED_TRACE(kAllMemorySavers[i].name());
       ASSERT_GT(batches[i], 0);
-      model.set_activation_checkpointing(kAllMemorySavers[i].checkpointing);
-      in.offload_optimizer = kAllMemorySavers[i].offload_optimizer;
+      model.set_recompute(kAllMemorySavers[i].recompute);
+      in.plan.placement.offload_optimizer = kAllMemorySavers[i].offload_optimizer;
       in.rank_batch = batches[i];
       EXPECT_LE(estimate_memory(in).total(), budget);
       in.rank_batch = batches[i] + 1;
@@ -269,10 +267,10 @@ TEST(MemoryEstimator, LargestBatchPerSaverFitsAndTheNextDoesNot) {
     EXPECT_LE(batches[2], batches[0]);
     EXPECT_LE(batches[3], batches[1]);
   }
-  model.set_activation_checkpointing(ActivationCheckpointing::none);
+  model.set_recompute(Recompute::none);
   WithoutRecompute own(model);
   EstimateInput in;
-  in.world = 4;
+  in.plan = plan(StrategyKind::ddp, 4);
   in.seq = 256;
   const std::vector<int> batches = largest_rank_batch_per_saver(in, own, budget);
   EXPECT_GT(batches[0], 0);

@@ -17,11 +17,11 @@ TEST(Offload, HostAdamWOnEveryCoreGivesTheSameBits) {
   for (const char* model : {"tiny", "llama-tiny"})
     for (int accum : {1, 2}) {
       TrainOptions plain = test::tiny_options(5);
-      plain.model = model;
-      plain.grad_accum = accum;
+      plain.model.name = model;
+      plain.data.grad_accum = accum;
       const test::RunResult want = test::train_single_process(plain);
       TrainOptions offloaded = plain;
-      offloaded.placement.offload_optimizer = true;
+      offloaded.plan.placement.offload_optimizer = true;
       for (const bool copies : {false, true}) {
         if (copies) setenv("ZSHARD_TEST_OFFLOAD_COPIES", "1", 1);
         const test::RunResult got = test::train_single_process(offloaded);

@@ -9,7 +9,8 @@
 
 #include "comm/agreed_failure.h"
 #include "comm/self_communicator.h"
-#include "runtime/tools/cli_options.h"
+#include "runtime/train/options/flags.h"
+#include "runtime/train/options/train_options.h"
 #include "runtime/train/trainer.h"
 #include "shard/device_setup.h"
 #include "tests/support/test_support.h"
@@ -43,9 +44,9 @@ std::string setup_error(const TrainOptions& o, int world_size) {
 
 TEST(TrainOptions, ModelSmallerThanWorldIsRefused) {
   TrainOptions o;
-  o.overrides = {{"layers", 1}, {"dim", 1}, {"heads", 1}, {"vocab", 1}, {"ctx", 1}};
-  o.seq = 1;
-  o.batch = 64;
+  o.model.overrides = {{"layers", 1}, {"dim", 1}, {"heads", 1}, {"vocab", 1}, {"ctx", 1}};
+  o.data.seq = 1;
+  o.data.batch = 64;
   EXPECT_THAT(setup_error(o, 64), HasSubstr("2: the model has"));
   EXPECT_THAT(setup_error(o, 64), HasSubstr("fewer than the 64 ranks"));
 }
@@ -56,53 +57,53 @@ TEST(TrainOptions, BadValuesNameTheirFlag) {
     edit(o);
     return setup_error(o, 4);
   };
-  EXPECT_THAT(with([](TrainOptions& o) { o.grad_accum = 0; }), HasSubstr("2: --grad-accum must be >= 1"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.beta2 = 1.0f; }), HasSubstr("2: --beta2 must be in [0, 1)"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.lr_schedule = "linear"; }), HasSubstr("2: --lr-schedule"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.grad_clip = -1; }), HasSubstr("2: --grad-clip"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.strategy.shard_group = 2; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.data.grad_accum = 0; }), HasSubstr("2: --grad-accum must be >= 1"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.optimizer.beta2 = 1.0f; }), HasSubstr("2: --beta2 must be in [0, 1)"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.optimizer.lr_schedule = "linear"; }), HasSubstr("2: --lr-schedule"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.optimizer.grad_clip = -1; }), HasSubstr("2: --grad-clip"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.plan.strategy.shard_group = ShardGroupRequest::equal(2); }),
               HasSubstr("2: --shard-group is only for --strategy hybrid"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.strategy.kind = StrategyKind::hybrid, o.strategy.shard_group_sizes = {2, 1}; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.plan.strategy.kind = StrategyKind::hybrid, o.plan.strategy.shard_group = ShardGroupRequest::list({2, 1}); }),
               HasSubstr("2: --shard-group 2,1: the groups hold 3 ranks, the world has 4"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.strategy.kind = StrategyKind::hybrid, o.strategy.shard_group = 3; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.plan.strategy.kind = StrategyKind::hybrid, o.plan.strategy.shard_group = ShardGroupRequest::equal(3); }),
               HasSubstr("2: --shard-group 3 does not divide the world size 4"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.strategy.shard_group_sizes = {2, 2}; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.plan.strategy.shard_group = ShardGroupRequest::list({2, 2}); }),
               HasSubstr("2: --shard-group is only for --strategy hybrid"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches = {2, 2, 2, 0}; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.data.rank_batches = {2, 2, 2, 0}; }),
               HasSubstr("every rank needs at least one sequence"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.rank_batches = {2}; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.data.rank_batches_auto = true, o.data.rank_batches = {2}; }),
               HasSubstr("2: --rank-batches auto takes no sizes beside it, got auto and 2"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.batch = 3; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.data.rank_batches_auto = true, o.data.batch = 3; }),
               HasSubstr("2: --batch 3 is smaller than the world size 4"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.rebalance_every = -1; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.data.rank_batches_auto = true, o.data.rebalance_every = -1; }),
               HasSubstr("2: --rebalance-every must be >= 0"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.eval_every = -1; }), HasSubstr("2: --eval-every must be >= 0"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.eval_every = 5, o.eval_batches = 0; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.eval.every = -1; }), HasSubstr("2: --eval-every must be >= 0"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.eval.every = 5, o.eval.batches = 0; }),
               HasSubstr("2: --eval-batches must be >= 1, got 0"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.eval_every = 5; }), HasSubstr("2: --eval-every needs --eval-data"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.eval_data = "default"; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.eval.every = 5; }), HasSubstr("2: --eval-every needs --eval-data"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.eval.source = "default"; }),
               HasSubstr("2: --eval-data is only for --eval-every N"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.eval_batches = 8; }), HasSubstr("2: --eval-batches is only for --eval-every N"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.eval_every = 5, o.eval_data = "/no/such/eval.bin"; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.eval.batches = 8; }), HasSubstr("2: --eval-batches is only for --eval-every N"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.eval.every = 5, o.eval.source = "/no/such/eval.bin"; }),
               HasSubstr("/no/such/eval.bin"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.rebalance_every = 2; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.data.rebalance_every = 2; }),
               HasSubstr("2: --rebalance-every is only for --rank-batches auto"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.max_rank_batch = 0; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.data.rank_batches_auto = true, o.data.max_rank_batch = 0; }),
               HasSubstr("2: --max-rank-batch must be >= 1, got 0"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.rank_batches_auto = true, o.max_rank_batch = 1; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.data.rank_batches_auto = true, o.data.max_rank_batch = 1; }),
               HasSubstr("2: --max-rank-batch 1 on 4 ranks holds fewer than --batch 8 sequences"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.max_rank_batch = 4; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.data.max_rank_batch = 4; }),
               HasSubstr("2: --max-rank-batch is only for --rank-batches auto"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.overrides["heads"] = 5; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.model.overrides["heads"] = 5; }),
               HasSubstr("2: model 'tiny' (ctx=128, dim=64, heads=5, layers=2, vocab=256): GPT-2 config: dim 64 is not "
                         "divisible by heads 5"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.overrides["experts"] = 8; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.model.overrides["experts"] = 8; }),
               HasSubstr("2: --config: model 'tiny' has no 'experts'"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.model = "gpt5"; }), HasSubstr("2: --model: unknown model 'gpt5' (known: "));
-  EXPECT_THAT(with([](TrainOptions& o) { o.data = "/no/such/data.bin"; }), HasSubstr("1: "));
-  EXPECT_THAT(with([](TrainOptions& o) { o.log_json = "/no/such/dir/log.json"; }), HasSubstr("2: --log-json"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.mem_report = "/"; }), HasSubstr("2: --mem-report /: is a directory"));
-  EXPECT_THAT(with([](TrainOptions& o) { o.save = "log.json", o.log_json = "./log.json"; }),
+  EXPECT_THAT(with([](TrainOptions& o) { o.model.name = "gpt5"; }), HasSubstr("2: --model: unknown model 'gpt5' (known: "));
+  EXPECT_THAT(with([](TrainOptions& o) { o.data.source = "/no/such/data.bin"; }), HasSubstr("1: "));
+  EXPECT_THAT(with([](TrainOptions& o) { o.output.log_json = "/no/such/dir/log.json"; }), HasSubstr("2: --log-json"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.output.mem_report = "/"; }), HasSubstr("2: --mem-report /: is a directory"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.output.save = "log.json", o.output.log_json = "./log.json"; }),
               HasSubstr("2: --save log.json names the same file as --log-json"));
 }
 
@@ -120,9 +121,9 @@ TEST(ShardGroups, RanksSizesAndPadding) {
   EXPECT_EQ(g.pad_multiple(), 4);
   EXPECT_EQ(ShardGroups({4, 3, 2}).pad_multiple(), 12);
   EXPECT_EQ(ShardGroups({3, 3}).describe(), "3");
-  StrategyOptions hybrid{StrategyKind::hybrid, 0, true, 2, {3, 3}};
+  StrategyOptions hybrid{StrategyKind::hybrid, ShardGroupRequest::list({3, 3}), true, 2};
   EXPECT_EQ(shard_group_size(hybrid, 6), 3);  // a list of equal sizes is the plain group size
-  hybrid.shard_group_sizes = {4, 2};
+  hybrid.shard_group = ShardGroupRequest::list({4, 2});
   EXPECT_THROW(shard_group_size(hybrid, 6), UsageError);
   EXPECT_EQ(shard_groups(hybrid, 6).sizes(), (std::vector<int>{4, 2}));
   EXPECT_EQ(shard_groups({StrategyKind::ddp}, 3).sizes(), (std::vector<int>{1, 1, 1}));
@@ -137,37 +138,37 @@ TEST(TrainOptions, FloatFlagsMustBeFiniteAndInRange) {
     return setup_error(o, 2);
   };
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_THAT(with([&](TrainOptions& o) { o.lr = inf; }), HasSubstr("2: --lr must be a finite number in [0, 1], got inf"));
-  EXPECT_THAT(with([&](TrainOptions& o) { o.lr = nan; }), HasSubstr("2: --lr must be a finite number"));
-  EXPECT_THAT(with([&](TrainOptions& o) { o.lr = 1e30f; }), HasSubstr("2: --lr must be a finite number in [0, 1]"));
-  EXPECT_THAT(with([&](TrainOptions& o) { o.min_lr = 0.01f; }), HasSubstr("2: --min-lr must be a finite number in [0, 0.003] (at most --lr)"));
-  EXPECT_THAT(with([&](TrainOptions& o) { o.wd = inf; }), HasSubstr("2: --wd must be a finite number >= 0"));
-  EXPECT_THAT(with([&](TrainOptions& o) { o.wd = 1000; }), HasSubstr("2: --wd 1000 times --lr 0.003 exceeds 1"));
-  EXPECT_THAT(with([&](TrainOptions& o) { o.eps = inf; }), HasSubstr("2: --eps must be in (0, 1]"));
-  EXPECT_THAT(with([&](TrainOptions& o) { o.eps = 0; }), HasSubstr("2: --eps must be in (0, 1]"));
-  EXPECT_THAT(with([&](TrainOptions& o) { o.beta1 = nan; }), HasSubstr("2: --beta1 must be in [0, 1)"));
-  EXPECT_THAT(with([&](TrainOptions& o) { o.grad_clip = inf; }), HasSubstr("2: --grad-clip must be a finite number >= 0"));
-  EXPECT_THAT(with([&](TrainOptions& o) { o.comm_timeout_s = double(inf); }), HasSubstr("2: --comm-timeout must be a finite number"));
-  EXPECT_THAT(with([&](TrainOptions& o) { o.comm_timeout_s = 0; }), HasSubstr("2: --comm-timeout must be a finite number"));
-  EXPECT_EQ(with([&](TrainOptions& o) { o.steps = 0, o.lr = 1, o.min_lr = 1, o.wd = 1; }), "no error");
+  EXPECT_THAT(with([&](TrainOptions& o) { o.optimizer.lr = inf; }), HasSubstr("2: --lr must be a finite number in [0, 1], got inf"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.optimizer.lr = nan; }), HasSubstr("2: --lr must be a finite number"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.optimizer.lr = 1e30f; }), HasSubstr("2: --lr must be a finite number in [0, 1]"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.optimizer.min_lr = 0.01f; }), HasSubstr("2: --min-lr must be a finite number in [0, 0.003] (at most --lr)"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.optimizer.wd = inf; }), HasSubstr("2: --wd must be a finite number >= 0"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.optimizer.wd = 1000; }), HasSubstr("2: --wd 1000 times --lr 0.003 exceeds 1"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.optimizer.eps = inf; }), HasSubstr("2: --eps must be in (0, 1]"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.optimizer.eps = 0; }), HasSubstr("2: --eps must be in (0, 1]"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.optimizer.beta1 = nan; }), HasSubstr("2: --beta1 must be in [0, 1)"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.optimizer.grad_clip = inf; }), HasSubstr("2: --grad-clip must be a finite number >= 0"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.plan.comm_timeout_s = double(inf); }), HasSubstr("2: --comm-timeout must be a finite number"));
+  EXPECT_THAT(with([&](TrainOptions& o) { o.plan.comm_timeout_s = 0; }), HasSubstr("2: --comm-timeout must be a finite number"));
+  EXPECT_EQ(with([&](TrainOptions& o) { o.optimizer.steps = 0, o.optimizer.lr = 1, o.optimizer.min_lr = 1, o.optimizer.wd = 1; }), "no error");
 }
 
 TEST(TrainOptions, DtypeAndCommNeedTheirDeviceAndBackend) {
   TrainOptions o;
-  o.placement.param_dtype = DType::bf16;
+  o.plan.placement.param_dtype = DType::bf16;
   EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --param-dtype bf16 needs --device cuda"));
   o = TrainOptions{};
-  o.placement.reduce_dtype = DType::bf16;
+  o.plan.placement.reduce_dtype = DType::bf16;
   EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --reduce-dtype bf16 needs --device cuda"));
   o = TrainOptions{};
-  o.comm = CommBackend::nccl;
+  o.plan.comm = CommBackend::nccl;
   EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --comm nccl needs --device cuda"));
   o = TrainOptions{};
-  o.placement = {Device::cuda, DType::bf16, DType::bf16};
-  o.comm = CommBackend::mpi;
+  o.plan.placement = {Device::cuda, DType::bf16, DType::bf16};
+  o.plan.comm = CommBackend::mpi;
   EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --reduce-dtype bf16 needs --comm nccl"));
   o = TrainOptions{};
-  o.placement.param_dtype = DType::f64;
+  o.plan.placement.param_dtype = DType::f64;
   EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --param-dtype must be fp32 or bf16, got f64"));
 }
 
@@ -177,23 +178,22 @@ TEST(TrainOptions, CudaWithoutUsableGpuIsRefused) {
   const std::string why = device_unavailable(Device::cuda);
   if (why.empty()) GTEST_SKIP() << "a GPU is usable here";
   TrainOptions o;
-  o.placement.device = Device::cuda;
+  o.plan.placement.device = Device::cuda;
   EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --device cuda: " + why));
 }
 
 TEST(TrainOptions, RankBatchesParseSizesOrAuto) {
   TrainOptions o;
-  std::string strategy;
   CLI::App app;
-  add_train_flags(app, o, strategy);
+  add_train_flags(app, o);
   app.parse("--rank-batches 3,1,2,2");
-  EXPECT_EQ(o.rank_batches, (std::vector<int>{3, 1, 2, 2}));
-  EXPECT_FALSE(o.rank_batches_auto);
+  EXPECT_EQ(o.data.rank_batches, (std::vector<int>{3, 1, 2, 2}));
+  EXPECT_FALSE(o.data.rank_batches_auto);
   app.parse("--rank-batches auto --rebalance-every 3 --max-rank-batch 6");
-  EXPECT_TRUE(o.rank_batches.empty());
-  EXPECT_TRUE(o.rank_batches_auto);
-  EXPECT_EQ(o.rebalance_every, 3);
-  EXPECT_EQ(o.max_rank_batch, 6);
+  EXPECT_TRUE(o.data.rank_batches.empty());
+  EXPECT_TRUE(o.data.rank_batches_auto);
+  EXPECT_EQ(o.data.rebalance_every, 3);
+  EXPECT_EQ(o.data.max_rank_batch, 6);
   try {
     app.parse("--rank-batches 3,fast");
     ADD_FAILURE() << "'fast' accepted";
@@ -204,17 +204,16 @@ TEST(TrainOptions, RankBatchesParseSizesOrAuto) {
 
 TEST(TrainOptions, DeviceFlagsParseByName) {
   TrainOptions o;
-  std::string strategy;
   CLI::App app;
-  add_train_flags(app, o, strategy);
-  EXPECT_EQ(comm_backend(o), CommBackend::mpi);
+  add_train_flags(app, o);
+  EXPECT_EQ(comm_backend(o.plan), CommBackend::mpi);
   app.parse("--device cuda --param-dtype bf16 --reduce-dtype fp32");
-  EXPECT_EQ(o.placement.device, Device::cuda);
-  EXPECT_EQ(o.placement.param_dtype, DType::bf16);
-  EXPECT_EQ(o.placement.reduce_dtype, DType::f32);
-  EXPECT_EQ(comm_backend(o), CommBackend::nccl);  // the default on cuda
+  EXPECT_EQ(o.plan.placement.device, Device::cuda);
+  EXPECT_EQ(o.plan.placement.param_dtype, DType::bf16);
+  EXPECT_EQ(o.plan.placement.reduce_dtype, DType::f32);
+  EXPECT_EQ(comm_backend(o.plan), CommBackend::nccl);  // the default on cuda
   app.parse("--device cuda --comm mpi");
-  EXPECT_EQ(comm_backend(o), CommBackend::mpi);
+  EXPECT_EQ(comm_backend(o.plan), CommBackend::mpi);
   try {
     app.parse("--param-dtype fp16");
     ADD_FAILURE() << "fp16 accepted";
@@ -225,15 +224,14 @@ TEST(TrainOptions, DeviceFlagsParseByName) {
 
 TEST(TrainOptions, BatchIsANumberOrAuto) {
   TrainOptions o;
-  std::string strategy;
   CLI::App app;
-  add_train_flags(app, o, strategy);
+  add_train_flags(app, o);
   app.parse("--batch 12");
-  EXPECT_EQ(o.batch, 12);
-  EXPECT_FALSE(o.auto_batch);
+  EXPECT_EQ(o.data.batch, 12);
+  EXPECT_FALSE(o.data.auto_batch);
   app.parse("--batch auto --mem-budget 2GiB");
-  EXPECT_TRUE(o.auto_batch);
-  EXPECT_EQ(o.mem_budget, "2GiB");
+  EXPECT_TRUE(o.data.auto_batch);
+  EXPECT_EQ(o.data.mem_budget, "2GiB");
   for (const char* bad : {"--batch x", "--batch 8x", "--batch 1.5"}) {
     try {
       app.parse(bad);
@@ -246,35 +244,35 @@ TEST(TrainOptions, BatchIsANumberOrAuto) {
 
 TEST(TrainOptions, MemBudgetBelongsToAutoBatch) {
   TrainOptions o;
-  o.mem_budget = "1GB";
+  o.data.mem_budget = "1GB";
   EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --mem-budget is the budget of --batch auto"));
-  o.auto_batch = true;
-  o.mem_budget = "1 parsec";
+  o.data.auto_batch = true;
+  o.data.mem_budget = "1 parsec";
   EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --mem-budget"));
-  o.mem_budget = "1GB";
-  o.rank_batches = {4, 4};
+  o.data.mem_budget = "1GB";
+  o.data.rank_batches = {4, 4};
   EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --batch auto and --rank-batches exclude each other"));
 }
 
 // Flags that would do nothing in the combination given are refused, naming the flag.
 TEST(TrainOptions, FlagsWithoutEffectAreRefused) {
   TrainOptions o;
-  o.lr_schedule = "constant";
-  o.min_lr = 1e-4f;
+  o.optimizer.lr_schedule = "constant";
+  o.optimizer.min_lr = 1e-4f;
   EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --min-lr is only for --lr-schedule cosine"));
-  o.min_lr = 0;
+  o.optimizer.min_lr = 0;
   EXPECT_EQ(setup_error(o, 2), "no error");
   for (StrategyKind kind : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2}) {
     o = TrainOptions{};
-    o.strategy.kind = kind;
-    o.strategy.max_inflight = 4;
+    o.plan.strategy.kind = kind;
+    o.plan.strategy.max_inflight = 4;
     EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --max-inflight is only for --strategy zero3 or hybrid"));
-    o.strategy.max_inflight = 2;
-    o.strategy.reshard_after_forward = false;
+    o.plan.strategy.max_inflight = 2;
+    o.plan.strategy.reshard_after_forward = false;
     EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --reshard-after-forward is only for --strategy zero3 or hybrid"));
   }
-  o.strategy.kind = StrategyKind::zero3;
-  o.strategy.max_inflight = 4;
+  o.plan.strategy.kind = StrategyKind::zero3;
+  o.plan.strategy.max_inflight = 4;
   EXPECT_EQ(setup_error(o, 2), "no error");
 }
 
@@ -283,15 +281,15 @@ TEST(TrainOptions, FlagsWithoutEffectAreRefused) {
 TEST(TrainOptions, SaveDirIsNoOtherOutputAndNoInput) {
   const test::TempDir dir("zshard-options");
   TrainOptions o;
-  o.save_dir = dir.file("ck");
-  o.save = dir.file("ck");
-  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --save " + o.save + " names the same file as --save-dir"));
-  o.save = "";
-  o.log_json = dir.file("./ck");
-  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --log-json " + o.log_json + " names the same file as --save-dir"));
-  o.log_json = "";
-  o.resume = dir.path().string();  // checked before it is read
-  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --save-dir " + o.save_dir + " lies inside " + o.resume + " (--resume)"));
+  o.saves.save_dir = dir.file("ck");
+  o.output.save = dir.file("ck");
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --save " + o.output.save + " names the same file as --save-dir"));
+  o.output.save = "";
+  o.output.log_json = dir.file("./ck");
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --log-json " + o.output.log_json + " names the same file as --save-dir"));
+  o.output.log_json = "";
+  o.saves.resume = dir.path().string();  // checked before it is read
+  EXPECT_THAT(setup_error(o, 2), HasSubstr("2: --save-dir " + o.saves.save_dir + " lies inside " + o.saves.resume + " (--resume)"));
 }
 
 TEST(LrSchedule, WarmupThenCosineToMin) {

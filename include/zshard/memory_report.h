@@ -1,19 +1,29 @@
-// The memory report at the end of a run: per rank and category, live and peak bytes read from the
-// tracking allocator, beside the ZeRO prediction for the strategy, world size and dtypes; and
-// communication bytes per step measured by the communicator beside theory. On a GPU the categories are the
-// device's, except `host`: the offloaded optimizer's page-locked host memory, from the host's allocator.
+// The memory report of a run: per rank and category, live and peak bytes read from the tracking allocator,
+// beside the ZeRO prediction for the strategy, world size and dtypes; and communication bytes per step
+// measured by the communicator beside theory. On a GPU the categories are the device's, except `host`: the
+// offloaded optimizer's page-locked host memory, from the host's allocator. Engine::memory_report()
+// collects it.
 #pragma once
+#include <cstdint>
 #include <iosfwd>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
-#include "kernels/allocator.h"
-#include "runtime/train/trainer.h"
-#include "shard/memory_model.h"
+#include <zshard/memory.h>
 
 namespace zshard {
+
+// Model-state bytes per rank: what the ZeRO formulas count.
+struct ModelStateBytes {
+  int64_t params = 0;
+  int64_t grads = 0;
+  int64_t optimizer = 0;
+  // --offload optimizer: the fp32 master and Adam m and v in host memory, and on a GPU the host copy of
+  // the owned gradients
+  int64_t host = 0;
+  int64_t total() const { return params + grads + optimizer + host; }
+  int64_t on_device() const { return params + grads + optimizer; }
+};
 
 struct RankMemory {
   MemStats stats;
@@ -40,13 +50,11 @@ struct MemoryReport {
   int64_t predicted_comm_bytes = 0;  // rank 0's
   std::vector<RankMemory> ranks;
 
-  // Collective over the trainer's world; every rank returns the full report.
-  static MemoryReport collect(Trainer& trainer);
   // Max over the ranks of groups of `group_size` (0: all ranks) of the measured live model-state bytes
   // (params + grads + optimizer + host).
   int64_t measured_model_states(int group_size = 0) const;
   void print(std::ostream& out) const;
-  nlohmann::json to_json() const;
+  std::string to_json(int indent = -1) const;  // a JSON document (zshard-train --mem-report writes it)
 };
 
 }  // namespace zshard

@@ -1,0 +1,46 @@
+// What every option part's flags share: choices by name, numbers-or-words, and zshard's one-line errors.
+#pragma once
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace zshard {
+
+template <class E>
+using Choices = std::vector<std::pair<std::string, E>>;
+
+// The integer `text` spells whole (nothing after it, no overflow), or nothing: for the flags that take a
+// number or a word (--batch N|auto, --rank-batches ...|auto, --shard-group G|node).
+std::optional<int> whole_int(const std::string& text);
+
+// A flag taking one of `choices` by name into `value` (an E, or an optional one); --help lists the names
+// and shows the current value's as the default.
+template <class E, class V>
+void add_choice(CLI::App& app, const std::string& flag, V& value, const Choices<E>& choices,
+                const std::string& help) {
+  std::vector<std::string> names;
+  std::string current;
+  for (const auto& [name, choice] : choices) {
+    names.push_back(name);
+    if (value == choice) current = name;
+  }
+  app.add_option_function<std::string>(
+         flag,
+         [&value, choices](const std::string& given) {
+           for (const auto& [name, choice] : choices)
+             if (name == given) value = choice;
+         },
+         help)
+      ->check(CLI::IsMember(names))
+      ->default_str(current);
+}
+
+// Refuses an empty value for every option of `app` that takes one (CLI11 would read "" as 0 or as unset).
+void refuse_empty_values(CLI::App& app);
+// Turns a CLI11 parse error into the one-line message zshard prints (naming the flag).
+std::string cli_error_line(const CLI::Error& e);
+
+}  // namespace zshard

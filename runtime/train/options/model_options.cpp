@@ -1,0 +1,96 @@
+#include "runtime/train/options/model_options.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/train/options/flags.h"
+
+namespace zshard {
+
+namespace {
+
+// KEY=VALUE's value: an integer when it spells one whole, else a finite real number (rope_theta=5e5).
+std::optional<ConfigValue> config_number(const std::string& text) {
+  size_t used = 0;
+  try {
+    const long long i = std::stoll(text, &used);
+    if (used == text.size()) return ConfigValue(int64_t(i));
+    const double d = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(d)) return ConfigValue(d);
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view recompute_flag(Recompute mode) { return mode == Recompute::blocks ? "blocks" : "none"; }
+
+void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) {
+  std::string known;
+  for (const std::string& name : model_names()) known += (known.empty() ? "" : ", ") + name;
+  app.add_option("--model", model, "model: " + known);
+  app.add_option_function<std::vector<std::string>>(
+         "--config",
+         [&overrides](const std::vector<std::string>& items) {
+           for (const std::string& item : items) {
+             const size_t eq = item.find('=');
+             const std::optional<ConfigValue> value =
+                 eq == std::string::npos ? std::nullopt : config_number(item.substr(eq + 1));
+             if (eq == 0 || !value)
+               throw CLI::ValidationError("--config", "expected KEY=NUMBER, got '" + item + "'");
+             overrides.insert_or_assign(item.substr(0, eq), *value);
+           }
+         },
+         "override the model's configuration: KEY=VALUE, comma separated (e.g. layers=4,dim=128)")
+      ->delimiter(',');
+  // Shorthands for --config of the keys the transformer families share (a model without the key refuses it).
+  for (const auto& [flag, key] : {std::pair{"--layers", "layers"}, std::pair{"--dim", "dim"},
+                                  std::pair{"--heads", "heads"}, std::pair{"--vocab", "vocab"},
+                                  std::pair{"--ctx", "ctx"}, std::pair{"--kv-heads", "kv_heads"},
+                                  std::pair{"--ffn-dim", "ffn_dim"}})
+    app.add_option_function<int64_t>(
+        flag, [&overrides, key](int64_t value) { overrides.insert_or_assign(key, ConfigValue(value)); },
+        std::string("the model's ") + key + " (--config " + key + "=VALUE)");
+  app.add_option_function<double>(
+      "--rope-theta", [&overrides](double theta) { overrides.insert_or_assign("rope_theta", ConfigValue(theta)); },
+      "the model's rotary base, e.g. 500000 (--config rope_theta=VALUE)");
+  app.add_option_function<bool>(
+      "--tie-embeddings", [&overrides](bool tied) { overrides.insert_or_assign("tie_embeddings", ConfigValue(tied)); },
+      "the output head reuses the token embedding: true or false (--config tie_embeddings=1|0)");
+}
+
+void add_recompute_flag(CLI::App& app, Recompute& mode) {
+  Choices<Recompute> modes;
+  for (Recompute m : {Recompute::none, Recompute::blocks}) modes.emplace_back(std::string(recompute_flag(m)), m);
+  add_choice(app, "--activation-checkpointing", mode, modes,
+             "none, or blocks: keep each block's input only and recompute the block inside its backward "
+             "(less activation memory, one more block forward per step, the same results)");
+}
+
+void add_model_flags(CLI::App& app, ModelOptions& o) {
+  add_model_flags(app, o.name, o.overrides);
+  app.add_option("--init-from", o.init_from, "initial weights (safetensors with the model's parameter names)");
+  // An unsigned flag would take -1 as 2^64-1, and anything past 2^64-1 as 2^64-1.
+  app.add_option("--seed", o.seed, "initialisation seed")
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            if (v.rfind('-', 0) == 0) return "must be >= 0, got " + v;
+            try {
+              std::stoull(v);
+            } catch (const std::out_of_range&) {
+              return "must be below 2^64, got " + v;
+            } catch (const std::exception&) {
+            }
+            return std::string();
+          },
+          "UINT"));
+  add_recompute_flag(app, o.recompute);
+}
+
+ModelConfig resolve_model_config(const ModelOptions& o) { return model_config(o.name, o.overrides); }
+
+}  // namespace zshard

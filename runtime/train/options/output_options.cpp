@@ -1,0 +1,36 @@
+#include "runtime/train/options/output_options.h"
+
+#include <zshard/error.h>
+
+namespace zshard {
+
+void add_output_flags(CLI::App& app, OutputOptions& o) {
+  app.add_option("--log-json", o.log_json, "write one JSON object per step to this file");
+  app.add_option("--log-every", o.log_every, "progress line every N steps");
+  app.add_option("--save", o.save, "save the final weights (safetensors)");
+  app.add_option("--mem-report", o.mem_report, "write the memory report as JSON to this file");
+}
+
+void add_save_flags(CLI::App& app, SaveOptions& o) {
+  app.add_option("--save-dir", o.save_dir, "write checkpoints into DIR/step-NNNNNNNN (with a final save)");
+  app.add_option("--save-every", o.save_every, "checkpoint every N steps (0 = only the final save)");
+  app.add_option("--keep", o.keep, "keep the newest K checkpoints in --save-dir (0 = all)");
+  app.add_option("--resume", o.resume,
+                 "continue from a checkpoint directory, or 'latest' (newest committed in --save-dir); "
+                 "any world size and strategy");
+}
+
+void validate(const OutputOptions& o) {
+  if (o.log_every < 1) throw UsageError(detail::concat("--log-every must be >= 1, got ", o.log_every));
+}
+
+void validate(const SaveOptions& o) {
+  if (o.save_every < 0)
+    throw UsageError(detail::concat("--save-every must be >= 0 (0 = only the final save), got ", o.save_every));
+  if (o.keep < 0) throw UsageError(detail::concat("--keep must be >= 0 (0 keeps every checkpoint), got ", o.keep));
+  if (o.save_dir.empty() && (o.save_every > 0 || o.keep > 0))
+    throw UsageError("--save-every and --keep need --save-dir");
+  if (o.resume == "latest" && o.save_dir.empty()) throw UsageError("--resume latest needs --save-dir (where to look)");
+}
+
+}  // namespace zshard

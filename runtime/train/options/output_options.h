@@ -1,0 +1,31 @@
+// What a run writes, and its flags: the progress and the JSON log, the final weights and the memory report
+// (OutputOptions), and checkpoints with resume (SaveOptions, which runtime/train/save_policy.h acts on).
+#pragma once
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace zshard {
+
+struct OutputOptions {
+  std::string log_json;
+  std::string save;
+  std::string mem_report;
+  int log_every = 10;
+};
+
+struct SaveOptions {
+  std::string save_dir;
+  int save_every = 0;  // 0: only the final save
+  int keep = 0;        // 0: keep every checkpoint
+  std::string resume;  // a checkpoint directory, or "latest": the newest one in save_dir
+};
+
+void add_output_flags(CLI::App& app, OutputOptions& options);
+void add_save_flags(CLI::App& app, SaveOptions& options);
+
+// Throw UsageError naming the flag.
+void validate(const OutputOptions& options);
+void validate(const SaveOptions& options);
+
+}  // namespace zshard

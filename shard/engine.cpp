@@ -1,0 +1,184 @@
+#include <zshard/engine.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "comm/agreed_failure.h"
+#include "kernels/allocator.h"
+#include "kernels/engine_ops.h"
+#include "shard/device_setup.h"
+#include "shard/memory_model.h"
+#include "shard/sharded_params.h"
+
+namespace zshard {
+
+namespace {
+
+// Per-rank record shipped through one all-gather of doubles (byte counts stay exact below 2^53).
+constexpr int kRecord = 2 * kNumCategories + 5;
+
+std::vector<double> encode(const RankMemory& r) {
+  std::vector<double> v;
+  for (int c = 0; c < kNumCategories; ++c) v.push_back(double(r.stats.live[c]));
+  for (int c = 0; c < kNumCategories; ++c) v.push_back(double(r.stats.peak[c]));
+  v.push_back(double(r.stats.live_total));
+  v.push_back(double(r.stats.peak_total));
+  v.push_back(double(r.stats.model_states_peak));
+  v.push_back(r.comm_bytes_per_step);
+  v.push_back(r.comm_exposed_ms_per_step);
+  return v;
+}
+
+RankMemory decode(const double* v) {
+  RankMemory r;
+  for (int c = 0; c < kNumCategories; ++c) r.stats.live[c] = int64_t(v[c]);
+  for (int c = 0; c < kNumCategories; ++c) r.stats.peak[c] = int64_t(v[kNumCategories + c]);
+  r.stats.live_total = int64_t(v[2 * kNumCategories]);
+  r.stats.peak_total = int64_t(v[2 * kNumCategories + 1]);
+  r.stats.model_states_peak = int64_t(v[2 * kNumCategories + 2]);
+  r.comm_bytes_per_step = v[2 * kNumCategories + 3];
+  r.comm_exposed_ms_per_step = v[2 * kNumCategories + 4];
+  return r;
+}
+
+// This rank's memory on `device`. On a GPU the host column is the host allocator's (the offloaded
+// optimizer's state and staging), while the totals stay the device's, what its memory holds; that host
+// memory is allocated once, at set-up, so its peak adds to the device's model-state peak.
+MemStats rank_memory(Device device) {
+  MemStats stats = Allocator::of(device).stats();
+  if (device == Device::cpu) return stats;
+  const MemStats host = Allocator::of(Device::cpu).stats();
+  const int c = int(Category::host);
+  stats.live[c] = host.live[c];
+  stats.peak[c] = host.peak[c];
+  stats.model_states_peak += host.peak[c];
+  return stats;
+}
+
+}  // namespace
+
+Engine::Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, const EngineOptions& options)
+    : model_(model), world_(world), plan_(plan), options_(options) {
+  ZS_CHECK(plan.world_size() == world.size(), "a plan for ", plan.world_size(), " ranks on a world of ", world.size());
+  ZS_CHECK(options.grad_accum >= 1, "grad_accum must be >= 1, got ", options.grad_accum);
+  ZS_CHECK(options.tokens_per_step >= 1, "tokens_per_step must be >= 1, got ", options.tokens_per_step);
+  device_comm_ = open_device_comm(plan.comm, world);
+  params_ = std::make_unique<ShardedParams>(model, collective_world(), plan, options.seed);
+}
+
+Engine::~Engine() {
+  // Device memory first, in the order the members would go, so that the allocator's pool can give it
+  // back for whatever runs next in this process (zshard-bench runs one engine per strategy).
+  params_.reset();
+  device_comm_.reset();
+  release_cached_memory(plan_.placement.device);
+}
+
+double Engine::forward_backward(const Batch& batch) {
+  ZS_CHECK(micro_steps_ < options_.grad_accum, "forward_backward: the step already has its ", options_.grad_accum,
+           " micro-step(s); call step() first");
+  if (micro_steps_ == 0) step_start_ = params_->comm_stats();
+  params_->begin_micro_step(/*sync_grads=*/micro_steps_ == options_.grad_accum - 1);
+  const double loss = model_.forward_backward(*params_, batch, float(1.0 / double(options_.tokens_per_step)));
+  params_->end_micro_step();
+  ++micro_steps_;
+  return loss;
+}
+
+double Engine::forward(const Batch& batch) {
+  params_->begin_forward_only();
+  const double loss = model_.forward(*params_, batch);
+  params_->end_micro_step();
+  return loss;
+}
+
+double Engine::grad_norm() {
+  ZS_CHECK(micro_steps_ == options_.grad_accum, "the gradient norm after ", micro_steps_, " of ",
+           options_.grad_accum, " micro-step(s)");
+  if (step_norm_ < 0) step_norm_ = params_->grad_norm();
+  return step_norm_;
+}
+
+double Engine::step(const AdamW& hp) {
+  const double norm = grad_norm();
+  // All-reduced, so every rank stops here alike, before AdamW would spread the damage into the weights
+  // and the optimizer state.
+  if (!std::isfinite(norm))
+    throw AgreedFailure(detail::concat("step ", steps_done_ + 1, ": non-finite gradient norm ", norm,
+                                       "; stopped before the optimizer step"),
+                        1, world_.rank() == 0);
+  // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
+  float clip_scale = 1.0f;
+  if (hp.grad_clip > 0) {
+    const double coef = hp.grad_clip / (norm + 1e-6);
+    if (coef < 1.0) clip_scale = float(coef);
+  }
+  params_->optimizer_step({hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, steps_done_ + 1, clip_scale});
+  ops::synchronize(plan_.placement.device);  // the step's device work is queued, not yet done
+  const comm::CommStats after = params_->comm_stats();
+  last_step_comm_bytes_ = after.total_bytes() - step_start_.total_bytes();
+  // Exposed communication: the host blocked in Work::wait() (mpi), or the compute stream stalled on a
+  // collective, timed on the GPU (nccl; complete here since the device was synchronised above).
+  last_step_exposed_ms_ = (after.seconds_waiting - step_start_.seconds_waiting) * 1e3;
+  step_comm_.emplace_back(last_step_comm_bytes_, last_step_exposed_ms_);
+  ++steps_done_;
+  micro_steps_ = 0;
+  step_norm_ = -1;
+  return norm;
+}
+
+comm::CommStats Engine::comm_stats() const { return params_->comm_stats(); }
+
+void Engine::reset_comm_stats() { params_->reset_comm_stats(); }
+
+MemoryReport Engine::memory_report() {
+  MemoryReport rep;
+  ShardedParams& params = *params_;
+  rep.strategy = std::string(strategy_name(plan_.kind));
+  rep.world = world_.size();
+  const ShardGroups& groups = plan_.groups;
+  rep.shard_group = groups.size_of_rank(0);
+  rep.shard_group_sizes = groups.sizes();
+  int64_t max_unit = 0;
+  for (int u = 0; u < params.num_units(); ++u) {
+    rep.params += params.layout(u).numel();
+    max_unit = std::max(max_unit, params.layout(u).numel());
+  }
+  const Placement& placement = plan_.placement;
+  rep.device = std::string(device_name(placement.device));
+  rep.param_dtype = std::string(dtype_flag(placement.param_dtype));
+  rep.reduce_dtype = std::string(dtype_flag(placement.reduce_dtype));
+  const DtypePolicy dtypes = DtypePolicy::of(placement.param_dtype);
+  if (placement.offload_optimizer)
+    rep.predicted_zero_offload = predict_zero_offload(plan_.kind, rep.shard_group, rep.params, dtypes);
+  rep.predicted_inflight = plan_.params_sharded() ? int64_t(plan_.max_inflight) * max_unit * dtypes.param_bytes : 0;
+  DtypePolicy traffic = dtypes;  // gradients travel in the reduce dtype
+  traffic.grad_bytes = int(dtype_size(placement.reduce_dtype));
+
+  // The model's own gather schedule where a step has recorded it, the paper's 2Ψ before.
+  const int64_t gathered =
+      params.gathered_numel_per_micro_step() > 0 ? params.gathered_numel_per_micro_step() : 2 * rep.params;
+  RankMemory mine;
+  mine.stats = rank_memory(placement.device);
+  for (const auto& [bytes, exposed_ms] : step_comm_) {
+    mine.comm_bytes_per_step += double(bytes) / double(step_comm_.size());
+    mine.comm_exposed_ms_per_step += exposed_ms / double(step_comm_.size());
+  }
+  const std::vector<double> local = encode(mine);
+  std::vector<double> all(size_t(kRecord) * world_.size());
+  world_.all_gather(local.data(), all.data(), kRecord, DType::f64)->wait();
+  for (int r = 0; r < world_.size(); ++r) {
+    RankMemory& rank = rep.ranks.emplace_back(decode(all.data() + size_t(r) * kRecord));
+    rank.shard_group = groups.size_of_rank(r);
+    rank.predicted = predict_model_states(plan_.kind, rank.shard_group, rep.params, dtypes,
+                                          placement.offload_optimizer, placement.device);
+    rank.predicted_comm_bytes =
+        predict_comm_bytes(plan_.kind, groups, rank.shard_group, rep.params, gathered, options_.grad_accum, traffic);
+  }
+  rep.predicted = rep.ranks[0].predicted;
+  rep.predicted_comm_bytes = rep.ranks[0].predicted_comm_bytes;
+  return rep;
+}
+
+}  // namespace zshard

@@ -1,0 +1,155 @@
+// Engine::save and Engine::load: the engine's state in the checkpoint format (shard/checkpoint_format.h),
+// written by the first shard group and read back, resharded, by any world.
+#include <zshard/engine.h>
+
+#include <array>
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/agreed_failure.h"
+#include "kernels/device_memory.h"
+#include "kernels/io/atomic_file.h"
+#include "shard/checkpoint_format.h"
+#include "shard/sharded_params.h"
+
+namespace zshard {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Test hook: ZSHARD_TEST_PAUSE_IN_SAVE=seconds holds rank 0 between the rank files and the manifest,
+// so a test can kill the job in the middle of a save.
+void maybe_pause_in_save() {
+  if (const char* s = std::getenv("ZSHARD_TEST_PAUSE_IN_SAVE"))
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(s)));
+}
+
+// A unit's owned fp32 shards in the order of kShardKinds: master params, Adam m, Adam v.
+std::array<Tensor, 3> owned_state(const ShardedParams& params, int unit) {
+  return {params.owned_params(unit), params.adam_m(unit), params.adam_v(unit)};
+}
+
+// Checkpoint files are read and written in host memory: a host shard in place, a device shard through a
+// host copy, fetched before a save and put back after a load.
+class HostShard {
+ public:
+  explicit HostShard(Tensor shard) : shard_(std::move(shard)) {
+    if (shard_.device() != Device::cpu) copy_.resize(size_t(shard_.numel()));
+  }
+  float* data() { return copy_.empty() ? shard_.data<float>() : copy_.data(); }
+  HostShard& fetch() {
+    if (!copy_.empty()) copy_bytes(copy_.data(), Device::cpu, shard_.raw(), shard_.device(), shard_.nbytes());
+    return *this;
+  }
+  void put_back() {
+    if (!copy_.empty()) copy_bytes(shard_.raw(), shard_.device(), copy_.data(), Device::cpu, shard_.nbytes());
+  }
+
+ private:
+  Tensor shard_;
+  std::vector<float> copy_;  // empty for a host shard (a shard is never empty)
+};
+
+}  // namespace
+
+int64_t Engine::save(const std::string& dir, const std::string& run_json) {
+  ShardedParams& params = *params_;
+  nlohmann::json run;
+  run_agreed(world_, [&] {
+    run = nlohmann::json::parse(run_json);
+    ZS_CHECK(run.is_object(), "Engine::save: the run state must be a JSON object");
+    if (world_.rank() != 0) return;
+    std::error_code ec;
+    fs::remove_all(dir, ec);  // what an interrupted save of this step left
+    if (ec) fail(dir, ": cannot remove (", ec.message(), ")");
+    fs::create_directories(dir, ec);
+    if (ec) fail(dir, ": cannot create (", ec.message(), ")");
+  });
+  // The first shard group writes: world ranks 0..G-1, whose shard index is their rank. A rank file that
+  // cannot be written (a full disk, a NaN in the state) takes the directory with it, so that no partial
+  // checkpoint is left behind.
+  CheckpointFile file;
+  try {
+    run_agreed(world_, [&] {
+      if (world_.rank() >= plan_.groups.size(0)) return;
+      std::vector<FlatLayout> layouts;
+      std::vector<ShardState> units;
+      std::deque<HostShard> host;  // what the file is written from
+      for (int u = 0; u < params.num_units(); ++u) {
+        layouts.push_back(params.layout(u));
+        float* data[3];
+        const std::array<Tensor, 3> state = owned_state(params, u);
+        for (size_t k = 0; k < state.size(); ++k) data[k] = host.emplace_back(state[k]).fetch().data();
+        units.push_back({data[0], data[1], data[2]});
+      }
+      file = write_rank_file(dir, params.shard_index(), layouts, units);
+    });
+  } catch (const AgreedFailure&) {
+    std::error_code ignored;  // the failure being reported matters more than a leftover directory
+    if (world_.rank() == 0) fs::remove_all(dir, ignored);
+    throw;
+  }
+  // The gather doubles as the barrier: every rank file is in place before the manifest is written.
+  constexpr int kFields = 4;
+  const int32_t mine[kFields] = {int32_t(file.checksum), int32_t(file.checksum >> 32), int32_t(file.bytes),
+                                 int32_t(file.bytes >> 32)};
+  std::vector<int32_t> all(size_t(kFields) * world_.size());
+  world_.all_gather(mine, all.data(), kFields, DType::i32)->wait();
+  const auto u64 = [](int32_t lo, int32_t hi) { return uint64_t(uint32_t(lo)) | uint64_t(uint32_t(hi)) << 32; };
+  int64_t total_bytes = 0;
+  for (int r = 0; r < plan_.groups.size(0); ++r) total_bytes += int64_t(u64(all[size_t(r) * kFields + 2], all[size_t(r) * kFields + 3]));
+  run_agreed(world_, [&] {
+    if (world_.rank() != 0) return;
+    Manifest m;
+    m.step = steps_done_;
+    m.group_size = plan_.groups.size(0);
+    m.pad_multiple = plan_.groups.pad_multiple();
+    m.units = model_.units();
+    for (int r = 0; r < m.group_size; ++r) {
+      const int32_t* f = &all[size_t(r) * kFields];
+      m.files.push_back({rank_file_name(r), u64(f[2], f[3]), u64(f[0], f[1])});
+    }
+    m.run = std::move(run);
+    maybe_pause_in_save();
+    sync_dir(dir);
+    commit_manifest(dir, m);
+  });
+  return total_bytes;
+}
+
+CheckpointInfo Engine::load(const std::string& dir) {
+  ShardedParams& params = *params_;
+  Manifest manifest;
+  run_agreed(world_, [&] {
+    manifest = read_manifest(dir);
+    check_units(dir, manifest, model_.units());
+    // Every rank checks that the files are there; rank r checksums files r, r + N, ... so each file is
+    // read once.
+    for (size_t s = 0; s < manifest.files.size(); ++s)
+      verify_file(dir, manifest.files[s], int(s) % world_.size() == world_.rank());
+  });
+  run_agreed(world_, [&] {
+    CheckpointReader reader(dir, manifest);
+    for (int u = 0; u < params.num_units(); ++u) {
+      const FlatLayout& layout = params.layout(u);
+      const int64_t begin = layout.shard_begin(params.shard_index()), n = layout.shard_numel();
+      const std::array<Tensor, 3> state = owned_state(params, u);
+      for (size_t k = 0; k < state.size(); ++k) {
+        HostShard shard(state[k]);
+        reader.read(u, kShardKinds[k], begin, n, shard.data());
+        shard.put_back();
+      }
+    }
+  });
+  params.sync_resident_params();
+  steps_done_ = manifest.step;
+  return {manifest.step, manifest.run.dump()};
+}
+
+}  // namespace zshard
