@@ -12,6 +12,7 @@
 #include "runtime/tools/tools.h"
 #include "runtime/train/auto_batch.h"
 #include "runtime/train/save_policy.h"
+#include "runtime/train/step_log.h"
 #include "runtime/train/trainer.h"
 
 namespace zshard {
@@ -22,6 +23,10 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
   std::string strategy = "ddp";
   CLI::App app{"zshard-train: sharded data-parallel training of a transformer"};
   add_train_flags(app, options, strategy);
+  std::string step_log_path;
+  app.add_option("--step-log", step_log_path,
+                 "append each step's --log-json record to this file as soon as the step ends (what zshard-run "
+                 "reads; kept when the run is killed)");
   return run_tool("zshard-train", argc, argv, app, [&](comm::Communicator& world) {
     const int rank = world.rank();
     run_agreed(world, [&] { options.strategy.kind = parse_strategy(strategy); });
@@ -37,11 +42,16 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
                 << options.seq << (options.grad_accum > 1 ? " x" + std::to_string(options.grad_accum) : "")
                 << ", " << options.steps << " steps\n";
     Checkpointer checkpoints(trainer, &std::cout);
+    StepLog step_log(step_log_path, world);
     install_stop_handlers();
     // --batch auto took its first steps to measure their peak, stopping short of any save point but
     // its last: that step is checkpointed like any other.
+    step_log.catch_up(trainer.history());
     if (trainer.steps_done() == 0 || checkpoints.after_step())
-      trainer.run(&std::cout, [&] { return checkpoints.after_step(); });
+      trainer.run(&std::cout, [&] {
+        step_log.catch_up(trainer.history());
+        return checkpoints.after_step();
+      });
     checkpoints.save();  // the final save (also after a stop signal)
     if (!options.save.empty()) trainer.save_weights(options.save);
     const MemoryReport report = MemoryReport::collect(trainer);
