@@ -10,6 +10,7 @@
 # (for zshard-run), and with $MULTIHOST_CONTROL, a script that takes hosts down and up:
 #   "$MULTIHOST_CONTROL" kill hostb    # every process of hostb ends, hostb with them: it no longer answers
 #   "$MULTIHOST_CONTROL" start hostb   # hostb again, new and empty, at the same name and address
+#   "$MULTIHOST_CONTROL" pids hostb    # the pids of every process of hostb
 # Exits with the command's status, or 77 with one line saying why when the hosts cannot be made here (not
 # root, no namespaces).
 set -euo pipefail
@@ -72,7 +73,7 @@ in_netns() {
                          $2 in ours { split($1, path, "/"); print path[3] }'
 }
 
-# multihost.sh --control DIR kill|start NAME: what $MULTIHOST_CONTROL runs.
+# multihost.sh --control DIR kill|start|pids NAME: what $MULTIHOST_CONTROL runs.
 if [ "${1:-}" = --control ]; then
   [ $# = 4 ] || usage
   dir=$2 action=$3 name=$4
@@ -92,6 +93,7 @@ if [ "${1:-}" = --control ]; then
       done
       echo "multihost: $name: processes left after SIGKILL" >&2
       exit 1 ;;
+    pids) [ -z "$pid" ] || in_netns "$pid" ;;
     start)
       [ -z "$pid" ] || { echo "multihost: $name is up already" >&2; exit 1; }
       sed -i "/^$name /d" "$dir/pids"
