@@ -416,6 +416,10 @@ void set_flag(std::vector<std::string>& command, const std::string& flag, const 
 
 int run_elastic(const LauncherOptions& options) {
   Supervisor supervisor(options);
+  // Inside Slurm mpirun starts its daemons as a job step. A lost node's step stays in Slurm's books, its
+  // CPUs taken, until Slurm marks the node down (SlurmdTimeout, minutes): the relaunch's step must not
+  // wait for them. The user's own setting stays.
+  if (std::getenv("SLURM_JOB_ID")) setenv("OMPI_MCA_plm_slurm_args", "--overlap", 0);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
