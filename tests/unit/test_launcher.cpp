@@ -6,7 +6,6 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -17,26 +16,13 @@
 #include "runtime/elastic/process.h"
 #include "runtime/elastic/run_log.h"
 #include "runtime/elastic/supervisor.h"
+#include "tests/support/test_support.h"
 
 using namespace zshard;
 using namespace zshard::elastic;
 
-namespace {
-
-std::string usage_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(getpid()))).string();
-}
-
-}  // namespace
+using test::error_of;
+using test::TempDir;
 
 TEST(Hosts, ParsesHostListsWithSlots) {
   EXPECT_EQ(parse_host_list("a:4,b:2"), (std::vector<Host>{{"a", 4}, {"b", 2}}));
@@ -46,53 +32,54 @@ TEST(Hosts, ParsesHostListsWithSlots) {
 }
 
 TEST(Hosts, RefusesBadHostLists) {
-  EXPECT_EQ(usage_message([] { parse_host_list("a:2,b:0"); }),
+  EXPECT_EQ(error_of([] { parse_host_list("a:2,b:0"); }),
             "--hosts a:2,b:0: host b has 0 slots (every host takes 1 or more ranks)");
-  EXPECT_EQ(usage_message([] { parse_host_list("a:2,,b:2"); }),
+  EXPECT_EQ(error_of([] { parse_host_list("a:2,,b:2"); }),
             "--hosts a:2,,b:2: an empty item (want NAME:SLOTS,NAME:SLOTS,...)");
-  EXPECT_EQ(usage_message([] { parse_host_list("a:2,"); }),
+  EXPECT_EQ(error_of([] { parse_host_list("a:2,"); }),
             "--hosts a:2,: an empty item (want NAME:SLOTS,NAME:SLOTS,...)");
-  EXPECT_EQ(usage_message([] { parse_host_list("a:x"); }),
+  EXPECT_EQ(error_of([] { parse_host_list("a:x"); }),
             "--hosts a:x: bad slot count in 'a:x' (want NAME:SLOTS, SLOTS a whole number)");
-  EXPECT_EQ(usage_message([] { parse_host_list("a:-1"); }),
+  EXPECT_EQ(error_of([] { parse_host_list("a:-1"); }),
             "--hosts a:-1: bad slot count in 'a:-1' (want NAME:SLOTS, SLOTS a whole number)");
-  EXPECT_EQ(usage_message([] { parse_host_list("a:99999999999"); }),
+  EXPECT_EQ(error_of([] { parse_host_list("a:99999999999"); }),
             "--hosts a:99999999999: bad slot count in 'a:99999999999' (want NAME:SLOTS, SLOTS a whole number)");
-  EXPECT_EQ(usage_message([] { parse_host_list("a:1,a:2"); }), "--hosts a:1,a:2: host a is named twice");
-  EXPECT_EQ(usage_message([] { parse_host_list(":2"); }), "--hosts :2: bad host name in ':2'");
+  EXPECT_EQ(error_of([] { parse_host_list("a:1,a:2"); }), "--hosts a:1,a:2: host a is named twice");
+  EXPECT_EQ(error_of([] { parse_host_list(":2"); }), "--hosts :2: bad host name in ':2'");
 }
 
 TEST(Hosts, ReadsOpenMpiHostfiles) {
-  const std::string path = temp_path("hostfile");
+  const TempDir dir("launcher");
+  const std::string path = dir.file("hostfile");
   std::ofstream(path) << "# the rack\na slots=4\nb:2   # a comment\n\n  c\n";
   EXPECT_EQ(read_hostfile(path), (std::vector<Host>{{"a", 4}, {"b", 2}, {"c", 1}}));
   std::ofstream(path) << "a slots=4\nb slots=0\n";
-  EXPECT_EQ(usage_message([&] { read_hostfile(path); }),
+  EXPECT_EQ(error_of([&] { read_hostfile(path); }),
             "--hostfile " + path + ": host b has 0 slots (every host takes 1 or more ranks)");
   std::ofstream(path) << "a slots=4\nb max_slots=2\n";
-  EXPECT_EQ(usage_message([&] { read_hostfile(path); }), path + ":2: 'max_slots=2' is not slots=N");
+  EXPECT_EQ(error_of([&] { read_hostfile(path); }), path + ":2: 'max_slots=2' is not slots=N");
   std::ofstream(path) << "# nothing\n";
-  EXPECT_EQ(usage_message([&] { read_hostfile(path); }), "--hostfile " + path + ": no hosts");
+  EXPECT_EQ(error_of([&] { read_hostfile(path); }), "--hostfile " + path + ": no hosts");
   std::filesystem::remove(path);
-  EXPECT_EQ(usage_message([&] { read_hostfile(path); }), "--hostfile " + path + ": cannot read");
+  EXPECT_EQ(error_of([&] { read_hostfile(path); }), "--hostfile " + path + ": cannot read");
 }
 
 TEST(Hosts, ReadsSlurmAllocations) {
   EXPECT_EQ(expand_nodelist("node[01-03,07],gpu5"),
             (std::vector<std::string>{"node01", "node02", "node03", "node07", "gpu5"}));
   EXPECT_EQ(expand_nodelist("a[8-11],b"), (std::vector<std::string>{"a8", "a9", "a10", "a11", "b"}));
-  EXPECT_EQ(usage_message([] { expand_nodelist("host[a-c]"); }), "SLURM_JOB_NODELIST host[a-c]: bad range 'a-c'");
-  EXPECT_EQ(usage_message([] { expand_nodelist("n[1-2]x"); }), "SLURM_JOB_NODELIST n[1-2]x: text after ']'");
+  EXPECT_EQ(error_of([] { expand_nodelist("host[a-c]"); }), "SLURM_JOB_NODELIST host[a-c]: bad range 'a-c'");
+  EXPECT_EQ(error_of([] { expand_nodelist("n[1-2]x"); }), "SLURM_JOB_NODELIST n[1-2]x: text after ']'");
 }
 
 TEST(Hosts, ReadsSlurmTaskCounts) {
   EXPECT_EQ(slurm_hosts("n[1-4]", "2(x3),1"), (std::vector<Host>{{"n1", 2}, {"n2", 2}, {"n3", 2}, {"n4", 1}}));
   EXPECT_EQ(slurm_hosts("hosta,hostb", "3,2"), (std::vector<Host>{{"hosta", 3}, {"hostb", 2}}));
-  EXPECT_EQ(usage_message([] { slurm_hosts("n[1-4]", "2(x3)"); }),
+  EXPECT_EQ(error_of([] { slurm_hosts("n[1-4]", "2(x3)"); }),
             "SLURM_TASKS_PER_NODE 2(x3) gives 3 node(s), SLURM_JOB_NODELIST n[1-4] 4");
-  EXPECT_EQ(usage_message([] { slurm_hosts("n[1-2]", "2(x2"); }), "SLURM_TASKS_PER_NODE 2(x2: bad item '2(x2'");
-  EXPECT_EQ(usage_message([] { slurm_hosts("n[2-1]", "1"); }), "SLURM_JOB_NODELIST n[2-1]: bad range '2-1'");
-  EXPECT_EQ(usage_message([] { slurm_hosts("n[1-2", "1"); }), "SLURM_JOB_NODELIST n[1-2: '[' without ']'");
+  EXPECT_EQ(error_of([] { slurm_hosts("n[1-2]", "2(x2"); }), "SLURM_TASKS_PER_NODE 2(x2: bad item '2(x2'");
+  EXPECT_EQ(error_of([] { slurm_hosts("n[2-1]", "1"); }), "SLURM_JOB_NODELIST n[2-1]: bad range '2-1'");
+  EXPECT_EQ(error_of([] { slurm_hosts("n[1-2", "1"); }), "SLURM_JOB_NODELIST n[1-2: '[' without ']'");
 }
 
 TEST(RunLog, KeepsTheRecordOfTheAttemptThatCompletedEachStep) {
@@ -117,8 +104,8 @@ TEST(RunLog, KeepsTheRecordOfTheAttemptThatCompletedEachStep) {
 }
 
 TEST(RunLog, ReadsWholeLinesOfAGrowingStepLog) {
-  const std::string path = temp_path("steps.jsonl");
-  std::filesystem::remove(path);
+  const TempDir dir("launcher");
+  const std::string path = dir.file("steps.jsonl");
   StepLogReader reader(path);
   EXPECT_TRUE(reader.read_new().empty());  // not there yet
   std::ofstream out(path);
@@ -133,7 +120,6 @@ TEST(RunLog, ReadsWholeLinesOfAGrowingStepLog) {
   EXPECT_TRUE(reader.read_new().empty());
   out << "not json\n" << std::flush;
   EXPECT_THROW(reader.read_new(), Error);
-  std::filesystem::remove(path);
 }
 
 TEST(BatchPlan, KeepsTheStepAndRaisesGradAccumOnlyWhereTheMicroBatchDoesNotFit) {
@@ -166,7 +152,7 @@ TEST(BatchPlan, KeepsTheStepAndRaisesGradAccumOnlyWhereTheMicroBatchDoesNotFit) 
 }
 
 TEST(BatchPlan, RefusesTrainingCommandsItCannotRead) {
-  EXPECT_EQ(usage_message([] { read_training_flags({"zshard-train", "--batch", "x"}); }),
+  EXPECT_EQ(error_of([] { read_training_flags({"zshard-train", "--batch", "x"}); }),
             "the training command: --batch: expected a number of sequences or auto, got 'x'");
   // A model the registry does not know (a program of one's own): no estimate, the command's batch.
   const TrainingRun run = read_training_flags({"my-train", "--model", "mine", "--batch", "12"});
