@@ -20,7 +20,10 @@ fi
 HOSTS=(hosta hostb hostc)
 STEPS=16  # the kills come by step 8: the job is still running when they land, even on a loaded machine
 FLAGS=(--steps "$STEPS" --batch 12 --seq 32 --log-every 1 --save-every 2 --comm-timeout 60)
-echo "seed $RANDOM"  # bash seeds RANDOM per process: the kills below are random, and printed
+# The hosts and steps of the kills are random; ZSHARD_LAUNCHER_SEED repeats a run's.
+seed=${ZSHARD_LAUNCHER_SEED:-$$}
+RANDOM=$seed
+echo "seed $seed"
 
 # reference STRATEGY: the uninterrupted 6-rank run's --log-json, $WORK/ref-STRATEGY.json.
 reference() {
@@ -109,14 +112,15 @@ same_losses "hybrid: every step's loss is the uninterrupted 6-rank run's within 
   "$WORK/hybrid.json" 1e-5
 
 # ---- a host killed in the middle of a save: the previous checkpoint is the one resumed from ----
-# kill_during_save NAME HOST STEP: rank 0 holds 3 s between the rank files and the manifest of every save
-# (ZSHARD_TEST_PAUSE_IN_SAVE); HOST is killed while step STEP is in that state.
+# kill_during_save NAME HOST STEP [TRAIN-FLAGS...]: rank 0 holds 3 s between the rank files and the
+# manifest of every save (ZSHARD_TEST_PAUSE_IN_SAVE); HOST is killed while step STEP is in that state.
 kill_during_save() {
   local name=$1 host=$2 step=$3 dir
+  shift 3
   dir="$WORK/$name/$(printf 'step-%08d' "$step")"
   # shellcheck disable=SC2154  # set by multihost.sh --head: the variables mpirun forwards
   ZSHARD_TEST_PAUSE_IN_SAVE=3 OMPI_MCA_mca_base_env_list="$OMPI_MCA_mca_base_env_list;ZSHARD_TEST_PAUSE_IN_SAVE" \
-    launch "$name" -- --strategy zero3
+    launch "$name" -- --strategy zero3 "$@"
   mid_save() { [ -f "$dir/rank-00005.safetensors" ] && [ ! -f "$dir/manifest.json" ]; }
   wait_for 300 mid_save
   kill_host "$host"
