@@ -115,7 +115,6 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
   if (o_.max_restarts < 0) usage("--max-restarts must be >= 0, got ", o_.max_restarts);
   if (!(o_.probe_timeout_s > 0 && o_.probe_timeout_s <= 3600))
     usage("--probe-timeout must be in (0, 3600] seconds, got ", o_.probe_timeout_s);
-  check_hosts(o_.hosts, "--hosts");
   if (o_.min_ranks > total_slots(o_.hosts))
     usage("--min-ranks ", o_.min_ranks, " exceeds the ", total_slots(o_.hosts), " slots of the hosts (",
           host_list_text(o_.hosts), ")");

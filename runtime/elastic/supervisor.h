@@ -10,7 +10,7 @@
 namespace zshard::elastic {
 
 struct LauncherOptions {
-  std::vector<Host> hosts;
+  std::vector<Host> hosts;  // as the readers of hosts.h return them (checked)
   int min_ranks = 1;
   int max_restarts = 3;
   std::string mpirun = "mpirun";

@@ -18,7 +18,7 @@ if [ -z "${MULTIHOST_CONTROL:-}" ]; then  # not yet on the head host: make the h
 fi
 
 HOSTS=(hosta hostb hostc)
-STEPS=16  # the kills come by step 8: the job is still running when they land, even on a loaded machine
+STEPS=24  # the kills come by step 9: the job is still running when they land, even on a loaded machine
 FLAGS=(--steps "$STEPS" --batch 12 --seq 32 --log-every 1 --save-every 2 --comm-timeout 60)
 # The hosts and steps of the kills are random; ZSHARD_LAUNCHER_SEED repeats a run's.
 seed=${ZSHARD_LAUNCHER_SEED:-$$}
