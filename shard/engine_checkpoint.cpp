@@ -1,6 +1,5 @@
 // Engine::save and Engine::load: the engine's state in the checkpoint format (shard/checkpoint_format.h),
 // written by the first shard group and read back, resharded, by any world.
-#include <zshard/engine.h>
 
 #include <array>
 #include <chrono>
@@ -10,6 +9,8 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
+
+#include <zshard/engine.h>
 
 #include "comm/agreed_failure.h"
 #include "kernels/device_memory.h"

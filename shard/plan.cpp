@@ -252,6 +252,14 @@ ShardPlan resolve_plan(const PlanOptions& options, comm::Communicator& world) {
   return plan;
 }
 
+ShardPlan plan_on_hosts(const PlanOptions& options, const std::vector<int>& host_sizes) {
+  validate_plan_options(options);
+  int world = 0;
+  for (int h : host_sizes) world += h;
+  if (options.strategy.kind != StrategyKind::hybrid) return plan_for_world(options, world);
+  return plan_with_groups(options, hybrid_groups_on({host_sizes, true}, options.strategy, world));
+}
+
 ShardPlan plan_for_world(const PlanOptions& options, int world_size) {
   validate_plan_options(options);
   return plan_with_groups(options, shard_groups(options.strategy, world_size));

@@ -163,5 +163,8 @@ ShardPlan resolve_plan(const PlanOptions& options, comm::Communicator& world);
 // The plan on `world_size` ranks by arithmetic alone, for a run that is not launched (the estimator,
 // zshard-mem): no hosts (`node` is refused), no device.
 ShardPlan plan_for_world(const PlanOptions& options, int world_size);
+// The plan that resolve_plan would make on hosts of `host_sizes` ranks each, in rank order, for a run that
+// is not launched yet (zshard-run sizing a relaunch): the hosts' groups for hybrid, no device.
+ShardPlan plan_on_hosts(const PlanOptions& options, const std::vector<int>& host_sizes);
 
 }  // namespace zshard

@@ -9,6 +9,7 @@
 #include "runtime/train/auto_batch.h"
 #include "runtime/train/options/train_options.h"
 #include "runtime/train/save_policy.h"
+#include "runtime/train/step_log.h"
 #include "runtime/train/trainer.h"
 
 namespace zshard {
@@ -18,6 +19,10 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
   options.model.name = default_model;
   CLI::App app{"zshard-train: sharded data-parallel training of a transformer"};
   add_train_flags(app, options);
+  std::string step_log_path;
+  app.add_option("--step-log", step_log_path,
+                 "append each step's --log-json record to this file as soon as the step ends (what zshard-run "
+                 "reads; kept when the run is killed)");
   return run_tool("zshard-train", argc, argv, app, [&](comm::Communicator& world) {
     const int rank = world.rank();
     const std::unique_ptr<Trainer> fitted = options.data.auto_batch ? fit_batch_to_budget(options, world, &std::cout)
@@ -34,10 +39,16 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
                 << (data.grad_accum > 1 ? " x" + std::to_string(data.grad_accum) : "") << ", "
                 << options.optimizer.steps << " steps\n";
     SavePolicy saves(trainer, &std::cout);
+    StepLog step_log(step_log_path, world);
     install_stop_handlers();
     // --batch auto took its first steps to measure their peak, stopping short of any save point but
     // its last: that step is checkpointed like any other.
-    if (trainer.steps_done() == 0 || saves.after_step()) trainer.run(&std::cout, [&] { return saves.after_step(); });
+    step_log.catch_up(trainer.history());
+    if (trainer.steps_done() == 0 || saves.after_step())
+      trainer.run(&std::cout, [&] {
+        step_log.catch_up(trainer.history());
+        return saves.after_step();
+      });
     saves.save();  // the final save (also after a stop signal)
     if (!options.output.save.empty()) trainer.save_weights(options.output.save);
     const MemoryReport report = trainer.engine().memory_report();

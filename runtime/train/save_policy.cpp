@@ -135,8 +135,12 @@ std::vector<std::string> SavePolicy::compare_with_flags(const std::string& dir, 
     std::vector<std::string> lines = {detail::concat(
         "resumed from ", dir, " at step ", m.step, " (saved by ", s.at("kind").get<std::string>(), " on ",
         s.at("world_size").get<int>(), " rank(s))")};
-    for (const auto& [flag, value] : saved.at("flags").items())
-      if (now.at("flags").value(flag, json()) != value)
+    // A step's sequences are --batch x --grad-accum: cut into other micro-steps, it is the same step.
+    const json& flags = saved.at("flags");
+    const DataOptions& d = trainer_.options().data;
+    const bool same_step = flags.value("batch", 0) * flags.value("grad-accum", 1) == d.batch * d.grad_accum;
+    for (const auto& [flag, value] : flags.items())
+      if (now.at("flags").value(flag, json()) != value && !(same_step && (flag == "batch" || flag == "grad-accum")))
         lines.push_back(detail::concat("note: --", flag, " was ", flag_text(value),
                                        " when saved; the run will not repeat the uninterrupted one"));
     return lines;

@@ -20,6 +20,7 @@
 #include "runtime/planning/memory_check.h"
 #include "runtime/planning/memory_estimator.h"
 #include "runtime/planning/rank_balancer.h"
+#include "runtime/train/step_log.h"
 #include "shard/checkpoint_format.h"
 #include "shard/sharded_params.h"
 
@@ -284,15 +285,7 @@ void Trainer::write_log_json() {
   run_agreed(world_, [&] {
     if (world_.rank() != 0) return;
     std::string text;
-    for (const StepResult& r : history_) {
-      nlohmann::json j = {{"step", r.step},           {"loss", r.loss},
-                          {"lr", r.lr},               {"grad_norm", r.grad_norm},
-                          {"ms", r.ms},               {"tokens_per_s", r.tokens_per_s},
-                          {"comm_bytes", r.comm_bytes}, {"comm_exposed_ms", r.comm_exposed_ms},
-                          {"rank_batches", r.rank_batches}};
-      if (!std::isnan(r.eval_loss)) j["eval_loss"] = r.eval_loss;
-      text += j.dump() + "\n";
-    }
+    for (const StepResult& r : history_) text += step_record(r).dump() + "\n";
     write_file_atomically(path, text);
   });
 }

@@ -1,0 +1,60 @@
+#include "runtime/elastic/batch_plan.h"
+
+#include <numeric>
+
+#include <CLI/CLI.hpp>
+
+#include <zshard/model_registry.h>
+
+#include "runtime/planning/memory_check.h"
+#include "runtime/train/options/flags.h"
+
+namespace zshard::elastic {
+
+TrainingRun read_training_flags(const std::vector<std::string>& command) {
+  TrainingRun run;
+  CLI::App app;
+  app.allow_extras();
+  add_train_flags(app, run.options);
+  std::vector<std::string> args(command.rbegin(), command.rend() - 1);  // CLI11 takes them reversed
+  try {
+    app.parse(args);
+  } catch (const CLI::Error& e) {
+    throw UsageError("the training command: " + cli_error_line(e));
+  }
+  const std::vector<std::string> known = model_names();
+  const ModelOptions& model = run.options.model;
+  if (std::find(known.begin(), known.end(), model.name) != known.end()) {
+    run.model = build_model(model.name, resolve_model_config(model));
+    run.model->set_recompute(model.recompute);
+  }
+  return run;
+}
+
+int64_t estimate_rank_bytes(const TrainingRun& run, const std::vector<int>& host_slots, int batch, int grad_accum) {
+  if (!run.model) return 0;
+  const int world = std::accumulate(host_slots.begin(), host_slots.end(), 0);
+  const DataOptions& d = run.options.data;
+  EstimateInput in = estimate_input(plan_on_hosts(run.options.plan, host_slots), *run.model,
+                                    {batch, d.seq, grad_accum, true}, (batch + world - 1) / world);
+  in.group = -1;  // unequal groups: the smallest, whose ranks hold the largest shards
+  return estimate_memory(in).total();
+}
+
+BatchPlan plan_batch(const TrainingRun& run, const std::vector<int>& host_slots, int64_t budget) {
+  const DataOptions& o = run.options.data;
+  const int world = std::accumulate(host_slots.begin(), host_slots.end(), 0);
+  BatchPlan plan{o.batch, o.grad_accum, estimate_rank_bytes(run, host_slots, o.batch, o.grad_accum), true};
+  if (!run.model || plan.rank_bytes <= budget) return plan;
+  const int64_t sequences = int64_t(o.batch) * o.grad_accum;
+  for (int64_t accum = o.grad_accum + 1; sequences / accum >= world; ++accum) {
+    if (sequences % accum != 0) continue;
+    const int batch = int(sequences / accum);
+    plan = {batch, int(accum), estimate_rank_bytes(run, host_slots, batch, int(accum)), true};
+    if (plan.rank_bytes <= budget) return plan;
+  }
+  plan.fits = false;  // the smallest micro-batch tried; the job's own memory check has the last word
+  return plan;
+}
+
+}  // namespace zshard::elastic

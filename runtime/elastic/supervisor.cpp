@@ -1,0 +1,431 @@
+#include "runtime/elastic/supervisor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <poll.h>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/io/atomic_file.h"
+#include "runtime/elastic/batch_plan.h"
+#include "runtime/elastic/process.h"
+#include "runtime/elastic/run_log.h"
+#include "runtime/planning/memory_check.h"
+#include "runtime/planning/memory_estimator.h"
+#include "shard/checkpoint_format.h"
+
+namespace zshard::elastic {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+volatile std::sig_atomic_t g_signals = 0;  // SIGINT and SIGTERM received
+
+void on_signal(int) { g_signals = g_signals + 1; }
+
+template <class... Args>
+[[noreturn]] void usage(const Args&... args) {
+  throw UsageError(detail::concat(args...));
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string names_text(const std::vector<std::string>& names) {
+  std::string text;
+  for (const std::string& n : names) text += (text.empty() ? "" : ",") + n;
+  return text.empty() ? "none" : text;
+}
+
+// The value of --FLAG in `command` (its last occurrence), or nothing.
+std::optional<std::string> flag_value(const std::vector<std::string>& command, const std::string& flag) {
+  std::optional<std::string> value;
+  for (size_t i = 1; i < command.size(); ++i) {
+    if (command[i] == flag && i + 1 < command.size()) value = command[i + 1];
+    if (command[i].rfind(flag + "=", 0) == 0) value = command[i].substr(flag.size() + 1);
+  }
+  return value;
+}
+
+// The newest committed checkpoint in `save_dir`: its step, or nothing.
+std::optional<CheckpointEntry> newest_checkpoint(const std::string& save_dir) {
+  std::optional<CheckpointEntry> newest;
+  for (const CheckpointEntry& e : list_checkpoints(save_dir))
+    if (e.committed) newest = e;
+  return newest;
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << v;
+  return os.str();
+}
+
+// A restart: why, what it changed, and (once the relaunch has finished a step) how long it took.
+struct Restart {
+  json record;
+  double failed_at = 0;
+  bool recovered = false;
+};
+
+class Supervisor {
+ public:
+  explicit Supervisor(const LauncherOptions& o);
+  int run();
+
+ private:
+  struct Outcome {
+    int status = 0;
+    bool stopped = false;  // by the launcher's own SIGINT/SIGTERM
+    std::deque<std::string> stderr_tail;
+  };
+  std::vector<Host> answering() const;
+  int64_t default_budget(const std::vector<Host>& hosts) const;
+  Outcome run_attempt(const std::vector<Host>& hosts, const BatchPlan& plan, int attempt, Restart* restart);
+  void note_steps(StepLogReader& reader, Restart* restart);
+  void write_log() const;
+  void append_restart(const json& record) const;
+  std::string newest_text() const;
+
+  LauncherOptions o_;
+  std::string probe_;
+  TrainingRun run_;
+  std::string save_dir_, log_json_, state_dir_;
+  int64_t budget_ = 0;
+  RunLog log_;
+};
+
+Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
+  if (o_.command.empty()) usage("give the training command after --");
+  if (o_.min_ranks < 1) usage("--min-ranks must be >= 1, got ", o_.min_ranks);
+  if (o_.max_restarts < 0) usage("--max-restarts must be >= 0, got ", o_.max_restarts);
+  if (!(o_.probe_timeout_s > 0 && o_.probe_timeout_s <= 3600))
+    usage("--probe-timeout must be in (0, 3600] seconds, got ", o_.probe_timeout_s);
+  if (o_.min_ranks > total_slots(o_.hosts))
+    usage("--min-ranks ", o_.min_ranks, " exceeds the ", total_slots(o_.hosts), " slots of the hosts (",
+          host_list_text(o_.hosts), ")");
+  run_ = read_training_flags(o_.command);
+  const TrainOptions& t = run_.options;
+  if (t.saves.save_dir.empty())
+    usage("the training command has no --save-dir: a relaunch resumes from its newest checkpoint there");
+  if (t.data.auto_batch) usage("the training command has --batch auto: give --batch N (a relaunch must keep the step)");
+  if (!t.data.rank_batches.empty()) usage("the training command has --rank-batches N,...: a list fits one world only");
+  if (flag_value(o_.command, "--step-log"))
+    usage("the training command has --step-log: zshard-run gives each attempt its own");
+  save_dir_ = t.saves.save_dir;
+  log_json_ = t.output.log_json;
+  state_dir_ = (fs::path(save_dir_) / "zshard-run").string();
+  if (!log_json_.empty()) check_output_path("--log-json", log_json_);
+  if (!o_.mem_budget.empty()) budget_ = parse_bytes(o_.mem_budget, "--mem-budget");
+  probe_ = o_.probe.empty() ? default_probe(o_.probe_timeout_s) : o_.probe;
+  std::error_code ec;
+  fs::create_directories(state_dir_, ec);
+  if (ec) usage("--save-dir ", save_dir_, ": cannot create ", state_dir_, " (", ec.message(), ")");
+}
+
+int64_t Supervisor::default_budget(const std::vector<Host>& hosts) const {
+  // What the job's own set-up check allows a rank of the fullest host, as this host sees it (the hosts of
+  // a cluster are alike); where this host cannot tell (no GPU here), what the first world needs, which fits
+  // since the job was sized for it.
+  int most = 1;
+  std::vector<int> slots;
+  for (const Host& h : hosts) {
+    most = std::max(most, h.slots);
+    slots.push_back(h.slots);
+  }
+  MemoryBudget usable;
+  try {
+    usable = usable_memory(run_.options.plan.placement.device, most);
+  } catch (const std::exception&) {
+  }
+  if (usable.bytes >= 0) return usable.bytes;
+  return estimate_rank_bytes(run_, slots, run_.options.data.batch, run_.options.data.grad_accum);
+}
+
+std::vector<Host> Supervisor::answering() const {
+  std::vector<std::string> names;
+  for (const Host& h : o_.hosts) names.push_back(h.name);
+  const std::vector<bool> up = probe_hosts(names, probe_, o_.probe_timeout_s);
+  std::vector<Host> hosts;
+  for (size_t i = 0; i < o_.hosts.size(); ++i)
+    if (up[i]) hosts.push_back(o_.hosts[i]);
+  return hosts;
+}
+
+std::string Supervisor::newest_text() const {
+  const std::optional<CheckpointEntry> newest = newest_checkpoint(save_dir_);
+  return newest ? "the newest checkpoint is " + newest->path : "no checkpoint was committed";
+}
+
+void Supervisor::write_log() const {
+  if (!log_json_.empty()) write_file_atomically(log_json_, log_.text());
+}
+
+void Supervisor::append_restart(const json& record) const {
+  std::ofstream out(fs::path(state_dir_) / "restarts.jsonl", std::ios::app);
+  out << record.dump() << "\n";
+}
+
+void Supervisor::note_steps(StepLogReader& reader, Restart* restart) {
+  for (const json& record : reader.read_new()) {
+    log_.add(record);
+    if (restart && !restart->recovered) {
+      restart->recovered = true;
+      const double now = unix_now();
+      restart->record["recovered_at"] = now;
+      restart->record["recover_s"] = now - restart->failed_at;
+      restart->record["first_step"] = record.at("step");
+      append_restart(restart->record);
+      std::cerr << "zshard-run: restart " << restart->record["restart"] << " recovered: step " << record.at("step")
+                << " done " << fixed(now - restart->failed_at, 1) << " s after the failure" << std::endl;
+    }
+  }
+}
+
+Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, const BatchPlan& plan, int attempt,
+                                            Restart* restart) {
+  std::vector<std::string> command = o_.command;
+  const std::string step_log = (fs::path(state_dir_) / ("attempt-" + std::to_string(attempt) + ".jsonl")).string();
+  set_flag(command, "--log-json", nullptr);  // the launcher writes it, merged across attempts
+  set_flag(command, "--step-log", step_log.c_str());
+  const std::optional<CheckpointEntry> newest = newest_checkpoint(save_dir_);
+  int resumed_step = 0;
+  if (newest) {
+    set_flag(command, "--resume", "latest");
+    resumed_step = newest->step;
+  } else if (const std::optional<std::string> given = flag_value(command, "--resume"); given && *given != "latest") {
+    resumed_step = read_manifest(*given).step;
+  }
+  if (plan.batch != run_.options.data.batch || plan.grad_accum != run_.options.data.grad_accum) {
+    set_flag(command, "--batch", std::to_string(plan.batch).c_str());
+    set_flag(command, "--grad-accum", std::to_string(plan.grad_accum).c_str());
+  }
+  std::vector<std::string> argv = {o_.mpirun, "--host", host_list_text(hosts), "-np", std::to_string(total_slots(hosts))};
+  argv.insert(argv.end(), o_.mpirun_args.begin(), o_.mpirun_args.end());
+  argv.insert(argv.end(), command.begin(), command.end());
+  log_.begin_attempt(resumed_step);
+  std::error_code ec;
+  fs::remove(step_log, ec);  // a step log of an earlier launch of this --save-dir
+  std::cerr << "zshard-run: attempt " << attempt << " on " << host_list_text(hosts) << " (" << total_slots(hosts)
+            << " ranks), batch " << plan.batch << " x grad-accum " << plan.grad_accum << ", "
+            << (resumed_step > 0 ? "after step " + std::to_string(resumed_step) : std::string("from the start"))
+            << std::endl;
+
+  Child child = spawn(argv, false);
+  StepLogReader reader(step_log);
+  Outcome outcome;
+  std::string partial[2];
+  int forwarded = 0, wait_status = 0;
+  bool exited = false;
+  auto exited_at = std::chrono::steady_clock::now();
+  for (;;) {
+    pollfd fds[2] = {{child.out, POLLIN, 0}, {child.err, POLLIN, 0}};
+    poll(fds, 2, 100);
+    for (int k = 0; k < 2; ++k) {
+      int& fd = k == 0 ? child.out : child.err;
+      if (fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[65536];
+      const ssize_t n = read(fd, buf, sizeof buf);
+      if (n <= 0) {
+        close(fd);
+        fd = -1;
+        continue;
+      }
+      (void)!write(k == 0 ? STDOUT_FILENO : STDERR_FILENO, buf, size_t(n));
+      if (k == 0) continue;
+      partial[k].append(buf, size_t(n));
+      for (size_t nl; (nl = partial[k].find('\n')) != std::string::npos; partial[k].erase(0, nl + 1)) {
+        outcome.stderr_tail.push_back(partial[k].substr(0, nl));
+        if (outcome.stderr_tail.size() > 200) outcome.stderr_tail.pop_front();
+      }
+    }
+    note_steps(reader, restart);
+    if (g_signals > forwarded && !exited) {
+      // The first signal asks the job to stop (the ranks save after their step); a second ends it.
+      forwarded = g_signals;
+      outcome.stopped = true;
+      std::cerr << "zshard-run: stop signal: " << (forwarded == 1 ? "stopping the job" : "killing the job")
+                << " (no restart)" << std::endl;
+      kill(forwarded == 1 ? child.pid : -child.pid, forwarded == 1 ? SIGTERM : SIGKILL);
+    }
+    if (!exited && waitpid(child.pid, &wait_status, WNOHANG) == child.pid) {
+      exited = true;
+      exited_at = std::chrono::steady_clock::now();
+    }
+    // A rank left behind on this host may hold the pipes open: its output is not waited for long.
+    const bool drained = (child.out < 0 && child.err < 0) ||
+                         (exited && std::chrono::steady_clock::now() - exited_at > std::chrono::seconds(2));
+    if (exited && drained) break;
+  }
+  for (int fd : {child.out, child.err})
+    if (fd >= 0) close(fd);
+  note_steps(reader, restart);
+  outcome.status = exit_status(wait_status);
+  return outcome;
+}
+
+int Supervisor::run() {
+  std::vector<Host> hosts = answering();
+  std::vector<std::string> silent;
+  for (const Host& h : o_.hosts)
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) silent.push_back(h.name);
+  if (!silent.empty())
+    std::cerr << "zshard-run: " << names_text(silent) << " not answering (probe: " << probe_ << ")" << std::endl;
+  if (total_slots(hosts) < o_.min_ranks || hosts.empty()) {
+    std::cerr << "zshard-run: error: the hosts that answer (" << (hosts.empty() ? "none" : host_list_text(hosts))
+              << ") hold " << total_slots(hosts) << " ranks, fewer than --min-ranks " << o_.min_ranks << std::endl;
+    return 1;
+  }
+  std::vector<int> slots;
+  for (const Host& h : hosts) slots.push_back(h.slots);
+  if (budget_ == 0) budget_ = default_budget(hosts);
+  BatchPlan plan = plan_batch(run_, slots, budget_);
+
+  std::optional<Restart> restart;
+  for (int attempt = 1;; ++attempt) {
+    const Outcome outcome = run_attempt(hosts, plan, attempt, restart ? &*restart : nullptr);
+    write_log();
+    if (restart && !restart->recovered) append_restart(restart->record);  // failed again before a step
+    if (outcome.status == 0) return 0;
+    if (outcome.stopped) {
+      // mpirun exits non-zero once signalled, even when the ranks stopped cleanly after saving their step.
+      const std::optional<CheckpointEntry> newest = newest_checkpoint(save_dir_);
+      const bool saved = newest && newest->step == log_.last_step();
+      std::cerr << "zshard-run: stopped after step " << log_.last_step() << "; " << newest_text() << std::endl;
+      return saved ? 0 : outcome.status;
+    }
+    if (outcome.status == 2) {
+      std::cerr << "zshard-run: error: the training command exited with 2 (its flags: see the line above); "
+                   "not restarted"
+                << std::endl;
+      return 2;
+    }
+    const double failed_at = unix_now();
+    const int last_step = log_.last_step();
+    const std::vector<Host> before = hosts;
+    hosts = answering();
+    std::vector<std::string> lost, back;
+    for (const Host& h : before)
+      if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) lost.push_back(h.name);
+    for (const Host& h : hosts)
+      if (std::find(before.begin(), before.end(), h) == before.end()) back.push_back(h.name);
+    const std::vector<std::string> tail(outcome.stderr_tail.begin(), outcome.stderr_tail.end());
+    const std::string cause = failure_cause(tail, outcome.status);
+    if (attempt > o_.max_restarts) {
+      std::cerr << "zshard-run: error: the job failed (" << cause << "; hosts lost: " << names_text(lost)
+                << ") and --max-restarts " << o_.max_restarts << " are spent; " << newest_text() << std::endl;
+      return 1;
+    }
+    if (total_slots(hosts) < o_.min_ranks) {
+      std::cerr << "zshard-run: error: the job failed (" << cause << "; hosts lost: " << names_text(lost)
+                << ") and the hosts that answer (" << (hosts.empty() ? "none" : host_list_text(hosts)) << ") hold "
+                << total_slots(hosts) << " ranks, fewer than --min-ranks " << o_.min_ranks << "; " << newest_text()
+                << std::endl;
+      return 1;
+    }
+    slots.clear();
+    for (const Host& h : hosts) slots.push_back(h.slots);
+    plan = plan_batch(run_, slots, budget_);
+    const std::optional<CheckpointEntry> newest = newest_checkpoint(save_dir_);
+    const int resumed = newest ? newest->step : 0;
+    restart = Restart{{{"restart", attempt},
+                       {"cause", cause},
+                       {"exit_status", outcome.status},
+                       {"hosts_lost", lost},
+                       {"hosts_back", back},
+                       {"hosts", host_list_text(hosts)},
+                       {"ranks", total_slots(hosts)},
+                       {"last_step", last_step},
+                       {"resumed_step", resumed},
+                       {"steps_redone", std::max(0, last_step - resumed)},
+                       {"batch", plan.batch},
+                       {"grad_accum", plan.grad_accum},
+                       {"failed_at", failed_at},
+                       {"recovered_at", nullptr},
+                       {"recover_s", nullptr}},
+                      failed_at};
+    std::cerr << "zshard-run: restart " << attempt << " of " << o_.max_restarts << ": " << cause
+              << "; hosts lost: " << names_text(lost) << (back.empty() ? "" : "; hosts back: " + names_text(back))
+              << "; " << (newest ? "resuming from " + newest->path : std::string("starting over (no checkpoint)"))
+              << ", steps redone: " << std::max(0, last_step - resumed)
+              << (plan.fits ? "" : "; warning: no micro-batch fits the memory budget, the job's own check decides")
+              << std::endl;
+  }
+}
+
+}  // namespace
+
+std::string default_probe(double timeout_s) {
+  const std::string seconds = std::to_string(std::max(1, int(timeout_s)));
+  if (const char* agent = std::getenv("OMPI_MCA_plm_rsh_agent"); agent && *agent) {
+    std::string first = agent;  // Open MPI's form is "ssh : rsh": the first that exists
+    first = first.substr(0, first.find(':'));
+    while (!first.empty() && first.back() == ' ') first.pop_back();
+    return first + " \"$1\" true";
+  }
+  if (std::getenv("SLURM_JOB_ID")) return "srun --nodes=1 --ntasks=1 --overlap --nodelist=\"$1\" true";
+  return "ssh -o BatchMode=yes -o ConnectTimeout=" + seconds + " \"$1\" true";
+}
+
+std::string failure_cause(const std::vector<std::string>& tail, int status) {
+  // In order of how directly a line names the cause: zshard's own (a deadline, a rank's error) first.
+  const char* patterns[] = {"timed out", "zshard-train: rank", "error:", "exited on signal",
+                            "lost communication", "unable to reliably start"};
+  for (const char* p : patterns)
+    for (const std::string& line : tail)
+      if (line.find(p) != std::string::npos) {
+        std::string cause = line;
+        cause.erase(0, cause.find_first_not_of(" \t"));
+        // Open MPI says this of a daemon it had started and then lost as well.
+        return p == patterns[5] ? "mpirun lost a host's daemon (" + cause + ")" : cause;
+      }
+  return "mpirun exited with status " + std::to_string(status);
+}
+
+void set_flag(std::vector<std::string>& command, const std::string& flag, const char* value) {
+  std::vector<std::string> kept = {command.front()};
+  for (size_t i = 1; i < command.size(); ++i) {
+    if (command[i] == flag) {
+      ++i;  // and its value
+      continue;
+    }
+    if (command[i].rfind(flag + "=", 0) == 0) continue;
+    kept.push_back(command[i]);
+  }
+  if (value) {
+    kept.push_back(flag);
+    kept.push_back(value);
+  }
+  command = std::move(kept);
+}
+
+int run_elastic(const LauncherOptions& options) {
+  Supervisor supervisor(options);
+  // Inside Slurm mpirun starts its daemons as a job step. A lost node's step stays in Slurm's books, its
+  // CPUs taken, until Slurm marks the node down (SlurmdTimeout, minutes): the relaunch's step must not
+  // wait for them. The user's own setting stays.
+  if (std::getenv("SLURM_JOB_ID")) setenv("OMPI_MCA_plm_slurm_args", "--overlap", 0);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return supervisor.run();
+}
+
+}  // namespace zshard::elastic

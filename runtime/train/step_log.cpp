@@ -1,0 +1,52 @@
+#include "runtime/train/step_log.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "comm/agreed_failure.h"
+#include "kernels/io/atomic_file.h"
+
+namespace zshard {
+
+nlohmann::json step_record(const StepResult& r) {
+  nlohmann::json j = {{"step", r.step},           {"loss", r.loss},
+                      {"lr", r.lr},               {"grad_norm", r.grad_norm},
+                      {"ms", r.ms},               {"tokens_per_s", r.tokens_per_s},
+                      {"comm_bytes", r.comm_bytes}, {"comm_exposed_ms", r.comm_exposed_ms},
+                      {"rank_batches", r.rank_batches}};
+  if (!std::isnan(r.eval_loss)) j["eval_loss"] = r.eval_loss;
+  return j;
+}
+
+StepLog::StepLog(const std::string& path, comm::Communicator& world) : path_(path) {
+  run_agreed(world, [&] {
+    if (path_.empty() || world.rank() != 0) return;
+    check_output_path("--step-log", path_);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw UsageError(detail::concat("--step-log ", path_, ": cannot open (", std::strerror(errno), ")"));
+  });
+}
+
+StepLog::~StepLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void StepLog::catch_up(const std::vector<StepResult>& history) {
+  for (; written_ < history.size(); ++written_) {
+    if (fd_ < 0) continue;
+    const std::string line = step_record(history[written_]).dump() + "\n";
+    // A log that stops being writable (a full disk) must not end the training it only reports on.
+    if (::write(fd_, line.data(), line.size()) != ssize_t(line.size())) {
+      std::cerr << "zshard-train: --step-log " << path_ << ": write failed (" << std::strerror(errno)
+                << "); training goes on without it\n";
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+}
+
+}  // namespace zshard

@@ -1,0 +1,87 @@
+# zshard-run on this machine alone (localhost): bad input gets one line and a non-zero exit without
+# running anything; a rank killed mid-run is relaunched from the newest checkpoint and the merged --log-json
+# has every step once, with the uninterrupted run's losses bit for bit; a job that keeps failing ends when
+# --max-restarts are spent, its checkpoints intact; SIGTERM stops the job after a step, saved, without a
+# restart. The runs across hosts that are lost and come back are in test_launcher_hosts.sh.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
+source "$(dirname "$0")/launcher_lib.sh"
+LOCAL=(--hosts localhost:2 --mpirun-args "--oversubscribe --bind-to none")
+JOB=("$TRAIN" --strategy zero2 --batch 8 --seq 32 --log-every 1 --save-every 2)
+
+# ---- bad input: one line, a non-zero exit, nothing run ----
+expect_failure "--min-ranks above the hosts' slots" 2 "^zshard-run: --min-ranks 5 exceeds the 4 slots of the hosts \(a:2,b:2\)$" -- \
+  "$RUN" --hosts a:2,b:2 --min-ranks 5 -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
+expect_one_line "--min-ranks above the hosts' slots" "."
+expect_failure "a host of zero slots" 2 "^zshard-run: --hosts a:2,b:0: host b has 0 slots" -- \
+  "$RUN" --hosts a:2,b:0 -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
+expect_one_line "a host of zero slots" "."
+printf 'a slots=2\nb slots=0  # drained\n' >"$WORK/hostfile"
+expect_failure "a hostfile host of zero slots" 2 "^zshard-run: --hostfile .*hostfile: host b has 0 slots" -- \
+  "$RUN" --hostfile "$WORK/hostfile" -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
+expect_failure "an empty item in --hosts" 2 "^zshard-run: --hosts a:2,,b:2: an empty item" -- \
+  "$RUN" --hosts a:2,,b:2 -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
+expect_failure "a training command without --save-dir" 2 "^zshard-run: the training command has no --save-dir" -- \
+  "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 4
+expect_failure "--batch auto" 2 "^zshard-run: the training command has --batch auto" -- \
+  "$RUN" "${LOCAL[@]}" -- "$TRAIN" --batch auto --save-dir "$WORK/bad"
+expect_failure "a flag the training command refuses: not restarted" 2 \
+  "^zshard-run: error: the training command exited with 2 \(its flags: see the line above\); not restarted$" -- \
+  "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 4 --lr 7 --save-dir "$WORK/bad"
+expect_true "... after the training command's own line" grep -q "^zshard-train: error: --lr" "$WORK/err"
+expect_true "nothing was saved by the refused runs" test ! -e "$WORK/bad/step-00000002"
+
+# ---- a rank killed mid-run: relaunched on the same host, one record per step in --log-json ----
+# 40 steps: the kill lands well before the end, even on a loaded machine.
+expect_ok "uninterrupted reference" "${MPIRUN[@]}" -np 2 "${JOB[@]}" --steps 40 --save-dir "$WORK/ref" \
+  --log-json "$WORK/ref.json"
+D="$WORK/kill"
+"$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 40 --save-dir "$D" --log-json "$WORK/kill.json" >"$WORK/out" 2>"$WORK/err" &
+run=$!
+wait_for 120 step_logged 5 "$D/zshard-run/attempt-1.jsonl"
+mpirun_pid=$(children_of $run | head -1)
+kill -KILL "$(children_of "$mpirun_pid" | tail -1)"
+ended_well "a rank killed"
+expect_true "one restart, logged with its cause" \
+  grep -Eq '^zshard-run: restart 1 of 3: .*(exited on signal 9|killed|MPI_ABORT|rank)' "$WORK/err"
+record=$(cat "$D/zshard-run/restarts.jsonl")
+ranks=$(field ranks <<<"$record") redone=$(field steps_redone <<<"$record") resumed=$(field resumed_step <<<"$record")
+expect_true "the restart's record: 2 ranks ($ranks), from step 4 or later ($resumed), at most 2 steps redone ($redone)" \
+  test "$ranks" = 2 -a "$resumed" -ge 4 -a "$redone" -le 2
+expect_true "the time to recover is recorded ($(field recover_s <<<"$record") s)" \
+  eval '[[ $(field recover_s <<<"$record") =~ ^[0-9.e-]+$ ]]'
+expect_true "--log-json has steps 1..40, each once" test "$(steps "$WORK/kill.json")" = "$(seq -s ' ' 40) "
+same_losses "the merged log's losses are the uninterrupted run's, bit for bit" "$WORK/ref.json" "$WORK/kill.json" 0
+
+# ---- a job that keeps failing: --max-restarts spent ----
+D="$WORK/fail"
+expect_failure "--max-restarts spent" 1 \
+  "^zshard-run: error: the job failed \(zshard-train: rank 1: injected fault .*\) and --max-restarts 1 are spent; the newest checkpoint is .*/step-00000002$" -- \
+  env ZSHARD_FAULT_STEP=3 ZSHARD_FAULT_RANK=1 "$RUN" "${LOCAL[@]}" --max-restarts 1 -- "${JOB[@]}" --steps 6 \
+  --save-dir "$D" --log-json "$WORK/fail.json"
+expect_one_line "--max-restarts spent" "^zshard-run: error"
+expect_true "two attempts were made" test "$(grep -c '^zshard-run: attempt' "$WORK/err")" = 2
+expect_ok "no checkpoint lost: step 2 resumes" "$TRAIN" --strategy zero2 --batch 8 --seq 32 --steps 3 \
+  --resume "$D/step-00000002"
+expect_true "--log-json holds the steps done: 1 and 2" test "$(steps "$WORK/fail.json")" = "1 2 "
+
+# ---- SIGTERM to the launcher: the job saves after its step and stops, no restart ----
+D="$WORK/term"
+"$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 100000 --save-dir "$D" >"$WORK/out" 2>"$WORK/err" &
+run=$!
+wait_for 120 step_logged 3 "$D/zshard-run/attempt-1.jsonl"
+kill -TERM $run
+wait $run
+code=$?
+last=$(tail -1 "$D/zshard-run/attempt-1.jsonl" | field step)
+expect_true "SIGTERM: exit 0 (got $code), no restart" eval '[ $code = 0 ] && ! grep -q "restart 1" "$WORK/err"'
+expect_true "the last step ($last) was saved" test -f "$D/$(printf 'step-%08d' "$last")/manifest.json"
+
+# ---- the step is --batch x --grad-accum: resuming with the same product is no change worth a note ----
+expect_ok "save at batch 8" "$TRAIN" --batch 8 --seq 32 --steps 3 --save-every 2 --save-dir "$WORK/note"
+expect_ok "resume at batch 4 x grad-accum 2" "$TRAIN" --batch 4 --grad-accum 2 --seq 32 --steps 3 --resume "$WORK/note/step-00000002"
+expect_true "no note on the batch" eval '! grep -q "note: --" "$WORK/out"'
+expect_ok "resume at batch 4" "$TRAIN" --batch 4 --seq 32 --steps 3 --resume "$WORK/note/step-00000002"
+expect_true "a note on the batch" grep -q "note: --batch was 8 when saved" "$WORK/out"
+
+finish
