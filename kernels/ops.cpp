@@ -144,7 +144,8 @@ template <class T>
 void gemm(Device d, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
           const T* B, int ldb, float beta, T* C, int ldc) {
   if (on_cpu<T>(d, "gemm")) {
-    ZS_ON_CPU(T, cpu::gemm(trans_a, trans_b, M, N, K, T(alpha), A, lda, B, ldb, T(beta), C, ldc))
+    ZS_ON_CPU(T, cpu::gemm(trans_a, trans_b, M, N, K, cpu_scalar<T>(alpha), A, lda, B, ldb, cpu_scalar<T>(beta),
+                           C, ldc))
   } else {
     ZS_ON_CUDA(T, cuda::gemm(trans_a, trans_b, M, N, K, alpha, dev(A), lda, dev(B), ldb,
                              beta, dev(C), ldc))
@@ -202,7 +203,7 @@ double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* 
                                       const int32_t* targets, int N, int V, int ld, float dloss) {
   if (on_cpu<T>(d, "cross_entropy_forward_backward")) {
     ZS_ON_CPU(T, return cpu::cross_entropy_forward_backward(dlogits, losses, logits, targets, N, V, ld,
-                                                            T(dloss)))
+                                                            cpu_scalar<T>(dloss)))
   } else {
     ZS_ON_CUDA(T, return cuda::cross_entropy_forward_backward(dev(dlogits), dev(losses), dev(logits), targets,
                                                               N, V, ld, dloss))

@@ -36,15 +36,15 @@ void check_model_size(const std::string& what, int layers, double params);
 // Every token of the batch inside [0, vocab), T within the context; errors name the model.
 void check_batch(const std::string& model, const Batch& batch, int vocab, int ctx);
 
-// Calls run(T{}) with T the context's compute type: float or double on the cpu, float or bf16 on cuda.
+// Calls run(T{}) with T the context's compute type: float, double (cpu only) or bf16.
 template <class Run>
 double with_compute_type(const std::string& model, const ParamContext& ctx, Run&& run) {
   const DType dtype = ctx.compute_dtype();
   const bool on_cpu = ctx.device() == Device::cpu;
   if (dtype == DType::f32) return run(float{});
   if (dtype == DType::f64 && on_cpu) return run(double{});
-  if (dtype == DType::bf16 && !on_cpu) return run(bf16{});
-  fail(model, " computes in f32 or f64 on cpu and in f32 or bf16 on cuda, not in ", dtype_name(dtype), " on ",
+  if (dtype == DType::bf16) return run(bf16{});
+  fail(model, " computes in f32 or bf16, and in f64 on cpu, not in ", dtype_name(dtype), " on ",
        device_name(ctx.device()));
 }
 

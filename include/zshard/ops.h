@@ -7,7 +7,8 @@
 // gradients included, so the caller zeroes; tied weights and gradient accumulation come free. Linear
 // weights use the Hugging Face GPT-2 Conv1D layout (in, out): out = inp @ W + b.
 //
-// Element types: float and double on cpu; float and bf16 on cuda. Any other pairing throws, naming the op.
+// Element types: float and bf16 on both devices, and double on cpu. Any other pairing throws, naming the op.
+// bf16 computes in fp32 and rounds where the CUDA kernels store, on the cpu too (kernels/cpu/ops.h).
 // CUDA ops are queued on the compute stream (the legacy default stream, which also orders
 // Tensor::zero_ and the runtime's copies); the ops that return a host value wait for it.
 #pragma once
