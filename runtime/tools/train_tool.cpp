@@ -32,7 +32,7 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
       std::cout << "zshard-train: " << strategy << " on " << world.size() << " rank(s), "
                 << device_name(options.placement.device) << " (" << dtype_flag(options.placement.param_dtype)
                 << " params, " << dtype_flag(options.placement.reduce_dtype) << " reduce, "
-                << (comm_backend(options) == CommBackend::nccl ? "nccl" : "mpi") << "), "
+                << trainer.collective_world().backend() << "), "
                 << options.model << ", " << num_params(trainer.model()) << " parameters, batch " << options.batch << "x"
                 << options.seq << (options.grad_accum > 1 ? " x" + std::to_string(options.grad_accum) : "")
                 << ", " << options.steps << " steps\n";
