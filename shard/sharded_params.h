@@ -18,7 +18,7 @@
 //
 // Dtypes (Placement). Every buffer lives on placement.device; three dtypes are in play:
 //   master     fp32, this rank's owned shard: what AdamW updates and what checkpoints and exports save.
-//   params     the compute copy the model reads, in the param dtype (f32, or bf16 on cuda): full on every
+//   params     the compute copy the model reads, in the param dtype (f32 or bf16): full on every
 //              rank where parameters are resident (ddp, zero1, zero2), this rank's shard where they are
 //              sharded (zero3, hybrid). Gathers all-gather compute-dtype shards, so bf16 halves them.
 //              With fp32 parameters the master IS the compute copy (its owned slice, or the shard): one
@@ -56,7 +56,7 @@ class OptimizerOffload;
 // Where ShardedParams keeps a model and in which dtypes (see above).
 struct Placement {
   Device device = Device::cpu;
-  DType param_dtype = DType::f32;   // compute copy and gradients: f32, or bf16 (cuda)
+  DType param_dtype = DType::f32;   // compute copy and gradients: f32 or bf16
   DType reduce_dtype = DType::f32;  // gradient collectives: f32 or bf16
   // ZeRO-Offload: the fp32 master shard and Adam m and v live in host memory (Category::host, page-locked
   // on the CUDA path) and AdamW runs there (shard/optimizer_offload.h). The master is then always a buffer

@@ -141,13 +141,9 @@ void validate_options(const TrainOptions& o, int world_size) {
                                     std::pair{"--reduce-dtype", o.placement.reduce_dtype}}) {
     if (dtype != DType::f32 && dtype != DType::bf16)
       usage(flag, " must be fp32 or bf16, got ", dtype_flag(dtype));
-    if (dtype == DType::bf16 && device == Device::cpu)
-      usage(flag, " bf16 needs --device cuda (the cpu computes in fp32)");
   }
   if (o.comm == CommBackend::nccl && device == Device::cpu)
     usage("--comm nccl needs --device cuda (NCCL moves GPU buffers; the cpu uses --comm mpi)");
-  if (o.placement.reduce_dtype == DType::bf16 && comm_backend(o) == CommBackend::mpi)
-    usage("--reduce-dtype bf16 needs --comm nccl (MPI sums fp32, not bf16)");
   if (const std::string why = device_unavailable(device); !why.empty())
     usage("--device ", device_name(device), ": ", why);
   if (o.batch < 1) usage("--batch must be >= 1, got ", o.batch);
