@@ -4,12 +4,15 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <zshard/error.h>
 #include <zshard/model.h>
 #include <zshard/tensor.h>
+
+#include "kernels/copy_stream.h"
 
 namespace zshard {
 
@@ -73,6 +76,10 @@ struct BatchBuffers {
   ActivationCheckpointing checkpointing = ActivationCheckpointing::none;
   std::vector<Tensor> storage;
   Tensor inputs, targets;  // (B,T) i32
+  // On a device: page-locked host memory the batch's tokens pass through (a copy from pageable memory
+  // would wait for the device), then the stream that copies them.
+  Tensor staging;
+  std::unique_ptr<CopyStream> token_copies;  // last: waits for its copies before the buffers above go
 
   // Slots of a buffer of per-block intermediates: one per block, or with checkpointing one that every
   // block reuses (in its forward and in its recompute). Block inputs keep one per block either way.
@@ -85,8 +92,11 @@ struct BatchBuffers {
   bool fits(const Batch& batch, DType type, Device dev, ActivationCheckpointing mode) const;
   // Records the shape and allocates every buffer `list` visits (the tokens among them).
   void allocate(int b, int t, DType type, Device dev, ActivationCheckpointing mode, const BufferList& list);
-  // Copies the batch's host tokens into inputs and targets.
-  void load_tokens(const Batch& batch) const;
+  // Copies the batch's host tokens into inputs and targets without draining the compute stream: on a copy
+  // stream, after the work queued so far (the last micro-step's kernels read the tokens), with the compute
+  // stream waiting for the copies. On a device the host writes the staging only once the last copy out of
+  // it is done; on the cpu the batch itself is the source, and the host (the cpu's compute stream) waits.
+  void load_tokens(const Batch& batch);
 };
 
 // Slice i of a buffer with a leading layer (or slot) dimension.

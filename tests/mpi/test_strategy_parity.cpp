@@ -201,7 +201,8 @@ TEST(StrategyParity, ActivationCheckpointingChangesNoBit) {
 
 // An offloaded optimizer runs the same AdamW on a master of its own, copied into the fp32 compute copy.
 // With ZSHARD_TEST_OFFLOAD_COPIES=1 the host gradients are buffers of their own, copied as each unit's
-// reduction lands, as on a GPU; with two micro-steps only the second one's reductions are final.
+// reduction lands, as on a GPU; with two micro-steps only the second one's reductions are final. With
+// ZSHARD_TEST_COPY_STREAM=async the copies run on a thread of their own, later than queued, as on a GPU.
 TEST(StrategyParity, OffloadedOptimizerChangesNoBit) {
   for (const std::string& model : kModels)
     for (const StrategyOptions& s : strategies_for(test::world().size()))
@@ -213,12 +214,15 @@ TEST(StrategyParity, OffloadedOptimizerChangesNoBit) {
         const RunResult want = test::train(plain, test::world());
         TrainOptions offloaded = plain;
         offloaded.placement.offload_optimizer = true;
-        for (const bool copies : {false, true}) {
-          if (copies) setenv("ZSHARD_TEST_OFFLOAD_COPIES", "1", 1);
+        for (const int copies : {0, 1, 2}) {  // at once into the gradients, at once, on a thread
+          if (copies > 0) setenv("ZSHARD_TEST_OFFLOAD_COPIES", "1", 1);
+          if (copies > 1) setenv("ZSHARD_TEST_COPY_STREAM", "async", 1);
           const RunResult got = test::train(offloaded, test::world());
           unsetenv("ZSHARD_TEST_OFFLOAD_COPIES");
+          unsetenv("ZSHARD_TEST_COPY_STREAM");
           const std::string what = model + " " + describe(s) + " grad-accum " + std::to_string(accum) +
-                                   " offload optimizer" + (copies ? " with host copies" : "");
+                                   " offload optimizer" + (copies > 0 ? " with host copies" : "") +
+                                   (copies > 1 ? " on a thread" : "");
           EXPECT_EQ(got.losses, want.losses) << what;
           EXPECT_EQ(got.grad_norms, want.grad_norms) << what;
           EXPECT_EQ(got.params, want.params) << what;
