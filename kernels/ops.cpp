@@ -200,13 +200,19 @@ void residual_forward(Device d, T* out, const T* a, const T* b, size_t n) {
 
 template <class T>
 double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* logits,
-                                      const int32_t* targets, int N, int V, int ld, float dloss) {
+                                      const int32_t* targets, int N, int V, int ld, float dloss,
+                                      double* loss_sum) {
   if (on_cpu<T>(d, "cross_entropy_forward_backward")) {
-    ZS_ON_CPU(T, return cpu::cross_entropy_forward_backward(dlogits, losses, logits, targets, N, V, ld,
-                                                            cpu_scalar<T>(dloss)))
+    ZS_ON_CPU(T, {
+      const double sum =
+          cpu::cross_entropy_forward_backward(dlogits, losses, logits, targets, N, V, ld, cpu_scalar<T>(dloss));
+      if (!loss_sum) return sum;
+      *loss_sum += sum;
+      return 0.0;
+    })
   } else {
     ZS_ON_CUDA(T, return cuda::cross_entropy_forward_backward(dev(dlogits), dev(losses), dev(logits), targets,
-                                                              N, V, ld, dloss))
+                                                              N, V, ld, dloss, loss_sum))
   }
   fail("cross_entropy_forward_backward: no backend for ", dtype_name(dtype_of<T>()));
 }
@@ -236,7 +242,7 @@ double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* 
   template void gelu_backward<T>(Device, T*, const T*, const T*, size_t);                                    \
   template void residual_forward<T>(Device, T*, const T*, const T*, size_t);                                 \
   template double cross_entropy_forward_backward<T>(Device, T*, T*, const T*, const int32_t*, int, int,     \
-                                                    int, float);
+                                                    int, float, double*);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(double)
 ZS_INSTANTIATE(bf16)

@@ -80,6 +80,9 @@ class ShardedParams : public ParamContext {
   void grads_ready(int unit) override;
   Device device() const override { return placement_.device; }
   DType compute_dtype() const override { return placement_.param_dtype; }
+  double* loss_sum() override { return loss_sum_.data<double>(); }
+  // What the model added to loss_sum() since the last call, read back (a device wait) and reset.
+  double take_loss_sum();
 
   // Step protocol, driven by the trainer.
   void begin_micro_step(bool sync_grads);  // sync_grads false = accumulate locally (ddp/zero1 no_sync)
@@ -156,6 +159,7 @@ class ShardedParams : public ParamContext {
   std::vector<std::unique_ptr<Unit>> units_;
   std::deque<Reduction> reductions_;
   std::unique_ptr<OptimizerOffload> offload_;  // with placement_.offload_optimizer
+  Tensor loss_sum_;  // one double on the device: the token losses since take_loss_sum()
   // Sharded gradients: the elements of full unit gradients that the reductions in flight and the one
   // being opened may hold together, max(largest unit, 2 x second largest). Two ordinary units always fit
   // (one accumulated while the other's reduction overlaps it), so a model of like units keeps that

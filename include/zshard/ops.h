@@ -81,8 +81,11 @@ template <class T>
 void gelu_backward(Device d, T* dinp, const T* inp, const T* dout, size_t n);
 template <class T>
 void residual_forward(Device d, T* out, const T* a, const T* b, size_t n);
+// Returns the sum of the token losses, which waits for the device; given `loss_sum` (a double on d) it adds
+// the sum there in stream order instead and returns 0 at once.
 template <class T>
 double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* logits,
-                                      const int32_t* targets, int N, int V, int ld, float dloss);
+                                      const int32_t* targets, int N, int V, int ld, float dloss,
+                                      double* loss_sum = nullptr);
 
 }  // namespace zshard::ops

@@ -393,6 +393,7 @@ StepResult Trainer::step() {
   StepResult r;
   r.step = steps_done_ + 1;
   r.grad_norm = params_->grad_norm();
+  loss_sum += params_->take_loss_sum();
   // The part of the step that the split changes ends here (the norm is on the host, so the device is
   // done): the optimizer's cost does not depend on the batch and would make a rank with few sequences
   // look slow per sequence.
@@ -445,6 +446,7 @@ double Trainer::evaluate() {
     loss_sum += model_->forward(*params_, {inputs_.data(), targets_.data(), rank_batch_, T});
     params_->end_micro_step();
   }
+  loss_sum += params_->take_loss_sum();
   comm::all_reduce_sum(world_, &loss_sum, 1);
   return loss_sum / (double(B) * T * options_.eval_batches);
 }

@@ -361,6 +361,19 @@ void check_cross_entropy(bool in_place) {
   expect_close(in_place ? d_logits.host() : d_dlogits.host(), dlogits, tolerance<T>(), "dlogits");
   // The sum comes from fp32 row losses whatever T is, so bf16 logits still give an fp32-exact sum.
   EXPECT_NEAR(total, want, kF32Tolerance * std::abs(want)) << "loss sum";
+  // Added to a device double instead, without a host wait: the same sum, bit for bit.
+  double* d_sum = nullptr;
+  ZS_CUDA_CHECK(cudaMalloc(&d_sum, sizeof(double)));
+  const double start = 0.5;
+  ZS_CUDA_CHECK(cudaMemcpy(d_sum, &start, sizeof start, cudaMemcpyHostToDevice));
+  DeviceArray<T> d_logits2(logits);
+  EXPECT_EQ(cross_entropy_forward_backward(in_place ? d_logits2.get() : d_dlogits.get(), d_losses.get(),
+                                           d_logits2.get(), d_targets.get(), N, V, ld, dloss, d_sum),
+            0.0);
+  double added = 0;
+  ZS_CUDA_CHECK(cudaMemcpy(&added, d_sum, sizeof added, cudaMemcpyDeviceToHost));
+  cudaFree(d_sum);
+  EXPECT_EQ(added, start + total) << "loss sum added on the device";
 }
 
 template <class G>

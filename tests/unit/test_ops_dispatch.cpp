@@ -167,6 +167,21 @@ TEST(OpsDispatch, Bf16OnCpuRoundsWhereTheCudaKernelsStore) {
   EXPECT_NO_THROW(ops::synchronize(Device::cpu));
 }
 
+// With a loss sum to add to, cross-entropy returns 0 and adds there what it would have returned.
+TEST(OpsDispatch, CrossEntropyAddsItsSumWhereAsked) {
+  const int N = 4, V = 9;
+  const std::vector<bf16> logits = to_bf16(random_values<float>(size_t(N) * V, 15));
+  const std::vector<int32_t> targets = {0, 8, 3, 3};
+  std::vector<bf16> losses(N);
+  const double returned = ops::cross_entropy_forward_backward<bf16>(Device::cpu, nullptr, losses.data(),
+                                                                    logits.data(), targets.data(), N, V, V, 1.f);
+  double sum = 0.25;
+  EXPECT_EQ(ops::cross_entropy_forward_backward<bf16>(Device::cpu, nullptr, losses.data(), logits.data(),
+                                                      targets.data(), N, V, V, 1.f, &sum),
+            0.0);
+  EXPECT_EQ(sum, 0.25 + returned);
+}
+
 // Both checks run before anything touches the device, so they hold on a machine without a GPU.
 TEST(OpsDispatch, CudaCallsFailClearlyWhereTheyCannotRun) {
   std::vector<double> d(4);
