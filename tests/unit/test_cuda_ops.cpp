@@ -415,6 +415,8 @@ TEST(CudaOps, Embedding) { ZS_REQUIRE_GPU(); check_embedding<float>(3, 7, 13); }
 TEST(CudaOps, EmbeddingBf16) { ZS_REQUIRE_GPU(); check_embedding<bf16>(3, 7, 13); }
 TEST(CudaOps, EmbeddingFrequentTokens) { ZS_REQUIRE_GPU(); check_embedding<float>(8, 64, 3); }
 TEST(CudaOps, EmbeddingFrequentTokensBf16) { ZS_REQUIRE_GPU(); check_embedding<bf16>(8, 64, 3); }
+// More distinct tokens than the dwte kernel's blocks: each block takes several runs in turn.
+TEST(CudaOps, EmbeddingManyDistinctTokens) { ZS_REQUIRE_GPU(); check_embedding<float>(4, 1024, 50257); }
 TEST(CudaOps, EmbeddingWithoutPositions) { ZS_REQUIRE_GPU(); check_embedding<float>(3, 7, 13, false); }
 TEST(CudaOps, EmbeddingWithoutPositionsBf16) { ZS_REQUIRE_GPU(); check_embedding<bf16>(3, 7, 13, false); }
 TEST(CudaOps, LayerNorm) { ZS_REQUIRE_GPU(); check_layernorm<float>(11); }
