@@ -1,11 +1,10 @@
-// bf16 causal attention as the CUDA twin computes it (kernels/cuda/attention.cu): the same block plan of
-// GEMMs (kernels/causal_blocks.h), each a bf16 GEMM with fp32 accumulation, the scores, probabilities and
-// score gradients stored in bf16 between them, and the softmax passes in fp32 on the stored values, each
-// rounding once.
+// bf16 causal attention as the CUDA twin computes it (kernels/cuda/attention.cu): the same plan of GEMMs and
+// softmax passes (kernels/causal_blocks.h), each GEMM a bf16 GEMM with fp32 accumulation, the scores,
+// probabilities and score gradients stored in bf16 between them, and the softmax passes in fp32 on the
+// stored values, each rounding once.
 #include <algorithm>
 #include <cmath>
 
-#include <zshard/error.h>
 
 #include "kernels/causal_blocks.h"
 #include "kernels/cpu/bf16_math.h"
@@ -14,9 +13,6 @@
 namespace zshard::cpu {
 
 namespace {
-
-// The score-gradient scratch of one backward pass is bounded as on a GPU: the same plan, pass for pass.
-constexpr size_t kScoreScratchBudget = size_t(256) << 20;
 
 // The block plan's GEMM over a grid of (batch element, head) matrices: one bf16 GEMM per matrix.
 void grid_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda, GridStrides sa,
@@ -54,58 +50,22 @@ void softmax_backward(bf16* dp, const bf16* att, int rows, int Tn) {
   }
 }
 
-struct Geometry {
-  int hs, C3;
-  size_t tt;     // elements of one head's score matrix
-  float scale;   // 1/sqrt(hs)
-  GridStrides qkv, out;
-};
-
-Geometry geometry(int Tn, int C, int NH) {
-  ZS_CHECK(NH > 0 && C % NH == 0, "attention: C=", C, " is not a multiple of NH=", NH);
-  const int hs = C / NH;
-  return {hs, 3 * C, size_t(Tn) * Tn, 1.f / std::sqrt(float(hs)), {hs, (long long)Tn * 3 * C},
-          {hs, (long long)Tn * C}};
-}
-
 }  // namespace
 
 template <>
 void attention_forward<bf16>(bf16* out, bf16* att, const bf16* qkv, int B, int Tn, int C, int NH) {
-  using causal_blocks::Rows;
-  const Geometry g = geometry(Tn, C, NH);
-  if (B == 0 || Tn == 0) return;
-  const GemmGrid grid{NH, B};
-  const Rows<const bf16> q{qkv, g.C3, g.qkv}, k{qkv + C, g.C3, g.qkv}, v{qkv + 2 * C, g.C3, g.qkv};
-  causal_blocks::masked_outer(grid_gemm, att, Tn, q, k, g.hs, g.scale, grid);
-  causal_softmax(att, B * NH * Tn, Tn);
-  causal_blocks::lower_times(grid_gemm, Rows<bf16>{out, C, g.out}, att, Tn, v, g.hs, 1.f, 0.f, grid);
+  causal_blocks::attention_forward(grid_gemm, causal_softmax, out, att, qkv, B, Tn, C, NH);
 }
 
 template <>
 void attention_backward<bf16>(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* att, int B, int Tn,
                               int C, int NH) {
-  using causal_blocks::Rows;
-  const Geometry g = geometry(Tn, C, NH);
+  causal_blocks::attention_shape(Tn, C, NH);  // checks the heads before any allocation
   if (B == 0 || Tn == 0) return;
-  const int chunk = causal_blocks::batch_chunk(B, size_t(NH) * g.tt * sizeof(bf16), kScoreScratchBudget);
-  Buffer scratch(size_t(chunk) * NH * g.tt * sizeof(bf16), Device::cpu, Category::workspace);
-  bf16* ds = static_cast<bf16*>(scratch.data());
-  for (int b0 = 0; b0 < B; b0 += chunk) {
-    const GemmGrid grid{NH, std::min(chunk, B - b0)};
-    const Rows<const bf16> q{qkv + b0 * g.qkv.batch, g.C3, g.qkv};
-    const Rows<const bf16> k{q.data + C, g.C3, g.qkv}, v{q.data + 2 * C, g.C3, g.qkv};
-    const Rows<bf16> dq{dqkv + b0 * g.qkv.batch, g.C3, g.qkv};
-    const Rows<bf16> dk{dq.data + C, g.C3, g.qkv}, dv{dq.data + 2 * C, g.C3, g.qkv};
-    const Rows<const bf16> d_o{dout + b0 * g.out.batch, C, g.out};
-    const bf16* a = att + size_t(b0) * NH * g.tt;
-    causal_blocks::masked_outer(grid_gemm, ds, Tn, d_o, v, g.hs, 1.f, grid);              // dP = dO V^T
-    causal_blocks::lower_transposed_times(grid_gemm, dv, a, Tn, d_o, g.hs, 1.f, grid);      // dV += P^T dO
-    softmax_backward(ds, a, grid.count() * Tn, Tn);
-    // The 1/sqrt(hs) of the scores is folded into alpha.
-    causal_blocks::lower_times(grid_gemm, dq, ds, Tn, k, g.hs, g.scale, 1.f, grid);         // dQ += dS K
-    causal_blocks::lower_transposed_times(grid_gemm, dk, ds, Tn, q, g.hs, g.scale, grid);   // dK += dS^T Q
-  }
+  const int chunk = causal_blocks::attention_backward_chunk(B, Tn, NH, sizeof(bf16));
+  Buffer scratch(size_t(chunk) * NH * Tn * Tn * sizeof(bf16), Device::cpu, Category::workspace);
+  causal_blocks::attention_backward(grid_gemm, softmax_backward, static_cast<bf16*>(scratch.data()), dqkv, dout,
+                                    qkv, att, B, Tn, C, NH);
 }
 
 }  // namespace zshard::cpu
