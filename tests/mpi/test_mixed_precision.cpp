@@ -27,7 +27,9 @@
 namespace zshard {
 namespace {
 
+using test::describe;
 using test::RunResult;
+using test::strategies_for;
 
 TrainOptions mixed(const std::string& model, DType reduce) {
   TrainOptions o = test::tiny_options(10);
@@ -41,26 +43,6 @@ double max_rel(const std::vector<double>& a, const std::vector<double>& b) {
   double worst = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
   return worst;
-}
-
-std::vector<StrategyOptions> strategies_for(int world) {
-  std::vector<StrategyOptions> out;
-  for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
-    out.push_back({k, 0, true, 2});
-  out.push_back({StrategyKind::zero3, 0, false, 2});
-  for (int g = 1; g <= world; ++g)
-    if (world % g == 0) out.push_back({StrategyKind::hybrid, g, true, 2});
-  if (world == 3) out.push_back({StrategyKind::hybrid, 0, true, 2, {2, 1}});
-  if (world == 4) out.push_back({StrategyKind::hybrid, 0, true, 2, {1, 2, 1}});
-  return out;
-}
-
-std::string describe(const StrategyOptions& s) {
-  std::string d(strategy_name(s.kind));
-  if (s.kind == StrategyKind::hybrid)
-    d += " G=" + (s.shard_group_sizes.empty() ? std::to_string(s.shard_group) : ShardGroups(s.shard_group_sizes).describe());
-  if (!s.reshard_after_forward) d += " no-reshard";
-  return d;
 }
 
 TEST(MixedPrecision, EveryStrategyMatchesTheSingleProcessWithinBf16sOwnEffect) {

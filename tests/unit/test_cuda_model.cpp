@@ -22,7 +22,7 @@
 #include "tests/support/test_support.h"
 
 #ifdef ZSHARD_WITH_CUDA
-#include "kernels/cuda/runtime.h"
+#include "tests/support/gpu_test.h"
 #endif
 
 namespace zshard {
@@ -128,18 +128,6 @@ void expect_matches_cpu_fp32(Device where, DType dtype, Tolerance tol) {
 TEST(CudaModel, CpuBf16MatchesCpuFp32) { expect_matches_cpu_fp32(Device::cpu, DType::bf16, kBf16); }
 
 #ifdef ZSHARD_WITH_CUDA
-
-// Skips without a GPU; otherwise selects device 0 once (allocator and copy hooks included).
-bool gpu_ready() {
-  static const bool ready = [] {
-    if (!cuda::cuda_available()) return false;
-    cuda::cuda_init(0);
-    return true;
-  }();
-  return ready;
-}
-#define ZS_REQUIRE_GPU() \
-  if (!gpu_ready()) GTEST_SKIP() << "no CUDA device"
 
 TEST(CudaModel, Fp32MatchesCpu) {
   ZS_REQUIRE_GPU();

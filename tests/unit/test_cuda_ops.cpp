@@ -23,6 +23,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/runtime.h"
+#include "tests/support/gpu_test.h"
 #include "tests/support/test_support.h"
 
 namespace zshard::cuda {
@@ -111,18 +112,6 @@ void expect_close(const Vec& got, const Vec& want, double tol, const char* what)
   ASSERT_EQ(got.size(), want.size()) << what;
   EXPECT_LE(test::max_rel_diff(got, want), tol) << what;
 }
-
-// Skips without a GPU; otherwise selects device 0 once (allocator and copy hooks included).
-bool gpu_ready() {
-  static const bool ready = [] {
-    if (!cuda_available()) return false;
-    cuda_init(0);
-    return true;
-  }();
-  return ready;
-}
-#define ZS_REQUIRE_GPU() \
-  if (!gpu_ready()) GTEST_SKIP() << "no CUDA device"
 
 std::vector<int32_t> random_ints(size_t n, int hi, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> dist(0, hi - 1);

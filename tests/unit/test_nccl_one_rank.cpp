@@ -27,23 +27,13 @@
 #include "comm/nccl/nccl_communicator.h"
 #include "comm/self_communicator.h"
 #include "kernels/cuda/runtime.h"
+#include "tests/support/gpu_test.h"
 #include "tests/support/test_support.h"
 
 namespace zshard::comm {
 namespace {
 
 using ::testing::HasSubstr;
-
-bool gpu_ready() {
-  static const bool ready = [] {
-    if (!cuda::cuda_available()) return false;
-    cuda::cuda_init(0);
-    return true;
-  }();
-  return ready;
-}
-#define ZS_REQUIRE_GPU() \
-  if (!gpu_ready()) GTEST_SKIP() << "no CUDA device"
 
 // The one-rank NCCL communicator, bootstrapped through the self communicator as a world of one would be.
 std::unique_ptr<NcclCommunicator> one_rank() {
