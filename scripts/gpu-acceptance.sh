@@ -46,6 +46,7 @@ case ${1:-} in
   *) echo "usage: $0 [--dry-run | prepare | keep-build FILES_AT_DIR]" >&2; exit 2 ;;
 esac
 BUILD=${ZSHARD_GPU_BUILD:-build-gpu}
+case $BUILD in /*) ;; *) BUILD=$REPO/$BUILD ;; esac
 KEPT=$REPO/.gpubuild  # the archive of an earlier call, carried
 PART_BYTES=${ZSHARD_GPU_PART_BYTES:-16777216}
 CARRY_LIMIT=$((64 * 1024 * 1024))
@@ -264,7 +265,7 @@ step_build() {
 # What every step after the build runs with: the bundle's environment and the built library.
 with_build() {
   ZSHARD_DEPS_QUIET=1 source scripts/gpu-setup.sh >/dev/null 2>&1 || { note "gpu-setup.sh failed"; exit 1; }
-  export LD_LIBRARY_PATH=$REPO/$BUILD:$LD_LIBRARY_PATH
+  export LD_LIBRARY_PATH=$BUILD:$LD_LIBRARY_PATH
   [ -x "$BUILD/zshard-train" ] || { note "no build (the build step failed)"; exit 1; }
 }
 export -f step_setup step_build with_build
@@ -441,7 +442,7 @@ step torch-peer 200 step_torch_peer "PyTorch eager and torch.compile at the same
 # ---- summary, results, logs ----
 {
   echo "zshard GPU checks ($MODE), $(date -u +%FT%TZ), $(hostname), ${SECONDS}s of ${BUDGET}s"
-  echo "GPU: $(head -1 "$LOGS/gpu.csv" 2>/dev/null || echo none); sources $(source_key)"
+  echo "GPU: $( [ -s "$LOGS/gpu.csv" ] && head -1 "$LOGS/gpu.csv" || echo none); sources $(source_key)"
   for r in "${RESULTS[@]}"; do IFS='|' read -r n s t m <<<"$r"; printf '%-11s %-5s %4ss  %s\n' "$n" "$s" "$t" "$m"; done
 } >"$OUT/summary.txt"
 printf '%s\n' "${RESULTS[@]}" >"$LOGS/results.txt"
