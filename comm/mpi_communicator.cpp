@@ -94,7 +94,8 @@ MpiWork::~MpiWork() {
   }
 }
 
-// Two-byte types (bf16, f16, u16) travel as opaque 16-bit words: fine for moving, wrong for reducing.
+// Two-byte types (bf16, f16, u16) travel as opaque 16-bit words: fine for moving; bf16 is reduced by an
+// operation of its own (bf16_sum), the others not at all.
 MPI_Datatype mpi_type(DType dtype, bool reduction, const std::string& what) {
   switch (dtype) {
     case DType::f32: return MPI_FLOAT;
@@ -103,10 +104,29 @@ MPI_Datatype mpi_type(DType dtype, bool reduction, const std::string& what) {
     case DType::bf16:
     case DType::f16:
     case DType::u16:
-      if (!reduction) return MPI_UINT16_T;
+      if (!reduction || dtype == DType::bf16) return MPI_UINT16_T;
       break;
   }
-  fail(what, ": the mpi backend reduces only f32, f64 and i32");
+  fail(what, ": the mpi backend reduces only f32, f64, i32 and bf16");
+}
+
+// bf16 summed as NCCL sums it: each combination of two partial sums is computed in fp32 and rounded to bf16
+// once, so the traffic stays bf16 and the result within a rounding per step of the exact sum.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const bf16* a = static_cast<const bf16*>(in);
+  bf16* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = bf16(float(a[i]) + float(b[i]));
+}
+
+// The sum of `dtype` elements: MPI's own, or bf16_sum (created once, after MPI_Init; commutative).
+MPI_Op mpi_sum(DType dtype) {
+  if (dtype != DType::bf16) return MPI_SUM;
+  static const MPI_Op op = [] {
+    MPI_Op created = MPI_OP_NULL;
+    ZS_MPI_CHECK(MPI_Op_create(&bf16_sum, 1, &created));
+    return created;
+  }();
+  return op;
 }
 
 }  // namespace
@@ -165,8 +185,10 @@ WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue
   std::unique_ptr<Staging> staging;
   const bool device_buffers =
       pointer_device(recv) == Device::cuda || (send && pointer_device(send) == Device::cuda);
-  // avg divides on the host once the operation completes, so its device buffers are always staged.
-  if (device_buffers && mpi_reads_device_memory() && op.reduce != ReduceOp::avg) {
+  // avg divides on the host once the operation completes, and bf16_sum runs on the host: their device
+  // buffers are always staged.
+  const bool host_arithmetic = op.reduce == ReduceOp::avg || (op.reduce && op.dtype == DType::bf16);
+  if (device_buffers && mpi_reads_device_memory() && !host_arithmetic) {
     // A CUDA-aware MPI reads and writes device memory from this thread, outside stream order: the
     // kernels that produce the input (queued on the compute stream) must have finished first.
     ops::synchronize(Device::cuda);
@@ -213,14 +235,14 @@ WorkPtr MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t cou
                                         ReduceOp op) {
   const Op spec{Collective::reduce_scatter, count, dtype, op};
   return start(spec, send, recv, [&](const void* in, void* out, int n, MPI_Datatype type, MPI_Request* req) {
-    return MPI_Ireduce_scatter_block(in, out, n, type, MPI_SUM, comm_, req);
+    return MPI_Ireduce_scatter_block(in, out, n, type, mpi_sum(dtype), comm_, req);
   });
 }
 
 WorkPtr MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   const Op spec{Collective::all_reduce, count, dtype, op};
   return start(spec, nullptr, buf, [&](const void* in, void* out, int n, MPI_Datatype type, MPI_Request* req) {
-    return MPI_Iallreduce(in, out, n, type, MPI_SUM, comm_, req);
+    return MPI_Iallreduce(in, out, n, type, mpi_sum(dtype), comm_, req);
   });
 }
 

@@ -1,5 +1,6 @@
 // The MPI backend: non-blocking MPI collectives, completed by polling MPI_Test so that wait() honours its
-// deadline. Element counts above INT_MAX per rank are rejected (MPI counts are int). Buffers may be host or
+// deadline. Reductions take f32, f64, i32 and bf16 (each step of a bf16 sum in fp32, rounded once, as
+// NCCL's). Element counts above INT_MAX per rank are rejected (MPI counts are int). Buffers may be host or
 // device memory: device buffers go to a CUDA-aware MPI as they are, otherwise through host copies, so that
 // several ranks can share one GPU (which NCCL refuses).
 #pragma once

@@ -1,10 +1,9 @@
 #include "comm/self_communicator.h"
 
-#include <cstring>
-
 #include <zshard/error.h>
 
 #include "comm/polling_work.h"
+#include "kernels/device_memory.h"
 
 namespace zshard::comm {
 
@@ -17,9 +16,11 @@ class CompletedWork final : public PollingWork {
   bool poll() override { return true; }
 };
 
-// memmove: send and recv may be the same buffer (in place).
+// In place, send and recv are the same buffer; either may be device memory (the world of one a GPU run
+// reduces over).
 void copy(const void* send, void* recv, size_t count, DType dtype) {
-  if (send != recv && count > 0) std::memmove(recv, send, count * dtype_size(dtype));
+  if (send != recv && count > 0)
+    copy_bytes(recv, pointer_device(recv), send, pointer_device(send), count * dtype_size(dtype));
 }
 }  // namespace
 

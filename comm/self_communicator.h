@@ -1,5 +1,6 @@
 // The world of one rank, with no MPI: every collective is a local copy (or nothing) and completes at once.
-// It accepts every dtype and op, since with one rank a reduction is the identity.
+// It accepts every dtype and op, since with one rank a reduction is the identity, and host or device
+// buffers: it is also what a GPU run of one rank reduces over (no NCCL, shard/device_setup.h).
 #pragma once
 #include <zshard/communicator.h>
 

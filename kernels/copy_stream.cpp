@@ -3,6 +3,7 @@
 #include <zshard/error.h>
 
 #include "kernels/device_memory.h"
+#include "kernels/queued_copies.h"
 
 #ifdef ZSHARD_WITH_CUDA
 #include "kernels/cuda/runtime.h"
@@ -28,7 +29,10 @@ class HostCopies final : public CopyStream {
 
 std::unique_ptr<CopyStream> CopyStream::make(Device device, int marks) {
   ZS_CHECK(marks >= 0, "CopyStream: negative number of marks ", marks);
-  if (device == Device::cpu) return std::make_unique<HostCopies>();
+  if (device == Device::cpu) {
+    if (std::unique_ptr<CopyStream> queued = make_test_copy_stream(marks)) return queued;
+    return std::make_unique<HostCopies>();
+  }
 #ifdef ZSHARD_WITH_CUDA
   return cuda::make_copy_stream(marks);
 #else

@@ -5,7 +5,9 @@
 //
 // On the cpu device the host is the device: a copy is done at once (and is nothing where source and
 // destination are the same memory) and every mark is reached as soon as it is set, so a cpu run makes the
-// same calls in the same order as a GPU run, with nothing ever in flight.
+// same calls in the same order as a GPU run, with nothing ever in flight. Tests give the cpu a stream whose
+// copies run later, on a thread of their own or only when waited for (kernels/queued_copies.h), so that a
+// missing wait shows there too.
 #pragma once
 #include <cstddef>
 #include <memory>

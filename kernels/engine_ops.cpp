@@ -40,7 +40,7 @@ double sum_squares(Device d, std::span<const std::span<const T>> parts) {
 template <class T>
 void axpy(Device d, T* y, const T* x, float alpha, size_t n) {
   if (on_cpu<T>(d, "axpy")) {
-    ZS_ON_CPU(T, cpu::axpy(y, x, T(alpha), n))
+    ZS_ON_CPU(T, cpu::axpy(y, x, cpu_scalar<T>(alpha), n))
   } else {
     ZS_ON_CUDA(T, cuda::axpy(dev(y), dev(x), alpha, n))
   }

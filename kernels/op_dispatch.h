@@ -19,7 +19,7 @@
 namespace zshard::ops::dispatch {
 
 template <class T>
-constexpr bool kOnCpu = std::is_same_v<T, float> || std::is_same_v<T, double>;
+constexpr bool kOnCpu = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bf16>;
 template <class T>
 constexpr bool kOnCuda = std::is_same_v<T, float> || std::is_same_v<T, bf16>;
 
@@ -28,7 +28,7 @@ constexpr bool kOnCuda = std::is_same_v<T, float> || std::is_same_v<T, bf16>;
 template <class T>
 bool on_cpu(Device d, const char* op) {
   if (d == Device::cpu) {
-    if (!kOnCpu<T>) fail(op, ": ", dtype_name(dtype_of<T>()), " is computed on cuda only (cpu: f32, f64)");
+    if (!kOnCpu<T>) fail(op, ": ", dtype_name(dtype_of<T>()), " is computed on cuda only (cpu: f32, f64, bf16)");
     return true;
   }
 #ifndef ZSHARD_WITH_CUDA
@@ -59,5 +59,11 @@ auto* dev(T* p) {
 
 #define ZS_ON_CPU(T, ...) \
   if constexpr (kOnCpu<T>) { __VA_ARGS__; }
+
+// A scalar as the CPU op of T takes it: fp32 for bf16, as on cuda (kernels/cpu/ops.h).
+template <class T>
+cpu::Compute<T> cpu_scalar(float x) {
+  return cpu::Compute<T>(x);
+}
 
 }  // namespace zshard::ops::dispatch

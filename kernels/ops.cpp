@@ -144,7 +144,8 @@ template <class T>
 void gemm(Device d, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
           const T* B, int ldb, float beta, T* C, int ldc) {
   if (on_cpu<T>(d, "gemm")) {
-    ZS_ON_CPU(T, cpu::gemm(trans_a, trans_b, M, N, K, T(alpha), A, lda, B, ldb, T(beta), C, ldc))
+    ZS_ON_CPU(T, cpu::gemm(trans_a, trans_b, M, N, K, cpu_scalar<T>(alpha), A, lda, B, ldb, cpu_scalar<T>(beta),
+                           C, ldc))
   } else {
     ZS_ON_CUDA(T, cuda::gemm(trans_a, trans_b, M, N, K, alpha, dev(A), lda, dev(B), ldb,
                              beta, dev(C), ldc))
@@ -199,13 +200,19 @@ void residual_forward(Device d, T* out, const T* a, const T* b, size_t n) {
 
 template <class T>
 double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* logits,
-                                      const int32_t* targets, int N, int V, int ld, float dloss) {
+                                      const int32_t* targets, int N, int V, int ld, float dloss,
+                                      double* loss_sum) {
   if (on_cpu<T>(d, "cross_entropy_forward_backward")) {
-    ZS_ON_CPU(T, return cpu::cross_entropy_forward_backward(dlogits, losses, logits, targets, N, V, ld,
-                                                            T(dloss)))
+    ZS_ON_CPU(T, {
+      const double sum =
+          cpu::cross_entropy_forward_backward(dlogits, losses, logits, targets, N, V, ld, cpu_scalar<T>(dloss));
+      if (!loss_sum) return sum;
+      *loss_sum += sum;
+      return 0.0;
+    })
   } else {
     ZS_ON_CUDA(T, return cuda::cross_entropy_forward_backward(dev(dlogits), dev(losses), dev(logits), targets,
-                                                              N, V, ld, dloss))
+                                                              N, V, ld, dloss, loss_sum))
   }
   fail("cross_entropy_forward_backward: no backend for ", dtype_name(dtype_of<T>()));
 }
@@ -235,7 +242,7 @@ double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* 
   template void gelu_backward<T>(Device, T*, const T*, const T*, size_t);                                    \
   template void residual_forward<T>(Device, T*, const T*, const T*, size_t);                                 \
   template double cross_entropy_forward_backward<T>(Device, T*, T*, const T*, const int32_t*, int, int,     \
-                                                    int, float);
+                                                    int, float, double*);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(double)
 ZS_INSTANTIATE(bf16)

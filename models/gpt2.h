@@ -34,7 +34,7 @@ class GPT2 final : public Model {
   // N(0, 0.02/sqrt(2*layers)), biases 0, LayerNorm gains 1. Values depend on (seed, unit, param index)
   // only; f32 tensors get the f64 values rounded.
   void init_unit(int unit, const UnitTensors& params, uint64_t seed) const override;
-  // Computes in ctx.compute_dtype() on ctx.device(): f32 or f64 on cpu, f32 or bf16 on cuda, where the
+  // Computes in ctx.compute_dtype() on ctx.device(): f32 or bf16 (f64 too on cpu), where the
   // batch's tokens are copied to the device first. forward_backward gathers every unit twice: forward
   // and backward, except unit 0, whose second gather serves the tied head (the logits, the gradient into
   // lnf and, unless deferred, dwte); the embedding backward needs no parameters. With

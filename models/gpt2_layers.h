@@ -55,7 +55,7 @@ struct Activations : BatchBuffers, LogitsRegion {
                 bool deferred_head);
 };
 
-// GPT-2's computation in dtype T (float or double on cpu, float or bf16 on cuda) over one set of
+// GPT-2's computation in dtype T (float or bf16, and double on cpu) over one set of
 // activations, on a.device. The tokens are a.inputs and a.targets.
 template <class T>
 struct Layers {

@@ -125,7 +125,7 @@ double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float
     const UnitTensors& p = ctx.gather(final_unit);
     layers.final_norm_forward(p);
     const auto head = layers.head();
-    loss = head.forward(p[llama::kLmHead], backward, loss_scale);
+    loss = head.forward(p[llama::kLmHead], backward, loss_scale, ctx.loss_sum());
     if (backward) {
       const UnitTensors& g = ctx.grads(final_unit);
       head.input_grad(p[llama::kLmHead]);

@@ -8,11 +8,11 @@ namespace zshard {
 
 template <class T>
 double LmHead::forward(T* logits, T* losses, const T* x, const T* W, const int32_t* targets, bool backward,
-                       float dloss) const {
+                       float dloss, double* loss_sum) const {
   const int Vp = logits_row_stride(V);
   ops::gemm(device, false, true, N, V, C, 1.0f, x, C, W, C, 0.0f, logits, Vp);
   return ops::cross_entropy_forward_backward(device, backward ? logits : nullptr, losses, logits, targets, N, V,
-                                             Vp, dloss);
+                                             Vp, dloss, loss_sum);
 }
 
 template <class T>
@@ -26,7 +26,7 @@ void LmHead::weight_grad(T* dW, const T* dlogits, const T* x) const {
 }
 
 #define ZS_INSTANTIATE(T)                                                                                  \
-  template double LmHead::forward<T>(T*, T*, const T*, const T*, const int32_t*, bool, float) const;       \
+  template double LmHead::forward<T>(T*, T*, const T*, const T*, const int32_t*, bool, float, double*) const; \
   template void LmHead::input_grad<T>(T*, const T*, const T*) const;                                       \
   template void LmHead::weight_grad<T>(T*, const T*, const T*) const;
 ZS_INSTANTIATE(float)

@@ -19,11 +19,12 @@ struct LmHead {
   Device device;
   int N, C, V;  // rows (B*T), channels, vocabulary
 
-  // logits (N, logits_row_stride(V)) = x @ W^T and the token losses; returns their sum. With `backward`
-  // the logits are replaced by dlogits = dloss * (softmax - onehot).
+  // logits (N, logits_row_stride(V)) = x @ W^T and the token losses; returns their sum, or adds it to
+  // `loss_sum` when given (ParamContext::loss_sum) and returns 0. With `backward` the logits are replaced
+  // by dlogits = dloss * (softmax - onehot).
   template <class T>
   double forward(T* logits, T* losses, const T* x, const T* W, const int32_t* targets, bool backward,
-                 float dloss) const;
+                 float dloss, double* loss_sum) const;
   // dx = dlogits @ W (set).
   template <class T>
   void input_grad(T* dx, const T* dlogits, const T* W) const;
@@ -41,11 +42,11 @@ struct HeadSteps {
   int dim, vocab;
 
   LmHead head() const { return {a.device, a.B * a.T, dim, vocab}; }
-  // logits = lnf @ W^T and the token losses; returns their sum. With `backward`, the logits are replaced
-  // by dlogits = dloss * (softmax - onehot).
-  double forward(const Tensor& W, bool backward, float dloss) const {
+  // logits = lnf @ W^T and the token losses, their sum as LmHead::forward gives it. With `backward`, the
+  // logits are replaced by dlogits = dloss * (softmax - onehot).
+  double forward(const Tensor& W, bool backward, float dloss, double* loss_sum) const {
     return head().forward(a.logits.template data<T>(), a.losses.template data<T>(), a.lnf.template data<T>(),
-                          W.data<T>(), a.targets.template data<int32_t>(), backward, dloss);
+                          W.data<T>(), a.targets.template data<int32_t>(), backward, dloss, loss_sum);
   }
   // a.dln = dlogits @ W (set).
   void input_grad(const Tensor& W) const {
@@ -92,14 +93,14 @@ struct LogitsRegion {
 };
 
 // A head tied to parameter `param` of unit 0, under unit 0's second gather: the logits and the losses
-// (their sum returned) and, with `backward`, the head's input gradient and, unless `deferred`, its weight
+// (their sum returned, or added to ctx.loss_sum()) and, with `backward`, the head's input gradient and, unless `deferred`, its weight
 // gradient, which opens unit 0's grads until the embedding's backward. `layers` is GPT-2's or Llama's,
 // with head() (HeadSteps) and embedding_backward.
 template <class Layers>
 double run_tied_head(ParamContext& ctx, const Layers& layers, int param, bool backward, bool deferred, float dloss) {
   const Tensor& W = ctx.gather(0)[param];
   const auto head = layers.head();
-  const double loss = head.forward(W, backward, dloss);
+  const double loss = head.forward(W, backward, dloss, ctx.loss_sum());
   if (backward) head.input_grad(W);
   if (backward && !deferred) head.weight_grad(ctx.grads(0)[param]);
   ctx.release(0);

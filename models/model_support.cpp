@@ -163,13 +163,29 @@ void BatchBuffers::allocate(int b, int t, DType type, Device dev, Recompute mode
   device = dev;
   recompute = mode;
   storage = allocate_buffers(list, device);
+  token_copies = CopyStream::make(device, 1);
+  if (device != Device::cpu) staging = Tensor::empty({2, b, t}, DType::i32, Device::cpu, Category::host);
 }
 
-void BatchBuffers::load_tokens(const Batch& batch) const {
+void BatchBuffers::load_tokens(const Batch& batch) {
   ZS_CHECK(batch.B == B && batch.T == T, "activations are for B=", B, " T=", T, ", the batch has B=", batch.B,
            " T=", batch.T);
-  copy_bytes(inputs.raw(), device, batch.inputs, Device::cpu, inputs.nbytes());
-  copy_bytes(targets.raw(), device, batch.targets, Device::cpu, targets.nbytes());
+  const size_t n = size_t(B) * T;
+  const int32_t* in = batch.inputs;
+  const int32_t* out = batch.targets;
+  if (staging.defined()) {
+    token_copies->host_waits(0);
+    int32_t* staged = staging.data<int32_t>();
+    std::copy(batch.inputs, batch.inputs + n, staged);
+    std::copy(batch.targets, batch.targets + n, staged + n);
+    in = staged;
+    out = staged + n;
+  }
+  token_copies->follow_compute();
+  token_copies->copy(inputs.raw(), device, in, Device::cpu, inputs.nbytes());
+  token_copies->copy(targets.raw(), device, out, Device::cpu, targets.nbytes());
+  token_copies->set_mark(0);
+  token_copies->compute_waits(0);
 }
 
 }  // namespace zshard

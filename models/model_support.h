@@ -4,12 +4,15 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <zshard/error.h>
 #include <zshard/model.h>
 #include <zshard/tensor.h>
+
+#include "kernels/copy_stream.h"
 
 namespace zshard {
 
@@ -36,15 +39,15 @@ void check_model_size(const std::string& what, int layers, double params);
 // Every token of the batch inside [0, vocab), T within the context; errors name the model.
 void check_batch(const std::string& model, const Batch& batch, int vocab, int ctx);
 
-// Calls run(T{}) with T the context's compute type: float or double on the cpu, float or bf16 on cuda.
+// Calls run(T{}) with T the context's compute type: float, double (cpu only) or bf16.
 template <class Run>
 double with_compute_type(const std::string& model, const ParamContext& ctx, Run&& run) {
   const DType dtype = ctx.compute_dtype();
   const bool on_cpu = ctx.device() == Device::cpu;
   if (dtype == DType::f32) return run(float{});
   if (dtype == DType::f64 && on_cpu) return run(double{});
-  if (dtype == DType::bf16 && !on_cpu) return run(bf16{});
-  fail(model, " computes in f32 or f64 on cpu and in f32 or bf16 on cuda, not in ", dtype_name(dtype), " on ",
+  if (dtype == DType::bf16) return run(bf16{});
+  fail(model, " computes in f32 or bf16, and in f64 on cpu, not in ", dtype_name(dtype), " on ",
        device_name(ctx.device()));
 }
 
@@ -73,6 +76,10 @@ struct BatchBuffers {
   Recompute recompute = Recompute::none;
   std::vector<Tensor> storage;
   Tensor inputs, targets;  // (B,T) i32
+  // On a device: page-locked host memory the batch's tokens pass through (a copy from pageable memory
+  // would wait for the device), then the stream that copies them.
+  Tensor staging;
+  std::unique_ptr<CopyStream> token_copies;  // last: waits for its copies before the buffers above go
 
   // Slots of a buffer of per-block intermediates: one per block, or with recomputation one that every
   // block reuses (in its forward and in its recompute). Block inputs keep one per block either way.
@@ -85,8 +92,11 @@ struct BatchBuffers {
   bool fits(const Batch& batch, DType type, Device dev, Recompute mode) const;
   // Records the shape and allocates every buffer `list` visits (the tokens among them).
   void allocate(int b, int t, DType type, Device dev, Recompute mode, const BufferList& list);
-  // Copies the batch's host tokens into inputs and targets.
-  void load_tokens(const Batch& batch) const;
+  // Copies the batch's host tokens into inputs and targets without draining the compute stream: on a copy
+  // stream, after the work queued so far (the last micro-step's kernels read the tokens), with the compute
+  // stream waiting for the copies. On a device the host writes the staging only once the last copy out of
+  // it is done; on the cpu the batch itself is the source, and the host (the cpu's compute stream) waits.
+  void load_tokens(const Batch& batch);
 };
 
 // Slice i of a buffer with a leading layer (or slot) dimension.

@@ -11,9 +11,8 @@ namespace zshard {
 
 LocalParams::LocalParams(const Model& model, DType dtype, Device device) : dtype_(dtype), device_(device) {
   const bool on_cpu = device == Device::cpu;
-  ZS_CHECK(dtype == DType::f32 || (on_cpu ? dtype == DType::f64 : dtype == DType::bf16),
-           "LocalParams holds f32 or f64 on cpu and f32 or bf16 on cuda, not ", dtype_name(dtype), " on ",
-           device_name(device));
+  ZS_CHECK(dtype == DType::f32 || dtype == DType::bf16 || (on_cpu && dtype == DType::f64),
+           "LocalParams holds f32 or bf16, and f64 on cpu, not ", dtype_name(dtype), " on ", device_name(device));
   for (const UnitSpec& unit : model.units()) {
     UnitTensors params, grads;
     for (const ParamSpec& p : unit.params) {

@@ -5,6 +5,8 @@
 #include <zshard/error.h>
 #include <zshard/plan.h>
 
+#include "comm/self_communicator.h"
+
 #ifdef ZSHARD_WITH_CUDA
 #include "comm/nccl/nccl_communicator.h"
 #include "kernels/cuda/runtime.h"
@@ -12,7 +14,30 @@
 
 namespace zshard {
 
+namespace {
+// The NCCL communicator over `world`'s ranks (two or more).
+std::unique_ptr<comm::Communicator> open_nccl(comm::Communicator& world);
+}  // namespace
+
+bool opens_nccl(CommBackend backend, int world_size) { return backend == CommBackend::nccl && world_size > 1; }
+
+std::unique_ptr<comm::Communicator> open_device_comm(CommBackend backend, comm::Communicator& world) {
+  if (backend == CommBackend::mpi) return nullptr;
+  if (opens_nccl(backend, world.size())) return open_nccl(world);
+  auto self = std::make_unique<comm::SelfCommunicator>();
+  self->set_timeout(world.timeout());
+  return self;
+}
+
 #ifdef ZSHARD_WITH_CUDA
+
+namespace {
+std::unique_ptr<comm::Communicator> open_nccl(comm::Communicator& world) {
+  int device = 0;
+  ZS_CUDA_CHECK(cudaGetDevice(&device));  // the one select_device chose
+  return std::make_unique<comm::NcclCommunicator>(world, device);
+}
+}  // namespace
 
 std::string device_unavailable(Device device) {
   if (device == Device::cpu || cuda::cuda_available()) return "";
@@ -21,13 +46,6 @@ std::string device_unavailable(Device device) {
 
 void select_device(Device device, comm::Communicator& world) {
   if (device == Device::cuda) cuda::cuda_init(comm::local_device(world));
-}
-
-std::unique_ptr<comm::Communicator> open_device_comm(CommBackend backend, comm::Communicator& world) {
-  if (backend == CommBackend::mpi) return nullptr;
-  int device = 0;
-  ZS_CUDA_CHECK(cudaGetDevice(&device));  // the one select_device chose
-  return std::make_unique<comm::NcclCommunicator>(world, device);
 }
 
 void release_cached_memory(Device device) noexcept {
@@ -56,10 +74,11 @@ void select_device(Device device, comm::Communicator&) {
   ZS_CHECK(device == Device::cpu, device_unavailable(device));
 }
 
-std::unique_ptr<comm::Communicator> open_device_comm(CommBackend backend, comm::Communicator&) {
-  ZS_CHECK(backend == CommBackend::mpi, "--comm nccl: ", device_unavailable(Device::cuda));
-  return nullptr;
+namespace {
+std::unique_ptr<comm::Communicator> open_nccl(comm::Communicator&) {
+  fail("--comm nccl: ", device_unavailable(Device::cuda));
 }
+}  // namespace
 
 void release_cached_memory(Device) noexcept {}
 

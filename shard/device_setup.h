@@ -21,9 +21,13 @@ std::string device_unavailable(Device device);
 // to do on cpu.
 void select_device(Device device, comm::Communicator& world);
 
-// The communicator the strategy's groups split from: null for mpi (`world` itself carries them), a new
-// NCCL communicator over the same ranks for nccl (bootstrapped through `world`, which it must not
-// outlive). Collective over `world`; select_device must have run.
+// Whether `backend` over a world of `world_size` ranks opens an NCCL communicator: nccl with two ranks or
+// more. A world of one issues no collective, so it does not depend on NCCL's bootstrap (nor pay for it).
+bool opens_nccl(CommBackend backend, int world_size);
+
+// The communicator the strategy's groups split from: null for mpi (`world` itself carries them); for nccl,
+// a new NCCL communicator over the same ranks (bootstrapped through `world`, which it must not outlive),
+// or for a world of one the self communicator. Collective over `world`; select_device must have run.
 std::unique_ptr<comm::Communicator> open_device_comm(CommBackend backend, comm::Communicator& world);
 
 // Free bytes on this rank's device divided among the host's ranks that share it (ranks_on_host over the

@@ -80,8 +80,11 @@ double Engine::forward_backward(const Batch& batch) {
            " micro-step(s); call step() first");
   if (micro_steps_ == 0) step_start_ = params_->comm_stats();
   params_->begin_micro_step(/*sync_grads=*/micro_steps_ == options_.grad_accum - 1);
-  const double loss = model_.forward_backward(*params_, batch, float(1.0 / double(options_.tokens_per_step)));
+  double loss = model_.forward_backward(*params_, batch, float(1.0 / double(options_.tokens_per_step)));
   params_->end_micro_step();
+  // Read after the whole micro-step is queued: the model added to the device's sum in stream order, so
+  // the host did not wait between forward and backward.
+  loss += params_->take_loss_sum();
   ++micro_steps_;
   return loss;
 }
@@ -90,7 +93,7 @@ double Engine::forward(const Batch& batch) {
   params_->begin_forward_only();
   const double loss = model_.forward(*params_, batch);
   params_->end_micro_step();
-  return loss;
+  return loss + params_->take_loss_sum();
 }
 
 double Engine::grad_norm() {

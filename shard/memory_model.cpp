@@ -8,7 +8,8 @@ int64_t sharded(int64_t psi, int bytes, int parts) { return (psi + parts - 1) / 
 }  // namespace
 
 int offloaded_bytes_per_param(const DtypePolicy& d, Device device) {
-  return kOffloadedOptimizerBytes + (device == Device::cpu ? 0 : d.grad_bytes);
+  const bool reads_owned_grads = device == Device::cpu && d.grad_bytes == 4;
+  return kOffloadedOptimizerBytes + (reads_owned_grads ? 0 : d.grad_bytes);
 }
 
 ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& d,

@@ -23,13 +23,14 @@ struct DtypePolicy {
 // psi: parameter elements. `group` is the shard group size (world for zero1/2/3, G for hybrid, 1 for
 // ddp), as returned by shard_group_size(). ddp 16Ψ, zero1 4Ψ+12Ψ/N, zero2 2Ψ+14Ψ/N, zero3 16Ψ/N with
 // the mixed-precision policy. With `offload_optimizer` the optimizer bytes move to the host, where an
-// fp32 master of its own joins Adam m and v (12Ψ/N whatever the dtypes), and on a device other than
-// the cpu the host copy of the owned gradients that AdamW steps from (offloaded_bytes_per_param).
+// fp32 master of its own joins Adam m and v (12Ψ/N whatever the dtypes), and the host copy of the owned
+// gradients that AdamW steps from (offloaded_bytes_per_param).
 ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& dtypes,
                                      bool offload_optimizer = false, Device device = Device::cpu);
 constexpr int kOffloadedOptimizerBytes = 12;
-// Host bytes per owned parameter of zshard's offloaded optimizer: master, m and v, plus where host memory
-// is not the device's the gradients' host copy (on the cpu AdamW reads the gradients where they are).
+// Host bytes per owned parameter of zshard's offloaded optimizer: master, m and v, plus the gradients' host
+// copy, except on the cpu in fp32, where AdamW reads the gradients where they are (in bf16 the copy is
+// where AdamW writes the bf16 parameters that go back, as on a GPU).
 int offloaded_bytes_per_param(const DtypePolicy& dtypes, Device device);
 // ZeRO-Offload's own split (Ren et al. 2021), for comparison: the gradients too go to the host, beside the
 // 12 bytes of optimizer state ((12 + grad bytes)Ψ/N there), and the device keeps only the parameters.

@@ -51,11 +51,13 @@ void run_pieces(const std::vector<AdamWPiece>& pieces, int threads) {
     if (e) std::rethrow_exception(e);
 }
 
-// Test hook: ZSHARD_TEST_OFFLOAD_COPIES=1 gives the host gradients buffers of their own on the cpu too. The
-// cpu then copies each unit's gradients when its reduction lands, as a GPU does, so that a copy taken before
-// the gradients are final, or AdamW reading the wrong buffer, changes the results of the cpu tests.
-bool own_host_grads(Device device) {
-  if (device != Device::cpu) return true;
+// Whether the host gradients are buffers of their own: always on a device; on the cpu with bf16 parameters,
+// since AdamW writes the bf16 copy over them, which would overwrite the owned gradients themselves. Test
+// hook: ZSHARD_TEST_OFFLOAD_COPIES=1 gives them buffers of their own on the cpu in fp32 too. The cpu then
+// copies each unit's gradients when its reduction lands, as a GPU does, so that a copy taken before the
+// gradients are final, or AdamW reading the wrong buffer, changes the results of the cpu tests.
+bool own_host_grads(Device device, DType compute) {
+  if (device != Device::cpu || compute != DType::f32) return true;
   const char* hook = std::getenv("ZSHARD_TEST_OFFLOAD_COPIES");
   return hook && std::string_view(hook) == "1";
 }
@@ -75,12 +77,8 @@ OptimizerOffload::OptimizerOffload(Device device, std::vector<UnitBuffers> units
     ZS_CHECK(u.master.device() == Device::cpu && u.master.dtype() == DType::f32 &&
                  u.grads.numel() == u.master.numel() && u.compute.numel() == u.master.numel(),
              "the offloaded optimizer steps an fp32 host master as large as the owned gradients and parameters");
-    // On the cpu the host gradients are the owned gradients themselves, which upload() would overwrite
-    // with bf16 parameters; the cpu computes in fp32 anyway.
-    ZS_CHECK(device != Device::cpu || u.compute.dtype() == DType::f32,
-             "the offloaded optimizer keeps bf16 parameters on a device only");
     // Where host and device memory are the same, the owned gradients are already where AdamW reads them.
-    u.host_grads = own_host_grads(device)
+    u.host_grads = own_host_grads(device, u.compute.dtype())
                        ? Tensor::empty(u.grads.shape(), u.grads.dtype(), Device::cpu, Category::host)
                        : u.grads;
     units_.push_back(std::move(u));

@@ -14,10 +14,12 @@
 //              resident parameters and the next forward read them.
 //
 // A unit's next gradients are copied on the same stream as its last upload, so the host buffers are never
-// written while a copy reads them. On the cpu device host and device memory are the same: the host
-// gradients are the owned gradients themselves, their copy is nothing, the upload of the master is a
-// memcpy into the fp32 compute copy, and no mark waits. The cpu runs every call of the sequence above, so
-// its tests cover the logic, with the same AdamW and the same bits as without offload.
+// written while a copy reads them. On the cpu device host and device memory are the same: with fp32
+// parameters the host gradients are the owned gradients themselves, their copy is nothing, the upload of
+// the master is a memcpy into the fp32 compute copy; with bf16 parameters the host gradients are a buffer
+// of their own, as on a device. The cpu runs every call of the sequence above, so its tests cover the
+// logic, with the same AdamW and the same bits as without offload; an asynchronous copy stream
+// (kernels/copy_stream.h, ZSHARD_TEST_COPY_STREAM) runs the copies on a thread of their own.
 //
 // Host memory per owned parameter: the master, m and v (12 bytes, ShardedParams' own) and, on a device,
 // the host gradients in the compute dtype (2 or 4 bytes): Category::host, page-locked on the CUDA path.

@@ -81,16 +81,11 @@ void check_range(const char* flag, double value, double lo, double hi, const cha
     refuse(flag, " must be a finite number in [", lo, ", ", hi, "]", note, ", got ", value);
 }
 
-// What this build and device can run: dtypes and backends for the device, and the device itself.
+// What this build and device can run: the backend for the device, and the device itself.
 void check_runs_here(const PlanOptions& o) {
   const Device device = o.placement.device;
-  for (const auto& [flag, dtype] : {std::pair{"--param-dtype", o.placement.param_dtype},
-                                    std::pair{"--reduce-dtype", o.placement.reduce_dtype}})
-    if (dtype == DType::bf16 && device == Device::cpu) refuse(flag, " bf16 needs --device cuda (the cpu computes in fp32)");
   if (o.comm == CommBackend::nccl && device == Device::cpu)
     refuse("--comm nccl needs --device cuda (NCCL moves GPU buffers; the cpu uses --comm mpi)");
-  if (o.placement.reduce_dtype == DType::bf16 && comm_backend(o) == CommBackend::mpi)
-    refuse("--reduce-dtype bf16 needs --comm nccl (MPI sums fp32, not bf16)");
   if (const std::string why = device_unavailable(device); !why.empty()) refuse("--device ", device_name(device), ": ", why);
 }
 

@@ -62,6 +62,14 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
   for (const auto& u : units_) sizes.push_back(u->layout.padded_numel());
   std::sort(sizes.rbegin(), sizes.rend());
   full_grads_budget_ = std::max(sizes[0], 2 * sizes[1]);
+  loss_sum_ = Tensor::zeros({1}, DType::f64, device, Category::workspace);
+}
+
+double ShardedParams::take_loss_sum() {
+  double sum = 0;
+  copy_bytes(&sum, Device::cpu, loss_sum_.raw(), plan_.placement.device, sizeof sum);
+  loss_sum_.zero_();
+  return sum;
 }
 
 ShardedParams::~ShardedParams() {

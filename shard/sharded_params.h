@@ -18,7 +18,7 @@
 //
 // Dtypes (Placement). Every buffer lives on placement.device; three dtypes are in play:
 //   master     fp32, this rank's owned shard: what AdamW updates and what checkpoints and exports save.
-//   params     the compute copy the model reads, in the param dtype (f32, or bf16 on cuda): full on every
+//   params     the compute copy the model reads, in the param dtype (f32 or bf16): full on every
 //              rank where parameters are resident (ddp, zero1, zero2), this rank's shard where they are
 //              sharded (zero3, hybrid). Gathers all-gather compute-dtype shards, so bf16 halves them.
 //              With fp32 parameters the master IS the compute copy (its owned slice, or the shard): one
@@ -69,6 +69,9 @@ class ShardedParams : public ParamContext {
   void grads_ready(int unit) override;
   Device device() const override { return plan_.placement.device; }
   DType compute_dtype() const override { return plan_.placement.param_dtype; }
+  double* loss_sum() override { return loss_sum_.data<double>(); }
+  // What the model added to loss_sum() since the last call, read back (a device wait) and reset.
+  double take_loss_sum();
 
   // Step protocol, driven by the trainer.
   void begin_micro_step(bool sync_grads);  // sync_grads false = accumulate locally (ddp/zero1 no_sync)
@@ -144,6 +147,7 @@ class ShardedParams : public ParamContext {
   std::vector<std::unique_ptr<Unit>> units_;
   std::deque<Reduction> reductions_;
   std::unique_ptr<OptimizerOffload> offload_;  // with plan_.placement.offload_optimizer
+  Tensor loss_sum_;  // one double on the device: the token losses since take_loss_sum()
   // Sharded gradients: the elements of full unit gradients that the reductions in flight and the one
   // being opened may hold together, max(largest unit, 2 x second largest). Two ordinary units always fit
   // (one accumulated while the other's reduction overlaps it), so a model of like units keeps that

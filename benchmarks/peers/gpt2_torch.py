@@ -11,6 +11,10 @@ Modes:
           from the same weights and tokens with the same hyperparameters, and compares the per-step
           losses (exit 0 when every step agrees within --rtol, else 1). --np N runs zshard-train on N
           ranks under mpirun (--strategy picks its strategy); the torch side is always one process.
+          --precision bf16 compares mixed precision on both sides (bf16 parameters and gradients, fp32
+          master and AdamW; torch's matrix products accumulated in fp32 unless --bf16-gemm native) and
+          also prints torch's bf16 against its fp32 run: bf16's own effect, the scale of the comparison
+          (benchmarks/RESULTS.md has the tolerance and why).
   bench   times one training step (forward + backward + AdamW) on one CPU thread and prints JSON:
           wall-clock and process CPU time per step (the latter is less disturbed by other load).
 
@@ -131,7 +135,8 @@ class GPT2(nn.Module):
         for block in self.h:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+        # In fp32 whatever the compute dtype, as zshard's cross-entropy computes (a no-op in fp32).
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def model_from_args(args):

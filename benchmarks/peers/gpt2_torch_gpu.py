@@ -10,6 +10,9 @@ on a fixed random batch. Modes:
   ddp     DistributedDataParallel at world 1 (NCCL, in-process store): DDP's bucketing hooks included
   fsdp2   torch.distributed.fsdp.fully_shard on every block and the root, world 1
 
+--compile runs the module through torch.compile (default mode); the warm-up steps then include the
+compilation.
+
 Precision (--precision):
   bf16-mixed  (default) fp32 parameters and AdamW, compute under torch.autocast(bfloat16); fsdp2 also
               gathers bf16 parameters: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32).
@@ -137,6 +140,8 @@ def run(args):
     if args.precision == "bf16":
         model.to(torch.bfloat16)
     module, autocast_dtype = wrap(model, args)
+    if args.compile:
+        module = torch.compile(module)
     opt = build_optimizer(model, 1e-4, not args.no_fused)
 
     gen = torch.Generator(device="cpu").manual_seed(args.seed)
@@ -170,7 +175,7 @@ def run(args):
     median = statistics.median(ms)
     tflops = flops_per_token(layers, dim, params, args.seq) * tokens / (median / 1e3) / 1e12
     peak = peak_tflops(name, args.peak_tflops)
-    return {"impl": "torch", "torch": torch.__version__, "device": name, "mode": args.mode,
+    return {"impl": "torch", "torch": torch.__version__, "device": name, "mode": args.mode, "compile": args.compile,
             "precision": args.precision, "attention": args.attention, "fused_adamw": not args.no_fused,
             "model": args.model, "layers": layers, "dim": dim, "heads": heads, "vocab": vocab, "ctx": ctx,
             "params": params, "batch": args.batch, "seq": args.seq, "warmup": args.warmup,
@@ -195,6 +200,7 @@ def main():
     p.add_argument("--attention", default="sdpa", choices=["sdpa", "math"],
                    help="sdpa: F.scaled_dot_product_attention; math: the explicit masked T x T softmax")
     p.add_argument("--no-fused", action="store_true", help="the for-each AdamW instead of fused=True")
+    p.add_argument("--compile", action="store_true", help="torch.compile the module")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     p.add_argument("--steps", type=int, default=10, help="timed steps")
     p.add_argument("--seed", type=int, default=1337)

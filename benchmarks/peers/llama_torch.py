@@ -207,7 +207,8 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, idx, targets):
         logits = self.logits(idx)
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+        # In fp32 whatever the compute dtype, as zshard's cross-entropy computes (a no-op in fp32).
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def new_model(cfg, seed):

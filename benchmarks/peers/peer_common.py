@@ -4,6 +4,9 @@ files), zshard's batch order and AdamW parameter grouping, the parity loop again
 single-thread step timer.
 """
 
+import argparse
+import contextlib
+import copy
 import ctypes
 import json
 import os
@@ -15,6 +18,7 @@ import time
 
 import numpy as np
 import torch
+from torch.overrides import TorchFunctionMode
 
 LLMC_MAGIC = 20240520
 LLMC_VERSION = 1
@@ -124,16 +128,47 @@ def parity_tokens(vocab, args):
     return subset[torch.randint(0, len(subset), (args.tokens,), generator=gen)].tolist()
 
 
+class Fp32Accumulation(TorchFunctionMode):
+    """Matrix products of bf16 tensors computed in fp32 and rounded once to bf16, as cuBLAS and zshard's
+    bf16 GEMMs compute them (fp32 accumulation). Debian's torch 1.13 accumulates its CPU bf16 products in
+    bf16: a product over 50257 terms (GPT-2's head) comes out 30% off. Their backward runs in fp32 too
+    (autograd goes through the casts)."""
+
+    PRODUCTS = {"matmul", "__matmul__", "mm", "bmm", "addmm", "baddbmm", "linear"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in self.PRODUCTS and any(
+                isinstance(a, torch.Tensor) and a.dtype == torch.bfloat16 for a in args):
+            wide = [a.float() if isinstance(a, torch.Tensor) and a.dtype == torch.bfloat16 else a for a in args]
+            return func(*wide, **kwargs).bfloat16()
+        return func(*args, **kwargs)
+
+
 def torch_losses(model, tokens, args):
     """Trains model in place for args.steps AdamW steps (constant lr, no clipping, as zshard-train is run)
-    and returns the loss of each step, computed before its update."""
+    and returns the loss of each step, computed before its update. With args.precision bf16, as zshard's
+    mixed precision: model is the fp32 master that AdamW steps; each step computes in a bf16 copy of it
+    (the master rounded to nearest even) whose bf16 gradients are widened onto the master; matrix products
+    accumulate in fp32 (Fp32Accumulation) unless args.bf16_gemm is "native"."""
     opt = make_optimizer(model, args.lr, args.wd, args.beta1, args.beta2, args.eps)
+    compute = copy.deepcopy(model).to(torch.bfloat16) if args.precision == "bf16" else model
+    products = Fp32Accumulation() if compute is not model and args.bf16_gemm == "fp32" else contextlib.nullcontext()
     losses = []
     for step in range(args.steps):
         inputs, targets = batch_at(tokens, step, args.batch, args.seq)
         opt.zero_grad(set_to_none=True)
-        loss = model(inputs, targets)
-        loss.backward()
+        if compute is not model:
+            compute.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                for c, m in zip(compute.parameters(), model.parameters()):
+                    c.copy_(m)
+        with products:
+            loss = compute(inputs, targets)
+            loss.backward()
+        if compute is not model:
+            for c, m in zip(compute.parameters(), model.parameters()):
+                m.grad = c.grad.float()
         opt.step()
         losses.append(loss.item())
     return losses
@@ -150,6 +185,8 @@ def zshard_losses(workdir, model_flags, weights, data, args):
            "--beta2", args.beta2, "--eps", args.eps, "--grad-clip", 0, "--log-json", log]
     if args.strategy:
         cmd += ["--strategy", args.strategy]
+    if args.precision == "bf16":
+        cmd += ["--param-dtype", "bf16"]
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     if args.np > 1:
         cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", args.np, *cmd]
@@ -161,8 +198,13 @@ def zshard_losses(workdir, model_flags, weights, data, args):
 
 def parity_case(model, model_flags, title, vocab, args):
     """One parity comparison: writes model's weights and the parity tokens, trains zshard-train and then
-    model on them, prints the per-step losses and returns the max relative difference."""
+    model on them, prints the per-step losses and returns the max relative difference. In bf16 it also
+    trains a copy of model in fp32 and prints how far torch's bf16 losses are from it: bf16's own effect,
+    the scale of any difference between two bf16 implementations."""
     tokens = parity_tokens(vocab, args)
+    fp32 = None
+    if args.precision == "bf16":
+        fp32 = torch_losses(copy.deepcopy(model), tokens, argparse.Namespace(**{**vars(args), "precision": "fp32"}))
     with tempfile.TemporaryDirectory(prefix="zshard_parity_") as workdir:
         weights = os.path.join(workdir, "weights.safetensors")
         data = os.path.join(workdir, "tokens.bin")
@@ -174,14 +216,21 @@ def parity_case(model, model_flags, title, vocab, args):
         raise SystemExit(f"zshard logged {len(z)} steps, expected {len(t)}")
     ranks = f", zshard on {args.np} ranks" if args.np > 1 else ""
     strategy = f" ({args.strategy})" if args.strategy else ""
-    print(f"{title}, batch {args.batch}x{args.seq}, {args.steps} AdamW steps{ranks}{strategy}")
-    print(f"{'step':>4} {'torch loss':>12} {'zshard loss':>12} {'rel diff':>10}")
-    worst = 0.0
+    print(f"{title}, batch {args.batch}x{args.seq}, {args.steps} AdamW steps, {args.precision}{ranks}{strategy}")
+    print(f"{'step':>4} {'torch loss':>12} {'zshard loss':>12} {'rel diff':>10}" +
+          (f" {'torch fp32':>12} {'bf16 effect':>11}" if fp32 else ""))
+    worst = effect = 0.0
     for i, (a, b) in enumerate(zip(t, z), start=1):
         rel = abs(a - b) / abs(a)
         worst = max(worst, rel)
-        print(f"{i:>4} {a:>12.7f} {b:>12.7f} {rel:>10.2e}")
-    print(f"max relative difference {worst:.2e} (tolerance {args.rtol:.0e})\n")
+        line = f"{i:>4} {a:>12.7f} {b:>12.7f} {rel:>10.2e}"
+        if fp32:
+            f = fp32[i - 1]
+            effect = max(effect, abs(a - f) / abs(f))
+            line += f" {f:>12.7f} {abs(a - f) / abs(f):>11.2e}"
+        print(line)
+    print(f"max relative difference {worst:.2e} (tolerance {args.rtol:.0e})" +
+          (f"; torch's bf16 against its fp32: {effect:.2e}" if fp32 else "") + "\n")
     return worst
 
 
@@ -215,6 +264,11 @@ def add_parity_flags(parser, vocabs):
     parser.add_argument("--beta2", type=float, default=0.95)
     parser.add_argument("--eps", type=float, default=1e-8)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                        help="bf16: bf16 parameters and gradients, fp32 master and AdamW, on both sides")
+    parser.add_argument("--bf16-gemm", default="fp32", choices=["fp32", "native"],
+                        help="torch's bf16 matrix products: accumulated in fp32 (as on a GPU), or torch's own "
+                             "CPU kernels")
     parser.add_argument("--rtol", type=float, default=1e-4, help="largest accepted relative loss difference")
 
 

@@ -53,6 +53,10 @@ class ParamContext {
   // Device and dtype in which the model should compute.
   virtual Device device() const = 0;
   virtual DType compute_dtype() const = 0;
+  // A double on device() to which the model may add the sum of its token losses, in stream order, rather
+  // than return it: the runtime reads it once per optimizer step, so that the host does not wait for the
+  // device between a micro-step's forward and backward. Null (the default): the model returns the sum.
+  virtual double* loss_sum() { return nullptr; }
 };
 
 // One micro-batch on this rank: B sequences of T tokens, inputs and targets (B*T each, host memory).
@@ -77,9 +81,9 @@ class Model {
   // the world size or strategy.
   virtual void init_unit(int unit, const UnitTensors& params, uint64_t seed) const = 0;
   // Forward and backward over one micro-batch. Adds loss_scale * d(sum of token losses)/d(param) into
-  // ctx.grads and returns the sum of the B*T token losses.
+  // ctx.grads and returns the sum of the B*T token losses, or adds it to ctx.loss_sum() and returns 0.
   virtual double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) = 0;
-  // Forward only; returns the sum of the token losses.
+  // Forward only; the sum of the token losses as forward_backward gives it.
   virtual double forward(ParamContext& ctx, const Batch& batch) = 0;
   // Bytes this model will allocate for activations at batch (B, T) in the recompute mode set: what
   // the memory estimator uses.

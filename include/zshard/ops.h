@@ -7,7 +7,8 @@
 // gradients included, so the caller zeroes; tied weights and gradient accumulation come free. Linear
 // weights use the Hugging Face GPT-2 Conv1D layout (in, out): out = inp @ W + b.
 //
-// Element types: float and double on cpu; float and bf16 on cuda. Any other pairing throws, naming the op.
+// Element types: float and bf16 on both devices, and double on cpu. Any other pairing throws, naming the op.
+// bf16 computes in fp32 and rounds where the CUDA kernels store, on the cpu too (kernels/cpu/ops.h).
 // CUDA ops are queued on the compute stream (the legacy default stream, which also orders
 // Tensor::zero_ and the runtime's copies); the ops that return a host value wait for it.
 #pragma once
@@ -80,8 +81,11 @@ template <class T>
 void gelu_backward(Device d, T* dinp, const T* inp, const T* dout, size_t n);
 template <class T>
 void residual_forward(Device d, T* out, const T* a, const T* b, size_t n);
+// Returns the sum of the token losses, which waits for the device; given `loss_sum` (a double on d) it adds
+// the sum there in stream order instead and returns 0 at once.
 template <class T>
 double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* logits,
-                                      const int32_t* targets, int N, int V, int ld, float dloss);
+                                      const int32_t* targets, int N, int V, int ld, float dloss,
+                                      double* loss_sum = nullptr);
 
 }  // namespace zshard::ops

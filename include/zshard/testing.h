@@ -18,8 +18,8 @@ class LocalParams final : public ParamContext {
     int unit;
   };
 
-  // Parameters and gradients zero-filled in `dtype` on `device`: f32 or f64 on cpu, f32 or bf16 on
-  // cuda (the pairs a model computes in; cuda needs cuda_init first).
+  // Parameters and gradients zero-filled in `dtype` on `device`: f32 or bf16, or f64 on cpu (the pairs
+  // a model computes in; cuda needs cuda_init first).
   LocalParams(const Model& model, DType dtype, Device device = Device::cpu);
 
   // Fills every unit with model.init_unit(u, ..., seed). Host contexts only (init_unit fills host

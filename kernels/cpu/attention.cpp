@@ -141,5 +141,7 @@ void gqa_pack_backward(T* dq, T* dk, T* dv, const T* dqkv, int B, int Tn, int NH
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(double)
 #undef ZS_INSTANTIATE
+// A copy: bf16 moves as it is.
+template void gqa_pack<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int, int, int, int, int);
 
 }  // namespace zshard::cpu

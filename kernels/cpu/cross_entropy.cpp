@@ -12,7 +12,7 @@ namespace zshard::cpu {
 
 template <class T>
 double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
-                                      int V, int ld, T dloss) {
+                                      int V, int ld, Compute<T> dloss) {
   ZS_CHECK(ld >= V, "cross_entropy: row stride ", ld, " below the row length ", V);
   double total = 0;
   for (int i = 0; i < N; ++i) {

@@ -5,9 +5,18 @@
 
 #include <zshard/error.h>
 
+#include "kernels/cpu/bf16_math.h"
 #include "kernels/cpu/ops.h"
 
 namespace zshard::cpu {
+
+void bf16_math::check_gemm_args(bool trans_a, bool trans_b, int M, int N, int K, int lda, int ldb, int ldc) {
+  ZS_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M=", M, " N=", N, " K=", K);
+  // CBLAS only reports bad strides on stderr; make them an error here.
+  ZS_CHECK(lda >= std::max(1, trans_a ? M : K), "gemm: lda=", lda, " too small");
+  ZS_CHECK(ldb >= std::max(1, trans_b ? K : N), "gemm: ldb=", ldb, " too small");
+  ZS_CHECK(ldc >= std::max(1, N), "gemm: ldc=", ldc, " too small");
+}
 
 namespace {
 
@@ -26,13 +35,9 @@ void blas_gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double
 }  // namespace
 
 template <class T>
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B,
-          int ldb, T beta, T* C, int ldc) {
-  ZS_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M=", M, " N=", N, " K=", K);
-  // CBLAS only reports bad strides on stderr; make them an error here.
-  ZS_CHECK(lda >= std::max(1, trans_a ? M : K), "gemm: lda=", lda, " too small");
-  ZS_CHECK(ldb >= std::max(1, trans_b ? K : N), "gemm: ldb=", ldb, " too small");
-  ZS_CHECK(ldc >= std::max(1, N), "gemm: ldc=", ldc, " too small");
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, Compute<T> alpha, const T* A, int lda, const T* B,
+          int ldb, Compute<T> beta, T* C, int ldc) {
+  bf16_math::check_gemm_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   blas_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

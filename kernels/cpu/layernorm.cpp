@@ -8,7 +8,8 @@
 namespace zshard::cpu {
 
 template <class T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N, int C) {
+void layernorm_forward(T* out, Compute<T>* mean, Compute<T>* rstd, const T* inp, const T* weight, const T* bias,
+                       int N, int C) {
   for (int i = 0; i < N; ++i) {
     const T* x = inp + size_t(i) * C;
     T* o = out + size_t(i) * C;
@@ -24,7 +25,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                        const T* mean, const T* rstd, int N, int C) {
+                        const Compute<T>* mean, const Compute<T>* rstd, int N, int C) {
   for (int i = 0; i < N; ++i) {
     const T* x = inp + size_t(i) * C;
     const T* d = dout + size_t(i) * C;

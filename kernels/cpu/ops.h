@@ -1,5 +1,6 @@
 // CPU reference ops, forward and backward, for T = float and T = double (double exists so that tests can
-// check every backward against central finite differences).
+// check every backward against central finite differences), and for T = bf16, mixed precision's storage
+// type, as the CUDA twins compute it (see the end of this file).
 //
 // Conventions shared by every op (the CUDA twins in kernels/cuda/ops.cuh keep them):
 // - Arrays are contiguous and row-major. N = rows (B*T), C = channels, OC = output channels,
@@ -10,12 +11,19 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include <zshard/dtype.h>
 
 namespace zshard::cpu {
 
 constexpr double kLayerNormEps = 1e-5;
+
+// What an op on elements of T computes in: T itself, or fp32 for bf16. Saved statistics (LayerNorm's mean
+// and rstd, RMSNorm's rstd) and scalars (alpha, beta, dloss) are kept in it: a bf16 rstd would be off by
+// up to 0.4%, and so would a loss scale like 1/96.
+template <class T>
+using Compute = std::conditional_t<std::is_same_v<T, bf16>, float, T>;
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wpe (and dwpe) may be null: no position table.
 template <class T>
@@ -25,17 +33,18 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, 
 
 // mean and rstd (N each) are saved for the backward.
 template <class T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N, int C);
+void layernorm_forward(T* out, Compute<T>* mean, Compute<T>* rstd, const T* inp, const T* weight, const T* bias,
+                       int N, int C);
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                        const T* mean, const T* rstd, int N, int C);
+                        const Compute<T>* mean, const Compute<T>* rstd, int N, int C);
 
 // RMSNorm (Llama): out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps) per row, saved (N).
 template <class T>
-void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int C, float eps);
+void rmsnorm_forward(T* out, Compute<T>* rstd, const T* inp, const T* weight, int N, int C, float eps);
 template <class T>
-void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int N,
-                      int C);
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const Compute<T>* rstd,
+                      int N, int C);
 
 // Rotary position embedding in place on x (B,T,NH,HS), Hugging Face's rotate_half layout: element i of a
 // head pairs with i + HS/2 and turns by t * theta^(-2i/HS) at position t. The backward turns a gradient
@@ -68,8 +77,8 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 // Row-major GEMM: C = alpha * op(A) @ op(B) + beta * C, op = transpose when the flag is set.
 // A is (M,K) after op, B is (K,N) after op; lda/ldb/ldc are row strides.
 template <class T>
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B,
-          int ldb, T beta, T* C, int ldc);
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, Compute<T> alpha, const T* A, int lda, const T* B,
+          int ldb, Compute<T> beta, T* C, int ldc);
 
 // Causal multi-head self-attention. qkv is (B,T,3C) laid out [q | k | v], each C = NH*hs wide;
 // out is (B,T,C); att (B,NH,T,T) keeps the softmax probabilities for the backward.
@@ -97,7 +106,7 @@ void residual_backward(T* da, T* db, const T* dout, size_t n);
 // (accumulated in double).
 template <class T>
 double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
-                                      int V, int ld, T dloss);
+                                      int V, int ld, Compute<T> dloss);
 
 struct AdamWParams {
   float lr = 1e-3f;
@@ -126,6 +135,45 @@ double sum_squares(const T* x, size_t n);
 
 // y += alpha * x
 template <class T>
-void axpy(T* y, const T* x, T alpha, size_t n);
+void axpy(T* y, const T* x, Compute<T> alpha, size_t n);
+
+// bf16: every op reads bf16, computes in fp32 and rounds once where its CUDA twin (kernels/cuda) stores,
+// so that the cpu runs mixed precision through the same code above the kernels as a GPU and is the
+// reference for it: GEMMs take the bf16 values and accumulate in fp32 (out = bf16(alpha A B + beta C));
+// a linear layer's bias is added to the GEMM's rounded output and rounded again; attention stores its
+// scores, probabilities and score gradients in bf16 between its GEMMs and softmax passes; a backward adds
+// its fp32 result into the bf16 gradient with one rounding; the embedding backward sums each token's rows
+// in fp32 and adds once; cross-entropy's returned sum is of the fp32 row losses. Where an op's arithmetic
+// is the fp32 op's, it runs that op on fp32 copies (kernels/cpu/bf16_ops.cpp, bf16_attention.cpp).
+// gqa_pack is a copy, instantiated for bf16 as it is.
+template <> void embedding_forward<bf16>(bf16*, const int32_t*, const bf16*, const bf16*, int, int, int);
+template <> void embedding_backward<bf16>(bf16*, bf16*, const bf16*, const int32_t*, int, int, int);
+template <> void layernorm_forward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*, int,
+                                         int);
+template <> void layernorm_backward<bf16>(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*,
+                                          const float*, const float*, int, int);
+template <> void rmsnorm_forward<bf16>(bf16*, float*, const bf16*, const bf16*, int, int, float);
+template <> void rmsnorm_backward<bf16>(bf16*, bf16*, const bf16*, const bf16*, const bf16*, const float*,
+                                        int, int);
+template <> void rope_forward<bf16>(bf16*, int, int, int, int, float);
+template <> void rope_backward<bf16>(bf16*, int, int, int, int, float);
+template <> void gqa_pack_backward<bf16>(bf16*, bf16*, bf16*, const bf16*, int, int, int, int, int);
+template <> void swiglu_forward<bf16>(bf16*, const bf16*, const bf16*, size_t);
+template <> void swiglu_backward<bf16>(bf16*, bf16*, const bf16*, const bf16*, const bf16*, size_t);
+template <> void linear_forward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int, int, int);
+template <> void linear_backward<bf16>(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*, int, int,
+                                       int);
+template <> void gemm<bf16>(bool, bool, int, int, int, float, const bf16*, int, const bf16*, int, float,
+                            bf16*, int);
+template <> void attention_forward<bf16>(bf16*, bf16*, const bf16*, int, int, int, int);
+template <> void attention_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int, int, int, int);
+template <> void gelu_forward<bf16>(bf16*, const bf16*, size_t);
+template <> void gelu_backward<bf16>(bf16*, const bf16*, const bf16*, size_t);
+template <> void residual_forward<bf16>(bf16*, const bf16*, const bf16*, size_t);
+template <> void residual_backward<bf16>(bf16*, bf16*, const bf16*, size_t);
+template <> double cross_entropy_forward_backward<bf16>(bf16*, bf16*, const bf16*, const int32_t*, int, int,
+                                                        int, float);
+template <> double sum_squares<bf16>(const bf16*, size_t);
+template <> void axpy<bf16>(bf16*, const bf16*, float, size_t);
 
 }  // namespace zshard::cpu

@@ -12,7 +12,7 @@ double sum_squares(const T* x, size_t n) {
 }
 
 template <class T>
-void axpy(T* y, const T* x, T alpha, size_t n) {
+void axpy(T* y, const T* x, Compute<T> alpha, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 

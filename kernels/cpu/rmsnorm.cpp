@@ -8,7 +8,7 @@
 namespace zshard::cpu {
 
 template <class T>
-void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int C, float eps) {
+void rmsnorm_forward(T* out, Compute<T>* rstd, const T* inp, const T* weight, int N, int C, float eps) {
   for (int i = 0; i < N; ++i) {
     const T* x = inp + size_t(i) * C;
     T* o = out + size_t(i) * C;
@@ -20,8 +20,8 @@ void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int 
 }
 
 template <class T>
-void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int N,
-                      int C) {
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const Compute<T>* rstd,
+                      int N, int C) {
   for (int i = 0; i < N; ++i) {
     const T* x = inp + size_t(i) * C;
     const T* d = dout + size_t(i) * C;

@@ -82,7 +82,9 @@ void gemm_grid(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
                GridStrides sa, const T* B, int ldb, GridStrides sb, float beta, T* C, int ldc, GridStrides sc,
                GemmGrid grid, cudaStream_t stream);
 
-// Sum of x[i] in double (reductions.cu); synchronises `stream`.
+// Sum of x[i] in double (reductions.cu); synchronises `stream`. add_sum_as_double adds the same sum to the
+// device double *into, on the stream, without waiting.
 double sum_as_double(const float* x, size_t n, cudaStream_t stream);
+void add_sum_as_double(const float* x, size_t n, double* into, cudaStream_t stream);
 
 }  // namespace zshard::cuda

@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_kernel(T* dlogits, 
 
 template <class T>
 double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
-                                      int V, int ld, float dloss, cudaStream_t stream) {
+                                      int V, int ld, float dloss, double* loss_sum, cudaStream_t stream) {
   ZS_CHECK(ld >= V, "cross_entropy: row stride ", ld, " below the row length ", V);
   if (N == 0) return 0.0;
   Buffer row_loss = workspace(size_t(N) * sizeof(float), stream);
@@ -51,12 +51,14 @@ double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, co
   cross_entropy_kernel<<<unsigned(N), kRowThreads, 0, stream>>>(dlogits, losses, row_loss_f32, logits, targets,
                                                                V, ld, dloss);
   ZS_CUDA_CHECK_LAUNCH();
-  return sum_as_double(row_loss_f32, size_t(N), stream);
+  if (!loss_sum) return sum_as_double(row_loss_f32, size_t(N), stream);
+  add_sum_as_double(row_loss_f32, size_t(N), loss_sum, stream);
+  return 0.0;
 }
 
 #define ZS_INSTANTIATE(T)                                                                               \
   template double cross_entropy_forward_backward<T>(T*, T*, const T*, const int32_t*, int, int, int,    \
-                                                    float, cudaStream_t);
+                                                    float, double*, cudaStream_t);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(bf16)
 #undef ZS_INSTANTIATE

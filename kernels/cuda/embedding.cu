@@ -1,6 +1,10 @@
 // Token + position embedding, forward and backward; the position table is optional (Llama has none): a
 // null wpe adds nothing, a null dwpe gets nothing. The backward is deterministic.
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_run_length_encode.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include <algorithm>
 
 #include "kernels/cuda/common.cuh"
 
@@ -24,56 +28,55 @@ __global__ void iota_kernel(int32_t* out, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = i;
 }
 
-// A dwte row is the sum over every position holding its token. With the positions sorted by token (a
-// stable radix sort), the block at a token's first sorted position owns that token's run: its warps take
-// the run's rows in turn, lanes take columns, the warps' partial sums meet in shared memory in a fixed
-// order, and the row is rounded into dwte once. Deterministic, and a frequent token (a space in byte
-// data is a sixth of all positions) is walked by 32 warps, not serially. Atomics would vary the order
-// and, in bf16, round a running sum at every one of that token's additions.
+// A dwte row is the sum over every position holding its token. The positions are sorted by token (a
+// stable radix sort) and cut into runs of one token (run-length encoding, an exclusive scan of the run
+// lengths giving each run's first sorted position). A block takes a run at a time, grid-stride over the
+// runs, so the grid fills the GPU once whatever the number of distinct tokens: its warps take the run's
+// rows in turn, lanes take columns, the warps' partial sums meet in shared memory in a fixed order, and
+// the row is rounded into dwte once. Deterministic, and a frequent token (a space in byte data is a sixth
+// of all positions) is walked by 32 warps, not serially. Atomics would vary the order and, in bf16, round
+// a running sum at every one of that token's additions.
 constexpr int kWteThreads = 1024;
 constexpr int kWarpsPerBlock = kWteThreads / kWarpSize;
+constexpr int kWteBlocksPerSm = 2;  // 2048 resident threads per SM from sm_80 on
 
 // __launch_bounds__: the compiler must keep registers within what 1024 threads per block can have.
 template <class T>
-__global__ void __launch_bounds__(kWteThreads) wte_backward_kernel(T* dwte, const T* dout, const int32_t* sorted_tokens,
-                                    const int32_t* sorted_positions, int N, int C) {
+__global__ void __launch_bounds__(kWteThreads)
+    wte_backward_kernel(T* dwte, const T* dout, const int32_t* run_tokens, const int32_t* run_starts,
+                        const int32_t* run_lengths, const int32_t* runs, const int32_t* sorted_positions, int C) {
   __shared__ float partial[kWarpsPerBlock][kWarpSize];
-  __shared__ int run_end;
-  const int first = blockIdx.x;
-  const int32_t token = sorted_tokens[first];
-  if (first > 0 && sorted_tokens[first - 1] == token) return;  // the whole block: not a run's start
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  if (warp == 0) {
-    // The run ends at the first other token, 32 positions a probe; sorted, so a mismatch never reverts.
-    int end = first + 1;
-    for (;;) {
-      const int j = end + lane;
-      const unsigned same = __ballot_sync(0xffffffffu, j < N && sorted_tokens[j] == token);
-      if (same != 0xffffffffu) {
-        end += __ffs(~same) - 1;
-        break;
+  for (int r = blockIdx.x; r < *runs; r += gridDim.x) {
+    const int32_t token = run_tokens[r];
+    const int first = run_starts[r], end = first + run_lengths[r];
+    for (int c0 = 0; c0 < C; c0 += kWarpSize) {
+      const int c = c0 + lane;
+      float sum = 0;
+      if (c < C)
+        for (int j = first + warp; j < end; j += kWarpsPerBlock)
+          sum += to_f32(dout[size_t(sorted_positions[j]) * C + c]);
+      partial[warp][lane] = sum;
+      __syncthreads();
+      if (warp == 0 && c < C) {
+        for (int w = 1; w < kWarpsPerBlock; ++w) sum += partial[w][lane];
+        T* row = dwte + size_t(token) * C;
+        row[c] = from_f32<T>(to_f32(row[c]) + sum);
       }
-      end += kWarpSize;
+      __syncthreads();
     }
-    if (lane == 0) run_end = end;
   }
-  __syncthreads();
-  const int end = run_end;
-  for (int c0 = 0; c0 < C; c0 += kWarpSize) {
-    const int c = c0 + lane;
-    float sum = 0;
-    if (c < C)
-      for (int j = first + warp; j < end; j += kWarpsPerBlock)
-        sum += to_f32(dout[size_t(sorted_positions[j]) * C + c]);
-    partial[warp][lane] = sum;
-    __syncthreads();
-    if (warp == 0 && c < C) {
-      for (int w = 1; w < kWarpsPerBlock; ++w) sum += partial[w][lane];
-      T* row = dwte + size_t(token) * C;
-      row[c] = from_f32<T>(to_f32(row[c]) + sum);
-    }
-    __syncthreads();
-  }
+}
+
+// Blocks of the dwte kernel: at most one per position (a run each), at most what the GPU holds at once.
+unsigned wte_blocks(int N) {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    ZS_CUDA_CHECK(cudaGetDevice(&device));
+    ZS_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  return unsigned(std::max(1, std::min(N, kWteBlocksPerSm * sms)));
 }
 
 // Positions do not collide: one thread per (t, c) sums over the batch, in a fixed order.
@@ -103,23 +106,34 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, 
                         cudaStream_t stream) {
   const int N = B * Tn;
   if (N == 0 || C == 0) return;
-  // One workspace: the positions 0..N-1, the tokens and positions sorted by token, CUB's temporary storage.
-  size_t sort_bytes = 0;
-  ZS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, tokens, static_cast<int32_t*>(nullptr),
-                                                static_cast<const int32_t*>(nullptr),
-                                                static_cast<int32_t*>(nullptr), N, 0, 32, stream));
+  // One workspace: seven arrays of N ints (the positions 0..N-1, the tokens and positions sorted by token,
+  // each run's token, length and first sorted position, the number of runs) and CUB's temporary storage,
+  // as large as the largest of its three passes needs.
+  int32_t* null = nullptr;
+  size_t sort_bytes = 0, encode_bytes = 0, scan_bytes = 0;
+  ZS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, tokens, null, static_cast<const int32_t*>(null),
+                                                null, N, 0, 32, stream));
+  ZS_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(nullptr, encode_bytes, null, null, null, null, N, stream));
+  ZS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, null, null, N, stream));
+  const size_t temp_bytes = std::max({sort_bytes, encode_bytes, scan_bytes});
   const size_t ints_bytes = (size_t(N) * sizeof(int32_t) + 255) / 256 * 256;
-  Buffer scratch = workspace(3 * ints_bytes + sort_bytes, stream);
+  Buffer scratch = workspace(7 * ints_bytes + temp_bytes, stream);
   char* base = static_cast<char*>(scratch.data());
-  auto* positions = reinterpret_cast<int32_t*>(base);
-  auto* sorted_positions = reinterpret_cast<int32_t*>(base + ints_bytes);
-  auto* sorted_tokens = reinterpret_cast<int32_t*>(base + 2 * ints_bytes);
+  const auto ints = [&](int i) { return reinterpret_cast<int32_t*>(base + size_t(i) * ints_bytes); };
+  int32_t *positions = ints(0), *sorted_positions = ints(1), *sorted_tokens = ints(2), *run_tokens = ints(3),
+          *run_lengths = ints(4), *run_starts = ints(5), *runs = ints(6);
+  void* temp = base + 7 * ints_bytes;
   iota_kernel<<<grid_for(size_t(N)), kBlockSize, 0, stream>>>(positions, N);
   ZS_CUDA_CHECK_LAUNCH();
-  ZS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + 3 * ints_bytes, sort_bytes, tokens, sorted_tokens,
-                                                positions, sorted_positions, N, 0, 32, stream));
-  wte_backward_kernel<<<unsigned(N), kWteThreads, 0, stream>>>(dwte, dout, sorted_tokens, sorted_positions, N,
-                                                                C);
+  ZS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, tokens, sorted_tokens, positions,
+                                                sorted_positions, N, 0, 32, stream));
+  // The scan reads all N lengths, the kernel only the first *runs: the rest are zeroed, not left unset.
+  ZS_CUDA_CHECK(cudaMemsetAsync(run_lengths, 0, size_t(N) * sizeof(int32_t), stream));
+  ZS_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(temp, encode_bytes, sorted_tokens, run_tokens, run_lengths,
+                                                   runs, N, stream));
+  ZS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, run_lengths, run_starts, N, stream));
+  wte_backward_kernel<<<wte_blocks(N), kWteThreads, 0, stream>>>(dwte, dout, run_tokens, run_starts, run_lengths,
+                                                                 runs, sorted_positions, C);
   ZS_CUDA_CHECK_LAUNCH();
   if (!dwpe) return;
   wpe_backward_kernel<<<grid_for(size_t(Tn) * C), kBlockSize, 0, stream>>>(dwpe, dout, B, Tn, C);

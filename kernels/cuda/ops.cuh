@@ -4,8 +4,8 @@
 // and round once on store.
 //
 // Streams: every op takes a trailing `cudaStream_t stream` (default: the legacy default stream) and only
-// enqueues work on it, except the two that return a host value (cross_entropy_forward_backward,
-// sum_squares), which synchronise that stream. Every launch is followed by a cudaGetLastError check.
+// enqueues work on it, except the two that return a host value (cross_entropy_forward_backward without
+// a device loss sum, sum_squares), which synchronise that stream. Every launch is followed by a cudaGetLastError check.
 // Ops that need scratch (attention, the bias, LayerNorm and RMSNorm parameter gradients, the embedding
 // backward, the two reductions) take it from the tracking allocator as `workspace`, so cuda_init
 // (kernels/cuda/runtime.h) must have run, and they refuse non-blocking streams (see common.cuh). Needs
@@ -99,10 +99,11 @@ template <class T>
 void residual_backward(T* da, T* db, const T* dout, size_t n, cudaStream_t stream = nullptr);
 
 // One block per row; rows ld apart. dlogits may alias logits. Returns the sum of the N losses (synchronises
-// `stream`).
+// `stream`), or, given `loss_sum` (a device double), adds it there on the stream and returns 0.
 template <class T>
 double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
-                                      int V, int ld, float dloss, cudaStream_t stream = nullptr);
+                                      int V, int ld, float dloss, double* loss_sum = nullptr,
+                                      cudaStream_t stream = nullptr);
 
 // AdamW on the fp32 master shard (param, m, v) with gradients G = float or bf16. When `param_bf16` is not
 // null the kernel also writes the bf16 compute copy of the updated parameters, in the same pass.

@@ -22,11 +22,11 @@ struct Plus {
   __device__ double operator()(double a, double b) const { return a + b; }
 };
 
-// The sum over every part of transform(x): one device reduction per part into its own slot, then a
-// single wait and a single copy of the slots, added on the host in part order.
-template <class T, class Transform>
-double transform_sum(std::span<const std::span<const T>> parts, Transform transform, cudaStream_t stream) {
-  if (parts.empty()) return 0.0;
+// Queues one device reduction of transform(x) per part, each into its own double slot (an empty part's is
+// 0), and returns finish(slots) while the slots' workspace is alive.
+template <class T, class Transform, class Finish>
+auto with_part_sums(std::span<const std::span<const T>> parts, Transform transform, cudaStream_t stream,
+                    Finish&& finish) {
   const auto reduce = [&](void* temp, size_t& temp_bytes, std::span<const T> part, double* out) {
     ZS_CUDA_CHECK(cub::DeviceReduce::TransformReduce(temp, temp_bytes, part.data(), out, part.size(), Plus{},
                                                      transform, 0.0, stream));
@@ -47,14 +47,24 @@ double transform_sum(std::span<const std::span<const T>> parts, Transform transf
     size_t bytes = temp_bytes;
     if (!parts[i].empty()) reduce(temp, bytes, parts[i], slots + i);
   }
-  // Finish by polling first: a copy to pageable memory blocks in the driver, which must not happen while
-  // the stream may still wait on a collective (see synchronize_stream).
-  synchronize_stream(stream);
-  std::vector<double> host(parts.size());
-  ZS_CUDA_CHECK(cudaMemcpy(host.data(), slots, host.size() * sizeof(double), cudaMemcpyDeviceToHost));
-  double sum = 0;
-  for (double x : host) sum += x;
-  return sum;
+  return finish(static_cast<const double*>(slots));
+}
+
+// The sum over every part of transform(x): the parts' reductions, then a single wait and a single copy of
+// the slots, added on the host in part order.
+template <class T, class Transform>
+double transform_sum(std::span<const std::span<const T>> parts, Transform transform, cudaStream_t stream) {
+  if (parts.empty()) return 0.0;
+  return with_part_sums(parts, transform, stream, [&](const double* slots) {
+    // Finish by polling first: a copy to pageable memory blocks in the driver, which must not happen while
+    // the stream may still wait on a collective (see synchronize_stream).
+    synchronize_stream(stream);
+    std::vector<double> host(parts.size());
+    ZS_CUDA_CHECK(cudaMemcpy(host.data(), slots, host.size() * sizeof(double), cudaMemcpyDeviceToHost));
+    double sum = 0;
+    for (double x : host) sum += x;
+    return sum;
+  });
 }
 
 }  // namespace
@@ -67,6 +77,20 @@ double sum_squares(std::span<const std::span<const T>> parts, cudaStream_t strea
 double sum_as_double(const float* x, size_t n, cudaStream_t stream) {
   const std::span<const float> whole(x, n);
   return transform_sum(std::span(&whole, 1), Widen{}, stream);
+}
+
+namespace {
+__global__ void add_kernel(double* into, const double* value) { *into += *value; }
+}  // namespace
+
+// The sum sum_as_double would return, added on the device: the same reduction, then one addition.
+void add_sum_as_double(const float* x, size_t n, double* into, cudaStream_t stream) {
+  const std::span<const float> whole(x, n);
+  with_part_sums(std::span(&whole, 1), Widen{}, stream, [&](const double* slots) {
+    add_kernel<<<1, 1, 0, stream>>>(into, slots);
+    ZS_CUDA_CHECK_LAUNCH();
+    return 0;
+  });
 }
 
 template double sum_squares<float>(std::span<const std::span<const float>>, cudaStream_t);

@@ -150,7 +150,7 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
             {"world", world.size()},
             {"shard_group", report.shard_group},
             {"shard_group_sizes", report.shard_group_sizes},
-            {"backend", trainer.plan().comm == CommBackend::nccl ? "nccl" : world.backend()},
+            {"backend", engine.collective_world().backend()},
             {"step_ms", {{"median", median}, {"p10", percentile(ms, 0.1)}, {"p90", percentile(ms, 0.9)}, {"all", ms}}},
             {"tokens_per_s", tokens / (median / 1e3)},
             {"tflops", tflops},

@@ -34,7 +34,7 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
       std::cout << "zshard-train: " << strategy_name(plan.kind) << " on " << world.size() << " rank(s), "
                 << device_name(plan.placement.device) << " (" << dtype_flag(plan.placement.param_dtype) << " params, "
                 << dtype_flag(plan.placement.reduce_dtype) << " reduce, "
-                << (plan.comm == CommBackend::nccl ? "nccl" : "mpi") << "), " << options.model.name << ", "
+                << trainer.engine().collective_world().backend() << "), " << options.model.name << ", "
                 << num_params(trainer.model()) << " parameters, batch " << data.batch << "x" << data.seq
                 << (data.grad_accum > 1 ? " x" + std::to_string(data.grad_accum) : "") << ", "
                 << options.optimizer.steps << " steps\n";

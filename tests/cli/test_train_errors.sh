@@ -14,7 +14,7 @@ expect_failure "unknown device" 2 "--device: gpu not in" -- "$TRAIN" --device gp
 expect_failure "unknown checkpointing" 2 "--activation-checkpointing: layers not in" -- \
   "$TRAIN" --activation-checkpointing layers
 expect_one_line "unknown checkpointing" "--activation-checkpointing"
-expect_failure "bf16 on cpu" 2 "--param-dtype bf16 needs --device cuda" -- "$TRAIN" --param-dtype bf16
+expect_failure "unknown dtype" 2 "--param-dtype: fp16 not in" -- "$TRAIN" --param-dtype fp16
 expect_failure "nccl on cpu" 2 "--comm nccl needs --device cuda" -- "$TRAIN" --comm nccl
 
 # Under mpirun: rank 0 prints the line once, every rank exits non-zero, the job ends promptly.

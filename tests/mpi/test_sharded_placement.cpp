@@ -1,8 +1,7 @@
-// ShardedParams with bf16 parameters and gradients, run on the host: everything of mixed precision but
-// the bf16 arithmetic (AdamW, the sum of squares, adding bf16 shards), which the ops run on cuda only.
-// The model states follow the ZeRO paper's mixed-precision formulas, the fp32 master shards hold the
-// initial values exactly and the bf16 compute copy (resident or gathered) is their rounding, and bf16
-// gradients reduced in fp32 land converted back.
+// ShardedParams with bf16 parameters and gradients, run on the host. The model states follow the ZeRO
+// paper's mixed-precision formulas, the fp32 master shards hold the initial values exactly and the bf16
+// compute copy (resident or gathered) is their rounding, and bf16 gradients reduced in fp32 or in bf16
+// land in the owned shard, converted back or added. (Training in bf16: tests/mpi/test_mixed_precision.cpp.)
 // zshard-test-np: 1 2 3 4
 #include <gtest/gtest.h>
 
@@ -75,35 +74,37 @@ TEST(ShardedPlacement, Bf16ComputeCopyIsTheRoundedFp32Master) {
   }
 }
 
-// Every rank adds rank + 1 into every gradient element; after the fp32 reduction the owned bf16 shard
-// holds the sum over ranks (small integers, exact in bf16) and its padding stays 0. ddp and zero1 land
-// the reduced shard by conversion; the sharded strategies add it, which is bf16 arithmetic.
-TEST(ShardedPlacement, Bf16GradientsReducedInFp32) {
+// Every rank adds rank + 1 into every gradient element; after the reduction, in fp32 or in bf16, the owned
+// bf16 shard holds the sum over ranks (small integers, exact in bf16) and its padding stays 0. ddp and
+// zero1 land the reduced shard by conversion; the sharded strategies add it.
+TEST(ShardedPlacement, Bf16GradientsReducedInFp32AndBf16) {
   const int n = test::world().size(), rank = test::world().rank();
   const float sum = float(n * (n + 1) / 2);
-  for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1}) {
-    ShardedParams p(tiny_model(), test::world(), test::plan(strategy(k), kMixed), kSeed);
-    p.begin_micro_step(true);
-    for (int u = p.num_units() - 1; u >= 0; --u) {
-      for (const Tensor& g : p.grads(u)) {
-        ASSERT_EQ(g.dtype(), DType::bf16);
-        std::fill_n(g.data<bf16>(), g.numel(), bf16(float(rank + 1)));
+  for (DType reduce : {DType::f32, DType::bf16})
+    for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3,
+                           StrategyKind::hybrid}) {
+      ShardedParams p(tiny_model(), test::world(), test::plan(strategy(k), {Device::cpu, DType::bf16, reduce}), kSeed);
+      p.begin_micro_step(true);
+      for (int u = p.num_units() - 1; u >= 0; --u) {
+        for (const Tensor& g : p.grads(u)) {
+          ASSERT_EQ(g.dtype(), DType::bf16);
+          std::fill_n(g.data<bf16>(), g.numel(), bf16(float(rank + 1)));
+        }
+        p.grads_ready(u);
       }
-      p.grads_ready(u);
-    }
-    p.end_micro_step();
-    for (int u = 0; u < p.num_units(); ++u) {
-      const FlatLayout& layout = p.layout(u);
-      const Tensor owned = p.owned_grads(u);
-      ASSERT_EQ(owned.dtype(), DType::bf16);
-      int64_t wrong = 0;
-      for (int64_t j = 0; j < owned.numel(); ++j) {
-        const bool real = layout.shard_begin(p.shard_index()) + j < layout.numel();
-        wrong += float(owned.data<bf16>()[j]) != (real ? sum : 0.0f);
+      p.end_micro_step();
+      for (int u = 0; u < p.num_units(); ++u) {
+        const FlatLayout& layout = p.layout(u);
+        const Tensor owned = p.owned_grads(u);
+        ASSERT_EQ(owned.dtype(), DType::bf16);
+        int64_t wrong = 0;
+        for (int64_t j = 0; j < owned.numel(); ++j) {
+          const bool real = layout.shard_begin(p.shard_index()) + j < layout.numel();
+          wrong += float(owned.data<bf16>()[j]) != (real ? sum : 0.0f);
+        }
+        EXPECT_EQ(wrong, 0) << strategy_name(k) << " reduce " << dtype_name(reduce) << " unit " << u;
       }
-      EXPECT_EQ(wrong, 0) << strategy_name(k) << " unit " << u;
     }
-  }
 }
 
 }  // namespace

@@ -18,7 +18,9 @@
 namespace zshard {
 namespace {
 
+using test::describe;
 using test::RunResult;
+using test::strategies_for;
 
 constexpr double kTolerance = 1e-5;
 
@@ -28,32 +30,6 @@ void expect_same_run(const RunResult& got, const RunResult& want, const std::str
     EXPECT_LE(std::abs(got.losses[s] - want.losses[s]) / std::abs(want.losses[s]), kTolerance)
         << what << ": loss of step " << s + 1 << " is " << got.losses[s] << ", want " << want.losses[s];
   EXPECT_LE(test::max_rel_diff(got.params, want.params), kTolerance) << what << ": final parameters";
-}
-
-std::vector<StrategyOptions> strategies_for(int world) {
-  std::vector<StrategyOptions> out;
-  for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
-    out.push_back({k, {}, true, 2});
-  out.push_back({StrategyKind::zero3, {}, false, 2});  // keep gathered params until backward
-  // hybrid with every group size that divides the world (G = 1 and G = world are the corner cases)
-  for (int g = 1; g <= world; ++g)
-    if (world % g == 0) out.push_back({StrategyKind::hybrid, ShardGroupRequest::equal(g), true, 2});
-  // hybrid with groups of unequal sizes (a node of 2 beside a node of 1; groups of 1 beside one of 2, whose
-  // shards each span two of the others' pieces)
-  if (world == 3) out.push_back({StrategyKind::hybrid, ShardGroupRequest::list({2, 1}), true, 2});
-  if (world == 4) {
-    out.push_back({StrategyKind::hybrid, ShardGroupRequest::list({3, 1}), true, 2});
-    out.push_back({StrategyKind::hybrid, ShardGroupRequest::list({1, 2, 1}), true, 2});
-  }
-  return out;
-}
-
-std::string describe(const StrategyOptions& s) {
-  std::string d(strategy_name(s.kind));
-  if (s.kind == StrategyKind::hybrid)
-    d += " G=" + s.shard_group.text();
-  if (!s.reshard_after_forward) d += " no-reshard";
-  return d;
 }
 
 // The runtime has no case for any model: every small model of the registry goes through the same tests.
@@ -201,7 +177,8 @@ TEST(StrategyParity, RecomputeChangesNoBit) {
 
 // An offloaded optimizer runs the same AdamW on a master of its own, copied into the fp32 compute copy.
 // With ZSHARD_TEST_OFFLOAD_COPIES=1 the host gradients are buffers of their own, copied as each unit's
-// reduction lands, as on a GPU; with two micro-steps only the second one's reductions are final.
+// reduction lands, as on a GPU; with two micro-steps only the second one's reductions are final. With
+// ZSHARD_TEST_COPY_STREAM=async the copies run on a thread of their own, later than queued, as on a GPU.
 TEST(StrategyParity, OffloadedOptimizerChangesNoBit) {
   for (const std::string& model : kModels)
     for (const StrategyOptions& s : strategies_for(test::world().size()))
@@ -213,12 +190,15 @@ TEST(StrategyParity, OffloadedOptimizerChangesNoBit) {
         const RunResult want = test::train(plain, test::world());
         TrainOptions offloaded = plain;
         offloaded.plan.placement.offload_optimizer = true;
-        for (const bool copies : {false, true}) {
-          if (copies) setenv("ZSHARD_TEST_OFFLOAD_COPIES", "1", 1);
+        for (const int copies : {0, 1, 2}) {  // at once into the gradients, at once, on a thread
+          if (copies > 0) setenv("ZSHARD_TEST_OFFLOAD_COPIES", "1", 1);
+          if (copies > 1) setenv("ZSHARD_TEST_COPY_STREAM", "async", 1);
           const RunResult got = test::train(offloaded, test::world());
           unsetenv("ZSHARD_TEST_OFFLOAD_COPIES");
+          unsetenv("ZSHARD_TEST_COPY_STREAM");
           const std::string what = model + " " + describe(s) + " grad-accum " + std::to_string(accum) +
-                                   " offload optimizer" + (copies ? " with host copies" : "");
+                                   " offload optimizer" + (copies > 0 ? " with host copies" : "") +
+                                   (copies > 1 ? " on a thread" : "");
           EXPECT_EQ(got.losses, want.losses) << what;
           EXPECT_EQ(got.grad_norms, want.grad_norms) << what;
           EXPECT_EQ(got.params, want.params) << what;

@@ -54,4 +54,30 @@ RunResult train_single_process(const TrainOptions& options) {
   return train(single, self);
 }
 
+std::vector<StrategyOptions> strategies_for(int world) {
+  std::vector<StrategyOptions> out;
+  for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
+    out.push_back({k, {}, true, 2});
+  out.push_back({StrategyKind::zero3, {}, false, 2});  // keep gathered params until backward
+  // hybrid with every group size that divides the world (G = 1 and G = world are the corner cases)
+  for (int g = 1; g <= world; ++g)
+    if (world % g == 0) out.push_back({StrategyKind::hybrid, ShardGroupRequest::equal(g), true, 2});
+  // hybrid with groups of unequal sizes (a node of 2 beside a node of 1; groups of 1 beside one of 2, whose
+  // shards each span two of the others' pieces)
+  if (world == 3) out.push_back({StrategyKind::hybrid, ShardGroupRequest::list({2, 1}), true, 2});
+  if (world == 4) {
+    out.push_back({StrategyKind::hybrid, ShardGroupRequest::list({3, 1}), true, 2});
+    out.push_back({StrategyKind::hybrid, ShardGroupRequest::list({1, 2, 1}), true, 2});
+  }
+  return out;
+}
+
+std::string describe(const StrategyOptions& s) {
+  std::string d(strategy_name(s.kind));
+  if (s.kind == StrategyKind::hybrid)
+    d += " G=" + s.shard_group.text();
+  if (!s.reshard_after_forward) d += " no-reshard";
+  return d;
+}
+
 }  // namespace zshard::test

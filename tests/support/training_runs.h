@@ -1,6 +1,7 @@
 // Running short training jobs in-process, for the parity tests: the same options on a world of one
 // (the reference) and on the MPI world under any strategy.
 #pragma once
+#include <string>
 #include <vector>
 
 #include <zshard/communicator.h>
@@ -23,5 +24,12 @@ TrainOptions tiny_options(int steps);
 RunResult train(const TrainOptions& options, comm::Communicator& comm);
 // The single-process reference run of the same options.
 RunResult train_single_process(const TrainOptions& options);
+
+// Every strategy a world of `world` ranks can run, the corner cases included: ddp, zero1/2/3, zero3 keeping
+// gathered parameters until backward, hybrid with every group size that divides the world, and at 3 and 4
+// ranks hybrid with groups of unequal sizes.
+std::vector<StrategyOptions> strategies_for(int world);
+// "zero3 no-reshard", "hybrid G=2", "hybrid G=1,2,1"...
+std::string describe(const StrategyOptions& s);
 
 }  // namespace zshard::test

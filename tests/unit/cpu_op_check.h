@@ -13,6 +13,8 @@
 #include <random>
 #include <vector>
 
+#include <zshard/dtype.h>
+
 #include "tests/support/test_support.h"
 
 namespace zshard::test {
@@ -36,6 +38,26 @@ template <class To, class From>
 Arrays<To> convert(const Arrays<From>& x) {
   Arrays<To> out;
   for (const auto& a : x) out.push_back(convert<To>(a));
+  return out;
+}
+
+// acc += x, as a backward accumulates: for bf16 in fp32, rounded once.
+template <class T>
+void add_into(T& acc, T x) {
+  acc += x;
+}
+inline void add_into(bf16& acc, bf16 x) { acc = bf16(float(acc) + float(x)); }
+
+inline std::vector<float> widen(const std::vector<bf16>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = float(x[i]);
+  return out;
+}
+
+// The values bf16 can hold nearest to x.
+inline std::vector<float> bf16_values(const std::vector<double>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = float(bf16(float(x[i])));
   return out;
 }
 
@@ -113,6 +135,28 @@ void expect_float_matches_double(const Case& c, double tolerance = 1e-5, unsigne
   c.template backward<float>(in_f, convert<float>(dout_d), grads_f);
   for (size_t a = 0; a < in_d.size(); ++a)
     EXPECT_LE(max_rel_diff(convert<double>(grads_f[a]), grads_d[a]), tolerance) << "gradient of input " << a;
+}
+
+// The bf16 instantiation against the float one on the same inputs, values bf16 holds, so that only the
+// bf16 op's own roundings (of its outputs, and of what it stores between its steps) differ: the forward
+// output, and every input gradient accumulated onto the same random starting values, by max_rel_diff.
+template <class Case>
+void expect_bf16_matches_float(const Case& c, double tolerance, unsigned seed = 3) {
+  std::mt19937 rng(seed);
+  Arrays<float> in_f;
+  for (const std::vector<double>& a : random_inputs(c, rng)) in_f.push_back(bf16_values(a));
+  const Arrays<bf16> in_b = convert<bf16>(in_f);
+  const std::vector<float> out_f = c.template forward<float>(in_f);
+  EXPECT_LE(max_rel_diff(widen(c.template forward<bf16>(in_b)), out_f), tolerance) << "bf16 forward output";
+
+  const std::vector<float> dout_f = bf16_values(random_vector(out_f.size(), rng));
+  Arrays<float> grads_f;
+  for (size_t n : c.input_sizes()) grads_f.push_back(bf16_values(random_vector(n, rng)));
+  Arrays<bf16> grads_b = convert<bf16>(grads_f);
+  c.template backward<float>(in_f, dout_f, grads_f);
+  c.template backward<bf16>(in_b, convert<bf16>(dout_f), grads_b);
+  for (size_t a = 0; a < in_f.size(); ++a)
+    EXPECT_LE(max_rel_diff(widen(grads_b[a]), grads_f[a]), tolerance) << "bf16 gradient of input " << a;
 }
 
 }  // namespace zshard::test

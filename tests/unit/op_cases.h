@@ -1,6 +1,7 @@
 // Every op's test case (tests/unit/cpu_op_check.h: the differentiable inputs, forward, and a backward that
 // accumulates), one per op of ops::, used by the op-by-backend table (test_backend_ops.cpp) and by the
-// op files' own forward checks. Odd sizes by default.
+// op files' own forward checks. Odd sizes by default. T is double, float or bf16 (whose statistics and
+// scalars are Compute<T>, fp32).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -11,6 +12,7 @@
 namespace zshard::cpu {
 
 using test::Arrays;
+using test::add_into;
 
 struct EmbeddingCase {
   int B = 2, Tn = 5, C = 8, V = 11;
@@ -33,8 +35,10 @@ struct LayerNormCase {
   int N = 10, C = 8;
   std::vector<size_t> input_sizes() const { return {size_t(N) * C, size_t(C), size_t(C)}; }
   template <class T>
-  std::vector<T> forward(const Arrays<T>& in, std::vector<T>* mean = nullptr, std::vector<T>* rstd = nullptr) const {
-    std::vector<T> out(size_t(N) * C), mu(N), rs(N);
+  std::vector<T> forward(const Arrays<T>& in, std::vector<Compute<T>>* mean = nullptr,
+                         std::vector<Compute<T>>* rstd = nullptr) const {
+    std::vector<T> out(size_t(N) * C);
+    std::vector<Compute<T>> mu(N), rs(N);
     layernorm_forward(out.data(), mu.data(), rs.data(), in[0].data(), in[1].data(), in[2].data(), N, C);
     if (mean) *mean = mu;
     if (rstd) *rstd = rs;
@@ -42,7 +46,7 @@ struct LayerNormCase {
   }
   template <class T>
   void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
-    std::vector<T> mean, rstd;
+    std::vector<Compute<T>> mean, rstd;
     forward(in, &mean, &rstd);
     layernorm_backward(g[0].data(), g[1].data(), g[2].data(), dout.data(), in[0].data(), in[1].data(),
                        mean.data(), rstd.data(), N, C);
@@ -109,13 +113,14 @@ struct CrossEntropyCase {
   template <class T>
   std::vector<T> forward(const Arrays<T>& in) const {
     std::vector<T> losses(N);
-    return {T(cross_entropy_forward_backward<T>(nullptr, losses.data(), in[0].data(), targets.data(), N, V, V, T(0)))};
+    return {T(cross_entropy_forward_backward<T>(nullptr, losses.data(), in[0].data(), targets.data(), N, V, V, 0))};
   }
   template <class T>
   void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
     std::vector<T> dlogits(size_t(N) * V), losses(N);
-    cross_entropy_forward_backward(dlogits.data(), losses.data(), in[0].data(), targets.data(), N, V, V, dout[0]);
-    for (size_t i = 0; i < dlogits.size(); ++i) g[0][i] += dlogits[i];
+    cross_entropy_forward_backward(dlogits.data(), losses.data(), in[0].data(), targets.data(), N, V, V,
+                                   Compute<T>(dout[0]));
+    for (size_t i = 0; i < dlogits.size(); ++i) add_into(g[0][i], dlogits[i]);
   }
 };
 
@@ -142,15 +147,16 @@ struct RmsNormCase {
   int N = 7, C = 13;
   std::vector<size_t> input_sizes() const { return {size_t(N) * C, size_t(C)}; }
   template <class T>
-  std::vector<T> forward(const Arrays<T>& in, std::vector<T>* rstd = nullptr) const {
-    std::vector<T> out(size_t(N) * C), rs(N);
+  std::vector<T> forward(const Arrays<T>& in, std::vector<Compute<T>>* rstd = nullptr) const {
+    std::vector<T> out(size_t(N) * C);
+    std::vector<Compute<T>> rs(N);
     rmsnorm_forward(out.data(), rs.data(), in[0].data(), in[1].data(), N, C, 1e-5f);
     if (rstd) *rstd = rs;
     return out;
   }
   template <class T>
   void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
-    std::vector<T> rstd;
+    std::vector<Compute<T>> rstd;
     forward(in, &rstd);
     rmsnorm_backward(g[0].data(), g[1].data(), dout.data(), in[0].data(), in[1].data(), rstd.data(), N, C);
   }
@@ -171,7 +177,7 @@ struct RopeCase {
   void backward(const Arrays<T>&, const std::vector<T>& dout, Arrays<T>& g) const {
     std::vector<T> d = dout;
     rope_backward(d.data(), B, Tn, NH, HS, theta);
-    for (size_t i = 0; i < d.size(); ++i) g[0][i] += d[i];
+    for (size_t i = 0; i < d.size(); ++i) add_into(g[0][i], d[i]);
   }
 };
 

@@ -1,7 +1,7 @@
 // Every op of ops:: on every backend from one table, in the spirit of ggml's test-backend-ops. A row names
 // the ops it covers, the case whose backward is checked against central finite differences in double and
-// whose float run is checked against the double one on the CPU, and the CUDA test that compares the op
-// with the CPU (tests/unit/test_cuda_ops.cpp; skipped without a GPU). Ops that are not differentiable
+// whose float and bf16 runs are checked against the double and float ones on the CPU, and the CUDA test
+// that compares the op with the CPU (tests/unit/test_cuda_ops.cpp; skipped without a GPU). Ops that are not differentiable
 // name the CPU test that checks them against a reference instead. An op declared in <zshard/ops.h> or
 // kernels/engine_ops.h without a row fails EveryOpHasARow.
 #include <gtest/gtest.h>
@@ -26,13 +26,13 @@ struct GemmCase {
   template <class T>
   std::vector<T> forward(const Arrays<T>& in) const {
     std::vector<T> y(size_t(M) * N);
-    gemm<T>(false, true, M, N, K, T(1), in[0].data(), K, in[1].data(), K, T(0), y.data(), N);
+    gemm<T>(false, true, M, N, K, 1, in[0].data(), K, in[1].data(), K, 0, y.data(), N);
     return y;
   }
   template <class T>
   void backward(const Arrays<T>& in, const std::vector<T>& dy, Arrays<T>& g) const {
-    gemm<T>(false, false, M, K, N, T(1), dy.data(), N, in[1].data(), K, T(1), g[0].data(), K);  // dA += dy @ B
-    gemm<T>(true, false, N, K, M, T(1), dy.data(), N, in[0].data(), K, T(1), g[1].data(), K);   // dB += dy^T @ A
+    gemm<T>(false, false, M, K, N, 1, dy.data(), N, in[1].data(), K, 1, g[0].data(), K);  // dA += dy @ B
+    gemm<T>(true, false, N, K, M, 1, dy.data(), N, in[0].data(), K, 1, g[1].data(), K);   // dB += dy^T @ A
   }
 };
 
@@ -44,11 +44,18 @@ struct Row {
   std::string cuda_test;             // the CUDA comparison with the CPU
 };
 
+// The CPU's bf16 ops against its fp32 ones on the same bf16 inputs. Each output rounded once is within half
+// a bf16 ulp (2^-9, 2e-3) of the fp32 value, measured against the output's largest element; attention
+// rounds its scores, probabilities and score gradients too, a chain of a few such roundings, and sums
+// over many rounded terms cancel little at these sizes: 1e-2. A wrong index or a lost accumulation is O(1).
+constexpr double kBf16Tolerance = 1e-2;
+
 template <class Case>
 std::function<void()> checks(Case c) {
   return [c] {
     test::expect_backward_matches_finite_differences(c);
     test::expect_float_matches_double(c);
+    test::expect_bf16_matches_float(c, kBf16Tolerance);
   };
 }
 

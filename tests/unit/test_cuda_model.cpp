@@ -1,6 +1,7 @@
 // GPT-2 computing on the GPU against the same model on the CPU in fp32: the loss and every gradient, in
-// fp32 and in bf16 on the device. Without a GPU (or a CUDA build) those tests skip; the refusal of the
-// dtype/device pairs the model has no kernels for runs everywhere.
+// fp32 and in bf16 on the device. Without a GPU (or a CUDA build) those tests skip; the CPU's own bf16
+// against its fp32, held to the GPU's bf16 tolerance, and the refusal of the dtype/device pairs the
+// model has no kernels for run everywhere.
 //
 // Gradient measure, per parameter tensor: max_i |gpu_i - cpu_i| / max_i |cpu_i| (test::max_rel_diff),
 // the error relative to the tensor's scale, so that near-zero elements do not dominate.
@@ -16,12 +17,12 @@
 #include <zshard/error.h>
 #include <zshard/testing.h>
 
+#include "kernels/allocator.h"
 #include "models/gpt2.h"
 #include "tests/support/test_support.h"
 
 #ifdef ZSHARD_WITH_CUDA
-#include "kernels/allocator.h"
-#include "kernels/cuda/runtime.h"
+#include "tests/support/gpu_test.h"
 #endif
 
 namespace zshard {
@@ -61,15 +62,13 @@ TEST(CudaModel, UnsupportedPairsNameDtypeAndDevice) {
   GPT2 model(small());
   const std::vector<int32_t> tokens = random_tokens(kB * kT, small().vocab, 24);
   for (const auto& [device, dtype, part] : {std::tuple{Device::cuda, DType::f64, "not in f64 on cuda"},
-                                            std::tuple{Device::cpu, DType::bf16, "not in bf16 on cpu"},
+                                            std::tuple{Device::cpu, DType::f16, "not in f16 on cpu"},
                                             std::tuple{Device::cuda, DType::f16, "not in f16 on cuda"}}) {
     Claims ctx(device, dtype);
     EXPECT_THAT(test::error_of([&] { model.forward(ctx, {tokens.data(), tokens.data(), kB, kT}); }),
                 HasSubstr(part));
   }
 }
-
-#ifdef ZSHARD_WITH_CUDA
 
 using test::max_rel_diff;
 
@@ -88,31 +87,19 @@ constexpr Tolerance kF32{1e-5, 1e-4};
 // whose errors are of order 1, still fails.
 constexpr Tolerance kBf16{2e-2, 1e-1};
 
-// Skips without a GPU; otherwise selects device 0 once (allocator and copy hooks included).
-bool gpu_ready() {
-  static const bool ready = [] {
-    if (!cuda::cuda_available()) return false;
-    cuda::cuda_init(0);
-    return true;
-  }();
-  return ready;
-}
-#define ZS_REQUIRE_GPU() \
-  if (!gpu_ready()) GTEST_SKIP() << "no CUDA device"
-
-int64_t live_cuda_activation_bytes() {
-  return Allocator::of(Device::cuda).stats().live[int(Category::activations)];
+int64_t live_activation_bytes(Device device) {
+  return Allocator::of(device).stats().live[int(Category::activations)];
 }
 
-// The same initial parameters on the CPU in fp32 and on the GPU in `dtype`: forward_backward on each
-// (twice on the GPU, zeroing the grads in between, so that the second pass reuses the activations and
+// The same initial parameters on the CPU in fp32 and on `where` in `dtype`: forward_backward on each
+// (twice on `where`, zeroing the grads in between, so that the second pass reuses the activations and
 // token buffers), then forward. Losses and every gradient within `tol` of the CPU's.
-void expect_gpu_matches_cpu(DType dtype, Tolerance tol) {
+void expect_matches_cpu_fp32(Device where, DType dtype, Tolerance tol) {
   const GPT2Config config = small();
   GPT2 cpu_model(config), gpu_model(config);
   LocalParams host(cpu_model, DType::f32);
   host.init(cpu_model, 21);
-  LocalParams device(gpu_model, dtype, Device::cuda);
+  LocalParams device(gpu_model, dtype, where);
   device.copy_params_from(host);
   const std::vector<int32_t> inputs = random_tokens(kB * kT, config.vocab, 22);
   const std::vector<int32_t> targets = random_tokens(kB * kT, config.vocab, 23);
@@ -120,7 +107,7 @@ void expect_gpu_matches_cpu(DType dtype, Tolerance tol) {
 
   const double want = cpu_model.forward_backward(host, batch, 1.0f);
   ASSERT_TRUE(std::isfinite(want));
-  const int64_t before = live_cuda_activation_bytes();
+  const int64_t before = live_activation_bytes(where);
   const std::vector<UnitSpec> units = gpu_model.units();
   for (int pass = 0; pass < 2; ++pass) {
     SCOPED_TRACE(pass);
@@ -134,17 +121,22 @@ void expect_gpu_matches_cpu(DType dtype, Tolerance tol) {
   }
   EXPECT_NEAR(gpu_model.forward(device, batch), cpu_model.forward(host, batch), tol.loss * std::abs(want));
   // What the device holds for activations, token buffers included, is what activation_bytes says.
-  EXPECT_EQ(live_cuda_activation_bytes() - before, gpu_model.activation_bytes(kB, kT, dtype));
+  EXPECT_EQ(live_activation_bytes(where) - before, gpu_model.activation_bytes(kB, kT, dtype));
 }
+
+// The CPU's bf16 path, which rounds where the GPU's does, within the GPU's bf16 tolerance of fp32.
+TEST(CudaModel, CpuBf16MatchesCpuFp32) { expect_matches_cpu_fp32(Device::cpu, DType::bf16, kBf16); }
+
+#ifdef ZSHARD_WITH_CUDA
 
 TEST(CudaModel, Fp32MatchesCpu) {
   ZS_REQUIRE_GPU();
-  expect_gpu_matches_cpu(DType::f32, kF32);
+  expect_matches_cpu_fp32(Device::cuda, DType::f32, kF32);
 }
 
 TEST(CudaModel, Bf16MatchesCpuFp32) {
   ZS_REQUIRE_GPU();
-  expect_gpu_matches_cpu(DType::bf16, kBf16);
+  expect_matches_cpu_fp32(Device::cuda, DType::bf16, kBf16);
 }
 
 #else

@@ -23,6 +23,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/runtime.h"
+#include "tests/support/gpu_test.h"
 #include "tests/support/test_support.h"
 
 namespace zshard::cuda {
@@ -111,18 +112,6 @@ void expect_close(const Vec& got, const Vec& want, double tol, const char* what)
   ASSERT_EQ(got.size(), want.size()) << what;
   EXPECT_LE(test::max_rel_diff(got, want), tol) << what;
 }
-
-// Skips without a GPU; otherwise selects device 0 once (allocator and copy hooks included).
-bool gpu_ready() {
-  static const bool ready = [] {
-    if (!cuda_available()) return false;
-    cuda_init(0);
-    return true;
-  }();
-  return ready;
-}
-#define ZS_REQUIRE_GPU() \
-  if (!gpu_ready()) GTEST_SKIP() << "no CUDA device"
 
 std::vector<int32_t> random_ints(size_t n, int hi, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> dist(0, hi - 1);
@@ -361,6 +350,19 @@ void check_cross_entropy(bool in_place) {
   expect_close(in_place ? d_logits.host() : d_dlogits.host(), dlogits, tolerance<T>(), "dlogits");
   // The sum comes from fp32 row losses whatever T is, so bf16 logits still give an fp32-exact sum.
   EXPECT_NEAR(total, want, kF32Tolerance * std::abs(want)) << "loss sum";
+  // Added to a device double instead, without a host wait: the same sum, bit for bit.
+  double* d_sum = nullptr;
+  ZS_CUDA_CHECK(cudaMalloc(&d_sum, sizeof(double)));
+  const double start = 0.5;
+  ZS_CUDA_CHECK(cudaMemcpy(d_sum, &start, sizeof start, cudaMemcpyHostToDevice));
+  DeviceArray<T> d_logits2(logits);
+  EXPECT_EQ(cross_entropy_forward_backward(in_place ? d_logits2.get() : d_dlogits.get(), d_losses.get(),
+                                           d_logits2.get(), d_targets.get(), N, V, ld, dloss, d_sum),
+            0.0);
+  double added = 0;
+  ZS_CUDA_CHECK(cudaMemcpy(&added, d_sum, sizeof added, cudaMemcpyDeviceToHost));
+  cudaFree(d_sum);
+  EXPECT_EQ(added, start + total) << "loss sum added on the device";
 }
 
 template <class G>
@@ -402,6 +404,8 @@ TEST(CudaOps, Embedding) { ZS_REQUIRE_GPU(); check_embedding<float>(3, 7, 13); }
 TEST(CudaOps, EmbeddingBf16) { ZS_REQUIRE_GPU(); check_embedding<bf16>(3, 7, 13); }
 TEST(CudaOps, EmbeddingFrequentTokens) { ZS_REQUIRE_GPU(); check_embedding<float>(8, 64, 3); }
 TEST(CudaOps, EmbeddingFrequentTokensBf16) { ZS_REQUIRE_GPU(); check_embedding<bf16>(8, 64, 3); }
+// More distinct tokens than the dwte kernel's blocks: each block takes several runs in turn.
+TEST(CudaOps, EmbeddingManyDistinctTokens) { ZS_REQUIRE_GPU(); check_embedding<float>(4, 1024, 50257); }
 TEST(CudaOps, EmbeddingWithoutPositions) { ZS_REQUIRE_GPU(); check_embedding<float>(3, 7, 13, false); }
 TEST(CudaOps, EmbeddingWithoutPositionsBf16) { ZS_REQUIRE_GPU(); check_embedding<bf16>(3, 7, 13, false); }
 TEST(CudaOps, LayerNorm) { ZS_REQUIRE_GPU(); check_layernorm<float>(11); }

@@ -214,9 +214,9 @@ class WithoutRecompute final : public Model {
 };
 
 // --offload optimizer: master, m and v (12 bytes per owned parameter) in host memory, which on the cpu is
-// the device's and counts in its total; on a GPU the host also holds a copy of the owned gradients and
-// none of it counts in the device's total. ZeRO-Offload's split has the same host bytes and keeps no
-// gradients on the device.
+// the device's and counts in its total; with bf16 gradients, or on a GPU, the host also holds a copy of
+// the owned gradients, and on a GPU none of it counts in the device's total. ZeRO-Offload's split has the
+// same host bytes and keeps no gradients on the device.
 TEST(MemoryEstimator, OffloadedOptimizerIsHostMemory) {
   EstimateInput in;
   in.params = 1'000'000;
@@ -225,9 +225,12 @@ TEST(MemoryEstimator, OffloadedOptimizerIsHostMemory) {
   in.plan.placement.offload_optimizer = true;
   const MemoryEstimate cpu = estimate_memory(in);
   EXPECT_EQ(cpu.model_states.optimizer, 0);
-  EXPECT_EQ(cpu.model_states.host, 12 * 250'000);
+  EXPECT_EQ(cpu.model_states.host, (12 + 2) * 250'000);
   EXPECT_EQ(cpu.host_apart(), 0);
   EXPECT_EQ(cpu.total(), cpu.model_states.total());
+  in.plan.placement.param_dtype = DType::f32;
+  EXPECT_EQ(estimate_memory(in).model_states.host, 12 * 250'000);
+  in.plan.placement.param_dtype = DType::bf16;
   in.plan.placement.device = Device::cuda;
   const MemoryEstimate gpu = estimate_memory(in);
   EXPECT_EQ(gpu.model_states.host, (12 + 2) * 250'000);

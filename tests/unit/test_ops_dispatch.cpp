@@ -1,5 +1,6 @@
 // The device-dispatched ops (<zshard/ops.h>) without a GPU: the host bf16 type, that ops:: on cpu is
-// exactly the CPU reference, the f32<->bf16 conversion on cpu, and the errors for pairings that cannot run.
+// exactly the CPU reference, the f32<->bf16 conversion on cpu, bf16 on the cpu rounding where the CUDA
+// kernels store, and the errors for pairings that cannot run.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -119,14 +120,66 @@ TEST(OpsDispatch, SumSquaresAddsEveryPart) {
   EXPECT_EQ(ops::sum_squares<double>(Device::cpu, {}), 0.0);
 }
 
-TEST(OpsDispatch, UnsupportedPairingsNameTheOp) {
-  std::vector<bf16> h(4);
-  EXPECT_THAT(error_of([&] { ops::gelu_forward(Device::cpu, h.data(), h.data(), h.size()); }),
-              HasSubstr("gelu_forward: bf16 is computed on cuda only"));
-  const std::vector<std::span<const bf16>> parts{h};
-  EXPECT_THAT(error_of([&] { ops::sum_squares<bf16>(Device::cpu, parts); }),
-              HasSubstr("sum_squares: bf16 is computed on cuda only"));
+std::vector<bf16> to_bf16(const std::vector<float>& x) { return std::vector<bf16>(x.begin(), x.end()); }
+std::vector<float> to_float(const std::vector<bf16>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = float(x[i]);
+  return out;
+}
+std::vector<uint16_t> bits(const std::vector<bf16>& x) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = x[i].bits;
+  return out;
+}
+
+// bf16 through ops:: on the cpu: the fp32 result rounded once where a CUDA kernel stores (an element-wise
+// op, axpy), and where the CUDA path stores twice, twice (a linear layer's GEMM output, then the bias
+// added to it). Bit for bit, since both sides compute the same fp32 values here.
+TEST(OpsDispatch, Bf16OnCpuRoundsWhereTheCudaKernelsStore) {
+  const int N = 5, C = 12, OC = 7;
+  const std::vector<bf16> x = to_bf16(random_values<float>(size_t(N) * C, 11));
+  const std::vector<bf16> w = to_bf16(random_values<float>(size_t(C) * OC, 12));
+  const std::vector<bf16> b = to_bf16(random_values<float>(OC, 13));
+
+  std::vector<bf16> gelu(x.size());
+  ops::gelu_forward(Device::cpu, gelu.data(), x.data(), x.size());
+  std::vector<float> gelu_f(x.size());
+  cpu::gelu_forward(gelu_f.data(), to_float(x).data(), x.size());
+  EXPECT_EQ(bits(gelu), bits(to_bf16(gelu_f)));
+
+  std::vector<bf16> y = to_bf16(random_values<float>(x.size(), 14)), want(y.size());
+  for (size_t i = 0; i < y.size(); ++i) want[i] = bf16(float(y[i]) + -0.75f * float(x[i]));
+  ops::axpy(Device::cpu, y.data(), x.data(), -0.75f, y.size());
+  EXPECT_EQ(bits(y), bits(want));
+
+  std::vector<bf16> out(size_t(N) * OC);
+  ops::linear_forward(Device::cpu, out.data(), x.data(), w.data(), b.data(), N, C, OC);
+  std::vector<float> product(out.size());
+  cpu::gemm<float>(false, false, N, OC, C, 1, to_float(x).data(), C, to_float(w).data(), OC, 0, product.data(), OC);
+  std::vector<bf16> expected(out.size());
+  for (size_t i = 0; i < product.size(); ++i) expected[i] = bf16(float(bf16(product[i])) + float(b[i % OC]));
+  EXPECT_EQ(bits(out), bits(expected));
+
+  const std::vector<std::span<const bf16>> parts{x};
+  double squares = 0;
+  for (bf16 v : x) squares += double(float(v)) * double(float(v));
+  EXPECT_NEAR(ops::sum_squares<bf16>(Device::cpu, parts), squares, 1e-12 * squares);
   EXPECT_NO_THROW(ops::synchronize(Device::cpu));
+}
+
+// With a loss sum to add to, cross-entropy returns 0 and adds there what it would have returned.
+TEST(OpsDispatch, CrossEntropyAddsItsSumWhereAsked) {
+  const int N = 4, V = 9;
+  const std::vector<bf16> logits = to_bf16(random_values<float>(size_t(N) * V, 15));
+  const std::vector<int32_t> targets = {0, 8, 3, 3};
+  std::vector<bf16> losses(N);
+  const double returned = ops::cross_entropy_forward_backward<bf16>(Device::cpu, nullptr, losses.data(),
+                                                                    logits.data(), targets.data(), N, V, V, 1.f);
+  double sum = 0.25;
+  EXPECT_EQ(ops::cross_entropy_forward_backward<bf16>(Device::cpu, nullptr, losses.data(), logits.data(),
+                                                      targets.data(), N, V, V, 1.f, &sum),
+            0.0);
+  EXPECT_EQ(sum, 0.25 + returned);
 }
 
 // Both checks run before anything touches the device, so they hold on a machine without a GPU.

@@ -68,9 +68,9 @@ void add_plan_flags(CLI::App& app, PlanOptions& o) {
   const Choices<DType> dtypes = {{std::string(dtype_flag(DType::f32)), DType::f32},
                                  {std::string(dtype_flag(DType::bf16)), DType::bf16}};
   add_choice(app, "--param-dtype", o.placement.param_dtype, dtypes,
-             "parameters and gradients: fp32, or bf16 (cuda) with an fp32 master copy and Adam state");
+             "parameters and gradients: fp32, or bf16 with an fp32 master copy and Adam state");
   add_choice(app, "--reduce-dtype", o.placement.reduce_dtype, dtypes,
-             "dtype of the gradient collectives: fp32, or bf16 (cuda; half the traffic)");
+             "dtype of the gradient collectives: fp32, or bf16 (half the traffic)");
   add_choice<CommBackend>(app, "--comm", o.comm, {{"mpi", CommBackend::mpi}, {"nccl", CommBackend::nccl}},
                           "collectives: mpi, or nccl (cuda) [default: nccl on cuda, mpi on cpu]");
   add_offload_flag(app, o.placement.offload_optimizer);

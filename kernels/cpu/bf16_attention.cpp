@@ -1,0 +1,71 @@
+// bf16 causal attention as the CUDA twin computes it (kernels/cuda/attention.cu): the same plan of GEMMs and
+// softmax passes (kernels/causal_blocks.h), each GEMM a bf16 GEMM with fp32 accumulation, the scores,
+// probabilities and score gradients stored in bf16 between them, and the softmax passes in fp32 on the
+// stored values, each rounding once.
+#include <algorithm>
+#include <cmath>
+
+
+#include "kernels/causal_blocks.h"
+#include "kernels/cpu/bf16_math.h"
+#include "kernels/cpu/ops.h"
+
+namespace zshard::cpu {
+
+namespace {
+
+// The block plan's GEMM over a grid of (batch element, head) matrices: one bf16 GEMM per matrix.
+void grid_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda, GridStrides sa,
+               const bf16* B, int ldb, GridStrides sb, float beta, bf16* C, int ldc, GridStrides sc,
+               GemmGrid grid) {
+  for (int b = 0; b < grid.batches; ++b)
+    for (int h = 0; h < grid.heads; ++h)
+      gemm<bf16>(ta, tb, M, N, K, alpha, A + sa.offset(b, h), lda, B + sb.offset(b, h), ldb, beta,
+                 C + sc.offset(b, h), ldc);
+}
+
+// Softmax over [0, t] of each (rows x Tn) score row, t = row % Tn; zero for the masked future.
+void causal_softmax(bf16* att, int rows, int Tn) {
+  for (int row = 0; row < rows; ++row) {
+    bf16* a = att + size_t(row) * Tn;
+    const int t = row % Tn;
+    float mx = -INFINITY;
+    for (int j = 0; j <= t; ++j) mx = std::max(mx, float(a[j]));
+    float sum = 0;
+    for (int j = 0; j <= t; ++j) sum += std::exp(float(a[j]) - mx);
+    const float inv = 1.f / sum;
+    for (int j = 0; j < Tn; ++j) a[j] = bf16(j <= t ? std::exp(float(a[j]) - mx) * inv : 0.f);
+  }
+}
+
+// In place: dp <- p * (dp - sum(p * dp)); masked entries have p = 0 and come out 0.
+void softmax_backward(bf16* dp, const bf16* att, int rows, int Tn) {
+  for (int row = 0; row < rows; ++row) {
+    bf16* d = dp + size_t(row) * Tn;
+    const bf16* p = att + size_t(row) * Tn;
+    const int t = row % Tn;
+    float dot = 0;
+    for (int j = 0; j <= t; ++j) dot += float(p[j]) * float(d[j]);
+    for (int j = 0; j < Tn; ++j) d[j] = bf16(j <= t ? float(p[j]) * (float(d[j]) - dot) : 0.f);
+  }
+}
+
+}  // namespace
+
+template <>
+void attention_forward<bf16>(bf16* out, bf16* att, const bf16* qkv, int B, int Tn, int C, int NH) {
+  causal_blocks::attention_forward(grid_gemm, causal_softmax, out, att, qkv, B, Tn, C, NH);
+}
+
+template <>
+void attention_backward<bf16>(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* att, int B, int Tn,
+                              int C, int NH) {
+  causal_blocks::attention_shape(Tn, C, NH);  // checks the heads before any allocation
+  if (B == 0 || Tn == 0) return;
+  const int chunk = causal_blocks::attention_backward_chunk(B, Tn, NH, sizeof(bf16));
+  Buffer scratch(size_t(chunk) * NH * Tn * Tn * sizeof(bf16), Device::cpu, Category::workspace);
+  causal_blocks::attention_backward(grid_gemm, softmax_backward, static_cast<bf16*>(scratch.data()), dqkv, dout,
+                                    qkv, att, B, Tn, C, NH);
+}
+
+}  // namespace zshard::cpu
