@@ -139,6 +139,9 @@ expect_failure "mem --check without fields" 2 "--check .*empty.json: not a zshar
 expect_failure "train --seed -1" 2 "--seed: must be >= 0, got -1" -- "$TRAIN" --seed -1
 expect_failure "train --min-lr above --lr" 2 "--min-lr must be .* \(at most --lr\)" -- "$TRAIN" --min-lr 1
 expect_failure "train --data DIRECTORY" 2 "--data $WORK: is a directory" -- "$TRAIN" --data "$WORK"
+expect_failure "train --data /dev/zero (was std::bad_alloc)" 2 "--data /dev/zero: is a character device" -- \
+  "$TRAIN" --data /dev/zero
+expect_one_line "train --data /dev/zero (was std::bad_alloc)" "/dev/zero"
 expect_failure "bench train-only flag" 2 "--save-dir" -- "$BIN/zshard-bench" --save-dir "$WORK/x"
 expect_failure "bench hybrid on 2 ranks" 2 "--strategies hybrid needs a shard group between 1 and the world" -- \
   "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --strategies hybrid
