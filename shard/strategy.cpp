@@ -1,6 +1,7 @@
 #include "shard/strategy.h"
 
 #include <algorithm>
+#include <climits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -38,13 +39,41 @@ bool grads_sharded(StrategyKind kind) {
   return kind == StrategyKind::zero2 || kind == StrategyKind::zero3 || kind == StrategyKind::hybrid;
 }
 
+namespace {
+
+// The least common multiple of `sizes` (each >= 1), or kMaxPadMultiple + 1 once it passes the bound:
+// computed in 64 bits and stopped there, it cannot overflow.
+int64_t bounded_lcm(const std::vector<int>& sizes) {
+  int64_t lcm = 1;
+  for (int g : sizes) {
+    lcm = lcm / std::gcd(lcm, int64_t(g)) * g;
+    if (lcm > kMaxPadMultiple) return kMaxPadMultiple + 1;
+  }
+  return lcm;
+}
+
+int64_t total(const std::vector<int>& sizes) { return std::accumulate(sizes.begin(), sizes.end(), int64_t{0}); }
+
+}  // namespace
+
+void check_group_sizes(const std::vector<int>& sizes, std::string_view flag) {
+  for (int g : sizes)
+    if (g < 1) throw UsageError(detail::concat(flag, ": group sizes must be >= 1, got ", g));
+  if (total(sizes) > INT_MAX)
+    throw UsageError(detail::concat(flag, ": ", total(sizes), " ranks in all, more than ", INT_MAX));
+  if (bounded_lcm(sizes) > kMaxPadMultiple)
+    throw UsageError(detail::concat(flag, " ", join_sizes(sizes), ": every unit is padded to a multiple of each group's "
+                                    "size, and the least common multiple of these exceeds ", kMaxPadMultiple,
+                                    "; choose sizes with a smaller common multiple (groups of one size need none)"));
+}
+
 ShardGroups::ShardGroups(std::vector<int> sizes) : sizes_(std::move(sizes)), first_{0} {
   ZS_CHECK(!sizes_.empty(), "a world has at least one shard group");
-  for (int g : sizes_) {
-    ZS_CHECK(g >= 1, "shard groups hold at least one rank, got ", g);
-    first_.push_back(first_.back() + g);
-    pad_multiple_ = std::lcm(pad_multiple_, g);
-  }
+  for (int g : sizes_) ZS_CHECK(g >= 1, "shard groups hold at least one rank, got ", g);
+  ZS_CHECK(total(sizes_) <= INT_MAX && bounded_lcm(sizes_) <= kMaxPadMultiple, "shard groups of sizes ",
+           join_sizes(sizes_), ": too many ranks, or a least common multiple above ", kMaxPadMultiple);
+  for (int g : sizes_) first_.push_back(first_.back() + g);
+  pad_multiple_ = int(bounded_lcm(sizes_));
 }
 
 int ShardGroups::group_of(int rank) const {
@@ -74,13 +103,9 @@ ShardGroups shard_groups(const StrategyOptions& options, int world_size) {
   }
   if (!options.shard_group_sizes.empty()) {
     const std::vector<int>& sizes = options.shard_group_sizes;
-    int sum = 0;
-    for (int g : sizes) {
-      if (g < 1) throw UsageError(detail::concat("--shard-group: group sizes must be >= 1, got ", g));
-      sum += g;
-    }
-    if (sum != world_size)
-      throw UsageError(detail::concat("--shard-group ", join_sizes(sizes), ": the groups hold ", sum,
+    check_group_sizes(sizes, "--shard-group");
+    if (total(sizes) != world_size)
+      throw UsageError(detail::concat("--shard-group ", join_sizes(sizes), ": the groups hold ", total(sizes),
                                       " ranks, the world has ", world_size));
     return ShardGroups(sizes);
   }
@@ -119,6 +144,7 @@ void resolve_node_groups(StrategyOptions& options, comm::Communicator& world) {
     if (first == r) hosts.push_back(size);
     consecutive = consecutive && first <= r && r < first + size;
   }
+  if (consecutive) check_group_sizes(hosts, "the hosts' ranks");
   if (!options.shard_group_sizes.empty()) {
     // A list: groups may split a host but not span two (a group's gathers are what the node link is for).
     if (hosts.size() < 2 || !consecutive) return;

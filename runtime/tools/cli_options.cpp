@@ -1,5 +1,6 @@
 #include "runtime/tools/cli_options.h"
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -49,14 +50,70 @@ void add_choice(CLI::App& app, const std::string& flag, V& value, const Choices<
       ->default_str(current);
 }
 
+std::string join(const std::vector<std::string>& items) {
+  std::string text;
+  for (const std::string& item : items) text += (text.empty() ? "" : ",") + item;
+  return text;
+}
+
 }  // namespace
+
+CLI::Option* add_list_option(CLI::App& app, const std::string& flag,
+                             std::function<void(const std::vector<std::string>&)> take, const std::string& help) {
+  return app.add_option_function<std::vector<std::string>>(
+      flag,
+      [flag, take](const std::vector<std::string>& args) {
+        std::vector<std::string> items;
+        for (const std::string& arg : args)
+          for (size_t begin = 0;;) {
+            const size_t comma = arg.find(',', begin);
+            items.push_back(arg.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+            if (items.back().empty()) throw CLI::ValidationError(flag, "empty item in the list '" + arg + "'");
+            if (comma == std::string::npos) break;
+            begin = comma + 1;
+          }
+        take(items);
+      },
+      help);
+}
+
+CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector<std::string>& items,
+                             const std::string& help, const std::vector<std::string>& allowed) {
+  return add_list_option(
+             app, flag,
+             [&items, flag, allowed](const std::vector<std::string>& given) {
+               for (const std::string& item : given)
+                 if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), item) == allowed.end())
+                   throw CLI::ValidationError(flag, "'" + item + "' is not one of " + join(allowed));
+               items = given;
+             },
+             help)
+      ->default_str(join(items));
+}
+
+CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector<int>& values, const std::string& help) {
+  std::vector<std::string> defaults;
+  for (int v : values) defaults.push_back(std::to_string(v));
+  return add_list_option(
+             app, flag,
+             [&values, flag](const std::vector<std::string>& given) {
+               values.clear();
+               for (const std::string& item : given) {
+                 const std::optional<int> n = whole_int(item);
+                 if (!n) throw CLI::ValidationError(flag, "expected integers, got '" + item + "'");
+                 values.push_back(*n);
+               }
+             },
+             help)
+      ->default_str(join(defaults));
+}
 
 void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) {
   std::string known;
   for (const std::string& name : model_names()) known += (known.empty() ? "" : ", ") + name;
   app.add_option("--model", model, "model: " + known);
-  app.add_option_function<std::vector<std::string>>(
-         "--config",
+  add_list_option(
+         app, "--config",
          [&overrides](const std::vector<std::string>& items) {
            for (const std::string& item : items) {
              const size_t eq = item.find('=');
@@ -72,8 +129,7 @@ void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) 
              overrides[item.substr(0, eq)] = value;
            }
          },
-         "override the model's configuration: KEY=VALUE, comma separated (e.g. layers=4,dim=128)")
-      ->delimiter(',');
+         "override the model's configuration: KEY=VALUE, comma separated (e.g. layers=4,dim=128)");
   // Shorthands for --config of the keys the transformer families share (a model without the key refuses it).
   for (const auto& [flag, key] : {std::pair{"--layers", "layers"}, std::pair{"--dim", "dim"},
                                   std::pair{"--heads", "heads"}, std::pair{"--vocab", "vocab"},
@@ -102,8 +158,8 @@ void add_offload_flag(CLI::App& app, bool& offload_optimizer) {
 }
 
 void add_shard_group_flag(CLI::App& app, StrategyOptions& strategy) {
-  app.add_option_function<std::vector<std::string>>(
-         "--shard-group",
+  add_list_option(
+         app, "--shard-group",
          [&strategy](const std::vector<std::string>& items) {
            strategy.shard_group = 0;
            strategy.shard_group_sizes.clear();
@@ -126,7 +182,6 @@ void add_shard_group_flag(CLI::App& app, StrategyOptions& strategy) {
          "hybrid: ranks per shard group dividing the world; a list of group sizes in rank order, e.g. 4,2 for a "
          "node of 4 beside a node of 2; or node: each host's ranks (0 = node across two or more hosts, else the "
          "largest divisor up to 8 leaving two replicas)")
-      ->delimiter(',')
       ->type_name("G|G1,G2,..|node")
       ->default_str("0");
 }
@@ -159,8 +214,8 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
                  "--offload optimizer; default: what the set-up memory check finds usable per rank)");
   app.add_option("--seq", o.seq, "tokens per sequence");
   app.add_option("--grad-accum", o.grad_accum, "micro-steps per optimizer step");
-  app.add_option_function<std::vector<std::string>>(
-         "--rank-batches",
+  add_list_option(
+         app, "--rank-batches",
          [&o](const std::vector<std::string>& items) {
            o.rank_batches.clear();
            o.rank_batches_auto = false;
@@ -175,8 +230,7 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
            }
          },
          "per-rank sequences, comma separated, summing to --batch; or 'auto': split by each rank's measured "
-         "speed")
-      ->delimiter(',');
+         "speed");
   app.add_option_function<int>(
       "--rebalance-every", [&o](int n) { o.rebalance_every = n; },
       "--rank-batches auto: re-split the batch every N steps (0 = never) [default: 5]");
