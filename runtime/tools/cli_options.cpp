@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/train/auto_batch.h"
+
 namespace zshard {
 
 namespace {
@@ -195,6 +197,9 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
   add_model_flags(app, o.model, o.overrides);
   app.add_option("--init-from", o.init_from, "initial weights (safetensors with the model's parameter names)");
   app.add_option("--data", o.data, "'default' (embedded text), a text file (bytes) or an llm.c .bin token file");
+  const std::string auto_cap = detail::concat("at most ", default_auto_batch_tokens(Device::cpu),
+                                              " tokens per rank and micro-step on cpu, ",
+                                              default_auto_batch_tokens(Device::cuda), " on cuda");
   // A number, or auto: the largest that fits --mem-budget (zshard-train only).
   app.add_option_function<std::string>(
          "--batch",
@@ -206,12 +211,13 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
            o.batch = *n;
          },
          "global sequences per micro-step, split across ranks; or auto: the largest that fits --mem-budget "
-         "(zshard-train: by the estimate, then stepped down until the measured peak of its first steps fits)")
+         "(zshard-train: by the estimate, then stepped down until the measured peak of its first steps fits; "
+         "without --mem-budget, " + auto_cap + ")")
       ->type_name("N|auto")
       ->default_str(std::to_string(o.batch));
   app.add_option("--mem-budget", o.mem_budget,
                  "with --batch auto: the memory each rank may use, e.g. 2GiB (the host's bytes count too with "
-                 "--offload optimizer; default: what the set-up memory check finds usable per rank)");
+                 "--offload optimizer; default: what the set-up memory check finds usable per rank, taking " + auto_cap + ")");
   app.add_option("--seq", o.seq, "tokens per sequence");
   app.add_option("--grad-accum", o.grad_accum, "micro-steps per optimizer step");
   add_list_option(

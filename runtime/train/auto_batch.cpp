@@ -41,6 +41,8 @@ MemoryBudget agreed_budget(const TrainOptions& o, comm::Communicator& world) {
 
 }  // namespace
 
+int64_t default_auto_batch_tokens(Device device) { return device == Device::cpu ? 4096 : 65536; }
+
 std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Communicator& world, std::ostream* out) {
   const int ranks = world.size();
   const bool report = out && world.rank() == 0;
@@ -64,6 +66,13 @@ std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Commun
   if (report)
     *out << "zshard-train: --batch auto: the estimate fits " << rank_batch << " sequence(s) per rank in "
          << budget.source << "\n";
+  const int64_t tokens = default_auto_batch_tokens(options.placement.device);
+  if (options.mem_budget.empty() && rank_batch > std::max<int64_t>(1, tokens / options.seq)) {
+    rank_batch = int(std::max<int64_t>(1, tokens / options.seq));
+    if (report)
+      *out << "zshard-train: --batch auto: without --mem-budget, at most " << tokens << " tokens per rank: "
+           << rank_batch << " sequence(s) of " << options.seq << "\n";
+  }
   const Device device = options.placement.device;
   // zero3 and hybrid prefetch from the second micro-step on (the first records the gather order), one
   // more gathered unit alive: the check measures through it, so that it sees the steps that follow;

@@ -17,10 +17,15 @@
 
 namespace zshard {
 
+// Without --mem-budget the memory allows far more than pays on a small model (the tiny model fitted
+// 26,331 sequences in a host's memory, a minute per step): the batch then takes at most this many tokens
+// per rank and micro-step, past which a device's throughput no longer grows (benchmarks/RESULTS.md).
+int64_t default_auto_batch_tokens(Device device);
+
 // Sets options.batch and returns the trainer built for it, with its measured steps taken (none when
 // --steps is 0). The budget is --mem-budget, else what the set-up memory check finds usable (the least over the
-// ranks). A budget too small for one sequence per rank fails on every rank with exit code 2. Rank 0
-// reports the choice to `out`.
+// ranks) with at most default_auto_batch_tokens per rank. A budget too small for one sequence per rank
+// fails on every rank with exit code 2. Rank 0 reports the choice to `out`.
 std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Communicator& world, std::ostream* out);
 
 }  // namespace zshard

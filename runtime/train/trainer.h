@@ -33,7 +33,7 @@ struct TrainOptions {
   int batch = 8;  // global sequences per micro-step
   // --batch auto: zshard-train sets `batch` to the largest that fits --mem-budget (runtime/train/auto_batch.h).
   bool auto_batch = false;
-  std::string mem_budget;  // --mem-budget SIZE, per rank; empty: what the memory check finds usable
+  std::string mem_budget;  // --mem-budget SIZE, per rank; empty: what the memory check finds usable, capped in tokens
   int seq = 64;
   int grad_accum = 1;
   std::vector<int> rank_batches;  // per-rank share of --batch; empty = even split (or auto)
