@@ -11,6 +11,7 @@
 
 #include <zshard/error.h>
 
+#include "comm/flight_recorder.h"
 #include "comm/mpi_communicator.h"
 #include "comm/polling_work.h"
 #include "comm/self_communicator.h"
@@ -99,7 +100,10 @@ int ranks_on_this_host() { return host_ranks(); }
 
 int first_rank_on_this_host() { return host_first_rank(); }
 
+void note_termination_signal(int signal) { dump_flight_record(trace::Reason::terminated, signal); }
+
 void abort_world(int exit_code) {
+  dump_flight_record(trace::Reason::abort);
   // MPI_Abort and _Exit skip the stdio flush at exit: flush first so the failing rank's last line shows.
   std::fflush(stdout);
   std::fflush(stderr);

@@ -284,6 +284,13 @@ void add_train_flags(CLI::App& app, TrainOptions& o, std::string& strategy) {
                           "collectives: mpi, or nccl (cuda) [default: nccl on cuda, mpi on cpu]");
   add_offload_flag(app, o.placement.offload_optimizer);
   app.add_option("--comm-timeout", o.comm_timeout_s, "seconds a collective may take before the job aborts");
+  app.add_option("--trace-dir", o.trace_dir,
+                 "record each rank's last collectives and write them to DIR/rank-NNNNN.trace when the job fails "
+                 "(deadline, error, fatal signal, SIGTERM) or on SIGUSR1 (then go on); read them with "
+                 "zshard-trace DIR [default: none, nothing recorded]");
+  app.add_flag("--check-collectives", o.check_collectives,
+               "debug: at every step boundary compare the collectives every rank issued on each group; the first "
+               "divergence stops the job naming both sides");
   add_choice<bool>(app, "--mem-check", o.mem_check, {{"on", true}, {"off", false}},
                    "refuse at set-up a run whose memory estimate exceeds what each rank can use: on, off");
   add_checkpointing_flag(app, o.activation_checkpointing);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "comm/agreed_failure.h"
+#include "comm/launch.h"
 #include "kernels/device_memory.h"
 #include "kernels/io/atomic_file.h"
 #include "shard/checkpoint_format.h"
@@ -24,7 +25,12 @@ namespace {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
 
-void on_stop_signal(int sig) { g_stop_signal = sig; }
+// mpirun also ends the ranks of a failed job with SIGTERM: the flight recorder dumps first (with
+// --trace-dir).
+void on_stop_signal(int sig) {
+  comm::note_termination_signal(sig);
+  g_stop_signal = sig;
+}
 
 template <class... Args>
 [[noreturn]] void usage(const Args&... args) {

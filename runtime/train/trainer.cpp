@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/agreed_failure.h"
+#include "comm/flight_recorder.h"
 #include "comm/launch.h"
 #include "kernels/engine_ops.h"
 #include "kernels/io/atomic_file.h"
@@ -262,6 +263,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     if (!options_.eval_data.empty()) eval_data_ = load(options_.eval_data, "--eval-data");
     if (!options_.init_from.empty()) check_weights_file(options_.init_from, *model_);
     if (world.rank() == 0) check_outputs(options_);
+    if (!options_.trace_dir.empty()) comm::check_trace_dir(options_.trace_dir);
   });
   // The batch buffers are allocated once the memory check has passed: a --batch far too large is refused.
   const std::vector<int> split = split_batch(options_, world.size());
@@ -289,9 +291,11 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     rank_batch_caps_.resize(world.size());
     world.all_gather(&cap, rank_batch_caps_.data(), 1, DType::i32)->wait();
   }
+  if (!options_.trace_dir.empty() || options_.check_collectives) comm::start_recording(world, options_.trace_dir);
   device_comm_ = open_device_comm(comm_backend(options_), world);
   params_ = std::make_unique<ShardedParams>(*model_, collective_world(), options_.strategy,
                                             options_.seed, options_.placement);
+  if (options_.check_collectives) collective_check_ = std::make_unique<comm::CollectiveCheck>(world);
   if (!options_.init_from.empty()) run_agreed(world, [&] { load_weights(options_.init_from); });
 }
 
@@ -421,6 +425,7 @@ StepResult Trainer::step() {
   ops::AdamWParams hp{r.lr, options_.beta1, options_.beta2, options_.eps, options_.wd, r.step, clip_scale};
   params_->optimizer_step(hp);
   ops::synchronize(options_.placement.device);  // the step's device work is queued, not yet done
+  if (collective_check_) collective_check_->compare(r.step);
 
   const comm::CommStats after = params_->comm_stats();
   r.comm_bytes = after.total_bytes() - before.total_bytes();

@@ -16,6 +16,7 @@
 #include <zshard/model.h>
 #include <zshard/model_registry.h>
 
+#include "comm/collective_check.h"
 #include "runtime/train/data.h"
 #include "shard/device_setup.h"
 #include "shard/sharded_params.h"
@@ -61,6 +62,8 @@ struct TrainOptions {
   Placement placement;              // --device, --param-dtype, --reduce-dtype
   std::optional<CommBackend> comm;  // --comm; unset: nccl on cuda, mpi on cpu
   double comm_timeout_s = 300;
+  std::string trace_dir;           // --trace-dir: where each rank dumps its last collectives (comm/flight_recorder.h)
+  bool check_collectives = false;  // --check-collectives (comm/collective_check.h)
   bool mem_check = true;  // refuse at set-up a run whose estimate exceeds the memory available
   // What the model keeps for backward; changes memory and compute, never the results.
   ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::none;
@@ -176,6 +179,7 @@ class Trainer {
   std::unique_ptr<Model> model_;
   std::unique_ptr<comm::Communicator> device_comm_;  // nccl: what params_'s groups split from (outlives them)
   std::unique_ptr<ShardedParams> params_;
+  std::unique_ptr<comm::CollectiveCheck> collective_check_;  // --check-collectives
   LrSchedule schedule_;
   std::vector<int> rank_batches_;
   std::vector<int> rank_batch_caps_;  // auto only
