@@ -26,7 +26,7 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 // mpirun also ends the ranks of a failed job with SIGTERM: the flight recorder dumps first (with
-// --trace-dir).
+// --trace-dir), and a rank that fails after it exits at once (comm/launch.h).
 void on_stop_signal(int sig) {
   comm::note_termination_signal(sig);
   g_stop_signal = sig;
