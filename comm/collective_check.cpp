@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cerrno>  // program_invocation_short_name
-#include <exception>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <optional>
 #include <vector>

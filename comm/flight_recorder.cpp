@@ -453,52 +453,5 @@ void mark_groups() {
   }
 }
 
-Signature signature_of(const trace::Record& r) {
-  return {r.count, r.unit, r.root, r.op, r.dtype, r.reduce, r.purpose};
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
-  return text;
-}
-
-std::string describe_parting(const std::vector<std::pair<int, std::optional<Signature>>>& members,
-                             const std::function<std::optional<Signature>(int rank)>& next) {
-  std::vector<std::pair<std::optional<Signature>, std::vector<int>>> sides;
-  for (const auto& [rank, sig] : members) {
-    auto side = std::find_if(sides.begin(), sides.end(), [&](const auto& e) { return e.first == sig; });
-    if (side == sides.end()) sides.push_back({sig, {rank}});
-    else side->second.push_back(rank);
-  }
-  if (sides.size() < 2) return "";
-  // The most ranks first, so that a lone rank reads as the one that left the others.
-  std::stable_sort(sides.begin(), sides.end(), [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
-  const std::optional<Signature>& most = sides[0].first;
-  const std::optional<Signature> most_next = next ? next(sides[0].second[0]) : std::nullopt;
-  const auto issued = [](const std::optional<Signature>& sig) {
-    return sig ? "issued " + describe(*sig) : std::string("issued nothing there");
-  };
-  std::string text;
-  for (size_t k = 1; k < sides.size(); ++k) {
-    const auto& [sig, ranks] = sides[k];
-    text += detail::concat(k > 1 ? "; " : "", rank_list(ranks), " ");
-    if (sig && most && most_next && *sig == *most_next)
-      text += detail::concat("skipped ", describe(*most), ", issuing ", describe(*sig), " in its place");
-    else text += issued(sig);
-  }
-  return text + "; " + rank_list(sides[0].second) + " " + issued(most);
-}
-
-std::string describe(const Signature& s) {
-  std::string text = detail::concat(collective_name(Collective(s.op)), " of ", s.count, " ", dtype_name(DType(s.dtype)));
-  if (s.reduce != trace::kNoReduce) text += ReduceOp(s.reduce) == ReduceOp::avg ? " (avg)" : " (sum)";
-  if (s.root >= 0) text += detail::concat(" from root ", s.root);
-  const std::string_view purpose = trace::purpose_name(trace::Purpose(s.purpose));
-  if (!purpose.empty() || s.unit >= 0)
-    text += detail::concat(" (", purpose, !purpose.empty() && s.unit >= 0 ? ", " : "",
-                           s.unit >= 0 ? "unit " + std::to_string(s.unit) : "", ")");
-  return text;
-}
 
 }  // namespace zshard::comm

@@ -18,8 +18,6 @@
 // longest gap between its notes and how long ago it ended (FileHeader::paused_ns).
 #pragma once
 #include <cstdint>
-#include <functional>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,14 +70,7 @@ void set_group_label(const Communicator& comm, std::string_view label);
 void dump_flight_record(trace::Reason reason, int signal = 0);
 
 // What --check-collectives compares (comm/collective_check.h): each recorded group's collectives since
-// the last mark, hashed, with the signatures the ring still holds.
-struct Signature {
-  uint64_t count = 0;
-  int32_t unit = -1, root = -1;
-  uint8_t op = 0, dtype = 0, reduce = trace::kNoReduce, purpose = 0;
-  uint8_t pad[4] = {};
-  bool operator==(const Signature&) const = default;
-};
+// the last mark, hashed, with the signatures (comm/trace_file.h) the ring still holds.
 struct GroupProgress {
   int group;
   uint64_t key_hash;
@@ -94,13 +85,5 @@ std::vector<GroupProgress> group_progress(int except);
 // returns the number of the first one given.
 uint64_t signatures_since_mark(int group, std::vector<Signature>& out);
 void mark_groups();
-std::string describe(const Signature& s);  // "all_gather of 1536 f32 (params, unit 3)"
-Signature signature_of(const trace::Record& r);
-std::string rank_list(const std::vector<int>& ranks);  // "rank 2", "ranks 0, 1"
-// How a group's members part at one collective, given each member's signature there (none: it issued
-// nothing there): "rank 1 issued X; ranks 0, 2 issued Y", the side of the most ranks last; empty where
-// they agree. A rank whose signature is the most ranks' next one (`next`, where given) skipped theirs.
-std::string describe_parting(const std::vector<std::pair<int, std::optional<Signature>>>& members,
-                             const std::function<std::optional<Signature>(int rank)>& next = {});
 
 }  // namespace zshard::comm

@@ -8,10 +8,15 @@
 // Fixed-size, native little-endian records, so that a signal handler can write them with write(2) and no
 // allocation. Each part ends with a checksum of its other bytes, and the file's size must be exactly what
 // the header counts: a reader refuses a corrupt or truncated file in one line naming the part.
+//
+// Also here: a collective's Signature and how the text of zshard-trace and --check-collectives names it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <zshard/communicator.h>
@@ -109,3 +114,25 @@ struct RankTrace {
 RankTrace read_trace(const std::string& path);
 
 }  // namespace zshard::comm::trace
+
+namespace zshard::comm {
+
+// What a collective is, apart from when and on which group: what the ranks of a group must agree on.
+struct Signature {
+  uint64_t count = 0;
+  int32_t unit = -1, root = -1;
+  uint8_t op = 0, dtype = 0, reduce = trace::kNoReduce, purpose = 0;
+  uint8_t pad[4] = {};
+  bool operator==(const Signature&) const = default;
+};
+
+std::string describe(const Signature& s);  // "all_gather of 1536 f32 (params, unit 3)"
+Signature signature_of(const trace::Record& r);
+std::string rank_list(const std::vector<int>& ranks);  // "rank 2", "ranks 0, 1"
+// How a group's members part at one collective, given each member's signature there (none: it issued
+// nothing there): "rank 1 issued X; ranks 0, 2 issued Y", the side of the most ranks last; empty where
+// they agree. A rank whose signature is the most ranks' next one (`next`, where given) skipped theirs.
+std::string describe_parting(const std::vector<std::pair<int, std::optional<Signature>>>& members,
+                             const std::function<std::optional<Signature>(int rank)>& next = {});
+
+}  // namespace zshard::comm
