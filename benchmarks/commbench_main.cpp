@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
   app.add_option("--factor", o.factor, "size multiplier between steps of the sweep");
   app.add_option("--rounds", o.rounds, "interleaved zshard / raw MPI timing rounds per size (median reported)");
   app.add_option("--round-ms", o.round_ms, "length of a timing round: sets the calls per round (2 to 1000)");
-  app.add_option("--ops", o.ops, "collectives, comma separated")->delimiter(',');
+  add_list_option(app, "--ops", o.ops, "collectives, comma separated");
   app.add_option("--json", o.json_path, "write the rows as JSON to this file");
   return run_tool("zshard-commbench", argc, argv, app, [&](comm::Communicator& world) {
     const int rank = world.rank(), n = world.size();

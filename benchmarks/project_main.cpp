@@ -7,6 +7,7 @@
 #include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 
@@ -110,15 +111,14 @@ int main(int argc, char** argv) {
   app.add_option("--inter-bandwidth-gbs", inter_bandwidth, "override the inter link's bandwidth (GB/s)")->default_str("--inter-link's");
   app.add_option("--node-size", in.node_size,
                  "ranks per node; hybrid's shard group is the largest divisor of N up to it leaving two replicas");
-  app.add_option("--nodes", nodes,
-                 "node sizes of one cluster, comma separated (e.g. 4,2): also project it, hybrid sharding inside "
-                 "each node")
-      ->delimiter(',');
+  add_list_option(app, "--nodes", nodes,
+                  "node sizes of one cluster, comma separated (e.g. 4,2): also project it, hybrid sharding inside "
+                  "each node");
   app.add_option("--scaling", scaling, "weak (fixed batch per rank) or strong (fixed global batch)");
   app.add_option("--max-world", max_world, "largest N (powers of two from 1)");
   app.add_option("--serial-fraction", serial, "Amdahl serial fraction (default: Karp-Flatt from --check, else 0)")
       ->default_str("");
-  app.add_option("--check", check_paths, "zshard-bench JSON at several world sizes to check against")->delimiter(',');
+  add_list_option(app, "--check", check_paths, "zshard-bench JSON at several world sizes to check against");
   app.add_option("--json", json_path, "write the projection as JSON to this file");
   return run_local_tool("zshard-project", argc, argv, app, [&] {
     if (!json_path.empty()) {
@@ -148,6 +148,9 @@ int main(int argc, char** argv) {
     // The table doubles N up to --max-world: past 2^20 ranks it would overflow, and means nothing.
     for (int n : nodes)
       if (n < 1 || n > kMaxWorld) throw UsageError(detail::concat("--nodes: sizes must be in [1, ", kMaxWorld, "], got ", n));
+    if (const int64_t world = std::accumulate(nodes.begin(), nodes.end(), int64_t{0}); world > kMaxWorld)
+      throw UsageError(detail::concat("--nodes: ", world, " ranks in all, more than ", kMaxWorld));
+    if (!nodes.empty()) check_group_sizes(nodes, "--nodes");
     if (max_world > kMaxWorld) throw UsageError(detail::concat("--max-world must be at most ", kMaxWorld, ", got ", max_world));
     for (const auto& [flag, value] : {std::pair{"--alpha-us", alpha_us}, std::pair{"--inter-alpha-us", inter_alpha_us}})
       if (app.count(flag) && !(std::isfinite(value) && value >= 0))

@@ -8,6 +8,7 @@
 
 #include <zshard/error.h>
 
+#include "comm/flight_recorder.h"
 #include "comm/launch.h"
 #include "comm/polling_work.h"
 #include "kernels/allocator.h"
@@ -215,9 +216,14 @@ WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue
     average = Average{recv, op.count, op.dtype, size_};
   }
   auto work = std::make_unique<MpiWork>(&stats_, average, std::move(staging));
+  const uint64_t trace = record_issue(trace_group_, op.collective, op.count, op.dtype,
+                                      op.reduce ? int(*op.reduce) : -1, op.root);
+  work->set_trace(trace);
   if (int rc = issue(in_place ? MPI_IN_PLACE : send, recv, int(op.count), type, work->request());
-      rc != MPI_SUCCESS)
+      rc != MPI_SUCCESS) {
+    record_end(trace, trace::State::failed);
     mpi_fail(rc, what, __FILE__, __LINE__);
+  }
 
   count(op.collective, bus_bytes(op.collective, size_, int64_t(full_bytes)));
   work->set_default_deadline(timeout_, what);
@@ -268,6 +274,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   ZS_MPI_CHECK(MPI_Comm_split(comm_, color, key, &group));
   auto result = std::make_unique<MpiCommunicator>(group, true);
   result->set_timeout(timeout_);
+  result->set_trace_group(derive_group(*this, detail::concat(":", color), result->size(), result->rank()));
   return result;
 }
 

@@ -4,6 +4,8 @@
 
 #include <zshard/error.h>
 
+#include "comm/flight_recorder.h"
+
 namespace zshard::comm {
 
 namespace {
@@ -19,7 +21,14 @@ void set_poll_policy(const PollPolicy& p) { policy() = p; }
 const PollPolicy& poll_policy() { return policy(); }
 
 bool PollingWork::test() {
-  if (!done_) done_ = poll();
+  if (done_) return true;
+  try {
+    done_ = poll();
+  } catch (...) {
+    record_end(trace_, trace::State::failed);
+    throw;
+  }
+  if (done_) record_end(trace_, trace::State::completed);
   return done_;
 }
 
@@ -35,10 +44,12 @@ void PollingWork::wait(Clock::time_point deadline) {
   } timer{stats_, begin};
 
   const PollPolicy& p = policy();
+  if (!done_) record_waiting(trace_);
   while (!test()) {
     const auto now = Clock::now();
     if (now >= deadline) {
       abandoned_ = true;
+      record_end(trace_, trace::State::timed_out);
       mark_collectives_failed();
       fail(what_.empty() ? "collective" : what_, ": timed out, not complete after waiting ",
            seconds(now - begin), " s (issued ", seconds(now - started_),

@@ -33,6 +33,8 @@ class PollingWork : public Work {
   // operation stays in flight, and a later wait() or test() may still complete it.
   void wait(Clock::time_point deadline) final;
   using Work::wait;
+  // The flight recorder's id of the collective (comm/flight_recorder.h): told when it ends.
+  void set_trace(uint64_t id) { trace_ = id; }
 
  protected:
   // Advances the operation without blocking; true once it is complete. Not called again after that.
@@ -43,6 +45,7 @@ class PollingWork : public Work {
 
  private:
   CommStats* stats_;
+  uint64_t trace_ = 0;
   Clock::time_point started_ = Clock::now();
   bool done_ = false;
   bool abandoned_ = false;

@@ -20,8 +20,8 @@ class SelfCommunicator : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override;
 
  private:
-  // Counts the call (0 bytes: a group of one moves nothing) and returns a completed Work.
-  WorkPtr done(Collective c);
+  // Counts and records the call (0 bytes: a group of one moves nothing) and returns a completed Work.
+  WorkPtr done(Collective c, size_t count, DType dtype, int reduce, int root);
 };
 
 }  // namespace zshard::comm

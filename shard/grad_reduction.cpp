@@ -2,6 +2,7 @@
 // reduction each grads_ready() starts: reduce-scatter in the shard group, all-reduce across groups.
 #include "shard/sharded_params.h"
 
+#include "comm/flight_recorder.h"
 #include "shard/optimizer_offload.h"
 
 namespace zshard {
@@ -61,6 +62,7 @@ void ShardedParams::grads_ready(int unit) {
     const Tensor owned = owned_grads(unit);
     r.lands_in_place = grads_sharded_ && first_micro_step_ && owned.dtype() == reduce;
     r.scratch = r.lands_in_place ? owned : Tensor::empty({shard}, reduce, device, Category::comm);
+    const comm::CollectiveLabel label(comm::trace::Purpose::grads, unit);
     r.work = comms_.shard().reduce_scatter(r.send.raw(), r.scratch.raw(), shard, reduce, comm::ReduceOp::sum);
   } else {
     r.scratch = r.send;  // a group of one: the full buffer is the shard
@@ -100,6 +102,7 @@ void ShardedParams::finish_oldest_reduction() {
 
 void ShardedParams::start_all_reduce(Reduction& r) {
   if (r.work) r.work->wait();
+  const comm::CollectiveLabel label(comm::trace::Purpose::grads_across, r.unit);
   r.work = comms_.all_reduce_across_groups(r.scratch.raw(), r.scratch.numel(), r.scratch.dtype());
   r.all_reduce_started = true;
 }

@@ -5,6 +5,7 @@
 
 #include <zshard/tensor.h>
 
+#include "comm/flight_recorder.h"
 #include "kernels/device_memory.h"
 
 namespace zshard {
@@ -72,6 +73,7 @@ GroupComms::GroupComms(comm::Communicator& world, const ShardGroups& groups) : w
            world.size());
   const int rank = world.rank(), group = groups.group_of(rank);
   shard_ = world.split(group, rank);
+  comm::set_group_label(*shard_, "shard group " + std::to_string(group));
   if (!across_groups()) return;
   const int my_first_slot = (rank - groups.first_rank(group)) * (groups.pad_multiple() / groups.size(group));
   // Each split makes the communicators of pieces whose owners are disjoint (a rank is in at most one), so
@@ -93,6 +95,8 @@ GroupComms::GroupComms(comm::Communicator& world, const ShardGroups& groups) : w
         mine = &round[i];
       }
     std::unique_ptr<comm::Communicator> comm = world.split(color, rank);
+    // Named by the slots the piece covers, which its owners share (their shard indices may differ).
+    if (mine) comm::set_group_label(*comm, detail::concat("replicas of slots ", mine->begin, "-", mine->end));
     if (mine) pieces_.push_back({std::move(comm), mine->begin - my_first_slot, mine->end - my_first_slot});
     left = std::move(later);
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <span>
 
+#include "comm/flight_recorder.h"
 #include "shard/optimizer_offload.h"
 
 namespace zshard {
@@ -26,6 +27,7 @@ double ShardedParams::grad_norm() {
     }
     sum = ops::sum_squares<T>(plan_.placement.device, parts);
   });
+  const comm::CollectiveLabel label(comm::trace::Purpose::grad_norm);
   return std::sqrt(comms_.sum_of_partition(sum));
 }
 

@@ -2,17 +2,38 @@
 // recorded order, and release.
 #include "shard/sharded_params.h"
 
+#include <cstdlib>
+#include <cstring>
+
+#include "comm/flight_recorder.h"
 #include "kernels/device_memory.h"
 
 namespace zshard {
 
 using namespace sharded;
 
-void ShardedParams::start_gather(Unit& u) {
+namespace {
+
+// Test hook: ZSHARD_TEST_SKIP_GATHER=r:u makes rank r of its shard group skip unit u's all-gather once,
+// as a rank whose protocol has diverged would (its copy of the unit is then garbage): what
+// --check-collectives must catch.
+bool test_skips_gather(int shard_index, int unit) {
+  static const char* skip = std::getenv("ZSHARD_TEST_SKIP_GATHER");
+  static bool skipped = false;
+  const char* colon = skip ? std::strchr(skip, ':') : nullptr;
+  if (!colon || skipped || std::atoi(skip) != shard_index || std::atoi(colon + 1) != unit) return false;
+  return skipped = true;
+}
+
+}  // namespace
+
+void ShardedParams::start_gather(int unit) {
+  Unit& u = *units_[unit];
   u.gathered =
       Tensor::empty({u.layout.padded_numel()}, u.resident.dtype(), plan_.placement.device, Category::comm);
-  u.gather_work =
-      gather_shards(u.resident.raw(), u.gathered.raw(), u.layout.shard_numel(), u.resident.dtype());
+  const comm::CollectiveLabel label(comm::trace::Purpose::params, unit);
+  if (!test_skips_gather(shard_index(), unit))
+    u.gather_work = gather_shards(u.resident.raw(), u.gathered.raw(), u.layout.shard_numel(), u.resident.dtype());
   u.param_views = u.layout.views(u.gathered);
 }
 
@@ -37,7 +58,7 @@ int ShardedParams::inflight_units() const {
 void ShardedParams::prefetch_after(size_t position) {
   if (position + 1 >= order_->units.size()) return;
   Unit& next = *units_[order_->units[position + 1]];
-  if (!next.gathered.defined() && inflight_units() < plan_.max_inflight) start_gather(next);
+  if (!next.gathered.defined() && inflight_units() < plan_.max_inflight) start_gather(order_->units[position + 1]);
 }
 
 const UnitTensors& ShardedParams::gather(int unit) {
@@ -51,7 +72,7 @@ const UnitTensors& ShardedParams::gather(int unit) {
   u.used = true;
   const size_t position = gather_position_++;
   if (params_sharded_) {
-    if (u.gather_refs == 0 && !u.gathered.defined()) start_gather(u);
+    if (u.gather_refs == 0 && !u.gathered.defined()) start_gather(unit);
     if (u.gather_work) finish_gather(u);
     if (order_->recorded) prefetch_after(position);
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -46,6 +47,7 @@ Hosts gather_hosts(comm::Communicator& world) {
 // hosts differ), and so does the default when the world spans two or more hosts; a list of sizes must
 // keep every group inside one host (a group's gathers are what the node link is for).
 ShardGroups hybrid_groups_on(const Hosts& hosts, const StrategyOptions& options, int n) {
+  if (hosts.consecutive) check_group_sizes(hosts.sizes, "the hosts' ranks");
   const ShardGroupRequest& asked = options.shard_group;
   if (asked.kind() == ShardGroupRequest::Kind::sizes) {
     const ShardGroups list = shard_groups(options, n);  // throws for sizes that miss the world
@@ -132,13 +134,40 @@ std::string ShardGroupRequest::text() const {
   return "?";
 }
 
+namespace {
+
+// The least common multiple of `sizes` (each >= 1), or kMaxPadMultiple + 1 once it passes the bound:
+// computed in 64 bits and stopped there, it cannot overflow.
+int64_t bounded_lcm(const std::vector<int>& sizes) {
+  int64_t lcm = 1;
+  for (int g : sizes) {
+    lcm = lcm / std::gcd(lcm, int64_t(g)) * g;
+    if (lcm > kMaxPadMultiple) return kMaxPadMultiple + 1;
+  }
+  return lcm;
+}
+
+int64_t total(const std::vector<int>& sizes) { return std::accumulate(sizes.begin(), sizes.end(), int64_t{0}); }
+
+}  // namespace
+
+void check_group_sizes(const std::vector<int>& sizes, std::string_view flag) {
+  for (int g : sizes)
+    if (g < 1) refuse(flag, ": group sizes must be >= 1, got ", g);
+  if (total(sizes) > INT_MAX) refuse(flag, ": ", total(sizes), " ranks in all, more than ", INT_MAX);
+  if (bounded_lcm(sizes) > kMaxPadMultiple)
+    refuse(flag, " ", join_sizes(sizes), ": every unit is padded to a multiple of each group's size, and the least "
+           "common multiple of these exceeds ", kMaxPadMultiple,
+           "; choose sizes with a smaller common multiple (groups of one size need none)");
+}
+
 ShardGroups::ShardGroups(std::vector<int> sizes) : sizes_(std::move(sizes)), first_{0} {
   ZS_CHECK(!sizes_.empty(), "a world has at least one shard group");
-  for (int g : sizes_) {
-    ZS_CHECK(g >= 1, "shard groups hold at least one rank, got ", g);
-    first_.push_back(first_.back() + g);
-    pad_multiple_ = std::lcm(pad_multiple_, g);
-  }
+  for (int g : sizes_) ZS_CHECK(g >= 1, "shard groups hold at least one rank, got ", g);
+  ZS_CHECK(total(sizes_) <= INT_MAX && bounded_lcm(sizes_) <= kMaxPadMultiple, "shard groups of sizes ",
+           join_sizes(sizes_), ": too many ranks, or a least common multiple above ", kMaxPadMultiple);
+  for (int g : sizes_) first_.push_back(first_.back() + g);
+  pad_multiple_ = int(bounded_lcm(sizes_));
 }
 
 int ShardGroups::group_of(int rank) const {
@@ -172,13 +201,10 @@ ShardGroups shard_groups(const StrategyOptions& options, int world_size) {
           "e.g. 4,2)");
   if (asked.sizes().size() > 1) {
     const std::vector<int>& sizes = asked.sizes();
-    int64_t sum = 0;
-    for (int g : sizes) {
-      if (g < 1) refuse("--shard-group: group sizes must be >= 1, got ", g);
-      sum += g;
-    }
-    if (sum != world_size)
-      refuse("--shard-group ", join_sizes(sizes), ": the groups hold ", sum, " ranks, the world has ", world_size);
+    check_group_sizes(sizes, "--shard-group");
+    if (total(sizes) != world_size)
+      refuse("--shard-group ", join_sizes(sizes), ": the groups hold ", total(sizes), " ranks, the world has ",
+             world_size);
     return ShardGroups(sizes);
   }
   const int g = asked.automatic() ? default_shard_group(world_size) : asked.sizes()[0];

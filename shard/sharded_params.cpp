@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "comm/flight_recorder.h"
 #include "kernels/device_memory.h"
 #include "shard/optimizer_offload.h"
 
@@ -136,6 +137,7 @@ std::vector<float> ShardedParams::full_unit_params(int unit) {
     send = Tensor::empty(send.shape(), kF32, plan_.placement.device, Category::comm);
     copy_bytes(send.raw(), plan_.placement.device, u.master.raw(), u.master.device(), send.nbytes());
   }
+  const comm::CollectiveLabel label(comm::trace::Purpose::params, unit);
   if (comm::WorkPtr work = gather_shards(send.raw(), dst, u.layout.shard_numel(), kF32)) work->wait();
   if (staging.defined()) copy_bytes(out.data(), Device::cpu, dst, plan_.placement.device, staging.nbytes());
   return out;
@@ -149,9 +151,11 @@ void ShardedParams::sync_resident_params() {
 void ShardedParams::gather_resident_params() {
   if (params_sharded_ || shard_group_size() == 1) return;
   std::vector<comm::WorkPtr> works;
-  for (auto& u : units_)
-    works.push_back(gather_shards(owned_compute(*u).raw(), u->resident.raw(), u->layout.shard_numel(),
-                                  u->resident.dtype()));
+  for (int i = 0; i < num_units(); ++i) {
+    const Unit& u = *units_[i];
+    const comm::CollectiveLabel label(comm::trace::Purpose::params, i);
+    works.push_back(gather_shards(owned_compute(u).raw(), u.resident.raw(), u.layout.shard_numel(), u.resident.dtype()));
+  }
   for (auto& w : works) w->wait();
 }
 

@@ -129,7 +129,7 @@ class ShardedParams : public ParamContext {
   // and the self backend copies host memory only.
   comm::WorkPtr gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype);
   void gather_resident_params();
-  void start_gather(Unit& u);
+  void start_gather(int unit);
   void finish_gather(Unit& u);
   void prefetch_after(size_t position);
   void free_gathered(Unit& u);

@@ -6,6 +6,7 @@
 
 #include <zshard/error.h>
 
+#include "comm/flight_recorder.h"
 #include "comm/mpi_communicator.h"
 #include "kernels/cuda/runtime.h"
 
@@ -13,6 +14,7 @@ namespace zshard::comm {
 
 struct NcclCommunicator::Event {
   cudaEvent_t handle = nullptr;
+  uint64_t trace = 0;  // the flight recorder's id of the collective it ends
   // Timing off: the cheapest event, and the only kind a record/query/wait needs.
   Event() { ZS_CUDA_CHECK(cudaEventCreateWithFlags(&handle, cudaEventDisableTiming)); }
   ~Event() { cudaEventDestroy(handle); }
@@ -29,15 +31,19 @@ class NcclWork final : public Work {
   NcclWork(NcclCommunicator* comm, std::shared_ptr<NcclCommunicator::Event> event)
       : comm_(comm), event_(std::move(event)) {}
 
+  // The flight recorder learns of the end when the host sees it: here, or in the watchdog once armed.
   bool test() override {
     if (!done_) done_ = comm_->query(*event_, what_);
+    if (done_) record_end(event_->trace, trace::State::completed);
     return done_;
   }
   // Stream-ordered: the compute stream waits on the device, the host returns at once. The deadline is
   // enforced by the communicator's watchdog. Once test() has seen the collective finish there is
   // nothing left to order.
   void wait(Clock::time_point deadline) override {
-    if (!done_) comm_->arm(event_, deadline, what_);
+    if (done_) return;
+    record_waiting(event_->trace);  // the compute stream now waits for it
+    comm_->arm(event_, deadline, what_);
   }
   using Work::wait;
 
@@ -111,6 +117,7 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, int device, cudaStre
   ZS_NCCL_CHECK(ncclCommInitRank(&comm_, bootstrap.size(), id, bootstrap.rank()));
   set_timeout(bootstrap.timeout());
   init_resources();
+  set_trace_group(derive_group(bootstrap, ":nccl", size_, rank_));
 }
 
 NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, cudaStream_t compute_stream,
@@ -160,6 +167,7 @@ void NcclCommunicator::abort_and_fail(const std::string& what, const std::string
   mark_collectives_failed();
   if (comm_) ncclCommAbort(comm_);  // makes the stuck NCCL kernels exit so the streams drain
   comm_ = nullptr;
+  for (const Armed& a : armed_) record_end(a.event->trace, trace::State::failed);
   armed_.clear();
   aborted_ = what + ": " + why;
   fail(aborted_, "; the nccl communicator was aborted");
@@ -183,14 +191,17 @@ void NcclCommunicator::check_watchdog() {
   for (size_t i = 0; i < armed_.size();) {
     const Armed& a = armed_[i];
     if (query(*a.event, a.what)) {
+      record_end(a.event->trace, trace::State::completed);
       armed_[i] = std::move(armed_.back());
       armed_.pop_back();
       continue;
     }
-    if (now >= a.deadline)
+    if (now >= a.deadline) {
+      record_end(a.event->trace, trace::State::timed_out);
       abort_and_fail(a.what, detail::concat("timed out, still running ", seconds(now - a.deadline),
                                             " s past its deadline; a rank of the group failed or did not "
                                             "issue the same collective"));
+    }
     ++i;
   }
 }
@@ -247,14 +258,18 @@ void NcclCommunicator::synchronize() {
 // What the four collectives share: the watchdog, ordering after the compute stream, the completion event,
 // the byte count and the deadline. `issue` enqueues the NCCL call on the comm stream.
 template <class Issue>
-WorkPtr NcclCommunicator::start(Collective collective, size_t count, DType dtype, const std::string& what,
-                                Issue&& issue) {
+WorkPtr NcclCommunicator::start(Collective collective, size_t count, DType dtype, int reduce, int root,
+                                const std::string& what, Issue&& issue) {
   check_watchdog();
   ZS_CUDA_CHECK(cudaEventRecord(inputs_ready_, compute_stream_));
   ZS_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, inputs_ready_, 0));
-  if (const ncclResult_t rc = issue(); rc != ncclSuccess)
+  const uint64_t trace = record_issue(trace_group_, collective, count, dtype, reduce, root);
+  if (const ncclResult_t rc = issue(); rc != ncclSuccess) {
+    record_end(trace, trace::State::failed);
     fail(what, ": NCCL call failed: ", ncclGetErrorString(rc), " (", ncclGetLastError(comm_), ")");
+  }
   auto event = std::make_shared<Event>();
+  event->trace = trace;
   ZS_CUDA_CHECK(cudaEventRecord(event->handle, comm_stream_));
 
   const bool per_rank_blocks =
@@ -269,7 +284,7 @@ WorkPtr NcclCommunicator::start(Collective collective, size_t count, DType dtype
 // Moves are typeless: all_gather and broadcast send bytes, so every dtype (u16 included) travels.
 WorkPtr NcclCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
   const size_t bytes = count * dtype_size(dtype);
-  return start(Collective::all_gather, count, dtype, describe(Collective::all_gather, count, dtype, ""),
+  return start(Collective::all_gather, count, dtype, -1, -1, describe(Collective::all_gather, count, dtype, ""),
                [&] { return ncclAllGather(send, recv, bytes, ncclUint8, comm_, comm_stream_); });
 }
 
@@ -279,7 +294,7 @@ WorkPtr NcclCommunicator::reduce_scatter(const void* send, void* recv, size_t co
       describe(Collective::reduce_scatter, count, dtype, op == ReduceOp::avg ? " (avg)" : " (sum)");
   const ncclDataType_t type = nccl_type(dtype, what);
   const size_t block_bytes = count * dtype_size(dtype);
-  return start(Collective::reduce_scatter, count, dtype, what, [&] {
+  return start(Collective::reduce_scatter, count, dtype, int(op), -1, what, [&] {
     if (send != recv) return ncclReduceScatter(send, recv, count, type, nccl_op(op), comm_, comm_stream_);
     // Input in recv: reduce in place into block rank(), then move the block to the front.
     char* own = static_cast<char*>(recv) + size_t(rank_) * block_bytes;
@@ -294,7 +309,7 @@ WorkPtr NcclCommunicator::all_reduce(void* buf, size_t count, DType dtype, Reduc
   const std::string what =
       describe(Collective::all_reduce, count, dtype, op == ReduceOp::avg ? " (avg)" : " (sum)");
   const ncclDataType_t type = nccl_type(dtype, what);
-  return start(Collective::all_reduce, count, dtype, what,
+  return start(Collective::all_reduce, count, dtype, int(op), -1, what,
                [&] { return ncclAllReduce(buf, buf, count, type, nccl_op(op), comm_, comm_stream_); });
 }
 
@@ -303,7 +318,7 @@ WorkPtr NcclCommunicator::broadcast(void* buf, size_t count, DType dtype, int ro
   const size_t bytes = count * dtype_size(dtype);
   const std::string what =
       describe(Collective::broadcast, count, dtype, (" from root " + std::to_string(root)).c_str());
-  return start(Collective::broadcast, count, dtype, what,
+  return start(Collective::broadcast, count, dtype, -1, root, what,
                [&] { return ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, comm_stream_); });
 }
 
@@ -324,7 +339,9 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   check_watchdog();
   ncclComm_t group = nullptr;
   ZS_NCCL_CHECK(ncclCommSplit(comm_, color, key, &group, nullptr));
-  return std::unique_ptr<Communicator>(new NcclCommunicator(group, device_, compute_stream_, timeout_));
+  std::unique_ptr<Communicator> result(new NcclCommunicator(group, device_, compute_stream_, timeout_));
+  result->set_trace_group(derive_group(*this, detail::concat(":", color), result->size(), result->rank()));
+  return result;
 #else
   (void)key;
   fail("split of the nccl communicator needs NCCL >= 2.18 (ncclCommSplit); this build has ",

@@ -84,7 +84,8 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(ncclComm_t comm, int device, cudaStream_t compute_stream, Clock::duration timeout);
   void init_resources();
   template <class Issue>
-  WorkPtr start(Collective collective, size_t count, DType dtype, const std::string& what, Issue&& issue);
+  WorkPtr start(Collective collective, size_t count, DType dtype, int reduce, int root, const std::string& what,
+                Issue&& issue);
   [[noreturn]] void abort_and_fail(const std::string& what, const std::string& why);
   std::string describe(Collective c, size_t count, DType dtype, const char* detail) const;
 

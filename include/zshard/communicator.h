@@ -90,6 +90,10 @@ class Communicator {
   // stalled on collectives); host backends count as they go and have nothing to add. Never blocks.
   virtual void collect_device_stats() {}
 
+  // This communicator's group in the flight recorder (comm/flight_recorder.h); -1: not recorded.
+  int trace_group() const { return trace_group_; }
+  void set_trace_group(int group) { trace_group_ = group; }
+
  protected:
   void count(Collective c, int64_t bytes) {
     stats_.bytes[int(c)] += bytes;
@@ -97,6 +101,7 @@ class Communicator {
   }
   Clock::duration timeout_ = std::chrono::minutes(5);
   CommStats stats_;
+  int trace_group_ = -1;
 };
 
 // Once any collective of this process has timed out or failed, its peers may never match the ones still

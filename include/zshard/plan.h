@@ -87,6 +87,14 @@ class ShardGroups {
 // "4,2": a list of sizes as --shard-group and --nodes take it.
 std::string join_sizes(const std::vector<int>& sizes);
 
+// Units are padded to a multiple of every group's size, their least common multiple: up to that many
+// elements of padding per unit, and a grid of that many slots for the shard boundaries. Past this bound
+// the padding alone would outweigh the models zshard trains.
+constexpr int64_t kMaxPadMultiple = int64_t(1) << 20;
+// Refuses, with a UsageError naming `flag`, group sizes ShardGroups cannot take: a size below 1, more
+// ranks in all than an int holds, or a least common multiple above kMaxPadMultiple.
+void check_group_sizes(const std::vector<int>& sizes, std::string_view flag);
+
 // The shard groups of `options` on `world_size` ranks, by arithmetic alone: one group of one rank per rank
 // for ddp, the world for zero1/2/3, hybrid's groups (by default the default_shard_group). Throws
 // UsageError for groups that do not fit the world, and for `node`, which needs the hosts (resolve_plan).

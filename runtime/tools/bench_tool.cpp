@@ -243,14 +243,12 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
                                  "--mem-report", "--mem-budget", "--rank-batches", "--log-every", "--eval-data",
                                  "--eval-every", "--eval-batches"})
     app.remove_option(app.get_option(train_only));
-  app.add_option("--rank-batches", bench.splits,
-                 "how each strategy splits the global batch, comma separated: even, auto (by measured speed; "
-                 "timed after 2 x --rebalance-every more warm-up steps)")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"even", "auto"}));
+  add_list_option(app, "--rank-batches", bench.splits,
+                  "how each strategy splits the global batch, comma separated: even, auto (by measured speed; "
+                  "timed after 2 x --rebalance-every more warm-up steps)",
+                  {"even", "auto"});
   app.get_option("--steps")->description("timed optimizer steps per strategy (after --warmup-steps)");
-  app.add_option("--strategies", bench.strategies, "strategies to run, comma separated (hybrid needs world >= 4)")
-      ->delimiter(',');
+  add_list_option(app, "--strategies", bench.strategies, "strategies to run, comma separated (hybrid needs world >= 4)");
   app.add_option("--warmup-steps", bench.warmup_steps, "untimed steps before the timed ones");
   app.add_option("--json", bench.json_path, "write the results as JSON to this file");
   app.add_option("--peak-tflops", bench.peak_tflops, "peak TFLOP/s of one rank's device, for MFU (0 = unknown)");

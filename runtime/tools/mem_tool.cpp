@@ -193,8 +193,8 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   add_model_flags(app, o.model, o.overrides);
   app.add_option("--params", o.params, "bare parameter count, e.g. 7.5e9 (model states only)")
       ->excludes(app.get_option("--model"));
-  app.add_option("--world", o.worlds, "world sizes, comma separated")->delimiter(',');
-  app.add_option("--strategy", o.strategies, "strategies, comma separated")->delimiter(',');
+  add_list_option(app, "--world", o.worlds, "world sizes, comma separated");
+  add_list_option(app, "--strategy", o.strategies, "strategies, comma separated");
   add_shard_group_flag(app, o.groups);
   app.add_option("--dtype", o.dtype, "fp32 (zshard's CPU path) or mixed (2-byte params/grads, K=12)");
   app.add_option("--batch", o.batch, "global sequences per micro-step, split across the world");
@@ -240,6 +240,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
       throw UsageError("--shard-group node: zshard-mem runs on no hosts; give the nodes' sizes, e.g. 4,2");
     // Unequal groups fix the world: theirs, unless --world names it (and then must match).
     const std::vector<int>& sizes = o.groups.sizes();
+    if (sizes.size() > 1) check_group_sizes(sizes, "--shard-group");
     if (sizes.size() > 1 && !app.count("--world")) o.worlds = {std::accumulate(sizes.begin(), sizes.end(), 0)};
     for (const std::string& s : o.strategies) {
       StrategyOptions groups{parse_strategy(s), o.groups};

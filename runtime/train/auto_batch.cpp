@@ -69,6 +69,13 @@ std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Commun
     *out << "zshard-train: --batch auto: the estimate fits " << rank_batch << " sequence(s) per rank in "
          << budget.source << "\n";
   const Device device = plan.placement.device;
+  const int64_t tokens = default_auto_batch_tokens(device);
+  if (data.mem_budget.empty() && rank_batch > std::max<int64_t>(1, tokens / data.seq)) {
+    rank_batch = int(std::max<int64_t>(1, tokens / data.seq));
+    if (report)
+      *out << "zshard-train: --batch auto: without --mem-budget, at most " << tokens << " tokens per rank: "
+           << rank_batch << " sequence(s) of " << data.seq << "\n";
+  }
   // zero3 and hybrid prefetch from the second micro-step on (the first records the gather order), one
   // more gathered unit alive: the check measures through it, so that it sees the steps that follow;
   // not past a checkpoint, though (--save-every 1 saves step 1, which only the caller can).

@@ -19,8 +19,8 @@ namespace zshard {
 
 // Sets options.batch and returns the trainer built for it, with its measured steps taken (none when
 // --steps is 0). The budget is --mem-budget, else what the set-up memory check finds usable (the least over the
-// ranks). A budget too small for one sequence per rank fails on every rank with exit code 2. Rank 0
-// reports the choice to `out`.
+// ranks) with at most default_auto_batch_tokens per rank. A budget too small for one sequence per rank
+// fails on every rank with exit code 2. Rank 0 reports the choice to `out`.
 std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Communicator& world, std::ostream* out);
 
 }  // namespace zshard

@@ -20,7 +20,29 @@ template <class... Args>
 
 std::string file_source(const std::string& path) { return "file " + path; }
 
+// Data is read whole, so it must be a regular file (or a link to one): opening a FIFO blocks until a
+// writer comes, before any collective, where no deadline reaches it, and a device such as /dev/zero
+// never ends. A path that does not exist is left to the open's own message.
+void check_regular_file(const std::string& path, std::string_view flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const char* what = nullptr;
+  switch (fs::status(path, ec).type()) {
+    case fs::file_type::regular:
+    case fs::file_type::not_found:
+    case fs::file_type::none: return;
+    case fs::file_type::directory: what = "a directory"; break;
+    case fs::file_type::fifo: what = "a FIFO (named pipe)"; break;
+    case fs::file_type::character: what = "a character device"; break;
+    case fs::file_type::block: what = "a block device"; break;
+    case fs::file_type::socket: what = "a socket"; break;
+    default: what = "not a regular file"; break;
+  }
+  throw UsageError(detail::concat(flag, " ", path, ": is ", what, ", not a token or text file"));
+}
+
 std::vector<char> read_file(const std::string& path, std::string_view flag) {
+  check_regular_file(path, flag);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_data(flag, file_source(path), "cannot open (", std::strerror(errno), ")");
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -41,9 +63,7 @@ bool ends_with_bin(const std::string& path) {
 
 TokenDataset TokenDataset::load(const std::string& spec, std::string_view flag) {
   if (spec == "default") return from_default_corpus(flag);
-  std::error_code ec;
-  if (std::filesystem::is_directory(spec, ec))
-    throw UsageError(detail::concat(flag, " ", spec, ": is a directory, not a token or text file"));
+  check_regular_file(spec, flag);
   int32_t first = 0;
   {
     std::ifstream in(spec, std::ios::binary);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "comm/agreed_failure.h"
+#include "comm/launch.h"
 #include "kernels/io/atomic_file.h"
 #include "models/config_json.h"
 #include "shard/checkpoint_format.h"
@@ -21,7 +22,12 @@ namespace {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
 
-void on_stop_signal(int sig) { g_stop_signal = sig; }
+// mpirun also ends the ranks of a failed job with SIGTERM: the flight recorder dumps first (with
+// --trace-dir), and a rank that fails after it exits at once (comm/launch.h).
+void on_stop_signal(int sig) {
+  comm::note_termination_signal(sig);
+  g_stop_signal = sig;
+}
 
 std::string manifest_path(const std::string& dir) { return (fs::path(dir) / kManifestFile).string(); }
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/agreed_failure.h"
+#include "comm/flight_recorder.h"
 #include "comm/launch.h"
 #include "kernels/io/atomic_file.h"
 #include "kernels/io/safetensors.h"
@@ -89,6 +90,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     if (!options_.eval.source.empty()) eval_data_ = load(options_.eval.source, "--eval-data");
     if (!options_.model.init_from.empty()) check_weights_file(options_.model.init_from, *model_);
     if (world.rank() == 0) check_outputs(options_);
+    if (!options_.output.trace_dir.empty()) comm::check_trace_dir(options_.output.trace_dir);
   });
   // The batch buffers are allocated once the memory check has passed: a --batch far too large is refused.
   const std::vector<int> split = split_batch(data, world.size());
@@ -109,9 +111,12 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     rank_batch_caps_.resize(world.size());
     world.all_gather(&cap, rank_batch_caps_.data(), 1, DType::i32)->wait();
   }
+  if (!options_.output.trace_dir.empty() || options_.output.check_collectives)
+    comm::start_recording(world, options_.output.trace_dir);
   const int64_t tokens_per_step = int64_t(data.batch) * data.seq * data.grad_accum;
   engine_ = std::make_unique<Engine>(*model_, world, plan,
                                      EngineOptions{options_.model.seed, data.grad_accum, tokens_per_step});
+  if (options_.output.check_collectives) collective_check_ = std::make_unique<comm::CollectiveCheck>(world);
   if (!options_.model.init_from.empty()) run_agreed(world, [&] { load_weights(options_.model.init_from); });
 }
 
@@ -232,6 +237,7 @@ StepResult Trainer::step() {
   engine_->step(hp);
   r.comm_bytes = engine_->last_step_comm_bytes();
   r.comm_exposed_ms = engine_->last_step_comm_exposed_ms();
+  if (collective_check_) collective_check_->compare(r.step);
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   r.tokens_per_s = global_tokens / (r.ms / 1e3);
   r.rank_batches = rank_batches_;

@@ -17,6 +17,7 @@
 #include <zshard/model.h>
 #include <zshard/model_registry.h>
 
+#include "comm/collective_check.h"
 #include "runtime/train/data.h"
 #include "runtime/train/options/train_options.h"
 
@@ -100,6 +101,7 @@ class Trainer {
   TokenDataset eval_data_;  // --eval-data; empty without it
   std::unique_ptr<Model> model_;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<comm::CollectiveCheck> collective_check_;  // --check-collectives
   std::vector<int> rank_batches_;
   std::vector<int> rank_batch_caps_;  // auto only
   int rank_batch_ = 0;

@@ -55,6 +55,14 @@ expect_true "zero3 auto with --save-every 1: steps 1, 2 and 3 saved" \
 ZSHARD_FAULT_KIND=nan ZSHARD_FAULT_STEP=1 expect_failure "non-finite measured step" 1 "step 1: non-finite loss" -- \
   "$TRAIN" "${RUN[@]}" --batch auto --mem-budget 8MiB --save-dir "$WORK/nan" --log-json "$WORK/nan/log.json"
 
+# Without --mem-budget the usable memory held tens of thousands of the tiny model's sequences, a minute
+# per step on a CPU: the default takes at most 4096 tokens per rank.
+expect_ok "auto without a budget" "$TRAIN" "${RUN[@]}" --batch auto --steps 1
+expect_true "auto without a budget: 4096 tokens, 128 sequences of 32" \
+  grep -q "^zshard-train: --batch auto: without --mem-budget, at most 4096 tokens per rank: 128 sequence(s) of 32$" \
+  "$WORK/out"
+expect_true "auto without a budget: runs batch 128" grep -q "batch 128 (128 per rank); the first step's measured peak" \
+  "$WORK/out"
 expect_every_rank_fails "budget too small" 2 "--mem-budget 1.0 kB" -- "${RUN[@]}" --batch auto --mem-budget 1KB
 expect_failure "batch not a number" 2 "--batch" -- "$TRAIN" --batch x
 expect_one_line "batch not a number" "--batch"

@@ -22,6 +22,9 @@ expect_every_rank_fails "missing eval data" 1 "error: --eval-data file .*no/such
   "${ARGS[@]}" --eval-every 2 --eval-data "$WORK/no/such/eval.bin"
 expect_every_rank_fails "eval data a directory" 2 "error: --eval-data .*: is a directory" -- \
   "${ARGS[@]}" --eval-every 2 --eval-data "$WORK"
+mkfifo "$WORK/fifo"
+expect_every_rank_fails "eval data a FIFO (was a hang before any collective)" 2 \
+  "error: --eval-data .*fifo: is a FIFO \(named pipe\)" -- "${ARGS[@]}" --eval-every 2 --eval-data "$WORK/fifo"
 expect_every_rank_fails "eval data alone" 2 "--eval-data is only for --eval-every" -- \
   "${ARGS[@]}" --eval-data default
 expect_every_rank_fails "eval every without data" 2 "--eval-every needs --eval-data" -- "${ARGS[@]}" --eval-every 2

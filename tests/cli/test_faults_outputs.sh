@@ -139,6 +139,26 @@ expect_failure "mem --check without fields" 2 "--check .*empty.json: not a zshar
 expect_failure "train --seed -1" 2 "--seed: must be >= 0, got -1" -- "$TRAIN" --seed -1
 expect_failure "train --min-lr above --lr" 2 "--min-lr must be .* \(at most --lr\)" -- "$TRAIN" --min-lr 1
 expect_failure "train --data DIRECTORY" 2 "--data $WORK: is a directory" -- "$TRAIN" --data "$WORK"
+# Empty items of comma lists were dropped silently ("2,1," read as 2,1), every list flag alike.
+expect_failure "train --shard-group 2,1," 2 "--shard-group: empty item in the list '2,1,'" -- \
+  "$TRAIN" --strategy hybrid --shard-group 2,1,
+expect_failure "mem --world 2,,4" 2 "--world: empty item in the list '2,,4'" -- "$BIN/zshard-mem" --model tiny --world 2,,4
+expect_failure "bench --strategies ddp,,zero3" 2 "--strategies: empty item in the list 'ddp,,zero3'" -- \
+  "$BIN/zshard-bench" --strategies ddp,,zero3
+expect_failure "project --nodes 4,,2" 2 "--nodes: empty item in the list '4,,2'" -- \
+  "$BIN/zshard-project" --compute-ms 100 --params 1e8 --nodes 4,,2
+expect_one_line "project --nodes 4,,2" "empty item"
+# Sums and common multiples of group sizes overflowed int: a negative world, negative unit paddings.
+expect_failure "project --nodes past 2^31 ranks (printed a negative world)" 2 \
+  "--nodes: 2147483648 ranks in all, more than 1048576" -- "$BIN/zshard-project" --compute-ms 100 --params 1e8 \
+  --nodes "$(printf '1048576%.0s,' $(seq 2047))1048576"
+expect_failure "mem --shard-group 2,3,5,...,31 (its common multiple overflowed int)" 2 \
+  "--shard-group 2,3,5,7,11,13,17,19,23,29,31: .*least common multiple of these exceeds 1048576" -- \
+  "$BIN/zshard-mem" --model tiny --strategy hybrid --shard-group 2,3,5,7,11,13,17,19,23,29,31
+expect_one_line "mem --shard-group 2,3,5,...,31 (its common multiple overflowed int)" "least common multiple"
+expect_failure "train --data /dev/zero (was std::bad_alloc)" 2 "--data /dev/zero: is a character device" -- \
+  "$TRAIN" --data /dev/zero
+expect_one_line "train --data /dev/zero (was std::bad_alloc)" "/dev/zero"
 expect_failure "bench train-only flag" 2 "--save-dir" -- "$BIN/zshard-bench" --save-dir "$WORK/x"
 expect_failure "bench hybrid on 2 ranks" 2 "--strategies hybrid needs a shard group between 1 and the world" -- \
   "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --strategies hybrid

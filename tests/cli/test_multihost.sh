@@ -80,4 +80,40 @@ expect_failure "a list of groups across the hosts" 2 \
   "${MULTIHOST[@]}" --hosts 4,2 -- "$TRAIN" "${ARGS[@]}" --strategy hybrid --shard-group 3,3
 expect_one_line "a list of groups across the hosts" "error: --shard-group"
 
+# A stall on a remote host: hostb's last rank stopped at step 3 under zero3. The other ranks time out at
+# --comm-timeout and the job must be gone soon after, as on one host: the median of 3 trials within
+# ZSHARD_FAULT_SLACK (3 s) past the deadline. It took about 3.6 s past it (median of 8) while every failing
+# rank kept on through mpirun's SIGTERM until its SIGKILL and the woken stalled rank asked for a second abort.
+remote_ranks() {  # the ranks under PID (mpirun's tree), as "PID WORLD_RANK" lines
+  local p r
+  for p in $(children_of "$1"); do
+    r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+    [ -n "$r" ] && echo "$p $r"
+    remote_ranks "$p"
+  done
+}
+stall_seconds() {
+  local job victim started
+  : >"$WORK/out"
+  "${MULTIHOST[@]}" --hosts 2,2 -- "$TRAIN" --strategy zero3 --batch 8 --seq 32 --steps 100000 --log-every 1 \
+    --comm-timeout "$STALL_TIMEOUT" --trace-dir "$WORK/traces" >"$WORK/out" 2>"$WORK/err" &
+  job=$!
+  wait_for 60 grep -qs '^step *3/' "$WORK/out" || { kill -TERM $job; wait $job; echo 999; return; }
+  victim=$(remote_ranks $job | awk '$2 == 3 { print $1 }')
+  started=$(date +%s.%N)
+  kill -STOP "$victim"
+  wait_for $((STALL_TIMEOUT + 30)) eval '! kill -0 $job 2>/dev/null'
+  echo "$(date +%s.%N) - $started - $STALL_TIMEOUT" | bc
+  kill -KILL $job 2>/dev/null
+  wait $job 2>/dev/null
+}
+STALL_TIMEOUT=3
+past=()
+for trial in 1 2 3; do past+=("$(stall_seconds)"); done
+median=$(printf '%s\n' "${past[@]}" | sort -g | sed -n 2p)
+expect_true "remote stall: the job ends within ${ZSHARD_FAULT_SLACK:-3} s of the deadline (median $median of ${past[*]})" \
+  test "$(echo "$median <= ${ZSHARD_FAULT_SLACK:-3}" | bc)" = 1
+expect_true "remote stall: zshard-trace names the stopped rank 3 first" \
+  sh -c "'$ZSHARD_BIN/zshard-trace' '$WORK/traces' | head -1 | grep -Eq '^rank 3 (stopped running|never entered|left no dump|stalled outside any wait).* collective #'"
+
 finish

@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cctype>
 #include <fstream>
 #include <numeric>
@@ -144,6 +146,19 @@ TEST(Data, TextFileIsBytes) {
   const std::string empty = dir.file("empty.txt");
   std::ofstream(empty, std::ios::binary).flush();
   EXPECT_THAT(error_of([&] { TokenDataset::load(empty); }), HasSubstr("data file " + empty + ": is empty"));
+}
+
+// Data is read whole: a FIFO would block the open until a writer came (every rank, before any collective,
+// so no deadline ends it), and /dev/zero would be read until memory ran out. Both are refused at once.
+TEST(Data, NotARegularFileIsRefused) {
+  TempDir dir;
+  const std::string fifo = dir.file("pipe");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(error_of([&] { TokenDataset::load(fifo, "--eval-data"); }),
+              HasSubstr("--eval-data " + fifo + ": is a FIFO (named pipe)"));
+  EXPECT_THAT(error_of([&] { TokenDataset::from_text_file(fifo); }), HasSubstr("--data " + fifo + ": is a FIFO"));
+  EXPECT_THAT(error_of([&] { TokenDataset::load("/dev/zero"); }), HasSubstr("--data /dev/zero: is a character device"));
+  EXPECT_THROW(TokenDataset::load("/dev/zero"), UsageError);
 }
 
 TEST(Data, EmbeddedCorpusIsSubstantialAscii) {

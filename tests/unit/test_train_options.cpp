@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <limits>
 
 #include <zshard/lr_schedule.h>
@@ -19,6 +20,7 @@ namespace zshard {
 namespace {
 
 using ::testing::HasSubstr;
+using test::error_of;
 
 // A world that claims `size` ranks; set-up only all-reduces, and with one real process the sum is
 // the local value.
@@ -130,6 +132,23 @@ TEST(ShardGroups, RanksSizesAndPadding) {
   EXPECT_EQ(shard_groups({StrategyKind::zero2}, 3).sizes(), (std::vector<int>{3}));
 }
 
+// The least common multiple of a list of group sizes was an int: 2,3,5,...,31 overflowed it, and every
+// rank padded its units to a negative size. A list whose multiple passes the bound, or whose sizes sum
+// past an int, is refused naming the flag.
+TEST(ShardGroups, CommonMultipleAndWorldAreBounded) {
+  StrategyOptions hybrid{StrategyKind::hybrid, 0, true, 2, {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31}};
+  EXPECT_THAT(error_of([&] { shard_groups(hybrid, 160); }),
+              HasSubstr("--shard-group 2,3,5,7,11,13,17,19,23,29,31: every unit is padded to a multiple of each "
+                        "group's size, and the least common multiple of these exceeds 1048576"));
+  EXPECT_THROW(shard_groups(hybrid, 160), UsageError);
+  EXPECT_THROW(ShardGroups({2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31}), Error);
+  hybrid.shard_group_sizes = {INT_MAX, 2};
+  EXPECT_THAT(error_of([&] { shard_groups(hybrid, 6); }), HasSubstr("2147483649 ranks in all"));
+  // Within the bound: 2^20 is the multiple of 2^20 and 2.
+  EXPECT_EQ(ShardGroups({1 << 20, 2}).pad_multiple(), 1 << 20);
+  EXPECT_EQ(ShardGroups({16, 9, 5, 7}).pad_multiple(), 5040);
+}
+
 // `!(x >= 0)` lets +inf through: every float flag is checked for finiteness and range.
 TEST(TrainOptions, FloatFlagsMustBeFiniteAndInRange) {
   auto with = [](auto edit) {
@@ -196,6 +215,27 @@ TEST(TrainOptions, RankBatchesParseSizesOrAuto) {
     ADD_FAILURE() << "'fast' accepted";
   } catch (const CLI::Error& e) {
     EXPECT_THAT(cli_error_line(e), HasSubstr("--rank-batches: expected integers or 'auto', got 'fast'"));
+  }
+}
+
+// CLI11's delimiter dropped empty items ("2,1," read as 2,1): every list flag refuses them instead.
+TEST(TrainOptions, EmptyItemsOfCommaListsAreRefused) {
+  TrainOptions o;
+  std::string strategy;
+  CLI::App app;
+  add_train_flags(app, o, strategy);
+  app.parse("--shard-group 2,1 --rank-batches 3,3,2");
+  EXPECT_EQ(o.strategy.shard_group_sizes, (std::vector<int>{2, 1}));
+  EXPECT_EQ(o.rank_batches, (std::vector<int>{3, 3, 2}));
+  for (const char* bad : {"--shard-group 2,1,", "--shard-group 2,,1", "--rank-batches 3,3,2,", "--rank-batches ,3",
+                          "--config layers=2,,dim=32"}) {
+    try {
+      app.parse(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const CLI::Error& e) {
+      const std::string flag = std::string(bad).substr(0, std::string(bad).find(' '));
+      EXPECT_THAT(cli_error_line(e), HasSubstr(flag + ": empty item in the list '")) << bad;
+    }
   }
 }
 

@@ -10,8 +10,13 @@
 
 namespace zshard {
 
+int64_t default_auto_batch_tokens(Device device) { return device == Device::cpu ? 4096 : 65536; }
+
 void add_data_flags(CLI::App& app, DataOptions& o) {
   app.add_option("--data", o.source, "'default' (embedded text), a text file (bytes) or an llm.c .bin token file");
+  const std::string auto_cap = detail::concat("at most ", default_auto_batch_tokens(Device::cpu),
+                                              " tokens per rank and micro-step on cpu, ",
+                                              default_auto_batch_tokens(Device::cuda), " on cuda");
   // A number, or auto: the largest that fits --mem-budget (zshard-train only).
   app.add_option_function<std::string>(
          "--batch",
@@ -23,16 +28,17 @@ void add_data_flags(CLI::App& app, DataOptions& o) {
            o.batch = *n;
          },
          "global sequences per micro-step, split across ranks; or auto: the largest that fits --mem-budget "
-         "(zshard-train: by the estimate, then stepped down until the measured peak of its first steps fits)")
+         "(zshard-train: by the estimate, then stepped down until the measured peak of its first steps fits; "
+         "without --mem-budget, " + auto_cap + ")")
       ->type_name("N|auto")
       ->default_str(std::to_string(o.batch));
   app.add_option("--mem-budget", o.mem_budget,
                  "with --batch auto: the memory each rank may use, e.g. 2GiB (the host's bytes count too with "
-                 "--offload optimizer; default: what the set-up memory check finds usable per rank)");
+                 "--offload optimizer; default: what the set-up memory check finds usable per rank, taking " + auto_cap + ")");
   app.add_option("--seq", o.seq, "tokens per sequence");
   app.add_option("--grad-accum", o.grad_accum, "micro-steps per optimizer step");
-  app.add_option_function<std::vector<std::string>>(
-         "--rank-batches",
+  add_list_option(
+         app, "--rank-batches",
          [&o](const std::vector<std::string>& items) {
            o.rank_batches.clear();
            o.rank_batches_auto = false;
@@ -47,8 +53,7 @@ void add_data_flags(CLI::App& app, DataOptions& o) {
            }
          },
          "per-rank sequences, comma separated, summing to --batch; or 'auto': split by each rank's measured "
-         "speed")
-      ->delimiter(',');
+         "speed");
   app.add_option_function<int>(
       "--rebalance-every", [&o](int n) { o.rebalance_every = n; },
       "--rank-batches auto: re-split the batch every N steps (0 = never) [default: 5]");

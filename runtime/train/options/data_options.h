@@ -2,11 +2,14 @@
 // with the memory it is sized and checked against, --seq, --grad-accum, --rank-batches), and the held-out
 // evaluation (--eval-data, --eval-every, --eval-batches).
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include <zshard/dtype.h>
 
 namespace zshard {
 
@@ -28,6 +31,12 @@ struct DataOptions {
   std::optional<int> max_rank_batch;
   int rebalance_interval() const { return rebalance_every.value_or(5); }
 };
+
+// --batch auto without --mem-budget: the memory allows far more than pays on a small model (the tiny
+// model fitted 26,331 sequences in a host's memory, a minute per step), so the batch takes at most this
+// many tokens per rank and micro-step, past which a device's throughput no longer grows
+// (benchmarks/RESULTS.md).
+int64_t default_auto_batch_tokens(Device device);
 
 // Every `every` steps (0: never) and after the last one, the mean token loss of the model over the first
 // `batches` global batches of `source` (forward only, the run's batch and seq).

@@ -1,5 +1,6 @@
 // What every option part's flags share: choices by name, numbers-or-words, and zshard's one-line errors.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -37,6 +38,17 @@ void add_choice(CLI::App& app, const std::string& flag, V& value, const Choices<
       ->check(CLI::IsMember(names))
       ->default_str(current);
 }
+
+// A flag taking a comma-separated list, in one argument or several (--world 2,4 or --world 2 4): `take`
+// gets the items in order. CLI11's own delimiter drops empty items ("2,,1" reads as 2,1 and "2,1," as
+// 2,1), so every list flag splits here instead, refusing an empty item naming the flag.
+CLI::Option* add_list_option(CLI::App& app, const std::string& flag,
+                             std::function<void(const std::vector<std::string>&)> take, const std::string& help);
+// The same into `items`; with `allowed`, each item must be one of those words.
+CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector<std::string>& items,
+                             const std::string& help, const std::vector<std::string>& allowed = {});
+// The same into `values`, each item a whole int.
+CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector<int>& values, const std::string& help);
 
 // Refuses an empty value for every option of `app` that takes one (CLI11 would read "" as 0 or as unset).
 void refuse_empty_values(CLI::App& app);

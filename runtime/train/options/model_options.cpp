@@ -33,8 +33,8 @@ void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) 
   std::string known;
   for (const std::string& name : model_names()) known += (known.empty() ? "" : ", ") + name;
   app.add_option("--model", model, "model: " + known);
-  app.add_option_function<std::vector<std::string>>(
-         "--config",
+  add_list_option(
+         app, "--config",
          [&overrides](const std::vector<std::string>& items) {
            for (const std::string& item : items) {
              const size_t eq = item.find('=');
@@ -45,8 +45,7 @@ void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) 
              overrides.insert_or_assign(item.substr(0, eq), *value);
            }
          },
-         "override the model's configuration: KEY=VALUE, comma separated (e.g. layers=4,dim=128)")
-      ->delimiter(',');
+         "override the model's configuration: KEY=VALUE, comma separated (e.g. layers=4,dim=128)");
   // Shorthands for --config of the keys the transformer families share (a model without the key refuses it).
   for (const auto& [flag, key] : {std::pair{"--layers", "layers"}, std::pair{"--dim", "dim"},
                                   std::pair{"--heads", "heads"}, std::pair{"--vocab", "vocab"},

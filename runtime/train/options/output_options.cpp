@@ -9,6 +9,13 @@ void add_output_flags(CLI::App& app, OutputOptions& o) {
   app.add_option("--log-every", o.log_every, "progress line every N steps");
   app.add_option("--save", o.save, "save the final weights (safetensors)");
   app.add_option("--mem-report", o.mem_report, "write the memory report as JSON to this file");
+  app.add_option("--trace-dir", o.trace_dir,
+                 "record each rank's last collectives and write them to DIR/rank-NNNNN.trace when the job fails "
+                 "(deadline, error, fatal signal, SIGTERM) or on SIGUSR1 (then go on); read them with "
+                 "zshard-trace DIR [default: none, nothing recorded]");
+  app.add_flag("--check-collectives", o.check_collectives,
+               "debug: at every step boundary compare the collectives every rank issued on each group; the first "
+               "divergence stops the job naming both sides");
 }
 
 void add_save_flags(CLI::App& app, SaveOptions& o) {

@@ -1,5 +1,6 @@
-// What a run writes, and its flags: the progress and the JSON log, the final weights and the memory report
-// (OutputOptions), and checkpoints with resume (SaveOptions, which runtime/train/save_policy.h acts on).
+// What a run writes, and its flags: the progress and the JSON log, the final weights, the memory report
+// and the collectives' diagnostics (OutputOptions), and checkpoints with resume (SaveOptions, which
+// runtime/train/save_policy.h acts on).
 #pragma once
 #include <string>
 
@@ -12,6 +13,8 @@ struct OutputOptions {
   std::string save;
   std::string mem_report;
   int log_every = 10;
+  std::string trace_dir;           // --trace-dir: where each rank dumps its last collectives (comm/flight_recorder.h)
+  bool check_collectives = false;  // --check-collectives (comm/collective_check.h)
 };
 
 struct SaveOptions {

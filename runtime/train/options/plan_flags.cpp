@@ -9,8 +9,8 @@
 namespace zshard {
 
 void add_shard_group_flag(CLI::App& app, ShardGroupRequest& request) {
-  app.add_option_function<std::vector<std::string>>(
-         "--shard-group",
+  add_list_option(
+         app, "--shard-group",
          [&request](const std::vector<std::string>& items) {
            if (items.size() == 1 && items[0] == "node") {
              request = ShardGroupRequest::node();
@@ -32,7 +32,6 @@ void add_shard_group_flag(CLI::App& app, ShardGroupRequest& request) {
          "hybrid: ranks per shard group dividing the world; a list of group sizes in rank order, e.g. 4,2 for a "
          "node of 4 beside a node of 2; or node: each host's ranks (0 = node across two or more hosts, else the "
          "largest divisor up to 8 leaving two replicas)")
-      ->delimiter(',')
       ->type_name("G|G1,G2,..|node")
       ->default_str("0");
 }
