@@ -108,6 +108,7 @@ EstimateInput estimate_input(const TrainOptions& o, const Model& model, int worl
     in.shard_group_sizes = o.strategy.shard_group_sizes;
   }
   in.max_inflight = o.strategy.max_inflight;
+  in.reshard_after_forward = o.strategy.reshard_after_forward;
   in.dtypes = o.placement.param_dtype == DType::bf16 ? DtypePolicy::mixed_bf16() : DtypePolicy::fp32();
   in.rank_batch = rank_batch;
   in.seq = o.seq;

@@ -85,7 +85,20 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   const bool keeps_open = in.model->keeps_gradients_open(std::max(1, in.rank_batch), in.seq);
   const int64_t kept = keeps_open ? L1 : 0;
   const int64_t accumulated_and_in_flight = keeps_open ? largest(units, 3) - L1 : std::max(L1, 2 * L2);
-  if (p_sharded) {
+  if (p_sharded && !in.reshard_after_forward) {
+    // Every unit stays gathered from its forward to its backward. Backward runs the units in reverse, so
+    // when unit u opens its gradient, units 0..u are still gathered; beside u's gradient, the next unit's
+    // still in flight where the two fit within max(L1, 2 L2).
+    e.gathered_in_flight = padded_total * d.param_bytes;
+    int64_t held = 0, peak = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+      held += units[u];
+      const int64_t next = u + 1 < units.size() ? units[u + 1] : 0;
+      const int64_t open = units[u] + (units[u] + next <= std::max(L1, 2 * L2) ? next : 0);
+      peak = std::max(peak, held * d.param_bytes + (kept + open) * d.grad_bytes);
+    }
+    e.comm_buffers = in_flight_shards * d.grad_bytes + std::max<int64_t>(0, peak - e.gathered_in_flight);
+  } else if (p_sharded) {
     const int64_t backward = L2 * d.param_bytes + accumulated_and_in_flight * d.grad_bytes;
     e.comm_buffers =
         (kept + in_flight_shards) * d.grad_bytes + std::max<int64_t>(0, backward - e.gathered_in_flight);

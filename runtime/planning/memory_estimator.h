@@ -29,6 +29,7 @@ struct EstimateInput {
   std::vector<int> shard_group_sizes;
   int group = -1;
   int max_inflight = 2;
+  bool reshard_after_forward = true;  // zero3/hybrid: false keeps each gathered unit until its backward
   DtypePolicy dtypes = DtypePolicy::fp32();
   int rank_batch = 1;  // sequences per micro-step on this rank
   int seq = 64;
