@@ -62,7 +62,9 @@ bool hybrid_runs(int world, const StrategyOptions& hybrid) {
 // number of calls at their mean size, on the communicator and the buffers' device the step used (nccl,
 // or the mpi world with host or staged device buffers). With the exposed time this gives how much communication the step hid behind
 // compute. The device is synchronised before the clock stops: nccl's waits only order the streams.
-double replay_comm_ms(comm::Communicator& comm, Device device, const comm::CommStats& per_run, int steps) {
+// With `latency_only`, the same calls of one element per rank: what the calls cost whatever they carry.
+double replay_comm_ms(comm::Communicator& comm, Device device, const comm::CommStats& per_run, int steps,
+                      bool latency_only = false) {
   const int n = comm.size();
   if (n == 1) return 0;
   double total_ms = 0;
@@ -72,7 +74,7 @@ double replay_comm_ms(comm::Communicator& comm, Device device, const comm::CommS
     if (calls == 0) continue;
     const double bus = double(per_run.bytes[int(c)]) / double(per_run.calls[int(c)]);
     const double factor = comm::bus_bytes(c, n, int64_t(n) * 1000000) / double(int64_t(n) * 1000000);
-    const size_t elems = std::max<size_t>(size_t(n), size_t(bus / factor / 4) / n * n);
+    const size_t elems = latency_only ? size_t(n) : std::max<size_t>(size_t(n), size_t(bus / factor / 4) / n * n);
     const size_t bytes = elems * sizeof(float);
     Buffer a(bytes, device, Category::comm), b(bytes, device, Category::comm);
     memset_device(device, a.data(), 0, bytes);  // defined values: no NaN or denormal slow paths
@@ -119,6 +121,7 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
   const comm::CommStats stats = trainer.params().comm_stats();
   const MemoryReport report = MemoryReport::collect(trainer);
   const double total_comm_ms = replay_comm_ms(trainer.collective_world(), options.placement.device, stats, timed);
+  const double latency_ms = replay_comm_ms(trainer.collective_world(), options.placement.device, stats, timed, true);
   // The ideal step: the global batch computed at the ranks' summed throughput, no rank waiting for another.
   const std::vector<double> seq_per_s = trainer.gathered_seq_per_s();
   double total_seq_per_s = 0;
@@ -158,7 +161,7 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
             {"peak_total_bytes", peak_total},
             {"model_states_bytes", {{"measured", report.measured_model_states(report.shard_group)}, {"theory", report.predicted.total()}}},
             {"comm_bytes_per_step", {{"measured", comm_bytes}, {"theory", report.predicted_comm_bytes}}},
-            {"comm_ms_per_step", {{"exposed", exposed_ms}, {"total", total_comm_ms}}},
+            {"comm_ms_per_step", {{"exposed", exposed_ms}, {"total", total_comm_ms}, {"latency", latency_ms}}},
             {"memory_report", report.to_json()}};
   return j;
 }
