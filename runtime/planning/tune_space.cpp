@@ -114,8 +114,8 @@ std::vector<Candidate> enumerate_candidates(const TuneProblem& p, const TuneSpac
                                       " sequences per rank of a global batch of ", p.global_batch, " on ", p.world,
                                       " ranks"));
   std::vector<ActivationCheckpointing> modes = space.checkpointing;
-  if (!can_recompute(*p.model))
-    std::erase(modes, ActivationCheckpointing::blocks);
+  if (!can_recompute(*p.model)) std::erase(modes, ActivationCheckpointing::blocks);
+  if (modes.empty()) throw UsageError("--activation-checkpointing blocks: the model cannot recompute its blocks");
   std::vector<Candidate> out;
   for (StrategyKind kind : space.strategies) {
     const bool sharded = params_sharded(kind);

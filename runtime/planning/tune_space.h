@@ -66,7 +66,8 @@ std::vector<std::vector<int>> hybrid_groupings(const TuneProblem& problem);
 // Every candidate of `space`, simplest first (strategies in the order given, fewest micro-steps first,
 // checkpointing, offload, prefetch depth and resharding in their lists' order). Throws UsageError when the
 // global batch cannot be cut as asked: not a multiple of the world, or a --grad-accum that does not divide
-// the sequences per rank. Candidates with an auto split get their max_rank_batch from the budget.
+// the sequences per rank, or checkpointing only for a model that cannot recompute. Candidates with an auto
+// split get their max_rank_batch from the budget.
 std::vector<Candidate> enumerate_candidates(const TuneProblem& problem, const TuneSpace& space);
 
 // The estimator's peak per rank for the candidate: the one call from the tuner into the estimator. For

@@ -58,6 +58,26 @@ bool hybrid_runs(int world, const StrategyOptions& hybrid) {
   return g > 1 && g < world;
 }
 
+// The collectives every rank replays, alike: ranks of unequal shard groups issue different ones (a rank of
+// the small group reduces its shard with several peers in turn), so each collective's most calls and
+// largest mean size over the ranks. Collective over `world`.
+comm::CommStats agreed_stats(comm::Communicator& world, const comm::CommStats& mine) {
+  const size_t n = size_t(world.size()), me = size_t(world.rank());
+  std::vector<double> all(2 * comm::kNumCollectives * n, 0.0);
+  for (int c = 0; c < comm::kNumCollectives; ++c) {
+    all[(2 * size_t(c)) * n + me] = double(mine.calls[c]);
+    all[(2 * size_t(c) + 1) * n + me] = mine.calls[c] ? double(mine.bytes[c]) / double(mine.calls[c]) : 0;
+  }
+  comm::all_reduce_sum(world, all.data(), all.size());
+  comm::CommStats agreed;
+  for (int c = 0; c < comm::kNumCollectives; ++c) {
+    const auto row = [&](size_t r) { return all.begin() + std::ptrdiff_t(r * n); };
+    agreed.calls[c] = int64_t(*std::max_element(row(2 * size_t(c)), row(2 * size_t(c) + 1)));
+    agreed.bytes[c] = int64_t(*std::max_element(row(2 * size_t(c) + 1), row(2 * size_t(c) + 2)) * double(agreed.calls[c]));
+  }
+  return agreed;
+}
+
 // Time of the step's collectives with no compute beside them: each collective the step issued, the same
 // number of calls at their mean size, on the communicator and the buffers' device the step used (nccl,
 // or the mpi world with host or staged device buffers). With the exposed time this gives how much communication the step hid behind
@@ -120,8 +140,9 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
   }
   const comm::CommStats stats = trainer.params().comm_stats();
   const MemoryReport report = MemoryReport::collect(trainer);
-  const double total_comm_ms = replay_comm_ms(trainer.collective_world(), options.placement.device, stats, timed);
-  const double latency_ms = replay_comm_ms(trainer.collective_world(), options.placement.device, stats, timed, true);
+  const comm::CommStats replayed = agreed_stats(world, stats);
+  const double total_comm_ms = replay_comm_ms(trainer.collective_world(), options.placement.device, replayed, timed);
+  const double latency_ms = replay_comm_ms(trainer.collective_world(), options.placement.device, replayed, timed, true);
   // The ideal step: the global batch computed at the ranks' summed throughput, no rank waiting for another.
   const std::vector<double> seq_per_s = trainer.gathered_seq_per_s();
   double total_seq_per_s = 0;

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <zshard/error.h>
+
 #include "kernels/io/json_input.h"
 #include "runtime/tools/child_process.h"
 
@@ -15,13 +17,18 @@ namespace {
 // An auto split re-splits after every step while it is timed (it settles within two).
 constexpr int kTuneRebalanceEvery = 1;
 
-// The last non-empty line of a log: why a run failed, as the run said it.
-std::string last_line(const std::string& path) {
+// Why a run failed, as it said it: its last error line (zshard's, not the launcher's notes after it),
+// else its last line.
+std::string failure_line(const std::string& path) {
+  static const std::regex error("^zshard-bench: (error: |rank [0-9]+: |--)");
   std::ifstream in(path);
-  std::string line, last;
-  while (std::getline(in, line))
-    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
-  return last;
+  std::string line, last, last_error;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    last = line;
+    if (std::regex_search(line, error)) last_error = line;
+  }
+  return last_error.empty() ? last : last_error;
 }
 
 // A run that failed for lack of memory: the memory check refused it, an allocation failed, or the kernel
@@ -66,7 +73,9 @@ CandidateRun run_candidate(const CandidateLauncher& how, const Candidate& c, int
   }
   if (r.exit_code != 0) {
     run.status = ran_out_of_memory(run.log_path, r) ? "out of memory" : "failed";
-    run.detail = last_line(run.log_path);
+    run.detail = failure_line(run.log_path);
+    if (run.detail.empty())
+      run.detail = r.signal ? detail::concat("ended by signal ", r.signal) : detail::concat("exit code ", r.exit_code);
     return run;
   }
   const nlohmann::json doc = read_json_file("candidate result", json_path);

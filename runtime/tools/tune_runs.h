@@ -27,7 +27,7 @@ struct CandidateRun {
   // ok; over budget (the measured peak exceeds it); out of memory; failed; timed out; stopped (the tool
   // was asked to stop).
   std::string status;
-  std::string detail;  // why it failed: the log's last line
+  std::string detail;  // why it failed: the run's error line
   MeasuredRun measured;
   int64_t peak_bytes = 0;    // the largest over the ranks
   std::vector<int> split;    // sequences per rank in the last step

@@ -16,8 +16,7 @@ using nlohmann::json;
 
 namespace {
 
-// A run's time besides its steps (launch, set-up, the communication replay) until one has been measured.
-constexpr double kDefaultStartupS = 30;
+constexpr int kCalibrationAttempts = 3;
 
 std::string ms(double v) {
   std::ostringstream os;
@@ -111,8 +110,10 @@ void TuneSearch::run(std::ostream& out) {
   out << "  " << entries_.size() << " candidates, "
       << std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.fits; })
       << " fit the budget by the estimate\n" << std::flush;
-  // The calibrating run: the first by nominal rates; a run that fails hands the turn to the next.
+  // The calibrating run: the first by nominal rates; a run that fails hands the turn to the next, up to
+  // three (more would rather say that the launcher or the machine is broken).
   for (Entry* e : ranking()) {
+    if (runs_ == kCalibrationAttempts) break;
     time(*e, settings_.time_budget_s - elapsed_s(), out);
     if (e->run->status == "timed out" && runs_ == 1)
       throw UsageError(detail::concat("--time-budget ", ms(settings_.time_budget_s), " s is too short for one run: ",
@@ -174,8 +175,8 @@ void TuneSearch::print_table(std::ostream& out) const {
         << (&e == best ? "  <- fastest" : "") << "\n";
   }
   out << "searched " << entries_.size() << " candidates, " << order.size() << " fit the budget, " << timed
-      << " timed in " << ms(elapsed_s()) << " s; the estimator: " << misses << " of " << timed
-      << " timed exceeded the budget or ran out of memory\n";
+      << " run in " << ms(elapsed_s()) << " s; the estimator: " << misses << " of " << timed
+      << " run exceeded the budget or ran out of memory\n";
 }
 
 json TuneSearch::to_json() const {

@@ -5,8 +5,7 @@
 // timed (tune_search.h), each a zshard-bench job of its own under the launcher (tune_runs.h), within
 // --time-budget. The winner is the fastest measured run whose peak fits, printed as the command line that
 // trains with it.
-#include <unistd.h>
-
+#include <cstdlib>
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -233,14 +232,17 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
                "cost model, proven by short runs"};
   app.option_defaults()->always_capture_default();
   add_model_flags(app, o.model, o.overrides);
-  CLI::Option* batch = app.add_option("--global-batch", o.global_batch, "sequences per optimizer step (all ranks)");
-  batch->excludes(app.add_option("--global-tokens", o.global_tokens, "tokens per optimizer step: a multiple of --seq"));
+  CLI::Option* batch = app.add_option("--global-batch", o.global_batch, "sequences per optimizer step (all ranks)")
+                           ->default_str("");
+  batch->excludes(app.add_option("--global-tokens", o.global_tokens, "tokens per optimizer step: a multiple of --seq")
+                      ->default_str(""));
   app.add_option("--seq", o.seq, "tokens per sequence");
   CLI::Option* np = app.add_option("--np", o.np, "ranks, all on one host");
   np->excludes(app.add_option("--hosts", o.hosts, "ranks per host in rank order, e.g. 4,2 (hybrid shards inside hosts)")
                    ->delimiter(','));
-  app.add_option("--mem-budget", o.mem_budget, "memory each rank may use, e.g. 2GiB")
-      ->default_str("what the set-up memory check finds usable");
+  app.add_option("--mem-budget", o.mem_budget,
+                 "memory each rank may use, e.g. 2GiB (give it when the ranks' hosts are not this one)")
+      ->default_str("what the set-up memory check finds usable here");
   add_device_flag(app, o.device, "where the candidates compute: cpu or cuda");
   app.add_option("--param-dtype", o.param_dtype, "fp32, or bf16 (cuda)")->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--data", o.data, "what the timed runs train on, as zshard-train's --data");
@@ -321,8 +323,8 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
                 {"work_dir", work.temporary() ? json(nullptr) : json(work.path())}});
     if (const TuneSearch::Entry* best = search.winner()) {
       const std::string cmd = shell_line(train_command(how, best->c, own_modes));
-      std::cout << "fastest that fits: " << best->c.label() << ", " << best->run->measured.step_ms
-                << " ms per step, peak " << format_bytes(double(best->run->peak_bytes)) << " of "
+      std::cout << "fastest that fits: " << best->c.label() << ", " << std::fixed << std::setprecision(1)
+                << best->run->measured.step_ms << " ms per step, peak " << format_bytes(double(best->run->peak_bytes)) << " of "
                 << format_bytes(double(budget.bytes)) << "\n  " << cmd << "\n";
       doc["winner"] = {{"label", best->c.label()}, {"step_ms", best->run->measured.step_ms},
                        {"peak_bytes", best->run->peak_bytes}, {"command", cmd}};

@@ -81,4 +81,6 @@ import json
 d = json.load(open('$WORK/tune.json'))
 assert d['model']['name'] == 'bigram' and len(d['candidates']) == 2, d['candidates']
 assert d['winner']['command'].split(' -np 2 ')[1].startswith('$OWN --model bigram --seq 32 --strategy '), d['winner']"
+expect_failure "own model tune refuses recomputation" 2 "--activation-checkpointing blocks: the model cannot recompute" -- \
+  "$OWN" tune --np 2 --global-batch 8 --activation-checkpointing blocks
 finish
