@@ -184,10 +184,39 @@ TEST(MemoryEstimator, BackwardPrefetchesBesideTheGradientsInFlight) {
   const MemoryEstimate e = estimate_memory(in);
   EXPECT_EQ(e.gathered_in_flight + e.comm_buffers, (2 * units[2] + units[2] + units[3]) * 4);
   EXPECT_EQ(e.gathered_in_flight + e.comm_buffers, 657'152);
+  // From the second micro-step on, reductions add into the owned shard through a scratch: the final
+  // unit's, in flight while the second layer's backward runs. (The comm peak measured at 2x64 per rank and
+  // 2 micro-steps is that of one micro-step, 657,152 bytes: the final unit's small reduction had landed.)
+  in.grad_accum = 2;
+  const MemoryEstimate accumulated = estimate_memory(in);
+  EXPECT_EQ(accumulated.gathered_in_flight + accumulated.comm_buffers, 657'152 + units[3] / 4 * 4);
+  in.grad_accum = 1;
   in.max_inflight = 1;  // nothing prefetched: the first layer gathered beside its gradient and the second's
   const MemoryEstimate one = estimate_memory(in);
   EXPECT_EQ(one.gathered_in_flight + one.comm_buffers, 3 * units[1] * 4);
   EXPECT_EQ(one.gathered_in_flight + one.comm_buffers, 591'360);
+}
+
+// From the second micro-step on, a reduction adds into the owned shard through a shard-sized scratch.
+// GPT-2 (2 layers, 1x32 per rank, 2 micro-steps, the head's weight gradient deferred) peaks at the
+// embedding's reduction: its full gradient beside its scratch, above the two units gathered at the
+// forward's start. zshard-bench measured these peaks per rank at np 4; the estimate had counted the two
+// largest units' scratch on top of the larger of forward and backward (457,959,168 and 718,675,200).
+TEST(MemoryEstimator, AccumulationScratchOpensBesideTheGradientItReduces) {
+  GPT2Config config = gpt2_config("gpt2");
+  config.layers = 2;
+  const GPT2 model(config);
+  EstimateInput in = zero3_on_4(model);
+  in.rank_batch = 1;
+  in.seq = 32;
+  in.grad_accum = 2;
+  EXPECT_EQ(estimate_memory(in).total(), 422'519'808);
+  in.max_inflight = 1;
+  EXPECT_EQ(estimate_memory(in).total(), 422'519'808);
+  in.max_inflight = 2;
+  in.kind = StrategyKind::hybrid;
+  in.shard_group = 2;
+  EXPECT_EQ(estimate_memory(in).total(), 676'147'968);
 }
 
 // Llama keeps a gradient open only with a tied head that adds its weight gradient at the head: from as
