@@ -1,8 +1,8 @@
 #!/bin/bash
 # zshard-tune against an exhaustive timing of every candidate that fits, on one problem, in one command:
 #   benchmarks/tune_exhaustive.sh BUILD_DIR OUT_DIR [tuner repeats]
-# 1. zshard-tune (its default search: a calibrating run and the top 3) REPEATS times, with one
-#    zshard-tune --exhaustive (every candidate that fits, the same runs) after the first;
+# 1. zshard-tune (its default search: a calibrating run and the top 3, each run twice) REPEATS times, with
+#    one zshard-tune --exhaustive --repeats 1 (every candidate that fits, run once) after the first;
 # 2. each pick of the tuner and the exhaustive run's fastest 3, timed again in ROUNDS interleaved rounds
 #    (zshard-bench, 1 warm-up and 5 timed steps), so that the comparison does not rest on one noisy run.
 # Prints the exhaustive ranking, each tuner run's pick, time and wall time against the exhaustive one's,
@@ -22,7 +22,7 @@ for rep in $(seq "$repeats"); do
   "$build/zshard-tune" "${problem[@]}" --launcher "$launcher" --json "$out/tune_$rep.json" | tee "$out/tune_$rep.txt"
   if [ "$rep" = 1 ]; then
     echo "exhaustive $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/loads.txt"
-    "$build/zshard-tune" "${problem[@]}" --launcher "$launcher" --exhaustive --time-budget 6h \
+    "$build/zshard-tune" "${problem[@]}" --launcher "$launcher" --exhaustive --repeats 1 --time-budget 6h \
       --json "$out/exhaustive.json" | tee "$out/exhaustive.txt"
   fi
 done

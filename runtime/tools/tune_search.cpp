@@ -98,12 +98,30 @@ std::vector<TuneSearch::Entry*> TuneSearch::pick(const std::vector<Entry*>& rank
 }
 
 void TuneSearch::time(Entry& e, double timeout_s, std::ostream& out) {
-  out << "  [" << ++runs_ << "] " << e.c.label() << " (predicted " << ms(e.predicted.step_ms()) << " ms, estimate "
-      << format_bytes(double(e.estimate)) << ") ... " << std::flush;
-  e.run = run_candidate(how_, e.c, runs_, timeout_s, problem_.budget);
-  const CandidateRun& r = *e.run;
+  out << "  [" << ++runs_ << "] " << e.c.label() << (e.run ? " again" : "") << " (predicted "
+      << ms(e.predicted.step_ms()) << " ms, estimate " << format_bytes(double(e.estimate)) << ") ... " << std::flush;
+  CandidateRun r = run_candidate(how_, e.c, runs_, timeout_s, problem_.budget);
   if (r.peak_bytes > 0) out << ms(r.measured.step_ms) << " ms, peak " << format_bytes(double(r.peak_bytes)) << ", ";
   out << r.status << (r.detail.empty() ? "" : ": " + r.detail) << " (" << ms(r.wall_s) << " s)\n" << std::flush;
+  if (r.peak_bytes > 0) e.step_runs.push_back(r.measured.step_ms);
+  // The fastest run stands, with the largest peak of all; a run over the budget or out of memory decides.
+  if (!e.run || r.against_estimator() || (r.ok() && e.run->ok() && r.measured.step_ms < e.run->measured.step_ms)) {
+    if (e.run) r.peak_bytes = std::max(r.peak_bytes, e.run->peak_bytes);
+    e.run = r;
+  }
+}
+
+bool TuneSearch::time_within_budget(Entry& e, double startup_s, std::ostream& out) {
+  const double left = settings_.time_budget_s - elapsed_s();
+  const double step_ms = e.run ? e.run->measured.step_ms : e.predicted.step_ms();
+  const double predicted_s = startup_s + how_.steps_run(e.c) * step_ms / 1e3;
+  if (predicted_s > left) {
+    out << "  " << e.c.label() << ": not run, its predicted " << ms(predicted_s) << " s exceed the " << ms(left)
+        << " s left of --time-budget\n";
+    return false;
+  }
+  time(e, std::min(left, std::max(60.0, 3 * predicted_s)), out);
+  return true;
 }
 
 void TuneSearch::run(std::ostream& out) {
@@ -134,17 +152,20 @@ void TuneSearch::run(std::ostream& out) {
     with_auto.auto_split = {true};
     add(enumerate_candidates(problem_, with_auto));
   }
+  std::vector<Entry*> timed = {calibrated_on_};
   for (Entry* e : pick(ranking())) {
     if (e->run) continue;
     if (stop_requested()) return;
-    const double left = settings_.time_budget_s - elapsed_s();
-    const double predicted_s = startup_s + how_.steps_run(e->c) * e->predicted.step_ms() / 1e3;
-    if (predicted_s > left) {
-      out << "  " << e->c.label() << ": not run, its predicted " << ms(predicted_s) << " s exceed the " << ms(left)
-          << " s left of --time-budget\n";
-      continue;
+    if (time_within_budget(*e, startup_s, out)) timed.push_back(e);
+  }
+  // More rounds of the runs that measured, each in the other order than the last.
+  std::erase_if(timed, [](const Entry* e) { return !e->run->ok(); });
+  for (int round = 1; round < settings_.repeats && timed.size() > 1; ++round) {
+    std::reverse(timed.begin(), timed.end());
+    for (Entry* e : timed) {
+      if (stop_requested()) return;
+      time_within_budget(*e, startup_s, out);
     }
-    time(*e, std::min(left, std::max(60.0, 3 * predicted_s)), out);
   }
 }
 
@@ -175,8 +196,8 @@ void TuneSearch::print_table(std::ostream& out) const {
         << (&e == best ? "  <- fastest" : "") << "\n";
   }
   out << "searched " << entries_.size() << " candidates, " << order.size() << " fit the budget, " << timed
-      << " run in " << ms(elapsed_s()) << " s; the estimator: " << misses << " of " << timed
-      << " run exceeded the budget or ran out of memory\n";
+      << " timed (" << runs_ << " runs) in " << ms(elapsed_s()) << " s; the estimator: " << misses << " of " << timed
+      << " timed exceeded the budget or ran out of memory\n";
 }
 
 json TuneSearch::to_json() const {
@@ -202,7 +223,7 @@ json TuneSearch::to_json() const {
       if (!r.detail.empty()) j["run"]["detail"] = r.detail;
       if (r.peak_bytes > 0)
         j["run"].update({{"step_ms", r.measured.step_ms}, {"peak_bytes", r.peak_bytes}, {"split", r.split},
-                         {"seq_per_s", r.measured.seq_per_s}});
+                         {"seq_per_s", r.measured.seq_per_s}, {"step_ms_runs", e.step_runs}});
     }
     candidates.push_back(j);
   }

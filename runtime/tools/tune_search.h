@@ -18,6 +18,9 @@ struct TuneSettings {
   bool exhaustive = false;  // time every candidate that fits
   bool detect_unequal = true;  // add auto splits when the calibrating run measures unequal rank speeds
   double time_budget_s = 900;
+  // Each timed candidate runs this many times, in rounds of alternating order, and is judged by its
+  // fastest run: on a machine that others load, one run can be slowed by half and more.
+  int repeats = 2;
 };
 
 class TuneSearch {
@@ -35,7 +38,8 @@ class TuneSearch {
     int64_t estimate = 0;
     bool fits = false;
     StepCost predicted;
-    std::optional<CandidateRun> run;
+    std::optional<CandidateRun> run;  // its fastest run (or one over the budget: that decides)
+    std::vector<double> step_runs;    // every measured run's median step, in order
   };
   // The fastest run that ended within the budget; null when none did.
   const Entry* winner() const;
@@ -51,6 +55,8 @@ class TuneSearch {
   std::vector<Entry*> ranking();
   std::vector<Entry*> pick(const std::vector<Entry*>& ranked) const;
   void time(Entry& e, double timeout_s, std::ostream& out);
+  // Times `e` unless its predicted run time exceeds what is left of the budget; false if not run.
+  bool time_within_budget(Entry& e, double startup_s, std::ostream& out);
 
   TuneProblem problem_;
   TuneSpace space_;
@@ -58,7 +64,7 @@ class TuneSearch {
   TuneSettings settings_;
   std::deque<Entry> entries_;  // appended to while pointers to its entries are held
   Calibration rates_;
-  const Entry* calibrated_on_ = nullptr;
+  Entry* calibrated_on_ = nullptr;
   int runs_ = 0;
   std::chrono::steady_clock::time_point start_;
 };

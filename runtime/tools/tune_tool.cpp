@@ -49,6 +49,7 @@ struct TuneOptions {
   std::vector<std::string> reshard{"true", "false"};
   std::string rank_batches = "detect";
   int top = 3;
+  int repeats = 2;
   bool exhaustive = false;
   int steps = 3;
   int warmup_steps = 1;
@@ -194,6 +195,7 @@ void check_options(TuneOptions& o, const CLI::App& app) {
   if (o.steps < 1) throw UsageError("--steps must be >= 1, got " + std::to_string(o.steps));
   if (o.warmup_steps < 0) throw UsageError("--warmup-steps must be >= 0, got " + std::to_string(o.warmup_steps));
   if (o.top < 1) throw UsageError("--top must be >= 1, got " + std::to_string(o.top));
+  if (o.repeats < 1) throw UsageError("--repeats must be >= 1, got " + std::to_string(o.repeats));
   if (words(o.launcher).empty()) throw UsageError("--launcher: empty");
   if (o.param_dtype == "bf16" && o.device == Device::cpu) throw UsageError("--param-dtype bf16 needs --device cuda");
 }
@@ -260,6 +262,8 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
                  "even, auto, even,auto, or detect: even, and auto too when the first run measures ranks of unequal "
                  "speed (more than 20% apart)");
   app.add_option("--top", o.top, "candidates timed after the calibrating run, fastest predicted first");
+  app.add_option("--repeats", o.repeats,
+                 "runs of each timed candidate, in rounds of alternating order; the fastest run counts");
   app.add_flag("--exhaustive", o.exhaustive, "time every candidate that fits (a benchmark of the cost model)");
   app.add_option("--steps", o.steps, "timed steps of each run");
   app.add_option("--warmup-steps", o.warmup_steps, "untimed steps of each run before them");
@@ -299,7 +303,7 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
     how.steps = o.steps;
     const WorkDir work(o.work_dir);
     how.work_dir = work.path();
-    TuneSearch search(problem, space, how, {o.top, o.exhaustive, o.rank_batches == "detect", time_budget});
+    TuneSearch search(problem, space, how, {o.top, o.exhaustive, o.rank_batches == "detect", time_budget, o.repeats});
 
     std::cout << "zshard-tune: " << o.model << " (" << num_params(*model) << " parameters), " << world << " ranks"
               << (problem.hosts.empty() ? "" : " on hosts " + join_sizes(problem.hosts)) << ", global batch "
