@@ -1,26 +1,20 @@
 #!/bin/bash
 # zshard-tune on ranks of unequal speed: 3 ranks, ranks 0 and 1 pinned to core 0 and rank 2 to core 1
-# (taskset, as benchmarks/skewed_balance.sh pins them), so rank 2 computes twice as fast as each of the
-# others. The tuner's first run measures the speeds, --rank-batches auto joins the search, and the plan
+# (benchmarks/skewed_pin.sh, as benchmarks/skewed_balance.sh pins them), so rank 2 computes twice as fast
+# as each of the others. The tuner's first run measures the speeds, --rank-batches auto joins the search, and the plan
 # it picks is then timed against the same configuration with the even split, REPEATS interleaved times
 # (zshard-bench --rank-batches even,auto).
 #   benchmarks/tune_skewed.sh BUILD_DIR OUT_DIR [repeats]
 # Environment: PROBLEM overrides the model, batch and budget. Needs 2 cores and nothing else running.
 set -euo pipefail
 build=$1 out=$2 repeats=${3:-3}
+src=$(cd "$(dirname "$0")" && pwd)
 # shellcheck disable=SC2206
 problem=(${PROBLEM:---model gpt2 --layers 2 --dim 256 --heads 4 --vocab 4096 --seq 128 --global-batch 48 --np 3
   --mem-budget 1GB --strategies ddp,zero2 --activation-checkpointing none --offload none})
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 mkdir -p "$out"
-pin="$out/pin.sh"
-cat >"$pin" <<'SH'
-#!/bin/sh
-# Ranks 0 and 1 share core 0; rank 2 has core 1 to itself.
-case "$OMPI_COMM_WORLD_RANK" in 0|1) core=0 ;; *) core=1 ;; esac
-exec taskset -c "$core" "$@"
-SH
-chmod +x "$pin"
+pin="$src/skewed_pin.sh"
 "$build/zshard-tune" "${problem[@]}" --launcher "mpirun --oversubscribe --bind-to none -np {np} $pin" \
   --json "$out/tune.json" | tee "$out/tune.txt"
 # The winner's flags, for zshard-bench: its strategy, batch and the rest, without the split (both are timed).

@@ -83,15 +83,22 @@ TEST(MemoryEstimator, HybridShardsInsideItsGroup) {
   EXPECT_THROW(estimate_memory(in), UsageError);
 }
 
-// zero3 on 4 ranks, 2 sequences of 128 per rank.
-EstimateInput zero3_on_4(const Model& model) {
+// zero3 on 4 ranks, `rank_batch` sequences of `seq` per rank.
+EstimateInput zero3_on_4(const Model& model, int rank_batch = 2, int seq = 128) {
   EstimateInput in;
   in.model = &model;
   in.kind = StrategyKind::zero3;
   in.world = 4;
-  in.rank_batch = 2;
-  in.seq = 128;
+  in.rank_batch = rank_batch;
+  in.seq = seq;
   return in;
+}
+
+// GPT-2 cut to 2 layers (53.6M parameters, the embedding most of them), as the measurements below ran it.
+GPT2Config two_layer_gpt2() {
+  GPT2Config config = gpt2_config("gpt2");
+  config.layers = 2;
+  return config;
 }
 
 // A tied model whose embedding (`embed` elements) dominates, on 4 ranks at 2 sequences of 128: two units in
@@ -146,12 +153,9 @@ TEST(MemoryEstimator, Gpt2ConfigCountsEveryTerm) {
 // these comm bytes at np 4 (315,070,464 under zero3; 185,886,720, the embedding and a prefetched block,
 // when resharding).
 TEST(MemoryEstimator, KeptGatheredUnitsPeakAtTheEmbeddingsBackward) {
-  GPT2Config config = gpt2_config("gpt2");
-  config.layers = 2;
+  const GPT2Config config = two_layer_gpt2();
   const GPT2 model(config);
-  EstimateInput in = zero3_on_4(model);
-  in.rank_batch = 1;
-  in.seq = 64;
+  EstimateInput in = zero3_on_4(model, 1, 64);
   const int64_t embed = int64_t(config.vocab + config.ctx) * config.dim * 4;
   MemoryEstimate e = estimate_memory(in);
   EXPECT_EQ(e.gathered_in_flight + e.comm_buffers, 185'886'720);
@@ -175,9 +179,7 @@ TEST(MemoryEstimator, KeptGatheredUnitsPeakAtTheEmbeddingsBackward) {
 // counted one gathered unit in backward (591,360) and fell short of the measured peak by 1.2%.
 TEST(MemoryEstimator, BackwardPrefetchesBesideTheGradientsInFlight) {
   const std::unique_ptr<Model> model = build_model("llama-tiny", model_config("llama-tiny"));
-  EstimateInput in = zero3_on_4(*model);
-  in.rank_batch = 4;
-  in.seq = 64;
+  EstimateInput in = zero3_on_4(*model, 4, 64);
   std::vector<int64_t> units;
   for (const UnitSpec& u : model->units()) units.push_back(FlatLayout(u, 4).padded_numel());
   ASSERT_EQ(units.size(), 4u);  // embedding, two layers, final
@@ -203,12 +205,8 @@ TEST(MemoryEstimator, BackwardPrefetchesBesideTheGradientsInFlight) {
 // forward's start. zshard-bench measured these peaks per rank at np 4; the estimate had counted the two
 // largest units' scratch on top of the larger of forward and backward (457,959,168 and 718,675,200).
 TEST(MemoryEstimator, AccumulationScratchOpensBesideTheGradientItReduces) {
-  GPT2Config config = gpt2_config("gpt2");
-  config.layers = 2;
-  const GPT2 model(config);
-  EstimateInput in = zero3_on_4(model);
-  in.rank_batch = 1;
-  in.seq = 32;
+  const GPT2 model(two_layer_gpt2());
+  EstimateInput in = zero3_on_4(model, 1, 32);
   in.grad_accum = 2;
   EXPECT_EQ(estimate_memory(in).total(), 422'519'808);
   in.max_inflight = 1;
