@@ -1,14 +1,18 @@
 #!/usr/bin/python3
-"""Memory per rank in the style of the ZeRO paper: for each model, every strategy with and without
-activation checkpointing and optimizer offload, the peak per rank at a fixed batch (zshard-bench,
-measured by the tracking allocator) beside the estimate (zshard-mem), and the largest micro-batch per rank
-under a budget: predicted by zshard-mem, and derived from the measurement (the measured peak less its
-activations, plus the measured activation bytes per sequence, which grow linearly with the batch).
+"""Memory per rank in the style of the ZeRO paper, and the estimator's largest batch checked by running it.
+For each case, every strategy with and without activation checkpointing and optimizer offload:
 
-  /usr/bin/python3 benchmarks/memory_sweep.py --bin build --np 4 \
-      --case gpt2-medium:4:128:4GiB:zero1,zero2,zero3,hybrid --case llama-tiny:16:64:64MiB \
-      --out benchmarks/results
+  - the peak per rank at the case's batch (zshard-bench, measured by the tracking allocator over a warm-up
+    step and a timed one, so that zero3's prefetch is in it) beside the estimate (zshard-mem);
+  - the largest micro-batch per rank that zshard-mem --max-batch says fits the budget, run (zshard-bench)
+    at that batch, whose measured peak must fit the budget, and at one sequence more, whose peak must exceed
+    it; where it does not, the estimator is conservative and the slack (the budget's share left unused at
+    one more) is reported.
 
+  /usr/bin/python3 benchmarks/memory_sweep.py --bin build --np 4 \\
+      --case llama-tiny:16:64:64MiB --case gpt2/layers=2:4:64:600MB:zero3 --out benchmarks/results
+
+MODEL may carry configuration overrides after a slash (gpt2/layers=2 is --model gpt2 --config layers=2).
 Writes memory_sweep.json and memory_sweep.md into --out; benchmarks/plot.py --memory-sweep draws it.
 """
 
@@ -19,6 +23,8 @@ import re
 import subprocess
 
 STRATEGIES = "ddp,zero1,zero2,zero3,hybrid"
+SAVERS = [("none", "none", "none"), ("blocks", "none", "blocks"), ("none", "optimizer", "offload"),
+          ("blocks", "optimizer", "blocks+offload")]  # checkpointing, offload, zshard-mem --max-batch's name
 UNITS = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 1e3, "mb": 1e6, "gb": 1e9, "": 1}
 
 
@@ -32,9 +38,11 @@ def parse_size(text):
 def parse_case(text):
     parts = text.split(":")
     if len(parts) not in (4, 5):
-        raise argparse.ArgumentTypeError(f"--case MODEL:BATCH:SEQ:BUDGET[:STRATEGIES], got {text}")
-    return {"model": parts[0], "batch": int(parts[1]), "seq": int(parts[2]), "budget_text": parts[3],
-            "budget": parse_size(parts[3]), "strategies": parts[4] if len(parts) == 5 else STRATEGIES}
+        raise argparse.ArgumentTypeError(f"--case MODEL[/CONFIG]:BATCH:SEQ:BUDGET[:STRATEGIES], got {text}")
+    name, _, config = parts[0].partition("/")
+    return {"model": parts[0], "model_flags": ["--model", name] + (["--config", config] if config else []),
+            "batch": int(parts[1]), "seq": int(parts[2]), "budget_text": parts[3], "budget": parse_size(parts[3]),
+            "strategies": parts[4] if len(parts) == 5 else STRATEGIES}
 
 
 def run(cmd):
@@ -42,33 +50,43 @@ def run(cmd):
     subprocess.run(cmd, check=True)
 
 
-def measure(args, case, ac, offload, path):
+def bench(args, case, strategies, batch, ac, offload, path):
+    """zshard-bench's JSON results by strategy: a warm-up step and a timed one."""
     run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(args.np), os.path.join(args.bin, "zshard-bench"),
-         "--model", case["model"], "--batch", str(case["batch"]), "--seq", str(case["seq"]), "--warmup-steps", "0",
-         "--steps", "1", "--strategies", case["strategies"], "--activation-checkpointing", ac, "--offload", offload,
-         "--json", path])
+         *case["model_flags"], "--batch", str(batch), "--seq", str(case["seq"]), "--warmup-steps", "1", "--steps",
+         "1", "--strategies", strategies, "--activation-checkpointing", ac, "--offload", offload, "--json", path])
+    with open(path) as f:
+        return {r["strategy"]: r for r in json.load(f)["results"]}
+
+
+def mem(args, case, extra, path):
+    run([os.path.join(args.bin, "zshard-mem"), *case["model_flags"], "--world", str(args.np), "--strategy",
+         case["strategies"], "--seq", str(case["seq"]), *extra, "--json", path])
     with open(path) as f:
         return json.load(f)
 
 
-def estimate(args, case, ac, offload, path):
-    run([os.path.join(args.bin, "zshard-mem"), "--model", case["model"], "--world", str(args.np), "--strategy",
-         case["strategies"], "--batch", str(case["batch"]), "--seq", str(case["seq"]), "--activation-checkpointing",
-         ac, "--offload", offload, "--device-mem", case["budget_text"], "--json", path])
-    with open(path) as f:
-        return {row["strategy"]: row for row in json.load(f)["rows"]}
-
-
-def largest_measured_batch(result, rank_batch, budget):
-    """The measured peak of the rank with the most activations, its activations scaled to each batch."""
-    best = None
-    for rank in result["memory_report"]["ranks"]:
-        acts = rank["peak"]["activations"]
-        per_sequence = acts / rank_batch
-        fixed = rank["peak_total"] - acts
-        fit = int((budget - fixed) // per_sequence) if budget > fixed else 0
-        best = fit if best is None else min(best, fit)
-    return best
+def verify(args, case, strategy, ac, offload, largest, scratch, tag):
+    """Runs at the estimator's largest batch per rank and at one more: their peaks, and the batch the runs prove."""
+    peaks = {}
+    for rank_batch in ([largest] if largest > 0 else []) + [largest + 1]:
+        path = os.path.join(scratch, f"verify_{tag}_{strategy}_{rank_batch}.json")
+        peaks[rank_batch] = bench(args, case, strategy, args.np * rank_batch, ac, offload, path)[strategy][
+            "peak_total_bytes"]
+    budget = case["budget"]
+    at, above = peaks.get(largest), peaks[largest + 1]
+    out = {"peak_at_largest": at, "peak_at_next": above, "slack": None}
+    if at is not None and at > budget:
+        out["verdict"] = "estimate does not fit"
+        out["largest_batch_verified"] = largest - 1
+    elif above <= budget:
+        out["verdict"] = "conservative"
+        out["largest_batch_verified"] = largest + 1
+        out["slack"] = (budget - above) / budget
+    else:
+        out["verdict"] = "exact"
+        out["largest_batch_verified"] = largest
+    return out
 
 
 def main():
@@ -76,7 +94,7 @@ def main():
     p.add_argument("--bin", default="build", help="directory of zshard-bench and zshard-mem")
     p.add_argument("--np", type=int, default=4)
     p.add_argument("--case", type=parse_case, action="append", required=True,
-                   help="MODEL:BATCH:SEQ:BUDGET[:STRATEGIES] (BATCH global; BUDGET per rank, e.g. 4GiB)")
+                   help="MODEL[/CONFIG]:BATCH:SEQ:BUDGET[:STRATEGIES] (BATCH global; BUDGET per rank, e.g. 4GiB)")
     p.add_argument("--out", default="benchmarks/results")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -84,33 +102,42 @@ def main():
     os.makedirs(scratch, exist_ok=True)
     rows = []
     for case in args.case:
+        safe = re.sub(r"[^A-Za-z0-9.-]", "_", case["model"] + "_" + case["budget_text"])
+        largest = {r["strategy"]: r["max_rank_batch"] for r in mem(
+            args, case, ["--max-batch", "--mem-budget", case["budget_text"]],
+            os.path.join(scratch, f"max_{safe}.json"))["max_batch"]}
         rank_batch = -(-case["batch"] // args.np)
-        for ac in ("none", "blocks"):
-            for offload in ("none", "optimizer"):
-                tag = f"{case['model']}_{ac}_{offload}"
-                bench = measure(args, case, ac, offload, os.path.join(scratch, f"bench_{tag}.json"))
-                est = estimate(args, case, ac, offload, os.path.join(scratch, f"mem_{tag}.json"))
-                for r in bench["results"]:
-                    e = est[r["strategy"]]
-                    rows.append({
-                        "model": case["model"], "strategy": r["strategy"], "activation_checkpointing": ac,
-                        "offload": offload, "world": args.np, "rank_batch": rank_batch, "seq": case["seq"],
-                        "peak_measured": r["peak_total_bytes"], "peak_predicted": e["total_bytes"],
-                        "states_measured": r["model_states_bytes"]["measured"],
-                        "states_predicted": e["model_states_bytes"], "budget": case["budget"],
-                        "largest_batch_measured": largest_measured_batch(r, rank_batch, case["budget"]),
-                        "largest_batch_predicted": e.get("max_rank_batch"),
-                    })
+        for ac, offload, saver in SAVERS:
+            tag = f"{safe}_{ac}_{offload}"
+            measured = bench(args, case, case["strategies"], case["batch"], ac, offload,
+                             os.path.join(scratch, f"bench_{tag}.json"))
+            est = {r["strategy"]: r for r in mem(args, case, ["--batch", str(case["batch"]), "--activation-checkpointing",
+                                                              ac, "--offload", offload],
+                                                 os.path.join(scratch, f"mem_{tag}.json"))["rows"]}
+            for strategy, r in measured.items():
+                e = est[strategy]
+                row = {"model": case["model"], "strategy": strategy, "activation_checkpointing": ac,
+                       "offload": offload, "world": args.np, "rank_batch": rank_batch, "seq": case["seq"],
+                       "peak_measured": r["peak_total_bytes"], "peak_predicted": e["total_bytes"],
+                       "states_measured": r["model_states_bytes"]["measured"],
+                       "states_predicted": e["model_states_bytes"], "budget": case["budget"],
+                       "largest_batch_predicted": largest[strategy][saver]}
+                row.update(verify(args, case, strategy, ac, offload, row["largest_batch_predicted"], scratch, tag))
+                rows.append(row)
     with open(os.path.join(args.out, "memory_sweep.json"), "w") as f:
         json.dump({"tool": "memory_sweep", "rows": rows}, f, indent=1)
-    lines = ["| model | strategy | ckpt | offload | peak MiB meas / pred | ratio | states ratio | largest batch meas / pred |",
-             "|---|---|---|---|---|---|---|---|"]
+    mib = 2**20
+    lines = ["| model | strategy | ckpt | offload | peak MiB meas / pred | ratio | states ratio | budget MiB "
+             "| largest batch (estimate) | peak MiB at it | at one more | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        at = "-" if r["peak_at_largest"] is None else f"{r['peak_at_largest'] / mib:.1f}"
+        verdict = r["verdict"] + (f" (slack {100 * r['slack']:.1f}%)" if r["slack"] is not None else "")
         lines.append(f"| {r['model']} | {r['strategy']} | {r['activation_checkpointing']} | {r['offload']} | "
-                     f"{r['peak_measured'] / 2**20:.1f} / {r['peak_predicted'] / 2**20:.1f} | "
+                     f"{r['peak_measured'] / mib:.1f} / {r['peak_predicted'] / mib:.1f} | "
                      f"{r['peak_predicted'] / r['peak_measured']:.3f} | "
-                     f"{r['states_predicted'] / r['states_measured']:.3f} | "
-                     f"{r['largest_batch_measured']} / {r['largest_batch_predicted']} |")
+                     f"{r['states_predicted'] / r['states_measured']:.3f} | {r['budget'] / mib:.1f} | "
+                     f"{r['largest_batch_predicted']} | {at} | {r['peak_at_next'] / mib:.1f} | {verdict} |")
     with open(os.path.join(args.out, "memory_sweep.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -5,12 +5,15 @@
   throughput.png          tokens/s by strategy
   busbw.png               bus bandwidth vs size per collective (zshard solid, raw MPI dashed)
   scaling.png             zshard-project's efficiency vs N (solid: overlap, dotted: none) and Amdahl
-  memory_sweep.png        per model: peak per rank at a fixed batch and the largest batch per rank under a
-                          budget, each strategy with and without activation checkpointing and offload,
-                          measured (bars) beside predicted (dots) (benchmarks/memory_sweep.py)
+  memory_sweep.png        per model: peak per rank at a fixed batch, and the largest batch per rank under a
+                          budget, each strategy with and without activation checkpointing and offload:
+                          measured (bars: the batch the runs at the estimate and one more proved) beside
+                          predicted (dots) (benchmarks/memory_sweep.py)
+  tune.png                zshard-tune's runs: step time against peak memory per rank, every candidate
+                          timed, the Pareto front, the budget and the one chosen (zshard-tune --json)
 
   /usr/bin/python3 benchmarks/plot.py --bench bench.json --commbench comm.json \
-      --projection projection.json --memory-sweep memory_sweep.json --out benchmarks/results
+      --projection projection.json --memory-sweep memory_sweep.json --tune tune.json --out benchmarks/results
 """
 
 import argparse
@@ -111,9 +114,9 @@ def plot_memory_sweep(doc, path):
         width = 0.8 / len(combos)
         for ax, measured, predicted, label in (
                 (row_axes[0], "peak_measured", "peak_predicted", "peak MiB per rank"),
-                (row_axes[1], "largest_batch_measured", "largest_batch_predicted", "largest batch per rank")):
+                (row_axes[1], "largest_batch_verified", "largest_batch_predicted", "largest batch per rank")):
             for i, (ac, offload) in enumerate(combos):
-                xs, got, want = [], [], []
+                xs, got, want, hatch = [], [], [], []
                 for j, s in enumerate(strategies):
                     hit = [r for r in mine if r["strategy"] == s and r["activation_checkpointing"] == ac
                            and r["offload"] == offload]
@@ -123,14 +126,68 @@ def plot_memory_sweep(doc, path):
                     xs.append(j - 0.4 + (i + 0.5) * width)
                     got.append(hit[0][measured] / scale)
                     want.append((hit[0][predicted] or 0) / scale)
-                ax.bar(xs, got, width, label=f"ckpt {ac}, offload {offload}")
+                    hatch.append(hit[0].get("verdict", "exact") != "exact")
+                bars = ax.bar(xs, got, width, label=f"ckpt {ac}, offload {offload}")
+                for bar, off in zip(bars, hatch):
+                    if off and measured != "peak_measured":
+                        bar.set_hatch("//")
                 ax.plot(xs, want, "k.", markersize=6)
-            ax.set_xticks(range(len(strategies)), strategies)
+            budgets = {s: next(r["budget"] for r in mine if r["strategy"] == s) for s in strategies}
+            ticks = strategies
+            if measured != "peak_measured" and len(set(budgets.values())) > 1:
+                ticks = [f"{s}\n{budgets[s] / 2**20:.0f} MiB" for s in strategies]
+            ax.set_xticks(range(len(strategies)), ticks, fontsize=8)
             r0 = mine[0]
-            extra = f", budget {r0['budget'] / 2**20:.0f} MiB" if measured != "peak_measured" else ""
-            ax.set_title(f"{model}, world {r0['world']}, {r0['rank_batch']}x{r0['seq']} per rank{extra}", fontsize=9)
+            if measured == "peak_measured":
+                title = f"{model}, world {r0['world']}, {r0['rank_batch']}x{r0['seq']} per rank"
+            else:
+                one = len(set(budgets.values())) == 1
+                title = (f"{model}, world {r0['world']}, seq {r0['seq']}"
+                         + (f", budget {r0['budget'] / 2**20:.0f} MiB" if one else ", budget per strategy")
+                         + " (hatched: the runs disagree with the estimate)")
+            ax.set_title(title, fontsize=8)
             ax.set_ylabel(label + " (dots: predicted)", fontsize=8)
         row_axes[0].legend(fontsize=7)
+    save(fig, path)
+
+
+def pareto(points):
+    """The points no other beats in both step time and peak memory, by increasing memory."""
+    front, best = [], float("inf")
+    for p in sorted(points, key=lambda p: (p[0], p[1])):
+        if p[1] < best:
+            front.append(p)
+            best = p[1]
+    return front
+
+
+def plot_tune(doc, path):
+    runs = [c for c in doc["candidates"] if "run" in c and "step_ms" in c["run"]]
+    budget = doc["budget_bytes"] / 2**20
+    fig, ax = plt.subplots(figsize=(8, 5))
+    strategies = list(dict.fromkeys(c["flags"][1] for c in runs))
+    for i, s in enumerate(strategies):
+        mine = [c for c in runs if c["flags"][1] == s]
+        for fits, marker in ((True, "o"), (False, "x")):
+            pts = [c for c in mine if (c["run"]["status"] == "ok") == fits]
+            if pts:
+                ax.scatter([c["run"]["peak_bytes"] / 2**20 for c in pts], [c["run"]["step_ms"] for c in pts],
+                           marker=marker, color=f"C{i}", s=24, label=s if fits else f"{s}, over budget")
+    ok = [(c["run"]["peak_bytes"] / 2**20, c["run"]["step_ms"]) for c in runs if c["run"]["status"] == "ok"]
+    front = pareto(ok)
+    if front:
+        ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="k", lw=1, label="Pareto front")
+    ax.axvline(budget, color="r", ls="--", lw=1, label=f"budget {budget:.0f} MiB")
+    if "winner" in doc:
+        w = next(c for c in runs if c["label"] == doc["winner"]["label"])
+        ax.scatter([w["run"]["peak_bytes"] / 2**20], [w["run"]["step_ms"]], s=160, facecolors="none",
+                   edgecolors="k", lw=1.5, label=f"chosen: {w['label']}")
+    ax.set_xlabel("measured peak MiB per rank (max over ranks)")
+    ax.set_ylabel("measured step time, ms (median)")
+    m = doc["model"]
+    ax.set_title(f"zshard-tune: {m['name']} ({m['params'] / 1e6:.1f}M params), {doc['world']} ranks, global batch "
+                 f"{doc['global_batch']}x{doc['seq']}; {len(runs)} candidates timed", fontsize=9)
+    ax.legend(fontsize=7)
     save(fig, path)
 
 
@@ -140,10 +197,11 @@ def main():
     p.add_argument("--commbench", help="zshard-commbench --json output")
     p.add_argument("--projection", help="zshard-project --json output")
     p.add_argument("--memory-sweep", help="benchmarks/memory_sweep.py output (memory_sweep.json)")
+    p.add_argument("--tune", help="zshard-tune --json output (every candidate timed: --exhaustive)")
     p.add_argument("--out", default=".", help="directory for the PNGs")
     args = p.parse_args()
-    if not (args.bench or args.commbench or args.projection or args.memory_sweep):
-        p.error("give at least one of --bench, --commbench, --projection, --memory-sweep")
+    if not (args.bench or args.commbench or args.projection or args.memory_sweep or args.tune):
+        p.error("give at least one of --bench, --commbench, --projection, --memory-sweep, --tune")
     os.makedirs(args.out, exist_ok=True)
     written = []
     if args.bench:
@@ -168,6 +226,11 @@ def main():
             doc = json.load(f)
         written.append(os.path.join(args.out, "memory_sweep.png"))
         plot_memory_sweep(doc, written[-1])
+    if args.tune:
+        with open(args.tune) as f:
+            doc = json.load(f)
+        written.append(os.path.join(args.out, "tune.png"))
+        plot_tune(doc, written[-1])
     for path in written:
         print(path)
 

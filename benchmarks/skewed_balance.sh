@@ -14,14 +14,7 @@ model_flags=${MODEL_FLAGS:---model gpt2 --layers 2 --dim 256 --heads 4 --vocab 4
 strategies=${STRATEGIES:-ddp}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 mkdir -p "$out"
-pin="$out/pin.sh"
-cat >"$pin" <<'SH'
-#!/bin/sh
-# Ranks 0 and 1 share core 0; rank 2 has core 1 to itself.
-case "$OMPI_COMM_WORLD_RANK" in 0|1) core=0 ;; *) core=1 ;; esac
-exec taskset -c "$core" "$@"
-SH
-chmod +x "$pin"
+pin="$src/skewed_pin.sh"
 : >"$out/loads.txt"
 for rep in $(seq "$repeats"); do
   echo "zshard_$rep $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/loads.txt"

@@ -66,22 +66,50 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // once those in flight fit beside it within max(L1, 2 L2) elements (L1, L2 the two largest units): the
   // unit being accumulated and the one in flight, or the largest alone. A model that keeps a unit's
   // gradient open through backward (Model::keeps_gradients_open: a tied head adding to the embedding
-  // first) holds it, taken as the largest, beside the two largest others. zero3/hybrid hold gathered
-  // units too: the larger of the forward's (the --max-inflight largest, no gradient open but a kept one,
-  // which opens at the head) and backward's, the gradients beside the unit whose backward runs under its
-  // gather, counted at the second largest size (the largest unit's gradient, when it opens alone, opens
-  // at an embedding's backward, which gathers nothing). Reductions land in the owned shard on a step's
-  // first micro-step; later micro-steps add a shard-sized scratch per reduction in flight (two at most).
-  // zero1: the scratch of its two reductions in flight, on the last micro-step; ddp reduces in place.
+  // first) holds it, taken as the largest, beside the two largest others. Backward runs the units in
+  // reverse: unit u's gradient opens beside u+1's in flight when the two fit that bound. zero3/hybrid
+  // hold gathered units too, the larger of the forward's (the --max-inflight largest, no gradient open but
+  // a kept one, which opens at the head) and backward's: u under its gather with the units before it
+  // prefetched up to --max-inflight, down to the first block (an embedding's backward gathers nothing),
+  // beside u's gradients; without resharding after forward, every unit from 0 to u is still gathered.
+  // Reductions land in the owned shard on a step's first micro-step; later micro-steps add a shard-sized
+  // scratch per reduction in flight (zero2: those of the two largest units; zero3/hybrid: u+1's while u's
+  // backward runs, and u's own beside it once u's gathered copy is released at its grads_ready). zero1:
+  // the scratch of its two reductions in flight, on the last micro-step; ddp reduces in place.
   const int64_t in_flight_shards = in.grad_accum > 1 && G > 1 ? largest(units, 2) / G : 0;
   const int64_t L1 = largest(units, 1), L2 = largest(units, 2) - L1;
   const bool keeps_open = in.model->keeps_gradients_open(std::max(1, in.rank_batch), in.seq);
   const int64_t kept = keeps_open ? L1 : 0;
   const int64_t accumulated_and_in_flight = keeps_open ? largest(units, 3) - L1 : std::max(L1, 2 * L2);
+  // Full gradients open at unit u's backward, a kept one aside. Which unit is kept is not known (it is
+  // counted as the largest): beside one, any two others may be open.
+  const int64_t open_bound = keeps_open ? largest(units, 2) : accumulated_and_in_flight;
+  const auto open_at = [&](size_t u) {
+    const int64_t next = u + 1 < units.size() ? units[u + 1] : 0;
+    return units[u] + (units[u] + next <= open_bound ? next : 0);
+  };
   if (p_sharded) {
-    const int64_t backward = L2 * d.param_bytes + accumulated_and_in_flight * d.grad_bytes;
-    e.comm_buffers =
-        (kept + in_flight_shards) * d.grad_bytes + std::max<int64_t>(0, backward - e.gathered_in_flight);
+    if (!plan.reshard_after_forward) e.gathered_in_flight = padded_total * d.param_bytes;
+    int64_t backward = 0, held = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+      held += units[u];
+      int64_t gathered = held;  // kept from forward: every unit from 0 to u
+      if (plan.reshard_after_forward) {
+        gathered = 0;
+        for (size_t v = u; v >= 1 && u - v < size_t(std::max(1, plan.max_inflight)); --v) gathered += units[v];
+      }
+      const int64_t open = open_at(u);
+      if (in_flight_shards == 0) {
+        backward = std::max(backward, gathered * d.param_bytes + open * d.grad_bytes);
+        continue;
+      }
+      // Reductions through a scratch: u+1's in flight while u's backward runs; from u's grads_ready on,
+      // u's too, its gathered copy released by then (an embedding's, gathered for nothing, frees nothing).
+      const int64_t released = plan.reshard_after_forward && u >= 1 ? units[u] : 0;
+      backward = std::max({backward, gathered * d.param_bytes + (open + (open - units[u]) / G) * d.grad_bytes,
+                           (gathered - released) * d.param_bytes + (open + open / G) * d.grad_bytes});
+    }
+    e.comm_buffers = kept * d.grad_bytes + std::max<int64_t>(0, backward - e.gathered_in_flight);
   } else if (g_sharded) {
     e.comm_buffers = (kept + accumulated_and_in_flight + in_flight_shards) * d.grad_bytes;
   } else if (G > 1) {

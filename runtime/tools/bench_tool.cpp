@@ -22,6 +22,7 @@
 #include "models/config_json.h"
 #include "runtime/tools/tool_runner.h"
 #include "runtime/tools/tools.h"
+#include "runtime/train/options/flags.h"
 #include "runtime/train/options/train_options.h"
 #include "runtime/train/trainer.h"
 
@@ -56,11 +57,33 @@ bool hybrid_runs(const ShardGroups& groups) {
   return groups.count() > 1 && *std::max_element(groups.sizes().begin(), groups.sizes().end()) > 1;
 }
 
+// The collectives every rank replays, alike: ranks of unequal shard groups issue different ones (a rank of
+// the small group reduces its shard with several peers in turn), so each collective's most calls and
+// largest mean size over the ranks. Collective over `world`.
+comm::CommStats agreed_stats(comm::Communicator& world, const comm::CommStats& mine) {
+  const size_t n = size_t(world.size()), me = size_t(world.rank());
+  std::vector<double> all(2 * comm::kNumCollectives * n, 0.0);
+  for (int c = 0; c < comm::kNumCollectives; ++c) {
+    all[(2 * size_t(c)) * n + me] = double(mine.calls[c]);
+    all[(2 * size_t(c) + 1) * n + me] = mine.calls[c] ? double(mine.bytes[c]) / double(mine.calls[c]) : 0;
+  }
+  comm::all_reduce_sum(world, all.data(), all.size());
+  comm::CommStats agreed;
+  for (int c = 0; c < comm::kNumCollectives; ++c) {
+    const auto row = [&](size_t r) { return all.begin() + std::ptrdiff_t(r * n); };
+    agreed.calls[c] = int64_t(*std::max_element(row(2 * size_t(c)), row(2 * size_t(c) + 1)));
+    agreed.bytes[c] = int64_t(*std::max_element(row(2 * size_t(c) + 1), row(2 * size_t(c) + 2)) * double(agreed.calls[c]));
+  }
+  return agreed;
+}
+
 // Time of the step's collectives with no compute beside them: each collective the step issued, the same
 // number of calls at their mean size, on the communicator and the buffers' device the step used (nccl,
 // or the mpi world with host or staged device buffers). With the exposed time this gives how much communication the step hid behind
 // compute. The device is synchronised before the clock stops: nccl's waits only order the streams.
-double replay_comm_ms(comm::Communicator& comm, Device device, const comm::CommStats& per_run, int steps) {
+// With `latency_only`, the same calls of one element per rank: what the calls cost whatever they carry.
+double replay_comm_ms(comm::Communicator& comm, Device device, const comm::CommStats& per_run, int steps,
+                      bool latency_only = false) {
   const int n = comm.size();
   if (n == 1) return 0;
   double total_ms = 0;
@@ -70,7 +93,7 @@ double replay_comm_ms(comm::Communicator& comm, Device device, const comm::CommS
     if (calls == 0) continue;
     const double bus = double(per_run.bytes[int(c)]) / double(per_run.calls[int(c)]);
     const double factor = comm::bus_bytes(c, n, int64_t(n) * 1000000) / double(int64_t(n) * 1000000);
-    const size_t elems = std::max<size_t>(size_t(n), size_t(bus / factor / 4) / n * n);
+    const size_t elems = latency_only ? size_t(n) : std::max<size_t>(size_t(n), size_t(bus / factor / 4) / n * n);
     const size_t bytes = elems * sizeof(float);
     Buffer a(bytes, device, Category::comm), b(bytes, device, Category::comm);
     memset_device(device, a.data(), 0, bytes);  // defined values: no NaN or denormal slow paths
@@ -119,7 +142,9 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
   }
   const comm::CommStats stats = engine.comm_stats();
   const MemoryReport report = engine.memory_report();
-  const double total_comm_ms = replay_comm_ms(engine.collective_world(), device, stats, timed);
+  const comm::CommStats replayed = agreed_stats(world, stats);
+  const double total_comm_ms = replay_comm_ms(engine.collective_world(), device, replayed, timed);
+  const double latency_ms = replay_comm_ms(engine.collective_world(), device, replayed, timed, true);
   // The ideal step: the global batch computed at the ranks' summed throughput, no rank waiting for another.
   const std::vector<double> seq_per_s = trainer.gathered_seq_per_s();
   double total_seq_per_s = 0;
@@ -159,7 +184,7 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
             {"peak_total_bytes", peak_total},
             {"model_states_bytes", {{"measured", report.measured_model_states(report.shard_group)}, {"theory", report.predicted.total()}}},
             {"comm_bytes_per_step", {{"measured", comm_bytes}, {"theory", report.predicted_comm_bytes}}},
-            {"comm_ms_per_step", {{"exposed", exposed_ms}, {"total", total_comm_ms}}},
+            {"comm_ms_per_step", {{"exposed", exposed_ms}, {"total", total_comm_ms}, {"latency", latency_ms}}},
             {"memory_report", json::parse(report.to_json())}};
   return j;
 }

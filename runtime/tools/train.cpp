@@ -14,8 +14,9 @@ int train_main(int argc, char** argv, const std::string& name, ModelConfig defau
 int train_main(int argc, char** argv, const std::string& default_model) {
   // The mode word is not a flag: drop it and hand the tool its argv as if it were its own program.
   const std::string_view mode = argc > 1 ? argv[1] : "";
-  if (mode == "bench" || mode == "mem") {
+  if (mode == "bench" || mode == "mem" || mode == "tune") {
     argv[1] = argv[0];
+    if (mode == "tune") return tune_tool(argc - 1, argv + 1, default_model, /*own_modes=*/true);
     return mode == "bench" ? bench_tool(argc - 1, argv + 1, default_model) : mem_tool(argc - 1, argv + 1, default_model);
   }
   return train_tool(argc, argv, default_model);

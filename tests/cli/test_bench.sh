@@ -102,6 +102,14 @@ check "mem 7.5e9" "$BIN/zshard-mem" --params 7.5e9 --dtype mixed --world 1,4,16,
 grep -Eq "zero3 +64 +64 +.*1\.88 GB" "$WORK/out" || { echo "FAIL mem: no 1.88 GB row"; cat "$WORK/out"; failures=$((failures + 1)); }
 check "project" "$BIN/zshard-project" --compute-ms 100 --params 124e6 --units 14 --max-world 64
 grep -Eq "^ +64 " "$WORK/out" || { echo "FAIL project: no N=64 row"; failures=$((failures + 1)); }
+# Unequal groups: the ranks of the small one issue other collectives than the large one's, and the replay
+# of them without compute must still issue the same ones on every rank (it aborted with MPI_ERR_TRUNCATE).
+check "bench np 3 hybrid --shard-group 2,1" timeout 120 "${MPIRUN[@]}" -np 3 "$BIN/zshard-bench" --model tiny \
+  --strategies hybrid --shard-group 2,1 --warmup-steps 0 --steps 1 --json "$WORK/bench21.json"
+check "bench np 3 hybrid 2,1: every rank's replay measured" python3 -c "
+import json
+r = json.load(open('$WORK/bench21.json'))['results'][0]
+assert r['shard_group_sizes'] == [2, 1] and r['comm_ms_per_step']['total'] > 0 < r['comm_ms_per_step']['latency'], r"
 # Unequal nodes: hybrid rows per node size in zshard-mem, a cluster table in zshard-project.
 check "mem 4,2" "$BIN/zshard-mem" --model gpt2 --strategy zero3,hybrid --shard-group 4,2 --batch 12
 grep -Eq "^hybrid +6 +4 .*124\.44 MB" "$WORK/out" && grep -Eq "^hybrid +6 +2 .*248\.88 MB" "$WORK/out" ||

@@ -1,7 +1,7 @@
 # `cmake --install` gives a package that an outside project finds with find_package(zshard): the example
 # model of its own, built against the public headers only, is a full trainer through the one call. It
 # trains under every strategy at np 1-4, writes a checkpoint and a memory report, resumes on another
-# world size, and offers zshard-bench and zshard-mem for its model.
+# world size, and offers zshard-bench, zshard-mem and zshard-tune for its model.
 source "$(dirname "$0")/lib.sh"
 cmake --install "$ZSHARD_BIN" --prefix "$WORK/prefix" >/dev/null || { echo "FAIL install"; exit 1; }
 # The prefix holds the public headers and nothing else: include/zshard/*.h as in the source tree.
@@ -71,4 +71,16 @@ assert d['model'] == 'bigram' and len(d['rows']) == 6"
 expect_failure "own model refuses recomputation" 2 "--activation-checkpointing blocks: this model does not" -- \
   "$OWN" --activation-checkpointing blocks --steps 1
 check "own_model mem --check on its bench" "$OWN" mem --check "$WORK/bench.json"
+# Its tune mode times candidates with its own bench mode (zshard-bench has no bigram), without checkpointing
+# (the model cannot recompute), and prints its own command line.
+check "own_model tune at np 2" "$OWN" tune --np 2 --global-batch 8 --seq 32 --mem-budget 1GB --strategies ddp,zero2 \
+  --grad-accum 1 --offload none --rank-batches even --top 1 --steps 2 --time-budget 100 --launcher "${MPIRUN[*]}" \
+  --json "$WORK/tune.json"
+check "tune JSON" python3 -c "
+import json
+d = json.load(open('$WORK/tune.json'))
+assert d['model']['name'] == 'bigram' and len(d['candidates']) == 2, d['candidates']
+assert d['winner']['command'].split(' -np 2 ')[1].startswith('$OWN --model bigram --seq 32 --strategy '), d['winner']"
+expect_failure "own model tune refuses recomputation" 2 "--activation-checkpointing blocks: the model cannot recompute" -- \
+  "$OWN" tune --np 2 --global-batch 8 --activation-checkpointing blocks
 finish

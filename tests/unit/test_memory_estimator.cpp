@@ -86,14 +86,21 @@ TEST(MemoryEstimator, HybridShardsInsideItsGroup) {
   EXPECT_THROW(plan(StrategyKind::hybrid, 16, 3), UsageError);
 }
 
-// zero3 on 4 ranks, 2 sequences of 128 per rank.
-EstimateInput zero3_on_4(const Model& model) {
+// zero3 on 4 ranks, `rank_batch` sequences of `seq` per rank.
+EstimateInput zero3_on_4(const Model& model, int rank_batch = 2, int seq = 128) {
   EstimateInput in;
   in.model = &model;
   in.plan = plan(StrategyKind::zero3, 4);
-  in.rank_batch = 2;
-  in.seq = 128;
+  in.rank_batch = rank_batch;
+  in.seq = seq;
   return in;
+}
+
+// GPT-2 cut to 2 layers (53.6M parameters, the embedding most of them), as the measurements below ran it.
+GPT2Config two_layer_gpt2() {
+  GPT2Config config = gpt2_config("gpt2");
+  config.layers = 2;
+  return config;
 }
 
 // A tied model whose embedding (`embed` elements) dominates, on 4 ranks at 2 sequences of 128: two units in
@@ -140,6 +147,74 @@ TEST(MemoryEstimator, Gpt2ConfigCountsEveryTerm) {
   EXPECT_EQ(ddp.gathered_in_flight, 0);
   EXPECT_EQ(ddp.comm_buffers, 0);
   EXPECT_EQ(ddp.model_states.total(), 16 * ddp.params);
+}
+
+// --reshard-after-forward false keeps every unit gathered from its forward to its backward. GPT-2 with 2
+// layers at 1x64 per rank (the head's weight gradient deferred) peaks at the embedding's backward: its
+// gathered copy beside its full gradient, the blocks released by then. zshard-bench measured exactly
+// these comm bytes at np 4 (315,070,464 under zero3; 185,886,720, the embedding and a prefetched block,
+// when resharding).
+TEST(MemoryEstimator, KeptGatheredUnitsPeakAtTheEmbeddingsBackward) {
+  const GPT2Config config = two_layer_gpt2();
+  const GPT2 model(config);
+  EstimateInput in = zero3_on_4(model, 1, 64);
+  const int64_t embed = int64_t(config.vocab + config.ctx) * config.dim * 4;
+  MemoryEstimate e = estimate_memory(in);
+  EXPECT_EQ(e.gathered_in_flight + e.comm_buffers, 185'886'720);
+  in.plan.reshard_after_forward = false;
+  e = estimate_memory(in);
+  int64_t padded = 0;
+  for (const UnitSpec& u : model.units()) padded += FlatLayout(u, 4).padded_numel();
+  EXPECT_EQ(e.gathered_in_flight, padded * 4);  // every unit
+  EXPECT_EQ(e.gathered_in_flight + e.comm_buffers, 2 * embed);
+  EXPECT_EQ(2 * embed, 315'070'464);
+  in.plan.kind = StrategyKind::zero2;  // nothing to gather: the flag changes nothing
+  const int64_t kept = estimate_memory(in).total();
+  in.plan.reshard_after_forward = true;
+  EXPECT_EQ(estimate_memory(in).total(), kept);
+}
+
+// zero3's backward holds a unit under its gather with the next prefetched, beside its gradient and the
+// one still in flight. llama-tiny (untied) at 4x64 per rank peaks at the second layer's backward: both
+// layers gathered, its gradient and the final unit's (norm and head) in flight. zshard-bench measured
+// these comm bytes at np 4 from the second step on (657,152; 591,360 with --max-inflight 1); the estimate
+// counted one gathered unit in backward (591,360) and fell short of the measured peak by 1.2%.
+TEST(MemoryEstimator, BackwardPrefetchesBesideTheGradientsInFlight) {
+  const std::unique_ptr<Model> model = build_model("llama-tiny", model_config("llama-tiny"));
+  EstimateInput in = zero3_on_4(*model, 4, 64);
+  std::vector<int64_t> units;
+  for (const UnitSpec& u : model->units()) units.push_back(FlatLayout(u, 4).padded_numel());
+  ASSERT_EQ(units.size(), 4u);  // embedding, two layers, final
+  const MemoryEstimate e = estimate_memory(in);
+  EXPECT_EQ(e.gathered_in_flight + e.comm_buffers, (2 * units[2] + units[2] + units[3]) * 4);
+  EXPECT_EQ(e.gathered_in_flight + e.comm_buffers, 657'152);
+  // From the second micro-step on, reductions add into the owned shard through a scratch: the final
+  // unit's, in flight while the second layer's backward runs. (The comm peak measured at 2x64 per rank and
+  // 2 micro-steps is that of one micro-step, 657,152 bytes: the final unit's small reduction had landed.)
+  in.grad_accum = 2;
+  const MemoryEstimate accumulated = estimate_memory(in);
+  EXPECT_EQ(accumulated.gathered_in_flight + accumulated.comm_buffers, 657'152 + units[3] / 4 * 4);
+  in.grad_accum = 1;
+  in.plan.max_inflight = 1;  // nothing prefetched: the first layer gathered beside its gradient and the second's
+  const MemoryEstimate one = estimate_memory(in);
+  EXPECT_EQ(one.gathered_in_flight + one.comm_buffers, 3 * units[1] * 4);
+  EXPECT_EQ(one.gathered_in_flight + one.comm_buffers, 591'360);
+}
+
+// From the second micro-step on, a reduction adds into the owned shard through a shard-sized scratch.
+// GPT-2 (2 layers, 1x32 per rank, 2 micro-steps, the head's weight gradient deferred) peaks at the
+// embedding's reduction: its full gradient beside its scratch, above the two units gathered at the
+// forward's start. zshard-bench measured these peaks per rank at np 4; the estimate had counted the two
+// largest units' scratch on top of the larger of forward and backward (457,959,168 and 718,675,200).
+TEST(MemoryEstimator, AccumulationScratchOpensBesideTheGradientItReduces) {
+  const GPT2 model(two_layer_gpt2());
+  EstimateInput in = zero3_on_4(model, 1, 32);
+  in.grad_accum = 2;
+  EXPECT_EQ(estimate_memory(in).total(), 422'519'808);
+  in.plan.max_inflight = 1;
+  EXPECT_EQ(estimate_memory(in).total(), 422'519'808);
+  in.plan = plan(StrategyKind::hybrid, 4, 2);
+  EXPECT_EQ(estimate_memory(in).total(), 676'147'968);
 }
 
 // Llama keeps a gradient open only with a tied head that adds its weight gradient at the head: from as

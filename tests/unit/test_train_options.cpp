@@ -136,13 +136,13 @@ TEST(ShardGroups, RanksSizesAndPadding) {
 // rank padded its units to a negative size. A list whose multiple passes the bound, or whose sizes sum
 // past an int, is refused naming the flag.
 TEST(ShardGroups, CommonMultipleAndWorldAreBounded) {
-  StrategyOptions hybrid{StrategyKind::hybrid, 0, true, 2, {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31}};
+  StrategyOptions hybrid{StrategyKind::hybrid, ShardGroupRequest::list({2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31})};
   EXPECT_THAT(error_of([&] { shard_groups(hybrid, 160); }),
               HasSubstr("--shard-group 2,3,5,7,11,13,17,19,23,29,31: every unit is padded to a multiple of each "
                         "group's size, and the least common multiple of these exceeds 1048576"));
   EXPECT_THROW(shard_groups(hybrid, 160), UsageError);
   EXPECT_THROW(ShardGroups({2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31}), Error);
-  hybrid.shard_group_sizes = {INT_MAX, 2};
+  hybrid.shard_group = ShardGroupRequest::list({INT_MAX, 2});
   EXPECT_THAT(error_of([&] { shard_groups(hybrid, 6); }), HasSubstr("2147483649 ranks in all"));
   // Within the bound: 2^20 is the multiple of 2^20 and 2.
   EXPECT_EQ(ShardGroups({1 << 20, 2}).pad_multiple(), 1 << 20);
@@ -221,12 +221,11 @@ TEST(TrainOptions, RankBatchesParseSizesOrAuto) {
 // CLI11's delimiter dropped empty items ("2,1," read as 2,1): every list flag refuses them instead.
 TEST(TrainOptions, EmptyItemsOfCommaListsAreRefused) {
   TrainOptions o;
-  std::string strategy;
   CLI::App app;
-  add_train_flags(app, o, strategy);
+  add_train_flags(app, o);
   app.parse("--shard-group 2,1 --rank-batches 3,3,2");
-  EXPECT_EQ(o.strategy.shard_group_sizes, (std::vector<int>{2, 1}));
-  EXPECT_EQ(o.rank_batches, (std::vector<int>{3, 3, 2}));
+  EXPECT_EQ(o.plan.strategy.shard_group, ShardGroupRequest::list({2, 1}));
+  EXPECT_EQ(o.data.rank_batches, (std::vector<int>{3, 3, 2}));
   for (const char* bad : {"--shard-group 2,1,", "--shard-group 2,,1", "--rank-batches 3,3,2,", "--rank-batches ,3",
                           "--config layers=2,,dim=32"}) {
     try {

@@ -1,0 +1,89 @@
+# zshard-tune on tiny at np 2: a small search within a tight --time-budget picks a configuration whose
+# measured peak fits the budget, runs no candidate the estimate rules out, and prints a zshard-train
+# command line that trains. Bad input is one line and exit 2; a run past its time is ended with every
+# process it started, and so is the search when the tool is told to stop.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
+TUNE="$ZSHARD_BIN/zshard-tune"
+# Every process the launcher starts (mpirun, then each rank) writes its pid here before it becomes itself.
+cat >"$WORK/record.sh" <<SH
+#!/bin/sh
+echo \$\$ >>"$WORK/pids"
+exec "\$@"
+SH
+chmod +x "$WORK/record.sh"
+LAUNCH=(--launcher "$WORK/record.sh ${MPIRUN[*]} -np {np} $WORK/record.sh")
+# tiny at 8x32 on 2 ranks: no configuration at one micro-step fits 3 MB without checkpointing.
+SEARCH=(--model tiny --np 2 --global-batch 8 --seq 32 --strategies zero1,zero2,zero3 --offload none --max-inflight 2
+  --reshard-after-forward true --rank-batches even --warmup-steps 1)
+
+# no_orphans NAME: every process the launcher started has ended (a zombie has: it only waits to be reaped).
+no_orphans() {
+  local alive="" pid
+  for pid in $(cat "$WORK/pids" 2>/dev/null); do
+    if ps -o stat= -p "$pid" 2>/dev/null | grep -qv Z; then alive="$alive $pid"; fi
+  done
+  if [ -z "$alive" ]; then echo "ok   $1: no process left"; else
+    echo "FAIL $1: still running:$alive"; ps -o pid,ppid,sid,args -p "${alive# }" || true; failures=$((failures + 1)); fi
+  : >"$WORK/pids"
+}
+
+expect_ok "tune tiny np 2" "$TUNE" "${SEARCH[@]}" --mem-budget 3MB --steps 2 --top 2 --time-budget 100 --json "$WORK/tune.json" "${LAUNCH[@]}"
+cp "$WORK/out" "$WORK/tune.out"
+expect_true "a progress line per run, the table and the winner" python3 -c "
+import re
+out = open('$WORK/tune.out').read()
+assert re.search(r'\[1\] \S+ .*\.\.\. [0-9.]+ ms, peak', out), out
+assert 'fastest that fits:' in out and 'zshard-train --model tiny --seq 32 --strategy' in out, out"
+expect_true "runs only what fits, within the budgets; the winner is the fastest measured" python3 -c "
+import json
+d = json.load(open('$WORK/tune.json'))
+runs = [c for c in d['candidates'] if 'run' in c]
+assert any(not c['fits'] for c in d['candidates']), 'the budget rules nothing out'
+assert all(c['fits'] for c in runs), [c['label'] for c in runs if not c['fits']]
+assert 2 <= len(runs) <= 3, len(runs)  # the calibrating run and the top 2
+ok = [c for c in runs if c['run']['status'] == 'ok']
+assert all(c['run']['peak_bytes'] <= d['budget_bytes'] == 3000000 for c in ok)
+best = min(ok, key=lambda c: c['run']['step_ms'])
+assert d['winner']['label'] == best['label'] and d['winner']['step_ms'] == best['run']['step_ms'], d['winner']
+assert d['elapsed_s'] <= 100 and d['calibration']['measured']"
+cmd=$(python3 -c "import json; print(json.load(open('$WORK/tune.json'))['winner']['command'])")
+expect_ok "the winner's command line trains" sh -c "$cmd --steps 2 --log-every 1"
+expect_true "... at the batch the search kept (8 sequences per step)" grep -Eq "batch [0-9]+x32( x[0-9]+)?, 2 steps" "$WORK/out"
+no_orphans "after the search"
+
+# Bad input: one line, exit 2, nothing launched.
+expect_failure "budget too small" 2 "--mem-budget 1.00 MB fits no candidate: the smallest, [a-z0-9 ]+, needs [0-9.]+ MB" -- \
+  "$TUNE" "${SEARCH[@]}" --mem-budget 1MB --steps 2 "${LAUNCH[@]}"
+expect_one_line "budget too small" "fits no candidate"
+expect_failure "batch not divisible" 2 "--global-batch: 7 sequences do not divide over 2 ranks" -- \
+  "$TUNE" --np 2 --global-batch 7
+expect_failure "grad-accum not divisible" 2 "--grad-accum 3 does not divide the 4 sequences per rank" -- \
+  "$TUNE" --np 2 --global-batch 8 --grad-accum 1,3
+expect_failure "tokens not whole sequences" 2 "--global-tokens 100 is not a whole number of --seq 32" -- \
+  "$TUNE" --np 2 --global-tokens 100 --seq 32
+expect_failure "no global batch" 2 "give the global batch" -- "$TUNE" --np 2
+expect_failure "unknown model" 2 "--model" -- "$TUNE" --model nope --np 2 --global-batch 8
+expect_one_line "unknown model" "nope"
+expect_failure "bad time budget" 2 "--time-budget must be a positive duration" -- \
+  "$TUNE" --np 2 --global-batch 8 --time-budget 0
+test -s "$WORK/pids" && { echo "FAIL bad input launched a run"; failures=$((failures + 1)); }
+
+# A time budget shorter than one run: the run is ended, every process of it with it.
+expect_failure "time budget too short for one run" 2 "--time-budget 3.0 s is too short for one run: .* was still running" -- \
+  "$TUNE" "${SEARCH[@]}" --mem-budget 3MB --steps 1000000 --time-budget 3 "${LAUNCH[@]}"
+expect_one_line "time budget too short for one run" "too short"
+no_orphans "after the time budget ran out"
+
+# Told to stop mid-run, the search ends its run and exits 130.
+"$TUNE" "${SEARCH[@]}" --mem-budget 3MB --steps 1000000 --time-budget 300 "${LAUNCH[@]}" >"$WORK/out" 2>"$WORK/err" &
+tuner=$!
+for _ in $(seq 100); do [ "$(wc -l <"$WORK/pids" 2>/dev/null || echo 0)" -ge 3 ] && break; sleep 0.2; done
+sleep 1
+kill -TERM $tuner
+wait $tuner
+code=$?
+if [ $code = 130 ] && grep -q "stopped by a signal" "$WORK/err"; then echo "ok   SIGTERM stops the search (exit 130)"; else
+  echo "FAIL SIGTERM: exit $code"; cat "$WORK/out" "$WORK/err"; failures=$((failures + 1)); fi
+no_orphans "after SIGTERM"
+finish
