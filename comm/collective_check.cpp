@@ -11,7 +11,7 @@
 
 #include "comm/agreed_failure.h"
 #include "comm/flight_recorder.h"
-#include "comm/launch.h"
+#include "comm/abort.h"
 
 namespace zshard::comm {
 

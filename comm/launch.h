@@ -1,5 +1,5 @@
 // Process launch: a run under mpirun or srun gets an MPI world; a plain run is a world of one that needs
-// no MPI at all. Users never call MPI themselves.
+// no MPI at all. Users never call MPI themselves. Ending the job on a failure: comm/abort.h.
 #pragma once
 #include <memory>
 
@@ -18,18 +18,9 @@ int ranks_on_this_host();
 // The lowest world rank on this host; 0 without MPI. Set by init_world.
 int first_rank_on_this_host();
 
-// Ends every rank of the job at once (MPI_Abort when MPI is up): used when one rank fails so that no
-// other rank is left waiting in a collective. The flight recorder dumps this rank's collectives first
-// (comm/flight_recorder.h), and from then on SIGTERM ends the process. Does not return.
-[[noreturn]] void abort_world(int exit_code);
-
 // Test hook: ZSHARD_TEST_STALL_SET_UP=r:s holds world rank r for s seconds (without :s, an hour) where
 // set-up is about to issue its first collective, so that a test can check set-up's deadline.
 void maybe_stall_in_set_up(int rank);
-// For a SIGTERM or SIGINT handler that lets the process go on (the save policy's clean stop); async-
-// signal-safe. Dumps the flight record, and notes that the launcher is ending the job: a rank that fails
-// from now on exits at once instead of asking MPI to abort it again.
-void note_termination_signal(int signal);
 
 // MPI_Finalize if MPI was initialised; safe to call always.
 void finalize_world();

@@ -9,7 +9,7 @@
 #include <zshard/error.h>
 
 #include "comm/flight_recorder.h"
-#include "comm/launch.h"
+#include "comm/abort.h"
 #include "comm/polling_work.h"
 #include "kernels/allocator.h"
 #include "kernels/device_memory.h"

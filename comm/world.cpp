@@ -1,5 +1,6 @@
 #include <zshard/world.h>
 
+#include "comm/abort.h"
 #include "comm/launch.h"
 
 namespace zshard {

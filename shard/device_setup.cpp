@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include <zshard/error.h>
-#include <zshard/plan.h>
 
 #include "comm/self_communicator.h"
 

@@ -11,8 +11,6 @@
 
 namespace zshard {
 
-enum class CommBackend;  // <zshard/plan.h>
-
 // Why this process cannot compute on `device`, or empty when it can (the cpu always can).
 std::string device_unavailable(Device device);
 

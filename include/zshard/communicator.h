@@ -12,6 +12,14 @@
 
 #include <zshard/dtype.h>
 
+namespace zshard {
+
+// --comm: mpi carries host or device buffers (device ones staged through the host unless MPI is
+// CUDA-aware); nccl carries device buffers between GPUs, one GPU per rank.
+enum class CommBackend { mpi, nccl };
+
+}  // namespace zshard
+
 namespace zshard::comm {
 
 enum class ReduceOp { sum, avg };

@@ -107,10 +107,6 @@ int shard_group_size(const StrategyOptions& options, int world_size);
 constexpr int kDefaultNodeRanks = 8;
 int default_shard_group(int world_size, int node_ranks = kDefaultNodeRanks);
 
-// --comm: mpi carries host or device buffers (device ones staged through the host unless MPI is
-// CUDA-aware); nccl carries device buffers between GPUs, one GPU per rank.
-enum class CommBackend { mpi, nccl };
-
 // Where the engine keeps a model and in which dtypes (the engine's header tells the dtype story).
 struct Placement {
   Device device = Device::cpu;

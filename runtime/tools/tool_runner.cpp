@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "comm/agreed_failure.h"
+#include "comm/abort.h"
 #include "comm/launch.h"
 #include "runtime/train/options/flags.h"
 

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "comm/agreed_failure.h"
-#include "comm/launch.h"
+#include "comm/abort.h"
 #include "kernels/io/atomic_file.h"
 #include "models/config_json.h"
 #include "shard/checkpoint_format.h"
@@ -23,7 +23,7 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 // mpirun also ends the ranks of a failed job with SIGTERM: the flight recorder dumps first (with
-// --trace-dir), and a rank that fails after it exits at once (comm/launch.h).
+// --trace-dir), and a rank that fails after it exits at once (comm/abort.h).
 void on_stop_signal(int sig) {
   comm::note_termination_signal(sig);
   g_stop_signal = sig;

@@ -1,3 +1,5 @@
+// CopyStream::make: the copy stream of each device (the host copies at once; queued_copies.h for the
+// tests; a CUDA stream on a GPU), chosen here above their implementations.
 #include "kernels/copy_stream.h"
 
 #include <zshard/error.h>
