@@ -78,29 +78,27 @@ void AsyncCheckpoint::write(std::vector<FlatLayout> layouts, int shard) {
   written_.store(true, std::memory_order_release);
 }
 
-bool AsyncCheckpoint::ready() {
-  if (gathered_) return true;
-  if (!gather_) {
-    if (!written_.load(std::memory_order_acquire)) return false;
-    if (writer_.joinable()) writer_.join();
-    snapshot_.reset();  // written: the host copy is no longer needed
-    mine_ = file_report(file_, !error_.empty());
-    all_.resize(size_t(agreement_.size()));
-    gather_ = agreement_.all_gather(mine_.data(), all_.data(), kFileReportFields, DType::i32);
-  }
-  gathered_ = gather_->test();
-  return gathered_;
+bool AsyncCheckpoint::written() {
+  if (gather_) return true;
+  if (!written_.load(std::memory_order_acquire)) return false;
+  if (writer_.joinable()) writer_.join();
+  snapshot_.reset();  // written: the host copy is no longer needed
+  mine_ = file_report(file_, !error_.empty());
+  all_.resize(size_t(agreement_.size()));
+  gather_ = agreement_.all_gather(mine_.data(), all_.data(), kFileReportFields, DType::i32);
+  return true;
 }
 
-void AsyncCheckpoint::wait_ready() {
+void AsyncCheckpoint::wait_gathered() {
+  if (gathered_) return;
   if (writer_.joinable()) writer_.join();
-  if (ready()) return;
+  written();
   gather_->wait();
   gathered_ = true;
 }
 
 int64_t AsyncCheckpoint::commit() {
-  ZS_CHECK(gathered_, "AsyncCheckpoint::commit before every rank is ready");
+  ZS_CHECK(gathered_, "AsyncCheckpoint::commit before wait_gathered");
   const auto failed = std::find_if(all_.begin(), all_.end(), report_failed);
   if (failed != all_.end()) {
     std::error_code ignored;  // the failure being reported matters more than a leftover directory

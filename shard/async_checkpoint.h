@@ -3,8 +3,9 @@
 // (Category::host: page-locked on cuda) and a writer thread of its own writes its rank file from that copy
 // while training goes on. The writer does file I/O only; every collective runs on the caller's thread.
 // When a rank's writer is done it starts a non-blocking all-gather of its file's size, checksum and
-// outcome on `agreement`, a communicator nothing else uses; once that has completed on every rank (the
-// caller agrees on it at a step boundary), commit() has rank 0 write the manifest, the commit point. Until
+// outcome on `agreement`, a communicator nothing else uses; once every rank has started it (the caller
+// agrees on that at a step boundary) it completes at once, and commit() has rank 0 write the manifest,
+// the commit point. Until
 // then the step directory holds no manifest and is not a checkpoint: a job killed at any moment leaves
 // the newest committed checkpoint as it was.
 #pragma once
@@ -40,11 +41,11 @@ class AsyncCheckpoint {
   AsyncCheckpoint(const AsyncCheckpoint&) = delete;
   AsyncCheckpoint& operator=(const AsyncCheckpoint&) = delete;
 
-  // Never blocks: starts the all-gather once this rank's writer is done; true once it has completed here.
-  bool ready();
-  // Blocks until ready() (the writers of every rank done).
-  void wait_ready();
-  // Collective, once every rank is ready: rank 0 writes the manifest and the bytes of the files are
+  // Never blocks: true once this rank's writer is done, having started the all-gather.
+  bool written();
+  // Collective: waits for this rank's writer, then for the all-gather (every rank's writer done).
+  void wait_gathered();
+  // Collective, after wait_gathered(): rank 0 writes the manifest and the bytes of the files are
   // returned. When a rank's file failed, the step directory is removed and every rank throws
   // AgreedFailure, the failing rank's message (naming the file) reported.
   int64_t commit();

@@ -47,8 +47,11 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
     try {
       if (trainer.steps_done() == 0 || saves.after_step())
         trainer.run(&std::cout, [&] {
+          // Logged once its boundary is done: a logged save step's checkpoint is committed (sync) or started
+          // and the one before committed as soon as written (async), so zshard-run counts the steps redone.
+          const bool go_on = saves.after_step();
           step_log.catch_up(trainer.history());
-          return saves.after_step();
+          return go_on;
         });
     } catch (const AgreedFailure&) {
       // Every rank stops here alike (a non-finite step): the save in flight, of a good step, still commits.

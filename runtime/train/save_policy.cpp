@@ -194,8 +194,9 @@ void SavePolicy::continue_split(const json& run) {
 
 bool SavePolicy::after_step() {
   const SaveOptions& o = trainer_.options().saves;
-  // Whether any rank has been signalled, and how many ranks have the save in flight ready to commit.
-  double agreed[2] = {g_stop_signal != 0 ? 1.0 : 0.0, in_flight_ && in_flight_->ready() ? 1.0 : 0.0};
+  // Whether any rank has been signalled, and how many ranks have written their file of the save in flight
+  // (once all have, its all-gather completes at once and it commits here).
+  double agreed[2] = {g_stop_signal != 0 ? 1.0 : 0.0, in_flight_ && in_flight_->written() ? 1.0 : 0.0};
   comm::all_reduce_sum(world_, agreed, 2);
   if (agreed[1] == world_.size()) finish_in_flight();
   if (o.save_every > 0 && trainer_.steps_done() % o.save_every == 0) {
@@ -240,7 +241,7 @@ void SavePolicy::start_async_save() {
 
 void SavePolicy::finish_in_flight() {
   if (!in_flight_) return;
-  in_flight_->wait_ready();
+  in_flight_->wait_gathered();
   const std::unique_ptr<AsyncCheckpoint> save = std::move(in_flight_);
   commit(save->step(), save->dir(), save->started(), [&] { return save->commit(); });
 }

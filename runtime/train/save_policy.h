@@ -27,9 +27,10 @@ class SavePolicy {
   // before any collective. Rank 0 reports to `out` (null: silent).
   SavePolicy(Trainer& trainer, std::ostream* out);
 
-  // The Trainer::run hook: saves every --save-every steps (--save-mode async: starts the save and commits
-  // the one in flight once every rank has written its file), then returns false once any rank has been
-  // signalled. One all-reduce agrees on both, so every rank commits and stops after the same step.
+  // The Trainer::run hook: saves every --save-every steps (--save-mode async: starts the save, and commits
+  // the one in flight at the first boundary where every rank has written its file), then returns false
+  // once any rank has been signalled. One all-reduce agrees on both, so every rank commits and stops after
+  // the same step.
   bool after_step();
   // Commits the save in flight, then saves the state after trainer.steps_done() steps into --save-dir
   // synchronously (a no-op without one, or when that step is already there). Collective.

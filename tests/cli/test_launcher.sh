@@ -54,11 +54,13 @@ expect_true "--log-json has steps 1..40, each once" test "$(steps "$WORK/kill.js
 same_losses "the merged log's losses are the uninterrupted run's, bit for bit" "$WORK/ref.json" "$WORK/kill.json" 0
 
 # ---- a job that keeps failing: --max-restarts spent ----
+# The fault comes in the step after the save point: saved synchronously, step 2 is committed by then (an
+# asynchronous save of it would still be in flight, and lost with the job).
 D="$WORK/fail"
 expect_failure "--max-restarts spent" 1 \
   "^zshard-run: error: the job failed \(zshard-train: rank 1: injected fault .*\) and --max-restarts 1 are spent; the newest checkpoint is .*/step-00000002$" -- \
   env ZSHARD_FAULT_STEP=3 ZSHARD_FAULT_RANK=1 "$RUN" "${LOCAL[@]}" --max-restarts 1 -- "${JOB[@]}" --steps 6 \
-  --save-dir "$D" --log-json "$WORK/fail.json"
+  --save-mode sync --save-dir "$D" --log-json "$WORK/fail.json"
 expect_one_line "--max-restarts spent" "^zshard-run: error"
 expect_true "two attempts were made" test "$(grep -c '^zshard-run: attempt' "$WORK/err")" = 2
 expect_ok "no checkpoint lost: step 2 resumes" "$TRAIN" --strategy zero2 --batch 8 --seq 32 --steps 3 \
