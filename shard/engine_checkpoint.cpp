@@ -15,6 +15,7 @@
 #include "comm/agreed_failure.h"
 #include "kernels/device_memory.h"
 #include "kernels/io/atomic_file.h"
+#include "shard/checkpoint_commit.h"
 #include "shard/checkpoint_format.h"
 #include "shard/sharded_params.h"
 
@@ -29,11 +30,6 @@ namespace {
 void maybe_pause_in_save() {
   if (const char* s = std::getenv("ZSHARD_TEST_PAUSE_IN_SAVE"))
     std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(s)));
-}
-
-// A unit's owned fp32 shards in the order of kShardKinds: master params, Adam m, Adam v.
-std::array<Tensor, 3> owned_state(const ShardedParams& params, int unit) {
-  return {params.owned_params(unit), params.adam_m(unit), params.adam_v(unit)};
 }
 
 // Checkpoint files are read and written in host memory: a host shard in place, a device shard through a
@@ -59,19 +55,61 @@ class HostShard {
 
 }  // namespace
 
-int64_t Engine::save(const std::string& dir, const std::string& run_json) {
-  ShardedParams& params = *params_;
-  nlohmann::json run;
-  run_agreed(world_, [&] {
-    run = nlohmann::json::parse(run_json);
-    ZS_CHECK(run.is_object(), "Engine::save: the run state must be a JSON object");
-    if (world_.rank() != 0) return;
+std::array<Tensor, 3> owned_state(const ShardedParams& params, int unit) {
+  return {params.owned_params(unit), params.adam_m(unit), params.adam_v(unit)};
+}
+
+void prepare_step_dir(comm::Communicator& world, const std::string& dir) {
+  run_agreed(world, [&] {
+    if (world.rank() != 0) return;
     std::error_code ec;
     fs::remove_all(dir, ec);  // what an interrupted save of this step left
     if (ec) fail(dir, ": cannot remove (", ec.message(), ")");
     fs::create_directories(dir, ec);
     if (ec) fail(dir, ": cannot create (", ec.message(), ")");
   });
+}
+
+FileReport file_report(const CheckpointFile& file, bool failed) {
+  return {int32_t(file.checksum), int32_t(file.checksum >> 32), int32_t(file.bytes), int32_t(file.bytes >> 32),
+          failed ? 1 : 0};
+}
+
+bool report_failed(const FileReport& report) { return report[4] != 0; }
+
+int64_t commit_step_dir(Engine& engine, comm::Communicator& world, const std::string& dir, int step,
+                        const std::vector<FileReport>& reports, nlohmann::json run) {
+  const auto u64 = [](int32_t lo, int32_t hi) { return uint64_t(uint32_t(lo)) | uint64_t(uint32_t(hi)) << 32; };
+  const ShardPlan& plan = engine.plan();
+  int64_t total_bytes = 0;
+  for (int r = 0; r < plan.groups.size(0); ++r) total_bytes += int64_t(u64(reports[size_t(r)][2], reports[size_t(r)][3]));
+  run_agreed(world, [&] {
+    if (world.rank() != 0) return;
+    Manifest m;
+    m.step = step;
+    m.group_size = plan.groups.size(0);
+    m.pad_multiple = plan.groups.pad_multiple();
+    m.units = engine.model().units();
+    for (int r = 0; r < m.group_size; ++r) {
+      const FileReport& f = reports[size_t(r)];
+      m.files.push_back({rank_file_name(r), u64(f[2], f[3]), u64(f[0], f[1])});
+    }
+    m.run = std::move(run);
+    maybe_pause_in_save();
+    sync_dir(dir);
+    commit_manifest(dir, m);
+  });
+  return total_bytes;
+}
+
+int64_t Engine::save(const std::string& dir, const std::string& run_json) {
+  ShardedParams& params = *params_;
+  nlohmann::json run;
+  run_agreed(world_, [&] {
+    run = nlohmann::json::parse(run_json);
+    ZS_CHECK(run.is_object(), "Engine::save: the run state must be a JSON object");
+  });
+  prepare_step_dir(world_, dir);
   // The first shard group writes: world ranks 0..G-1, whose shard index is their rank. A rank file that
   // cannot be written (a full disk, a NaN in the state) takes the directory with it, so that no partial
   // checkpoint is left behind.
@@ -97,31 +135,10 @@ int64_t Engine::save(const std::string& dir, const std::string& run_json) {
     throw;
   }
   // The gather doubles as the barrier: every rank file is in place before the manifest is written.
-  constexpr int kFields = 4;
-  const int32_t mine[kFields] = {int32_t(file.checksum), int32_t(file.checksum >> 32), int32_t(file.bytes),
-                                 int32_t(file.bytes >> 32)};
-  std::vector<int32_t> all(size_t(kFields) * world_.size());
-  world_.all_gather(mine, all.data(), kFields, DType::i32)->wait();
-  const auto u64 = [](int32_t lo, int32_t hi) { return uint64_t(uint32_t(lo)) | uint64_t(uint32_t(hi)) << 32; };
-  int64_t total_bytes = 0;
-  for (int r = 0; r < plan_.groups.size(0); ++r) total_bytes += int64_t(u64(all[size_t(r) * kFields + 2], all[size_t(r) * kFields + 3]));
-  run_agreed(world_, [&] {
-    if (world_.rank() != 0) return;
-    Manifest m;
-    m.step = steps_done_;
-    m.group_size = plan_.groups.size(0);
-    m.pad_multiple = plan_.groups.pad_multiple();
-    m.units = model_.units();
-    for (int r = 0; r < m.group_size; ++r) {
-      const int32_t* f = &all[size_t(r) * kFields];
-      m.files.push_back({rank_file_name(r), u64(f[2], f[3]), u64(f[0], f[1])});
-    }
-    m.run = std::move(run);
-    maybe_pause_in_save();
-    sync_dir(dir);
-    commit_manifest(dir, m);
-  });
-  return total_bytes;
+  const FileReport mine = file_report(file, false);
+  std::vector<FileReport> all(size_t(world_.size()));
+  world_.all_gather(mine.data(), all.data(), kFileReportFields, DType::i32)->wait();
+  return commit_step_dir(*this, world_, dir, steps_done_, all, std::move(run));
 }
 
 CheckpointInfo Engine::load(const std::string& dir) {

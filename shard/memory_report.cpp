@@ -28,6 +28,12 @@ int64_t MemoryReport::measured_model_states(int group_size) const {
   return m;
 }
 
+int64_t MemoryReport::measured_checkpoint_snapshot() const {
+  int64_t m = 0;
+  for (const auto& r : ranks) m = std::max(m, r.stats.peak[int(Category::host)] - r.stats.live[int(Category::host)]);
+  return m;
+}
+
 void MemoryReport::print(std::ostream& out) const {
   out << "memory report: " << strategy << ", world " << world << ", shard group " << ShardGroups(shard_group_sizes).describe() << ", "
       << params << " parameters, " << device << " memory"
@@ -69,6 +75,9 @@ void MemoryReport::print(std::ostream& out) const {
         << mib(double(predicted.on_device())) << " MiB (ZeRO-Offload: "
         << mib(double(predicted_zero_offload.on_device())) << " MiB)\n";
   }
+  if (predicted_checkpoint_snapshot > 0)
+    out << "checkpoint snapshot (host, --save-mode async): measured " << mib(double(measured_checkpoint_snapshot()))
+        << " MiB, predicted " << mib(double(predicted_checkpoint_snapshot)) << " MiB per rank of the first shard group\n";
   if (predicted_inflight > 0)
     out << "gathered units in flight (comm): up to ~" << mib(double(predicted_inflight)) << " MiB predicted\n";
   out << "communication per step per rank: measured " << mib(ranks.empty() ? 0 : ranks[0].comm_bytes_per_step)
@@ -93,8 +102,10 @@ std::string MemoryReport::to_json(int indent) const {
                     {"zero_offload", {{"host", predicted_zero_offload.host},
                                       {"on_device", predicted_zero_offload.on_device()}}},
                     {"gathered_in_flight", predicted_inflight},
+                    {"checkpoint_snapshot", predicted_checkpoint_snapshot},
                     {"comm_bytes_per_step", predicted_comm_bytes}};
   j["measured_model_states_max"] = measured_model_states();
+  j["measured_checkpoint_snapshot"] = measured_checkpoint_snapshot();
   for (const auto& r : ranks) {
     nlohmann::json rank;
     for (Category c : kAllCategories) {

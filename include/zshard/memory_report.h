@@ -48,11 +48,16 @@ struct MemoryReport {
   ModelStateBytes predicted_zero_offload;  // with --offload optimizer: ZeRO-Offload's own split, beside it
   int64_t predicted_inflight = 0;  // largest gathered units in flight (sharded params), an estimate
   int64_t predicted_comm_bytes = 0;  // rank 0's
+  // --save-mode async: the host snapshot of a rank of the first shard group, set by the caller that saves.
+  int64_t predicted_checkpoint_snapshot = 0;
   std::vector<RankMemory> ranks;
 
   // Max over the ranks of groups of `group_size` (0: all ranks) of the measured live model-state bytes
   // (params + grads + optimizer + host).
   int64_t measured_model_states(int group_size = 0) const;
+  // Max over the ranks of the host category's peak above its live bytes: the snapshot of an asynchronous
+  // save, freed once written, beside host memory that lives as long as the run (the offloaded optimizer).
+  int64_t measured_checkpoint_snapshot() const;
   void print(std::ostream& out) const;
   std::string to_json(int indent = -1) const;  // a JSON document (zshard-train --mem-report writes it)
 };

@@ -117,6 +117,7 @@ EstimateInput estimate_input(const ShardPlan& plan, const Model& model, const Ba
   in.rank_batch = rank_batch;
   in.seq = shape.seq;
   in.grad_accum = shape.grad_accum;
+  in.checkpoint_snapshot = shape.checkpoint_snapshot;
   return in;
 }
 
@@ -156,7 +157,8 @@ int largest_rank_batch_fitting(const ShardPlan& plan, const Model& model, const 
 
 void check_host_memory_fits(const ShardPlan& plan, const Model& model, const BatchShape& shape,
                             const MemoryBudget& host_budget) {
-  if (host_budget.bytes < 0 || plan.placement.device == Device::cpu || !plan.placement.offload_optimizer) return;
+  const bool offload = plan.placement.offload_optimizer, snapshot = shape.checkpoint_snapshot;
+  if (host_budget.bytes < 0 || plan.placement.device == Device::cpu || (!offload && !snapshot)) return;
   const auto host_of = [&](const ShardPlan& p) { return estimate_memory(estimate_input(p, model, shape, 1)).host_apart(); };
   const int64_t host = host_of(plan);
   if (host <= host_budget.bytes) return;
@@ -169,10 +171,14 @@ void check_host_memory_fits(const ShardPlan& plan, const Model& model, const Bat
   for (int ranks = world * 2; fix.empty() && ranks <= (1 << 16); ranks *= 2)
     if (host_of(plan_as(plan, StrategyKind::zero3, ranks)) <= host_budget.bytes)
       fix = detail::concat(switch_to(plan, StrategyKind::zero3), " on ", ranks, " ranks with this much host memory each");
-  fail("--offload optimizer does not fit in host memory: this rank needs about ", format_bytes(double(host)),
+  const char* what = !snapshot ? "--offload optimizer"
+                     : offload  ? "--offload optimizer with the snapshot of --save-mode async"
+                                : "the snapshot of --save-mode async";
+  fail(what, " does not fit in host memory: this rank needs about ", format_bytes(double(host)),
        " of page-locked host memory, it can use ", format_bytes(double(host_budget.bytes)), " (",
        host_budget.source, "); ", fix.empty() ? "" : "nearest that fits: " + fix + ", or ",
-       "--offload none (--mem-check off skips this check)");
+       offload ? "--offload none" : "", offload && snapshot ? " and " : "", snapshot ? "--save-mode sync" : "",
+       " (--mem-check off skips this check)");
 }
 
 void check_memory_fits(const ShardPlan& plan, const Model& model, const BatchShape& shape, int rank_batch,

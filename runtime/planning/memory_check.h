@@ -25,6 +25,7 @@ struct BatchShape {
   int seq = 64;
   int grad_accum = 1;
   bool even = true;  // an even split; false: sizes fixed per rank (--rank-batches), not cut further
+  bool checkpoint_snapshot = false;  // asynchronous saves' host copy, beside the batch (EstimateInput's)
 };
 
 // What one rank may allocate. cuda: the device's free memory, shared among the ranks using the device.
@@ -39,9 +40,10 @@ EstimateInput estimate_input(const ShardPlan& plan, const Model& model, const Ba
 int largest_rank_batch_fitting(const ShardPlan& plan, const Model& model, const BatchShape& shape,
                                const MemoryBudget& budget);
 
-// On a GPU with --offload optimizer: throws zshard::Error when this rank's page-locked host memory (master,
-// Adam state and the gradients' host copy, which no batch size changes) exceeds `host_budget`, what the
-// host has per rank (usable_memory(Device::cpu, ...)). Page-locked memory cannot be swapped out, so a host
+// On a GPU with --offload optimizer or asynchronous saves: throws zshard::Error when this rank's page-locked
+// host memory (master, Adam state and the gradients' host copy; an asynchronous save's snapshot; neither
+// changes with the batch) exceeds `host_budget`, what the host has per rank (usable_memory(Device::cpu,
+// ...)). Page-locked memory cannot be swapped out, so a host
 // that overcommits it stalls or is ended by the OOM killer. Does nothing elsewhere.
 void check_host_memory_fits(const ShardPlan& plan, const Model& model, const BatchShape& shape,
                             const MemoryBudget& host_budget);

@@ -9,6 +9,7 @@
 
 #include <zshard/error.h>
 
+#include "shard/async_checkpoint.h"
 #include "shard/flat_unit.h"
 
 namespace zshard {
@@ -46,13 +47,15 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
 
   // Per-unit padding by the code that shards the units.
   std::vector<int64_t> units;
+  std::vector<FlatLayout> layouts;
   int64_t padded_total = 0;
   for (const UnitSpec& unit : in.model->units()) {
-    const FlatLayout layout(unit, G, groups.pad_multiple());
+    const FlatLayout& layout = layouts.emplace_back(unit, G, groups.pad_multiple());
     e.params += layout.numel();
     units.push_back(layout.padded_numel());
     padded_total += units.back();
   }
+  if (in.checkpoint_snapshot) e.checkpoint_snapshot = checkpoint_snapshot_bytes(layouts, group);
   const int64_t shard_total = padded_total / G;
   const bool p_sharded = plan.params_sharded(), g_sharded = plan.grads_sharded();
   e.model_states.params = (p_sharded ? shard_total : padded_total) * d.param_bytes;

@@ -29,6 +29,7 @@ struct EstimateInput {
   int rank_batch = 1;  // sequences per micro-step on this rank
   int seq = 64;
   int grad_accum = 1;  // micro-steps per optimizer step
+  bool checkpoint_snapshot = false;  // asynchronous saves: a host copy of what the first group's ranks own
 };
 
 struct MemoryEstimate {
@@ -39,11 +40,14 @@ struct MemoryEstimate {
   int64_t gathered_in_flight = 0;  // full parameter units alive at once (zero3/hybrid)
   int64_t comm_buffers = 0;        // transient full-size gradients and reduce-scatter outputs
   int64_t activations = 0;
-  // Model states in host memory that is not the device's: the offloaded optimizer's on a GPU.
-  int64_t host_apart() const { return device == Device::cpu ? 0 : model_states.host; }
-  // The device's peak, what budgets are checked against (on the cpu, offloaded host bytes included).
+  // Asynchronous saves: the fp32 master and Adam m and v a rank of the first shard group copies into host
+  // memory (page-locked on a GPU) for its writer; the other groups' ranks write nothing.
+  int64_t checkpoint_snapshot = 0;
+  // Host memory that is not the device's: on a GPU the offloaded optimizer's and the snapshot.
+  int64_t host_apart() const { return device == Device::cpu ? 0 : model_states.host + checkpoint_snapshot; }
+  // The device's peak, what budgets are checked against (on the cpu, host bytes included).
   int64_t total() const {
-    return model_states.total() - host_apart() + gathered_in_flight + comm_buffers + activations;
+    return model_states.total() + checkpoint_snapshot - host_apart() + gathered_in_flight + comm_buffers + activations;
   }
 };
 

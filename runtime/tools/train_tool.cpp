@@ -44,14 +44,27 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
     // --batch auto took its first steps to measure their peak, stopping short of any save point but
     // its last: that step is checkpointed like any other.
     step_log.catch_up(trainer.history());
-    if (trainer.steps_done() == 0 || saves.after_step())
-      trainer.run(&std::cout, [&] {
-        step_log.catch_up(trainer.history());
-        return saves.after_step();
-      });
+    try {
+      if (trainer.steps_done() == 0 || saves.after_step())
+        trainer.run(&std::cout, [&] {
+          // Logged once its boundary is done: a logged save step's checkpoint is committed (sync) or started
+          // and the one before committed as soon as written (async), so zshard-run counts the steps redone.
+          const bool go_on = saves.after_step();
+          step_log.catch_up(trainer.history());
+          return go_on;
+        });
+    } catch (const AgreedFailure&) {
+      // Every rank stops here alike (a non-finite step): the save in flight, of a good step, still commits.
+      try {
+        saves.finish_in_flight();
+      } catch (const AgreedFailure&) {  // the first failure is the one reported
+      }
+      throw;
+    }
     saves.save();  // the final save (also after a stop signal)
     if (!options.output.save.empty()) trainer.save_weights(options.output.save);
-    const MemoryReport report = trainer.engine().memory_report();
+    MemoryReport report = trainer.engine().memory_report();
+    report.predicted_checkpoint_snapshot = saves.predicted_snapshot_bytes();
     if (rank == 0) report.print(std::cout);
     if (!options.output.mem_report.empty())
       run_agreed(world, [&] {

@@ -11,6 +11,7 @@
 #include "comm/abort.h"
 #include "kernels/io/atomic_file.h"
 #include "models/config_json.h"
+#include "runtime/planning/memory_estimator.h"
 #include "shard/checkpoint_format.h"
 
 namespace zshard {
@@ -98,6 +99,7 @@ SavePolicy::SavePolicy(Trainer& trainer, std::ostream* out)
       saved_step_ = manifest.step;
   }
   run_agreed(world_, [&] { create_save_dir(); });
+  if (o.snapshots()) agreement_ = world_.split(0, world_.rank());
   if (out_) for (const std::string& line : report) *out_ << "zshard-train: " << line << "\n";
 }
 
@@ -198,32 +200,75 @@ void SavePolicy::continue_split(const json& run) {
 
 bool SavePolicy::after_step() {
   const SaveOptions& o = trainer_.options().saves;
-  if (o.save_every > 0 && trainer_.steps_done() % o.save_every == 0) save();
-  double signalled = g_stop_signal != 0 ? 1.0 : 0.0;
-  comm::all_reduce_sum(world_, &signalled, 1);
-  if (signalled == 0) return true;
+  // Whether any rank has been signalled, and how many ranks have written their file of the save in flight
+  // (once all have, its all-gather completes at once and it commits here).
+  double agreed[2] = {g_stop_signal != 0 ? 1.0 : 0.0, in_flight_ && in_flight_->written() ? 1.0 : 0.0};
+  comm::all_reduce_sum(world_, agreed, 2);
+  if (agreed[1] == world_.size()) finish_in_flight();
+  if (o.save_every > 0 && trainer_.steps_done() % o.save_every == 0) {
+    if (o.mode == SaveMode::async) start_async_save();
+    else save();
+  }
+  if (agreed[0] == 0) return true;
   if (out_)
     *out_ << "zshard-train: stop signal received; stopping after step " << trainer_.steps_done()
           << (o.save_dir.empty() ? " (no --save-dir: nothing saved)" : "") << "\n";
   return false;
 }
 
+int64_t SavePolicy::predicted_snapshot_bytes() const {
+  if (!trainer_.options().saves.snapshots()) return 0;
+  EstimateInput in;
+  in.model = &trainer_.model();
+  in.plan = trainer_.plan();
+  in.group = 0;
+  in.checkpoint_snapshot = true;
+  return estimate_memory(in).checkpoint_snapshot;
+}
+
 void SavePolicy::save() {
+  finish_in_flight();
   const SaveOptions& o = trainer_.options().saves;
   const int step = trainer_.steps_done();
   if (o.save_dir.empty() || step == saved_step_) return;
-  const auto t0 = std::chrono::steady_clock::now();
   const std::string dir = (fs::path(o.save_dir) / step_dir_name(step)).string();
-  int64_t bytes = 0;
+  commit(step, dir, std::chrono::steady_clock::now(), [&] { return trainer_.engine().save(dir, run_state(step).dump()); });
+}
+
+void SavePolicy::start_async_save() {
+  const int step = trainer_.steps_done();
+  if (step == saved_step_) return;
+  finish_in_flight();  // one save in flight at most
+  const std::string dir = (fs::path(trainer_.options().saves.save_dir) / step_dir_name(step)).string();
+  cleaning_up_failure([&] {
+    in_flight_ = std::make_unique<AsyncCheckpoint>(trainer_.engine(), *agreement_, dir, run_state(step));
+  });
+}
+
+void SavePolicy::finish_in_flight() {
+  if (!in_flight_) return;
+  in_flight_->wait_gathered();
+  const std::unique_ptr<AsyncCheckpoint> save = std::move(in_flight_);
+  commit(save->step(), save->dir(), save->started(), [&] { return save->commit(); });
+}
+
+void SavePolicy::cleaning_up_failure(const std::function<void()>& save) const {
   try {
-    bytes = trainer_.engine().save(dir, run_state(step).dump());
+    save();
   } catch (const AgreedFailure&) {
     // A save that failed took its step's directory with it, so the newest checkpoint stays the last good
     // one; a --save-dir this run made for it goes too.
+    const std::string& save_dir = trainer_.options().saves.save_dir;
     std::error_code ignored;
-    if (world_.rank() == 0 && created_save_dir_ && fs::is_empty(o.save_dir, ignored)) fs::remove(o.save_dir, ignored);
+    if (world_.rank() == 0 && created_save_dir_ && fs::is_empty(save_dir, ignored)) fs::remove(save_dir, ignored);
     throw;
   }
+}
+
+void SavePolicy::commit(int step, const std::string& dir, std::chrono::steady_clock::time_point started,
+                        const std::function<int64_t()>& write) {
+  int64_t bytes = 0;
+  cleaning_up_failure([&] { bytes = write(); });
   run_agreed(world_, [&] {
     if (world_.rank() == 0) prune(step);
   });
@@ -231,7 +276,7 @@ void SavePolicy::save() {
   if (out_)
     *out_ << "zshard-train: checkpoint " << dir << " saved (" << std::fixed << std::setprecision(1)
           << double(bytes) / (1 << 20) << " MiB, "
-          << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s)\n";
+          << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() << " s)\n";
 }
 
 void SavePolicy::prune(int newest_step) const {

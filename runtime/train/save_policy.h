@@ -5,13 +5,17 @@
 // position, AdamW bias correction; no random numbers are drawn after initialisation), so a resumed run
 // repeats the uninterrupted one.
 #pragma once
+#include <chrono>
+#include <functional>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/train/trainer.h"
+#include "shard/async_checkpoint.h"
 #include "shard/checkpoint_format.h"
 
 namespace zshard {
@@ -23,12 +27,20 @@ class SavePolicy {
   // before any collective. Rank 0 reports to `out` (null: silent).
   SavePolicy(Trainer& trainer, std::ostream* out);
 
-  // The Trainer::run hook: saves every --save-every steps, then returns false once any rank has been
-  // signalled (agreed by one all-reduce, so every rank stops after the same step).
+  // The Trainer::run hook: saves every --save-every steps (--save-mode async: starts the save, and commits
+  // the one in flight at the first boundary where every rank has written its file), then returns false
+  // once any rank has been signalled. One all-reduce agrees on both, so every rank commits and stops after
+  // the same step.
   bool after_step();
-  // Saves the state after trainer.steps_done() steps into --save-dir (a no-op without one, or when
-  // that step is already there). Collective.
+  // Commits the save in flight, then saves the state after trainer.steps_done() steps into --save-dir
+  // synchronously (a no-op without one, or when that step is already there). Collective.
   void save();
+  // Waits for the save in flight and commits it. Collective.
+  void finish_in_flight();
+  // Host bytes of this rank's snapshot while an asynchronous save is in flight (0 when none).
+  int64_t snapshot_bytes() const { return in_flight_ ? in_flight_->snapshot_bytes() : 0; }
+  // The estimator's snapshot for a rank of the first shard group (0 without periodic asynchronous saves).
+  int64_t predicted_snapshot_bytes() const;
 
   int resumed_step() const { return resumed_step_; }  // -1 when not resumed
 
@@ -43,6 +55,13 @@ class SavePolicy {
   void check_save_dir(const std::string& resume_dir, int resumed_step) const;
   void create_save_dir();
   void prune(int newest_step) const;
+  void start_async_save();
+  // Runs `save`; when it fails (AgreedFailure), removes a --save-dir this run made and left empty.
+  void cleaning_up_failure(const std::function<void()>& save) const;
+  // Runs `write` (a save of `step` into `dir`, started at `started`, which returns the bytes written);
+  // once it has succeeded, prunes and reports it.
+  void commit(int step, const std::string& dir, std::chrono::steady_clock::time_point started,
+              const std::function<int64_t()>& write);
 
   Trainer& trainer_;
   comm::Communicator& world_;
@@ -50,6 +69,10 @@ class SavePolicy {
   int resumed_step_ = -1;
   int saved_step_ = -1;  // the step whose checkpoint is already in --save-dir
   bool created_save_dir_ = false;  // this run made --save-dir: a failed first save removes it again
+  // --save-mode async: the communicator the saves agree on (never used by the steps' collectives), and
+  // the save in flight, destroyed first.
+  std::unique_ptr<comm::Communicator> agreement_;
+  std::unique_ptr<AsyncCheckpoint> in_flight_;
 };
 
 // SIGTERM and SIGINT then only set a flag that SavePolicy::after_step acts on; a second signal of the same

@@ -61,7 +61,10 @@ void check_weights_file(const std::string& path, const Model& model) {
          " more) belongs to no parameter of this model; was it saved from another size?");
 }
 
-BatchShape batch_shape(const DataOptions& d) { return {d.batch, d.seq, d.grad_accum, d.rank_batches.empty()}; }
+BatchShape batch_shape(const TrainOptions& o) {
+  const DataOptions& d = o.data;
+  return {d.batch, d.seq, d.grad_accum, d.rank_batches.empty(), o.saves.snapshots()};
+}
 
 }  // namespace
 
@@ -98,15 +101,15 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
   if (data.mem_check)
     run_agreed(world, [&] {
       budget = usable_memory(plan.placement.device, comm::ranks_on_this_host());
-      check_memory_fits(plan, *model_, batch_shape(data), split[size_t(world.rank())],
+      check_memory_fits(plan, *model_, batch_shape(options_), split[size_t(world.rank())],
                         *std::max_element(split.begin(), split.end()), budget);
-      check_host_memory_fits(plan, *model_, batch_shape(data), usable_memory(Device::cpu, comm::ranks_on_this_host()));
+      check_host_memory_fits(plan, *model_, batch_shape(options_), usable_memory(Device::cpu, comm::ranks_on_this_host()));
     });
   set_rank_batches(split);
   if (data.rank_batches_auto) {
     // Each rank's own limit, gathered so that every rank splits within the same caps.
     int32_t cap = data.max_rank_batch.value_or(data.batch);
-    const int fits = largest_rank_batch_fitting(plan, *model_, batch_shape(data), budget);
+    const int fits = largest_rank_batch_fitting(plan, *model_, batch_shape(options_), budget);
     if (fits >= 0) cap = std::min(cap, std::max(fits, rank_batch_));
     rank_batch_caps_.resize(world.size());
     world.all_gather(&cap, rank_batch_caps_.data(), 1, DType::i32)->wait();

@@ -56,15 +56,6 @@ void on_ranks(int ranks, const std::function<void(comm::Communicator&)>& fn) {
   world.barrier();
 }
 
-// Rank 0's temporary directory, seen by every rank (they share the file system).
-std::string shared_dir(const test::TempDir& mine) {
-  std::vector<int32_t> chars(4096, 0);
-  const std::string path = mine.path().string();
-  std::copy(path.begin(), path.end(), chars.begin());
-  test::world().broadcast(chars.data(), chars.size(), DType::i32, 0)->wait();
-  return std::string(chars.begin(), std::find(chars.begin(), chars.end(), 0));
-}
-
 struct Config {
   StrategyOptions strategy;
   int ranks;
@@ -109,7 +100,7 @@ std::pair<Outcome, Outcome> save_and_resume(const Config& saved, const Config& t
 
 TEST(CheckpointResume, SameWorldAndStrategyIsBitIdentical) {
   test::TempDir mine("zshard-ckpt");
-  const std::string root = shared_dir(mine);
+  const std::string root = test::shared_dir(mine);
   const int n = test::world().size();
   std::vector<StrategyOptions> strategies;
   for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
@@ -127,7 +118,7 @@ TEST(CheckpointResume, SameWorldAndStrategyIsBitIdentical) {
 
 TEST(CheckpointResume, AnotherWorldSizeOrStrategyMatchesWithin1e6) {
   test::TempDir mine("zshard-ckpt");
-  const std::string root = shared_dir(mine);
+  const std::string root = test::shared_dir(mine);
   const auto s = [](StrategyKind k, int group = 0) { return StrategyOptions{k, group ? ShardGroupRequest::equal(group) : ShardGroupRequest(), true, 2}; };
   using K = StrategyKind;
   const std::vector<std::pair<Config, Config>> cases = {
@@ -163,7 +154,7 @@ std::string bytes_of(const std::string& path) {
 
 TEST(CheckpointExport, ShardedCheckpointExportsTheSingleProcessWeights) {
   test::TempDir mine("zshard-ckpt");
-  const std::string root = shared_dir(mine);
+  const std::string root = test::shared_dir(mine);
   const std::string ckpt = root + "/run/" + step_dir_name(kSaved);
   TrainOptions o = test::tiny_options(kSaved);
   o.plan.strategy.kind = StrategyKind::zero3;

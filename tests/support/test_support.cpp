@@ -48,6 +48,14 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+std::string shared_dir(const TempDir& mine) {
+  std::vector<int32_t> chars(4096, 0);
+  const std::string path = mine.path().string();
+  std::copy(path.begin(), path.end(), chars.begin());
+  world().broadcast(chars.data(), chars.size(), DType::i32, 0)->wait();
+  return std::string(chars.begin(), std::find(chars.begin(), chars.end(), 0));
+}
+
 TempDir::TempDir(const std::string& tag) {
   static std::atomic<int> counter{0};
   std::random_device rd;

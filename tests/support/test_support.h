@@ -36,4 +36,7 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// Rank 0's temporary directory, seen by every rank of world() (they share the file system). Collective.
+std::string shared_dir(const TempDir& mine);
+
 }  // namespace zshard::test

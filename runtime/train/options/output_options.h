@@ -17,11 +17,18 @@ struct OutputOptions {
   bool check_collectives = false;  // --check-collectives (comm/collective_check.h)
 };
 
+// How --save-every checkpoints are written: async, from a host copy by a thread beside training (the
+// final save waits for it), or sync, within the step boundary.
+enum class SaveMode { sync, async };
+
 struct SaveOptions {
   std::string save_dir;
   int save_every = 0;  // 0: only the final save
+  SaveMode mode = SaveMode::async;
   int keep = 0;        // 0: keep every checkpoint
   std::string resume;  // a checkpoint directory, or "latest": the newest one in save_dir
+  // Whether the run holds an asynchronous save's host snapshot (periodic async saves).
+  bool snapshots() const { return !save_dir.empty() && save_every > 0 && mode == SaveMode::async; }
 };
 
 void add_output_flags(CLI::App& app, OutputOptions& options);

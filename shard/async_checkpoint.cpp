@@ -1,0 +1,112 @@
+#include "shard/async_checkpoint.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include "comm/agreed_failure.h"
+#include "kernels/device_memory.h"
+#include "shard/sharded_params.h"
+
+namespace zshard {
+
+namespace {
+
+constexpr int kStateKinds = 3;  // params, m, v: kShardKinds
+
+// Test hook: ZSHARD_TEST_SLOW_WRITER=ms holds every writer thread that long before it writes, so that a
+// test can see training go on while a save is in flight, and kill a job in the middle of one.
+void maybe_slow_writer() {
+  if (const char* ms = std::getenv("ZSHARD_TEST_SLOW_WRITER"))
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(ms)));
+}
+
+}  // namespace
+
+int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int group) {
+  if (group != 0) return 0;
+  int64_t floats = 0;
+  for (const FlatLayout& layout : layouts) floats += kStateKinds * layout.shard_numel();
+  return floats * int64_t(sizeof(float));
+}
+
+AsyncCheckpoint::AsyncCheckpoint(Engine& engine, comm::Communicator& agreement, std::string dir, nlohmann::json run)
+    : engine_(engine), agreement_(agreement), dir_(std::move(dir)), run_(std::move(run)), step_(engine.steps_done()) {
+  prepare_step_dir(agreement_, dir_);
+  const ShardedParams& params = engine_.params();
+  const bool writes = agreement_.rank() < engine_.plan().groups.size(0);
+  std::vector<FlatLayout> layouts;
+  run_agreed(agreement_, [&] {
+    if (!writes) return;
+    for (int u = 0; u < params.num_units(); ++u) layouts.push_back(params.layout(u));
+    snapshot_ = std::make_unique<Buffer>(size_t(checkpoint_snapshot_bytes(layouts, 0)), Device::cpu, Category::host);
+    // The copy, device to page-locked host memory on cuda, is what the step waits for; the file is not.
+    auto* dst = static_cast<char*>(snapshot_->data());
+    for (int u = 0; u < params.num_units(); ++u)
+      for (const Tensor& state : owned_state(params, u)) {
+        copy_bytes(dst, Device::cpu, state.raw(), state.device(), state.nbytes());
+        dst += state.nbytes();
+      }
+  });
+  if (!writes) {
+    written_ = true;
+    return;
+  }
+  writer_ = std::thread([this, layouts = std::move(layouts), shard = params.shard_index()]() mutable {
+    write(std::move(layouts), shard);
+  });
+}
+
+AsyncCheckpoint::~AsyncCheckpoint() {
+  if (writer_.joinable()) writer_.join();
+}
+
+void AsyncCheckpoint::write(std::vector<FlatLayout> layouts, int shard) {
+  try {
+    maybe_slow_writer();
+    std::vector<ShardState> units;
+    const auto* src = static_cast<const float*>(snapshot_->data());
+    for (const FlatLayout& layout : layouts) {
+      const int64_t n = layout.shard_numel();
+      units.push_back({src, src + n, src + 2 * n});
+      src += kStateKinds * n;
+    }
+    file_ = write_rank_file(dir_, shard, layouts, units);
+  } catch (const std::exception& e) {
+    error_ = e.what();
+  }
+  written_.store(true, std::memory_order_release);
+}
+
+bool AsyncCheckpoint::written() {
+  if (gather_) return true;
+  if (!written_.load(std::memory_order_acquire)) return false;
+  if (writer_.joinable()) writer_.join();
+  snapshot_.reset();  // written: the host copy is no longer needed
+  mine_ = file_report(file_, !error_.empty());
+  all_.resize(size_t(agreement_.size()));
+  gather_ = agreement_.all_gather(mine_.data(), all_.data(), kFileReportFields, DType::i32);
+  return true;
+}
+
+void AsyncCheckpoint::wait_gathered() {
+  if (gathered_) return;
+  if (writer_.joinable()) writer_.join();
+  written();
+  gather_->wait();
+  gathered_ = true;
+}
+
+int64_t AsyncCheckpoint::commit() {
+  ZS_CHECK(gathered_, "AsyncCheckpoint::commit before wait_gathered");
+  const auto failed = std::find_if(all_.begin(), all_.end(), report_failed);
+  if (failed != all_.end()) {
+    std::error_code ignored;  // the failure being reported matters more than a leftover directory
+    if (agreement_.rank() == 0) std::filesystem::remove_all(dir_, ignored);
+    if (!error_.empty()) throw AgreedFailure(error_, 1, failed - all_.begin() == agreement_.rank());
+    throw AgreedFailure("another rank failed", 1, false);
+  }
+  return commit_step_dir(engine_, agreement_, dir_, step_, all_, std::move(run_));
+}
+
+}  // namespace zshard

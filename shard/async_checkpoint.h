@@ -1,0 +1,79 @@
+// An asynchronous checkpoint of an Engine, in the format and files of Engine::save. At the step boundary
+// each rank of the first shard group copies what it owns (fp32 master, Adam m and v) into host memory
+// (Category::host: page-locked on cuda) and a writer thread of its own writes its rank file from that copy
+// while training goes on. The writer does file I/O only; every collective runs on the caller's thread.
+// When a rank's writer is done it starts a non-blocking all-gather of its file's size, checksum and
+// outcome on `agreement`, a communicator nothing else uses; once every rank has started it (the caller
+// agrees on that at a step boundary) it completes at once, and commit() has rank 0 write the manifest,
+// the commit point. Until
+// then the step directory holds no manifest and is not a checkpoint: a job killed at any moment leaves
+// the newest committed checkpoint as it was.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zshard/communicator.h>
+#include <zshard/engine.h>
+#include <zshard/memory.h>
+
+#include "shard/checkpoint_commit.h"
+#include "shard/checkpoint_format.h"
+
+namespace zshard {
+
+// Host bytes of the snapshot a rank of shard group `group` holds: the first group's ranks write, the
+// others hold none.
+int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int group);
+
+class AsyncCheckpoint {
+ public:
+  // Collective: rank 0 empties `dir`, then every rank of the first shard group snapshots the engine's
+  // state after its steps_done() steps and starts writing. Fails like Engine::save (AgreedFailure) when
+  // the directory cannot be made.
+  AsyncCheckpoint(Engine& engine, comm::Communicator& agreement, std::string dir, nlohmann::json run);
+  // Waits for the writer; commits nothing (a checkpoint not committed is not one).
+  ~AsyncCheckpoint();
+  AsyncCheckpoint(const AsyncCheckpoint&) = delete;
+  AsyncCheckpoint& operator=(const AsyncCheckpoint&) = delete;
+
+  // Never blocks: true once this rank's writer is done, having started the all-gather.
+  bool written();
+  // Collective: waits for this rank's writer, then for the all-gather (every rank's writer done).
+  void wait_gathered();
+  // Collective, after wait_gathered(): rank 0 writes the manifest and the bytes of the files are
+  // returned. When a rank's file failed, the step directory is removed and every rank throws
+  // AgreedFailure, the failing rank's message (naming the file) reported.
+  int64_t commit();
+
+  int step() const { return step_; }
+  const std::string& dir() const { return dir_; }
+  std::chrono::steady_clock::time_point started() const { return started_; }
+  int64_t snapshot_bytes() const { return snapshot_ ? int64_t(snapshot_->bytes()) : 0; }
+
+ private:
+  void write(std::vector<FlatLayout> layouts, int shard);
+
+  Engine& engine_;
+  comm::Communicator& agreement_;
+  std::string dir_;
+  nlohmann::json run_;
+  int step_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::unique_ptr<Buffer> snapshot_;  // the writing ranks' copy: params, m, v of every unit in turn
+  // Set by the writer thread before `written_`; read by the caller's thread after it.
+  CheckpointFile file_;
+  std::string error_;
+  std::atomic<bool> written_{false};
+  std::thread writer_;
+  FileReport mine_{};
+  std::vector<FileReport> all_;
+  comm::WorkPtr gather_;
+  bool gathered_ = false;
+};
+
+}  // namespace zshard

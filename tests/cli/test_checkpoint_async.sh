@@ -1,0 +1,51 @@
+# Asynchronous checkpoints (--save-mode async, the default with --save-every): a rank killed (SIGKILL)
+# while a save is in flight leaves the previous committed checkpoint, which --resume latest continues bit
+# for bit; a save whose files cannot be written fails the run in one line naming the file, leaving nothing;
+# a bad --save-mode is refused in one line with exit 2.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
+FULL="$WORK/full"
+mkdir -p "$FULL"
+trap 'umount "$FULL" 2>/dev/null; rm -rf "$WORK"' EXIT
+
+expect_failure "--save-mode bogus" 2 "^zshard-train: --save-mode: bogus not in \{async,sync\}$" -- \
+  "$TRAIN" --save-mode bogus
+expect_one_line "--save-mode bogus" "--save-mode"
+
+# ---- SIGKILL of one rank while step 4's save is in flight ----
+D="$WORK/kill"
+JOB=("${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero3 "${ARGS[@]}" --steps 8 --save-every 2)
+expect_ok "uninterrupted reference run (--save-mode sync)" "${JOB[@]}" --save-mode sync --save-dir "$WORK/ref" \
+  --log-json "$WORK/ref.json"
+# Every writer holds 3 s before it writes: training goes on meanwhile, and the save cannot commit before.
+ZSHARD_TEST_SLOW_WRITER=3000 "${JOB[@]}" --save-dir "$D" --step-log "$WORK/steps.jsonl" >"$WORK/kill.out" 2>&1 &
+job=$!
+in_flight() {
+  [ -f "$WORK/steps.jsonl" ] && [ "$(wc -l <"$WORK/steps.jsonl")" -ge 5 ] && [ -d "$D/step-00000004" ] &&
+    [ ! -f "$D/step-00000004/manifest.json" ]
+}
+wait_for 60 in_flight  # on a timeout the kill still ends the job and the checks below fail
+expect_true "step 5 ran while step 4's save was in flight" in_flight
+kill -KILL "$(children_of $job | tail -1)"
+wait $job
+expect_true "the killed job did not commit step 4" test ! -f "$D/step-00000004/manifest.json"
+expect_true "step 2, the newest committed, is there" test -f "$D/step-00000002/manifest.json"
+expect_ok "--resume latest after the kill" "${JOB[@]}" --save-dir "$D" --resume latest --log-json "$WORK/resumed.json"
+expect_true "it resumed from step 2, ignoring the partial step 4" \
+  grep -q "resumed from .*step-00000002 at step 2" "$WORK/out"
+same_losses "resumed losses are the uninterrupted run's, bit for bit" "$WORK/ref.json" "$WORK/resumed.json" 0
+for step in 2 4 6 8; do
+  s=$(printf 'step-%08d' $step)
+  expect_true "$s matches the sync save byte for byte" diff -r "$WORK/ref/$s" "$D/$s"
+done
+
+# ---- a save that cannot be written: the run fails in one line naming the file, and leaves nothing ----
+if mount -t tmpfs -o size=256k tmpfs "$FULL" 2>"$WORK/mount.err"; then
+  expect_every_rank_fails "async save on a full disk" 1 \
+    "^zshard-train: error: .*full/ck/step-00000001/rank-0000[01]\.safetensors.*No space left on device" \
+    -- --strategy zero2 "${ARGS[@]}" --steps 3 --save-dir "$FULL/ck" --save-every 1
+  expect_true "nothing is left on the disk" test -z "$(ls -A "$FULL")"
+else
+  echo "skip full disk: cannot mount a small tmpfs ($(cat "$WORK/mount.err"))"
+fi
+finish
