@@ -37,7 +37,11 @@ std::string switch_to(const ShardPlan& plan, StrategyKind kind) {
 // prefetch of that strategy with the run's placement.
 ShardPlan plan_as(const ShardPlan& plan, StrategyKind kind, int world) {
   if (kind == plan.kind && world == plan.world_size()) return plan;
-  PlanOptions options{{kind}, plan.placement, plan.comm, plan.comm_timeout_s};
+  PlanOptions options;
+  options.strategy.kind = kind;
+  options.placement = plan.placement;
+  options.comm = plan.comm;
+  options.comm_timeout_s = plan.comm_timeout_s;
   if (params_sharded(kind) && params_sharded(plan.kind)) {
     options.strategy.max_inflight = plan.max_inflight;
     options.strategy.reshard_after_forward = plan.reshard_after_forward;
