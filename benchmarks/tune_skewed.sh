@@ -7,7 +7,7 @@
 #   benchmarks/tune_skewed.sh BUILD_DIR OUT_DIR [repeats]
 # Environment: PROBLEM overrides the model, batch and budget; SKEW the wrapper that makes the speeds unequal
 # (default benchmarks/skewed_pin.sh, which needs 2 cores and nothing else running; benchmarks/skewed_nice.sh
-# holds where other processes load the cores).
+# keeps the speeds unequal where other processes load the cores, but shows only the detection: see it).
 set -euo pipefail
 build=$1 out=$2 repeats=${3:-3}
 src=$(cd "$(dirname "$0")" && pwd)
