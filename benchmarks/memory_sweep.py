@@ -10,9 +10,13 @@ For each case, every strategy with and without activation checkpointing and opti
     one more) is reported.
 
   /usr/bin/python3 benchmarks/memory_sweep.py --bin build --np 4 \\
-      --case llama-tiny:16:64:64MiB --case gpt2/layers=2:4:64:600MB:zero3 --out benchmarks/results
+      --case llama-tiny:16:64:64MiB --case gpt2/layers=2:4:16:+4MiB --out benchmarks/results
 
 MODEL may carry configuration overrides after a slash (gpt2/layers=2 is --model gpt2 --config layers=2).
+A BUDGET of +SIZE gives each strategy and setting a budget of its own: the estimate at the case's batch plus
+SIZE, so that the largest batch stays a few sequences where one budget would leave one strategy with none
+and another with more than a CPU can run (ddp's states are four times zero3's; on the cpu offload adds the
+host's master and Adam state to the same memory).
 Writes memory_sweep.json and memory_sweep.md into --out; benchmarks/plot.py --memory-sweep draws it.
 """
 
@@ -40,8 +44,10 @@ def parse_case(text):
     if len(parts) not in (4, 5):
         raise argparse.ArgumentTypeError(f"--case MODEL[/CONFIG]:BATCH:SEQ:BUDGET[:STRATEGIES], got {text}")
     name, _, config = parts[0].partition("/")
+    margin = parts[3].startswith("+")
     return {"model": parts[0], "model_flags": ["--model", name] + (["--config", config] if config else []),
-            "batch": int(parts[1]), "seq": int(parts[2]), "budget_text": parts[3], "budget": parse_size(parts[3]),
+            "batch": int(parts[1]), "seq": int(parts[2]), "budget_text": parts[3],
+            "budget": None if margin else parse_size(parts[3]), "margin": parse_size(parts[3][1:]) if margin else None,
             "strategies": parts[4] if len(parts) == 5 else STRATEGIES}
 
 
@@ -66,14 +72,19 @@ def mem(args, case, extra, path):
         return json.load(f)
 
 
-def verify(args, case, strategy, ac, offload, largest, scratch, tag):
+def largest_batches(args, case, strategies, budget, path):
+    """zshard-mem --max-batch: the most sequences per rank that fit the budget, by strategy and setting."""
+    doc = mem(args, {**case, "strategies": strategies}, ["--max-batch", "--mem-budget", str(budget)], path)
+    return {r["strategy"]: r["max_rank_batch"] for r in doc["max_batch"]}
+
+
+def verify(args, case, strategy, ac, offload, largest, budget, scratch, tag):
     """Runs at the estimator's largest batch per rank and at one more: their peaks, and the batch the runs prove."""
     peaks = {}
     for rank_batch in ([largest] if largest > 0 else []) + [largest + 1]:
         path = os.path.join(scratch, f"verify_{tag}_{strategy}_{rank_batch}.json")
         peaks[rank_batch] = bench(args, case, strategy, args.np * rank_batch, ac, offload, path)[strategy][
             "peak_total_bytes"]
-    budget = case["budget"]
     at, above = peaks.get(largest), peaks[largest + 1]
     out = {"peak_at_largest": at, "peak_at_next": above, "slack": None}
     if at is not None and at > budget:
@@ -94,7 +105,8 @@ def main():
     p.add_argument("--bin", default="build", help="directory of zshard-bench and zshard-mem")
     p.add_argument("--np", type=int, default=4)
     p.add_argument("--case", type=parse_case, action="append", required=True,
-                   help="MODEL[/CONFIG]:BATCH:SEQ:BUDGET[:STRATEGIES] (BATCH global; BUDGET per rank, e.g. 4GiB)")
+                   help="MODEL[/CONFIG]:BATCH:SEQ:BUDGET[:STRATEGIES] (BATCH global; BUDGET per rank, e.g. 4GiB, "
+                        "or +SIZE: the estimate at BATCH plus SIZE, per strategy and setting)")
     p.add_argument("--out", default="benchmarks/results")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -103,9 +115,9 @@ def main():
     rows = []
     for case in args.case:
         safe = re.sub(r"[^A-Za-z0-9.-]", "_", case["model"] + "_" + case["budget_text"])
-        largest = {r["strategy"]: r["max_rank_batch"] for r in mem(
-            args, case, ["--max-batch", "--mem-budget", case["budget_text"]],
-            os.path.join(scratch, f"max_{safe}.json"))["max_batch"]}
+        if case["budget"] is not None:
+            largest = largest_batches(args, case, case["strategies"], case["budget"],
+                                      os.path.join(scratch, f"max_{safe}.json"))
         rank_batch = -(-case["batch"] // args.np)
         for ac, offload, saver in SAVERS:
             tag = f"{safe}_{ac}_{offload}"
@@ -116,13 +128,19 @@ def main():
                                                  os.path.join(scratch, f"mem_{tag}.json"))["rows"]}
             for strategy, r in measured.items():
                 e = est[strategy]
+                budget = case["budget"]
+                if budget is None:
+                    budget = e["total_bytes"] + case["margin"]
+                    largest = largest_batches(args, case, strategy, budget,
+                                              os.path.join(scratch, f"max_{tag}_{strategy}.json"))
                 row = {"model": case["model"], "strategy": strategy, "activation_checkpointing": ac,
                        "offload": offload, "world": args.np, "rank_batch": rank_batch, "seq": case["seq"],
                        "peak_measured": r["peak_total_bytes"], "peak_predicted": e["total_bytes"],
                        "states_measured": r["model_states_bytes"]["measured"],
-                       "states_predicted": e["model_states_bytes"], "budget": case["budget"],
+                       "states_predicted": e["model_states_bytes"], "budget": budget,
                        "largest_batch_predicted": largest[strategy][saver]}
-                row.update(verify(args, case, strategy, ac, offload, row["largest_batch_predicted"], scratch, tag))
+                row.update(verify(args, case, strategy, ac, offload, row["largest_batch_predicted"], budget,
+                                  scratch, tag))
                 rows.append(row)
     with open(os.path.join(args.out, "memory_sweep.json"), "w") as f:
         json.dump({"tool": "memory_sweep", "rows": rows}, f, indent=1)

@@ -133,8 +133,10 @@ def plot_memory_sweep(doc, path):
                         bar.set_hatch("//")
                 ax.plot(xs, want, "k.", markersize=6)
             budgets = {s: next(r["budget"] for r in mine if r["strategy"] == s) for s in strategies}
+            margins = {r["budget"] - r["peak_predicted"] for r in mine}  # one: memory_sweep.py's +SIZE
+            relative = len(margins) == 1 and len({r["budget"] for r in mine}) > 1
             ticks = strategies
-            if measured != "peak_measured" and len(set(budgets.values())) > 1:
+            if measured != "peak_measured" and len(set(budgets.values())) > 1 and not relative:
                 ticks = [f"{s}\n{budgets[s] / 2**20:.0f} MiB" for s in strategies]
             ax.set_xticks(range(len(strategies)), ticks, fontsize=8)
             r0 = mine[0]
@@ -142,8 +144,9 @@ def plot_memory_sweep(doc, path):
                 title = f"{model}, world {r0['world']}, {r0['rank_batch']}x{r0['seq']} per rank"
             else:
                 one = len(set(budgets.values())) == 1
-                title = (f"{model}, world {r0['world']}, seq {r0['seq']}"
-                         + (f", budget {r0['budget'] / 2**20:.0f} MiB" if one else ", budget per strategy")
+                scope = (f", budget: its estimate + {margins.pop() / 2**20:.0f} MiB"
+                         if relative else f", budget {r0['budget'] / 2**20:.0f} MiB" if one else ", budget per strategy")
+                title = (f"{model}, world {r0['world']}, seq {r0['seq']}" + scope
                          + " (hatched: the runs disagree with the estimate)")
             ax.set_title(title, fontsize=8)
             ax.set_ylabel(label + " (dots: predicted)", fontsize=8)

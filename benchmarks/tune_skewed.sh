@@ -5,7 +5,9 @@
 # it picks is then timed against the same configuration with the even split, REPEATS interleaved times
 # (zshard-bench --rank-batches even,auto).
 #   benchmarks/tune_skewed.sh BUILD_DIR OUT_DIR [repeats]
-# Environment: PROBLEM overrides the model, batch and budget. Needs 2 cores and nothing else running.
+# Environment: PROBLEM overrides the model, batch and budget; SKEW the wrapper that makes the speeds unequal
+# (default benchmarks/skewed_pin.sh, which needs 2 cores and nothing else running; benchmarks/skewed_nice.sh
+# keeps the speeds unequal where other processes load the cores, but shows only the detection: see it).
 set -euo pipefail
 build=$1 out=$2 repeats=${3:-3}
 src=$(cd "$(dirname "$0")" && pwd)
@@ -14,7 +16,7 @@ problem=(${PROBLEM:---model gpt2 --layers 2 --dim 256 --heads 4 --vocab 4096 --s
   --mem-budget 1GB --strategies ddp,zero2 --activation-checkpointing none --offload none})
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 mkdir -p "$out"
-pin="$src/skewed_pin.sh"
+pin=${SKEW:-$src/skewed_pin.sh}
 "$build/zshard-tune" "${problem[@]}" --launcher "mpirun --oversubscribe --bind-to none -np {np} $pin" \
   --json "$out/tune.json" | tee "$out/tune.txt"
 # The winner's flags, for zshard-bench: its strategy, batch and the rest, without the split (both are timed).

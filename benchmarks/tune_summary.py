@@ -49,8 +49,9 @@ def main():
         w = t["winner"]
         in_ex = next(c for c in timed if c["label"] == w["label"]) if w["label"] in ranks else None
         ex_ms = in_ex["run"]["step_ms"] if in_ex else float("nan")
+        runs = sum(len(c["run"].get("step_ms_runs") or [0]) for c in t["candidates"] if "run" in c)
         print(f"| {r} | {w['label']} (exhaustive rank {ranks.get(w['label'], '-')}) | {w['step_ms']:.1f} | "
-              f"{ex_ms:.1f} | {ex_ms / best:.3f} | {sum('run' in c for c in t['candidates'])} | "
+              f"{ex_ms:.1f} | {ex_ms / best:.3f} | {runs} | "
               f"{t['elapsed_s']:.0f} | {t['elapsed_s'] / ex['elapsed_s']:.3f} |")
 
     # The contenders, re-timed in interleaved rounds.
