@@ -47,10 +47,12 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
     try {
       if (trainer.steps_done() == 0 || saves.after_step())
         trainer.run(&std::cout, [&] {
-          // Logged once its boundary is done: a logged save step's checkpoint is committed (sync) or started
-          // and the one before committed as soon as written (async), so zshard-run counts the steps redone.
-          const bool go_on = saves.after_step();
+          // Logged between the boundary's agreement and its save: a save in flight commits before the line
+          // of the step after it, a sync save after its own step's line, so that zshard-run's merged log
+          // never misses a step behind the checkpoint it resumes from.
+          const bool go_on = saves.agree_at_boundary();
           step_log.catch_up(trainer.history());
+          saves.save_if_due();
           return go_on;
         });
     } catch (const AgreedFailure&) {

@@ -199,16 +199,30 @@ void SavePolicy::continue_split(const json& run) {
 }
 
 bool SavePolicy::after_step() {
+  const bool go_on = agree_at_boundary();
+  save_if_due();
+  return go_on;
+}
+
+bool SavePolicy::save_due() const {
+  const SaveOptions& o = trainer_.options().saves;
+  return o.save_every > 0 && trainer_.steps_done() % o.save_every == 0;
+}
+
+void SavePolicy::save_if_due() {
+  if (!save_due()) return;
+  if (trainer_.options().saves.mode == SaveMode::async) start_async_save();
+  else save();
+}
+
+bool SavePolicy::agree_at_boundary() {
   const SaveOptions& o = trainer_.options().saves;
   // Whether any rank has been signalled, and how many ranks have written their file of the save in flight
   // (once all have, its all-gather completes at once and it commits here).
   double agreed[2] = {g_stop_signal != 0 ? 1.0 : 0.0, in_flight_ && in_flight_->written() ? 1.0 : 0.0};
   comm::all_reduce_sum(world_, agreed, 2);
-  if (agreed[1] == world_.size()) finish_in_flight();
-  if (o.save_every > 0 && trainer_.steps_done() % o.save_every == 0) {
-    if (o.mode == SaveMode::async) start_async_save();
-    else save();
-  }
+  // A save due now waits for the one in flight (one at most): it commits here, before this step's line.
+  if (agreed[1] == world_.size() || save_due()) finish_in_flight();
   if (agreed[0] == 0) return true;
   if (out_)
     *out_ << "zshard-train: stop signal received; stopping after step " << trainer_.steps_done()

@@ -27,11 +27,17 @@ class SavePolicy {
   // before any collective. Rank 0 reports to `out` (null: silent).
   SavePolicy(Trainer& trainer, std::ostream* out);
 
-  // The Trainer::run hook: saves every --save-every steps (--save-mode async: starts the save, and commits
-  // the one in flight at the first boundary where every rank has written its file), then returns false
-  // once any rank has been signalled. One all-reduce agrees on both, so every rank commits and stops after
-  // the same step.
+  // The Trainer::run hook: agree_at_boundary, then save_if_due. Returns false once any rank has been
+  // signalled.
   bool after_step();
+  // The boundary's agreement: commits the save in flight (--save-mode async) at the first boundary where
+  // every rank has written its file, and returns false once any rank has been signalled. One all-reduce
+  // agrees on both, so every rank commits and stops after the same step. Collective.
+  bool agree_at_boundary();
+  // Every --save-every steps: saves (sync), or starts the save (async). zshard-train logs the step between
+  // the two halves, so that a logged step is never behind a committed checkpoint: a sync save commits
+  // after its step's log line, an async one at a later boundary, before that boundary's line. Collective.
+  void save_if_due();
   // Commits the save in flight, then saves the state after trainer.steps_done() steps into --save-dir
   // synchronously (a no-op without one, or when that step is already there). Collective.
   void save();
@@ -55,6 +61,7 @@ class SavePolicy {
   void check_save_dir(const std::string& resume_dir, int resumed_step) const;
   void create_save_dir();
   void prune(int newest_step) const;
+  bool save_due() const;  // this step is a --save-every point
   void start_async_save();
   // Runs `save`; when it fails (AgreedFailure), removes a --save-dir this run made and left empty.
   void cleaning_up_failure(const std::function<void()>& save) const;

@@ -1,6 +1,7 @@
 # Asynchronous checkpoints (--save-mode async, the default with --save-every): a rank killed (SIGKILL)
 # while a save is in flight leaves the previous committed checkpoint, which --resume latest continues bit
-# for bit; a save whose files cannot be written fails the run in one line naming the file, leaving nothing;
+# for bit; a sync save's step is in the step log before the save commits; a save whose files cannot be
+# written fails the run in one line naming the file, leaving nothing;
 # a bad --save-mode is refused in one line with exit 2.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
@@ -38,6 +39,19 @@ for step in 2 4 6 8; do
   s=$(printf 'step-%08d' $step)
   expect_true "$s matches the sync save byte for byte" diff -r "$WORK/ref/$s" "$D/$s"
 done
+
+# ---- the step log is never behind a checkpoint: a sync save commits after its step's line ----
+# (zshard-run merges the step logs and resumes from the newest checkpoint: a checkpoint ahead of the log
+# would leave its step out of the merged --log-json.) Rank 0 holds 3 s before step 2's manifest.
+D="$WORK/sync"
+ZSHARD_TEST_PAUSE_IN_SAVE=3 "${JOB[@]}" --save-mode sync --save-dir "$D" --step-log "$WORK/sync.jsonl" \
+  >"$WORK/sync.out" 2>&1 &
+job=$!
+mid_save() { [ -f "$D/step-00000002/rank-00001.safetensors" ] && [ ! -f "$D/step-00000002/manifest.json" ]; }
+wait_for 60 mid_save
+expect_true "step 2's line is logged before its save commits" grep -q '"step":2,' "$WORK/sync.jsonl"
+kill -KILL "$(children_of $job | tail -1)"
+wait $job
 
 # ---- a save that cannot be written: the run fails in one line naming the file, and leaves nothing ----
 if mount -t tmpfs -o size=256k tmpfs "$FULL" 2>"$WORK/mount.err"; then
