@@ -8,8 +8,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "kernels/allocator.h"
 #include "runtime/planning/memory_estimator.h"
@@ -44,11 +42,6 @@ std::vector<StrategyOptions> strategies() {
 
 std::string name_of(const StrategyOptions& s) { return std::string(strategy_name(s.kind)); }
 
-std::string bytes_of(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 TEST(AsyncCheckpoint, WritesTheFilesOfASyncSaveAndResumesAlike) {
   test::TempDir mine("zshard-async");
   const std::string root = test::shared_dir(mine);
@@ -71,7 +64,7 @@ TEST(AsyncCheckpoint, WritesTheFilesOfASyncSaveAndResumesAlike) {
         EXPECT_TRUE(is_committed(async_dir.string())) << async_dir;
         for (const auto& entry : fs::directory_iterator(sync_dir)) {
           ++files;
-          EXPECT_TRUE(bytes_of(entry.path()) == bytes_of(async_dir / entry.path().filename()))
+          EXPECT_TRUE(test::file_bytes(entry.path()) == test::file_bytes(async_dir / entry.path().filename()))
               << name_of(s) << ": " << async_dir / entry.path().filename() << " differs from the sync save's";
         }
       }

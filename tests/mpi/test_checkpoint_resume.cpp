@@ -5,7 +5,6 @@
 // zshard-test-np: 2 3 4
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <functional>
 
 #include "comm/self_communicator.h"
@@ -147,11 +146,6 @@ TEST(CheckpointResume, AnotherWorldSizeOrStrategyMatchesWithin1e6) {
   EXPECT_GT(ran, 0);
 }
 
-std::string bytes_of(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 TEST(CheckpointExport, ShardedCheckpointExportsTheSingleProcessWeights) {
   test::TempDir mine("zshard-ckpt");
   const std::string root = test::shared_dir(mine);
@@ -165,10 +159,10 @@ TEST(CheckpointExport, ShardedCheckpointExportsTheSingleProcessWeights) {
     single.saves.resume = ckpt;
     run_job(single, self, root + "/single.safetensors");
     export_checkpoint(ckpt, root + "/exported.safetensors");
-    const std::string exported = bytes_of(root + "/exported.safetensors");
+    const std::string exported = test::file_bytes(root + "/exported.safetensors");
     EXPECT_GT(exported.size(), 4u * size_t(num_params(*build_model(o.model.name, resolve_model_config(o.model)))));
-    EXPECT_TRUE(exported == bytes_of(root + "/single.safetensors"));
-    EXPECT_TRUE(exported == bytes_of(root + "/gathered.safetensors"));
+    EXPECT_TRUE(exported == test::file_bytes(root + "/single.safetensors"));
+    EXPECT_TRUE(exported == test::file_bytes(root + "/gathered.safetensors"));
   });
 }
 

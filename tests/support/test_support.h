@@ -38,5 +38,7 @@ class TempDir {
 
 // Rank 0's temporary directory, seen by every rank of world() (they share the file system). Collective.
 std::string shared_dir(const TempDir& mine);
+// The bytes of the file at `path` (empty when it cannot be read).
+std::string file_bytes(const std::filesystem::path& path);
 
 }  // namespace zshard::test
