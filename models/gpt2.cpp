@@ -12,7 +12,7 @@ namespace zshard {
 
 namespace {
 
-constexpr double kInitStd = 0.02;  // Hugging Face's initializer_range
+constexpr double kGPT2InitStd = 0.02;  // Hugging Face's initializer_range
 
 std::vector<ParamDef> param_defs(const GPT2Config& c, int unit) {
   const int final_unit = c.layers + 1;
@@ -24,22 +24,22 @@ std::vector<ParamDef> param_defs(const GPT2Config& c, int unit) {
   const auto vec = [](std::string name, int64_t n, double value) {
     return ParamDef{{std::move(name), {n}, false}, value, 0.0};
   };
-  if (unit == 0) return {mat("wte.weight", {c.vocab, C}, kInitStd), mat("wpe.weight", {c.ctx, C}, kInitStd)};
+  if (unit == 0) return {mat("wte.weight", {c.vocab, C}, kGPT2InitStd), mat("wpe.weight", {c.ctx, C}, kGPT2InitStd)};
   if (unit == final_unit) return {vec("ln_f.weight", C, 1.0), vec("ln_f.bias", C, 0.0)};
   // The two projections into the residual stream start smaller, so that its variance does not grow
   // with depth (GPT-2 paper, Hugging Face init).
-  const double proj_std = kInitStd / std::sqrt(2.0 * c.layers);
+  const double proj_std = kGPT2InitStd / std::sqrt(2.0 * c.layers);
   const std::string h = "h." + std::to_string(unit - 1) + ".";
   std::vector<ParamDef> defs = {
       vec(h + "ln_1.weight", C, 1.0),
       vec(h + "ln_1.bias", C, 0.0),
-      mat(h + "attn.c_attn.weight", {C, 3 * C}, kInitStd),
+      mat(h + "attn.c_attn.weight", {C, 3 * C}, kGPT2InitStd),
       vec(h + "attn.c_attn.bias", 3 * C, 0.0),
       mat(h + "attn.c_proj.weight", {C, C}, proj_std),
       vec(h + "attn.c_proj.bias", C, 0.0),
       vec(h + "ln_2.weight", C, 1.0),
       vec(h + "ln_2.bias", C, 0.0),
-      mat(h + "mlp.c_fc.weight", {C, 4 * C}, kInitStd),
+      mat(h + "mlp.c_fc.weight", {C, 4 * C}, kGPT2InitStd),
       vec(h + "mlp.c_fc.bias", 4 * C, 0.0),
       mat(h + "mlp.c_proj.weight", {4 * C, C}, proj_std),
       vec(h + "mlp.c_proj.bias", C, 0.0),

@@ -9,7 +9,7 @@
 namespace zshard {
 
 namespace {
-struct NamedConfig {
+struct NamedGPT2Config {
   std::string_view name;
   GPT2Config config;
 };
@@ -17,7 +17,7 @@ struct NamedConfig {
 constexpr int kGPT2Vocab = 50257;
 constexpr int kGPT2Ctx = 1024;
 
-const std::array<NamedConfig, 5> kNamedConfigs = {{
+const std::array<NamedGPT2Config, 5> kGPT2Configs = {{
     {"tiny", {2, 64, 4, 256, 128}},
     {"gpt2", {12, 768, 12, kGPT2Vocab, kGPT2Ctx}},
     {"gpt2-medium", {24, 1024, 16, kGPT2Vocab, kGPT2Ctx}},
@@ -44,7 +44,7 @@ int64_t GPT2Config::num_params() const {
 }
 
 GPT2Config gpt2_config(std::string_view name) {
-  for (const NamedConfig& named : kNamedConfigs)
+  for (const NamedGPT2Config& named : kGPT2Configs)
     if (named.name == name) return named.config;
   std::string valid;
   for (const std::string& n : gpt2_config_names()) valid += (valid.empty() ? "" : ", ") + n;
@@ -53,7 +53,7 @@ GPT2Config gpt2_config(std::string_view name) {
 
 std::vector<std::string> gpt2_config_names() {
   std::vector<std::string> names;
-  for (const NamedConfig& named : kNamedConfigs) names.emplace_back(named.name);
+  for (const NamedGPT2Config& named : kGPT2Configs) names.emplace_back(named.name);
   return names;
 }
 
@@ -77,7 +77,7 @@ GPT2Config gpt2_config_from(const ModelConfig& config) {
 
 std::vector<std::pair<std::string, ModelConfig>> gpt2_named_configs() {
   std::vector<std::pair<std::string, ModelConfig>> out;
-  for (const NamedConfig& named : kNamedConfigs) out.emplace_back(named.name, to_model_config(named.config));
+  for (const NamedGPT2Config& named : kGPT2Configs) out.emplace_back(named.name, to_model_config(named.config));
   return out;
 }
 

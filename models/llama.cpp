@@ -11,13 +11,13 @@ namespace zshard {
 
 namespace {
 
-constexpr double kInitStd = 0.02;  // Hugging Face's initializer_range
+constexpr double kLlamaInitStd = 0.02;  // Hugging Face's initializer_range
 
 std::vector<ParamDef> param_defs(const LlamaConfig& c, int unit) {
   const int final_unit = c.layers + 1;
   ZS_CHECK(unit >= 0 && unit <= final_unit, "Llama has units 0..", final_unit, ", not ", unit);
   const int64_t C = c.dim, KV = c.kv_dim(), F = c.ffn_dim;
-  const auto mat = [](std::string name, Shape shape) { return ParamDef{{std::move(name), std::move(shape), true}, 0.0, kInitStd}; };
+  const auto mat = [](std::string name, Shape shape) { return ParamDef{{std::move(name), std::move(shape), true}, 0.0, kLlamaInitStd}; };
   const auto gain = [](std::string name, int64_t n) { return ParamDef{{std::move(name), {n}, false}, 1.0, 0.0}; };
   if (unit == 0) return {mat("model.embed_tokens.weight", {c.vocab, C})};
   if (unit == final_unit) {

@@ -11,13 +11,13 @@ namespace zshard {
 
 namespace {
 
-struct NamedConfig {
+struct NamedLlamaConfig {
   std::string_view name;
   LlamaConfig config;
 };
 
 // TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T and meta-llama/Llama-3.2-1B config.json.
-const std::array<NamedConfig, 3> kNamedConfigs = {{
+const std::array<NamedLlamaConfig, 3> kLlamaConfigs = {{
     {"llama-tiny", {2, 64, 4, 2, 192, 256, 128, 10000, false}},
     {"tinyllama-1.1b", {22, 2048, 32, 4, 5632, 32000, 2048, 10000, false}},
     {"llama-3.2-1b", {16, 2048, 32, 8, 8192, 128256, 131072, 500000, true}},
@@ -75,12 +75,12 @@ LlamaConfig llama_config_from(const ModelConfig& config) {
 
 std::vector<std::pair<std::string, ModelConfig>> llama_named_configs() {
   std::vector<std::pair<std::string, ModelConfig>> out;
-  for (const NamedConfig& named : kNamedConfigs) out.emplace_back(named.name, to_model_config(named.config));
+  for (const NamedLlamaConfig& named : kLlamaConfigs) out.emplace_back(named.name, to_model_config(named.config));
   return out;
 }
 
 LlamaConfig llama_config(const std::string& name) {
-  for (const NamedConfig& named : kNamedConfigs)
+  for (const NamedLlamaConfig& named : kLlamaConfigs)
     if (named.name == name) return named.config;
   fail("unknown Llama config '", name, "'");
 }

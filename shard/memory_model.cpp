@@ -4,7 +4,7 @@ namespace zshard {
 
 namespace {
 // Bytes of `psi` elements of `bytes` each, cut into `parts` shards (rounded up like the flat units).
-int64_t sharded(int64_t psi, int bytes, int parts) { return (psi + parts - 1) / parts * bytes; }
+int64_t sharded_bytes(int64_t psi, int bytes, int parts) { return (psi + parts - 1) / parts * bytes; }
 }  // namespace
 
 int offloaded_bytes_per_param(const DtypePolicy& d, Device device) {
@@ -15,17 +15,17 @@ int offloaded_bytes_per_param(const DtypePolicy& d, Device device) {
 ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& d,
                                      bool offload_optimizer, Device device) {
   ModelStateBytes m;
-  m.params = params_sharded(kind) ? sharded(psi, d.param_bytes, group) : psi * d.param_bytes;
-  m.grads = grads_sharded(kind) ? sharded(psi, d.grad_bytes, group) : psi * d.grad_bytes;
-  if (offload_optimizer) m.host = sharded(psi, offloaded_bytes_per_param(d, device), group);
-  else m.optimizer = sharded(psi, d.optimizer_bytes, group);
+  m.params = params_sharded(kind) ? sharded_bytes(psi, d.param_bytes, group) : psi * d.param_bytes;
+  m.grads = grads_sharded(kind) ? sharded_bytes(psi, d.grad_bytes, group) : psi * d.grad_bytes;
+  if (offload_optimizer) m.host = sharded_bytes(psi, offloaded_bytes_per_param(d, device), group);
+  else m.optimizer = sharded_bytes(psi, d.optimizer_bytes, group);
   return m;
 }
 
 ModelStateBytes predict_zero_offload(StrategyKind kind, int group, int64_t psi, const DtypePolicy& d) {
   ModelStateBytes m = predict_model_states(kind, group, psi, d);
   m.grads = m.optimizer = 0;
-  m.host = sharded(psi, kOffloadedOptimizerBytes + d.grad_bytes, group);
+  m.host = sharded_bytes(psi, kOffloadedOptimizerBytes + d.grad_bytes, group);
   return m;
 }
 

@@ -181,7 +181,10 @@ bool ShardGroups::equal() const {
 
 std::string join_sizes(const std::vector<int>& sizes) {
   std::string list;
-  for (int g : sizes) list += (list.empty() ? "" : ",") + std::to_string(g);
+  for (int g : sizes) {
+    if (!list.empty()) list += ',';
+    list += std::to_string(g);
+  }
   return list;
 }
 

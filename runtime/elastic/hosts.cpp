@@ -12,11 +12,6 @@ namespace zshard::elastic {
 
 namespace {
 
-template <class... Args>
-[[noreturn]] void usage(const Args&... args) {
-  throw UsageError(detail::concat(args...));
-}
-
 // A slot count as written (digits only, at most 1e6); nothing when it is not one.
 std::optional<int> slot_count(const std::string& text) {
   if (text.empty() || text.size() > 7 || text.find_first_not_of("0123456789") != std::string::npos)
@@ -36,10 +31,10 @@ Host parse_host(const std::string& item, const std::string& where) {
   Host h{item.substr(0, colon), 1};
   if (colon != std::string::npos) {
     const std::optional<int> n = slot_count(item.substr(colon + 1));
-    if (!n) usage(where, ": bad slot count in '", item, "' (want NAME:SLOTS, SLOTS a whole number)");
+    if (!n) refuse(where, ": bad slot count in '", item, "' (want NAME:SLOTS, SLOTS a whole number)");
     h.slots = *n;
   }
-  if (!valid_name(h.name)) usage(where, ": bad host name in '", item, "'");
+  if (!valid_name(h.name)) refuse(where, ": bad host name in '", item, "'");
   return h;
 }
 
@@ -50,7 +45,7 @@ std::vector<Host> parse_host_list(const std::string& text) {
   std::string item;
   std::istringstream in(text + ",");  // the trailing comma closes the last item; an empty one is refused
   while (std::getline(in, item, ',')) {
-    if (item.empty()) usage("--hosts ", text, ": an empty item (want NAME:SLOTS,NAME:SLOTS,...)");
+    if (item.empty()) refuse("--hosts ", text, ": an empty item (want NAME:SLOTS,NAME:SLOTS,...)");
     hosts.push_back(parse_host(item, "--hosts " + text));
   }
   check_hosts(hosts, "--hosts " + text);
@@ -59,7 +54,7 @@ std::vector<Host> parse_host_list(const std::string& text) {
 
 std::vector<Host> read_hostfile(const std::string& path) {
   std::ifstream in(path);
-  if (!in) usage("--hostfile ", path, ": cannot read");
+  if (!in) refuse("--hostfile ", path, ": cannot read");
   std::vector<Host> hosts;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -71,7 +66,7 @@ std::vector<Host> read_hostfile(const std::string& path) {
     Host h = parse_host(name, where);
     while (words >> word) {
       const std::optional<int> n = word.rfind("slots=", 0) == 0 ? slot_count(word.substr(6)) : std::nullopt;
-      if (!n) usage(where, ": '", word, "' is not slots=N");
+      if (!n) refuse(where, ": '", word, "' is not slots=N");
       h.slots = *n;
     }
     hosts.push_back(h);
@@ -88,20 +83,20 @@ std::vector<std::string> expand_nodelist(const std::string& nodelist) {
     const size_t stop = nodelist.find_first_of(",[", i);
     const std::string prefix = nodelist.substr(i, stop - i);
     if (stop == std::string::npos || nodelist[stop] == ',') {
-      if (prefix.empty()) usage("SLURM_JOB_NODELIST ", nodelist, ": an empty name");
+      if (prefix.empty()) refuse("SLURM_JOB_NODELIST ", nodelist, ": an empty name");
       names.push_back(prefix);
       i = stop == std::string::npos ? n : stop + 1;
       continue;
     }
     const size_t close = nodelist.find(']', stop);
-    if (close == std::string::npos) usage("SLURM_JOB_NODELIST ", nodelist, ": '[' without ']'");
+    if (close == std::string::npos) refuse("SLURM_JOB_NODELIST ", nodelist, ": '[' without ']'");
     std::istringstream ranges(nodelist.substr(stop + 1, close - stop - 1));
     std::string range;
     while (std::getline(ranges, range, ',')) {
       const size_t dash = range.find('-');
       const std::string lo = range.substr(0, dash), hi = dash == std::string::npos ? lo : range.substr(dash + 1);
       const std::optional<int> a = slot_count(lo), b = slot_count(hi);
-      if (!a || !b || *a > *b) usage("SLURM_JOB_NODELIST ", nodelist, ": bad range '", range, "'");
+      if (!a || !b || *a > *b) refuse("SLURM_JOB_NODELIST ", nodelist, ": bad range '", range, "'");
       for (int k = *a; k <= *b; ++k) {
         std::string digits = std::to_string(k);
         if (digits.size() < lo.size()) digits.insert(0, lo.size() - digits.size(), '0');  // node[01-03]
@@ -109,7 +104,7 @@ std::vector<std::string> expand_nodelist(const std::string& nodelist) {
       }
     }
     i = close + 1;
-    if (i < n && nodelist[i] != ',') usage("SLURM_JOB_NODELIST ", nodelist, ": text after ']'");
+    if (i < n && nodelist[i] != ',') refuse("SLURM_JOB_NODELIST ", nodelist, ": text after ']'");
     ++i;
   }
   return names;
@@ -127,11 +122,11 @@ std::vector<Host> slurm_hosts(const std::string& nodelist, const std::string& ta
     if (paren != std::string::npos) {
       times = item.back() == ')' ? slot_count(item.substr(paren + 2, item.size() - paren - 3)) : std::nullopt;
     }
-    if (!count || !times) usage("SLURM_TASKS_PER_NODE ", tasks_per_node, ": bad item '", item, "'");
+    if (!count || !times) refuse("SLURM_TASKS_PER_NODE ", tasks_per_node, ": bad item '", item, "'");
     slots.insert(slots.end(), size_t(*times), *count);
   }
   if (slots.size() != names.size())
-    usage("SLURM_TASKS_PER_NODE ", tasks_per_node, " gives ", slots.size(), " node(s), SLURM_JOB_NODELIST ",
+    refuse("SLURM_TASKS_PER_NODE ", tasks_per_node, " gives ", slots.size(), " node(s), SLURM_JOB_NODELIST ",
           nodelist, " ", names.size());
   std::vector<Host> hosts;
   for (size_t k = 0; k < names.size(); ++k) hosts.push_back({names[k], slots[k]});
@@ -140,11 +135,11 @@ std::vector<Host> slurm_hosts(const std::string& nodelist, const std::string& ta
 }
 
 void check_hosts(const std::vector<Host>& hosts, const std::string& source) {
-  if (hosts.empty()) usage(source, ": no hosts");
+  if (hosts.empty()) refuse(source, ": no hosts");
   std::set<std::string> seen;
   for (const Host& h : hosts) {
-    if (h.slots < 1) usage(source, ": host ", h.name, " has 0 slots (every host takes 1 or more ranks)");
-    if (!seen.insert(h.name).second) usage(source, ": host ", h.name, " is named twice");
+    if (h.slots < 1) refuse(source, ": host ", h.name, " has 0 slots (every host takes 1 or more ranks)");
+    if (!seen.insert(h.name).second) refuse(source, ": host ", h.name, " is named twice");
   }
 }
 

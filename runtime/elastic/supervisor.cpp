@@ -36,11 +36,6 @@ volatile std::sig_atomic_t g_signals = 0;  // SIGINT and SIGTERM received
 
 void on_signal(int) { g_signals = g_signals + 1; }
 
-template <class... Args>
-[[noreturn]] void usage(const Args&... args) {
-  throw UsageError(detail::concat(args...));
-}
-
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -110,22 +105,22 @@ class Supervisor {
 };
 
 Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
-  if (o_.command.empty()) usage("give the training command after --");
-  if (o_.min_ranks < 1) usage("--min-ranks must be >= 1, got ", o_.min_ranks);
-  if (o_.max_restarts < 0) usage("--max-restarts must be >= 0, got ", o_.max_restarts);
+  if (o_.command.empty()) refuse("give the training command after --");
+  if (o_.min_ranks < 1) refuse("--min-ranks must be >= 1, got ", o_.min_ranks);
+  if (o_.max_restarts < 0) refuse("--max-restarts must be >= 0, got ", o_.max_restarts);
   if (!(o_.probe_timeout_s > 0 && o_.probe_timeout_s <= 3600))
-    usage("--probe-timeout must be in (0, 3600] seconds, got ", o_.probe_timeout_s);
+    refuse("--probe-timeout must be in (0, 3600] seconds, got ", o_.probe_timeout_s);
   if (o_.min_ranks > total_slots(o_.hosts))
-    usage("--min-ranks ", o_.min_ranks, " exceeds the ", total_slots(o_.hosts), " slots of the hosts (",
+    refuse("--min-ranks ", o_.min_ranks, " exceeds the ", total_slots(o_.hosts), " slots of the hosts (",
           host_list_text(o_.hosts), ")");
   run_ = read_training_flags(o_.command);
   const TrainOptions& t = run_.options;
   if (t.saves.save_dir.empty())
-    usage("the training command has no --save-dir: a relaunch resumes from its newest checkpoint there");
-  if (t.data.auto_batch) usage("the training command has --batch auto: give --batch N (a relaunch must keep the step)");
-  if (!t.data.rank_batches.empty()) usage("the training command has --rank-batches N,...: a list fits one world only");
+    refuse("the training command has no --save-dir: a relaunch resumes from its newest checkpoint there");
+  if (t.data.auto_batch) refuse("the training command has --batch auto: give --batch N (a relaunch must keep the step)");
+  if (!t.data.rank_batches.empty()) refuse("the training command has --rank-batches N,...: a list fits one world only");
   if (flag_value(o_.command, "--step-log"))
-    usage("the training command has --step-log: zshard-run gives each attempt its own");
+    refuse("the training command has --step-log: zshard-run gives each attempt its own");
   save_dir_ = t.saves.save_dir;
   log_json_ = t.output.log_json;
   state_dir_ = (fs::path(save_dir_) / "zshard-run").string();
@@ -134,7 +129,7 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
   probe_ = o_.probe.empty() ? default_probe(o_.probe_timeout_s) : o_.probe;
   std::error_code ec;
   fs::create_directories(state_dir_, ec);
-  if (ec) usage("--save-dir ", save_dir_, ": cannot create ", state_dir_, " (", ec.message(), ")");
+  if (ec) refuse("--save-dir ", save_dir_, ": cannot create ", state_dir_, " (", ec.message(), ")");
 }
 
 int64_t Supervisor::default_budget(const std::vector<Host>& hosts) const {

@@ -22,7 +22,7 @@ Bytes token_file(int32_t magic, int32_t version, int32_t count, const std::vecto
   return file;
 }
 
-std::vector<Bytes> prepare(const std::string&) {
+std::vector<Bytes> prepare_llmc_tokens(const std::string&) {
   std::vector<uint16_t> gpt2_tokens(300), full_range(64);
   for (size_t i = 0; i < gpt2_tokens.size(); ++i) gpt2_tokens[i] = uint16_t(i * 7919 % 50257);
   for (size_t i = 0; i < full_range.size(); ++i) full_range[i] = uint16_t(65535 - i * 1024);
@@ -50,7 +50,7 @@ void truncate_at_edge(Bytes& input, Rng& rng) {
   if (cut < input.size()) input.resize(cut);
 }
 
-void mutate(Bytes& input, Rng& rng) {
+void mutate_llmc_tokens(Bytes& input, Rng& rng) {
   switch (rng.below(6)) {
     case 0:
     case 1: mutate_header_field(input, rng); return;
@@ -85,7 +85,7 @@ void use_dataset(const TokenDataset& data) {
       throw BadOutcome{"fill_batch produced token " + std::to_string(inputs[i]) + " outside uint16"};
 }
 
-bool exercise(const Bytes& input, const std::string& workdir) {
+bool exercise_llmc_tokens(const Bytes& input, const std::string& workdir) {
   // Without the ".bin" suffix the first int32 decides: magic means token file, anything else is text.
   const std::string sniffed_path = workdir + "/tokens";
   write_file(sniffed_path, input);
@@ -103,7 +103,8 @@ bool exercise(const Bytes& input, const std::string& workdir) {
 }  // namespace
 
 const ParserTarget& llmc_tokens_target() {
-  static const ParserTarget target{"llmc_tokens", prepare, mutate, exercise};
+  static const ParserTarget target{"llmc_tokens", prepare_llmc_tokens, mutate_llmc_tokens,
+                                    exercise_llmc_tokens};
   return target;
 }
 

@@ -15,7 +15,8 @@ using nlohmann::json;
 
 std::string checkpoint_dir(const std::string& workdir) { return workdir + "/ckpt"; }
 
-// Set by prepare(): the rank files every manifest may list, and where generated manifests are written.
+// Set by prepare_manifest(): the rank files every manifest may list, and where generated manifests are
+// written.
 std::vector<CheckpointFile> g_rank_files;
 std::string g_generator_dir;
 
@@ -34,7 +35,7 @@ std::vector<Manifest> seed_manifests() {
   return seeds;
 }
 
-std::vector<Bytes> prepare(const std::string& workdir) {
+std::vector<Bytes> prepare_manifest(const std::string& workdir) {
   const std::string dir = checkpoint_dir(workdir);
   g_generator_dir = workdir + "/generated";
   std::filesystem::create_directories(dir);
@@ -100,7 +101,7 @@ constexpr std::string_view kManifestTokens[] = {
     "\"zshard-checkpoint\"", "\"rank-00000.safetensors\"", "\"rank-00001.safetensors\"",
     "\"ffffffffffffffff\"", "\"-1\"", "\"0x10\"", "\"\"", "\"params\"", "\"shard_numel\""};
 
-void mutate(Bytes& input, Rng& rng) {
+void mutate_manifest(Bytes& input, Rng& rng) {
   if (rng.one_in(6)) {
     input = generated_manifest(rng);
     return;
@@ -128,7 +129,7 @@ void read_all_shards(const std::string& dir, const Manifest& manifest) {
   }
 }
 
-bool exercise(const Bytes& input, const std::string& workdir) {
+bool exercise_manifest(const Bytes& input, const std::string& workdir) {
   const std::string dir = checkpoint_dir(workdir);
   write_file(dir + "/" + kManifestFile, input);
   const Manifest manifest = read_manifest(dir);
@@ -146,7 +147,8 @@ bool exercise(const Bytes& input, const std::string& workdir) {
 }  // namespace
 
 const ParserTarget& manifest_target() {
-  static const ParserTarget target{"manifest", prepare, mutate, exercise};
+  static const ParserTarget target{"manifest", prepare_manifest, mutate_manifest,
+                                    exercise_manifest};
   return target;
 }
 

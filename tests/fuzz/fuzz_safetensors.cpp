@@ -42,7 +42,7 @@ Bytes build_file(const std::vector<SeedTensor>& tensors, const json& metadata, b
   return file + text + data;
 }
 
-std::vector<Bytes> prepare(const std::string& workdir) {
+std::vector<Bytes> prepare_safetensors(const std::string& workdir) {
   std::vector<Bytes> seeds;
   seeds.push_back(build_file({{"w", "F32", {2, 3}, 4}, {"b", "F16", {4}, 2}, {"g", "BF16", {2, 2}, 2}},
                              {{"format", "pt"}, {"producer", "zshard"}}, true));
@@ -100,7 +100,7 @@ void plant_non_finite(Bytes& input, Rng& rng) {
   std::memcpy(input.data() + rng.below(input.size() - 3), &pattern, 4);
 }
 
-void mutate(Bytes& input, Rng& rng) {
+void mutate_safetensors(Bytes& input, Rng& rng) {
   switch (rng.below(8)) {
     case 0:
     case 1:
@@ -144,7 +144,7 @@ void read_everything(const SafetensorsFile& file) {
   expect_error("entry of an unknown name", [&] { file.entry("no such tensor \x01"); });
 }
 
-bool exercise(const Bytes& input, const std::string& workdir) {
+bool exercise_safetensors(const Bytes& input, const std::string& workdir) {
   const std::string path = workdir + "/input.safetensors";
   write_file(path, input);
   const SafetensorsFile file = SafetensorsFile::open(path);
@@ -155,7 +155,8 @@ bool exercise(const Bytes& input, const std::string& workdir) {
 }  // namespace
 
 const ParserTarget& safetensors_target() {
-  static const ParserTarget target{"safetensors", prepare, mutate, exercise};
+  static const ParserTarget target{"safetensors", prepare_safetensors, mutate_safetensors,
+                                    exercise_safetensors};
   return target;
 }
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include <zshard/dtype.h>
+
+#include "runtime/train/options/cli_fwd.h"
 
 namespace zshard {
 

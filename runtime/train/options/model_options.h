@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <string>
 
-#include <CLI/CLI.hpp>
-
 #include <zshard/model.h>
 #include <zshard/model_registry.h>
+
+#include "runtime/train/options/cli_fwd.h"
 
 namespace zshard {
 

@@ -3,10 +3,10 @@
 #pragma once
 #include <string>
 
-#include <CLI/CLI.hpp>
-
 #include <zshard/engine.h>
 #include <zshard/lr_schedule.h>
+
+#include "runtime/train/options/cli_fwd.h"
 
 namespace zshard {
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-#include <CLI/CLI.hpp>
+#include "runtime/train/options/cli_fwd.h"
 
 namespace zshard {
 

@@ -4,9 +4,9 @@
 #pragma once
 #include <string>
 
-#include <CLI/CLI.hpp>
-
 #include <zshard/plan.h>
+
+#include "runtime/train/options/cli_fwd.h"
 
 namespace zshard {
 

@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include <CLI/CLI.hpp>
+
 #include <zshard/error.h>
 
 #include "kernels/io/atomic_file.h"

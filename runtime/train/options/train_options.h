@@ -9,10 +9,9 @@
 #pragma once
 #include <string>
 
-#include <CLI/CLI.hpp>
-
 #include <zshard/plan.h>
 
+#include "runtime/train/options/cli_fwd.h"
 #include "runtime/train/options/data_options.h"
 #include "runtime/train/options/model_options.h"
 #include "runtime/train/options/optimizer_options.h"
