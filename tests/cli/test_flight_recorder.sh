@@ -3,6 +3,7 @@
 # dumps and the run goes on; a fatal signal dumps; --check-collectives stops a run whose rank skipped a
 # unit's gather, naming the rank and the collective, and passes the runs that agree; a --trace-dir that
 # cannot be written and a damaged dump are one line and a non-zero exit each.
+# zshard-test-seconds: 30
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 TRACE="$ZSHARD_BIN/zshard-trace"

@@ -2,6 +2,7 @@
 # model of its own, built against the public headers only, is a full trainer through the one call. It
 # trains under every strategy at np 1-4, writes a checkpoint and a memory report, resumes on another
 # world size, and offers zshard-bench, zshard-mem and zshard-tune for its model.
+# zshard-test-seconds: 26
 source "$(dirname "$0")/lib.sh"
 cmake --install "$ZSHARD_BIN" --prefix "$WORK/prefix" >/dev/null || { echo "FAIL install"; exit 1; }
 # The prefix holds the public headers and nothing else: include/zshard/*.h as in the source tree.

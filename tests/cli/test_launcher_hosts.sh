@@ -7,6 +7,7 @@
 # asynchronously with a --mem-budget that makes the launcher cut each step into more micro-steps. A host started again is taken back at the next
 # restart. A host killed in the middle of a save leaves the previous checkpoint, which the job resumes
 # from. Exit 77 (skipped) where the hosts cannot be made.
+# zshard-test-seconds: 70
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 source "$(dirname "$0")/launcher_lib.sh"

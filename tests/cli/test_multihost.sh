@@ -2,6 +2,7 @@
 # Jobs across two hosts made on this machine (scripts/multihost.sh: namespaces on a private bridge, Open MPI
 # over TCP between them): MPI sees two nodes, and hybrid, zero3 and llama-tiny runs split over the hosts
 # have the single-process run's losses, with node groups of equal (3 + 3) and unequal (4 + 2) sizes. Exit 77 (skipped) where the hosts cannot be made.
+# zshard-test-seconds: 60
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 MULTIHOST=(bash "$ZSHARD_SRC/scripts/multihost.sh")

@@ -2,6 +2,7 @@
 # alone: under mpirun at np 1-4 with ddp, zero2, zero3 and hybrid its losses equal zshard-train's on the
 # same model, data and schedule to 1e-6; it saves, and resumes at another world size, continuing the
 # uninterrupted run's losses.
+# zshard-test-seconds: 26
 source "$(dirname "$0")/lib.sh"
 cmake --install "$ZSHARD_BIN" --prefix "$WORK/prefix" >/dev/null || { echo "FAIL install"; exit 1; }
 cmake -S "$ZSHARD_SRC/examples/own_loop" -B "$WORK/example" -DCMAKE_PREFIX_PATH="$WORK/prefix" >"$WORK/log" 2>&1 \
