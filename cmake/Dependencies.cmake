@@ -9,6 +9,9 @@ find_package(BLAS REQUIRED)
 find_path(ZSHARD_CBLAS_INCLUDE cblas.h
   PATHS /usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-pthread /usr/include/openblas
   REQUIRED)
+# xxHash checksums the checkpoint files; used header-only (XXH_INLINE_ALL), so nothing to link.
+find_path(ZSHARD_XXHASH_INCLUDE xxhash.h REQUIRED)
+
 add_library(zshard_blas INTERFACE)
 target_link_libraries(zshard_blas INTERFACE ${BLAS_LIBRARIES})
 target_include_directories(zshard_blas INTERFACE ${ZSHARD_CBLAS_INCLUDE})

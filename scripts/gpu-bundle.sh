@@ -28,8 +28,9 @@
 #     which is all a single-node job needs. openssh-client is left out too: gpu-setup points
 #     plm_rsh_agent at `false` (mpirun only forks local ranks; it never uses ssh on one node).
 #   OpenBLAS 0.3.21 (pthread flavour): libopenblas0-pthread, libopenblas-pthread-dev (cblas.h).
-#   Header-only / static: nlohmann-json3-dev, libcli11-dev, libgtest-dev + libgmock-dev (prebuilt static
-#     libraries and CMake config; the unit tests include <gmock/gmock.h>).
+#   Header-only / static: nlohmann-json3-dev, libcli11-dev, libxxhash-dev (xxhash.h, used header-only),
+#     libgtest-dev + libgmock-dev (prebuilt static libraries and CMake config; the unit tests include
+#     <gmock/gmock.h>).
 #   Fallbacks, unpacked only where the GPU machine lacks the library (checked with ldconfig -p):
 #     libgfortran5 + libquadmath0 (OpenBLAS links libgfortran.so.5), libudev1 (libhwloc), zlib1g.
 #
@@ -52,7 +53,7 @@ dest=$repo/.gpudeps
 core=(openmpi-bin libopenmpi3 libopenmpi-dev openmpi-common
       libpmix2 libmunge2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7
       libopenblas0-pthread libopenblas-pthread-dev
-      nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev)
+      nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev libgmock-dev)
 # package:soname -- unpacked by gpu-setup.sh only where the system has no such library.
 fallback=(libgfortran5:libgfortran.so.5 libquadmath0:libquadmath.so.0 libudev1:libudev.so.1 zlib1g:libz.so.1)
 # Hidden by `check` besides the bundled packages: what the GPU image does not have either.

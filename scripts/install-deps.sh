@@ -5,7 +5,7 @@ set -euo pipefail
 # munge, slurmctld, slurmd, slurm-client: tests/cli/test_launcher_slurm.sh runs zshard-run in a Slurm cluster
 # it starts on this machine.
 packages=(build-essential cmake ninja-build libopenblas-dev libgtest-dev libgmock-dev libcli11-dev
-          nlohmann-json3-dev libopenmpi-dev openmpi-bin munge slurmctld slurmd slurm-client)
+          nlohmann-json3-dev libxxhash-dev libopenmpi-dev openmpi-bin munge slurmctld slurmd slurm-client)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

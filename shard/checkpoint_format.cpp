@@ -11,6 +11,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+
+#define XXH_INLINE_ALL  // header-only: the checksum's code is compiled here, no library to link
+#include <xxhash.h>
 
 #include "kernels/io/atomic_file.h"
 #include "kernels/io/file_json.h"
@@ -88,9 +92,11 @@ Shape shape_field(const json& p, int64_t& unit_numel) {
 Manifest manifest_from_json(const json& j) {
   if (j.at("format").get<std::string>() != "zshard-checkpoint")
     throw std::runtime_error("format is not zshard-checkpoint");
-  if (integer_field(j, "version", INT64_MIN, INT64_MAX) != kCheckpointVersion)
-    throw std::runtime_error("version " + j.at("version").dump() + " is not " +
+  const int64_t version = integer_field(j, "version", INT64_MIN, INT64_MAX);
+  if (version != 1 && version != kCheckpointVersion)
+    throw std::runtime_error("version " + j.at("version").dump() + " is not 1 or " +
                              std::to_string(kCheckpointVersion));
+  const Checksum kind = version == 1 ? Checksum::fnv1a64 : Checksum::xxh3_64;
   Manifest m;
   m.step = int(integer_field(j, "step", 0, INT_MAX));
   m.group_size = int(integer_field(j, "group_size", 1, INT_MAX));
@@ -122,9 +128,9 @@ Manifest manifest_from_json(const json& j) {
     if (integer_field(f, "shard", 0, INT64_MAX) != int64_t(s))
       throw std::runtime_error("files are not in shard order");
     if (!f.at("bytes").is_number_unsigned()) throw std::runtime_error("bytes is not a non-negative integer");
-    CheckpointFile cf{name_field(f, "name"), f.at("bytes").get<uint64_t>(), 0};
+    CheckpointFile cf{name_field(f, "name"), f.at("bytes").get<uint64_t>(), 0, kind};
     if (cf.name != rank_file_name(int(s))) throw std::runtime_error("unexpected file name " + cf.name);
-    cf.checksum = std::stoull(f.at("fnv1a64").get<std::string>(), nullptr, 16);
+    cf.checksum = std::stoull(f.at(checksum_name(kind)).get<std::string>(), nullptr, 16);
     m.files.push_back(std::move(cf));
   }
   m.run = j.at("run");
@@ -134,14 +140,20 @@ Manifest manifest_from_json(const json& j) {
 json manifest_to_json(const Manifest& m) {
   json units = json::array(), files = json::array();
   for (const FlatLayout& layout : m.layouts()) units.push_back(unit_to_json(layout));
-  for (size_t s = 0; s < m.files.size(); ++s)
+  for (size_t s = 0; s < m.files.size(); ++s) {
+    // A manifest is written in the current version only: its checksums must be that version's.
+    ZS_CHECK(m.files[s].kind == Checksum::xxh3_64, m.files[s].name, ": a ", checksum_name(m.files[s].kind),
+             " checksum in a version ", kCheckpointVersion, " manifest");
     files.push_back({{"name", m.files[s].name}, {"shard", s}, {"bytes", m.files[s].bytes},
-                     {"fnv1a64", hex(m.files[s].checksum)}});
+                     {checksum_name(Checksum::xxh3_64), hex(m.files[s].checksum)}});
+  }
   return {{"format", "zshard-checkpoint"}, {"version", kCheckpointVersion}, {"step", m.step},
           {"group_size", m.group_size}, {"pad_multiple", m.pad_multiple == 0 ? m.group_size : m.pad_multiple}, {"units", units}, {"files", files}, {"run", m.run}};
 }
 
 }  // namespace
+
+const char* checksum_name(Checksum kind) { return kind == Checksum::fnv1a64 ? "fnv1a64" : "xxh3_64"; }
 
 uint64_t fnv1a64(const void* data, size_t n, uint64_t hash) {
   const auto* p = static_cast<const unsigned char*>(data);
@@ -149,11 +161,13 @@ uint64_t fnv1a64(const void* data, size_t n, uint64_t hash) {
   return hash;
 }
 
-uint64_t file_checksum(const std::string& path) {
+uint64_t file_checksum(const std::string& path, Checksum kind) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, ": cannot open (", std::strerror(errno), ")");
   std::vector<char> buf(1 << 20);
   uint64_t hash = fnv1a64(nullptr, 0);
+  const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> xxh3(XXH3_createState(), XXH3_freeState);
+  if (!xxh3 || XXH3_64bits_reset(xxh3.get()) != XXH_OK) fail(path, ": cannot start a checksum");
   for (;;) {
     const ssize_t got = ::read(fd, buf.data(), buf.size());
     if (got < 0 && errno == EINTR) continue;
@@ -163,10 +177,11 @@ uint64_t file_checksum(const std::string& path) {
       fail(path, ": cannot read (", std::strerror(err), ")");
     }
     if (got == 0) break;
-    hash = fnv1a64(buf.data(), size_t(got), hash);
+    if (kind == Checksum::fnv1a64) hash = fnv1a64(buf.data(), size_t(got), hash);
+    else XXH3_64bits_update(xxh3.get(), buf.data(), size_t(got));
   }
   ::close(fd);
-  return hash;
+  return kind == Checksum::fnv1a64 ? hash : XXH3_64bits_digest(xxh3.get());
 }
 
 std::string rank_file_name(int shard) {
@@ -232,9 +247,9 @@ void verify_file(const std::string& dir, const CheckpointFile& file, bool full) 
   if (uint64_t(st.st_size) != file.bytes)
     fail(path, ": ", st.st_size, " bytes, the manifest records ", file.bytes, " (truncated or replaced)");
   if (!full) return;
-  const uint64_t sum = file_checksum(path);
+  const uint64_t sum = file_checksum(path, file.kind);
   if (sum != file.checksum)
-    fail(path, ": checksum mismatch (fnv1a64 ", hex(sum), ", the manifest records ", hex(file.checksum),
+    fail(path, ": checksum mismatch (", checksum_name(file.kind), " ", hex(sum), ", the manifest records ", hex(file.checksum),
          "): the file is corrupt");
 }
 

@@ -32,7 +32,7 @@ constexpr std::string_view kRawNumbers[] = {
 constexpr std::string_view kJsonKeys[] = {
     "", "__metadata__", "dtype", "shape", "data_offsets", "format", "version", "step", "group_size",
     "units", "files", "run", "name", "params", "numel", "padded_numel", "shard_numel", "offset",
-    "weight_decay", "shard", "bytes", "fnv1a64", "line\nbreak", "carriage\rreturn", "quote\"d", "\x7f"};
+    "weight_decay", "shard", "bytes", "fnv1a64", "xxh3_64", "line\nbreak", "carriage\rreturn", "quote\"d", "\x7f"};
 
 // Strings cut inside a UTF-8 sequence must not stop the mutator: they dump with replacement characters.
 std::string dump_lenient(const json& j, int indent = -1) {

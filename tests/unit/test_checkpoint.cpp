@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -62,10 +63,51 @@ Manifest write_toy(const std::string& dir, int group) {
   return m;
 }
 
-TEST(Checkpoint, Fnv1aKnownValues) {
+TEST(Checkpoint, ChecksumKnownValues) {
   EXPECT_EQ(fnv1a64("", 0), 0xcbf29ce484222325ull);
   EXPECT_EQ(fnv1a64("a", 1), 0xaf63dc4c8601ec8cull);
   EXPECT_EQ(fnv1a64("foobar", 6), 0x85944171f73967e8ull);
+  TempDir tmp;
+  std::ofstream(tmp.file("empty"));
+  std::ofstream(tmp.file("foobar")) << "foobar";
+  EXPECT_EQ(file_checksum(tmp.file("empty"), Checksum::xxh3_64), 0x2d06800538d394c2ull);  // xxHash's own
+  EXPECT_EQ(file_checksum(tmp.file("empty"), Checksum::fnv1a64), 0xcbf29ce484222325ull);
+  EXPECT_EQ(file_checksum(tmp.file("foobar"), Checksum::fnv1a64), 0x85944171f73967e8ull);
+}
+
+// A version 1 checkpoint (FNV-1a 64 checksums) still reads and verifies, and its checksums still catch a
+// flipped byte; a version this build does not know is refused.
+TEST(Checkpoint, ReadsVersion1Checkpoints) {
+  TempDir tmp;
+  const std::string dir = tmp.file("step-00000007");
+  write_toy(dir, 2);
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir + "/manifest.json"));
+  EXPECT_EQ(j["version"], kCheckpointVersion);
+  j["version"] = 1;
+  for (nlohmann::json& f : j["files"]) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx",
+                  (unsigned long long)file_checksum(dir + "/" + f["name"].get<std::string>(), Checksum::fnv1a64));
+    f.erase("xxh3_64");
+    f["fnv1a64"] = hex;
+  }
+  std::ofstream(dir + "/manifest.json") << j.dump(2);
+  const Manifest m = read_manifest(dir);
+  ASSERT_EQ(m.files.size(), 2u);
+  for (const CheckpointFile& f : m.files) {
+    EXPECT_EQ(f.kind, Checksum::fnv1a64);
+    verify_file(dir, f, /*full=*/true);
+  }
+  {
+    std::fstream f(dir + "/rank-00001.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x7f');
+  }
+  EXPECT_THAT(error_of([&] { verify_file(dir, m.files[1], true); }),
+              AllOf(HasSubstr("rank-00001.safetensors"), HasSubstr("checksum mismatch (fnv1a64")));
+  j["version"] = kCheckpointVersion + 1;
+  std::ofstream(dir + "/manifest.json") << j.dump(2);
+  EXPECT_THAT(error_of([&] { read_manifest(dir); }), HasSubstr("version 3 is not 1 or 2"));
 }
 
 TEST(Checkpoint, ReadsEveryTargetLayoutFromEverySavedLayout) {
