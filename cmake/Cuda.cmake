@@ -46,6 +46,11 @@ function(zshard_add_cuda target)
     return()
   endif()
   target_sources(${target} PRIVATE ${cuda_sources})
+  # The .cu files stay out of the unity batches (which CMake 3.31 makes of CUDA sources too): nvcc
+  # compiles each on its own, as it always has.
+  set(cu_sources ${cuda_sources})
+  list(FILTER cu_sources INCLUDE REGEX "\\.cu$")
+  set_source_files_properties(${cu_sources} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
   # PRIVATE: no public header knows CUDA; zshard_internal passes the definition on to the tests.
   target_compile_definitions(${target} PRIVATE ZSHARD_WITH_CUDA=1)
   target_include_directories(${target} PRIVATE ${ZSHARD_NCCL_INCLUDE})

@@ -11,8 +11,9 @@ Modes:
           from the same weights and tokens with the same hyperparameters, and compares the per-step
           losses (exit 0 when every step agrees within --rtol, else 1). --np N runs zshard-train on N
           ranks under mpirun (--strategy picks its strategy); the torch side is always one process.
-          Both sides are also measured against this model trained in float64: the exact losses, which
-          tell zshard's distance from the model apart from torch's own float32 rounding.
+          Both sides are also measured against this model trained one precision up (float64: the exact
+          losses, which tell zshard's distance from the model apart from torch's own float32 rounding;
+          float32 under --precision bf16).
           --precision bf16 compares mixed precision on both sides (bf16 parameters and gradients, fp32
           master and AdamW; torch's matrix products accumulated in fp32 unless --bf16-gemm native) and
           also prints torch's bf16 against its fp32 run: bf16's own effect, the scale of the comparison

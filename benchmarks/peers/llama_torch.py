@@ -23,7 +23,8 @@ Modes:
              steps in float32 (torch on one CPU thread), and compares the per-step losses (exit 0 when
              every step agrees within --rtol, else 1). --np N runs zshard-train on N ranks under
              mpirun, --strategy picks its strategy; --kv-heads and --tie-embeddings pick the variant.
-             Both sides are also measured against this model trained in float64 (the exact losses).
+             Both sides are also measured against this model trained one precision up (float64, the
+             exact losses; float32 under --precision bf16).
   loss       loads a safetensors weights file (a zshard-export of a zshard checkpoint, say) and prints
              as JSON its mean loss on one batch of an llm.c token file (by default the first, the one
              zshard-train's step 1 trains on). The shapes come from the file; heads and rope_theta,

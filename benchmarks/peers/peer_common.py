@@ -197,8 +197,9 @@ def zshard_losses(workdir, model_flags, weights, data, args):
 
 
 def softmax_dtype(logits):
-    """The dtype the models' softmaxes (attention, cross-entropy) compute in: fp32 for fp32 and bf16
-    inputs, as zshard's kernels do; fp64 for fp64 inputs (the exact reference parity_case trains)."""
+    """The dtype a softmax over these inputs computes in (the models' cross-entropy, Llama's attention):
+    fp32 for fp32 and bf16 inputs, as zshard's kernels do; fp64 for fp64 inputs (the exact reference
+    parity_case trains)."""
     return torch.float64 if logits.dtype == torch.float64 else torch.float32
 
 
