@@ -37,7 +37,7 @@ int64_t estimate_rank_bytes(const TrainingRun& run, const std::vector<int>& host
   const DataOptions& d = run.options.data;
   EstimateInput in = estimate_input(plan_on_hosts(run.options.plan, host_slots), *run.model,
                                     {batch, d.seq, grad_accum, true}, (batch + world - 1) / world);
-  in.group = -1;  // unequal groups: the smallest, whose ranks hold the largest shards
+  in.group = -1;  // unequal groups: the rank that needs the most
   return estimate_memory(in).total();
 }
 

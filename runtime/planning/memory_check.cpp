@@ -163,7 +163,13 @@ void check_host_memory_fits(const ShardPlan& plan, const Model& model, const Bat
                             const MemoryBudget& host_budget) {
   const bool offload = plan.placement.offload_optimizer, snapshot = shape.checkpoint_snapshot;
   if (host_budget.bytes < 0 || plan.placement.device == Device::cpu || (!offload && !snapshot)) return;
-  const auto host_of = [&](const ShardPlan& p) { return estimate_memory(estimate_input(p, model, shape, 1)).host_apart(); };
+  // The most any rank needs: the device's worst rank, or group 0's, which alone holds the snapshot.
+  const auto host_of = [&](const ShardPlan& p) {
+    EstimateInput in = estimate_input(p, model, shape, 1);
+    const int64_t worst_device_rank = estimate_memory(in).host_apart();
+    in.group = 0;
+    return std::max(worst_device_rank, estimate_memory(in).host_apart());
+  };
   const int64_t host = host_of(plan);
   if (host <= host_budget.bytes) return;
   // The host bytes shrink only with the shard group: hybrid's shards more as zero3, any strategy's with

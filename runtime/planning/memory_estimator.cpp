@@ -30,7 +30,15 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   const ShardPlan& plan = in.plan;
   const ShardGroups& groups = plan.groups;
   int group = in.group;
-  if (group < 0) group = int(std::min_element(groups.sizes().begin(), groups.sizes().end()) - groups.sizes().begin());
+  if (group < 0) {
+    EstimateInput one = in;
+    one.group = int(std::min_element(groups.sizes().begin(), groups.sizes().end()) - groups.sizes().begin());
+    const MemoryEstimate smallest = estimate_memory(one);
+    if (!in.checkpoint_snapshot || one.group == 0) return smallest;
+    one.group = 0;
+    const MemoryEstimate first = estimate_memory(one);
+    return first.total() > smallest.total() ? first : smallest;
+  }
   if (group >= groups.count()) refuse("no shard group ", group, " among ", groups.count());
   MemoryEstimate e;
   const Device device = plan.placement.device;

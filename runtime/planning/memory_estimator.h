@@ -25,7 +25,9 @@ struct EstimateInput {
   // host is the device; on a GPU the offloaded optimizer's host bytes (with the host copy of the owned
   // gradients) are host memory beside the device's.
   ShardPlan plan;
-  int group = -1;  // which group's ranks to estimate; -1: the smallest, whose ranks hold the largest shards
+  // Which group's ranks to estimate. -1: the rank that needs the most: one of the smallest group (the
+  // largest shards) or, holding a snapshot the other groups do not, of group 0 where that needs more.
+  int group = -1;
   int rank_batch = 1;  // sequences per micro-step on this rank
   int seq = 64;
   int grad_accum = 1;  // micro-steps per optimizer step

@@ -102,6 +102,21 @@ TEST(MemoryCheck, OffloadedOptimizerMustFitInHostMemory) {
   hybrid.plan.strategy = {StrategyKind::hybrid, ShardGroupRequest::equal(2), true, 2};
   EXPECT_THAT(host_check(hybrid, host),
               HasSubstr("nearest that fits: --strategy zero3 (without --shard-group), or --offload none"));
+  // With the snapshot of asynchronous saves, held by group 0 alone: hybrid in groups of 3 and 2 on 5 ranks,
+  // a rank of group 0 holds a third of the states and needs more host memory than group 1's, with half.
+  Case unequal = c;
+  unequal.world = 5;
+  unequal.plan.strategy = {StrategyKind::hybrid, ShardGroupRequest::list({3, 2}), true, 2};
+  unequal.shape.checkpoint_snapshot = true;
+  EstimateInput first = estimate_input(unequal.resolved(), *unequal.model, unequal.shape, 1);
+  first.group = 0;
+  EstimateInput second = first;
+  second.group = 1;
+  const int64_t first_host = estimate_memory(first).host_apart();
+  ASSERT_GT(first_host, estimate_memory(second).host_apart());
+  EXPECT_EQ(host_check(unequal, first_host), "(no error)");
+  EXPECT_THAT(host_check(unequal, first_host - 1),
+              HasSubstr("--offload optimizer with the snapshot of --save-mode async does not fit in host memory"));
   Case cpu = c;  // the cpu's host bytes are its device's, checked by check_memory_fits
   cpu.plan.placement.device = Device::cpu;
   cpu.plan.placement.param_dtype = DType::f32;

@@ -316,6 +316,37 @@ TEST(MemoryEstimator, OffloadedOptimizerIsHostMemory) {
   EXPECT_EQ(zero_offload.on_device(), gpu.model_states.params);
 }
 
+// Asynchronous saves: only group 0's ranks hold a snapshot. With hybrid groups of 3 and 2, a rank of group
+// 0 (a third of the states, plus the snapshot of that third: 28 bytes a parameter over 3) needs more than
+// one of the smaller group 1 (16 over 2), and the default estimate, the rank that needs the most, is
+// group 0's; without the snapshot, or with group 0 the smallest, it is the smallest group's.
+TEST(MemoryEstimator, TheWorstRankIsTheSnapshotHoldersWhereThatNeedsMore) {
+  const GPT2Config config = gpt2_config("tiny");
+  const GPT2 model(config);
+  const auto estimate = [&](std::vector<int> groups, bool snapshot, int group) {
+    PlanOptions o;
+    o.strategy.kind = StrategyKind::hybrid;
+    o.strategy.shard_group = ShardGroupRequest::list(groups);
+    EstimateInput in;
+    in.model = &model;
+    in.plan = plan_for_world(o, 5);
+    in.checkpoint_snapshot = snapshot;
+    in.group = group;
+    return estimate_memory(in);
+  };
+  const MemoryEstimate first = estimate({3, 2}, true, 0), second = estimate({3, 2}, true, 1);
+  EXPECT_GT(first.checkpoint_snapshot, 0);
+  EXPECT_EQ(second.checkpoint_snapshot, 0);
+  ASSERT_GT(first.total(), second.total());
+  const MemoryEstimate worst = estimate({3, 2}, true, -1);
+  EXPECT_EQ(worst.shard_group, 3);
+  EXPECT_EQ(worst.total(), first.total());
+  EXPECT_EQ(estimate({3, 2}, false, -1).shard_group, 2);
+  const MemoryEstimate smallest_first = estimate({2, 3}, true, -1);
+  EXPECT_EQ(smallest_first.shard_group, 2);
+  EXPECT_GT(smallest_first.checkpoint_snapshot, 0);
+}
+
 // zshard-mem --max-batch: each batch is the largest that fits under its savers, by the estimate itself.
 TEST(MemoryEstimator, LargestBatchPerSaverFitsAndTheNextDoesNot) {
   GPT2 model(gpt2_config("gpt2"));
