@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #define XXH_INLINE_ALL  // header-only: the checksum's code is compiled here, no library to link
@@ -161,13 +162,13 @@ uint64_t fnv1a64(const void* data, size_t n, uint64_t hash) {
   return hash;
 }
 
-uint64_t file_checksum(const std::string& path, Checksum kind) {
+namespace {
+
+// Calls `consume` on the bytes of the file at `path`, a chunk at a time; throws naming the file.
+void read_chunks(const std::string& path, const std::function<void(const char*, size_t)>& consume) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, ": cannot open (", std::strerror(errno), ")");
   std::vector<char> buf(1 << 20);
-  uint64_t hash = fnv1a64(nullptr, 0);
-  const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> xxh3(XXH3_createState(), XXH3_freeState);
-  if (!xxh3 || XXH3_64bits_reset(xxh3.get()) != XXH_OK) fail(path, ": cannot start a checksum");
   for (;;) {
     const ssize_t got = ::read(fd, buf.data(), buf.size());
     if (got < 0 && errno == EINTR) continue;
@@ -177,11 +178,23 @@ uint64_t file_checksum(const std::string& path, Checksum kind) {
       fail(path, ": cannot read (", std::strerror(err), ")");
     }
     if (got == 0) break;
-    if (kind == Checksum::fnv1a64) hash = fnv1a64(buf.data(), size_t(got), hash);
-    else XXH3_64bits_update(xxh3.get(), buf.data(), size_t(got));
+    consume(buf.data(), size_t(got));
   }
   ::close(fd);
-  return kind == Checksum::fnv1a64 ? hash : XXH3_64bits_digest(xxh3.get());
+}
+
+}  // namespace
+
+uint64_t file_checksum(const std::string& path, Checksum kind) {
+  if (kind == Checksum::fnv1a64) {
+    uint64_t hash = fnv1a64(nullptr, 0);
+    read_chunks(path, [&](const char* data, size_t n) { hash = fnv1a64(data, n, hash); });
+    return hash;
+  }
+  const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), XXH3_freeState);
+  if (!state || XXH3_64bits_reset(state.get()) != XXH_OK) fail(path, ": cannot start a checksum");
+  read_chunks(path, [&](const char* data, size_t n) { XXH3_64bits_update(state.get(), data, n); });
+  return XXH3_64bits_digest(state.get());
 }
 
 std::string rank_file_name(int shard) {
