@@ -12,12 +12,9 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <memory>
-
-#define XXH_INLINE_ALL  // header-only: the checksum's code is compiled here, no library to link
-#include <xxhash.h>
 
 #include "kernels/io/atomic_file.h"
+#include "kernels/io/checksum.h"
 #include "kernels/io/file_json.h"
 
 namespace zshard {
@@ -191,10 +188,9 @@ uint64_t file_checksum(const std::string& path, Checksum kind) {
     read_chunks(path, [&](const char* data, size_t n) { hash = fnv1a64(data, n, hash); });
     return hash;
   }
-  const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), XXH3_freeState);
-  if (!state || XXH3_64bits_reset(state.get()) != XXH_OK) fail(path, ": cannot start a checksum");
-  read_chunks(path, [&](const char* data, size_t n) { XXH3_64bits_update(state.get(), data, n); });
-  return XXH3_64bits_digest(state.get());
+  Xxh3Stream hash;
+  read_chunks(path, [&](const char* data, size_t n) { hash.update(data, n); });
+  return hash.digest();
 }
 
 std::string rank_file_name(int shard) {
@@ -294,12 +290,13 @@ CheckpointFile write_rank_file(const std::string& dir, int shard, const std::vec
   }
   CheckpointFile file{rank_file_name(shard), 0, 0};
   const std::string path = join(dir, file.name);
-  save_safetensors(path, arrays, {{"format", "zshard-checkpoint-shard"}, {"shard", std::to_string(shard)}});
-  // Read back: the checksum covers the bytes that reached the file, not the ones meant for it.
+  // The checksum is taken of the bytes as they are handed to the file, in the same pass as the write.
+  // Reading the file back would read those very bytes again from the page cache (corruption on the device
+  // shows only at a later load, which verifies the checksum), at the cost of a second pass over gigabytes.
+  file.checksum = save_safetensors(path, arrays, {{"format", "zshard-checkpoint-shard"}, {"shard", std::to_string(shard)}});
   std::error_code ec;
   file.bytes = fs::file_size(path, ec);
   if (ec) fail(path, ": cannot stat (", ec.message(), ")");
-  file.checksum = file_checksum(path);
   return file;
 }
 

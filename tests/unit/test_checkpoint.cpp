@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "comm/agreed_failure.h"
 #include "comm/self_communicator.h"
@@ -73,6 +74,30 @@ TEST(Checkpoint, ChecksumKnownValues) {
   EXPECT_EQ(file_checksum(tmp.file("empty"), Checksum::xxh3_64), 0x2d06800538d394c2ull);  // xxHash's own
   EXPECT_EQ(file_checksum(tmp.file("empty"), Checksum::fnv1a64), 0xcbf29ce484222325ull);
   EXPECT_EQ(file_checksum(tmp.file("foobar"), Checksum::fnv1a64), 0x85944171f73967e8ull);
+}
+
+// A rank file's checksum is taken while it is written, a slice of 1 MiB at a time: it must equal the
+// checksum of the file read back, over a unit that spans several slices; a NaN in a later slice still
+// fails the save, naming its element, and leaves no file behind.
+TEST(Checkpoint, ChecksumTakenWhileWritingIsTheFilesOwn) {
+  TempDir tmp;
+  const std::vector<FlatLayout> layouts{FlatLayout({"big", {{"big.w", {700001}, true}}}, 1)};
+  const int64_t n = layouts[0].shard_numel();
+  std::vector<float> params(static_cast<size_t>(n)), m(params), v(params);
+  for (int64_t i = 0; i < n; ++i) {
+    params[size_t(i)] = float(i % 977) * 0.5f;
+    m[size_t(i)] = -float(i % 13);
+    v[size_t(i)] = float(i % 7) + 0.25f;
+  }
+  const CheckpointFile file = write_rank_file(tmp.path().string(), 0, layouts, {{params.data(), m.data(), v.data()}});
+  EXPECT_EQ(file.checksum, file_checksum(tmp.file(file.name)));
+  EXPECT_EQ(file.bytes, fs::file_size(tmp.file(file.name)));
+
+  fs::remove(tmp.file(file.name));
+  v[600000] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THAT(error_of([&] { write_rank_file(tmp.path().string(), 0, layouts, {{params.data(), m.data(), v.data()}}); }),
+              HasSubstr("holds a non-finite value (nan at element 600000)"));
+  EXPECT_TRUE(fs::is_empty(tmp.path()));
 }
 
 // A version 1 checkpoint (FNV-1a 64 checksums) still reads and verifies, and its checksums still catch a
