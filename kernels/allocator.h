@@ -26,6 +26,9 @@ class Allocator {
   void release(void* ptr, size_t bytes, Category category);
   MemStats stats() const;
   void reset_peaks();  // peaks restart from the current live bytes
+  // Whether freed host memory stays in the heap for the next allocation (the cpu allocator, unless the
+  // user tuned glibc's malloc: see keep_freed_host_memory in allocator.cpp).
+  bool keeps_freed_memory() const { return keeps_freed_memory_; }
   void set_raw(RawAllocator raw);
   // Category::host buffers come from `raw` instead, once set: page-locked memory, which the CUDA path
   // installs into the host's allocator so that the offloaded optimizer's copies to and from the device
@@ -40,6 +43,7 @@ class Allocator {
   Device device_;
   RawAllocator raw_;
   RawAllocator host_raw_;
+  bool keeps_freed_memory_ = false;
   mutable std::mutex mutex_;
   MemStats stats_;
 };

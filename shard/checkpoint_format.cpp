@@ -291,9 +291,10 @@ CheckpointFile write_rank_file(const std::string& dir, int shard, const std::vec
   CheckpointFile file{rank_file_name(shard), 0, 0};
   const std::string path = join(dir, file.name);
   // The checksum is taken of the bytes as they are handed to the file, in the same pass as the write.
-  // Reading the file back would read those very bytes again from the page cache (corruption on the device
-  // shows only at a later load, which verifies the checksum), at the cost of a second pass over gigabytes.
-  file.checksum = save_safetensors(path, arrays, {{"format", "zshard-checkpoint-shard"}, {"shard", std::to_string(shard)}});
+  // Reading the file back now would read those very bytes again from the page cache, at the cost of a
+  // second pass over gigabytes; corruption on the disk shows at a later load, which verifies the checksum.
+  file.checksum =
+      save_safetensors(path, arrays, {{"format", "zshard-checkpoint-shard"}, {"shard", std::to_string(shard)}});
   std::error_code ec;
   file.bytes = fs::file_size(path, ec);
   if (ec) fail(path, ": cannot stat (", ec.message(), ")");

@@ -28,9 +28,9 @@ constexpr int kCheckpointVersion = 2;
 // The per-unit tensors of a rank file.
 constexpr std::string_view kShardKinds[] = {"params", "m", "v"};
 
-// What catches a torn or corrupted rank file. A save hashes every byte it wrote, read back: XXH3-64
-// (libxxhash) does that at several GB/s, where version 1's bytewise FNV-1a 64 managed 0.7 and cost a
-// gpt2 rank a second of CPU per save.
+// What catches a torn or corrupted rank file. A save hashes every byte as it writes it: XXH3-64 (xxHash,
+// compiled in from its header) does that at several GB/s, where version 1's bytewise FNV-1a 64 managed
+// 0.7 and cost a gpt2 rank a second of CPU per save.
 enum class Checksum { fnv1a64, xxh3_64 };
 const char* checksum_name(Checksum kind);  // the manifest's key: "fnv1a64", "xxh3_64"
 uint64_t fnv1a64(const void* data, size_t n, uint64_t hash = 0xcbf29ce484222325ull);

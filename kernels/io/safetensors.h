@@ -55,8 +55,9 @@ struct SafetensorsArray {
 };
 
 // Writes F32 tensors in the given order (header padded with spaces to a multiple of 8 bytes) through an
-// AtomicFile, so a reader never sees a partial file. Refuses tensors holding NaN or inf. Returns the
-// XXH3-64 of the file's bytes (Xxh3Stream), taken as they were written.
+// AtomicFile, so a reader never sees a partial file. Refuses tensors holding NaN or inf, found as the data
+// is written (the target is then left as it was). Returns the XXH3-64 of the file's bytes (Xxh3Stream),
+// taken as they were written.
 uint64_t save_safetensors(const std::string& path, const std::vector<SafetensorsArray>& tensors,
                           const SafetensorsMetadata& metadata = {});
 

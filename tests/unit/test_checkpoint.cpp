@@ -89,13 +89,14 @@ TEST(Checkpoint, ChecksumTakenWhileWritingIsTheFilesOwn) {
     m[size_t(i)] = -float(i % 13);
     v[size_t(i)] = float(i % 7) + 0.25f;
   }
-  const CheckpointFile file = write_rank_file(tmp.path().string(), 0, layouts, {{params.data(), m.data(), v.data()}});
+  const std::string dir = tmp.path().string();
+  const CheckpointFile file = write_rank_file(dir, 0, layouts, {{params.data(), m.data(), v.data()}});
   EXPECT_EQ(file.checksum, file_checksum(tmp.file(file.name)));
   EXPECT_EQ(file.bytes, fs::file_size(tmp.file(file.name)));
 
   fs::remove(tmp.file(file.name));
   v[600000] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_THAT(error_of([&] { write_rank_file(tmp.path().string(), 0, layouts, {{params.data(), m.data(), v.data()}}); }),
+  EXPECT_THAT(error_of([&] { write_rank_file(dir, 0, layouts, {{params.data(), m.data(), v.data()}}); }),
               HasSubstr("holds a non-finite value (nan at element 600000)"));
   EXPECT_TRUE(fs::is_empty(tmp.path()));
 }

@@ -1,9 +1,14 @@
 // What the offloaded optimizer's host side stands on, checked on the cpu: Category::host buffers come from
-// the source installed for them (page-locked memory on the CUDA path), and the cpu's CopyStream copies at
-// once, skips a copy onto itself and never waits.
+// the source installed for them (page-locked memory on the CUDA path), a large host buffer freed is reused
+// without faulting its pages in again, and the cpu's CopyStream copies at once, skips a copy onto itself
+// and never waits.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <vector>
 
 #include <zshard/error.h>
@@ -42,6 +47,42 @@ TEST(HostMemory, HostCategoryComesFromItsOwnSource) {
   host.set_host_category_raw({});  // back to the host's ordinary memory
   const Tensor plain = Tensor::zeros({16}, DType::f32, Device::cpu, Category::host);
   EXPECT_EQ(g_allocated, 1);
+}
+
+long minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// Page faults of writing every byte of `bytes` at `data`.
+long faults_to_fill(void* data, size_t bytes) {
+  const long before = minor_faults();
+  std::memset(data, 1, bytes);
+  EXPECT_EQ(static_cast<volatile char*>(data)[bytes - 1], 1);
+  return minor_faults() - before;
+}
+
+// A large buffer freed and allocated again, as a step's unsharded gradients are, comes back from the heap
+// without its pages faulted in again.
+TEST(HostMemory, ALargeBufferFreedIsNotFaultedInAgain) {
+  if (!Allocator::of(Device::cpu).keeps_freed_memory()) GTEST_SKIP() << "glibc's malloc is tuned by the environment";
+  constexpr size_t kBytes = size_t(96) << 20;
+  const auto fill_buffer = [] {
+    std::unique_ptr<char[]> beside;  // a small block allocated after the buffer and freed after it
+    const Buffer buffer(kBytes, Device::cpu, Category::comm);
+    beside = std::make_unique<char[]>(1000);
+    return faults_to_fill(buffer.data(), kBytes);
+  };
+  fill_buffer();  // the first time: faulted in
+  long again = 0;
+  for (int step = 0; step < 3; ++step) again += fill_buffer();
+  // What a block the kernel maps anew costs, for scale (fewer faults where huge pages back it).
+  void* fresh = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(fresh, MAP_FAILED);
+  const long anew = faults_to_fill(fresh, kBytes);
+  munmap(fresh, kBytes);
+  EXPECT_LT(again * 10, anew) << again << " faults to fill a reused buffer 3 times, " << anew << " for a new block";
 }
 
 TEST(HostMemory, CpuCopyStreamCopiesAtOnce) {
