@@ -12,8 +12,6 @@ namespace zshard {
 
 namespace {
 
-constexpr int kStateKinds = 3;  // params, m, v: kShardKinds
-
 // Test hook: ZSHARD_TEST_SLOW_WRITER=ms holds every writer thread that long before it writes, so that a
 // test can see training go on while a save is in flight, and kill a job in the middle of one.
 void maybe_slow_writer() {
@@ -33,27 +31,45 @@ int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int gr
 AsyncCheckpoint::AsyncCheckpoint(Engine& engine, comm::Communicator& agreement, std::string dir, nlohmann::json run)
     : engine_(engine), agreement_(agreement), dir_(std::move(dir)), run_(std::move(run)), step_(engine.steps_done()) {
   prepare_step_dir(agreement_, dir_);
-  const ShardedParams& params = engine_.params();
+  ShardedParams& params = engine_.params();
   const bool writes = agreement_.rank() < engine_.plan().groups.size(0);
   std::vector<FlatLayout> layouts;
+  std::vector<ShardState> units;
   run_agreed(agreement_, [&] {
     if (!writes) return;
-    for (int u = 0; u < params.num_units(); ++u) layouts.push_back(params.layout(u));
+    bool on_host = true;
+    for (int u = 0; u < params.num_units(); ++u) {
+      layouts.push_back(params.layout(u));
+      for (const Tensor& state : owned_state(params, u)) on_host = on_host && state.device() == Device::cpu;
+    }
+    if (on_host) {
+      // Written where it lives; AdamW copies what the writer has not reached when it gets there first.
+      in_place_ = std::make_unique<CopyOnUpdate>(params);
+      for (int u = 0; u < params.num_units(); ++u) {
+        const std::array<Tensor, 3> state = owned_state(params, u);
+        units.push_back({state[0].data<float>(), state[1].data<float>(), state[2].data<float>()});
+      }
+      return;
+    }
     snapshot_ = std::make_unique<Buffer>(size_t(checkpoint_snapshot_bytes(layouts, 0)), Device::cpu, Category::host);
     // The copy, device to page-locked host memory on cuda, is what the step waits for; the file is not.
     auto* dst = static_cast<char*>(snapshot_->data());
-    for (int u = 0; u < params.num_units(); ++u)
+    for (int u = 0; u < params.num_units(); ++u) {
+      const auto* src = reinterpret_cast<const float*>(dst);
       for (const Tensor& state : owned_state(params, u)) {
         copy_bytes(dst, Device::cpu, state.raw(), state.device(), state.nbytes());
         dst += state.nbytes();
       }
+      const int64_t n = layouts[size_t(u)].shard_numel();
+      units.push_back({src, src + n, src + 2 * n});
+    }
   });
   if (!writes) {
     written_ = true;
     return;
   }
-  writer_ = std::thread([this, layouts = std::move(layouts), shard = params.shard_index()]() mutable {
-    write(std::move(layouts), shard);
+  writer_ = std::thread([this, layouts = std::move(layouts), units = std::move(units), shard = params.shard_index()] {
+    write(layouts, units, shard);
   });
 }
 
@@ -61,20 +77,14 @@ AsyncCheckpoint::~AsyncCheckpoint() {
   if (writer_.joinable()) writer_.join();
 }
 
-void AsyncCheckpoint::write(std::vector<FlatLayout> layouts, int shard) {
+void AsyncCheckpoint::write(const std::vector<FlatLayout>& layouts, const std::vector<ShardState>& units, int shard) {
   try {
     maybe_slow_writer();
-    std::vector<ShardState> units;
-    const auto* src = static_cast<const float*>(snapshot_->data());
-    for (const FlatLayout& layout : layouts) {
-      const int64_t n = layout.shard_numel();
-      units.push_back({src, src + n, src + 2 * n});
-      src += kStateKinds * n;
-    }
-    file_ = write_rank_file(dir_, shard, layouts, units);
+    file_ = write_rank_file(dir_, shard, layouts, units, in_place_.get());
   } catch (const std::exception& e) {
     error_ = e.what();
   }
+  if (in_place_) in_place_->writer_finished();
   written_.store(true, std::memory_order_release);
 }
 
@@ -82,7 +92,9 @@ bool AsyncCheckpoint::written() {
   if (gather_) return true;
   if (!written_.load(std::memory_order_acquire)) return false;
   if (writer_.joinable()) writer_.join();
-  snapshot_.reset();  // written: the host copy is no longer needed
+  // Written: the host copy is no longer needed, nor is AdamW to be held for it.
+  snapshot_.reset();
+  in_place_.reset();
   mine_ = file_report(file_, !error_.empty());
   all_.resize(size_t(agreement_.size()));
   gather_ = agreement_.all_gather(mine_.data(), all_.data(), kFileReportFields, DType::i32);

@@ -1,7 +1,10 @@
-// An asynchronous checkpoint of an Engine, in the format and files of Engine::save. At the step boundary
-// each rank of the first shard group copies what it owns (fp32 master, Adam m and v) into host memory
-// (Category::host: page-locked on cuda) and a writer thread of its own writes its rank file from that copy
-// while training goes on. The writer does file I/O only; every collective runs on the caller's thread.
+// An asynchronous checkpoint of an Engine, in the format and files of Engine::save. Each rank of the first
+// shard group has a writer thread of its own write its rank file (fp32 master, Adam m and v) while
+// training goes on. State on a device is copied into host memory (Category::host: page-locked on cuda)
+// at the step boundary and written from there. State in host memory is written where it lives: the next
+// optimizer step copies only what the writer has not reached by then (shard/copy_on_update.h), so a
+// writer that keeps up costs neither the copy nor its memory. The writer does file I/O only; every
+// collective runs on the caller's thread.
 // When a rank's writer is done it starts a non-blocking all-gather of its file's size, checksum and
 // outcome on `agreement`, a communicator nothing else uses; once every rank has started it (the caller
 // agrees on that at a step boundary) it completes at once, and commit() has rank 0 write the manifest,
@@ -23,6 +26,7 @@
 
 #include "shard/checkpoint_commit.h"
 #include "shard/checkpoint_format.h"
+#include "shard/copy_on_update.h"
 
 namespace zshard {
 
@@ -53,10 +57,13 @@ class AsyncCheckpoint {
   int step() const { return step_; }
   const std::string& dir() const { return dir_; }
   std::chrono::steady_clock::time_point started() const { return started_; }
-  int64_t snapshot_bytes() const { return snapshot_ ? int64_t(snapshot_->bytes()) : 0; }
+  // Host bytes of the copy held now: the whole snapshot, or what the optimizer step copied.
+  int64_t snapshot_bytes() const {
+    return snapshot_ ? int64_t(snapshot_->bytes()) : in_place_ ? in_place_->copied_bytes() : 0;
+  }
 
  private:
-  void write(std::vector<FlatLayout> layouts, int shard);
+  void write(const std::vector<FlatLayout>& layouts, const std::vector<ShardState>& units, int shard);
 
   Engine& engine_;
   comm::Communicator& agreement_;
@@ -64,7 +71,10 @@ class AsyncCheckpoint {
   nlohmann::json run_;
   int step_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  std::unique_ptr<Buffer> snapshot_;  // the writing ranks' copy: params, m, v of every unit in turn
+  // The writing ranks' copy of device state (params, m, v of every unit in turn), or, for host state,
+  // the copies the optimizer makes ahead of the writer.
+  std::unique_ptr<Buffer> snapshot_;
+  std::unique_ptr<CopyOnUpdate> in_place_;
   // Set by the writer thread before `written_`; read by the caller's thread after it.
   CheckpointFile file_;
   std::string error_;

@@ -19,7 +19,8 @@ class Engine;
 class ShardedParams;
 
 // A unit's owned fp32 shards in the order of kShardKinds: master params, Adam m, Adam v.
-std::array<Tensor, 3> owned_state(const ShardedParams& params, int unit);
+constexpr int kStateKinds = 3;
+std::array<Tensor, kStateKinds> owned_state(const ShardedParams& params, int unit);
 
 // Rank 0 empties `dir` for a save (what an interrupted save of this step left is replaced). Agreed: every
 // rank throws AgreedFailure when it cannot.

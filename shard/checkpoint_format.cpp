@@ -278,7 +278,7 @@ void check_units(const std::string& dir, const Manifest& manifest, const std::ve
 }
 
 CheckpointFile write_rank_file(const std::string& dir, int shard, const std::vector<FlatLayout>& layouts,
-                               const std::vector<ShardState>& units) {
+                               const std::vector<ShardState>& units, SaveSliceSource* source) {
   ZS_CHECK(layouts.size() == units.size(), "rank file: ", layouts.size(), " layouts for ", units.size(),
            " units");
   std::vector<SafetensorsArray> arrays;
@@ -294,7 +294,7 @@ CheckpointFile write_rank_file(const std::string& dir, int shard, const std::vec
   // Reading the file back now would read those very bytes again from the page cache, at the cost of a
   // second pass over gigabytes; corruption on the disk shows at a later load, which verifies the checksum.
   file.checksum =
-      save_safetensors(path, arrays, {{"format", "zshard-checkpoint-shard"}, {"shard", std::to_string(shard)}});
+      save_safetensors(path, arrays, {{"format", "zshard-checkpoint-shard"}, {"shard", std::to_string(shard)}}, source);
   std::error_code ec;
   file.bytes = fs::file_size(path, ec);
   if (ec) fail(path, ": cannot stat (", ec.message(), ")");

@@ -77,9 +77,11 @@ struct ShardState {
   const float* m;
   const float* v;
 };
-// Writes the rank file of `shard` (temp name, fsync, rename) and returns its size and checksum.
+// Writes the rank file of `shard` (temp name, fsync, rename) and returns its size and checksum. The
+// file holds params, m and v of every unit in turn: tensor 3u + k of `source`, which (when given) hands
+// out the values in place of `units`.
 CheckpointFile write_rank_file(const std::string& dir, int shard, const std::vector<FlatLayout>& layouts,
-                               const std::vector<ShardState>& units);
+                               const std::vector<ShardState>& units, SaveSliceSource* source = nullptr);
 
 // Reads ranges of the saved flat buffers, opening only the rank files a range touches.
 class CheckpointReader {

@@ -77,7 +77,8 @@ void MemoryReport::print(std::ostream& out) const {
   }
   if (predicted_checkpoint_snapshot > 0)
     out << "checkpoint snapshot (host, --save-mode async): measured " << mib(double(measured_checkpoint_snapshot()))
-        << " MiB, predicted " << mib(double(predicted_checkpoint_snapshot)) << " MiB per rank of the first shard group\n";
+        << " MiB (the peak), predicted up to " << mib(double(predicted_checkpoint_snapshot))
+        << " MiB per rank of the first shard group\n";
   if (predicted_inflight > 0)
     out << "gathered units in flight (comm): up to ~" << mib(double(predicted_inflight)) << " MiB predicted\n";
   out << "communication per step per rank: measured " << mib(ranks.empty() ? 0 : ranks[0].comm_bytes_per_step)

@@ -46,13 +46,22 @@
 #include <zshard/plan.h>
 
 #include "kernels/engine_ops.h"
-#include "kernels/engine_ops.h"
 #include "shard/flat_unit.h"
 #include "shard/group_comms.h"
 
 namespace zshard {
 
 class OptimizerOffload;
+
+// Told before AdamW changes a unit's owned master, m and v: an asynchronous save writing them from where
+// they live copies what it has not written yet (shard/copy_on_update.h).
+class UpdateGuard {
+ public:
+  virtual void before_update(int unit) = 0;
+
+ protected:
+  ~UpdateGuard() = default;
+};
 
 class ShardedParams : public ParamContext {
  public:
@@ -96,6 +105,8 @@ class ShardedParams : public ParamContext {
   Tensor owned_grads(int unit) const;
   Tensor adam_m(int unit) const;
   Tensor adam_v(int unit) const;
+  // At most one guard, until set back to nullptr; optimizer_step() calls it before each unit's update.
+  void set_update_guard(UpdateGuard* guard) { update_guard_ = guard; }
   // After writing owned master shards directly (loading), makes the compute copies consistent.
   // Collective.
   void sync_resident_params();
@@ -147,6 +158,7 @@ class ShardedParams : public ParamContext {
   std::vector<std::unique_ptr<Unit>> units_;
   std::deque<Reduction> reductions_;
   std::unique_ptr<OptimizerOffload> offload_;  // with plan_.placement.offload_optimizer
+  UpdateGuard* update_guard_ = nullptr;
   Tensor loss_sum_;  // one double on the device: the token losses since take_loss_sum()
   // Sharded gradients: the elements of full unit gradients that the reductions in flight and the one
   // being opened may hold together, max(largest unit, 2 x second largest). Two ordinary units always fit

@@ -276,7 +276,7 @@ void SafetensorsFile::read_f32_range(const std::string& name, int64_t elem_begin
 }
 
 uint64_t save_safetensors(const std::string& path, const std::vector<SafetensorsArray>& tensors,
-                          const SafetensorsMetadata& metadata) {
+                          const SafetensorsMetadata& metadata, SaveSliceSource* source) {
   json header = json::object();
   uint64_t offset = 0;
   for (const SafetensorsArray& t : tensors) {
@@ -286,7 +286,7 @@ uint64_t save_safetensors(const std::string& path, const std::vector<Safetensors
     for (int64_t d : t.shape)
       if (d < 0) fail_file(path, "tensor '", t.name, "' has negative shape ", shape_str(t.shape));
     const uint64_t bytes = uint64_t(shape_numel(t.shape)) * 4;
-    if (bytes > 0 && t.data == nullptr) fail_file(path, "tensor '", t.name, "' has no data");
+    if (bytes > 0 && t.data == nullptr && source == nullptr) fail_file(path, "tensor '", t.name, "' has no data");
     header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
@@ -311,13 +311,15 @@ uint64_t save_safetensors(const std::string& path, const std::vector<Safetensors
   // A slice at a time, small enough to stay in cache from the scan for NaN through the checksum to the
   // copy into the file: one pass over memory where three whole-tensor passes were. A non-finite value
   // found late fails the save all the same: the AtomicFile then leaves the target as it was.
-  constexpr int64_t kSlice = 1 << 18;  // floats: 1 MiB
-  for (const SafetensorsArray& t : tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const SafetensorsArray& t = tensors[i];
     const int64_t numel = shape_numel(t.shape);
-    for (int64_t begin = 0; begin < numel; begin += kSlice) {
-      const int64_t n = std::min(kSlice, numel - begin);
-      check_finite(path, t.name, t.data + begin, n, begin);
-      put(t.data + begin, size_t(n) * 4);
+    for (int64_t begin = 0; begin < numel; begin += kSaveSliceNumel) {
+      const int64_t n = std::min(kSaveSliceNumel, numel - begin);
+      const float* values = source ? source->take(i, begin, n) : t.data + begin;
+      check_finite(path, t.name, values, n, begin);
+      put(values, size_t(n) * 4);
+      if (source) source->done(i, begin);
     }
   }
   file.commit();

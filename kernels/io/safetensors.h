@@ -54,11 +54,26 @@ struct SafetensorsArray {
   Shape shape;
 };
 
+// save_safetensors writes each tensor's data a slice of this many elements at a time (the last shorter).
+constexpr int64_t kSaveSliceNumel = 1 << 18;  // 1 MiB of floats
+
+// Where save_safetensors takes the values of a slice from, when the arrays' own data may change while
+// the file is written (a save beside training): take() before the slice is written, in file order, and
+// done() once it is in the file. A take() that throws fails the save like a write error.
+class SaveSliceSource {
+ public:
+  virtual const float* take(size_t tensor, int64_t begin, int64_t count) = 0;
+  virtual void done(size_t tensor, int64_t begin) = 0;
+
+ protected:
+  ~SaveSliceSource() = default;
+};
+
 // Writes F32 tensors in the given order (header padded with spaces to a multiple of 8 bytes) through an
 // AtomicFile, so a reader never sees a partial file. Refuses tensors holding NaN or inf, found as the data
 // is written (the target is then left as it was). Returns the XXH3-64 of the file's bytes (Xxh3Stream),
-// taken as they were written.
+// taken as they were written. The values come from each array's data, or from `source` when given.
 uint64_t save_safetensors(const std::string& path, const std::vector<SafetensorsArray>& tensors,
-                          const SafetensorsMetadata& metadata = {});
+                          const SafetensorsMetadata& metadata = {}, SaveSliceSource* source = nullptr);
 
 }  // namespace zshard

@@ -21,6 +21,7 @@
 #include "runtime/elastic/batch_plan.h"
 #include "runtime/elastic/process.h"
 #include "runtime/elastic/run_log.h"
+#include "runtime/fixed_text.h"
 #include "runtime/planning/memory_check.h"
 #include "runtime/planning/memory_estimator.h"
 #include "shard/checkpoint_format.h"
@@ -64,11 +65,6 @@ std::optional<CheckpointEntry> newest_checkpoint(const std::string& save_dir) {
   return newest;
 }
 
-std::string fixed(double v, int digits) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(digits) << v;
-  return os.str();
-}
 
 // A restart: why, what it changed, and (once the relaunch has finished a step) how long it took.
 struct Restart {

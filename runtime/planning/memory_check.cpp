@@ -7,6 +7,7 @@
 
 #include <zshard/error.h>
 
+#include "runtime/planning/divisors.h"
 #include "runtime/planning/memory_estimator.h"
 #include "shard/device_setup.h"
 
@@ -55,18 +56,6 @@ bool fits(const EstimateInput& in, int64_t budget) {
   } catch (const UsageError&) {
     return false;  // the strategy does not apply to this world (a shard group that does not divide it)
   }
-}
-
-// The divisors of n in increasing order, found in O(sqrt(n)): --batch may be close to 2^31.
-std::vector<int> divisors(int n) {
-  std::vector<int> low, high;
-  for (int64_t d = 1; d * d <= n; ++d) {
-    if (n % d != 0) continue;
-    low.push_back(int(d));
-    if (d * d != n) high.push_back(int(n / d));
-  }
-  low.insert(low.end(), high.rbegin(), high.rend());
-  return low;
 }
 
 // The first configuration that fits: this strategy, then each that shards more; for each, the smallest

@@ -4,17 +4,11 @@
 
 #include <zshard/error.h>
 
+#include "runtime/planning/divisors.h"
+
 namespace zshard {
 
 namespace {
-
-// The divisors of n in increasing order.
-std::vector<int> divisors(int n) {
-  std::vector<int> d;
-  for (int k = 1; k <= n; ++k)
-    if (n % k == 0) d.push_back(k);
-  return d;
-}
 
 bool all_equal(const std::vector<int>& sizes) {
   return std::adjacent_find(sizes.begin(), sizes.end(), std::not_equal_to<>()) == sizes.end();

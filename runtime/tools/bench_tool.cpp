@@ -20,6 +20,7 @@
 #include "kernels/engine_ops.h"
 #include "kernels/io/atomic_file.h"
 #include "models/config_json.h"
+#include "runtime/fixed_text.h"
 #include "runtime/tools/tool_runner.h"
 #include "runtime/tools/tools.h"
 #include "runtime/train/options/flags.h"
@@ -189,11 +190,6 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
   return j;
 }
 
-std::string fixed(double v, int digits) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(digits) << v;
-  return os.str();
-}
 
 void print_table(const json& results, std::ostream& out) {
   const double MiB = 1048576.0;

@@ -11,6 +11,7 @@
 #include <zshard/error.h>
 
 #include "comm/flight_recorder.h"
+#include "runtime/fixed_text.h"
 
 namespace zshard {
 
@@ -43,11 +44,6 @@ struct Job {
 
 double seconds(int64_t ns) { return double(ns) / 1e9; }
 
-std::string fixed(double v, int digits = 1) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(digits) << v;
-  return os.str();
-}
 
 // "#1842 (all_gather, params, unit 7, shard group 0)"
 std::string short_name(const Record& r, const GroupView& g) {

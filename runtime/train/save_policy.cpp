@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <ostream>
 #include <sstream>
+#include <utility>
 
 #include "comm/agreed_failure.h"
 #include "comm/abort.h"
@@ -51,12 +52,6 @@ std::string flag_text(const json& v) {
   std::ostringstream os;
   os << float(v.get<double>());
   return os.str();
-}
-
-void remove_dir(const std::string& dir) {
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  if (ec) fail(dir, ": cannot remove (", ec.message(), ")");
 }
 
 }  // namespace
@@ -293,23 +288,47 @@ void SavePolicy::commit(int step, const std::string& dir, std::chrono::steady_cl
           << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() << " s)\n";
 }
 
-void SavePolicy::prune(int newest_step) const {
+SavePolicy::~SavePolicy() {
+  try {
+    finish_removing();
+  } catch (const std::exception& e) {
+    // Nothing is lost: the directory is no checkpoint, and the next run's first save removes it.
+    if (out_) *out_ << "zshard-train: warning: " << e.what() << "\n";
+  }
+}
+
+void SavePolicy::prune(int newest_step) {
+  finish_removing();  // the listing must not see a directory half removed
   const SaveOptions& o = trainer_.options().saves;
   const std::vector<CheckpointEntry> entries = list_checkpoints(o.save_dir);
+  std::vector<std::string> doomed;
   int kept = 0;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     if (it->step >= newest_step) {
       kept += it->committed;
     } else if (!it->committed) {
-      remove_dir(it->path);  // an interrupted save, older than a committed checkpoint
+      doomed.push_back(it->path);  // an interrupted save, older than a committed checkpoint
     } else if (o.keep > 0 && ++kept > o.keep) {
-      // Uncommit first: a crash in the middle leaves a directory that is not a checkpoint.
+      // Uncommitted now: a crash before its files are gone leaves a directory that is not a checkpoint.
       std::error_code ec;
       fs::remove(manifest_path(it->path), ec);
       sync_dir(it->path);
-      remove_dir(it->path);
+      doomed.push_back(it->path);
     }
   }
+  if (doomed.empty()) return;
+  remover_ = std::thread([this, doomed = std::move(doomed)] {
+    for (const std::string& dir : doomed) {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+      if (ec && remover_error_.empty()) remover_error_ = dir + ": cannot remove (" + ec.message() + ")";
+    }
+  });
+}
+
+void SavePolicy::finish_removing() {
+  if (remover_.joinable()) remover_.join();
+  if (!remover_error_.empty()) fail(std::exchange(remover_error_, {}));
 }
 
 }  // namespace zshard

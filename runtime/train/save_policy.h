@@ -10,6 +10,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +27,10 @@ class SavePolicy {
   // reading only the slices its new shards need. Bad input fails on every rank alike (AgreedFailure)
   // before any collective. Rank 0 reports to `out` (null: silent).
   SavePolicy(Trainer& trainer, std::ostream* out);
+  // Waits for the removal of pruned checkpoints; one that failed is reported to `out` as a warning.
+  ~SavePolicy();
+  SavePolicy(const SavePolicy&) = delete;
+  SavePolicy& operator=(const SavePolicy&) = delete;
 
   // The Trainer::run hook: agree_at_boundary, then save_if_due. Returns false once any rank has been
   // signalled.
@@ -60,7 +65,11 @@ class SavePolicy {
   // Saving never overwrites a checkpoint: --save-dir may hold only what led to this run.
   void check_save_dir(const std::string& resume_dir, int resumed_step) const;
   void create_save_dir();
-  void prune(int newest_step) const;
+  // Rank 0: uncommits the checkpoints --keep no longer keeps (and removes interrupted saves), then
+  // deletes their files on a thread of its own (remover_): freeing gigabytes takes the kernel a good part
+  // of a step, which training need not wait for. The next prune waits for it, and reports its failure.
+  void prune(int newest_step);
+  void finish_removing();
   bool save_due() const;  // this step is a --save-every point
   void start_async_save();
   // Runs `save`; when it fails (AgreedFailure), removes a --save-dir this run made and left empty.
@@ -80,6 +89,8 @@ class SavePolicy {
   // the save in flight, destroyed first.
   std::unique_ptr<comm::Communicator> agreement_;
   std::unique_ptr<AsyncCheckpoint> in_flight_;
+  std::thread remover_;
+  std::string remover_error_;  // set by remover_, read once it is joined
 };
 
 // SIGTERM and SIGINT then only set a flag that SavePolicy::after_step acts on; a second signal of the same

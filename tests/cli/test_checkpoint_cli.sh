@@ -15,6 +15,28 @@ expect_true "the log is in the directory the run made" test -s "$WORK/new/deep/l
 expect_true "keep 2: step 4 and step 6 remain" \
   test "$(ls "$CK")" = "$(printf 'step-00000004\nstep-00000006')" -a -f "$CK/step-00000006/manifest.json"
 
+# ---- a checkpoint --keep drops that cannot be removed (a read-only mount): nothing is lost ----
+# Its files go on a background thread; the end of the run waits for it and warns, and a later prune
+# fails the run in one line, after its own checkpoint has committed.
+RO="$WORK/ro"
+expect_ok "a checkpoint at step 2" "$TRAIN" "${ARGS[@]}" --steps 2 --save-dir "$RO" --save-every 2
+if mount --bind "$RO/step-00000002" "$RO/step-00000002" 2>"$WORK/mount.err" &&
+  mount -o remount,ro,bind "$RO/step-00000002" 2>"$WORK/mount.err"; then
+  trap 'umount "$RO/step-00000002" 2>/dev/null; rm -rf "$WORK"' EXIT
+  expect_ok "--keep 1 over a read-only checkpoint, to step 4" "$TRAIN" "${ARGS[@]}" --steps 4 --save-dir "$RO" \
+    --save-every 2 --keep 1 --resume latest
+  expect_true "the end of the run warns, naming it" \
+    grep -q "^zshard-train: warning: .*ro/step-00000002: cannot remove (Read-only file system)$" "$WORK/out"
+  expect_failure "a prune after the one that failed, at step 8" 1 \
+    "^zshard-train: error: .*ro/step-00000002: cannot remove \(Read-only file system\)$" -- \
+    "$TRAIN" "${ARGS[@]}" --steps 8 --save-dir "$RO" --save-every 2 --keep 1 --resume latest
+  expect_one_line "a prune that failed" "cannot remove"
+  expect_true "step 8 committed before the prune failed" test -f "$RO/step-00000008/manifest.json"
+  umount "$RO/step-00000002"
+else
+  echo "skip read-only checkpoint: cannot bind-mount ($(cat "$WORK/mount.err"))"
+fi
+
 expect_ok "resume zero3 np 4" "${MPIRUN[@]}" -np 4 "$TRAIN" --strategy zero3 "${ARGS[@]}" --steps 6 \
   --resume "$CK/step-00000004" --log-json "$WORK/same.json"
 same_losses "same world and strategy: bit-identical losses" "$WORK/full.json" "$WORK/same.json" 0

@@ -1,7 +1,8 @@
 // Asynchronous checkpoints (--save-mode async) under mpirun: the files are those of a synchronous save,
 // byte for byte, and a run resumed from them repeats the uninterrupted one bit for bit; training goes on
 // while a save is in flight, whose manifest appears only once every rank's file is written; the host
-// snapshot the tracking allocator measures is the estimator's, on every rank.
+// state is copied only when training overtakes the writer, and then that copy is the estimator's
+// snapshot, on every rank.
 // zshard-test-np: 2 3 4
 #include <gtest/gtest.h>
 
@@ -108,9 +109,14 @@ TEST(AsyncCheckpoint, TrainingGoesOnWhileTheSaveIsInFlight) {
     const int64_t host_before = host_live();
     const auto started = std::chrono::steady_clock::now();
     ASSERT_TRUE(saves.after_step());  // step 2: the save starts
+    // The state lives in host memory: the writers write it where it is, and the boundary copies nothing.
+    EXPECT_EQ(host_live(), host_before) << name_of(s) << ": a copy at the step boundary";
+    EXPECT_EQ(saves.snapshot_bytes(), 0) << name_of(s);
+    // Step 3 runs while the writers are held, so its optimizer step copies every unit before changing
+    // it: the copy the allocator measures is the estimator's snapshot for this rank's group (the first
+    // group's ranks write; the others hold none).
+    trainer.run_step(nullptr);
     const int64_t snapshot = host_live() - host_before;
-    // The snapshot the allocator measured is the estimator's for this rank's group (the first group's
-    // ranks write; the others hold none).
     EstimateInput in;
     in.model = &trainer.model();
     in.plan = trainer.plan();
@@ -119,8 +125,7 @@ TEST(AsyncCheckpoint, TrainingGoesOnWhileTheSaveIsInFlight) {
     EXPECT_EQ(snapshot, estimate_memory(in).checkpoint_snapshot) << name_of(s) << " rank " << test::world().rank();
     EXPECT_EQ(snapshot, saves.snapshot_bytes()) << name_of(s);
     if (in.group == 0) EXPECT_GT(snapshot, 0) << name_of(s);
-    // Step 3 runs while the writers are held: the save is not committed yet.
-    trainer.run_step(nullptr);
+    // The save is not committed yet.
     ASSERT_TRUE(saves.after_step());
     EXPECT_EQ(trainer.steps_done(), 3);
     EXPECT_FALSE(is_committed(saved)) << name_of(s) << ": committed before its files were written";
