@@ -30,15 +30,16 @@
 
 namespace zshard {
 
-// Host bytes of the snapshot a rank of shard group `group` holds: the first group's ranks write, the
-// others hold none.
+// Host bytes of the snapshot a rank of shard group `group` holds at most: all of it for state on a
+// device, what training overtakes for state in host memory. The first group's ranks write, the others
+// hold none.
 int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int group);
 
 class AsyncCheckpoint {
  public:
-  // Collective: rank 0 empties `dir`, then every rank of the first shard group snapshots the engine's
-  // state after its steps_done() steps and starts writing. Fails like Engine::save (AgreedFailure) when
-  // the directory cannot be made.
+  // Collective: rank 0 empties `dir`, then every rank of the first shard group starts writing the
+  // engine's state after its steps_done() steps (copied first when it is on a device). Fails like
+  // Engine::save (AgreedFailure) when the directory cannot be made.
   AsyncCheckpoint(Engine& engine, comm::Communicator& agreement, std::string dir, nlohmann::json run);
   // Waits for the writer; commits nothing (a checkpoint not committed is not one).
   ~AsyncCheckpoint();

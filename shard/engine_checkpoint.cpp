@@ -157,6 +157,7 @@ CheckpointInfo Engine::load(const std::string& dir) {
     for (int u = 0; u < params.num_units(); ++u) {
       const FlatLayout& layout = params.layout(u);
       const int64_t begin = layout.shard_begin(params.shard_index()), n = layout.shard_numel();
+      params.before_owned_change(u);
       const std::array<Tensor, 3> state = owned_state(params, u);
       for (size_t k = 0; k < state.size(); ++k) {
         HostShard shard(state[k]);

@@ -37,7 +37,7 @@ void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
   // (with fp32 the master is that part). Offloaded, it runs on the host from the host copy of the
   // gradients, over which it writes the bf16 copy that goes back to the device.
   const auto pieces_of = [&](int i) {
-    if (update_guard_) update_guard_->before_update(i);  // called just before unit i's pieces run
+    before_owned_change(i);  // called just before unit i's pieces run
     Unit& u = *units_[i];
     const Device device = offload_ ? Device::cpu : plan_.placement.device;
     const Tensor grads = offload_ ? offload_->host_grads(i) : owned_grads(i);

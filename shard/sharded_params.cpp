@@ -97,6 +97,7 @@ Tensor ShardedParams::owned_grads(int unit) const {
 }
 
 void ShardedParams::set_unit_params(int unit, const float* full) {
+  before_owned_change(unit);
   Unit& u = *units_[unit];
   const Device device = plan_.placement.device;
   // The part of the unit this rank keeps, copied to the device in fp32: into the compute copy itself

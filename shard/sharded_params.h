@@ -105,8 +105,12 @@ class ShardedParams : public ParamContext {
   Tensor owned_grads(int unit) const;
   Tensor adam_m(int unit) const;
   Tensor adam_v(int unit) const;
-  // At most one guard, until set back to nullptr; optimizer_step() calls it before each unit's update.
+  // At most one guard, until set back to nullptr. Whatever changes a unit's owned master, m or v (AdamW,
+  // set_unit_params, a load) calls before_owned_change(unit) first, which tells the guard.
   void set_update_guard(UpdateGuard* guard) { update_guard_ = guard; }
+  void before_owned_change(int unit) {
+    if (update_guard_) update_guard_->before_update(unit);
+  }
   // After writing owned master shards directly (loading), makes the compute copies consistent.
   // Collective.
   void sync_resident_params();

@@ -7,11 +7,9 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
-#include <iomanip>
 #include <iostream>
 #include <optional>
 #include <poll.h>
-#include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,7 +62,6 @@ std::optional<CheckpointEntry> newest_checkpoint(const std::string& save_dir) {
     if (e.committed) newest = e;
   return newest;
 }
-
 
 // A restart: why, what it changed, and (once the relaunch has finished a step) how long it took.
 struct Restart {

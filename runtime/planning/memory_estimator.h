@@ -43,7 +43,8 @@ struct MemoryEstimate {
   int64_t comm_buffers = 0;        // transient full-size gradients and reduce-scatter outputs
   int64_t activations = 0;
   // Asynchronous saves: the fp32 master and Adam m and v a rank of the first shard group copies into host
-  // memory (page-locked on a GPU) for its writer; the other groups' ranks write nothing.
+  // memory (page-locked on a GPU) for its writer, at most: state already in host memory is copied only
+  // where training overtakes the writer. The other groups' ranks write nothing.
   int64_t checkpoint_snapshot = 0;
   // Host memory that is not the device's: on a GPU the offloaded optimizer's and the snapshot.
   int64_t host_apart() const { return device == Device::cpu ? 0 : model_states.host + checkpoint_snapshot; }

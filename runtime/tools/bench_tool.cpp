@@ -190,7 +190,6 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
   return j;
 }
 
-
 void print_table(const json& results, std::ostream& out) {
   const double MiB = 1048576.0;
   out << std::left << std::setw(11) << "strategy" << std::right << std::setw(6) << "world" << std::setw(4) << "G"

@@ -2,11 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <iomanip>
 #include <map>
 #include <optional>
 #include <regex>
-#include <sstream>
 
 #include <zshard/error.h>
 
@@ -43,7 +41,6 @@ struct Job {
 };
 
 double seconds(int64_t ns) { return double(ns) / 1e9; }
-
 
 // "#1842 (all_gather, params, unit 7, shard group 0)"
 std::string short_name(const Record& r, const GroupView& g) {
@@ -126,7 +123,6 @@ constexpr int64_t kPausedNs = 1000000000;
 // Collectives in flight for less than this are the normal state of a running job (a SIGUSR1 snapshot),
 // unless one timed out or failed.
 constexpr double kStalledSeconds = 1.0;
-
 
 const GroupView& group_of(const Job& job, int rank, const Record& r) {
   const std::string key = job.ranks[size_t(rank)]->groups[size_t(r.group)].key;

@@ -292,7 +292,7 @@ SavePolicy::~SavePolicy() {
   try {
     finish_removing();
   } catch (const std::exception& e) {
-    // Nothing is lost: the directory is no checkpoint, and the next run's first save removes it.
+    // Nothing is lost: the directory is uncommitted or as it was, and a later run's prune tries again.
     if (out_) *out_ << "zshard-train: warning: " << e.what() << "\n";
   }
 }

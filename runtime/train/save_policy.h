@@ -86,7 +86,7 @@ class SavePolicy {
   int saved_step_ = -1;  // the step whose checkpoint is already in --save-dir
   bool created_save_dir_ = false;  // this run made --save-dir: a failed first save removes it again
   // --save-mode async: the communicator the saves agree on (never used by the steps' collectives), and
-  // the save in flight, destroyed first.
+  // the save in flight, destroyed before it.
   std::unique_ptr<comm::Communicator> agreement_;
   std::unique_ptr<AsyncCheckpoint> in_flight_;
   std::thread remover_;

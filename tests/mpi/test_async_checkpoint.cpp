@@ -135,6 +135,16 @@ TEST(AsyncCheckpoint, TrainingGoesOnWhileTheSaveIsInFlight) {
     EXPECT_TRUE(is_committed(saved)) << name_of(s);
     EXPECT_TRUE(is_committed(o.saves.save_dir + "/" + step_dir_name(3))) << name_of(s);
     EXPECT_EQ(host_live(), host_before) << name_of(s) << ": the snapshot outlived its save";
+    // Written while training overtook it, the save holds step 2's state: a synchronous save's bytes.
+    TrainOptions sync = o;
+    sync.saves.mode = SaveMode::sync;
+    sync.saves.save_dir = o.saves.save_dir + "-sync";
+    run_job(sync);
+    if (test::world().rank() == 0)
+      for (const auto& entry : fs::directory_iterator(sync.saves.save_dir + "/" + step_dir_name(2)))
+        if (entry.path().extension() == ".safetensors")
+          EXPECT_TRUE(test::file_bytes(entry.path()) == test::file_bytes(fs::path(saved) / entry.path().filename()))
+              << name_of(s) << ": " << entry.path().filename() << " differs from the sync save's";
   }
 }
 

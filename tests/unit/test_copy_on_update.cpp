@@ -19,13 +19,27 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// The tiny model with a vocabulary of 4400: its embedding unit (4400 x 64 + 128 x 64 elements) spans two
+// slices, the second shorter; the other units fit in one.
+TrainOptions options() {
+  TrainOptions o = test::tiny_options(3);
+  o.model.overrides.insert_or_assign("vocab", 4400);
+  return o;
+}
+
 struct TinyRun {
   comm::SelfCommunicator self;
-  Trainer trainer{test::tiny_options(3), self};
+  Trainer trainer{options(), self};
   ShardedParams& params() { return trainer.engine().params(); }
   int64_t numel(int unit) { return params().layout(unit).shard_numel(); }
   float* live(size_t tensor) { return owned_state(params(), int(tensor / 3))[tensor % 3].data<float>(); }
   std::vector<float> values(size_t tensor) { return {live(tensor), live(tensor) + numel(int(tensor / 3))}; }
+};
+
+// Lets every update go when a check fails while one waits for the writer, so that the test ends.
+struct FinishWriterAtExit {
+  CopyOnUpdate& cow;
+  ~FinishWriterAtExit() { cow.writer_finished(); }
 };
 
 // What the writer would write of `tensor`, slice by slice.
@@ -42,23 +56,28 @@ std::vector<float> take_all(CopyOnUpdate& cow, size_t tensor, int64_t numel) {
 
 TEST(CopyOnUpdate, TheUpdateWaitsForTheSliceBeingWrittenAndCopiesTheRest) {
   TinyRun run;
-  ASSERT_GE(run.params().num_units(), 2);
+  const int64_t n = run.numel(0);
+  ASSERT_GT(n, kSaveSliceNumel) << "unit 0 fits in one slice: the test would not cover a slice after the first";
   const std::vector<float> m = run.values(1), v = run.values(2);
   CopyOnUpdate cow(run.params());
-  EXPECT_EQ(cow.take(0, 0, std::min(kSaveSliceNumel, run.numel(0))), run.live(0))
+  std::future<void> update;
+  const FinishWriterAtExit finish{cow};
+  // The writer is in the middle of the second slice of unit 0's parameters when AdamW reaches the unit.
+  cow.take(0, 0, kSaveSliceNumel);
+  cow.done(0, 0);
+  EXPECT_EQ(cow.take(0, kSaveSliceNumel, n - kSaveSliceNumel), run.live(0) + kSaveSliceNumel)
       << "an untouched slice is read in place";
-  auto update = std::async(std::launch::async, [&] { cow.before_update(0); });
+  update = std::async(std::launch::async, [&] { cow.before_update(0); });
   ASSERT_EQ(update.wait_for(300ms), std::future_status::timeout)
       << "the update did not wait for the slice being written";
-  cow.done(0, 0);
+  cow.done(0, kSaveSliceNumel);
   ASSERT_EQ(update.wait_for(10s), std::future_status::ready);
   update.get();
-  // AdamW now changes m and v: the writer still gets them as they were, from the copy.
-  std::fill(run.live(1), run.live(1) + run.numel(0), 7.0f);
-  std::fill(run.live(2), run.live(2) + run.numel(0), 7.0f);
-  EXPECT_EQ(take_all(cow, 1, run.numel(0)), m);
-  EXPECT_EQ(take_all(cow, 2, run.numel(0)), v);
-  EXPECT_EQ(cow.copied_bytes(), 3 * run.numel(0) * int64_t(sizeof(float)));
+  // AdamW now changes the unit: the writer gets m and v as they were, from the copy.
+  for (size_t t = 0; t < 3; ++t) std::fill(run.live(t), run.live(t) + n, 7.0f);
+  EXPECT_EQ(take_all(cow, 1, n), m);
+  EXPECT_EQ(take_all(cow, 2, n), v);
+  EXPECT_EQ(cow.copied_bytes(), 3 * n * int64_t(sizeof(float)));
 }
 
 TEST(CopyOnUpdate, ATrainingStepCopiesWhatTheWriterHasNotReached) {
@@ -84,9 +103,11 @@ TEST(CopyOnUpdate, AWriterThatStoppedHoldsNothingBack) {
   TinyRun run;
   ASSERT_GE(run.params().num_units(), 2);
   CopyOnUpdate cow(run.params());
+  std::future<void> update;
+  const FinishWriterAtExit finish{cow};
   cow.take(0, 0, std::min(kSaveSliceNumel, run.numel(0)));  // claimed, and then the write failed
   cow.writer_finished();
-  auto update = std::async(std::launch::async, [&] {
+  update = std::async(std::launch::async, [&] {
     cow.before_update(0);
     cow.before_update(1);
   });

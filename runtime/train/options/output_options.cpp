@@ -24,9 +24,9 @@ void add_save_flags(CLI::App& app, SaveOptions& o) {
   app.add_option("--save-dir", o.save_dir, "write checkpoints into DIR/step-NNNNNNNN (with a final save)");
   app.add_option("--save-every", o.save_every, "checkpoint every N steps (0 = only the final save)");
   add_choice<SaveMode>(app, "--save-mode", o.mode, {{"async", SaveMode::async}, {"sync", SaveMode::sync}},
-                       "how --save-every saves are written: async (a host copy, written by a background thread "
-                       "while training goes on; committed once every rank's file is written) or sync (training "
-                       "waits for the files)");
+                       "how --save-every saves are written: async (by a background thread while training goes "
+                       "on, from a host copy of what training would change first; committed once every rank's "
+                       "file is written) or sync (training waits for the files)");
   app.add_option("--keep", o.keep, "keep the newest K checkpoints in --save-dir (0 = all)");
   app.add_option("--resume", o.resume,
                  "continue from a checkpoint directory, or 'latest' (newest committed in --save-dir); "
