@@ -31,6 +31,12 @@ int& host_first_rank() {
   return rank;
 }
 
+// The CPUs this host's ranks may run on together; without MPI, this process's.
+int& host_cpus() {
+  static int cpus = int(std::thread::hardware_concurrency());
+  return cpus;
+}
+
 // True when this node's ranks outnumber the CPUs they may run on together (the union of their affinity
 // masks: right for unbound ranks, ranks bound to a core each, and cpusets alike). Records the node's rank
 // count for ranks_on_this_host. Collective on the world.
@@ -51,6 +57,7 @@ bool node_oversubscribed() {
   ZS_MPI_CHECK(MPI_Allreduce(&mine, &all, int(sizeof mine), MPI_BYTE, MPI_BOR, node));
   cpus = CPU_COUNT(&all);
 #endif
+  if (cpus > 0) host_cpus() = cpus;
   ZS_MPI_CHECK(MPI_Comm_free(&node));
   return cpus > 0 && ranks > cpus;
 }
@@ -92,6 +99,8 @@ std::unique_ptr<Communicator> init_world(int* argc, char*** argv) {
 int ranks_on_this_host() { return host_ranks(); }
 
 int first_rank_on_this_host() { return host_first_rank(); }
+
+bool cores_to_spare() { return host_cpus() > host_ranks(); }
 
 void maybe_stall_in_set_up(int rank) {
   const char* spec = std::getenv("ZSHARD_TEST_STALL_SET_UP");

@@ -17,6 +17,9 @@ std::unique_ptr<Communicator> init_world(int* argc, char*** argv);
 int ranks_on_this_host();
 // The lowest world rank on this host; 0 without MPI. Set by init_world.
 int first_rank_on_this_host();
+// Whether this host has more CPUs than ranks (the union of the ranks' affinity masks; without MPI, the
+// hardware threads against one rank). Set by init_world.
+bool cores_to_spare();
 
 // Test hook: ZSHARD_TEST_STALL_SET_UP=r:s holds world rank r for s seconds (without :s, an hour) where
 // set-up is about to issue its first collective, so that a test can check set-up's deadline.

@@ -4,7 +4,11 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include "comm/agreed_failure.h"
+#include "comm/launch.h"
 #include "kernels/device_memory.h"
 #include "shard/sharded_params.h"
 
@@ -20,6 +24,11 @@ void maybe_slow_writer() {
 }
 
 }  // namespace
+
+void enter_background_priority() {
+  // Linux gives each thread a nice value of its own: this one alone is lowered. Failing leaves it as it was.
+  if (comm::cores_to_spare()) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+}
 
 int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int group) {
   if (group != 0) return 0;
@@ -78,6 +87,7 @@ AsyncCheckpoint::~AsyncCheckpoint() {
 }
 
 void AsyncCheckpoint::write(const std::vector<FlatLayout>& layouts, const std::vector<ShardState>& units, int shard) {
+  enter_background_priority();
   try {
     maybe_slow_writer();
     file_ = write_rank_file(dir_, shard, layouts, units, in_place_.get());

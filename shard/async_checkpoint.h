@@ -35,6 +35,13 @@ namespace zshard {
 // hold none.
 int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int group);
 
+// Called first on a save's background threads (the writer, the removal of pruned checkpoints). Where the
+// host has more CPUs than ranks they drop to the lowest priority, so that they run on the cores training
+// leaves idle and never take one from it. Where every CPU runs a rank they keep the default: at the
+// lowest priority they would hardly run until the next save point waits for them, and their writes would
+// no longer use the time the ranks spend waiting in collectives.
+void enter_background_priority();
+
 class AsyncCheckpoint {
  public:
   // Collective: rank 0 empties `dir`, then every rank of the first shard group starts writing the

@@ -318,6 +318,7 @@ void SavePolicy::prune(int newest_step) {
   }
   if (doomed.empty()) return;
   remover_ = std::thread([this, doomed = std::move(doomed)] {
+    enter_background_priority();
     for (const std::string& dir : doomed) {
       std::error_code ec;
       fs::remove_all(dir, ec);
