@@ -35,8 +35,10 @@ int64_t estimate_rank_bytes(const TrainingRun& run, const std::vector<int>& host
   if (!run.model) return 0;
   const int world = std::accumulate(host_slots.begin(), host_slots.end(), 0);
   const DataOptions& d = run.options.data;
+  // The job's own set-up check counts an asynchronous save's snapshot: so does the plan.
   EstimateInput in = estimate_input(plan_on_hosts(run.options.plan, host_slots), *run.model,
-                                    {batch, d.seq, grad_accum, true}, (batch + world - 1) / world);
+                                    {batch, d.seq, grad_accum, true, run.options.saves.snapshots()},
+                                    (batch + world - 1) / world);
   in.group = -1;  // unequal groups: the rank that needs the most
   return estimate_memory(in).total();
 }

@@ -16,6 +16,7 @@
 #include "runtime/elastic/process.h"
 #include "runtime/elastic/run_log.h"
 #include "runtime/elastic/supervisor.h"
+#include "runtime/planning/memory_estimator.h"
 #include "tests/support/test_support.h"
 
 using namespace zshard;
@@ -149,6 +150,29 @@ TEST(BatchPlan, KeepsTheStepAndRaisesGradAccumOnlyWhereTheMicroBatchDoesNotFit) 
   EXPECT_EQ(p.batch, 4);
   EXPECT_EQ(p.grad_accum, 3);
   EXPECT_FALSE(p.fits);
+}
+
+// Periodic asynchronous saves hold a snapshot beside the batch, which the job's own memory check counts:
+// the plan counts it too, and a budget that fits the micro-batch without it then raises --grad-accum.
+TEST(BatchPlan, CountsTheSnapshotOfAsynchronousSaves) {
+  const std::vector<std::string> command = {"zshard-train", "--model", "tiny", "--strategy", "zero2", "--batch", "12",
+                                            "--seq", "32", "--save-dir", "ck", "--save-every", "2"};
+  std::vector<std::string> sync_command = command;
+  sync_command.insert(sync_command.end(), {"--save-mode", "sync"});
+  const TrainingRun async = read_training_flags(command), sync = read_training_flags(sync_command);
+  ASSERT_TRUE(async.model && sync.model);
+  const std::vector<int> four = {2, 2};
+  EstimateInput in;
+  in.model = async.model.get();
+  in.plan = plan_on_hosts(async.options.plan, four);
+  in.group = 0;
+  in.checkpoint_snapshot = true;
+  const int64_t snapshot = estimate_memory(in).checkpoint_snapshot;
+  ASSERT_GT(snapshot, 0);
+  EXPECT_EQ(estimate_rank_bytes(async, four, 12, 1), estimate_rank_bytes(sync, four, 12, 1) + snapshot);
+  const int64_t sync_bytes = estimate_rank_bytes(sync, four, 12, 1);
+  EXPECT_EQ(plan_batch(sync, four, sync_bytes).grad_accum, 1);
+  EXPECT_GT(plan_batch(async, four, sync_bytes).grad_accum, 1) << "the snapshot was left out of the plan";
 }
 
 TEST(BatchPlan, RefusesTrainingCommandsItCannotRead) {
