@@ -31,7 +31,7 @@ struct EstimateInput {
   int rank_batch = 1;  // sequences per micro-step on this rank
   int seq = 64;
   int grad_accum = 1;  // micro-steps per optimizer step
-  bool checkpoint_snapshot = false;  // asynchronous saves: a host copy of what the first group's ranks own
+  bool checkpoint_snapshot = false;  // asynchronous saves: a host copy of what the first group's ranks own, at most
 };
 
 struct MemoryEstimate {

@@ -66,6 +66,7 @@ struct MemOptions {
   int max_inflight = 2;
   Recompute recompute = Recompute::none;
   bool offload_optimizer = false;
+  bool async_saves = false;
   Device device = Device::cpu;
   std::string device_mem;
   std::string mem_budget;
@@ -85,6 +86,7 @@ json to_json(const MemoryEstimate& e) {
           {"gathered_in_flight_bytes", e.gathered_in_flight},
           {"comm_buffer_bytes", e.comm_buffers},
           {"activation_bytes", e.activations},
+          {"checkpoint_snapshot_bytes", e.checkpoint_snapshot},
           {"total_bytes", e.total()}};
 }
 
@@ -202,6 +204,10 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   app.add_option("--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once");
   add_recompute_flag(app, o.recompute);
   add_offload_flag(app, o.offload_optimizer);
+  app.add_flag("--async-saves", o.async_saves,
+               "count the host snapshot of periodic asynchronous saves (zshard-train --save-every with the "
+               "default --save-mode async), held by the first shard group's ranks: in the total on the cpu")
+      ->excludes(app.get_option("--params"));
   add_device_flag(app, o.device,
                   "where the run would compute: cpu, or cuda (the offloaded optimizer's host bytes, with a host copy "
                   "of the owned gradients, are then host memory beside the device's total)");
@@ -260,6 +266,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     plan.placement = {o.device, parse_dtype_policy(o.dtype), DType::f32, o.offload_optimizer};
     EstimateInput base;
     base.seq = o.seq;
+    base.checkpoint_snapshot = o.async_saves;
     std::unique_ptr<Model> model;
     if (o.params > 0) {
       base.params = int64_t(std::llround(o.params));

@@ -31,6 +31,15 @@ import json
 largest = json.load(open('$WORK/max.json'))['max_batch'][0]['max_rank_batch']['none']
 assert $chosen == 2 * largest, ($chosen, largest)
 assert json.load(open('$WORK/next.json'))['rows'][0]['total_bytes'] > 8 << 20"
+# --async-saves adds the snapshot of asynchronous saves: 12 bytes per owned parameter, in the total.
+expect_ok "mem with --async-saves" "$MEM" --model tiny --world 2 --strategy zero2 --seq 32 --async-saves \
+  --batch $((chosen + 2)) --json "$WORK/saves.json"
+expect_true "--async-saves: the total holds the snapshot" python3 -c "
+import json
+plain, saves = (json.load(open('$WORK/' + f))['rows'][0] for f in ('next.json', 'saves.json'))
+assert plain['checkpoint_snapshot_bytes'] == 0, plain
+assert saves['checkpoint_snapshot_bytes'] >= 12 * saves['params'] // 2, saves
+assert saves['total_bytes'] == plain['total_bytes'] + saves['checkpoint_snapshot_bytes'], (plain, saves)"
 # Where the estimate leaves out the scratch the first step measures, the batch steps down: the line
 # names the batch that did not fit, one more sequence per rank than the chosen one.
 auto_batch zero3 7MiB "2 steps'"
@@ -74,6 +83,7 @@ expect_one_line "auto with rank-batches" "rank-batches"
 expect_failure "max-batch without a budget" 2 "--max-batch needs --mem-budget" -- "$MEM" --model tiny --max-batch
 expect_failure "max-batch without a model" 2 "--max-batch needs a model" -- \
   "$MEM" --params 1e9 --max-batch --mem-budget 1GB
+expect_failure "async-saves without a model" 2 "^zshard-mem: --params excludes --async-saves$" -- "$MEM" --params 1e9 --async-saves
 expect_failure "bench refuses auto" 2 "--batch auto is zshard-train's" -- \
   "$ZSHARD_BIN/zshard-bench" --model tiny --batch auto
 finish

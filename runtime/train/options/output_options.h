@@ -17,8 +17,8 @@ struct OutputOptions {
   bool check_collectives = false;  // --check-collectives (comm/collective_check.h)
 };
 
-// How --save-every checkpoints are written: async, from a host copy by a thread beside training (the
-// final save waits for it), or sync, within the step boundary.
+// How --save-every checkpoints are written: async, by a thread beside training (shard/async_checkpoint.h;
+// the final save waits for it), or sync, within the step boundary.
 enum class SaveMode { sync, async };
 
 struct SaveOptions {
