@@ -47,30 +47,29 @@ AsyncCheckpoint::AsyncCheckpoint(Engine& engine, comm::Communicator& agreement, 
   run_agreed(agreement_, [&] {
     if (!writes) return;
     bool on_host = true;
+    std::vector<std::array<Tensor, kStateKinds>> states;
     for (int u = 0; u < params.num_units(); ++u) {
       layouts.push_back(params.layout(u));
-      for (const Tensor& state : owned_state(params, u)) on_host = on_host && state.device() == Device::cpu;
+      const std::array<Tensor, kStateKinds>& state = states.emplace_back(owned_state(params, u));
+      for (const Tensor& t : state) on_host = on_host && t.device() == Device::cpu;
+      units.push_back({state[0].data<float>(), state[1].data<float>(), state[2].data<float>()});
     }
     if (on_host) {
       // Written where it lives; AdamW copies what the writer has not reached when it gets there first.
       in_place_ = std::make_unique<CopyOnUpdate>(params);
-      for (int u = 0; u < params.num_units(); ++u) {
-        const std::array<Tensor, 3> state = owned_state(params, u);
-        units.push_back({state[0].data<float>(), state[1].data<float>(), state[2].data<float>()});
-      }
       return;
     }
     snapshot_ = std::make_unique<Buffer>(size_t(checkpoint_snapshot_bytes(layouts, 0)), Device::cpu, Category::host);
     // The copy, device to page-locked host memory on cuda, is what the step waits for; the file is not.
     auto* dst = static_cast<char*>(snapshot_->data());
-    for (int u = 0; u < params.num_units(); ++u) {
+    for (size_t u = 0; u < states.size(); ++u) {
       const auto* src = reinterpret_cast<const float*>(dst);
-      for (const Tensor& state : owned_state(params, u)) {
-        copy_bytes(dst, Device::cpu, state.raw(), state.device(), state.nbytes());
-        dst += state.nbytes();
+      for (const Tensor& t : states[u]) {
+        copy_bytes(dst, Device::cpu, t.raw(), t.device(), t.nbytes());
+        dst += t.nbytes();
       }
-      const int64_t n = layouts[size_t(u)].shard_numel();
-      units.push_back({src, src + n, src + 2 * n});
+      const int64_t n = layouts[u].shard_numel();
+      units[u] = {src, src + n, src + 2 * n};
     }
   });
   if (!writes) {

@@ -298,8 +298,8 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
               << std::left << std::setw(8) << "strategy" << std::right << std::setw(6) << "N" << std::setw(5) << "G"
               << std::setw(12) << "params" << std::setw(12) << "grads" << std::setw(12) << "optimizer"
               << std::setw(12) << "host" << std::setw(12) << "states" << std::setw(12) << "in flight"
-              << std::setw(12) << "comm" << std::setw(12) << "activations"
-              << (o.async_saves ? std::string(4, ' ') + "snapshot" : "") << std::setw(12) << "total"
+              << std::setw(12) << "comm" << std::setw(12) << "activations" << std::setw(o.async_saves ? 12 : 0)
+              << (o.async_saves ? "snapshot" : "") << std::setw(12) << "total"
               << (device ? "  max batch/rank" : "") << "\n";
     for (const std::string& s : o.strategies) {
       for (int world : o.worlds)
@@ -316,7 +316,8 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
                                           e.comm_buffers, e.activations};
           if (o.async_saves) columns.push_back(e.checkpoint_snapshot);
           columns.push_back(e.total());
-          for (int64_t v : columns) std::cout << std::setw(12) << (base.model || v ? format_bytes(double(v)) : std::string("-"));
+          for (int64_t v : columns)
+            std::cout << std::setw(12) << (base.model || v ? format_bytes(double(v)) : std::string("-"));
           if (device) {
             const int fit = largest_rank_batch(in, device);
             row["max_rank_batch"] = fit;
