@@ -4,6 +4,8 @@
 #
 #   scripts/gpu-acceptance.sh              on the GPU machine: the plan below, within ZSHARD_GPU_BUDGET_S
 #                                          (default 570 s) in all
+#                                          (ZSHARD_GPU_STEPS="tiny gpt2 ..." runs only those, with setup
+#                                          and build: a second call finishing what the first ran out of)
 #   scripts/gpu-acceptance.sh --dry-run    anywhere (CI): the plan with every step's time limit, each GPU
 #                                          step reported SKIP; builds and runs nothing heavy, but round-
 #                                          trips a small synthetic build through the archive code
@@ -24,8 +26,8 @@
 #   tiny        60  tiny model 20 steps: cuda against cpu, fp32 within 1e-4; bf16 (the CPU's bf16 kernels
 #                   round where the GPU's do) within twice what bf16 changes on the cpu (fp32 against bf16
 #                   there): each side is that far from fp32, so the two are at most twice as far apart
-#   mpi-np2    120  np 2 on the one GPU through --comm mpi, fp32 and bf16 (bf16 reductions), ddp, zero3
-#                   and hybrid, against one process: fp32 within 1e-4, bf16 within half of what bf16
+#   mpi        180  np 2 and 4 on the one GPU through --comm mpi, fp32 and bf16 (bf16 reductions), ddp,
+#                   zero3 and hybrid, against one process: fp32 within 1e-4, bf16 within half of what bf16
 #                   changes (tests/mpi/test_mixed_precision.cpp derives it)
 #   memcheck   150  compute-sanitizer memcheck on the op tests and a 3-step tiny bf16 run with the
 #                   optimizer offloaded (the copy stream)
@@ -132,6 +134,10 @@ step() {
   echo "---- $name (limit ${limit}s): $what"
   if [ "$MODE" = dry ] && [ "$name" != build ]; then
     record "$name" SKIP 0 "dry run: needs the GPU machine"
+    return
+  fi
+  if [ -n "${ZSHARD_GPU_STEPS:-}" ] && [[ " setup build $ZSHARD_GPU_STEPS " != *" $name "* ]]; then
+    record "$name" SKIP 0 "not among ZSHARD_GPU_STEPS"
     return
   fi
   if [ "$limit" -lt 20 ]; then
@@ -247,10 +253,16 @@ step_build() {
   ZSHARD_DEPS_QUIET=1 source scripts/gpu-setup.sh || { note "gpu-setup.sh failed"; exit 1; }
   if [ -d "$KEPT" ]; then
     if unpack_build "$KEPT" "$BUILD" "$key"; then
-      note "unpacked from .gpubuild (sources $key): nothing built"
-      exit 0
+      # A build from another machine may not load here (its libraries): it must start before it is trusted.
+      if LD_LIBRARY_PATH=$BUILD:$LD_LIBRARY_PATH "$BUILD/zshard-train" --help >"$LOGS/kept-build.out" 2>&1; then
+        note "unpacked from .gpubuild (sources $key): nothing built"
+        exit 0
+      fi
+      echo "the build in $KEPT does not start here ($(first_error "$LOGS/kept-build.out")): building"
+      rm -rf "$BUILD"
+    else
+      echo "the build in $KEPT is of other sources than these ($key): building"
     fi
-    echo "the build in $KEPT is of other sources than these ($key): building"
   fi
   local gen=()
   [ -f "$BUILD/CMakeCache.txt" ] || gen=(-G Ninja)
@@ -306,26 +318,28 @@ step_tiny() {
   exit $rc
 }
 
-step_mpi_np2() {
+step_mpi() {
   with_build
-  local dtype s rc=0 args=(--model tiny --steps 10 --log-every 5 --device cuda)
+  local dtype s np rc=0 args=(--model tiny --steps 10 --log-every 5 --device cuda)
   for dtype in fp32 bf16; do
     run_logged "np1-$dtype" "$BUILD/zshard-train" "${args[@]}" --param-dtype $dtype --log-json "$LOGS/np1_$dtype.jsonl"
   done
-  for dtype in fp32 bf16; do
-    for s in ddp zero3 hybrid; do
-      local group=()
-      [ $s = hybrid ] && group=(--shard-group 1)
-      # shellcheck disable=SC2086 # MPIRUN is a command and its flags
-      run_logged "np2-$s-$dtype" $MPIRUN -np 2 "$BUILD/zshard-train" "${args[@]}" --param-dtype $dtype \
-        --reduce-dtype $dtype --comm mpi --strategy $s "${group[@]}" --log-json "$LOGS/np2_${s}_$dtype.jsonl"
-      if [ $dtype = fp32 ]; then
-        python3 "$LOGS/compare.py" losses "$LOGS/np2_${s}_$dtype.jsonl" "$LOGS/np1_$dtype.jsonl" 1e-4
-      else
-        python3 "$LOGS/compare.py" within-effect "$LOGS/np2_${s}_$dtype.jsonl" "$LOGS/np1_$dtype.jsonl" \
-          "$LOGS/np1_fp32.jsonl" "$LOGS/np1_bf16.jsonl" 0.5
-      fi >"$LOGS/np2-$s-$dtype.json" || rc=1
-      note "$s $dtype: $(python3 -c "import json; r = json.load(open('$LOGS/np2-$s-$dtype.json')); print(f\"{r['max_rel_diff']:.2e} (tol {r['tol']})\")")"
+  for np in 2 4; do
+    for dtype in fp32 bf16; do
+      for s in ddp zero3 hybrid; do
+        local group=() run="np$np-$s-$dtype"
+        [ $s = hybrid ] && group=(--shard-group $((np / 2)))
+        # shellcheck disable=SC2086 # MPIRUN is a command and its flags
+        run_logged "$run" $MPIRUN -np $np "$BUILD/zshard-train" "${args[@]}" --param-dtype $dtype \
+          --reduce-dtype $dtype --comm mpi --strategy $s "${group[@]}" --log-json "$LOGS/$run.jsonl"
+        if [ $dtype = fp32 ]; then
+          python3 "$LOGS/compare.py" losses "$LOGS/$run.jsonl" "$LOGS/np1_$dtype.jsonl" 1e-4
+        else
+          python3 "$LOGS/compare.py" within-effect "$LOGS/$run.jsonl" "$LOGS/np1_$dtype.jsonl" \
+            "$LOGS/np1_fp32.jsonl" "$LOGS/np1_bf16.jsonl" 0.5
+        fi >"$LOGS/$run.json" || rc=1
+        note "np $np $s $dtype: $(python3 -c "import json; r = json.load(open('$LOGS/$run.json')); print(f\"{r['max_rel_diff']:.2e} (tol {r['tol']:.1e})\")")"
+      done
     done
   done
   exit $rc
@@ -425,7 +439,7 @@ open(os.path.join(logs, "torch-peer.note"), "a").write("; ".join(parts) + "\n")
 PY
   exit $rc
 }
-export -f step_cuda_ops step_nccl step_tiny step_mpi_np2 step_memcheck peak_tflops bench_gpt2 step_gpt2 step_torch_peer
+export -f step_cuda_ops step_nccl step_tiny step_mpi step_memcheck peak_tflops bench_gpt2 step_gpt2 step_torch_peer
 
 # ---- the plan, in order ----
 [ "$MODE" = dry ] && echo "dry run: the plan of one call, budget ${BUDGET}s; nothing runs on a GPU"
@@ -434,7 +448,7 @@ step build 300 step_build "the CUDA path compiles and links against the bundle (
 step cuda-ops 90 step_cuda_ops "every kernel, fp32 and bf16, matches the CPU op; GPT-2 on cuda matches cpu"
 step nccl 45 step_nccl "NCCL's collectives, in place and out of place, split, stream order and the watchdog's abort"
 step tiny 60 step_tiny "training on cuda matches the cpu: fp32 within 1e-4, bf16 within twice bf16's own effect"
-step mpi-np2 120 step_mpi_np2 "ddp, zero3 and hybrid over mpi with device buffers, fp32 and bf16, match one process"
+step mpi 180 step_mpi "ddp, zero3 and hybrid at np 2 and 4 over mpi with device buffers, fp32 and bf16, match one process"
 step memcheck 150 step_memcheck "no out-of-bounds or misaligned device access in the kernels, the runtime and the copy stream"
 step gpt2 120 step_gpt2 "gpt2 124M bf16 at T=1024: tokens/s and MFU at the largest batch that fits and at 8"
 step torch-peer 200 step_torch_peer "PyTorch eager and torch.compile at the same batches on the same GPU: the ratios"

@@ -6,7 +6,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 PLAN="$ZSHARD_SRC/scripts/gpu-acceptance.sh"
-STEPS=(setup build cuda-ops nccl tiny mpi-np2 memcheck gpt2 torch-peer)
+STEPS=(setup build cuda-ops nccl tiny mpi memcheck gpt2 torch-peer)
 
 start=$SECONDS
 OUT="$WORK/out-dir" expect_ok "dry run" bash "$PLAN" --dry-run
