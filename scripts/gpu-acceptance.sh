@@ -33,6 +33,7 @@
 #                   optimizer offloaded (the copy stream)
 #   gpt2       120  gpt2 124M bf16 at T=1024: tokens/s and MFU at the largest batch that fits, and at 8
 #   torch-peer 200  the PyTorch peer at the same batches, eager and torch.compile: the ratios
+#   profile    150  one gpt2 step under ncu: device time by kind of kernel, and busy share of the step
 #
 # Output in $OUT (the device tool's folder; out/gpu, which git ignores, when unset): summary.txt (one line
 # per step), results.json (with each step's metrics), logs.tar.gz, and the build archive: at most 8
@@ -439,7 +440,23 @@ open(os.path.join(logs, "torch-peer.note"), "a").write("; ".join(parts) + "\n")
 PY
   exit $rc
 }
+step_profile() {
+  with_build
+  local ncu step_ms
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  [ -n "$ncu" ] || { note "ncu not found"; exit 77; }
+  # One step of gpt2 batch 8, every kernel timed on its own (ncu serialises them).
+  run_logged profile-ncu "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
+    --log-file "$LOGS/profile_ncu.csv" "$BUILD/zshard-bench" --model gpt2 --param-dtype bf16 --seq 1024 --batch 8 \
+    --device cuda --strategies ddp --warmup-steps 0 --steps 1
+  step_ms=$(python3 -c "import json; print(json.load(open('$LOGS/gpt2_b8.json'))['results'][0]['step_ms']['median'])" \
+    2>/dev/null)
+  python3 benchmarks/kernel_profile.py "$LOGS/profile_ncu.csv" ${step_ms:+--step-ms "$step_ms"} \
+    --json "$LOGS/profile.json" | tee "$LOGS/profile.txt"
+  note "$(head -1 "$LOGS/profile.txt"); $(sed -n '3,6p' "$LOGS/profile.txt" | awk '{print $1, $2, $NF}' | tr '\n' ';')"
+}
 export -f step_cuda_ops step_nccl step_tiny step_mpi step_memcheck peak_tflops bench_gpt2 step_gpt2 step_torch_peer
+export -f step_profile
 
 # ---- the plan, in order ----
 [ "$MODE" = dry ] && echo "dry run: the plan of one call, budget ${BUDGET}s; nothing runs on a GPU"
@@ -452,6 +469,7 @@ step mpi 180 step_mpi "ddp, zero3 and hybrid at np 2 and 4 over mpi with device 
 step memcheck 150 step_memcheck "no out-of-bounds or misaligned device access in the kernels, the runtime and the copy stream"
 step gpt2 120 step_gpt2 "gpt2 124M bf16 at T=1024: tokens/s and MFU at the largest batch that fits and at 8"
 step torch-peer 200 step_torch_peer "PyTorch eager and torch.compile at the same batches on the same GPU: the ratios"
+step profile 150 step_profile "where one gpt2 step's device time goes, by kind of kernel (ncu), and the GPU's busy share"
 
 # ---- summary, results, logs ----
 {

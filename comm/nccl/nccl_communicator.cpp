@@ -163,13 +163,15 @@ std::string NcclCommunicator::describe(Collective c, size_t count, DType dtype, 
                         " on rank ", rank_, " of ", size_, " (nccl)");
 }
 
+// `what` may name an armed collective (check_watchdog passes its Armed::what): the message is composed
+// before armed_ is cleared, which frees that string.
 void NcclCommunicator::abort_and_fail(const std::string& what, const std::string& why) {
+  aborted_ = what + ": " + why;
   mark_collectives_failed();
   if (comm_) ncclCommAbort(comm_);  // makes the stuck NCCL kernels exit so the streams drain
   comm_ = nullptr;
   for (const Armed& a : armed_) record_end(a.event->trace, trace::State::failed);
   armed_.clear();
-  aborted_ = what + ": " + why;
   fail(aborted_, "; the nccl communicator was aborted");
 }
 
