@@ -30,7 +30,7 @@ KINDS = [
     ("dtype casts", r"convert"),
     ("copies, fills", r"memcpy|memset|fill|iota|copy"),
 ]
-SCALE_TO_MS = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+SCALE_TO_MS = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3, "second": 1e3}
 
 
 def kind_of(name):
@@ -91,8 +91,13 @@ def main():
     for (name, grid), (n, ms) in sorted(by_kernel.items(), key=lambda kv: -kv[1][1])[: args.top]:
         print(f"{name:<70} {grid:>16} {n:>5} {ms:>8.2f} {100 * ms / total:>5.1f}%")
     if args.json:
+        own = {}  # zshard's own kernels (not the libraries'), costliest first, by function name
+        for (name, _), (_, ms) in by_kernel.items():
+            m = re.search(r"zshard::[^ ]*?(\w+_kernel)", name)
+            if m:
+                own[m.group(1)] = own.get(m.group(1), 0.0) + ms
         json.dump({"kernels": len(rows), "device_ms": total, "device_ms_per_step": per_step,
-                   "step_ms": args.step_ms,
+                   "step_ms": args.step_ms, "own_kernels": sorted(own, key=lambda k: -own[k]),
                    "kinds": {k: {"kernels": n, "ms": ms, "share": ms / total} for k, (n, ms) in by_kind.items()}},
                   open(args.json, "w"), indent=1)
 

@@ -452,8 +452,18 @@ step_profile() {
   step_ms=$(python3 -c "import json; print(json.load(open('$LOGS/gpt2_b8.json'))['results'][0]['step_ms']['median'])" \
     2>/dev/null)
   python3 benchmarks/kernel_profile.py "$LOGS/profile_ncu.csv" ${step_ms:+--step-ms "$step_ms"} \
-    --json "$LOGS/profile.json" | tee "$LOGS/profile.txt"
+    --json "$LOGS/profile.json" >"$LOGS/profile.txt" || { cat "$LOGS/profile.txt"; note "kernel_profile.py failed"; exit 1; }
+  cat "$LOGS/profile.txt"
   note "$(head -1 "$LOGS/profile.txt"); $(sed -n '3,6p' "$LOGS/profile.txt" | awk '{print $1, $2, $NF}' | tr '\n' ';')"
+  # The costliest of zshard's own kernels, one launch each in detail: how near the memory or compute roof.
+  local k
+  for k in $(python3 -c "import json; print(' '.join(json.load(open('$LOGS/profile.json'))['own_kernels'][:4]))"); do
+    "$ncu" --clock-control none --section SpeedOfLight --kernel-name "regex:$k" --launch-count 1 \
+      "$BUILD/zshard-bench" --model gpt2 --param-dtype bf16 --seq 1024 --batch 8 --device cuda --strategies ddp \
+      --warmup-steps 0 --steps 1 >"$LOGS/profile_sol_$k.txt" 2>&1
+    grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|SM Frequency" "$LOGS/profile_sol_$k.txt" |
+      sed "s/^/$k: /"
+  done
 }
 export -f step_cuda_ops step_nccl step_tiny step_mpi step_memcheck peak_tflops bench_gpt2 step_gpt2 step_torch_peer
 export -f step_profile

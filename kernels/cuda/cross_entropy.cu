@@ -7,12 +7,52 @@ namespace {
 
 constexpr int kRowThreads = 512;
 
+// Calls f(j, x[j]) for every j in [0, V) of a row, this thread's share, 16 bytes a load where the row
+// starts aligned (the logits' padded rows do), the unaligned tail or row an element a load.
+template <class T, class F>
+__device__ void for_each_in_row(const T* x, int V, F&& f) {
+  constexpr int kPack = 16 / sizeof(T);
+  int packed_end = 0;
+  if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    packed_end = V / kPack * kPack;
+    for (int j = threadIdx.x * kPack; j < packed_end; j += blockDim.x * kPack) {
+      const int4 pack = *reinterpret_cast<const int4*>(x + j);
+      const T* v = reinterpret_cast<const T*>(&pack);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) f(j + k, to_f32(v[k]));
+    }
+  }
+  for (int j = packed_end + threadIdx.x; j < V; j += blockDim.x) f(j, to_f32(x[j]));
+}
+
+// d[j] = f(j, x[j]) for every j in [0, V) of a row (d may be x), this thread's share, packed where both
+// rows start aligned. Each element is written by the thread that read it.
+template <class T, class F>
+__device__ void map_row(T* d, const T* x, int V, F&& f) {
+  constexpr int kPack = 16 / sizeof(T);
+  int packed_end = 0;
+  if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(d)) % 16 == 0) {
+    packed_end = V / kPack * kPack;
+    for (int j = threadIdx.x * kPack; j < packed_end; j += blockDim.x * kPack) {
+      int4 pack = *reinterpret_cast<const int4*>(x + j);
+      T* v = reinterpret_cast<T*>(&pack);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) v[k] = from_f32<T>(f(j + k, to_f32(v[k])));
+      *reinterpret_cast<int4*>(d + j) = pack;
+    }
+  }
+  for (int j = packed_end + threadIdx.x; j < V; j += blockDim.x) d[j] = from_f32<T>(f(j, to_f32(x[j])));
+}
+
 // A target outside [0, V) yields a NaN loss (a device cannot throw); the data loaders validate tokens.
 // Each row's loss also goes to row_loss in fp32, which the returned sum reads: summing the bf16 copies
-// would round every token's loss before the sum.
+// would round every token's loss before the sum. The row's max and sum of exponentials come from one pass
+// (the running max rescales the running sum), so the logits, the largest tensor of a step, are read twice
+// rather than three times.
 template <class T>
-__global__ void __launch_bounds__(kRowThreads) cross_entropy_kernel(T* dlogits, T* losses, float* row_loss, const T* logits,
-                                     const int32_t* targets, int V, int ld, float dloss) {
+__global__ void __launch_bounds__(kRowThreads) cross_entropy_kernel(T* dlogits, T* losses, float* row_loss,
+                                                                    const T* logits, const int32_t* targets,
+                                                                    int V, int ld, float dloss) {
   __shared__ float scratch[kWarpSize];
   const size_t row = blockIdx.x;
   const T* x = logits + row * ld;
@@ -20,20 +60,24 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_kernel(T* dlogits, 
   const bool valid = target >= 0 && target < V;
   // Read before any thread overwrites the row (dlogits may alias logits); the reductions below sync.
   const float x_target = threadIdx.x == 0 && valid ? to_f32(x[target]) : 0.f;
-  float mx = -INFINITY;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, to_f32(x[j]));
-  mx = block_reduce<true>(mx, scratch);
-  float sum = 0;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(to_f32(x[j]) - mx);
-  sum = block_reduce<false>(sum, scratch);
+  float mx = -INFINITY, sum = 0;
+  for_each_in_row(x, V, [&](int, float v) {
+    if (v > mx) {
+      sum = sum * expf(mx - v) + 1.f;
+      mx = v;
+    } else {
+      sum += expf(v - mx);
+    }
+  });
+  const float row_max = block_reduce<true>(mx, scratch);
+  sum = block_reduce<false>(sum * expf(mx - row_max), scratch);  // a thread with no element adds 0
   if (dlogits) {
-    T* d = dlogits + row * ld;
     const float factor = dloss / sum;
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-      d[j] = from_f32<T>(expf(to_f32(x[j]) - mx) * factor - (j == target ? dloss : 0.f));
+    map_row(dlogits + row * ld, x, V,
+            [&](int j, float v) { return expf(v - row_max) * factor - (j == target ? dloss : 0.f); });
   }
   if (threadIdx.x == 0) {
-    const float loss = valid ? logf(sum) + mx - x_target : NAN;
+    const float loss = valid ? logf(sum) + row_max - x_target : NAN;
     losses[row] = from_f32<T>(loss);
     row_loss[row] = loss;
   }

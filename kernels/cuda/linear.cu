@@ -1,6 +1,8 @@
 // GEMM through cuBLAS (fp32 accumulation; bf16 inputs run on tensor cores) and the Conv1D linear layer.
 #include <cublas_v2.h>
 
+#include <utility>
+
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/common.cuh"
 
@@ -78,10 +80,26 @@ void gemm_grid(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
                                       c, type, ldc, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+namespace {
+// cuBLAS takes its 16-byte-aligned kernels only when the output's extents, not just the leading
+// dimensions, are multiples of 8 elements: GPT-2's odd vocabulary (50257) put two of the LM head's three
+// GEMMs on 1-element-aligned kernels, 5 to 7 times slower (benchmarks/RESULTS.md, the H200 profile). So a
+// large unaligned extent is cut into an aligned bulk and a remainder of under 8.
+constexpr int kAlignedExtent = 8;
+int aligned_bulk(int n) { return n >= 8 * kAlignedExtent ? n / kAlignedExtent * kAlignedExtent : n; }
+}  // namespace
+
 template <class T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda, const T* B,
           int ldb, float beta, T* C, int ldc, cudaStream_t stream) {
-  gemm_grid<T>(trans_a, trans_b, M, N, K, alpha, A, lda, {}, B, ldb, {}, beta, C, ldc, {}, {}, stream);
+  const int M0 = aligned_bulk(M), N0 = aligned_bulk(N);
+  const auto rows_of_a = [&](int i) { return trans_a ? A + i : A + size_t(i) * lda; };
+  const auto cols_of_b = [&](int j) { return trans_b ? B + size_t(j) * ldb : B + j; };
+  for (const auto& [i, m] : {std::pair{0, M0}, std::pair{M0, M - M0}})
+    for (const auto& [j, n] : {std::pair{0, N0}, std::pair{N0, N - N0}})
+      if (m > 0 && n > 0)
+        gemm_grid<T>(trans_a, trans_b, m, n, K, alpha, rows_of_a(i), lda, {}, cols_of_b(j), ldb, {}, beta,
+                     C + size_t(i) * ldc + j, ldc, {}, {}, stream);
 }
 
 template <class T>

@@ -271,18 +271,30 @@ void check_linear(int N) {
   expect_close(d_db.host(), db, tolerance<T>(), "dbias");
 }
 
-// Both operands transposed, padded leading dimensions, alpha and beta: the paths linear does not take.
+// Padded leading dimensions, alpha and beta, either operand transposed: the paths linear does not take.
 template <class T>
-void check_gemm() {
-  const int M = 7, N = 12, K = 5, lda = M + 3, ldb = K + 2, ldc = N + 1;
+void check_gemm(bool trans_a, bool trans_b, int M, int N, int K) {
+  const int lda = (trans_a ? M : K) + 3, ldb = (trans_b ? K : N) + 2, ldc = N + 1;
   std::mt19937 rng(4);
-  const Vec A = random_vec<T>(size_t(K) * lda, rng), Bm = random_vec<T>(size_t(N) * ldb, rng);
+  const Vec A = random_vec<T>(size_t(trans_a ? K : M) * lda, rng);
+  const Vec Bm = random_vec<T>(size_t(trans_b ? N : K) * ldb, rng);
   Vec Cm = random_vec<T>(size_t(M) * ldc, rng);
   DeviceArray<T> d_a(A), d_b(Bm), d_c(Cm);
   const float alpha = 0.5f, beta = -1.5f;
-  gemm<T>(true, true, M, N, K, alpha, d_a.get(), lda, d_b.get(), ldb, beta, d_c.get(), ldc);
-  cpu::gemm<float>(true, true, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, Cm.data(), ldc);
+  gemm<T>(trans_a, trans_b, M, N, K, alpha, d_a.get(), lda, d_b.get(), ldb, beta, d_c.get(), ldc);
+  cpu::gemm<float>(trans_a, trans_b, M, N, K, alpha, A.data(), lda, Bm.data(), ldb, beta, Cm.data(), ldc);
   expect_close(d_c.host(), Cm, tolerance<T>(), "C");
+}
+
+// Extents of 64 and more that are not multiples of 8 are cut into an aligned bulk and a remainder
+// (kernels/cuda/linear.cu): each of the four parts, under every pair of transposes.
+template <class T>
+void check_gemm_unaligned_extents() {
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "trans_a " << ta << ", trans_b " << tb);
+      check_gemm<T>(ta, tb, 67, 75, 9);
+    }
 }
 
 template <class T>
@@ -330,10 +342,12 @@ void check_elementwise() {
   expect_close(d_acc.host(), acc, tolerance<T>(), "axpy");
 }
 
+// V > the 512 threads of a row's block and not a multiple of a 16-byte pack; rows ld apart, the padding
+// compared too (neither side writes it). An ld of V + 12 starts every row 16-byte aligned (packed loads,
+// then an element at a time for the tail); V + 3 leaves most rows unaligned (an element at a time).
 template <class T>
-void check_cross_entropy(bool in_place) {
-  // V > the 512 threads of a row's block; rows ld apart, the padding compared too (neither side writes it)
-  const int N = 6, V = 1500, ld = V + 12;
+void check_cross_entropy(bool in_place, int ld_pad = 12) {
+  const int N = 6, V = 1500, ld = V + ld_pad;
   std::mt19937 rng(7);
   const Vec logits = random_vec<T>(size_t(N) * ld, rng, -4.f, 4.f);
   const auto targets = random_ints(N, V, rng);
@@ -431,8 +445,10 @@ TEST(CudaOps, Linear) { ZS_REQUIRE_GPU(); check_linear<float>(9); }
 TEST(CudaOps, LinearBf16) { ZS_REQUIRE_GPU(); check_linear<bf16>(9); }
 TEST(CudaOps, LinearManyRows) { ZS_REQUIRE_GPU(); check_linear<float>(600); }
 TEST(CudaOps, LinearManyRowsBf16) { ZS_REQUIRE_GPU(); check_linear<bf16>(600); }
-TEST(CudaOps, GemmTransposed) { ZS_REQUIRE_GPU(); check_gemm<float>(); }
-TEST(CudaOps, GemmTransposedBf16) { ZS_REQUIRE_GPU(); check_gemm<bf16>(); }
+TEST(CudaOps, GemmTransposed) { ZS_REQUIRE_GPU(); check_gemm<float>(true, true, 7, 12, 5); }
+TEST(CudaOps, GemmTransposedBf16) { ZS_REQUIRE_GPU(); check_gemm<bf16>(true, true, 7, 12, 5); }
+TEST(CudaOps, GemmUnalignedExtents) { ZS_REQUIRE_GPU(); check_gemm_unaligned_extents<float>(); }
+TEST(CudaOps, GemmUnalignedExtentsBf16) { ZS_REQUIRE_GPU(); check_gemm_unaligned_extents<bf16>(); }
 // T > 32: rows span several warp iterations. At T = 37 the row blocks are not 16-byte aligned, so the
 // batch elements take a GEMM each; at T = 48 (and head size 16) one pointer-array GEMM takes them all.
 TEST(CudaOps, Attention) { ZS_REQUIRE_GPU(); check_attention<float>(2, 37, 24, 3); }
@@ -453,6 +469,8 @@ TEST(CudaOps, ElementwiseBf16) { ZS_REQUIRE_GPU(); check_elementwise<bf16>(); }
 TEST(CudaOps, CrossEntropy) { ZS_REQUIRE_GPU(); check_cross_entropy<float>(false); }
 TEST(CudaOps, CrossEntropyInPlace) { ZS_REQUIRE_GPU(); check_cross_entropy<float>(true); }
 TEST(CudaOps, CrossEntropyBf16) { ZS_REQUIRE_GPU(); check_cross_entropy<bf16>(false); }
+TEST(CudaOps, CrossEntropyUnalignedRows) { ZS_REQUIRE_GPU(); check_cross_entropy<float>(false, 3); }
+TEST(CudaOps, CrossEntropyUnalignedRowsBf16InPlace) { ZS_REQUIRE_GPU(); check_cross_entropy<bf16>(true, 3); }
 TEST(CudaOps, AdamW) { ZS_REQUIRE_GPU(); check_adamw<float>(); }
 TEST(CudaOps, AdamWBf16Grads) { ZS_REQUIRE_GPU(); check_adamw<bf16>(); }
 TEST(CudaOps, SumSquares) { ZS_REQUIRE_GPU(); check_sum_squares<float>(); }
