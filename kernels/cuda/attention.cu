@@ -13,35 +13,67 @@ namespace zshard::cuda {
 
 namespace {
 
-// One warp per score row: softmax over [0, t], zero for the masked future (t, T).
-template <class T>
+// One warp per score row: softmax over [0, t], zero for the masked future (t, T). kN elements a load
+// (common.cuh's Pack); `live` packs hold some j <= t.
+template <class T, int kN>
 __global__ void causal_softmax_kernel(T* att, int rows, int Tn) {
+  using P = Pack<T, kN>;
   const int row = warp_row(), lane = threadIdx.x % kWarpSize;
   if (row >= rows) return;
-  const int t = row % Tn;
-  T* a = att + size_t(row) * Tn;
+  const int t = row % Tn, live = t / kN + 1;
+  P* a = reinterpret_cast<P*>(att + size_t(row) * Tn);
   float mx = -INFINITY;
-  for (int j = lane; j <= t; j += kWarpSize) mx = fmaxf(mx, to_f32(a[j]));
+  for (int i = lane; i < live; i += kWarpSize) {
+    const P p = a[i];
+#pragma unroll
+    for (int k = 0; k < kN; ++k)
+      if (i * kN + k <= t) mx = fmaxf(mx, to_f32(p.v[k]));
+  }
   mx = warp_max(mx);
   float sum = 0;
-  for (int j = lane; j <= t; j += kWarpSize) sum += expf(to_f32(a[j]) - mx);
+  for (int i = lane; i < live; i += kWarpSize) {
+    const P p = a[i];
+#pragma unroll
+    for (int k = 0; k < kN; ++k)
+      if (i * kN + k <= t) sum += expf(to_f32(p.v[k]) - mx);
+  }
   const float inv = 1.f / warp_sum(sum);
-  for (int j = lane; j < Tn; j += kWarpSize) a[j] = from_f32<T>(j <= t ? expf(to_f32(a[j]) - mx) * inv : 0.f);
+  for (int i = lane; i < Tn / kN; i += kWarpSize) {
+    P p = i < live ? a[i] : P{};
+#pragma unroll
+    for (int k = 0; k < kN; ++k) p.v[k] = from_f32<T>(i * kN + k <= t ? expf(to_f32(p.v[k]) - mx) * inv : 0.f);
+    a[i] = p;
+  }
 }
 
 // Softmax backward in place: dp <- p * (dp - sum(p * dp)); masked entries have p = 0 and come out 0.
-template <class T>
+template <class T, int kN>
 __global__ void softmax_backward_kernel(T* dp, const T* att, int rows, int Tn) {
+  using P = Pack<T, kN>;
   const int row = warp_row(), lane = threadIdx.x % kWarpSize;
   if (row >= rows) return;
-  const int t = row % Tn;
-  T* d = dp + size_t(row) * Tn;
-  const T* p = att + size_t(row) * Tn;
+  const int t = row % Tn, live = t / kN + 1;
+  P* d = reinterpret_cast<P*>(dp + size_t(row) * Tn);
+  const P* a = reinterpret_cast<const P*>(att + size_t(row) * Tn);
   float dot = 0;
-  for (int j = lane; j <= t; j += kWarpSize) dot += to_f32(p[j]) * to_f32(d[j]);
+  for (int i = lane; i < live; i += kWarpSize) {
+    const P p = a[i], g = d[i];
+#pragma unroll
+    for (int k = 0; k < kN; ++k)
+      if (i * kN + k <= t) dot += to_f32(p.v[k]) * to_f32(g.v[k]);
+  }
   dot = warp_sum(dot);
-  for (int j = lane; j < Tn; j += kWarpSize)
-    d[j] = from_f32<T>(j <= t ? to_f32(p[j]) * (to_f32(d[j]) - dot) : 0.f);
+  for (int i = lane; i < Tn / kN; i += kWarpSize) {
+    P g{};
+    if (i < live) {
+      const P p = a[i];
+      g = d[i];
+#pragma unroll
+      for (int k = 0; k < kN; ++k)
+        g.v[k] = from_f32<T>(i * kN + k <= t ? to_f32(p.v[k]) * (to_f32(g.v[k]) - dot) : 0.f);
+    }
+    d[i] = g;
+  }
 }
 
 // cuBLAS behind the block plan's GEMM signature, on `stream`.
@@ -63,7 +95,10 @@ int attention_backward_chunk(int B, int Tn, int NH, size_t element_size) {
 template <class T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, cudaStream_t stream) {
   const auto softmax = [stream](T* a, int rows, int len) {
-    causal_softmax_kernel<<<row_blocks(rows), kBlockSize, 0, stream>>>(a, rows, len);
+    if (rows_packable<T>(len, {a}))
+      causal_softmax_kernel<T, kPack16<T>><<<row_blocks(rows), kBlockSize, 0, stream>>>(a, rows, len);
+    else
+      causal_softmax_kernel<T, 1><<<row_blocks(rows), kBlockSize, 0, stream>>>(a, rows, len);
     ZS_CUDA_CHECK_LAUNCH();
   };
   causal_blocks::attention_forward(gemm_on<T>(stream), softmax, out, att, qkv, B, Tn, C, NH);
@@ -78,7 +113,10 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   const int chunk = attention_backward_chunk(B, Tn, NH, sizeof(T));
   Buffer scratch = workspace(size_t(chunk) * NH * Tn * Tn * sizeof(T), stream);
   const auto softmax_backward = [stream](T* ds, const T* a, int rows, int len) {
-    softmax_backward_kernel<<<row_blocks(rows), kBlockSize, 0, stream>>>(ds, a, rows, len);
+    if (rows_packable<T>(len, {ds, a}))
+      softmax_backward_kernel<T, kPack16<T>><<<row_blocks(rows), kBlockSize, 0, stream>>>(ds, a, rows, len);
+    else
+      softmax_backward_kernel<T, 1><<<row_blocks(rows), kBlockSize, 0, stream>>>(ds, a, rows, len);
     ZS_CUDA_CHECK_LAUNCH();
   };
   causal_blocks::attention_backward(gemm_on<T>(stream), softmax_backward, static_cast<T*>(scratch.data()), dqkv,

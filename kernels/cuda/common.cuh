@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include <zshard/error.h>
@@ -40,6 +42,24 @@ template <>
 __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+
+// kN consecutive elements loaded or stored as one access. Row kernels take kN = kPack16<T> (16 bytes, the
+// widest load) where every row starts 16-byte aligned (rows_packable), else kN = 1: one template, and a
+// warp moves 512 bytes a load rather than 64.
+template <class T, int kN>
+struct alignas(sizeof(T) * kN) Pack {
+  T v[kN];
+};
+template <class T>
+constexpr int kPack16 = int(16 / sizeof(T));
+// True when rows of `row_elements` keep every base pointer's 16-byte alignment.
+template <class T>
+inline bool rows_packable(size_t row_elements, std::initializer_list<const void*> bases) {
+  if (row_elements % kPack16<T>) return false;
+  for (const void* p : bases)
+    if (reinterpret_cast<uintptr_t>(p) % 16) return false;
+  return true;
+}
 
 __device__ __forceinline__ float warp_sum(float x) {
   for (int o = kWarpSize / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);

@@ -32,26 +32,39 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   }
 }
 
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight; one warp per row.
-template <class T>
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight; one warp per row, kN elements
+// a load (common.cuh's Pack).
+template <class T, int kN>
 __global__ void layernorm_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight, const float* mean,
                                       const float* rstd, int N, int C) {
-  const int row = warp_row(), lane = threadIdx.x % kWarpSize;
+  using P = Pack<T, kN>;
+  const int row = warp_row(), lane = threadIdx.x % kWarpSize, packs = C / kN;
   if (row >= N) return;
-  const T* x = inp + size_t(row) * C;
-  const T* d = dout + size_t(row) * C;
+  const P* x = reinterpret_cast<const P*>(inp + size_t(row) * C);
+  const P* d = reinterpret_cast<const P*>(dout + size_t(row) * C);
+  const P* w = reinterpret_cast<const P*>(weight);
+  P* dx = reinterpret_cast<P*>(dinp + size_t(row) * C);
   const float mu = mean[row], rs = rstd[row];
   float g_sum = 0, gx_sum = 0;
-  for (int c = lane; c < C; c += kWarpSize) {
-    const float g = to_f32(d[c]) * to_f32(weight[c]);
-    g_sum += g;
-    gx_sum += g * (to_f32(x[c]) - mu) * rs;
+  for (int i = lane; i < packs; i += kWarpSize) {
+    const P dp = d[i], wp = w[i], xp = x[i];
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float g = to_f32(dp.v[k]) * to_f32(wp.v[k]);
+      g_sum += g;
+      gx_sum += g * (to_f32(xp.v[k]) - mu) * rs;
+    }
   }
   const float g_mean = warp_sum(g_sum) / C, gx_mean = warp_sum(gx_sum) / C;
-  T* dx = dinp + size_t(row) * C;
-  for (int c = lane; c < C; c += kWarpSize) {
-    const float g = to_f32(d[c]) * to_f32(weight[c]);
-    dx[c] = from_f32<T>(to_f32(dx[c]) + rs * (g - g_mean - (to_f32(x[c]) - mu) * rs * gx_mean));
+  for (int i = lane; i < packs; i += kWarpSize) {
+    const P dp = d[i], wp = w[i], xp = x[i];
+    P out = dx[i];
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float g = to_f32(dp.v[k]) * to_f32(wp.v[k]);
+      out.v[k] = from_f32<T>(to_f32(out.v[k]) + rs * (g - g_mean - (to_f32(xp.v[k]) - mu) * rs * gx_mean));
+    }
+    dx[i] = out;
   }
 }
 
@@ -83,7 +96,12 @@ template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
   if (N == 0) return;
-  layernorm_dinp_kernel<<<row_blocks(N), kBlockSize, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  if (rows_packable<T>(C, {dinp, dout, inp, weight}))
+    layernorm_dinp_kernel<T, kPack16<T>><<<row_blocks(N), kBlockSize, 0, stream>>>(dinp, dout, inp, weight, mean,
+                                                                                 rstd, N, C);
+  else
+    layernorm_dinp_kernel<T, 1><<<row_blocks(N), kBlockSize, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N,
+                                                                         C);
   ZS_CUDA_CHECK_LAUNCH();
   accumulate_column_sums<2>(ColumnOutputs<2, T>{{dweight, dbias}}, N, C,
                             ParamsTerm<T>{dout, inp, mean, rstd, C}, stream);

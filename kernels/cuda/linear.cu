@@ -81,10 +81,10 @@ void gemm_grid(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
 }
 
 namespace {
-// cuBLAS takes its 16-byte-aligned kernels only when the output's extents, not just the leading
-// dimensions, are multiples of 8 elements: GPT-2's odd vocabulary (50257) put two of the LM head's three
-// GEMMs on 1-element-aligned kernels, 5 to 7 times slower (benchmarks/RESULTS.md, the H200 profile). So a
-// large unaligned extent is cut into an aligned bulk and a remainder of under 8.
+// cuBLAS takes its 16-byte-aligned kernels only when every extent, not just the leading dimensions, is a
+// multiple of 8 elements: GPT-2's odd vocabulary (50257) put the LM head's GEMMs on 1-element-aligned
+// kernels, 4 to 7 times slower (benchmarks/RESULTS.md, the H200 profile). So a large unaligned extent is
+// cut into an aligned bulk and a remainder of under 8; the parts of K add up through beta = 1.
 constexpr int kAlignedExtent = 8;
 int aligned_bulk(int n) { return n >= 8 * kAlignedExtent ? n / kAlignedExtent * kAlignedExtent : n; }
 }  // namespace
@@ -92,14 +92,21 @@ int aligned_bulk(int n) { return n >= 8 * kAlignedExtent ? n / kAlignedExtent * 
 template <class T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda, const T* B,
           int ldb, float beta, T* C, int ldc, cudaStream_t stream) {
-  const int M0 = aligned_bulk(M), N0 = aligned_bulk(N);
-  const auto rows_of_a = [&](int i) { return trans_a ? A + i : A + size_t(i) * lda; };
-  const auto cols_of_b = [&](int j) { return trans_b ? B + size_t(j) * ldb : B + j; };
-  for (const auto& [i, m] : {std::pair{0, M0}, std::pair{M0, M - M0}})
-    for (const auto& [j, n] : {std::pair{0, N0}, std::pair{N0, N - N0}})
-      if (m > 0 && n > 0)
-        gemm_grid<T>(trans_a, trans_b, m, n, K, alpha, rows_of_a(i), lda, {}, cols_of_b(j), ldb, {}, beta,
+  const int M0 = aligned_bulk(M), N0 = aligned_bulk(N), K0 = aligned_bulk(K);
+  // op(A) at row i, column k; op(B) at row k, column j.
+  const auto a_at = [&](int i, int k) { return trans_a ? A + size_t(k) * lda + i : A + size_t(i) * lda + k; };
+  const auto b_at = [&](int k, int j) { return trans_b ? B + size_t(j) * ldb + k : B + size_t(k) * ldb + j; };
+  using Part = std::pair<int, int>;  // offset, extent
+  for (const auto& [i, m] : {Part{0, M0}, Part{M0, M - M0}})
+    for (const auto& [j, n] : {Part{0, N0}, Part{N0, N - N0}})
+      if (m > 0 && n > 0) {
+        // The bulk of K runs even when K = 0 (C = beta C); the remainder adds to it.
+        gemm_grid<T>(trans_a, trans_b, m, n, K0, alpha, a_at(i, 0), lda, {}, b_at(0, j), ldb, {}, beta,
                      C + size_t(i) * ldc + j, ldc, {}, {}, stream);
+        if (K > K0)
+          gemm_grid<T>(trans_a, trans_b, m, n, K - K0, alpha, a_at(i, K0), lda, {}, b_at(K0, j), ldb, {}, 1.f,
+                       C + size_t(i) * ldc + j, ldc, {}, {}, stream);
+      }
 }
 
 template <class T>

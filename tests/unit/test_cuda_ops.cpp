@@ -150,8 +150,7 @@ void check_embedding(int B, int Tn, int V, bool positions = true) {
 // C is not a multiple of the warp size; N over 256 spreads the parameter-gradient column sums over several
 // row chunks (kernels/cuda/column_sums.cuh), the last one partial.
 template <class T>
-void check_layernorm(int N) {
-  const int C = 70;
+void check_layernorm(int N, int C = 70) {
   std::mt19937 rng(2);
   const Vec inp = random_vec<T>(size_t(N) * C, rng), w = random_vec<T>(C, rng), b = random_vec<T>(C, rng);
   const Vec dout = random_vec<T>(inp.size(), rng);
@@ -287,13 +286,13 @@ void check_gemm(bool trans_a, bool trans_b, int M, int N, int K) {
 }
 
 // Extents of 64 and more that are not multiples of 8 are cut into an aligned bulk and a remainder
-// (kernels/cuda/linear.cu): each of the four parts, under every pair of transposes.
+// (kernels/cuda/linear.cu): each of the eight parts, under every pair of transposes.
 template <class T>
 void check_gemm_unaligned_extents() {
   for (const bool ta : {false, true})
     for (const bool tb : {false, true}) {
       SCOPED_TRACE(testing::Message() << "trans_a " << ta << ", trans_b " << tb);
-      check_gemm<T>(ta, tb, 67, 75, 9);
+      check_gemm<T>(ta, tb, 67, 75, 70);
     }
 }
 
@@ -426,6 +425,9 @@ TEST(CudaOps, LayerNorm) { ZS_REQUIRE_GPU(); check_layernorm<float>(11); }
 TEST(CudaOps, LayerNormBf16) { ZS_REQUIRE_GPU(); check_layernorm<bf16>(11); }
 TEST(CudaOps, LayerNormManyRows) { ZS_REQUIRE_GPU(); check_layernorm<float>(600); }
 TEST(CudaOps, LayerNormManyRowsBf16) { ZS_REQUIRE_GPU(); check_layernorm<bf16>(600); }
+// Rows of a multiple of 16 bytes: the packed loads of kernels/cuda/common.cuh.
+TEST(CudaOps, LayerNormPackedRows) { ZS_REQUIRE_GPU(); check_layernorm<float>(600, 96); }
+TEST(CudaOps, LayerNormPackedRowsBf16) { ZS_REQUIRE_GPU(); check_layernorm<bf16>(600, 96); }
 TEST(CudaOps, RmsNorm) { ZS_REQUIRE_GPU(); check_rmsnorm<float>(7, 37); }
 TEST(CudaOps, RmsNormBf16) { ZS_REQUIRE_GPU(); check_rmsnorm<bf16>(7, 37); }
 TEST(CudaOps, RmsNormManyRows) { ZS_REQUIRE_GPU(); check_rmsnorm<float>(600, 70); }
