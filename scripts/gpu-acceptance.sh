@@ -32,6 +32,7 @@
 #   memcheck   150  compute-sanitizer memcheck on the op tests and a 3-step tiny bf16 run with the
 #                   optimizer offloaded (the copy stream)
 #   gpt2       120  gpt2 124M bf16 at T=1024: tokens/s and MFU at the largest batch that fits, and at 8
+#   llama       60  llama-3.2-1b bf16 at T=1024, batch 8: tokens/s and MFU
 #   torch-peer 200  the PyTorch peer at the same batches, eager and torch.compile: the ratios
 #   profile    150  one gpt2 step under ncu: device time by kind of kernel, and busy share of the step
 #
@@ -401,11 +402,31 @@ for b in sorted({largest, 8} - {0}, reverse=True):
                          "peak_total_bytes": r["peak_total_bytes"]}
     mfu = "n/a" if r["mfu"] is None else f'{100 * r["mfu"]:.1f}%'
     parts.append(f'batch {b}: {r["tokens_per_s"]:.0f} tok/s, MFU {mfu}, {r["step_ms"]["median"]:.0f} ms')
+# The tracking allocator's figures at batch 8 beside zshard-mem's prediction for the same run.
+try:
+    mem = json.load(open(os.path.join(logs, "gpt2_mem.json")))["rows"][0]
+    r = json.load(open(os.path.join(logs, "gpt2_b8.json")))["results"][0]
+    states, peak = r["model_states_bytes"]["measured"], r["peak_total_bytes"]
+    out["memory_batch_8"] = {"states_measured": states, "states_predicted": mem["model_states_bytes"],
+                             "peak_measured": peak, "peak_predicted": mem["total_bytes"]}
+    parts.append(f'batch 8 memory: states {states / 1e9:.3f} GB, zshard-mem {mem["model_states_bytes"] / 1e9:.3f} GB; '
+                 f'peak {peak / 1e9:.2f} GB, zshard-mem {mem["total_bytes"] / 1e9:.2f} GB')
+except (OSError, KeyError, IndexError, ValueError) as e:
+    parts.append(f"no memory comparison ({e!r})")
 json.dump(out, open(os.path.join(logs, "gpt2.json"), "w"))
 open(os.path.join(logs, "gpt2.note"), "a").write(
     ("largest batch that fits: " + str(largest) if largest else f"no batch above 8 fitted (tried {tried})") +
     "; " + "; ".join(parts) + "\n")
 PY
+}
+
+step_llama() {
+  with_build
+  run_logged llama-b8 "$BUILD/zshard-bench" --model llama-3.2-1b --param-dtype bf16 --seq 1024 --batch 8 \
+    --device cuda --strategies ddp --warmup-steps 1 --steps 3 --peak-tflops "$(peak_tflops)" --json "$LOGS/llama.json"
+  note "$(python3 -c "
+import json; r = json.load(open('$LOGS/llama.json'))['results'][0]
+print(f\"llama-3.2-1b batch 8: {r['tokens_per_s']:.0f} tok/s, MFU {100 * r['mfu']:.1f}%, {r['step_ms']['median']:.0f} ms\")")"
 }
 
 step_torch_peer() {
@@ -466,7 +487,7 @@ step_profile() {
   done
 }
 export -f step_cuda_ops step_nccl step_tiny step_mpi step_memcheck peak_tflops bench_gpt2 step_gpt2 step_torch_peer
-export -f step_profile
+export -f step_profile step_llama
 
 # ---- the plan, in order ----
 [ "$MODE" = dry ] && echo "dry run: the plan of one call, budget ${BUDGET}s; nothing runs on a GPU"
@@ -478,6 +499,7 @@ step tiny 60 step_tiny "training on cuda matches the cpu: fp32 within 1e-4, bf16
 step mpi 180 step_mpi "ddp, zero3 and hybrid at np 2 and 4 over mpi with device buffers, fp32 and bf16, match one process"
 step memcheck 150 step_memcheck "no out-of-bounds or misaligned device access in the kernels, the runtime and the copy stream"
 step gpt2 120 step_gpt2 "gpt2 124M bf16 at T=1024: tokens/s and MFU at the largest batch that fits and at 8"
+step llama 60 step_llama "llama-3.2-1b bf16 at T=1024, batch 8: tokens/s and MFU (no peer)"
 step torch-peer 200 step_torch_peer "PyTorch eager and torch.compile at the same batches on the same GPU: the ratios"
 step profile 150 step_profile "where one gpt2 step's device time goes, by kind of kernel (ncu), and the GPU's busy share"
 

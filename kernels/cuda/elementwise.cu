@@ -9,22 +9,38 @@ namespace {
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 constexpr float kGeluCubic = 0.044715f;
 
-template <class T>
-__global__ void gelu_forward_kernel(T* out, const T* inp, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float x = to_f32(inp[i]);
-    out[i] = from_f32<T>(0.5f * x * (1.f + tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x))));
+__device__ __forceinline__ float gelu(float x) {
+  return 0.5f * x * (1.f + tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
+}
+__device__ __forceinline__ float gelu_grad(float x) {
+  const float th = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+  const float sech2 = 1.f - th * th;
+  return 0.5f * (1.f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.f + 3.f * kGeluCubic * x * x);
+}
+
+// The GELU kernels, the largest element-wise ones (4C per token), go kN elements a load (common.cuh's
+// Pack) over `packs` = n / kN.
+template <class T, int kN>
+__global__ void gelu_forward_kernel(T* out, const T* inp, size_t packs) {
+  using P = Pack<T, kN>;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < packs; i += size_t(gridDim.x) * blockDim.x) {
+    P x = reinterpret_cast<const P*>(inp)[i];
+#pragma unroll
+    for (int k = 0; k < kN; ++k) x.v[k] = from_f32<T>(gelu(to_f32(x.v[k])));
+    reinterpret_cast<P*>(out)[i] = x;
   }
 }
 
-template <class T>
-__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float x = to_f32(inp[i]);
-    const float th = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-    const float sech2 = 1.f - th * th;
-    const float grad = 0.5f * (1.f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.f + 3.f * kGeluCubic * x * x);
-    dinp[i] = from_f32<T>(to_f32(dinp[i]) + grad * to_f32(dout[i]));
+template <class T, int kN>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t packs) {
+  using P = Pack<T, kN>;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < packs; i += size_t(gridDim.x) * blockDim.x) {
+    const P x = reinterpret_cast<const P*>(inp)[i], d = reinterpret_cast<const P*>(dout)[i];
+    P acc = reinterpret_cast<P*>(dinp)[i];
+#pragma unroll
+    for (int k = 0; k < kN; ++k)
+      acc.v[k] = from_f32<T>(to_f32(acc.v[k]) + gelu_grad(to_f32(x.v[k])) * to_f32(d.v[k]));
+    reinterpret_cast<P*>(dinp)[i] = acc;
   }
 }
 
@@ -69,14 +85,22 @@ template void convert<bf16, float>(bf16*, const float*, size_t, cudaStream_t);
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_forward_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(out, inp, n);
+  constexpr int kN = kPack16<T>;
+  if (rows_packable<T>(n, {out, inp}))
+    gelu_forward_kernel<T, kN><<<grid_for(n / kN), kBlockSize, 0, stream>>>(out, inp, n / kN);
+  else
+    gelu_forward_kernel<T, 1><<<grid_for(n), kBlockSize, 0, stream>>>(out, inp, n);
   ZS_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_backward_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(dinp, inp, dout, n);
+  constexpr int kN = kPack16<T>;
+  if (rows_packable<T>(n, {dinp, inp, dout}))
+    gelu_backward_kernel<T, kN><<<grid_for(n / kN), kBlockSize, 0, stream>>>(dinp, inp, dout, n / kN);
+  else
+    gelu_backward_kernel<T, 1><<<grid_for(n), kBlockSize, 0, stream>>>(dinp, inp, dout, n);
   ZS_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,7 @@
 // GEMM through cuBLAS (fp32 accumulation; bf16 inputs run on tensor cores) and the Conv1D linear layer.
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "kernels/cuda/column_sums.cuh"
@@ -15,12 +16,24 @@ constexpr cudaDataType_t cuda_type() {
   return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
 }
 
-template <class T>
+// x: a pack of kN columns (common.cuh's Pack), whose bias stays in registers; y: rows, strided. No index
+// division: a flat loop's `i % OC` made this kernel compute-bound.
+template <class T, int kN>
 __global__ void add_bias_kernel(T* out, const T* bias, int N, int OC) {
-  const size_t n = size_t(N) * OC;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    out[i] = from_f32<T>(to_f32(out[i]) + to_f32(bias[i % OC]));
+  using P = Pack<T, kN>;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= OC / kN) return;
+  const P b = reinterpret_cast<const P*>(bias)[c];
+  for (int row = blockIdx.y; row < N; row += gridDim.y) {
+    P* o = reinterpret_cast<P*>(out + size_t(row) * OC) + c;
+    P v = *o;
+#pragma unroll
+    for (int k = 0; k < kN; ++k) v.v[k] = from_f32<T>(to_f32(v.v[k]) + to_f32(b.v[k]));
+    *o = v;
+  }
 }
+constexpr int kBiasThreads = 128;
+constexpr int kBiasRowBlocks = 4096;  // each thread adds its bias to N / 4096 rows
 
 // The bias gradient's term of column sums: dout itself.
 template <class T>
@@ -113,8 +126,14 @@ template <class T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
                     cudaStream_t stream) {
   gemm<T>(false, false, N, OC, C, 1.f, inp, C, weight, OC, 0.f, out, OC, stream);
-  if (bias && N > 0) {
-    add_bias_kernel<<<grid_for(size_t(N) * OC), kBlockSize, 0, stream>>>(out, bias, N, OC);
+  if (bias && N > 0 && OC > 0) {
+    constexpr int kN = kPack16<T>;
+    const int pack = rows_packable<T>(OC, {out, bias}) ? kN : 1;
+    const dim3 grid((OC / pack + kBiasThreads - 1) / kBiasThreads, std::min(N, kBiasRowBlocks));
+    if (pack == kN)
+      add_bias_kernel<T, kN><<<grid, kBiasThreads, 0, stream>>>(out, bias, N, OC);
+    else
+      add_bias_kernel<T, 1><<<grid, kBiasThreads, 0, stream>>>(out, bias, N, OC);
     ZS_CUDA_CHECK_LAUNCH();
   }
 }

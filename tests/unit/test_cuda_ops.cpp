@@ -251,8 +251,8 @@ void check_swiglu() {
 }
 
 template <class T>
-void check_linear(int N) {
-  const int C = 20, OC = 33;
+void check_linear(int N, int OC = 33) {
+  const int C = 20;
   std::mt19937 rng(3);
   const Vec inp = random_vec<T>(size_t(N) * C, rng), w = random_vec<T>(size_t(C) * OC, rng);
   const Vec bias = random_vec<T>(OC, rng), dout = random_vec<T>(size_t(N) * OC, rng);
@@ -314,8 +314,7 @@ void check_attention(int B, int Tn, int C, int NH) {
 }
 
 template <class T>
-void check_elementwise() {
-  const size_t n = 3001;
+void check_elementwise(size_t n = 3001) {
   std::mt19937 rng(6);
   const Vec x = random_vec<T>(n, rng, -5.f, 5.f), y = random_vec<T>(n, rng), dout = random_vec<T>(n, rng);
   Vec dx = random_vec<T>(n, rng), da = random_vec<T>(n, rng), db = random_vec<T>(n, rng);
@@ -447,6 +446,9 @@ TEST(CudaOps, Linear) { ZS_REQUIRE_GPU(); check_linear<float>(9); }
 TEST(CudaOps, LinearBf16) { ZS_REQUIRE_GPU(); check_linear<bf16>(9); }
 TEST(CudaOps, LinearManyRows) { ZS_REQUIRE_GPU(); check_linear<float>(600); }
 TEST(CudaOps, LinearManyRowsBf16) { ZS_REQUIRE_GPU(); check_linear<bf16>(600); }
+// Output rows of whole 16-byte packs: the packed bias add.
+TEST(CudaOps, LinearPackedBias) { ZS_REQUIRE_GPU(); check_linear<float>(5000, 40); }
+TEST(CudaOps, LinearPackedBiasBf16) { ZS_REQUIRE_GPU(); check_linear<bf16>(600, 40); }
 TEST(CudaOps, GemmTransposed) { ZS_REQUIRE_GPU(); check_gemm<float>(true, true, 7, 12, 5); }
 TEST(CudaOps, GemmTransposedBf16) { ZS_REQUIRE_GPU(); check_gemm<bf16>(true, true, 7, 12, 5); }
 TEST(CudaOps, GemmUnalignedExtents) { ZS_REQUIRE_GPU(); check_gemm_unaligned_extents<float>(); }
@@ -468,6 +470,9 @@ TEST(CudaOps, AttentionBackwardInPasses) {
 }
 TEST(CudaOps, Elementwise) { ZS_REQUIRE_GPU(); check_elementwise<float>(); }
 TEST(CudaOps, ElementwiseBf16) { ZS_REQUIRE_GPU(); check_elementwise<bf16>(); }
+// A length of whole 16-byte packs: the packed GELU kernels.
+TEST(CudaOps, ElementwisePacked) { ZS_REQUIRE_GPU(); check_elementwise<float>(3000); }
+TEST(CudaOps, ElementwisePackedBf16) { ZS_REQUIRE_GPU(); check_elementwise<bf16>(3000); }
 TEST(CudaOps, CrossEntropy) { ZS_REQUIRE_GPU(); check_cross_entropy<float>(false); }
 TEST(CudaOps, CrossEntropyInPlace) { ZS_REQUIRE_GPU(); check_cross_entropy<float>(true); }
 TEST(CudaOps, CrossEntropyBf16) { ZS_REQUIRE_GPU(); check_cross_entropy<bf16>(false); }
