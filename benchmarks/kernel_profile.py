@@ -30,7 +30,8 @@ KINDS = [
     ("dtype casts", r"convert"),
     ("copies, fills", r"memcpy|memset|fill|iota|copy"),
 ]
-SCALE_TO_MS = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3, "second": 1e3}
+SCALE_TO_MS = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0,
+               "s": 1e3, "second": 1e3}
 
 
 def kind_of(name):

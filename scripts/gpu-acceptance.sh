@@ -15,6 +15,10 @@
 #   scripts/gpu-acceptance.sh keep-build DIR   on the build machine, after a call: copies the build
 #                                          archive from the reply's files_at DIR into .gpubuild/, which
 #                                          the next call carries to skip the build
+#   scripts/gpu-acceptance.sh pack BUILD   on the build machine, where nvcc is: archives BUILD (a build of
+#                                          these sources with -DZSHARD_CUDA=ON, its targets built) into
+#                                          .gpubuild/, so that even the first call builds nothing; the
+#                                          build step rebuilds there if the archive does not start
 #
 # The steps (limit in seconds; each gets min(its limit, what is left of the budget), SKIP below 20 s):
 #   setup       45  unpack .gpudeps (scripts/gpu-setup.sh), name the GPU
@@ -46,8 +50,8 @@ MODE=run
 case ${1:-} in
   "") ;;
   --dry-run) MODE=dry ;;
-  prepare|keep-build) MODE=$1 ;;
-  *) echo "usage: $0 [--dry-run | prepare | keep-build FILES_AT_DIR]" >&2; exit 2 ;;
+  prepare|keep-build|pack) MODE=$1 ;;
+  *) echo "usage: $0 [--dry-run | prepare | keep-build FILES_AT_DIR | pack CUDA_BUILD_DIR]" >&2; exit 2 ;;
 esac
 BUILD=${ZSHARD_GPU_BUILD:-build-gpu}
 case $BUILD in /*) ;; *) BUILD=$REPO/$BUILD ;; esac
@@ -90,6 +94,16 @@ if [ "$MODE" = keep-build ]; then
   rm -rf "$KEPT" && mkdir -p "$KEPT" && cp "$src"/build-gpu.tar.gz.* "$KEPT"/
   echo "keep-build: $(du -sh "$KEPT" | cut -f1) in $KEPT; carry it: carry=[\".gpudeps\", \".gpubuild\"]"
   MODE=prepare  # and check that it all still fits
+fi
+
+if [ "$MODE" = pack ]; then
+  dir=${2:?"pack needs a CUDA build folder"}
+  grep -q '^ZSHARD_CUDA:STRING=ON' "$dir/CMakeCache.txt" 2>/dev/null ||
+    { echo "pack: $dir is not a build with -DZSHARD_CUDA=ON" >&2; exit 1; }
+  # shellcheck disable=SC2086
+  cmake --build "$dir" --target ${TARGETS[*]} || { echo "pack: building the targets in $dir failed" >&2; exit 1; }
+  rm -rf "$KEPT" && mkdir -p "$KEPT" && pack_build "$dir" "$KEPT" "$(source_key)" || exit 1
+  MODE=prepare
 fi
 
 if [ "$MODE" = prepare ]; then

@@ -37,4 +37,6 @@ expect_true "the summary has a line per step" test "$(grep -cE '^[a-z0-9-]+ +SKI
 expect_failure "unknown argument" 2 "usage: .*--dry-run" -- bash "$PLAN" --bogus
 expect_failure "keep-build without a folder" nonzero "keep-build needs the reply's files_at folder" -- \
   bash "$PLAN" keep-build
+expect_failure "pack without a CUDA build" 1 "pack: .* is not a build with -DZSHARD_CUDA=ON" -- \
+  bash "$PLAN" pack "$WORK"
 finish
