@@ -39,6 +39,8 @@
 #   llama       60  llama-3.2-1b bf16 at T=1024, batch 8: tokens/s and MFU
 #   torch-peer 200  the PyTorch peer at the same batches, eager and torch.compile: the ratios
 #   profile    150  one gpt2 step under ncu: device time by kind of kernel, and busy share of the step
+#   async-save 150  not a GPU check: gpt2 np 2 --save-every 1 on the cpu device (benchmarks/async_save.sh),
+#                   step time with async, sync and no saves, on the machine's many cores
 #
 # Output in $OUT (the device tool's folder; out/gpu, which git ignores, when unset): summary.txt (one line
 # per step), results.json (with each step's metrics), logs.tar.gz, and the build archive: at most 8
@@ -443,6 +445,17 @@ import json; r = json.load(open('$LOGS/llama.json'))['results'][0]
 print(f\"llama-3.2-1b batch 8: {r['tokens_per_s']:.0f} tok/s, MFU {100 * r['mfu']:.1f}%, {r['step_ms']['median']:.0f} ms\")")"
 }
 
+# Not a GPU check: the machine's 16 cores give the async checkpoint benchmark of issue #26 what a 2-core
+# box cannot, a core for each rank and more for the writers.
+step_async_save() {
+  with_build
+  NP=2 SAVE_DIR_ROOT=/dev/shm bash benchmarks/async_save.sh "$BUILD" 8 | tee "$LOGS/async_save.txt"
+  local rc=${PIPESTATUS[0]}
+  note "gpt2 np 2 --save-every 1 on the cpu, $NPROC cores: $(grep -E '^\| (no saves|sync|async) ' "$LOGS/async_save.txt" |
+    awk -F'|' '{for (i = 2; i <= 6; i++) gsub(/^ +| +$/, "", $i); printf "%s %s ms (%s); ", $2, $3, $6}')"
+  exit "$rc"
+}
+
 step_torch_peer() {
   with_build
   local largest b mode rc=0
@@ -501,7 +514,7 @@ step_profile() {
   done
 }
 export -f step_cuda_ops step_nccl step_tiny step_mpi step_memcheck peak_tflops bench_gpt2 step_gpt2 step_torch_peer
-export -f step_profile step_llama
+export -f step_profile step_llama step_async_save
 
 # ---- the plan, in order ----
 [ "$MODE" = dry ] && echo "dry run: the plan of one call, budget ${BUDGET}s; nothing runs on a GPU"
@@ -516,6 +529,7 @@ step gpt2 120 step_gpt2 "gpt2 124M bf16 at T=1024: tokens/s and MFU at the large
 step llama 60 step_llama "llama-3.2-1b bf16 at T=1024, batch 8: tokens/s and MFU (no peer)"
 step torch-peer 200 step_torch_peer "PyTorch eager and torch.compile at the same batches on the same GPU: the ratios"
 step profile 150 step_profile "where one gpt2 step's device time goes, by kind of kernel (ncu), and the GPU's busy share"
+step async-save 150 step_async_save "issue #26's async checkpoint cost at np 2 with cores to spare (cpu device, the machine's cores)"
 
 # ---- summary, results, logs ----
 {

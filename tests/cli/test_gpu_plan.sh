@@ -6,7 +6,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 PLAN="$ZSHARD_SRC/scripts/gpu-acceptance.sh"
-STEPS=(setup build cuda-ops nccl tiny mpi memcheck gpt2 llama torch-peer profile)
+STEPS=(setup build cuda-ops nccl tiny mpi memcheck gpt2 llama torch-peer profile async-save)
 
 start=$SECONDS
 OUT="$WORK/out-dir" expect_ok "dry run" bash "$PLAN" --dry-run
@@ -33,7 +33,7 @@ assert all(s["status"] == "SKIP" and s["note"] for s in doc["steps"]), doc
 PY
 expect_true "what comes back: summary, results, logs, at most 8 files" \
   test "$(ls "$WORK/out-dir" | sort | tr '\n' ' ')" = "logs.tar.gz results.json summary.txt "
-expect_true "the summary has a line per step" test "$(grep -cE '^[a-z0-9-]+ +SKIP' "$WORK/out-dir/summary.txt")" = 11
+expect_true "the summary has a line per step" test "$(grep -cE '^[a-z0-9-]+ +SKIP' "$WORK/out-dir/summary.txt")" = 12
 expect_failure "unknown argument" 2 "usage: .*--dry-run" -- bash "$PLAN" --bogus
 expect_failure "keep-build without a folder" nonzero "keep-build needs the reply's files_at folder" -- \
   bash "$PLAN" keep-build
