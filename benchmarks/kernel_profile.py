@@ -7,7 +7,9 @@
 Sums gpu__time_duration by kind of kernel (matrix products, attention's softmax, the norms, the
 element-wise kernels, the optimizer, ...) and by kernel, largest first. ncu serialises the kernels, so the
 sum is the device's busy time with no overlap; --step-ms (a step's wall time, measured without ncu) turns
-it into the share of the step the GPU was busy, the rest being launch gaps and host stalls.
+it into the share of the step the GPU was busy, the rest being launch gaps and host stalls. The profiled
+run's set-up kernels (the first bf16 copies of the parameters) count as step time too: 0.36 ms of 23 in
+the gpt2 profile of benchmarks/RESULTS.md.
 """
 import argparse
 import collections

@@ -44,8 +44,10 @@
 #
 # Output in $OUT (the device tool's folder; out/gpu, which git ignores, when unset): summary.txt (one line
 # per step), results.json (with each step's metrics), logs.tar.gz, and the build archive: at most 8
-# files, as the device tool returns. Exit status: 0 when every step passed, 1 otherwise.
+# files, as the device tool returns. Exit status: 0 when every step passed (or was left out by
+# ZSHARD_GPU_STEPS: OMIT), 1 when one failed or was skipped.
 set -uo pipefail
+CALLER_DIR=$PWD  # where a relative path given on the command line is from
 cd "$(dirname "$0")/.." || exit 2
 REPO=$(pwd)
 MODE=run
@@ -100,8 +102,19 @@ fi
 
 if [ "$MODE" = pack ]; then
   dir=${2:?"pack needs a CUDA build folder"}
-  grep -q '^ZSHARD_CUDA:STRING=ON' "$dir/CMakeCache.txt" 2>/dev/null ||
-    { echo "pack: $dir is not a build with -DZSHARD_CUDA=ON" >&2; exit 1; }
+  case $dir in /*) ;; *) dir=$CALLER_DIR/$dir ;; esac
+  cache=$dir/CMakeCache.txt
+  # The archive is keyed by this tree's sources: the build must be of this tree, with the CUDA path, in
+  # Release (the gpt2 and profile figures) and for sm_90 (the default; an explicit list must hold 90).
+  [ -f "$cache" ] || { echo "pack: $dir is not a CMake build folder" >&2; exit 1; }
+  [ "$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$cache")" -ef "$REPO" ] ||
+    { echo "pack: $dir is a build of another source tree, not of $REPO" >&2; exit 1; }
+  grep -q '^CMAKE_CUDA_FLAGS:STRING=' "$cache" ||  # in the cache once CUDA is enabled (ON, or AUTO with nvcc)
+    { echo "pack: $dir is not a build with the CUDA path (-DZSHARD_CUDA=ON)" >&2; exit 1; }
+  grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' "$cache" || { echo "pack: $dir is not a Release build" >&2; exit 1; }
+  archs=$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:STRING=//p' "$cache")
+  [ -z "$archs" ] || [[ ";$archs;" == *";90"* ]] ||
+    { echo "pack: $dir is built for CUDA architectures $archs, without sm_90" >&2; exit 1; }
   # shellcheck disable=SC2086
   cmake --build "$dir" --target ${TARGETS[*]} || { echo "pack: building the targets in $dir failed" >&2; exit 1; }
   rm -rf "$KEPT" && mkdir -p "$KEPT" && pack_build "$dir" "$KEPT" "$(source_key)" || exit 1
@@ -155,7 +168,7 @@ step() {
     return
   fi
   if [ -n "${ZSHARD_GPU_STEPS:-}" ] && [[ " setup build $ZSHARD_GPU_STEPS " != *" $name "* ]]; then
-    record "$name" SKIP 0 "not among ZSHARD_GPU_STEPS"
+    record "$name" OMIT 0 "not among ZSHARD_GPU_STEPS"  # left out on purpose: not a failure
     return
   fi
   if [ "$limit" -lt 20 ]; then

@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_kernel(T* dlogits, 
     if (v > mx) {
       sum = sum * expf(mx - v) + 1.f;
       mx = v;
-    } else {
+    } else if (v != -INFINITY) {  // -inf adds nothing, and while mx is -inf too, exp(-inf + inf) is NaN
       sum += expf(v - mx);
     }
   });

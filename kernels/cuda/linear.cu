@@ -97,7 +97,8 @@ namespace {
 // cuBLAS takes its 16-byte-aligned kernels only when every extent, not just the leading dimensions, is a
 // multiple of 8 elements: GPT-2's odd vocabulary (50257) put the LM head's GEMMs on 1-element-aligned
 // kernels, 4 to 7 times slower (benchmarks/RESULTS.md, the H200 profile). So a large unaligned extent is
-// cut into an aligned bulk and a remainder of under 8; the parts of K add up through beta = 1.
+// cut into an aligned bulk and a remainder of under 8; the parts of K add up through beta = 1 (in bf16 the
+// bulk is rounded once before the remainder adds: one rounding more, half an ulp at most).
 constexpr int kAlignedExtent = 8;
 int aligned_bulk(int n) { return n >= 8 * kAlignedExtent ? n / kAlignedExtent * kAlignedExtent : n; }
 }  // namespace

@@ -37,6 +37,12 @@ expect_true "the summary has a line per step" test "$(grep -cE '^[a-z0-9-]+ +SKI
 expect_failure "unknown argument" 2 "usage: .*--dry-run" -- bash "$PLAN" --bogus
 expect_failure "keep-build without a folder" nonzero "keep-build needs the reply's files_at folder" -- \
   bash "$PLAN" keep-build
-expect_failure "pack without a CUDA build" 1 "pack: .* is not a build with -DZSHARD_CUDA=ON" -- \
+expect_failure "pack of a folder that is no build" 1 "pack: .* is not a CMake build folder" -- \
   bash "$PLAN" pack "$WORK"
+# CI's own build is of this tree; whether or not nvcc built its CUDA path, a build of another tree is
+# refused first.
+mkdir -p "$WORK/other" && sed 's|^CMAKE_HOME_DIRECTORY:INTERNAL=.*|CMAKE_HOME_DIRECTORY:INTERNAL=/nonexistent|' \
+  "$ZSHARD_BIN/CMakeCache.txt" >"$WORK/other/CMakeCache.txt"
+expect_failure "pack of another tree's build" 1 "pack: .* is a build of another source tree" -- \
+  bash "$PLAN" pack "$WORK/other"
 finish

@@ -343,12 +343,19 @@ void check_elementwise(size_t n = 3001) {
 // V > the 512 threads of a row's block and not a multiple of a 16-byte pack; rows ld apart, the padding
 // compared too (neither side writes it). An ld of V + 12 starts every row 16-byte aligned (packed loads,
 // then an element at a time for the tail); V + 3 leaves most rows unaligned (an element at a time).
+// With `masked`, some logits are -inf (a masked vocabulary entry), the first element a thread reads among
+// them: they add nothing to the row's sum.
 template <class T>
-void check_cross_entropy(bool in_place, int ld_pad = 12) {
+void check_cross_entropy(bool in_place, int ld_pad = 12, bool masked = false) {
   const int N = 6, V = 1500, ld = V + ld_pad;
   std::mt19937 rng(7);
-  const Vec logits = random_vec<T>(size_t(N) * ld, rng, -4.f, 4.f);
-  const auto targets = random_ints(N, V, rng);
+  Vec logits = random_vec<T>(size_t(N) * ld, rng, -4.f, 4.f);
+  auto targets = random_ints(N, V, rng);
+  if (masked)
+    for (int r = 0; r < N; ++r) {
+      for (const int j : {0, 1, 8, 777, V - 1}) logits[size_t(r) * ld + j] = -INFINITY;
+      targets[r] = 100 + r;
+    }
   const float dloss = 1.f / N;
   DeviceInts d_targets(targets);
   DeviceArray<T> d_logits(logits), d_losses(zeros(N)), d_dlogits(zeros(logits.size()));
@@ -478,6 +485,8 @@ TEST(CudaOps, CrossEntropyInPlace) { ZS_REQUIRE_GPU(); check_cross_entropy<float
 TEST(CudaOps, CrossEntropyBf16) { ZS_REQUIRE_GPU(); check_cross_entropy<bf16>(false); }
 TEST(CudaOps, CrossEntropyUnalignedRows) { ZS_REQUIRE_GPU(); check_cross_entropy<float>(false, 3); }
 TEST(CudaOps, CrossEntropyUnalignedRowsBf16InPlace) { ZS_REQUIRE_GPU(); check_cross_entropy<bf16>(true, 3); }
+TEST(CudaOps, CrossEntropyMaskedLogits) { ZS_REQUIRE_GPU(); check_cross_entropy<float>(false, 12, true); }
+TEST(CudaOps, CrossEntropyMaskedLogitsBf16) { ZS_REQUIRE_GPU(); check_cross_entropy<bf16>(true, 3, true); }
 TEST(CudaOps, AdamW) { ZS_REQUIRE_GPU(); check_adamw<float>(); }
 TEST(CudaOps, AdamWBf16Grads) { ZS_REQUIRE_GPU(); check_adamw<bf16>(); }
 TEST(CudaOps, SumSquares) { ZS_REQUIRE_GPU(); check_sum_squares<float>(); }
