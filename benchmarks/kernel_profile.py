@@ -2,14 +2,14 @@
 """Where a GPU step's time goes, from Nsight Compute's per-kernel durations.
 
     ncu --clock-control none --metrics gpu__time_duration.sum --csv --log-file K.csv zshard-bench ...
-    benchmarks/kernel_profile.py K.csv [--steps N] [--step-ms MS] [--json OUT]
+    benchmarks/kernel_profile.py K.csv [--from REGEX] [--steps N] [--step-ms MS] [--json OUT]
 
 Sums gpu__time_duration by kind of kernel (matrix products, attention's softmax, the norms, the
 element-wise kernels, the optimizer, ...) and by kernel, largest first. ncu serialises the kernels, so the
 sum is the device's busy time with no overlap; --step-ms (a step's wall time, measured without ncu) turns
-it into the share of the step the GPU was busy, the rest being launch gaps and host stalls. The profiled
-run's set-up kernels (the first bf16 copies of the parameters) count as step time too: 0.36 ms of 23 in
-the gpt2 profile of benchmarks/RESULTS.md.
+it into the share of the step the GPU was busy, the rest being launch gaps and host stalls. --from drops
+the kernels before the first whose name matches (the run's set-up: the first bf16 copies of the
+parameters, 0.36 ms of 23 in the gpt2 profile of benchmarks/RESULTS.md), so that one step is what is left.
 """
 import argparse
 import collections
@@ -70,10 +70,17 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--steps", type=int, default=1, help="training steps the profiled run took (shares are per step)")
     ap.add_argument("--step-ms", type=float, help="a step's wall time measured without ncu")
+    ap.add_argument("--from", dest="start", metavar="REGEX",
+                    help="leave out the kernels before the first whose name matches (the run's set-up)")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--json")
     args = ap.parse_args()
     rows = read(args.csv)
+    if args.start:
+        first = next((i for i, (name, _, _) in enumerate(rows) if re.search(args.start, name)), None)
+        if first is None:
+            sys.exit(f"{args.csv}: no kernel matches --from {args.start!r}")
+        rows = rows[first:]
     total = sum(ms for _, _, ms in rows)
     by_kind = collections.defaultdict(lambda: [0, 0.0])
     by_kernel = collections.defaultdict(lambda: [0, 0.0])

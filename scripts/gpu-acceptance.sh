@@ -201,56 +201,6 @@ run_logged() {  # NAME COMMAND...
 }
 export -f note first_error run_logged
 
-# Comparisons, in python3 (on the GPU image; jq may not be).
-cat >"$LOGS/compare.py" <<'PY'
-import json, sys
-
-def losses(path):
-    with open(path) as f:
-        return [json.loads(line)["loss"] for line in f if line.strip()]
-
-def gtest(path):
-    doc = json.load(open(path))
-    res = {"tests": 0, "failed": [], "skipped": []}
-    for suite in doc["testsuites"]:
-        for t in suite["testsuite"]:
-            res["tests"] += 1
-            name = f'{suite["name"]}.{t["name"]}'
-            if t.get("failures"):
-                res["failed"].append(name)
-            if t.get("result") == "SKIPPED" or t.get("status") == "NOTRUN":
-                res["skipped"].append(name)
-    return res
-
-if __name__ == "__main__":
-    cmd = sys.argv[1]
-    if cmd in ("losses", "within-effect"):
-        # losses A.jsonl B.jsonl TOL: the max relative difference of the per-step losses within TOL.
-        # within-effect A.jsonl B.jsonl FP32.jsonl BF16.jsonl FACTOR: within FACTOR times what bf16 changes
-        # (FP32 against BF16, the same run in both dtypes).
-        a, b = losses(sys.argv[2]), losses(sys.argv[3])
-        ok = len(a) == len(b) and len(a) > 0
-        r = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b)) if ok else float("inf")
-        out = {"steps": len(a), "max_rel_diff": r, "first": [a[:1], b[:1]], "last": [a[-1:], b[-1:]]}
-        if cmd == "losses":
-            tol = float(sys.argv[4])
-        else:
-            f, h = losses(sys.argv[4]), losses(sys.argv[5])
-            out["bf16_effect"] = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(f, h))
-            tol = float(sys.argv[6]) * out["bf16_effect"]
-        out["tol"] = tol
-        print(json.dumps(out))
-        sys.exit(0 if ok and r <= tol else 1)
-    if cmd == "gtest":  # report.json...: pass = tests ran, none failed or skipped
-        total = {"tests": 0, "failed": [], "skipped": []}
-        for path in sys.argv[2:]:
-            r = gtest(path)
-            total["tests"] += r["tests"]
-            total["failed"] += r["failed"]
-            total["skipped"] += r["skipped"]
-        print(json.dumps(total))
-        sys.exit(0 if total["tests"] and not total["failed"] and not total["skipped"] else 1)
-PY
 
 # ---- steps ----
 step_setup() {
@@ -317,7 +267,7 @@ step_cuda_ops() {
   with_build
   "$BUILD/tests/test_cuda_ops" --gtest_output=json:"$LOGS/cuda_ops.json"
   "$BUILD/tests/test_cuda_model" --gtest_output=json:"$LOGS/cuda_model.json"
-  python3 "$LOGS/compare.py" gtest "$LOGS/cuda_ops.json" "$LOGS/cuda_model.json" | tee "$LOGS/cuda-ops.json"
+  python3 scripts/gpu_compare.py gtest "$LOGS/cuda_ops.json" "$LOGS/cuda_model.json" | tee "$LOGS/cuda-ops.json"
   local rc=${PIPESTATUS[0]}
   note "$(python3 -c "import json; r = json.load(open('$LOGS/cuda-ops.json')); print(r['tests'], 'tests; failed:', ' '.join(r['failed'][:6]) or 'none', '; skipped:', len(r['skipped']))")"
   exit "$rc"
@@ -326,7 +276,7 @@ step_cuda_ops() {
 step_nccl() {
   with_build
   NCCL_DEBUG=WARN "$BUILD/tests/test_nccl_one_rank" --gtest_output=json:"$LOGS/nccl.json"
-  python3 "$LOGS/compare.py" gtest "$LOGS/nccl.json" | tee "$LOGS/nccl-result.json"
+  python3 scripts/gpu_compare.py gtest "$LOGS/nccl.json" | tee "$LOGS/nccl-result.json"
   local rc=${PIPESTATUS[0]}
   note "$(python3 -c "import json; r = json.load(open('$LOGS/nccl-result.json')); print(r['tests'], 'tests; failed:', ' '.join(r['failed']) or 'none', '; skipped:', len(r['skipped']))")"
   exit "$rc"
@@ -341,9 +291,9 @@ step_tiny() {
         --log-json "$LOGS/tiny_${device}_$dtype.jsonl"
     done
   done
-  python3 "$LOGS/compare.py" losses "$LOGS/tiny_cuda_fp32.jsonl" "$LOGS/tiny_cpu_fp32.jsonl" 1e-4 \
+  python3 scripts/gpu_compare.py losses "$LOGS/tiny_cuda_fp32.jsonl" "$LOGS/tiny_cpu_fp32.jsonl" 1e-4 \
     >"$LOGS/tiny-fp32.json" || rc=1
-  python3 "$LOGS/compare.py" within-effect "$LOGS/tiny_cuda_bf16.jsonl" "$LOGS/tiny_cpu_bf16.jsonl" \
+  python3 scripts/gpu_compare.py within-effect "$LOGS/tiny_cuda_bf16.jsonl" "$LOGS/tiny_cpu_bf16.jsonl" \
     "$LOGS/tiny_cpu_fp32.jsonl" "$LOGS/tiny_cpu_bf16.jsonl" 2 >"$LOGS/tiny-bf16.json" || rc=1
   note "fp32 cuda vs cpu: $(cat "$LOGS/tiny-fp32.json"); bf16: $(cat "$LOGS/tiny-bf16.json")"
   exit $rc
@@ -364,9 +314,9 @@ step_mpi() {
         run_logged "$run" $MPIRUN -np $np "$BUILD/zshard-train" "${args[@]}" --param-dtype $dtype \
           --reduce-dtype $dtype --comm mpi --strategy $s "${group[@]}" --log-json "$LOGS/$run.jsonl"
         if [ $dtype = fp32 ]; then
-          python3 "$LOGS/compare.py" losses "$LOGS/$run.jsonl" "$LOGS/np1_$dtype.jsonl" 1e-4
+          python3 scripts/gpu_compare.py losses "$LOGS/$run.jsonl" "$LOGS/np1_$dtype.jsonl" 1e-4
         else
-          python3 "$LOGS/compare.py" within-effect "$LOGS/$run.jsonl" "$LOGS/np1_$dtype.jsonl" \
+          python3 scripts/gpu_compare.py within-effect "$LOGS/$run.jsonl" "$LOGS/np1_$dtype.jsonl" \
             "$LOGS/np1_fp32.jsonl" "$LOGS/np1_bf16.jsonl" 0.5
         fi >"$LOGS/$run.json" || rc=1
         note "np $np $s $dtype: $(python3 -c "import json; r = json.load(open('$LOGS/$run.json')); print(f\"{r['max_rel_diff']:.2e} (tol {r['tol']:.1e})\")")"
@@ -512,7 +462,7 @@ step_profile() {
     --device cuda --strategies ddp --warmup-steps 0 --steps 1
   step_ms=$(python3 -c "import json; print(json.load(open('$LOGS/gpt2_b8.json'))['results'][0]['step_ms']['median'])" \
     2>/dev/null)
-  python3 benchmarks/kernel_profile.py "$LOGS/profile_ncu.csv" ${step_ms:+--step-ms "$step_ms"} \
+  python3 benchmarks/kernel_profile.py "$LOGS/profile_ncu.csv" --from embedding_forward ${step_ms:+--step-ms "$step_ms"} \
     --json "$LOGS/profile.json" >"$LOGS/profile.txt" || { cat "$LOGS/profile.txt"; note "kernel_profile.py failed"; exit 1; }
   cat "$LOGS/profile.txt"
   note "$(head -1 "$LOGS/profile.txt"); $(sed -n '3,6p' "$LOGS/profile.txt" | awk '{print $1, $2, $NF}' | tr '\n' ';')"

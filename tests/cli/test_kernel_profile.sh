@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # benchmarks/kernel_profile.py, the GPU plan's profile summary, on a hand-made Nsight Compute CSV: the
 # program's own output before the header is skipped, durations in any of ncu's units add up, kernels fall
-# into their kinds, the busy share comes from --step-ms, zshard's own kernels are named costliest first;
+# into their kinds, the busy share comes from --step-ms, --from leaves out the set-up before a step's
+# first kernel, zshard's own kernels are named costliest first;
 # a file with no ncu table or an unknown unit is refused with the reason.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
@@ -39,6 +40,12 @@ assert doc["own_kernels"] == ["causal_softmax_kernel", "layernorm_dinp_kernel"],
 assert abs(doc["device_ms"] - 6.0) < 1e-9 and doc["step_ms"] == 8.0, doc
 assert doc["kinds"]["attention softmax"]["kernels"] == 2, doc["kinds"]
 PY
+
+expect_ok "from the step's first kernel" "${PROFILE[@]}" "$WORK/ncu.csv" --from causal_softmax --step-ms 8
+expect_true "the set-up before it is left out" \
+  grep -q "^3 kernels, 3.00 ms of device time; per step 3.00 ms of a 8.00 ms step: the GPU busy 38%" "$WORK/out"
+expect_failure "a --from that matches nothing" nonzero "no kernel matches --from 'embedding'" -- \
+  "${PROFILE[@]}" "$WORK/ncu.csv" --from embedding
 
 echo "no table here" >"$WORK/empty.csv"
 expect_failure "a file without ncu's table" nonzero "empty.csv: no ncu CSV header" -- "${PROFILE[@]}" "$WORK/empty.csv"
