@@ -95,10 +95,9 @@ int attention_backward_chunk(int B, int Tn, int NH, size_t element_size) {
 template <class T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH, cudaStream_t stream) {
   const auto softmax = [stream](T* a, int rows, int len) {
-    if (rows_packable<T>(len, {a}))
-      causal_softmax_kernel<T, kPack16<T>><<<row_blocks(rows), kBlockSize, 0, stream>>>(a, rows, len);
-    else
-      causal_softmax_kernel<T, 1><<<row_blocks(rows), kBlockSize, 0, stream>>>(a, rows, len);
+    launch_packed<T>(rows_packable<T>(len, {a}), [&](auto kN) {
+      causal_softmax_kernel<T, kN><<<row_blocks(rows), kBlockSize, 0, stream>>>(a, rows, len);
+    });
     ZS_CUDA_CHECK_LAUNCH();
   };
   causal_blocks::attention_forward(gemm_on<T>(stream), softmax, out, att, qkv, B, Tn, C, NH);
@@ -113,10 +112,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
   const int chunk = attention_backward_chunk(B, Tn, NH, sizeof(T));
   Buffer scratch = workspace(size_t(chunk) * NH * Tn * Tn * sizeof(T), stream);
   const auto softmax_backward = [stream](T* ds, const T* a, int rows, int len) {
-    if (rows_packable<T>(len, {ds, a}))
-      softmax_backward_kernel<T, kPack16<T>><<<row_blocks(rows), kBlockSize, 0, stream>>>(ds, a, rows, len);
-    else
-      softmax_backward_kernel<T, 1><<<row_blocks(rows), kBlockSize, 0, stream>>>(ds, a, rows, len);
+    launch_packed<T>(rows_packable<T>(len, {ds, a}), [&](auto kN) {
+      softmax_backward_kernel<T, kN><<<row_blocks(rows), kBlockSize, 0, stream>>>(ds, a, rows, len);
+    });
     ZS_CUDA_CHECK_LAUNCH();
   };
   causal_blocks::attention_backward(gemm_on<T>(stream), softmax_backward, static_cast<T*>(scratch.data()), dqkv,

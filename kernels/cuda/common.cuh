@@ -60,6 +60,15 @@ inline bool rows_packable(size_t row_elements, std::initializer_list<const void*
     if (reinterpret_cast<uintptr_t>(p) % 16) return false;
   return true;
 }
+// Calls launch(kN), kN a std::integral_constant usable as the kernel's template argument: kPack16<T> when
+// `packed` (rows_packable), else 1. One launch expression serves both instantiations.
+template <class T, class Launch>
+inline void launch_packed(bool packed, Launch&& launch) {
+  if (packed)
+    launch(std::integral_constant<int, kPack16<T>>{});
+  else
+    launch(std::integral_constant<int, 1>{});
+}
 
 __device__ __forceinline__ float warp_sum(float x) {
   for (int o = kWarpSize / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);

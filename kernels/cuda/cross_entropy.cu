@@ -7,19 +7,18 @@ namespace {
 
 constexpr int kRowThreads = 512;
 
-// Calls f(j, x[j]) for every j in [0, V) of a row, this thread's share, 16 bytes a load where the row
-// starts aligned (the logits' padded rows do), the unaligned tail or row an element a load.
+// Calls f(j, x[j]) for every j in [0, V) of a row, this thread's share, 16 bytes a load (common.cuh's
+// Pack) where the row starts aligned (the logits' padded rows do), the unaligned tail or row an element a load.
 template <class T, class F>
 __device__ void for_each_in_row(const T* x, int V, F&& f) {
-  constexpr int kPack = 16 / sizeof(T);
+  constexpr int kN = kPack16<T>;
   int packed_end = 0;
   if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-    packed_end = V / kPack * kPack;
-    for (int j = threadIdx.x * kPack; j < packed_end; j += blockDim.x * kPack) {
-      const int4 pack = *reinterpret_cast<const int4*>(x + j);
-      const T* v = reinterpret_cast<const T*>(&pack);
+    packed_end = V / kN * kN;
+    for (int j = threadIdx.x * kN; j < packed_end; j += blockDim.x * kN) {
+      const Pack<T, kN> p = *reinterpret_cast<const Pack<T, kN>*>(x + j);
 #pragma unroll
-      for (int k = 0; k < kPack; ++k) f(j + k, to_f32(v[k]));
+      for (int k = 0; k < kN; ++k) f(j + k, to_f32(p.v[k]));
     }
   }
   for (int j = packed_end + threadIdx.x; j < V; j += blockDim.x) f(j, to_f32(x[j]));
@@ -29,16 +28,15 @@ __device__ void for_each_in_row(const T* x, int V, F&& f) {
 // rows start aligned. Each element is written by the thread that read it.
 template <class T, class F>
 __device__ void map_row(T* d, const T* x, int V, F&& f) {
-  constexpr int kPack = 16 / sizeof(T);
+  constexpr int kN = kPack16<T>;
   int packed_end = 0;
   if ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(d)) % 16 == 0) {
-    packed_end = V / kPack * kPack;
-    for (int j = threadIdx.x * kPack; j < packed_end; j += blockDim.x * kPack) {
-      int4 pack = *reinterpret_cast<const int4*>(x + j);
-      T* v = reinterpret_cast<T*>(&pack);
+    packed_end = V / kN * kN;
+    for (int j = threadIdx.x * kN; j < packed_end; j += blockDim.x * kN) {
+      Pack<T, kN> p = *reinterpret_cast<const Pack<T, kN>*>(x + j);
 #pragma unroll
-      for (int k = 0; k < kPack; ++k) v[k] = from_f32<T>(f(j + k, to_f32(v[k])));
-      *reinterpret_cast<int4*>(d + j) = pack;
+      for (int k = 0; k < kN; ++k) p.v[k] = from_f32<T>(f(j + k, to_f32(p.v[k])));
+      *reinterpret_cast<Pack<T, kN>*>(d + j) = p;
     }
   }
   for (int j = packed_end + threadIdx.x; j < V; j += blockDim.x) d[j] = from_f32<T>(f(j, to_f32(x[j])));

@@ -85,22 +85,18 @@ template void convert<bf16, float>(bf16*, const float*, size_t, cudaStream_t);
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  constexpr int kN = kPack16<T>;
-  if (rows_packable<T>(n, {out, inp}))
+  launch_packed<T>(rows_packable<T>(n, {out, inp}), [&](auto kN) {
     gelu_forward_kernel<T, kN><<<grid_for(n / kN), kBlockSize, 0, stream>>>(out, inp, n / kN);
-  else
-    gelu_forward_kernel<T, 1><<<grid_for(n), kBlockSize, 0, stream>>>(out, inp, n);
+  });
   ZS_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  constexpr int kN = kPack16<T>;
-  if (rows_packable<T>(n, {dinp, inp, dout}))
+  launch_packed<T>(rows_packable<T>(n, {dinp, inp, dout}), [&](auto kN) {
     gelu_backward_kernel<T, kN><<<grid_for(n / kN), kBlockSize, 0, stream>>>(dinp, inp, dout, n / kN);
-  else
-    gelu_backward_kernel<T, 1><<<grid_for(n), kBlockSize, 0, stream>>>(dinp, inp, dout, n);
+  });
   ZS_CUDA_CHECK_LAUNCH();
 }
 

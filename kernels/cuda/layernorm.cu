@@ -96,12 +96,9 @@ template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
   if (N == 0) return;
-  if (rows_packable<T>(C, {dinp, dout, inp, weight}))
-    layernorm_dinp_kernel<T, kPack16<T>><<<row_blocks(N), kBlockSize, 0, stream>>>(dinp, dout, inp, weight, mean,
-                                                                                 rstd, N, C);
-  else
-    layernorm_dinp_kernel<T, 1><<<row_blocks(N), kBlockSize, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N,
-                                                                         C);
+  launch_packed<T>(rows_packable<T>(C, {dinp, dout, inp, weight}), [&](auto kN) {
+    layernorm_dinp_kernel<T, kN><<<row_blocks(N), kBlockSize, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  });
   ZS_CUDA_CHECK_LAUNCH();
   accumulate_column_sums<2>(ColumnOutputs<2, T>{{dweight, dbias}}, N, C,
                             ParamsTerm<T>{dout, inp, mean, rstd, C}, stream);

@@ -128,13 +128,10 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
                     cudaStream_t stream) {
   gemm<T>(false, false, N, OC, C, 1.f, inp, C, weight, OC, 0.f, out, OC, stream);
   if (bias && N > 0 && OC > 0) {
-    constexpr int kN = kPack16<T>;
-    const int pack = rows_packable<T>(OC, {out, bias}) ? kN : 1;
-    const dim3 grid((OC / pack + kBiasThreads - 1) / kBiasThreads, std::min(N, kBiasRowBlocks));
-    if (pack == kN)
+    launch_packed<T>(rows_packable<T>(OC, {out, bias}), [&](auto kN) {
+      const dim3 grid((OC / kN + kBiasThreads - 1) / kBiasThreads, std::min(N, kBiasRowBlocks));
       add_bias_kernel<T, kN><<<grid, kBiasThreads, 0, stream>>>(out, bias, N, OC);
-    else
-      add_bias_kernel<T, 1><<<grid, kBiasThreads, 0, stream>>>(out, bias, N, OC);
+    });
     ZS_CUDA_CHECK_LAUNCH();
   }
 }
