@@ -201,7 +201,6 @@ run_logged() {  # NAME COMMAND...
 }
 export -f note first_error run_logged
 
-
 # ---- steps ----
 step_setup() {
   # shellcheck source=gpu-setup.sh
@@ -457,9 +456,10 @@ step_profile() {
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   [ -n "$ncu" ] || { note "ncu not found"; exit 77; }
   # One step of gpt2 batch 8, every kernel timed on its own (ncu serialises them).
+  local one_step=("$BUILD/zshard-bench" --model gpt2 --param-dtype bf16 --seq 1024 --batch 8 --device cuda
+    --strategies ddp --warmup-steps 0 --steps 1)
   run_logged profile-ncu "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
-    --log-file "$LOGS/profile_ncu.csv" "$BUILD/zshard-bench" --model gpt2 --param-dtype bf16 --seq 1024 --batch 8 \
-    --device cuda --strategies ddp --warmup-steps 0 --steps 1
+    --log-file "$LOGS/profile_ncu.csv" "${one_step[@]}"
   step_ms=$(python3 -c "import json; print(json.load(open('$LOGS/gpt2_b8.json'))['results'][0]['step_ms']['median'])" \
     2>/dev/null)
   python3 benchmarks/kernel_profile.py "$LOGS/profile_ncu.csv" --from embedding_forward ${step_ms:+--step-ms "$step_ms"} \
@@ -469,9 +469,8 @@ step_profile() {
   # The costliest of zshard's own kernels, one launch each in detail: how near the memory or compute roof.
   local k
   for k in $(python3 -c "import json; print(' '.join(json.load(open('$LOGS/profile.json'))['own_kernels'][:4]))"); do
-    "$ncu" --clock-control none --section SpeedOfLight --kernel-name "regex:$k" --launch-count 1 \
-      "$BUILD/zshard-bench" --model gpt2 --param-dtype bf16 --seq 1024 --batch 8 --device cuda --strategies ddp \
-      --warmup-steps 0 --steps 1 >"$LOGS/profile_sol_$k.txt" 2>&1
+    "$ncu" --clock-control none --section SpeedOfLight --kernel-name "regex:$k" --launch-count 1 "${one_step[@]}" \
+      >"$LOGS/profile_sol_$k.txt" 2>&1
     grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|SM Frequency" "$LOGS/profile_sol_$k.txt" |
       sed "s/^/$k: /"
   done
