@@ -14,7 +14,7 @@ work=$(mktemp -d "${SAVE_DIR_ROOT:-${TMPDIR:-/tmp}}/zshard-async-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/../scripts/mpi-env.sh"
 
-run() {  # run NAME FLAGS...: prints the mean and spread of the timed steps
+run() {  # run NAME FLAGS...: prints the mean, median and spread of the timed steps
   local name=$1
   shift
   # shellcheck disable=SC2086
@@ -28,19 +28,21 @@ for line in sys.stdin:
     if line.startswith("step "): stamps.append(time.monotonic())
 open(sys.argv[1], "w").writelines(lines)
 gaps = [b - a for a, b in zip(stamps, stamps[1:])][1:]  # the step after the first boundary on
-print("%.0f|%.0f|%d" % (1e3 * statistics.mean(gaps), 1e3 * (max(gaps) - min(gaps)), len(gaps)))
+print("%.0f|%.0f|%.0f|%d" % (1e3 * statistics.mean(gaps), 1e3 * statistics.median(gaps),
+                              1e3 * (max(gaps) - min(gaps)), len(gaps)))
 ' "$work/$name.out"
 }
 
 none=$(run none)
 sync=$(run sync --save-dir "$work/sync" --save-every 1 --keep 1 --save-mode sync)
 async=$(run async --save-dir "$work/async" --save-every 1 --keep 1 --save-mode async)
-base=${none%%|*}
-echo "| mode | ms per step (mean) | spread (ms) | steps timed | overhead vs no saves |"
-echo "|---|---|---|---|---|"
+IFS='|' read -r base base_median _ <<<"$none"
+echo "| mode | ms per step (mean) | median | spread (ms) | steps timed | overhead vs no saves (mean, median) |"
+echo "|---|---|---|---|---|---|"
 for row in "no saves|$none" "sync|$sync" "async|$async"; do
-  IFS='|' read -r mode mean spread count <<<"$row"
-  echo "| $mode | $mean | $spread | $count | $(python3 -c "print('%+.1f%%' % (100.0 * ($mean - $base) / $base))") |"
+  IFS='|' read -r mode mean median spread count <<<"$row"
+  echo "| $mode | $mean | $median | $spread | $count |" \
+    "$(python3 -c "print('%+.1f%%, %+.1f%%' % (100.0 * ($mean / $base - 1), 100.0 * ($median / $base_median - 1)))") |"
 done
 python3 - "$work/async.mem.json" <<'PY'
 import json, sys

@@ -414,7 +414,7 @@ step_async_save() {
   NP=2 SAVE_DIR_ROOT=/dev/shm bash benchmarks/async_save.sh "$BUILD" 8 | tee "$LOGS/async_save.txt"
   local rc=${PIPESTATUS[0]}
   note "gpt2 np 2 --save-every 1 on the cpu, $NPROC cores: $(grep -E '^\| (no saves|sync|async) ' "$LOGS/async_save.txt" |
-    awk -F'|' '{for (i = 2; i <= 6; i++) gsub(/^ +| +$/, "", $i); printf "%s %s ms (%s); ", $2, $3, $6}')"
+    awk -F'|' '{for (i = 2; i <= 7; i++) gsub(/^ +| +$/, "", $i); printf "%s %s ms, median %s (%s); ", $2, $3, $4, $7}')"
   exit "$rc"
 }
 

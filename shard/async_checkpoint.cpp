@@ -39,7 +39,7 @@ int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int gr
 
 AsyncCheckpoint::AsyncCheckpoint(Engine& engine, comm::Communicator& agreement, std::string dir, nlohmann::json run)
     : engine_(engine), agreement_(agreement), dir_(std::move(dir)), run_(std::move(run)), step_(engine.steps_done()) {
-  prepare_step_dir(agreement_, dir_);
+  prepare_step_dir(agreement_, dir_, engine_.plan().groups.size(0));
   ShardedParams& params = engine_.params();
   const bool writes = agreement_.rank() < engine_.plan().groups.size(0);
   std::vector<FlatLayout> layouts;

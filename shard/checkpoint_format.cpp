@@ -293,8 +293,8 @@ CheckpointFile write_rank_file(const std::string& dir, int shard, const std::vec
   // The checksum is taken of the bytes as they are handed to the file, in the same pass as the write.
   // Reading the file back now would read those very bytes again from the page cache, at the cost of a
   // second pass over gigabytes; corruption on the disk shows at a later load, which verifies the checksum.
-  file.checksum =
-      save_safetensors(path, arrays, {{"format", "zshard-checkpoint-shard"}, {"shard", std::to_string(shard)}}, source);
+  file.checksum = save_safetensors(path, arrays, {{"format", "zshard-checkpoint-shard"}, {"shard", std::to_string(shard)}},
+                                   source, Existing::overwrite);
   std::error_code ec;
   file.bytes = fs::file_size(path, ec);
   if (ec) fail(path, ": cannot stat (", ec.message(), ")");

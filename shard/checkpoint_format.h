@@ -79,7 +79,8 @@ struct ShardState {
 };
 // Writes the rank file of `shard` (temp name, fsync, rename) and returns its size and checksum. The
 // file holds params, m and v of every unit in turn: tensor 3u + k of `source`, which (when given) hands
-// out the values in place of `units`.
+// out the values in place of `units`. A rank file already in `dir` is written over: the directory is an
+// uncommitted save's (prepare_step_dir), so what it holds is dead.
 CheckpointFile write_rank_file(const std::string& dir, int shard, const std::vector<FlatLayout>& layouts,
                                const std::vector<ShardState>& units, SaveSliceSource* source = nullptr);
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -59,14 +60,22 @@ std::array<Tensor, 3> owned_state(const ShardedParams& params, int unit) {
   return {params.owned_params(unit), params.adam_m(unit), params.adam_v(unit)};
 }
 
-void prepare_step_dir(comm::Communicator& world, const std::string& dir) {
+void prepare_step_dir(comm::Communicator& world, const std::string& dir, int writers) {
   run_agreed(world, [&] {
     if (world.rank() != 0) return;
     std::error_code ec;
-    fs::remove_all(dir, ec);  // what an interrupted save of this step left
-    if (ec) fail(dir, ": cannot remove (", ec.message(), ")");
     fs::create_directories(dir, ec);
     if (ec) fail(dir, ": cannot create (", ec.message(), ")");
+    // Uncommitted before any of its files is written over, and durably so.
+    if (fs::remove(fs::path(dir) / kManifestFile, ec)) sync_dir(dir);
+    if (ec) fail(dir, ": cannot uncommit (", ec.message(), ")");
+    std::set<std::string> rank_files;
+    for (int shard = 0; shard < writers; ++shard) rank_files.insert(rank_file_name(shard));
+    std::vector<fs::path> doomed;
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec))
+      if (!rank_files.count(entry.path().filename().string())) doomed.push_back(entry.path());
+    for (size_t i = 0; i < doomed.size() && !ec; ++i) fs::remove_all(doomed[i], ec);
+    if (ec) fail(dir, ": cannot remove what an earlier save left (", ec.message(), ")");
   });
 }
 
@@ -109,7 +118,7 @@ int64_t Engine::save(const std::string& dir, const std::string& run_json) {
     run = nlohmann::json::parse(run_json);
     ZS_CHECK(run.is_object(), "Engine::save: the run state must be a JSON object");
   });
-  prepare_step_dir(world_, dir);
+  prepare_step_dir(world_, dir, plan_.groups.size(0));
   // The first shard group writes: world ranks 0..G-1, whose shard index is their rank. A rank file that
   // cannot be written (a full disk, a NaN in the state) takes the directory with it, so that no partial
   // checkpoint is left behind.

@@ -4,6 +4,7 @@
 // directory. A reader sees the old file or the whole new one; a failure (full disk, read-only directory)
 // throws one line naming the path and the system's reason, and leaves no temporary file behind.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -11,10 +12,18 @@
 
 namespace zshard {
 
+// What becomes of a file already at the target. keep: it stays until commit replaces it. overwrite: the
+// caller declares its contents dead (a pruned checkpoint's rank file, recycled); it is moved aside at once
+// and written over, so the file system reuses its pages or blocks instead of allocating new ones and
+// freeing the old (on tmpfs the two cost about twice the copy). A file with other hard links is never
+// written over: another name still holds it, so it is kept as with keep.
+enum class Existing { keep, overwrite };
+
 class AtomicFile {
  public:
-  // Creates the temporary file; throws zshard::Error naming `path` when it cannot.
-  explicit AtomicFile(std::string path);
+  // Creates (or, with Existing::overwrite, takes over) the temporary file; throws zshard::Error naming
+  // `path` when it cannot.
+  explicit AtomicFile(std::string path, Existing existing = Existing::keep);
   // Without commit() (an error on the way), the temporary file is removed and the target left as it was.
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
@@ -31,9 +40,10 @@ class AtomicFile {
 
   std::string path_, tmp_;
   int fd_ = -1;
+  uint64_t written_ = 0;  // a file written over is cut to this at commit
 };
 
-void write_file_atomically(const std::string& path, std::string_view contents);
+void write_file_atomically(const std::string& path, std::string_view contents, Existing existing = Existing::keep);
 
 // fsyncs a directory, so that the renames and removals inside it are durable.
 void sync_dir(const std::string& dir);

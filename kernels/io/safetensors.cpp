@@ -276,7 +276,7 @@ void SafetensorsFile::read_f32_range(const std::string& name, int64_t elem_begin
 }
 
 uint64_t save_safetensors(const std::string& path, const std::vector<SafetensorsArray>& tensors,
-                          const SafetensorsMetadata& metadata, SaveSliceSource* source) {
+                          const SafetensorsMetadata& metadata, SaveSliceSource* source, Existing existing) {
   json header = json::object();
   uint64_t offset = 0;
   for (const SafetensorsArray& t : tensors) {
@@ -300,7 +300,7 @@ uint64_t save_safetensors(const std::string& path, const std::vector<Safetensors
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t header_len = text.size();
 
-  AtomicFile file(path);
+  AtomicFile file(path, existing);
   Xxh3Stream checksum;
   const auto put = [&](const void* data, size_t bytes) {
     checksum.update(data, bytes);

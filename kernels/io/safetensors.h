@@ -10,6 +10,8 @@
 
 #include <zshard/tensor.h>
 
+#include "kernels/io/atomic_file.h"
+
 namespace zshard {
 
 struct SafetensorsEntry {
@@ -71,9 +73,11 @@ class SaveSliceSource {
 
 // Writes F32 tensors in the given order (header padded with spaces to a multiple of 8 bytes) through an
 // AtomicFile, so a reader never sees a partial file. Refuses tensors holding NaN or inf, found as the data
-// is written (the target is then left as it was). Returns the XXH3-64 of the file's bytes (Xxh3Stream),
-// taken as they were written. The values come from each array's data, or from `source` when given.
+// is written (the target is then left as it was, unless `existing` gave it up). Returns the XXH3-64 of the
+// file's bytes (Xxh3Stream), taken as they were written. The values come from each array's data, or from
+// `source` when given.
 uint64_t save_safetensors(const std::string& path, const std::vector<SafetensorsArray>& tensors,
-                          const SafetensorsMetadata& metadata = {}, SaveSliceSource* source = nullptr);
+                          const SafetensorsMetadata& metadata = {}, SaveSliceSource* source = nullptr,
+                          Existing existing = Existing::keep);
 
 }  // namespace zshard

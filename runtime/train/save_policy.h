@@ -27,7 +27,8 @@ class SavePolicy {
   // reading only the slices its new shards need. Bad input fails on every rank alike (AgreedFailure)
   // before any collective. Rank 0 reports to `out` (null: silent).
   SavePolicy(Trainer& trainer, std::ostream* out);
-  // Waits for the removal of pruned checkpoints; one that failed is reported to `out` as a warning.
+  // Waits for the removal of pruned checkpoints, and removes the spare directory; a removal that failed
+  // is reported to `out` as a warning.
   ~SavePolicy();
   SavePolicy(const SavePolicy&) = delete;
   SavePolicy& operator=(const SavePolicy&) = delete;
@@ -65,11 +66,14 @@ class SavePolicy {
   // Saving never overwrites a checkpoint: --save-dir may hold only what led to this run.
   void check_save_dir(const std::string& resume_dir, int resumed_step) const;
   void create_save_dir();
-  // Rank 0: uncommits the checkpoints --keep no longer keeps (and removes interrupted saves), then
-  // deletes their files on a thread of its own (remover_): freeing gigabytes takes the kernel a good part
-  // of a step, which training need not wait for. The next prune waits for it, and reports its failure.
+  // Rank 0: uncommits the checkpoints --keep no longer keeps (and removes interrupted saves). The newest
+  // of them becomes the spare directory, whose rank files the next save writes over; the others' files
+  // are deleted on a thread of its own (remover_): freeing gigabytes takes the kernel a good part of a
+  // step, which training need not wait for. The next prune waits for it, and reports its failure.
   void prune(int newest_step);
   void finish_removing();
+  // Rank 0: moves the spare directory to `dir`, a save's step directory, before the save prepares it.
+  void recycle_spare(const std::string& dir) const;
   bool save_due() const;  // this step is a --save-every point
   void start_async_save();
   // Runs `save`; when it fails (AgreedFailure), removes a --save-dir this run made and left empty.

@@ -37,6 +37,28 @@ else
   echo "skip read-only checkpoint: cannot bind-mount ($(cat "$WORK/mount.err"))"
 fi
 
+# ---- a pruned checkpoint's rank files are written over by a later save instead of allocated anew ----
+# One rank saves step 2; zero3 on 2 ranks goes on to step 6 with --keep 1. Step 4's prune makes step 2
+# the spare directory, and step 6 writes over its larger rank-00000 (cut to length). The result must
+# equal a save into fresh files, byte for byte.
+RC="$WORK/recycle"
+expect_ok "a checkpoint at step 2, one rank" "$TRAIN" "${ARGS[@]}" --steps 2 --save-dir "$RC" --save-every 2
+cp -r "$RC" "$WORK/fresh"
+exec 9<"$RC/step-00000002/rank-00000.safetensors"  # held open, its inode number cannot be reused
+old_inode=$(stat -c %i "$RC/step-00000002/rank-00000.safetensors")
+expect_ok "zero3 np 2 to step 6, --keep 1" "${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero3 "${ARGS[@]}" \
+  --steps 6 --save-dir "$RC" --save-every 2 --keep 1 --resume latest
+expect_ok "the same, keeping every checkpoint" "${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero3 "${ARGS[@]}" \
+  --steps 6 --save-dir "$WORK/fresh" --save-every 2 --resume latest
+expect_true "step 6's rank-00000 is step 2's, written over" \
+  test "$(stat -c %i "$RC/step-00000006/rank-00000.safetensors")" = "$old_inode"
+exec 9<&-
+expect_true "only step 6 remains: the spare directory goes at the end of the run" test "$(ls "$RC")" = step-00000006
+for f in rank-00000.safetensors rank-00001.safetensors manifest.json; do
+  expect_true "$f equals the one saved into fresh files" cmp -s "$RC/step-00000006/$f" "$WORK/fresh/step-00000006/$f"
+done
+expect_ok "export verifies the recycled files" "$EXPORT" "$RC/step-00000006" "$WORK/recycled.safetensors"
+
 expect_ok "resume zero3 np 4" "${MPIRUN[@]}" -np 4 "$TRAIN" --strategy zero3 "${ARGS[@]}" --steps 6 \
   --resume "$CK/step-00000004" --log-json "$WORK/same.json"
 same_losses "same world and strategy: bit-identical losses" "$WORK/full.json" "$WORK/same.json" 0

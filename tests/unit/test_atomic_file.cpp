@@ -1,8 +1,13 @@
-// AtomicFile and the output checks every tool runs: a file is written whole or not at all, a failure
-// names the path and the system's reason, and no tool writes over or into its own inputs. Full disks and
+// AtomicFile and the output checks every tool runs: a file is written whole or not at all (over a dead
+// file's own pages when asked, never through another name of it), a failure names the path and the
+// system's reason, and no tool writes over or into its own inputs. Full disks and
 // read-only directories are exercised end to end by tests/cli/test_faults.sh.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -57,6 +62,66 @@ TEST(AtomicFile, AbandonedWriteLeavesTargetAndNoTemporary) {
   }  // an error unwound before commit
   EXPECT_EQ(contents(path), "old\n");
   EXPECT_EQ(entries(dir), 1);
+}
+
+ino_t inode(int fd) {
+  struct stat st {};
+  EXPECT_EQ(::fstat(fd, &st), 0);
+  return st.st_ino;
+}
+
+ino_t inode(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_ino;
+}
+
+TEST(AtomicFile, OverwriteWritesOverTheDeadFileAndCutsItToTheNewLength) {
+  TempDir dir;
+  const std::string path = dir.file("rank.bin");
+  write_file_atomically(path, std::string(200000, 'o'));
+  // Held open, the old file keeps its inode number from being handed to a new file.
+  const int old = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(old, 0);
+  {
+    AtomicFile file(path, Existing::overwrite);
+    file.write("new ");
+    file.write(std::string(1000, 'x'));
+    file.commit();
+  }
+  EXPECT_EQ(contents(path), "new " + std::string(1000, 'x'));
+  EXPECT_EQ(inode(path), inode(old)) << "written over, not a new file";
+  EXPECT_EQ(entries(dir), 1);
+  ::close(old);
+}
+
+TEST(AtomicFile, OverwriteLeavesAFileOtherNamesHold) {
+  TempDir dir;
+  const std::string path = dir.file("rank.bin"), backup = dir.file("backup.bin");
+  write_file_atomically(path, "precious");
+  ASSERT_EQ(::link(path.c_str(), backup.c_str()), 0);
+  write_file_atomically(path, "new", Existing::overwrite);
+  EXPECT_EQ(contents(path), "new");
+  EXPECT_EQ(contents(backup), "precious") << "a hard link is never written through";
+  EXPECT_NE(inode(path), inode(backup));
+}
+
+TEST(AtomicFile, OverwriteWithoutAFileCreatesOne) {
+  TempDir dir;
+  write_file_atomically(dir.file("a"), "fresh", Existing::overwrite);
+  EXPECT_EQ(contents(dir.file("a")), "fresh");
+  EXPECT_EQ(entries(dir), 1);
+}
+
+TEST(AtomicFile, AbandonedOverwriteLeavesNoTemporary) {
+  TempDir dir;
+  const std::string path = dir.file("rank.bin");
+  write_file_atomically(path, "dead");
+  {
+    AtomicFile file(path, Existing::overwrite);
+    file.write("half");
+  }  // an error unwound before commit: the file given up is gone with the temporary
+  EXPECT_EQ(entries(dir), 0);
 }
 
 TEST(AtomicFile, FailuresNamePathAndReason) {

@@ -6,10 +6,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 
 #include "comm/agreed_failure.h"
 #include "comm/self_communicator.h"
@@ -324,6 +329,30 @@ TEST(SavePolicy, KeepsTheNewestAndRemovesInterruptedSaves) {
   again.run();
   EXPECT_EQ(file_checksum(left[1].path + "/manifest.json"), before);
   EXPECT_EQ(list_checkpoints(o.saves.save_dir).size(), 2u);
+}
+
+TEST(SavePolicy, AnInterruptedSaveOfTheStepIsWrittenOverAndTidied) {
+  TempDir tmp;
+  TrainOptions o = test::tiny_options(2);
+  o.saves.save_dir = tmp.file("run");
+  const std::string step = tmp.file("run/step-00000002");
+  fs::create_directories(step);
+  // What a killed save leaves: its rank file, a writer's temporary, a rank file of a larger world.
+  for (const char* name : {"rank-00000.safetensors", "rank-00000.safetensors.tmp.1.0", "rank-00007.safetensors"})
+    std::ofstream(step + "/" + name) << std::string(100000, 'j');
+  const int held = ::open((step + "/rank-00000.safetensors").c_str(), O_RDONLY);  // keeps its inode number
+  ASSERT_GE(held, 0);
+  struct stat old {}, now {};
+  ASSERT_EQ(::fstat(held, &old), 0);
+  Job(o).run();
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(step)) names.insert(e.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"manifest.json", "rank-00000.safetensors"}));
+  ASSERT_EQ(::stat((step + "/rank-00000.safetensors").c_str(), &now), 0);
+  EXPECT_EQ(now.st_ino, old.st_ino) << "the dead rank file is written over";
+  ::close(held);
+  const Manifest manifest = read_manifest(step);
+  EXPECT_EQ(error_of([&] { verify_file(step, manifest.files.at(0), /*full=*/true); }), "(no error)");
 }
 
 TEST(SavePolicy, RejectsMismatchedModelAndOccupiedSaveDir) {
