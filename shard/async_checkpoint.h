@@ -44,9 +44,9 @@ void enter_background_priority();
 
 class AsyncCheckpoint {
  public:
-  // Collective: rank 0 empties `dir`, then every rank of the first shard group starts writing the
-  // engine's state after its steps_done() steps (copied first when it is on a device). Fails like
-  // Engine::save (AgreedFailure) when the directory cannot be made.
+  // Collective: rank 0 makes `dir` ready (prepare_step_dir), then every rank of the first shard group
+  // starts writing the engine's state after its steps_done() steps (copied first when it is on a device).
+  // Fails like Engine::save (AgreedFailure) when the directory cannot be made.
   AsyncCheckpoint(Engine& engine, comm::Communicator& agreement, std::string dir, nlohmann::json run);
   // Waits for the writer; commits nothing (a checkpoint not committed is not one).
   ~AsyncCheckpoint();

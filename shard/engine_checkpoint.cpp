@@ -64,6 +64,8 @@ void prepare_step_dir(comm::Communicator& world, const std::string& dir, int wri
   run_agreed(world, [&] {
     if (world.rank() != 0) return;
     std::error_code ec;
+    // A symbolic link goes, not what it points to: a save writes only into --save-dir.
+    if (fs::is_symlink(fs::symlink_status(dir, ec))) fs::remove(dir, ec);
     fs::create_directories(dir, ec);
     if (ec) fail(dir, ": cannot create (", ec.message(), ")");
     // Uncommitted before any of its files is written over, and durably so.
@@ -107,6 +109,9 @@ int64_t commit_step_dir(Engine& engine, comm::Communicator& world, const std::st
     maybe_pause_in_save();
     sync_dir(dir);
     commit_manifest(dir, m);
+    // The step directory's own name (made, or renamed from a spare) survives a power loss too.
+    const fs::path parent = fs::path(dir).parent_path();
+    sync_dir(parent.empty() ? "." : parent.string());
   });
   return total_bytes;
 }

@@ -28,14 +28,17 @@ std::string temp_name(const std::string& path) {
   return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(serial++);
 }
 
-// Moves a dead file at `path` to `tmp` and opens it for writing over; -1 (nothing moved) when there is
-// none, or it is not a plain file of one link.
+// Opens a dead file at `path` for writing over and moves it to `tmp`; -1 when there is none, or it is not
+// a plain file of one link (checked on what was opened, so a link made in between is not written through).
 int take_over(const std::string& path, const std::string& tmp) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);  // a FIFO would block
+  if (fd < 0) return -1;
   struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) return -1;
-  if (std::rename(path.c_str(), tmp.c_str()) != 0) return -1;
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) ::unlink(tmp.c_str());
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+      std::rename(path.c_str(), tmp.c_str()) != 0) {
+    ::close(fd);
+    return -1;
+  }
   return fd;
 }
 
@@ -45,6 +48,7 @@ AtomicFile::AtomicFile(std::string path, Existing existing) : path_(std::move(pa
   std::error_code ec;
   if (fs::is_directory(path_, ec)) fail(path_, ": cannot write (it is a directory)");
   if (existing == Existing::overwrite) fd_ = take_over(path_, tmp_);
+  taken_over_ = fd_ >= 0;
   if (fd_ < 0) fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) fail(path_, ": cannot write (", std::strerror(errno), ")");
 }
@@ -77,8 +81,8 @@ void AtomicFile::write(const void* data, size_t bytes) {
 
 void AtomicFile::commit() {
   ZS_CHECK(fd_ >= 0, path_, ": committed twice or after a failure");
-  // A file written over may have been longer; a new one is exactly this long already.
-  if (::ftruncate(fd_, off_t(written_)) != 0) fail_with_errno("write", errno);
+  // A file written over may have been longer.
+  if (taken_over_ && ::ftruncate(fd_, off_t(written_)) != 0) fail_with_errno("write", errno);
   // Delayed allocation can report a full disk only here, at fsync or close.
   if (::fsync(fd_) != 0) fail_with_errno("write", errno);
   const int rc = ::close(fd_);
@@ -100,8 +104,8 @@ void sync_dir(const std::string& dir) {
   if (rc != 0) fail(dir, ": cannot fsync directory (", std::strerror(err), ")");
 }
 
-void write_file_atomically(const std::string& path, std::string_view contents, Existing existing) {
-  AtomicFile file(path, existing);
+void write_file_atomically(const std::string& path, std::string_view contents) {
+  AtomicFile file(path);
   file.write(contents);
   file.commit();
 }

@@ -1,8 +1,9 @@
 // Files written completely or not at all. Every file zshard writes (weights, checkpoint files and
 // manifests, logs, reports, tools' JSON) goes through AtomicFile: the bytes go to a temporary file beside
 // the target, every write is checked, then fsync, close, rename over the target and fsync of the
-// directory. A reader sees the old file or the whole new one; a failure (full disk, read-only directory)
-// throws one line naming the path and the system's reason, and leaves no temporary file behind.
+// directory. A reader sees the old file or the whole new one (no file at all while a dead one given up
+// with Existing::overwrite is written over); a failure (full disk, read-only directory) throws one line
+// naming the path and the system's reason, and leaves no temporary file behind.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,26 +13,29 @@
 
 namespace zshard {
 
-// What becomes of a file already at the target. keep: it stays until commit replaces it. overwrite: the
-// caller declares its contents dead (a pruned checkpoint's rank file, recycled); it is moved aside at once
-// and written over, so the file system reuses its pages or blocks instead of allocating new ones and
-// freeing the old (on tmpfs the two cost about twice the copy). A file with other hard links is never
-// written over: another name still holds it, so it is kept as with keep.
-enum class Existing { keep, overwrite };
+// What becomes of a file already at the target. replace: it stays until commit renames the new one over
+// it. overwrite: the caller declares its contents dead (a pruned checkpoint's rank file, recycled); it is
+// moved aside at once and written over, so the file system reuses its pages or blocks instead of
+// allocating new ones and freeing the old (on tmpfs the two cost about twice the copy). A process that
+// still has it open then reads the new bytes. A file with other hard links, or a symbolic link, is never
+// written over: another name still holds the file, so it is replaced as with replace.
+enum class Existing { replace, overwrite };
 
 class AtomicFile {
  public:
   // Creates (or, with Existing::overwrite, takes over) the temporary file; throws zshard::Error naming
   // `path` when it cannot.
-  explicit AtomicFile(std::string path, Existing existing = Existing::keep);
-  // Without commit() (an error on the way), the temporary file is removed and the target left as it was.
+  explicit AtomicFile(std::string path, Existing existing = Existing::replace);
+  // Without commit() (an error on the way), the temporary file is removed and the target left as it was
+  // (gone, when it was given up with Existing::overwrite).
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   void write(const void* data, size_t bytes);
   void write(std::string_view text) { write(text.data(), text.size()); }
-  // Makes the file durable and puts it in place. Throws on failure (the target is then untouched).
+  // Makes the file durable and puts it in place. Throws on failure (the target is then as the destructor
+  // leaves it).
   void commit();
   const std::string& path() const { return path_; }
 
@@ -40,10 +44,11 @@ class AtomicFile {
 
   std::string path_, tmp_;
   int fd_ = -1;
-  uint64_t written_ = 0;  // a file written over is cut to this at commit
+  bool taken_over_ = false;  // a file written over: cut at commit to what was written
+  uint64_t written_ = 0;
 };
 
-void write_file_atomically(const std::string& path, std::string_view contents, Existing existing = Existing::keep);
+void write_file_atomically(const std::string& path, std::string_view contents);
 
 // fsyncs a directory, so that the renames and removals inside it are durable.
 void sync_dir(const std::string& dir);

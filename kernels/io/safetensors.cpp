@@ -310,7 +310,7 @@ uint64_t save_safetensors(const std::string& path, const std::vector<Safetensors
   put(text.data(), text.size());
   // A slice at a time, small enough to stay in cache from the scan for NaN through the checksum to the
   // copy into the file: one pass over memory where three whole-tensor passes were. A non-finite value
-  // found late fails the save all the same: the AtomicFile then leaves the target as it was.
+  // found late fails the save all the same: the AtomicFile then leaves the target as `existing` said.
   for (size_t i = 0; i < tensors.size(); ++i) {
     const SafetensorsArray& t = tensors[i];
     const int64_t numel = shape_numel(t.shape);

@@ -78,6 +78,6 @@ class SaveSliceSource {
 // `source` when given.
 uint64_t save_safetensors(const std::string& path, const std::vector<SafetensorsArray>& tensors,
                           const SafetensorsMetadata& metadata = {}, SaveSliceSource* source = nullptr,
-                          Existing existing = Existing::keep);
+                          Existing existing = Existing::replace);
 
 }  // namespace zshard

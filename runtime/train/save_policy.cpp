@@ -296,18 +296,21 @@ void SavePolicy::commit(int step, const std::string& dir, std::chrono::steady_cl
 }
 
 SavePolicy::~SavePolicy() {
+  // Nothing is lost when a removal fails: what is left is uncommitted. A later run's prune tries a pruned
+  // directory again; a spare is taken by the next save into this --save-dir, or removed at its run's end.
+  const auto warn = [&](const std::string& what) {
+    if (out_) *out_ << "zshard-train: warning: " << what << "\n";
+  };
   try {
     finish_removing();
-    const std::string& save_dir = trainer_.options().saves.save_dir;
-    if (world_.rank() == 0 && !save_dir.empty()) {
-      std::error_code ec;
-      fs::remove_all(spare_dir(save_dir), ec);
-      if (ec) fail(spare_dir(save_dir).string(), ": cannot remove (", ec.message(), ")");
-    }
   } catch (const std::exception& e) {
-    // Nothing is lost: the directory is uncommitted or as it was, and a later run's prune tries again.
-    if (out_) *out_ << "zshard-train: warning: " << e.what() << "\n";
+    warn(e.what());
   }
+  const std::string& save_dir = trainer_.options().saves.save_dir;
+  if (world_.rank() != 0 || save_dir.empty()) return;
+  std::error_code ec;
+  fs::remove_all(spare_dir(save_dir), ec);
+  if (ec) warn(detail::concat(spare_dir(save_dir).string(), ": cannot remove (", ec.message(), ")"));
 }
 
 void SavePolicy::prune(int newest_step) {
@@ -323,19 +326,26 @@ void SavePolicy::prune(int newest_step) {
       doomed.push_back(it->path);  // an interrupted save, older than a committed checkpoint
     } else if (o.keep > 0 && ++kept > o.keep) {
       // Uncommitted now: a crash before its files are gone leaves a directory that is not a checkpoint.
+      // A symbolic link (a checkpoint kept elsewhere) loses only the link: what it points to stays whole.
       std::error_code ec;
-      fs::remove(manifest_path(it->path), ec);
-      sync_dir(it->path);
+      if (!fs::is_symlink(fs::symlink_status(it->path, ec))) {
+        fs::remove(manifest_path(it->path), ec);
+        sync_dir(it->path);
+      }
       doomed.push_back(it->path);
     }
   }
-  // Only an uncommitted directory is recycled: one whose manifest could not be removed goes to the
-  // remover, whose failure names it.
+  // Only an uncommitted directory of its own is recycled: one whose manifest could not be removed goes
+  // to the remover, whose failure names it, and a link goes as a link.
   const fs::path spare = spare_dir(o.save_dir);
   std::error_code ec;
-  if (!doomed.empty() && !is_committed(doomed.front()) && !fs::exists(spare, ec)) {
+  if (!doomed.empty() && fs::symlink_status(doomed.front(), ec).type() == fs::file_type::directory &&
+      !is_committed(doomed.front()) && !fs::exists(fs::symlink_status(spare, ec))) {
     fs::rename(doomed.front(), spare, ec);
-    if (!ec) doomed.erase(doomed.begin());
+    if (!ec) {
+      doomed.erase(doomed.begin());
+      sync_dir(o.save_dir);  // the directory's new name is durable before a save writes into it
+    }
   }
   if (doomed.empty()) return;
   remover_ = std::thread([this, doomed = std::move(doomed)] {
@@ -350,10 +360,10 @@ void SavePolicy::prune(int newest_step) {
 
 void SavePolicy::recycle_spare(const std::string& dir) const {
   if (world_.rank() != 0) return;
-  // Without it (none yet, or a rename refused) the save writes new files; prepare_step_dir follows.
-  std::error_code ignored;
   const fs::path spare = spare_dir(trainer_.options().saves.save_dir);
-  if (fs::is_directory(spare, ignored) && !fs::exists(dir, ignored)) fs::rename(spare, dir, ignored);
+  std::error_code ec;
+  if (fs::symlink_status(spare, ec).type() == fs::file_type::directory && !fs::exists(fs::symlink_status(dir, ec)))
+    fs::rename(spare, dir, ec);  // made durable by the commit (commit_step_dir)
 }
 
 void SavePolicy::finish_removing() {

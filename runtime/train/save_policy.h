@@ -73,6 +73,7 @@ class SavePolicy {
   void prune(int newest_step);
   void finish_removing();
   // Rank 0: moves the spare directory to `dir`, a save's step directory, before the save prepares it.
+  // Never fails: where it cannot, the save writes new files.
   void recycle_spare(const std::string& dir) const;
   bool save_due() const;  // this step is a --save-every point
   void start_async_save();

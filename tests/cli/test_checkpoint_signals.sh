@@ -5,26 +5,31 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 
-# ---- SIGKILL while step 4 is being saved: rank files written, manifest not yet ----
+# ---- SIGKILL while step 6 is being saved: rank files written, manifest not yet ----
+# Step 4's prune made step 2 the spare directory, so the save of step 6 writes over step 2's rank files.
 D="$WORK/kill"
 JOB=("${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero2 "${ARGS[@]}" --steps 8 --save-every 2 --keep 1)
 expect_ok "uninterrupted reference run" "${JOB[@]}" --save-dir "$WORK/ref" --log-json "$WORK/ref.json"
 # Rank 0 holds 2 s between the rank files and the manifest of every save.
 ZSHARD_TEST_PAUSE_IN_SAVE=2 "${JOB[@]}" --save-dir "$D" >"$WORK/kill.out" 2>&1 &
 job=$!
-mid_save() { [ -f "$D/step-00000004/rank-00001.safetensors" ] && [ ! -f "$D/step-00000004/manifest.json" ]; }
+mid_save() {
+  [ -f "$D/step-00000006/rank-00001.safetensors" ] && [ ! -f "$D/step-00000006/manifest.json" ] &&
+    [ -f "$D/step-00000004/manifest.json" ]
+}
 wait_for 60 mid_save  # on a timeout the kill still ends the job and the checks below fail
 for pid in $(children_of $job); do kill -KILL "$pid"; done
 kill -KILL $job
 wait $job
-expect_true "killed in the middle of saving step 4" mid_save
-expect_true "step 2, the newest committed, is still there" test -f "$D/step-00000002/manifest.json"
+expect_true "killed in the middle of saving step 6" mid_save
+expect_true "only step 4 and the partial step 6 are left" \
+  test "$(ls "$D")" = "$(printf 'step-00000004\nstep-00000006')"
 expect_ok "--resume latest after the kill" "${JOB[@]}" --save-dir "$D" --resume latest \
   --log-json "$WORK/resumed.json"
-expect_true "it resumed from step 2, ignoring the partial step 4" \
-  grep -q "resumed from .*step-00000002 at step 2" "$WORK/out"
+expect_true "it resumed from step 4, ignoring the partial step 6" \
+  grep -q "resumed from .*step-00000004 at step 4" "$WORK/out"
 same_losses "resumed losses are the uninterrupted run's, bit for bit" "$WORK/ref.json" "$WORK/resumed.json" 0
-expect_true "the resumed run overwrote the partial step 4 and kept only step 8" \
+expect_true "the resumed run overwrote the partial step 6 and kept only step 8" \
   test "$(ls "$D")" = step-00000008 -a -f "$D/step-00000008/manifest.json"
 
 # ---- SIGTERM to one rank of an mpirun job ----

@@ -76,6 +76,12 @@ ino_t inode(const std::string& path) {
   return st.st_ino;
 }
 
+void overwrite(const std::string& path, std::string_view text) {
+  AtomicFile file(path, Existing::overwrite);
+  file.write(text);
+  file.commit();
+}
+
 TEST(AtomicFile, OverwriteWritesOverTheDeadFileAndCutsItToTheNewLength) {
   TempDir dir;
   const std::string path = dir.file("rank.bin");
@@ -100,15 +106,22 @@ TEST(AtomicFile, OverwriteLeavesAFileOtherNamesHold) {
   const std::string path = dir.file("rank.bin"), backup = dir.file("backup.bin");
   write_file_atomically(path, "precious");
   ASSERT_EQ(::link(path.c_str(), backup.c_str()), 0);
-  write_file_atomically(path, "new", Existing::overwrite);
+  overwrite(path, "new");
   EXPECT_EQ(contents(path), "new");
   EXPECT_EQ(contents(backup), "precious") << "a hard link is never written through";
   EXPECT_NE(inode(path), inode(backup));
+
+  const std::string link = dir.file("link.bin"), target = dir.file("target.bin");
+  write_file_atomically(target, "elsewhere");
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  overwrite(link, "new");
+  EXPECT_EQ(contents(link), "new");
+  EXPECT_EQ(contents(target), "elsewhere") << "a symbolic link is never written through";
 }
 
 TEST(AtomicFile, OverwriteWithoutAFileCreatesOne) {
   TempDir dir;
-  write_file_atomically(dir.file("a"), "fresh", Existing::overwrite);
+  overwrite(dir.file("a"), "fresh");
   EXPECT_EQ(contents(dir.file("a")), "fresh");
   EXPECT_EQ(entries(dir), 1);
 }

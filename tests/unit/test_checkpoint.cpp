@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "comm/agreed_failure.h"
@@ -353,6 +354,31 @@ TEST(SavePolicy, AnInterruptedSaveOfTheStepIsWrittenOverAndTidied) {
   ::close(held);
   const Manifest manifest = read_manifest(step);
   EXPECT_EQ(error_of([&] { verify_file(step, manifest.files.at(0), /*full=*/true); }), "(no error)");
+}
+
+TEST(SavePolicy, PruningALinkedCheckpointLeavesWhatItPointsTo) {
+  TempDir tmp;
+  TrainOptions o = test::tiny_options(2);
+  o.saves.save_dir = tmp.file("archive");
+  Job(o).run();
+  const std::string archived = tmp.file("archive/step-00000002");
+  std::map<std::string, uint64_t> before;
+  for (const auto& e : fs::directory_iterator(archived)) before[e.path().string()] = file_checksum(e.path().string());
+  fs::create_directories(tmp.file("run"));
+  fs::create_directory_symlink(archived, tmp.file("run/step-00000002"));
+
+  o.saves.save_dir = tmp.file("run");
+  o.saves.resume = "latest";
+  o.optimizer.steps = 6;
+  o.saves.save_every = 2;
+  o.saves.keep = 1;
+  Job(o).run();  // step 4's prune drops the link, step 6's would have written into a spare
+  std::map<std::string, uint64_t> after;
+  for (const auto& e : fs::directory_iterator(archived)) after[e.path().string()] = file_checksum(e.path().string());
+  EXPECT_EQ(after, before) << "the linked checkpoint is untouched";
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(o.saves.save_dir)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"step-00000006"});
 }
 
 TEST(SavePolicy, RejectsMismatchedModelAndOccupiedSaveDir) {
