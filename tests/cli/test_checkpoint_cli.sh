@@ -58,6 +58,17 @@ for f in rank-00000.safetensors rank-00001.safetensors manifest.json; do
   expect_true "$f equals the one saved into fresh files" cmp -s "$RC/step-00000006/$f" "$WORK/fresh/step-00000006/$f"
 done
 expect_ok "export verifies the recycled files" "$EXPORT" "$RC/step-00000006" "$WORK/recycled.safetensors"
+# Hybrid on 4 ranks: only the first shard group writes. Saves from step 4 on write over the files of the
+# save --keep dropped two steps before; resuming one repeats the uninterrupted run bit for bit.
+HY="$WORK/hybrid"
+expect_ok "hybrid np 4, a save every step, --keep 2" "${MPIRUN[@]}" -np 4 "$TRAIN" --strategy hybrid \
+  --shard-group 2 "${ARGS[@]}" --steps 8 --save-dir "$HY" --save-every 1 --keep 2 --log-json "$WORK/hybrid.json"
+expect_true "steps 7 and 8 remain, each with the first group's two rank files" \
+  test "$(ls "$HY")" = "$(printf 'step-00000007\nstep-00000008')" -a \
+  "$(ls "$HY/step-00000007")" = "$(printf 'manifest.json\nrank-00000.safetensors\nrank-00001.safetensors')"
+expect_ok "resume the recycled step 7" "${MPIRUN[@]}" -np 4 "$TRAIN" --strategy hybrid --shard-group 2 \
+  "${ARGS[@]}" --steps 8 --resume "$HY/step-00000007" --log-json "$WORK/hybrid-resumed.json"
+same_losses "step 8 after it: bit-identical" "$WORK/hybrid.json" "$WORK/hybrid-resumed.json" 0
 
 expect_ok "resume zero3 np 4" "${MPIRUN[@]}" -np 4 "$TRAIN" --strategy zero3 "${ARGS[@]}" --steps 6 \
   --resume "$CK/step-00000004" --log-json "$WORK/same.json"
