@@ -109,9 +109,7 @@ int64_t commit_step_dir(Engine& engine, comm::Communicator& world, const std::st
     maybe_pause_in_save();
     sync_dir(dir);
     commit_manifest(dir, m);
-    // The step directory's own name (made, or renamed from a spare) survives a power loss too.
-    const fs::path parent = fs::path(dir).parent_path();
-    sync_dir(parent.empty() ? "." : parent.string());
+    sync_dir(parent_dir(dir));  // the step directory's own name (made, or renamed from a spare) too
   });
   return total_bytes;
 }

@@ -17,11 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string parent_dir(const std::string& path) {
-  const fs::path parent = fs::path(path).parent_path();
-  return parent.empty() ? "." : parent.string();
-}
-
 // Unique per process and per file, so that ranks or threads writing beside each other never collide.
 std::string temp_name(const std::string& path) {
   static std::atomic<unsigned> serial{0};
@@ -75,14 +70,16 @@ void AtomicFile::write(const void* data, size_t bytes) {
     if (put <= 0) fail_with_errno("write", put < 0 ? errno : ENOSPC);
     p += put;
     bytes -= size_t(put);
-    written_ += uint64_t(put);
   }
 }
 
 void AtomicFile::commit() {
   ZS_CHECK(fd_ >= 0, path_, ": committed twice or after a failure");
-  // A file written over may have been longer.
-  if (taken_over_ && ::ftruncate(fd_, off_t(written_)) != 0) fail_with_errno("write", errno);
+  // A file written over may have been longer: it ends where the writes did.
+  if (taken_over_) {
+    const off_t end = ::lseek(fd_, 0, SEEK_CUR);
+    if (end < 0 || ::ftruncate(fd_, end) != 0) fail_with_errno("write", errno);
+  }
   // Delayed allocation can report a full disk only here, at fsync or close.
   if (::fsync(fd_) != 0) fail_with_errno("write", errno);
   const int rc = ::close(fd_);
@@ -93,6 +90,11 @@ void AtomicFile::commit() {
     fail(path_, ": cannot write (", std::strerror(err), ")");
   }
   sync_dir(parent_dir(path_));  // the rename is durable once the directory is
+}
+
+std::string parent_dir(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
 }
 
 void sync_dir(const std::string& dir) {

@@ -5,7 +5,6 @@
 // with Existing::overwrite is written over); a failure (full disk, read-only directory) throws one line
 // naming the path and the system's reason, and leaves no temporary file behind.
 #pragma once
-#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -45,10 +44,12 @@ class AtomicFile {
   std::string path_, tmp_;
   int fd_ = -1;
   bool taken_over_ = false;  // a file written over: cut at commit to what was written
-  uint64_t written_ = 0;
 };
 
 void write_file_atomically(const std::string& path, std::string_view contents);
+
+// The directory `path` lies in ("." for a bare name).
+std::string parent_dir(const std::string& path);
 
 // fsyncs a directory, so that the renames and removals inside it are durable.
 void sync_dir(const std::string& dir);

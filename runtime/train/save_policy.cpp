@@ -245,8 +245,7 @@ void SavePolicy::save() {
   const SaveOptions& o = trainer_.options().saves;
   const int step = trainer_.steps_done();
   if (o.save_dir.empty() || step == saved_step_) return;
-  const std::string dir = (fs::path(o.save_dir) / step_dir_name(step)).string();
-  recycle_spare(dir);
+  const std::string dir = step_dir_for_save(step);
   commit(step, dir, std::chrono::steady_clock::now(), [&] { return trainer_.engine().save(dir, run_state(step).dump()); });
 }
 
@@ -254,8 +253,7 @@ void SavePolicy::start_async_save() {
   const int step = trainer_.steps_done();
   if (step == saved_step_) return;
   finish_in_flight();  // one save in flight at most
-  const std::string dir = (fs::path(trainer_.options().saves.save_dir) / step_dir_name(step)).string();
-  recycle_spare(dir);
+  const std::string dir = step_dir_for_save(step);
   cleaning_up_failure([&] {
     in_flight_ = std::make_unique<AsyncCheckpoint>(trainer_.engine(), *agreement_, dir, run_state(step));
   });
@@ -308,9 +306,10 @@ SavePolicy::~SavePolicy() {
   }
   const std::string& save_dir = trainer_.options().saves.save_dir;
   if (world_.rank() != 0 || save_dir.empty()) return;
+  const fs::path spare = spare_dir(save_dir);
   std::error_code ec;
-  fs::remove_all(spare_dir(save_dir), ec);
-  if (ec) warn(detail::concat(spare_dir(save_dir).string(), ": cannot remove (", ec.message(), ")"));
+  fs::remove_all(spare, ec);
+  if (ec) warn(detail::concat(spare.string(), ": cannot remove (", ec.message(), ")"));
 }
 
 void SavePolicy::prune(int newest_step) {
@@ -341,11 +340,8 @@ void SavePolicy::prune(int newest_step) {
   std::error_code ec;
   if (!doomed.empty() && fs::symlink_status(doomed.front(), ec).type() == fs::file_type::directory &&
       !is_committed(doomed.front()) && !fs::exists(fs::symlink_status(spare, ec))) {
-    fs::rename(doomed.front(), spare, ec);
-    if (!ec) {
-      doomed.erase(doomed.begin());
-      sync_dir(o.save_dir);  // the directory's new name is durable before a save writes into it
-    }
+    fs::rename(doomed.front(), spare, ec);  // uncommitted under either name; the next commit syncs the names
+    if (!ec) doomed.erase(doomed.begin());
   }
   if (doomed.empty()) return;
   remover_ = std::thread([this, doomed = std::move(doomed)] {
@@ -358,12 +354,16 @@ void SavePolicy::prune(int newest_step) {
   });
 }
 
-void SavePolicy::recycle_spare(const std::string& dir) const {
-  if (world_.rank() != 0) return;
-  const fs::path spare = spare_dir(trainer_.options().saves.save_dir);
-  std::error_code ec;
-  if (fs::symlink_status(spare, ec).type() == fs::file_type::directory && !fs::exists(fs::symlink_status(dir, ec)))
-    fs::rename(spare, dir, ec);  // made durable by the commit (commit_step_dir)
+std::string SavePolicy::step_dir_for_save(int step) const {
+  const std::string& save_dir = trainer_.options().saves.save_dir;
+  const fs::path dir = fs::path(save_dir) / step_dir_name(step);
+  if (world_.rank() == 0) {
+    const fs::path spare = spare_dir(save_dir);
+    std::error_code ec;
+    if (fs::symlink_status(spare, ec).type() == fs::file_type::directory && !fs::exists(fs::symlink_status(dir, ec)))
+      fs::rename(spare, dir, ec);  // made durable by the commit (commit_step_dir)
+  }
+  return dir.string();
 }
 
 void SavePolicy::finish_removing() {

@@ -72,9 +72,9 @@ class SavePolicy {
   // step, which training need not wait for. The next prune waits for it, and reports its failure.
   void prune(int newest_step);
   void finish_removing();
-  // Rank 0: moves the spare directory to `dir`, a save's step directory, before the save prepares it.
-  // Never fails: where it cannot, the save writes new files.
-  void recycle_spare(const std::string& dir) const;
+  // The directory the save of `step` goes to. Rank 0 first moves the spare directory there, for the save
+  // to write over its rank files. Never fails: where it cannot, the save writes new files.
+  std::string step_dir_for_save(int step) const;
   bool save_due() const;  // this step is a --save-every point
   void start_async_save();
   // Runs `save`; when it fails (AgreedFailure), removes a --save-dir this run made and left empty.
