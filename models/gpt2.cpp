@@ -77,7 +77,7 @@ std::unique_ptr<GPT2> make_gpt2(const ModelConfig& config) { return std::make_un
 
 int64_t GPT2::activation_bytes(int B, int T, DType dtype) const {
   ZS_CHECK(B > 0 && T > 0, "GPT-2 activation_bytes: B and T must be positive, got B=", B, " T=", T);
-  return gpt2::Activations::bytes(config_, B, T, dtype, recompute_, defers_head_gradient(B, T));
+  return decoder_activation_bytes<gpt2::Activations>(config_, B, T, dtype, recompute_, defers_head_gradient(B, T));
 }
 
 double GPT2::forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) {
@@ -95,52 +95,16 @@ double GPT2::run(ParamContext& ctx, const Batch& batch, bool backward, float los
 
 template <class T>
 double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
-  const DType dtype = dtype_of<T>();
   const bool defer = defers_head_gradient(batch.B, batch.T);
-  if (!acts_ || !acts_->fits(batch, dtype, ctx.device(), recompute_) || acts_->deferred_head != defer) {
-    acts_.reset();  // free the old buffers (views included) before allocating the new ones
-    acts_ = std::make_unique<gpt2::Activations>();
-    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device(), recompute_, defer);
-  }
-  acts_->load_tokens(batch);
-  const gpt2::Layers<T> layers{config_, *acts_};
-  const int L = config_.layers;
-  const int final_unit = L + 1;
+  gpt2::Activations& acts = activations_for(acts_, config_, batch, dtype_of<T>(), ctx.device(), recompute_, defer);
+  const gpt2::Layers<T> layers{config_, acts};
+  const int L = config_.layers, final_unit = L + 1;
 
-  layers.embedding_forward(ctx.gather(0));
-  ctx.release(0);
-  for (int l = 0; l < L; ++l) {
-    layers.block_forward(l, ctx.gather(1 + l));
-    ctx.release(1 + l);
-  }
-  layers.final_norm_forward(ctx.gather(final_unit));
-  ctx.release(final_unit);
-
-  // The LM head is tied to wte, so it gathers the embedding unit again. Its backward runs under the
-  // same gather: the largest unit is gathered twice per step, not three times.
-  const double loss = run_tied_head(ctx, layers, gpt2::kWte, backward, defer, loss_scale);
+  run_blocks_forward(ctx, layers, L);
+  const double loss =
+      run_final_norm_and_tied_head(ctx, layers, final_unit, gpt2::kWte, backward, defer, loss_scale);
   if (!backward) return loss;
-
-  {
-    const UnitTensors& p = ctx.gather(final_unit);
-    const UnitTensors& g = ctx.grads(final_unit);
-    layers.final_norm_backward(p, g);
-    ctx.release(final_unit);
-    ctx.grads_ready(final_unit);
-  }
-  const bool recompute = recompute_ == Recompute::blocks;
-  for (int l = L - 1; l >= 0; --l) {
-    const UnitTensors& p = ctx.gather(1 + l);
-    const UnitTensors& g = ctx.grads(1 + l);
-    // Checkpointing: the block's intermediates are rebuilt from its kept input under this same gather,
-    // as FSDP runs a checkpointed forward inside the unit's backward, so no collective is added. The
-    // forward reads only the block input and the parameters, which backward never writes; it also rewrites
-    // the block output with the same bits, which nothing reads any more.
-    if (recompute) layers.block_forward(l, p);
-    layers.block_backward(l, p, g);
-    ctx.release(1 + l);
-    ctx.grads_ready(1 + l);
-  }
+  run_blocks_backward(ctx, layers, L, recompute_ == Recompute::blocks);
   run_embedding_backward(ctx, layers, gpt2::kWte, defer);
   return loss;
 }

@@ -13,79 +13,34 @@ namespace {
 // dtype, few bytes) are listed with what is kept.
 void visit_intermediates(Activations& a, const GPT2Config& c, int B, int T, int64_t S, DType dtype,
                          const BufferVisitor& f) {
-  const int64_t C = c.dim, NH = c.heads;
-  const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
-  g(a.ln1, {S, B, T, C});
-  g(a.qkv, {S, B, T, 3 * C});
-  g(a.att, {S, B, NH, T, T});
-  g(a.atty, {S, B, T, C});
-  g(a.residual2, {S, B, T, C});
-  g(a.ln2, {S, B, T, C});
-  g(a.fch, {S, B, T, 4 * C});
-  g(a.fch_gelu, {S, B, T, 4 * C});
-}
-
-// What lives only inside one block's forward or backward: the c_proj output, the backward's scratch and,
-// with recomputation, the one slot of intermediates.
-BufferList block_transients(Activations& a, const GPT2Config& c, int B, int T, DType dtype,
-                            Recompute mode) {
-  return [&a, &c, B, T, dtype, mode](const BufferVisitor& f) {
-    const int64_t C = c.dim;
-    if (mode == Recompute::blocks) visit_intermediates(a, c, B, T, 1, dtype, f);
-    const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
-    g(a.proj, {B, T, C});
-    g(a.datty, {B, T, C});
-    g(a.dqkv, {B, T, 3 * C});
-    g(a.dfch, {B, T, 4 * C});
-    g(a.dfch_gelu, {B, T, 4 * C});
-  };
-}
-
-// The one description of the activation layout: calls f(tensor, shape, dtype) for every buffer, in
-// order. The tokens are i32; everything else is in the compute dtype.
-void for_each_buffer(Activations& a, const GPT2Config& c, int B, int T, DType dtype, Recompute mode,
-                     bool deferred_head, const BufferVisitor& f) {
-  const int64_t L = c.layers, S = Activations::slots(mode, c.layers), C = c.dim;
-  f(a.inputs, {B, T}, DType::i32);
-  f(a.targets, {B, T}, DType::i32);
-  const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
-  const auto stat = [&](Tensor& t, const Shape& shape) { f(t, shape, ops::norm_stat_dtype(dtype)); };
-  g(a.encoded, {B, T, C});
-  for (Tensor* t : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) stat(*t, {S, B, T});
-  if (mode == Recompute::none) visit_intermediates(a, c, B, T, L, dtype, f);
-  g(a.residual3, {L, B, T, C});
-  g(a.lnf, {B, T, C});
-  stat(a.lnf_mean, {B, T});
-  stat(a.lnf_rstd, {B, T});
-  g(a.losses, {B, T});
-  g(a.dresidual, {B, T, C});
-  g(a.dln, {B, T, C});
-  // The logits live from the head's forward to its backward, while no block runs; deferred, the dlogits
-  // live on to the embedding's backward.
-  a.visit_logits_region(B, T, c.vocab, dtype, deferred_head, block_transients(a, c, B, T, dtype, mode), f);
-}
-
-// The residual stream entering block l (l == L: leaving the last block).
-template <class T>
-T* block_input(const Activations& a, int l) {
-  return l == 0 ? a.encoded.data<T>() : slice<T>(a.residual3, l - 1);
+  a.visit_attention(B, T, c.dim, c.heads, S, dtype, f);
+  for (Tensor* t : {&a.fch, &a.fch_gelu}) f(*t, {S, B, T, 4 * int64_t(c.dim)}, dtype);
 }
 
 }  // namespace
 
-int64_t Activations::bytes(const GPT2Config& c, int B, int T, DType dtype, Recompute mode,
-                           bool deferred_head) {
-  Activations unused;
-  return buffer_bytes(
-      [&](const BufferVisitor& f) { for_each_buffer(unused, c, B, T, dtype, mode, deferred_head, f); });
+// The c_proj output, the backward's scratch and, with recomputation, the one slot of intermediates.
+BufferList Activations::transients(const GPT2Config& c, int B, int T, DType dtype, Recompute mode) {
+  return [this, &c, B, T, dtype, mode](const BufferVisitor& f) {
+    const int64_t C = c.dim;
+    if (mode == Recompute::blocks) visit_intermediates(*this, c, B, T, 1, dtype, f);
+    const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
+    g(proj, {B, T, C});
+    g(datty, {B, T, C});
+    g(dqkv, {B, T, 3 * C});
+    g(dfch, {B, T, 4 * C});
+    g(dfch_gelu, {B, T, 4 * C});
+  };
 }
 
-void Activations::allocate(const GPT2Config& c, int b, int t, DType type, Device dev, Recompute mode,
-                           bool deferred) {
-  BatchBuffers::allocate(b, t, type, dev, mode, [&](const BufferVisitor& f) {
-    for_each_buffer(*this, c, b, t, type, mode, deferred, f);
-  });
-  cut_logits_region(b, t, c.vocab, type, deferred, block_transients(*this, c, b, t, type, mode));
+BufferList Activations::kept(const GPT2Config& c, int B, int T, DType dtype, Recompute mode) {
+  return [this, &c, B, T, dtype, mode](const BufferVisitor& f) {
+    const int64_t S = slots(mode, c.layers);
+    const DType stat = ops::norm_stat_dtype(dtype);
+    for (Tensor* t : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) f(*t, {S, B, T}, stat);
+    for (Tensor* t : {&lnf_mean, &lnf_rstd}) f(*t, {B, T}, stat);
+    if (mode == Recompute::none) visit_intermediates(*this, c, B, T, S, dtype, f);
+  };
 }
 
 template <class T>
@@ -107,7 +62,7 @@ void Layers<T>::block_forward(int l, const UnitTensors& p) const {
   const size_t NC = size_t(N) * C;
   const Device d = a.device;
   const auto w = [&](BlockParam i) { return p[i].data<T>(); };
-  const T* residual = block_input<T>(a, l);
+  const T* residual = a.block_input<T>(l);
   T* ln1 = slice<T>(a.ln1, s);
   T* qkv = slice<T>(a.qkv, s);
   T* atty = slice<T>(a.atty, s);
@@ -170,14 +125,14 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   a.dln.zero_();
   ops::linear_backward(d, dln, dw(kAttnWeight), dw(kAttnBias), dqkv, slice<T>(a.ln1, s), w(kAttnWeight), N, C,
                        3 * C);
-  ops::layernorm_backward(d, dresidual, dw(kLn1Weight), dw(kLn1Bias), dln, block_input<T>(a, l),
+  ops::layernorm_backward(d, dresidual, dw(kLn1Weight), dw(kLn1Bias), dln, a.block_input<T>(l),
                           w(kLn1Weight), slice<Stat>(a.ln1_mean, s), slice<Stat>(a.ln1_rstd, s), N, C);
 }
 
 template <class T>
 void Layers<T>::final_norm_forward(const UnitTensors& p) const {
   ops::layernorm_forward(a.device, a.lnf.data<T>(), a.lnf_mean.data<Stat>(), a.lnf_rstd.data<Stat>(),
-                         block_input<T>(a, c.layers), p[kLnfWeight].data<T>(), p[kLnfBias].data<T>(),
+                         a.block_input<T>(c.layers), p[kLnfWeight].data<T>(), p[kLnfBias].data<T>(),
                          a.B * a.T, c.dim);
 }
 
@@ -185,7 +140,7 @@ template <class T>
 void Layers<T>::final_norm_backward(const UnitTensors& p, const UnitTensors& g) const {
   a.dresidual.zero_();
   ops::layernorm_backward(a.device, a.dresidual.data<T>(), g[kLnfWeight].data<T>(), g[kLnfBias].data<T>(),
-                          a.dln.data<T>(), block_input<T>(a, c.layers), p[kLnfWeight].data<T>(),
+                          a.dln.data<T>(), a.block_input<T>(c.layers), p[kLnfWeight].data<T>(),
                           a.lnf_mean.data<Stat>(), a.lnf_rstd.data<Stat>(), a.B * a.T, c.dim);
 }
 

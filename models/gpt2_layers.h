@@ -9,8 +9,7 @@
 #include <zshard/ops.h>
 
 #include "models/gpt2_config.h"
-#include "models/lm_head.h"
-#include "models/model_support.h"
+#include "models/decoder.h"
 
 namespace zshard::gpt2 {
 
@@ -24,35 +23,25 @@ enum EmbedParam { kWte, kWpe };
 enum FinalNormParam { kLnfWeight, kLnfBias };
 
 // Everything forward_backward keeps for one (B, T), on the device it computes on: views into the
-// activations allocations. Per-block buffers have a leading dimension: L for the block outputs
-// (residual3), S = slots(recompute, L) for the intermediates (L, or 1 reused by every block). The
-// logits share their region (LogitsRegion) with the views of block scratch below.
-struct Activations : BatchBuffers, LogitsRegion {
-  Tensor encoded;                        // (B,T,C) wte + wpe: block 0's input
-  Tensor ln1, ln1_mean, ln1_rstd;        // (S,B,T,C), (S,B,T), (S,B,T); mean and rstd in NormStat
-  Tensor qkv;                            // (S,B,T,3C)
-  Tensor att;                            // (S,B,NH,T,T) softmax probabilities
-  Tensor atty;                           // (S,B,T,C) attention output before c_proj
-  Tensor residual2;                      // (S,B,T,C) after the attention residual add
-  Tensor ln2, ln2_mean, ln2_rstd;
+// activations allocations. Per-block intermediates have a leading dimension S = slots(recompute, L) (L,
+// or 1 reused by every block). The logits share their region (LogitsRegion) with the views of block
+// scratch below.
+struct Activations : DecoderBuffers {
+  Tensor ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // (S,B,T) in NormStat; ln1, qkv (S,B,T,3C), att and
+                                                 // atty (before c_proj) are DecoderBuffers'
   Tensor fch, fch_gelu;                  // (S,B,T,4C)
-  Tensor residual3;                      // (L,B,T,C) block output
-  Tensor lnf, lnf_mean, lnf_rstd;        // (B,T,C), (B,T), (B,T)
-  Tensor losses;                         // (B,T)
-  // Backward scratch, shared by all blocks. dresidual carries d(loss)/d(residual stream).
-  Tensor dresidual, dln;                 // (B,T,C)
+  Tensor lnf_mean, lnf_rstd;             // (B,T)
   // Cut from the LogitsRegion's shared region, with recomputation beside the one slot of intermediates.
   Tensor proj;                           // (B,T,C) a c_proj output before its residual add (scratch)
   Tensor datty;                          // (B,T,C)
   Tensor dqkv;                           // (B,T,3C)
   Tensor dfch, dfch_gelu;                // (B,T,4C)
 
-  // Bytes of the allocations for (B, T), `mode` and `deferred_head`, tokens included: what
-  // activation_bytes reports.
-  static int64_t bytes(const GPT2Config& c, int B, int T, DType dtype, Recompute mode,
-                       bool deferred_head);
-  void allocate(const GPT2Config& c, int b, int t, DType type, Device dev, Recompute mode,
-                bool deferred_head);
+  // The model's part of the activation list (models/decoder.h: decoder_buffers): the LayerNorm statistics and,
+  // without recomputation, the blocks' intermediates.
+  BufferList kept(const GPT2Config& c, int B, int T, DType dtype, Recompute mode);
+  // What lives only inside one block's forward or backward, cut from the logits' region.
+  BufferList transients(const GPT2Config& c, int B, int T, DType dtype, Recompute mode);
 };
 
 // GPT-2's computation in dtype T (float or bf16, and double on cpu) over one set of

@@ -64,7 +64,7 @@ void Llama::init_unit(int unit, const UnitTensors& params, uint64_t seed) const 
 
 int64_t Llama::activation_bytes(int B, int T, DType dtype) const {
   ZS_CHECK(B > 0 && T > 0, "Llama activation_bytes: B and T must be positive, got B=", B, " T=", T);
-  return llama::Activations::bytes(config_, B, T, dtype, recompute_, defers_head_gradient(B, T));
+  return decoder_activation_bytes<llama::Activations>(config_, B, T, dtype, recompute_, defers_head_gradient(B, T));
 }
 
 double Llama::flops_per_token(int T) const {
@@ -89,36 +89,17 @@ double Llama::run(ParamContext& ctx, const Batch& batch, bool backward, float lo
 
 template <class T>
 double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
-  const DType dtype = dtype_of<T>();
   const bool defer = defers_head_gradient(batch.B, batch.T);
-  if (!acts_ || !acts_->fits(batch, dtype, ctx.device(), recompute_) || acts_->deferred_head != defer) {
-    acts_.reset();  // free the old buffers (views included) before allocating the new ones
-    acts_ = std::make_unique<llama::Activations>();
-    acts_->allocate(config_, batch.B, batch.T, dtype, ctx.device(), recompute_, defer);
-  }
-  acts_->load_tokens(batch);
-  const llama::Layers<T> layers{config_, *acts_};
+  llama::Activations& acts = activations_for(acts_, config_, batch, dtype_of<T>(), ctx.device(), recompute_, defer);
+  const llama::Layers<T> layers{config_, acts};
   const int L = config_.layers, final_unit = L + 1;
   const bool tied = config_.tie_embeddings;
 
-  layers.embedding_forward(ctx.gather(0));
-  ctx.release(0);
-  for (int l = 0; l < L; ++l) {
-    layers.layer_forward(l, ctx.gather(1 + l));
-    ctx.release(1 + l);
-  }
+  run_blocks_forward(ctx, layers, L);
   double loss = 0;
   if (tied) {
-    layers.final_norm_forward(ctx.gather(final_unit));
-    // Released before the head, which gathers the embedding a second time as GPT-2's does; the small
-    // norm unit is gathered again for its backward, prefetched under the head.
-    ctx.release(final_unit);
-    loss = run_tied_head(ctx, layers, llama::kEmbed, backward, defer, loss_scale);
+    loss = run_final_norm_and_tied_head(ctx, layers, final_unit, llama::kEmbed, backward, defer, loss_scale);
     if (!backward) return loss;
-    const UnitTensors& p = ctx.gather(final_unit);
-    layers.final_norm_backward(p, ctx.grads(final_unit));
-    ctx.release(final_unit);
-    ctx.grads_ready(final_unit);
   } else {
     // The head lives in the final unit: the logits, their backward and the final norm's backward all run
     // under one gather, so this unit (as large as the embedding) is gathered once per step, not twice.
@@ -136,15 +117,7 @@ double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float
     if (!backward) return loss;
     ctx.grads_ready(final_unit);
   }
-  const bool recompute = recompute_ == Recompute::blocks;
-  for (int l = L - 1; l >= 0; --l) {
-    const UnitTensors& p = ctx.gather(1 + l);
-    // Checkpointing: the layer's forward again under this same gather (no collective added), as GPT-2's.
-    if (recompute) layers.layer_forward(l, p);
-    layers.layer_backward(l, p, ctx.grads(1 + l));
-    ctx.release(1 + l);
-    ctx.grads_ready(1 + l);
-  }
+  run_blocks_backward(ctx, layers, L, recompute_ == Recompute::blocks);
   run_embedding_backward(ctx, layers, llama::kEmbed, defer);
   return loss;
 }

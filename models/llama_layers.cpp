@@ -11,60 +11,8 @@ namespace {
 // few bytes) are listed with what is kept.
 void visit_intermediates(Activations& a, const LlamaConfig& c, int B, int T, int64_t S, DType dtype,
                          const BufferVisitor& f) {
-  const int64_t C = c.dim, NH = c.heads, F = c.ffn_dim;
-  const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
-  g(a.ln1, {S, B, T, C});
-  g(a.qkv, {S, B, T, 3 * C});
-  g(a.att, {S, B, NH, T, T});
-  g(a.atty, {S, B, T, C});
-  g(a.residual2, {S, B, T, C});
-  g(a.ln2, {S, B, T, C});
-  for (Tensor* t : {&a.gate, &a.up, &a.swiglu}) g(*t, {S, B, T, F});
-}
-
-// What lives only inside one layer's forward or backward: projections before they are packed or added,
-// the backward's scratch and, with recomputation, the one slot of intermediates.
-BufferList layer_transients(Activations& a, const LlamaConfig& c, int B, int T, DType dtype,
-                            Recompute mode) {
-  return [&a, &c, B, T, dtype, mode](const BufferVisitor& f) {
-    const int64_t C = c.dim, KV = c.kv_dim(), F = c.ffn_dim;
-    if (mode == Recompute::blocks) visit_intermediates(a, c, B, T, 1, dtype, f);
-    const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
-    for (Tensor* t : {&a.proj, &a.q, &a.dq, &a.datty}) g(*t, {B, T, C});
-    for (Tensor* t : {&a.k, &a.v, &a.dk, &a.dv}) g(*t, {B, T, KV});
-    g(a.dqkv, {B, T, 3 * C});
-    for (Tensor* t : {&a.dswiglu, &a.dgate, &a.dup}) g(*t, {B, T, F});
-  };
-}
-
-// The one description of the activation layout, in order: i32 tokens, the rest in the compute dtype and
-// the RMSNorm statistics in NormStat.
-void for_each_buffer(Activations& a, const LlamaConfig& c, int B, int T, DType dtype, Recompute mode,
-                     bool deferred_head, const BufferVisitor& f) {
-  const int64_t L = c.layers, S = Activations::slots(mode, c.layers), C = c.dim;
-  f(a.inputs, {B, T}, DType::i32);
-  f(a.targets, {B, T}, DType::i32);
-  const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
-  const auto stat = [&](Tensor& t, const Shape& shape) { f(t, shape, ops::norm_stat_dtype(dtype)); };
-  g(a.encoded, {B, T, C});
-  stat(a.ln1_rstd, {S, B, T});
-  stat(a.ln2_rstd, {S, B, T});
-  if (mode == Recompute::none) visit_intermediates(a, c, B, T, L, dtype, f);
-  g(a.residual3, {L, B, T, C});
-  g(a.lnf, {B, T, C});
-  stat(a.lnf_rstd, {B, T});
-  g(a.losses, {B, T});
-  g(a.dresidual, {B, T, C});
-  g(a.dln, {B, T, C});
-  // The logits live from the head's forward to its backward, while no layer runs; a tied head's deferred
-  // dlogits live on to the embedding's backward.
-  a.visit_logits_region(B, T, c.vocab, dtype, deferred_head, layer_transients(a, c, B, T, dtype, mode), f);
-}
-
-// The residual stream entering layer l (l == L: leaving the last layer).
-template <class T>
-T* layer_input(const Activations& a, int l) {
-  return l == 0 ? a.encoded.data<T>() : slice<T>(a.residual3, l - 1);
+  a.visit_attention(B, T, c.dim, c.heads, S, dtype, f);
+  for (Tensor* t : {&a.gate, &a.up, &a.swiglu}) f(*t, {S, B, T, c.ffn_dim}, dtype);
 }
 
 // y (N, OC) = x (N, C) @ W^T for W (OC, C), Hugging Face's nn.Linear layout.
@@ -82,20 +30,29 @@ void matmul_backward(Device d, T* dx, T* dW, const T* dy, const T* x, const T* W
 
 }  // namespace
 
-int64_t Activations::bytes(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode,
-                           bool deferred_head) {
-  Activations unused;
-  return buffer_bytes(
-      [&](const BufferVisitor& f) { for_each_buffer(unused, c, B, T, dtype, mode, deferred_head, f); });
+// Projections before they are packed or added, the backward's scratch and, with recomputation, the one
+// slot of intermediates.
+BufferList Activations::transients(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode) {
+  return [this, &c, B, T, dtype, mode](const BufferVisitor& f) {
+    const int64_t C = c.dim, KV = c.kv_dim(), F = c.ffn_dim;
+    if (mode == Recompute::blocks) visit_intermediates(*this, c, B, T, 1, dtype, f);
+    const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
+    for (Tensor* t : {&proj, &q, &dq, &datty}) g(*t, {B, T, C});
+    for (Tensor* t : {&k, &v, &dk, &dv}) g(*t, {B, T, KV});
+    g(dqkv, {B, T, 3 * C});
+    for (Tensor* t : {&dswiglu, &dgate, &dup}) g(*t, {B, T, F});
+  };
 }
 
-void Activations::allocate(const LlamaConfig& c, int b, int t, DType type, Device dev, Recompute mode,
-                           bool deferred) {
-  BatchBuffers::allocate(b, t, type, dev, mode,
-                         [&](const BufferVisitor& f) { for_each_buffer(*this, c, b, t, type, mode, deferred, f); });
-  cut_logits_region(b, t, c.vocab, type, deferred, layer_transients(*this, c, b, t, type, mode));
+BufferList Activations::kept(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode) {
+  return [this, &c, B, T, dtype, mode](const BufferVisitor& f) {
+    const int64_t S = slots(mode, c.layers);
+    const DType stat = ops::norm_stat_dtype(dtype);
+    for (Tensor* t : {&ln1_rstd, &ln2_rstd}) f(*t, {S, B, T}, stat);
+    f(lnf_rstd, {B, T}, stat);
+    if (mode == Recompute::none) visit_intermediates(*this, c, B, T, S, dtype, f);
+  };
 }
-
 
 template <class T>
 void Layers<T>::embedding_forward(const UnitTensors& p) const {
@@ -110,7 +67,7 @@ void Layers<T>::embedding_backward(const UnitTensors& g) const {
 }
 
 template <class T>
-void Layers<T>::layer_forward(int l, const UnitTensors& p) const {
+void Layers<T>::block_forward(int l, const UnitTensors& p) const {
   const int B = a.B, Tn = a.T, N = B * Tn, C = c.dim, NH = c.heads, NKV = c.kv_heads, HS = c.head_dim();
   const int s = a.slot(l);  // where this block's intermediates live
   const int KV = c.kv_dim(), F = c.ffn_dim;
@@ -118,7 +75,7 @@ void Layers<T>::layer_forward(int l, const UnitTensors& p) const {
   const Device d = a.device;
   const float theta = float(c.rope_theta);
   const auto w = [&](LayerParam i) { return p[i].data<T>(); };
-  const T* residual = layer_input<T>(a, l);
+  const T* residual = a.block_input<T>(l);
   T* ln1 = slice<T>(a.ln1, s);
   T* qkv = slice<T>(a.qkv, s);
   T* atty = slice<T>(a.atty, s);
@@ -147,7 +104,7 @@ void Layers<T>::layer_forward(int l, const UnitTensors& p) const {
 }
 
 template <class T>
-void Layers<T>::layer_backward(int l, const UnitTensors& p, const UnitTensors& g) const {
+void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g) const {
   const int B = a.B, Tn = a.T, N = B * Tn, C = c.dim, NH = c.heads, NKV = c.kv_heads, HS = c.head_dim();
   const int s = a.slot(l);  // where this block's intermediates live
   const int KV = c.kv_dim(), F = c.ffn_dim;
@@ -188,13 +145,13 @@ void Layers<T>::layer_backward(int l, const UnitTensors& p, const UnitTensors& g
   matmul_backward(d, dln, dw(kQ), a.dq.data<T>(), ln1, w(kQ), N, C, C);
   matmul_backward(d, dln, dw(kK), a.dk.data<T>(), ln1, w(kK), N, C, KV);
   matmul_backward(d, dln, dw(kV), a.dv.data<T>(), ln1, w(kV), N, C, KV);
-  ops::rmsnorm_backward(d, dresidual, dw(kAttnNorm), dln, layer_input<T>(a, l), w(kAttnNorm),
+  ops::rmsnorm_backward(d, dresidual, dw(kAttnNorm), dln, a.block_input<T>(l), w(kAttnNorm),
                         slice<Stat>(a.ln1_rstd, s), N, C);
 }
 
 template <class T>
 void Layers<T>::final_norm_forward(const UnitTensors& p) const {
-  ops::rmsnorm_forward(a.device, a.lnf.data<T>(), a.lnf_rstd.data<Stat>(), layer_input<T>(a, c.layers),
+  ops::rmsnorm_forward(a.device, a.lnf.data<T>(), a.lnf_rstd.data<Stat>(), a.block_input<T>(c.layers),
                        p[kFinalNorm].data<T>(), a.B * a.T, c.dim, kRmsNormEps);
 }
 
@@ -202,7 +159,7 @@ template <class T>
 void Layers<T>::final_norm_backward(const UnitTensors& p, const UnitTensors& g) const {
   a.dresidual.zero_();
   ops::rmsnorm_backward(a.device, a.dresidual.data<T>(), g[kFinalNorm].data<T>(), a.dln.data<T>(),
-                        layer_input<T>(a, c.layers), p[kFinalNorm].data<T>(), a.lnf_rstd.data<Stat>(), a.B * a.T,
+                        a.block_input<T>(c.layers), p[kFinalNorm].data<T>(), a.lnf_rstd.data<Stat>(), a.B * a.T,
                         c.dim);
 }
 

@@ -7,8 +7,7 @@
 #include <zshard/ops.h>
 
 #include "models/llama_config.h"
-#include "models/lm_head.h"
-#include "models/model_support.h"
+#include "models/decoder.h"
 
 namespace zshard::llama {
 
@@ -18,22 +17,14 @@ enum LayerParam { kAttnNorm, kQ, kK, kV, kO, kMlpNorm, kGate, kUp, kDown, kNumLa
 enum EmbedParam { kEmbed };
 enum FinalParam { kFinalNorm, kLmHead };  // kLmHead only with an untied head
 
-// Everything forward_backward keeps for one (B, T). Per-layer buffers have a leading dimension: L for the
-// layer outputs (residual3), S = slots(recompute, L) for the intermediates (L, or 1 reused by every layer).
-// The logits share their region (LogitsRegion) with the views of layer scratch below.
-struct Activations : BatchBuffers, LogitsRegion {
-  Tensor encoded;                     // (B,T,C) the token embedding: layer 0's input
-  Tensor ln1, ln1_rstd;               // (S,B,T,C), (S,B,T)
-  Tensor qkv;                         // (S,B,T,3C) rotated q, and k and v repeated per query head
-  Tensor att;                         // (S,B,NH,T,T) softmax probabilities
-  Tensor atty;                        // (S,B,T,C) attention output before o_proj
-  Tensor residual2;                   // (S,B,T,C) after the attention residual add
-  Tensor ln2, ln2_rstd;
+// Everything forward_backward keeps for one (B, T). Per-layer intermediates have a leading dimension
+// S = slots(recompute, L) (L, or 1 reused by every layer). The logits share their region (LogitsRegion)
+// with the views of layer scratch below.
+struct Activations : DecoderBuffers {
+  Tensor ln1_rstd, ln2_rstd;          // (S,B,T) in NormStat; ln1, qkv (rotated q, and k and v repeated per
+                                      // query head), att and atty (before o_proj) are DecoderBuffers'
   Tensor gate, up, swiglu;            // (S,B,T,F)
-  Tensor residual3;                   // (L,B,T,C) layer output
-  Tensor lnf, lnf_rstd;               // (B,T,C), (B,T)
-  Tensor losses;                      // (B,T)
-  Tensor dresidual, dln;              // (B,T,C) backward scratch shared by all layers
+  Tensor lnf_rstd;                    // (B,T)
   // Scratch shared by all layers, cut from the LogitsRegion's shared region (with recomputation beside the
   // one slot of intermediates): projections before they are packed or added, and the backward's.
   Tensor proj, q, dq, datty;          // (B,T,C)
@@ -41,11 +32,11 @@ struct Activations : BatchBuffers, LogitsRegion {
   Tensor dqkv;                        // (B,T,3C)
   Tensor dswiglu, dgate, dup;         // (B,T,F)
 
-  // Bytes of the allocations for (B, T), `mode` and `deferred_head`, tokens included: activation_bytes.
-  static int64_t bytes(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode,
-                       bool deferred_head);
-  void allocate(const LlamaConfig& c, int b, int t, DType type, Device dev, Recompute mode,
-                bool deferred_head);
+  // The model's part of the activation list (models/decoder.h: decoder_buffers): the RMSNorm statistics and,
+  // without recomputation, the layers' intermediates.
+  BufferList kept(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode);
+  // What lives only inside one layer's forward or backward, cut from the logits' region.
+  BufferList transients(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode);
 };
 
 template <class T>
@@ -56,9 +47,10 @@ struct Layers {
 
   void embedding_forward(const UnitTensors& p) const;
   void embedding_backward(const UnitTensors& g) const;  // reads no parameters
-  void layer_forward(int layer, const UnitTensors& p) const;
+  // A decoder layer, a block as models/decoder.h names them.
+  void block_forward(int layer, const UnitTensors& p) const;
   // On entry a.dresidual holds d(loss)/d(layer output); on exit d(loss)/d(layer input).
-  void layer_backward(int layer, const UnitTensors& p, const UnitTensors& g) const;
+  void block_backward(int layer, const UnitTensors& p, const UnitTensors& g) const;
   void final_norm_forward(const UnitTensors& p) const;
   // From a.dln = d(loss)/d(lnf) to a.dresidual = d(loss)/d(last layer output).
   void final_norm_backward(const UnitTensors& p, const UnitTensors& g) const;

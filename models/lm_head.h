@@ -1,6 +1,7 @@
 // The language-model head the hand-written models share: logits = x @ W^T for an output matrix W of
 // (V, C) (GPT-2's tied wte, Llama's lm_head or tied embedding), the token losses, and the backward; and,
-// for a head tied to the embedding, when its weight gradient is added and the protocol around it.
+// for a head tied to the embedding, when its weight gradient is added (the protocol around it is in
+// models/decoder.h).
 #pragma once
 
 #include <zshard/model.h>
@@ -91,31 +92,5 @@ struct LogitsRegion {
  private:
   BufferList logits_list(int B, int T, int vocab, DType dtype);
 };
-
-// A head tied to parameter `param` of unit 0, under unit 0's second gather: the logits and the losses
-// (their sum returned, or added to ctx.loss_sum()) and, with `backward`, the head's input gradient and, unless `deferred`, its weight
-// gradient, which opens unit 0's grads until the embedding's backward. `layers` is GPT-2's or Llama's,
-// with head() (HeadSteps) and embedding_backward.
-template <class Layers>
-double run_tied_head(ParamContext& ctx, const Layers& layers, int param, bool backward, bool deferred, float dloss) {
-  const Tensor& W = ctx.gather(0)[param];
-  const auto head = layers.head();
-  const double loss = head.forward(W, backward, dloss, ctx.loss_sum());
-  if (backward) head.input_grad(W);
-  if (backward && !deferred) head.weight_grad(ctx.grads(0)[param]);
-  ctx.release(0);
-  return loss;
-}
-
-// The embedding's backward, which reads only the tokens (unit 0 is not gathered): a deferred head's weight
-// gradient first, as it would have come at the head, then the embedding's own addition, the last into
-// unit 0's grads, so grads_ready(0) follows.
-template <class Layers>
-void run_embedding_backward(ParamContext& ctx, const Layers& layers, int param, bool deferred_head) {
-  const UnitTensors& g = ctx.grads(0);
-  if (deferred_head) layers.head().weight_grad(g[param]);
-  layers.embedding_backward(g);
-  ctx.grads_ready(0);
-}
 
 }  // namespace zshard
