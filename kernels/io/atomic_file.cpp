@@ -37,12 +37,41 @@ int take_over(const std::string& path, const std::string& tmp) {
   return fd;
 }
 
+// An existing file that is not a regular one (its links followed): a device or a FIFO, written in place.
+bool is_special_file(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  return !ec && fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st);
+}
+
+// `path` with its symbolic links followed to the name of the file they lead to, which need not exist (a
+// dangling link names the file to create). Relative link targets are taken from the link's directory.
+std::string follow_links(const std::string& path) {
+  fs::path p = path;
+  for (int hops = 0;; ++hops) {
+    std::error_code ec;
+    if (!fs::is_symlink(fs::symlink_status(p, ec))) return p.string();
+    if (hops == 40) fail(path, ": cannot write (", std::strerror(ELOOP), ")");
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) fail(path, ": cannot write (", ec.message(), ")");
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+}
+
 }  // namespace
 
-AtomicFile::AtomicFile(std::string path, Existing existing) : path_(std::move(path)), tmp_(temp_name(path_)) {
+AtomicFile::AtomicFile(std::string path, Existing existing) : path_(std::move(path)) {
   std::error_code ec;
   if (fs::is_directory(path_, ec)) fail(path_, ": cannot write (it is a directory)");
-  if (existing == Existing::overwrite) fd_ = take_over(path_, tmp_);
+  if (existing == Existing::replace && is_special_file(path_)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);  // a FIFO waits for its reader, as `> fifo` does
+    if (fd_ < 0) fail(path_, ": cannot write (", std::strerror(errno), ")");
+    return;
+  }
+  // A dead file given up is taken over under its own name only: a link to it is replaced as a link.
+  target_ = existing == Existing::replace ? follow_links(path_) : path_;
+  tmp_ = temp_name(target_);
+  if (existing == Existing::overwrite) fd_ = take_over(target_, tmp_);
   taken_over_ = fd_ >= 0;
   if (fd_ < 0) fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) fail(path_, ": cannot write (", std::strerror(errno), ")");
@@ -51,13 +80,13 @@ AtomicFile::AtomicFile(std::string path, Existing existing) : path_(std::move(pa
 AtomicFile::~AtomicFile() {
   if (fd_ < 0) return;  // committed, or already cleaned up
   ::close(fd_);
-  ::unlink(tmp_.c_str());
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
 }
 
 void AtomicFile::fail_with_errno(const char* action, int err) {
   ::close(fd_);
   fd_ = -1;
-  ::unlink(tmp_.c_str());
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
   fail(path_, ": cannot ", action, " (", std::strerror(err), ")");
 }
 
@@ -75,6 +104,12 @@ void AtomicFile::write(const void* data, size_t bytes) {
 
 void AtomicFile::commit() {
   ZS_CHECK(fd_ >= 0, path_, ": committed twice or after a failure");
+  if (tmp_.empty()) {  // written in place: a device or a pipe has nothing to make durable or rename
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    if (rc != 0) fail(path_, ": cannot write (", std::strerror(errno), ")");
+    return;
+  }
   // A file written over may have been longer: it ends where the writes did.
   if (taken_over_) {
     const off_t end = ::lseek(fd_, 0, SEEK_CUR);
@@ -84,12 +119,12 @@ void AtomicFile::commit() {
   if (::fsync(fd_) != 0) fail_with_errno("write", errno);
   const int rc = ::close(fd_);
   fd_ = -1;
-  if (rc != 0 || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+  if (rc != 0 || std::rename(tmp_.c_str(), target_.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp_.c_str());
     fail(path_, ": cannot write (", std::strerror(err), ")");
   }
-  sync_dir(parent_dir(path_));  // the rename is durable once the directory is
+  sync_dir(parent_dir(target_));  // the rename is durable once the directory is
 }
 
 std::string parent_dir(const std::string& path) {
@@ -116,7 +151,17 @@ void check_output_path(std::string_view flag, const std::string& path) {
   std::error_code ec;
   if (path.empty()) throw UsageError(detail::concat(flag, ": empty path"));
   if (fs::is_directory(path, ec)) throw UsageError(detail::concat(flag, " ", path, ": is a directory"));
-  const std::string dir = parent_dir(path);
+  if (is_special_file(path)) {
+    if (::access(path.c_str(), W_OK) != 0)
+      throw UsageError(detail::concat(flag, " ", path, ": cannot write (", std::strerror(errno), ")"));
+    return;
+  }
+  std::string dir;
+  try {
+    dir = parent_dir(follow_links(path));
+  } catch (const Error& e) {
+    throw UsageError(detail::concat(flag, " ", e.what()));
+  }
   if (!fs::is_directory(dir, ec))
     throw UsageError(detail::concat(flag, " ", path, ": directory ", dir, " does not exist"));
   if (::access(dir.c_str(), W_OK) != 0)
@@ -125,7 +170,8 @@ void check_output_path(std::string_view flag, const std::string& path) {
 
 void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs) {
   const auto& [out_flag, out] = output;
-  if (out.empty()) return;
+  // A device or a FIFO is written in place, never replaced: /dev/null may take every output.
+  if (out.empty() || is_special_file(out)) return;
   std::error_code ec;
   const fs::path target = fs::weakly_canonical(fs::absolute(out, ec), ec);
   for (const auto& [in_flag, in] : inputs) {

@@ -4,6 +4,10 @@
 // directory. A reader sees the old file or the whole new one (no file at all while a dead one given up
 // with Existing::overwrite is written over); a failure (full disk, read-only directory) throws one line
 // naming the path and the system's reason, and leaves no temporary file behind.
+// Where the path leads elsewhere, the file it names is written, never the name replaced: a symbolic link
+// is followed and the file it points to replaced as above (the link stays), and an existing file that is
+// not a regular one (/dev/null, /dev/stdout, a FIFO) is written in place, as a shell redirection would:
+// replacing it would destroy it, and it holds nothing a reader could see half-written.
 #pragma once
 #include <string>
 #include <string_view>
@@ -41,7 +45,9 @@ class AtomicFile {
  private:
   [[noreturn]] void fail_with_errno(const char* action, int err);
 
-  std::string path_, tmp_;
+  std::string path_;    // as given, for messages
+  std::string target_;  // the file replaced: path_ with its symbolic links followed
+  std::string tmp_;     // beside target_; empty when writing in place
   int fd_ = -1;
   bool taken_over_ = false;  // a file written over: cut at commit to what was written
 };
@@ -54,14 +60,16 @@ std::string parent_dir(const std::string& path);
 // fsyncs a directory, so that the renames and removals inside it are durable.
 void sync_dir(const std::string& dir);
 
-// Checks, before any work, that `path` can be written by `flag`: not a directory, its directory exists and
-// is writable. Throws UsageError naming the flag. The write itself can still fail (a disk that fills).
+// Checks, before any work, that `path` can be written by `flag` as AtomicFile writes it: not a directory;
+// a file that is not a regular one (a device, a FIFO) writable itself; otherwise the directory of the file
+// it names (its symbolic links followed) existing and writable. Throws UsageError naming the flag. The write itself can still fail (a disk that fills).
 void check_output_path(std::string_view flag, const std::string& path);
 
 // A flag and the path it names, for the check below.
 using FlagPath = std::pair<std::string_view, std::string>;
 // Throws UsageError when `output` is one of `inputs`, or lies inside an input that is a directory: a tool
-// never writes over what it reads. Empty paths are skipped.
+// never writes over what it reads. Empty paths, and outputs that are devices or FIFOs (written in place,
+// never replaced), are skipped.
 void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs);
 
 }  // namespace zshard

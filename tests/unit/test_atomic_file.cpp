@@ -137,6 +137,49 @@ TEST(AtomicFile, AbandonedOverwriteLeavesNoTemporary) {
   EXPECT_EQ(entries(dir), 0);
 }
 
+TEST(AtomicFile, FollowsALinkAndReplacesTheFileItNames) {
+  TempDir links, files;
+  namespace fs = std::filesystem;
+  const std::string target = files.file("report.json"), link = links.file("latest.json");
+  write_file_atomically(target, "old\n");
+  fs::create_symlink(target, link);
+  fs::create_symlink("report.json", files.file("relative.json"));
+  write_file_atomically(link, "new\n");
+  EXPECT_TRUE(fs::is_symlink(link)) << "the link stays a link";
+  EXPECT_EQ(contents(target), "new\n");
+  write_file_atomically(files.file("relative.json"), "newer\n");
+  EXPECT_EQ(contents(target), "newer\n") << "a relative link is taken from its own directory";
+  fs::create_symlink(files.file("made.json"), links.file("dangling.json"));
+  write_file_atomically(links.file("dangling.json"), "made\n");
+  EXPECT_EQ(contents(files.file("made.json")), "made\n") << "a dangling link names the file to create";
+  EXPECT_EQ(entries(links), 2) << "links only, no temporary file";
+  EXPECT_EQ(entries(files), 3);
+}
+
+// A device (/dev/null, /dev/stdout) or a FIFO is written in place: replacing it with a regular file would
+// destroy it. A FIFO stands for both here; the test never touches the machine's own devices.
+TEST(AtomicFile, WritesAFifoInPlaceThroughALinkToo) {
+  TempDir dir;
+  namespace fs = std::filesystem;
+  const std::string fifo = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  fs::create_symlink(fifo, dir.file("to-pipe"));
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // so that opening for writing does not wait
+  ASSERT_GE(reader, 0);
+  write_file_atomically(fifo, "one ");
+  write_file_atomically(dir.file("to-pipe"), "two");
+  char got[16] = {};
+  EXPECT_EQ(::read(reader, got, sizeof got), 7);
+  EXPECT_EQ(std::string(got), "one two");
+  ::close(reader);
+  EXPECT_TRUE(fs::is_fifo(fifo)) << "still a FIFO";
+  EXPECT_TRUE(fs::is_symlink(dir.file("to-pipe")));
+  EXPECT_EQ(entries(dir), 2) << "no temporary file";
+  EXPECT_EQ(error_of([&] { check_output_path("--json", dir.file("to-pipe")); }), "(no error)");
+  EXPECT_EQ(error_of([&] { check_not_input({"--json", fifo}, {{"--log-json", dir.file("to-pipe")}}); }), "(no error)")
+      << "outputs may share a device or a FIFO: nothing is replaced";
+}
+
 TEST(AtomicFile, FailuresNamePathAndReason) {
   TempDir dir;
   EXPECT_EQ(error_of([&] { write_file_atomically(dir.file("no/such/dir/x"), "x"); }),
@@ -154,6 +197,10 @@ TEST(OutputChecks, RefuseDirectoriesAndMissingParents) {
                         " does not exist"));
   EXPECT_EQ(error_of([&] { check_output_path("--json", dir.file("out.json")); }), "(no error)");
   EXPECT_EQ(error_of([&] { check_output_path("--json", "relative.json"); }), "(no error)");
+  std::filesystem::create_symlink(dir.file("gone/out.json"), dir.file("link.json"));
+  EXPECT_THAT(error_of([&] { check_output_path("--json", dir.file("link.json")); }),
+              HasSubstr("--json " + dir.file("link.json") + ": directory " + dir.file("gone") + " does not exist"))
+      << "the directory checked is the one the link leads to";
 }
 
 TEST(OutputChecks, RefuseWritingOverOrIntoAnInput) {
