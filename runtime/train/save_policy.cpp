@@ -8,6 +8,8 @@
 #include <sstream>
 #include <utility>
 
+#include <unistd.h>
+
 #include "comm/agreed_failure.h"
 #include "comm/abort.h"
 #include "kernels/io/atomic_file.h"
@@ -178,6 +180,16 @@ void SavePolicy::create_save_dir() {
   std::error_code ec;
   created_save_dir_ = fs::create_directories(save_dir, ec);
   if (ec) refuse("--save-dir ", save_dir, ": cannot create (", ec.message(), ")");
+  // A directory made and removed, not the permission bits: root passes those, and a read-only mount or
+  // /sys still refuses. Found here, not at the first save after hours of training.
+  const fs::path probe = fs::path(save_dir) / (".zshard-probe." + std::to_string(::getpid()));
+  fs::create_directory(probe, ec);
+  if (ec) {
+    std::error_code ignored;
+    if (created_save_dir_) fs::remove(save_dir, ignored);
+    refuse("--save-dir ", save_dir, ": cannot write into it (", ec.message(), ")");
+  }
+  fs::remove(probe, ec);
 }
 
 void SavePolicy::continue_split(const json& run) {

@@ -86,11 +86,19 @@ run_outputs() {  # run_outputs KIND DIR REGEX
     expect_clean_failure "$name into a $1" "$2" "$3" -- ${cmd//OUT/$2/out}
   done
 }
+# An existing --save-dir that takes no files fails at set-up too, not at the first save after training.
+save_into_read_only() {  # save_into_read_only REGEX
+  expect_clean_failure "train --save-dir, the read-only directory itself" "$RO" "^zshard-train: error: --save-dir $RO: cannot write into it \($1\)$" \
+    -- "$TRAIN" "${ARGS[@]}" --steps 1 --save-dir "$RO"
+  expect_true "the read-only --save-dir is refused before any step" test "$(grep -c '^step ' "$WORK/out")" = 0
+}
 if [ "$(id -u)" = 0 ] && mount -t tmpfs -o ro,size=64k tmpfs "$RO" 2>"$WORK/mount.err"; then
   run_outputs "read-only directory" "$RO" "Read-only file system"
+  save_into_read_only "Read-only file system"
 elif [ "$(id -u)" != 0 ]; then
   chmod 555 "$RO"
   run_outputs "read-only directory" "$RO" "Permission denied"
+  save_into_read_only "Permission denied"
 else
   echo "skip read-only directory: cannot mount a read-only tmpfs ($(cat "$WORK/mount.err"))"
 fi
