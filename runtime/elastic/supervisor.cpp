@@ -112,8 +112,8 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
     refuse("the training command has no --save-dir: a relaunch resumes from its newest checkpoint there");
   if (t.data.auto_batch) refuse("the training command has --batch auto: give --batch N (a relaunch must keep the step)");
   if (!t.data.rank_batches.empty()) refuse("the training command has --rank-batches N,...: a list fits one world only");
-  if (flag_value(o_.command, "--step-log"))
-    refuse("the training command has --step-log: zshard-run gives each attempt its own");
+  for (const char* own : {"--step-log", "--stop-file"})
+    if (flag_value(o_.command, own)) refuse("the training command has ", own, ": zshard-run gives each attempt its own");
   save_dir_ = t.saves.save_dir;
   log_json_ = t.output.log_json;
   state_dir_ = (fs::path(save_dir_) / "zshard-run").string();
@@ -190,6 +190,13 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
   const std::string step_log = (fs::path(state_dir_) / ("attempt-" + std::to_string(attempt) + ".jsonl")).string();
   set_flag(command, "--log-json", nullptr);  // the launcher writes it, merged across attempts
   set_flag(command, "--step-log", step_log.c_str());
+  // A stop signal becomes this file, which the job's rank 0 looks for at every step boundary: mpirun would
+  // pass SIGTERM on, but kill the ranks a second later (its odls_base_sigkill_timeout), in the middle of the
+  // save a stop makes. A relaunch into the same --save-dir finds none.
+  const std::string stop_file = (fs::path(state_dir_) / "stop").string();
+  std::error_code stale;
+  fs::remove(stop_file, stale);
+  set_flag(command, "--stop-file", stop_file.c_str());
   const std::optional<CheckpointEntry> newest = newest_checkpoint(save_dir_);
   int resumed_step = 0;
   if (newest) {
@@ -248,7 +255,11 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
       outcome.stopped = true;
       std::cerr << "zshard-run: stop signal: " << (forwarded == 1 ? "stopping the job" : "killing the job")
                 << " (no restart)" << std::endl;
-      kill(forwarded == 1 ? child.pid : -child.pid, forwarded == 1 ? SIGTERM : SIGKILL);
+      if (forwarded > 1) {
+        kill(-child.pid, SIGKILL);
+      } else if (!std::ofstream(stop_file)) {
+        kill(child.pid, SIGTERM);  // no file to ask with: the ranks save what mpirun gives them time for
+      }
     }
     if (!exited && waitpid(child.pid, &wait_status, WNOHANG) == child.pid) {
       exited = true;
@@ -262,6 +273,7 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
   for (int fd : {child.out, child.err})
     if (fd >= 0) close(fd);
   note_steps(reader, restart);
+  fs::remove(stop_file, stale);
   outcome.status = exit_status(wait_status);
   return outcome;
 }
@@ -288,14 +300,13 @@ int Supervisor::run() {
     const Outcome outcome = run_attempt(hosts, plan, attempt, restart ? &*restart : nullptr);
     write_log();
     if (restart && !restart->recovered) append_restart(restart->record);  // failed again before a step
-    if (outcome.status == 0) return 0;
     if (outcome.stopped) {
-      // mpirun exits non-zero once signalled, even when the ranks stopped cleanly after saving their step.
       const std::optional<CheckpointEntry> newest = newest_checkpoint(save_dir_);
       const bool saved = newest && newest->step == log_.last_step();
       std::cerr << "zshard-run: stopped after step " << log_.last_step() << "; " << newest_text() << std::endl;
-      return saved ? 0 : outcome.status;
+      return saved ? 0 : outcome.status != 0 ? outcome.status : 1;
     }
+    if (outcome.status == 0) return 0;
     if (outcome.status == 2) {
       std::cerr << "zshard-run: error: the training command exited with 2 (its flags: see the line above); "
                    "not restarted"

@@ -231,13 +231,16 @@ bool SavePolicy::agree_at_boundary() {
   const SaveOptions& o = trainer_.options().saves;
   // Whether any rank has been signalled, and how many ranks have written their file of the save in flight
   // (once all have, its all-gather completes at once and it commits here).
-  double agreed[2] = {g_stop_signal != 0 ? 1.0 : 0.0, in_flight_ && in_flight_->written() ? 1.0 : 0.0};
+  std::error_code ec;
+  const bool stop_file = world_.rank() == 0 && !o.stop_file.empty() && fs::exists(o.stop_file, ec);
+  double agreed[2] = {g_stop_signal != 0 || stop_file ? 1.0 : 0.0, in_flight_ && in_flight_->written() ? 1.0 : 0.0};
   comm::all_reduce_sum(world_, agreed, 2);
   // A save due now waits for the one in flight (one at most): it commits here, before this step's line.
   if (agreed[1] == world_.size() || save_due()) finish_in_flight();
   if (agreed[0] == 0) return true;
   if (out_)
-    *out_ << "zshard-train: stop signal received; stopping after step " << trainer_.steps_done()
+    *out_ << "zshard-train: " << (stop_file ? "stop requested (--stop-file " + o.stop_file + ")" : "stop signal received")
+          << "; stopping after step " << trainer_.steps_done()
           << (o.save_dir.empty() ? " (no --save-dir: nothing saved)" : "") << "\n";
   return false;
 }

@@ -68,8 +68,11 @@ expect_ok "no checkpoint lost: step 2 resumes" "$TRAIN" --strategy zero2 --batch
 expect_true "--log-json holds the steps done: 1 and 2" test "$(steps "$WORK/fail.json")" = "1 2 "
 
 # ---- SIGTERM to the launcher: the job saves after its step and stops, no restart ----
+# The stop outlasts mpirun's one second between SIGTERM and SIGKILL: it waits for an asynchronous save
+# held 3 s (ZSHARD_TEST_SLOW_WRITER), then saves its step.
 D="$WORK/term"
-"$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 100000 --save-dir "$D" >"$WORK/out" 2>"$WORK/err" &
+ZSHARD_TEST_SLOW_WRITER=3000 "$RUN" "${LOCAL[@]}" -- "${JOB[@]/sync/async}" --steps 100000 --save-dir "$D" \
+  >"$WORK/out" 2>"$WORK/err" &
 run=$!
 wait_for 120 step_logged 3 "$D/zshard-run/attempt-1.jsonl"
 kill -TERM $run
@@ -78,6 +81,8 @@ code=$?
 last=$(tail -1 "$D/zshard-run/attempt-1.jsonl" | field step)
 expect_true "SIGTERM: exit 0 (got $code), no restart" eval '[ $code = 0 ] && ! grep -q "restart 1" "$WORK/err"'
 expect_true "the last step ($last) was saved" test -f "$D/$(printf 'step-%08d' "$last")/manifest.json"
+expect_true "the job was asked through its --stop-file, now gone" \
+  eval 'grep -q "stop requested (--stop-file .*/zshard-run/stop)" "$WORK/out" && [ ! -e "$D/zshard-run/stop" ]'
 
 # ---- the step is --batch x --grad-accum: resuming with the same product is no change worth a note ----
 expect_ok "save at batch 8" "$TRAIN" --batch 8 --seq 32 --steps 3 --save-every 2 --save-dir "$WORK/note"

@@ -33,6 +33,9 @@ void add_save_flags(CLI::App& app, SaveOptions& o) {
   app.add_option("--resume", o.resume,
                  "continue from a checkpoint directory, or 'latest' (newest committed in --save-dir); "
                  "any world size and strategy");
+  app.add_option("--stop-file", o.stop_file,
+                 "stop after the step at whose end this file exists, as on SIGTERM: save into --save-dir and "
+                 "exit 0 (rank 0 looks for it; zshard-run stops its job this way)");
 }
 
 void validate(const OutputOptions& o) {

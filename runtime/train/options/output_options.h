@@ -27,6 +27,7 @@ struct SaveOptions {
   SaveMode mode = SaveMode::async;
   int keep = 0;        // 0: keep every checkpoint
   std::string resume;  // a checkpoint directory, or "latest": the newest one in save_dir
+  std::string stop_file;  // once it exists, the job stops after its step as on SIGTERM (rank 0 looks)
   // Whether the run holds an asynchronous save's host snapshot (periodic async saves).
   bool snapshots() const { return !save_dir.empty() && save_every > 0 && mode == SaveMode::async; }
 };
