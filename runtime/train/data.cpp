@@ -22,15 +22,15 @@ std::string file_source(const std::string& path) { return "file " + path; }
 
 // Data is read whole, so it must be a regular file (or a link to one): opening a FIFO blocks until a
 // writer comes, before any collective, where no deadline reaches it, and a device such as /dev/zero
-// never ends. A path that does not exist is left to the open's own message.
+// never ends. A path that does not exist is a bad flag value too (exit 2: zshard-run relaunches nothing).
 void check_regular_file(const std::string& path, std::string_view flag) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const char* what = nullptr;
   switch (fs::status(path, ec).type()) {
     case fs::file_type::regular:
-    case fs::file_type::not_found:
-    case fs::file_type::none: return;
+    case fs::file_type::none: return;  // status failed for another reason: the open says which
+    case fs::file_type::not_found: throw UsageError(detail::concat(flag, " ", path, ": no such file"));
     case fs::file_type::directory: what = "a directory"; break;
     case fs::file_type::fifo: what = "a FIFO (named pipe)"; break;
     case fs::file_type::character: what = "a character device"; break;

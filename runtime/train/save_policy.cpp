@@ -35,6 +35,18 @@ void on_stop_signal(int sig) {
 
 std::string manifest_path(const std::string& dir) { return (fs::path(dir) / kManifestFile).string(); }
 
+// --resume DIR names a checkpoint: refused as a bad value (exit 2) when there is nothing there, or when it
+// is a directory of checkpoints (a --save-dir), which --resume latest reads.
+void check_resume_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) refuse("--resume ", dir, ": no such directory");
+  if (!fs::exists(manifest_path(dir), ec) && fs::is_directory(dir, ec))
+    for (const CheckpointEntry& e : list_checkpoints(dir))
+      if (e.committed)
+        refuse("--resume ", dir, ": not a checkpoint but a directory of them (", e.path,
+               "); resume its newest with --save-dir ", dir, " --resume latest");
+}
+
 // A pruned checkpoint's directory, uncommitted, kept between a prune and the next save. Writing over its
 // rank files spares the file system allocating a checkpoint's worth of pages or blocks and freeing as many:
 // on tmpfs a save of gpt2 124M at np 2 took a third of the time (benchmarks/RESULTS.md).
@@ -86,6 +98,8 @@ SavePolicy::SavePolicy(Trainer& trainer, std::ostream* out)
         dir.clear();
         for (const CheckpointEntry& e : list_checkpoints(o.save_dir)) if (e.committed) dir = e.path;
         if (dir.empty()) refuse("--resume latest: no committed checkpoint in --save-dir ", o.save_dir);
+      } else {
+        check_resume_dir(dir);
       }
       manifest = read_manifest(dir);
       report = compare_with_flags(dir, manifest);

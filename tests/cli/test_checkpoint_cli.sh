@@ -122,7 +122,7 @@ snapshot >"$WORK/before"
 RESUME=(--strategy zero3 "${ARGS[@]}" --steps 8 --keep 1)
 expect_every_rank_fails "not a checkpoint" 1 "empty: not a checkpoint \(no manifest.json" -- \
   "${RESUME[@]}" --save-dir "$CK" --resume "$WORK/empty"
-expect_every_rank_fails "no such directory" 1 "nowhere: not a checkpoint \(no such directory\)" -- \
+expect_every_rank_fails "no such directory" 2 "^zshard-train: error: --resume $WORK/nowhere: no such directory$" -- \
   "${RESUME[@]}" --save-dir "$CK" --resume "$WORK/nowhere"
 expect_every_rank_fails "missing rank file" 1 "missing/step-00000006/rank-00001.safetensors: missing" -- \
   "${RESUME[@]}" --save-dir "$WORK/missing" --resume latest

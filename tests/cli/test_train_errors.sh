@@ -6,10 +6,17 @@ expect_one_line "bad value" "--batch"
 expect_failure "unknown flag" 2 "--no-such-flag" -- "$TRAIN" --no-such-flag 3
 expect_failure "non-numeric value" 2 "--steps" -- "$TRAIN" --steps many
 expect_failure "unknown model" 2 "unknown.*gpt2-xl|gpt2-xl.*" -- "$TRAIN" --model gpt5
-expect_failure "missing data file" 1 "no/such/file" -- "$TRAIN" --data "$WORK/no/such/file"
+# A missing input is a bad flag value (exit 2), which zshard-run does not relaunch.
+expect_failure "missing data file" 2 "^zshard-train: error: --data $WORK/no/such/file: no such file$" -- \
+  "$TRAIN" --data "$WORK/no/such/file"
 expect_failure "seq beyond context" 2 "--seq 4096 exceeds" -- "$TRAIN" --seq 4096
-expect_failure "missing weights" 1 "missing.safetensors" -- "$TRAIN" --init-from "$WORK/missing.safetensors"
-expect_failure "weights a directory" 1 "is a directory, not a safetensors file" -- "$TRAIN" --init-from "$WORK"
+expect_failure "missing weights" 2 "^zshard-train: error: --init-from $WORK/missing.safetensors: no such file$" -- \
+  "$TRAIN" --init-from "$WORK/missing.safetensors"
+expect_failure "weights a directory" 2 "--init-from $WORK: is a directory, not a safetensors file" -- "$TRAIN" --init-from "$WORK"
+"$TRAIN" --steps 1 --save-dir "$WORK/saves" >/dev/null
+expect_failure "a --save-dir given to --resume" 2 \
+  "--resume $WORK/saves: not a checkpoint but a directory of them \(.*step-00000001\); resume its newest with --save-dir $WORK/saves --resume latest" -- \
+  "$TRAIN" --resume "$WORK/saves"
 expect_failure "unknown device" 2 "--device: gpu not in" -- "$TRAIN" --device gpu
 expect_failure "unknown checkpointing" 2 "--activation-checkpointing: layers not in" -- \
   "$TRAIN" --activation-checkpointing layers

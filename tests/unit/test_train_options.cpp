@@ -102,7 +102,8 @@ TEST(TrainOptions, BadValuesNameTheirFlag) {
   EXPECT_THAT(with([](TrainOptions& o) { o.model.overrides["experts"] = 8; }),
               HasSubstr("2: --config: model 'tiny' has no 'experts'"));
   EXPECT_THAT(with([](TrainOptions& o) { o.model.name = "gpt5"; }), HasSubstr("2: --model: unknown model 'gpt5' (known: "));
-  EXPECT_THAT(with([](TrainOptions& o) { o.data.source = "/no/such/data.bin"; }), HasSubstr("1: "));
+  EXPECT_THAT(with([](TrainOptions& o) { o.data.source = "/no/such/data.bin"; }),
+              HasSubstr("2: --data /no/such/data.bin: no such file"));
   EXPECT_THAT(with([](TrainOptions& o) { o.output.log_json = "/no/such/dir/log.json"; }), HasSubstr("2: --log-json"));
   EXPECT_THAT(with([](TrainOptions& o) { o.output.mem_report = "/"; }), HasSubstr("2: --mem-report /: is a directory"));
   EXPECT_THAT(with([](TrainOptions& o) { o.output.save = "log.json", o.output.log_json = "./log.json"; }),
