@@ -26,6 +26,7 @@
 #include "runtime/tools/tool_runner.h"
 #include "runtime/tools/tools.h"
 #include "runtime/tools/tune_search.h"
+#include "runtime/train/data.h"
 
 namespace zshard {
 using nlohmann::json;
@@ -156,7 +157,9 @@ class WorkDir {
  public:
   explicit WorkDir(const std::string& given) : temporary_(given.empty()) {
     if (!temporary_) {
-      std::filesystem::create_directories(given);
+      std::error_code ec;
+      std::filesystem::create_directories(given, ec);
+      if (ec) throw UsageError(detail::concat("--work-dir ", given, ": cannot create (", ec.message(), ")"));
       path_ = given;
       return;
     }
@@ -278,6 +281,11 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
     const std::unique_ptr<Model> model = build_model(o.model, model_config(o.model, o.overrides));
     if (o.seq > model->context_length())
       throw UsageError(detail::concat("--seq ", o.seq, " exceeds the model's context of ", model->context_length()));
+    if (o.data != "default") {  // checked once here, not failed by every candidate in turn
+      const TokenDataset data = TokenDataset::load(o.data, "--data");
+      data.check_vocab(model->vocab_size());
+      data.check_seq_len(o.seq);
+    }
     TuneSpace space = space_of(o);
     if (o.hosts.size() < 2 && world < 4 && std::count(space.strategies.begin(), space.strategies.end(), StrategyKind::hybrid)) {
       if (app.count("--strategies")) throw UsageError(detail::concat("--strategies hybrid needs 4 ranks or more, got ", world));

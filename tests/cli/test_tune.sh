@@ -63,6 +63,12 @@ expect_failure "grad-accum not divisible" 2 "--grad-accum 3 does not divide the 
 expect_failure "tokens not whole sequences" 2 "--global-tokens 100 is not a whole number of --seq 32" -- \
   "$TUNE" --np 2 --global-tokens 100 --seq 32
 expect_failure "no global batch" 2 "give the global batch" -- "$TUNE" --np 2
+# Checked before any candidate runs: not one failure per candidate, with nothing on stderr.
+touch "$WORK/file"
+expect_failure "missing --data" 2 "--data $WORK/no/tokens.bin: no such file" -- \
+  "$TUNE" --model tiny --np 2 --global-batch 4 --seq 16 --mem-budget 1GB --data "$WORK/no/tokens.bin"
+expect_failure "--work-dir under a file" 2 "--work-dir $WORK/file/runs: cannot create \(Not a directory\)" -- \
+  "$TUNE" --model tiny --np 2 --global-batch 4 --seq 16 --mem-budget 1GB --work-dir "$WORK/file/runs"
 expect_failure "unknown model" 2 "--model" -- "$TUNE" --model nope --np 2 --global-batch 8
 expect_one_line "unknown model" "nope"
 expect_failure "bad time budget" 2 "--time-budget must be a positive duration" -- \
