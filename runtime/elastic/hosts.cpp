@@ -65,8 +65,15 @@ std::vector<Host> read_hostfile(const std::string& path) {
     const std::string where = path + ":" + std::to_string(number);
     Host h = parse_host(name, where);
     while (words >> word) {
-      const std::optional<int> n = word.rfind("slots=", 0) == 0 ? slot_count(word.substr(6)) : std::nullopt;
-      if (!n) refuse(where, ": '", word, "' is not slots=N");
+      const auto count = [&](const char* key) {
+        const std::string prefix = std::string(key) + "=";
+        return word.rfind(prefix, 0) == 0 ? slot_count(word.substr(prefix.size())) : std::nullopt;
+      };
+      // max_slots bounds what Open MPI may oversubscribe; zshard-run starts `slots` ranks, so it is read
+      // and checked, not used.
+      if (count("max_slots") || count("max-slots")) continue;
+      const std::optional<int> n = count("slots");
+      if (!n) refuse(where, ": '", word, "' is not slots=N or max_slots=N");
       h.slots = *n;
     }
     hosts.push_back(h);
