@@ -3,9 +3,12 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <spawn.h>
+#include <sstream>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -65,6 +68,19 @@ Child spawn(const std::vector<std::string>& argv, bool inherit_output) {
     throw Error(detail::concat("cannot run ", argv[0], ": ", std::strerror(rc)));
   }
   return child;
+}
+
+bool is_executable(const std::string& program) {
+  const auto runs = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  };
+  if (program.find('/') != std::string::npos) return runs(program);
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (runs((dir.empty() ? std::string(".") : dir) + "/" + program)) return true;
+  return false;
 }
 
 int exit_status(int wait_status) {

@@ -16,6 +16,9 @@ struct Child {
 };
 Child spawn(const std::vector<std::string>& argv, bool inherit_output);
 
+// Whether `program` would start: a path naming an executable file, or a bare name found on $PATH.
+bool is_executable(const std::string& program);
+
 // The exit status as a shell shows it: the code, or 128 + the signal that ended the process.
 int exit_status(int wait_status);
 

@@ -23,6 +23,8 @@ expect_failure "a hostfile host of zero slots" 2 "^zshard-run: --hostfile .*host
   "$RUN" --hostfile "$WORK/hostfile" -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
 expect_failure "an empty item in --hosts" 2 "^zshard-run: --hosts a:2,,b:2: an empty item" -- \
   "$RUN" --hosts a:2,,b:2 -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
+expect_failure "a training command that is not there" 2 "^zshard-run: the training command $WORK/no/zshard-train: no such executable here$" -- \
+  "$RUN" "${LOCAL[@]}" -- "$WORK/no/zshard-train" --save-dir "$WORK/none"
 expect_failure "a training command without --save-dir" 2 "^zshard-run: the training command has no --save-dir" -- \
   "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 4
 expect_failure "--batch auto" 2 "^zshard-run: the training command has --batch auto" -- \
