@@ -143,10 +143,10 @@ MemoryReport Engine::memory_report() {
   const ShardGroups& groups = plan_.groups;
   rep.shard_group = groups.size_of_rank(0);
   rep.shard_group_sizes = groups.sizes();
-  int64_t max_unit = 0;
+  std::vector<int64_t> gathered_sizes;  // what a gather of each unit holds: its padded size
   for (int u = 0; u < params.num_units(); ++u) {
     rep.params += params.layout(u).numel();
-    max_unit = std::max(max_unit, params.layout(u).numel());
+    gathered_sizes.push_back(params.layout(u).padded_numel());
   }
   const Placement& placement = plan_.placement;
   rep.device = std::string(device_name(placement.device));
@@ -155,7 +155,10 @@ MemoryReport Engine::memory_report() {
   const DtypePolicy dtypes = DtypePolicy::of(placement.param_dtype);
   if (placement.offload_optimizer)
     rep.predicted_zero_offload = predict_zero_offload(plan_.kind, rep.shard_group, rep.params, dtypes);
-  rep.predicted_inflight = plan_.params_sharded() ? int64_t(plan_.max_inflight) * max_unit * dtypes.param_bytes : 0;
+  rep.predicted_inflight =
+      plan_.params_sharded()
+          ? predict_gathered_elements(gathered_sizes, plan_.max_inflight, plan_.reshard_after_forward) * dtypes.param_bytes
+          : 0;
   DtypePolicy traffic = dtypes;  // gradients travel in the reduce dtype
   traffic.grad_bytes = int(dtype_size(placement.reduce_dtype));
 

@@ -1,5 +1,8 @@
 #include "shard/memory_model.h"
 
+#include <algorithm>
+#include <functional>
+
 namespace zshard {
 
 namespace {
@@ -48,6 +51,18 @@ int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int gro
       break;
   }
   return int64_t(total);
+}
+
+int64_t sum_of_largest(std::vector<int64_t> sizes, int k) {
+  std::sort(sizes.begin(), sizes.end(), std::greater<>());
+  int64_t sum = 0;
+  for (int i = 0; i < k && i < int(sizes.size()); ++i) sum += sizes[size_t(i)];
+  return sum;
+}
+
+int64_t predict_gathered_elements(const std::vector<int64_t>& unit_sizes, int max_inflight, bool reshard_after_forward) {
+  if (!reshard_after_forward) return sum_of_largest(unit_sizes, int(unit_sizes.size()));
+  return sum_of_largest(unit_sizes, std::max(1, max_inflight));
 }
 
 }  // namespace zshard

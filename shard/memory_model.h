@@ -3,6 +3,7 @@
 // measured; the estimator (zshard-mem) uses it for models that were never run.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include <zshard/dtype.h>
 #include <zshard/memory_report.h>
@@ -37,6 +38,14 @@ int offloaded_bytes_per_param(const DtypePolicy& dtypes, Device device);
 // zshard also keeps the owned gradients on the device: they accumulate over micro-steps there and give
 // the gradient norm without a host pass.
 ModelStateBytes predict_zero_offload(StrategyKind kind, int group, int64_t psi, const DtypePolicy& dtypes);
+
+// Sum of the `k` largest of `sizes`.
+int64_t sum_of_largest(std::vector<int64_t> sizes, int k);
+
+// Elements of gathered parameters a rank holds at once when parameters are sharded, from the units'
+// padded sizes: the --max-inflight largest units (prefetch keeps that many gathered), or every unit when
+// they stay gathered from the forward to the backward (reshard_after_forward off).
+int64_t predict_gathered_elements(const std::vector<int64_t>& unit_sizes, int max_inflight, bool reshard_after_forward);
 
 // Bytes one rank of a shard group of `group` ranks moves per optimizer step (nccl-tests bus convention),
 // with `grad_accum` micro-steps: ddp 2Ψ(N-1)/N; zero1 the same (reduce-scatter + all-gather); zero2

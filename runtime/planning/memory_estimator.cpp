@@ -14,18 +14,6 @@
 
 namespace zshard {
 
-namespace {
-
-// Sum of the `k` largest entries.
-int64_t largest(std::vector<int64_t> v, int k) {
-  std::sort(v.begin(), v.end(), std::greater<>());
-  int64_t sum = 0;
-  for (int i = 0; i < k && i < int(v.size()); ++i) sum += v[i];
-  return sum;
-}
-
-}  // namespace
-
 MemoryEstimate estimate_memory(const EstimateInput& in) {
   const ShardPlan& plan = in.plan;
   const ShardGroups& groups = plan.groups;
@@ -71,7 +59,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   (offload ? e.model_states.host : e.model_states.optimizer) =
       shard_total * (offload ? offloaded_bytes_per_param(d, device) : d.optimizer_bytes);
 
-  if (p_sharded) e.gathered_in_flight = largest(units, std::max(1, plan.max_inflight)) * d.param_bytes;
+  if (p_sharded)
+    e.gathered_in_flight = predict_gathered_elements(units, plan.max_inflight, plan.reshard_after_forward) * d.param_bytes;
   // Transient full gradients and reduce-scatter outputs (shard/sharded_params.cpp). Sharded gradients:
   // a unit's reduction is finished once the next one is issued, and a unit opens its full gradient only
   // once those in flight fit beside it within max(L1, 2 L2) elements (L1, L2 the two largest units): the
@@ -87,20 +76,19 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // scratch per reduction in flight (zero2: those of the two largest units; zero3/hybrid: u+1's while u's
   // backward runs, and u's own beside it once u's gathered copy is released at its grads_ready). zero1:
   // the scratch of its two reductions in flight, on the last micro-step; ddp reduces in place.
-  const int64_t in_flight_shards = in.grad_accum > 1 && G > 1 ? largest(units, 2) / G : 0;
-  const int64_t L1 = largest(units, 1), L2 = largest(units, 2) - L1;
+  const int64_t in_flight_shards = in.grad_accum > 1 && G > 1 ? sum_of_largest(units, 2) / G : 0;
+  const int64_t L1 = sum_of_largest(units, 1), L2 = sum_of_largest(units, 2) - L1;
   const bool keeps_open = in.model->keeps_gradients_open(std::max(1, in.rank_batch), in.seq);
   const int64_t kept = keeps_open ? L1 : 0;
-  const int64_t accumulated_and_in_flight = keeps_open ? largest(units, 3) - L1 : std::max(L1, 2 * L2);
+  const int64_t accumulated_and_in_flight = keeps_open ? sum_of_largest(units, 3) - L1 : std::max(L1, 2 * L2);
   // Full gradients open at unit u's backward, a kept one aside. Which unit is kept is not known (it is
   // counted as the largest): beside one, any two others may be open.
-  const int64_t open_bound = keeps_open ? largest(units, 2) : accumulated_and_in_flight;
+  const int64_t open_bound = keeps_open ? sum_of_largest(units, 2) : accumulated_and_in_flight;
   const auto open_at = [&](size_t u) {
     const int64_t next = u + 1 < units.size() ? units[u + 1] : 0;
     return units[u] + (units[u] + next <= open_bound ? next : 0);
   };
   if (p_sharded) {
-    if (!plan.reshard_after_forward) e.gathered_in_flight = padded_total * d.param_bytes;
     int64_t backward = 0, held = 0;
     for (size_t u = 0; u < units.size(); ++u) {
       held += units[u];
@@ -124,7 +112,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   } else if (g_sharded) {
     e.comm_buffers = (kept + accumulated_and_in_flight + in_flight_shards) * d.grad_bytes;
   } else if (G > 1) {
-    e.comm_buffers = largest(units, 2) / G * d.grad_bytes;
+    e.comm_buffers = sum_of_largest(units, 2) / G * d.grad_bytes;
   }
 
   const DType act = d.param_bytes == 2 ? DType::bf16 : DType::f32;

@@ -2,12 +2,14 @@
 // for each model: the ZeRO volumes, with zero3's all-gathers taken from the model's own gather schedule.
 // That schedule is pinned too: GPT-2 and a tied Llama gather every unit twice per micro-step, an untied
 // Llama gathers its embedding and its head unit once each, and without resharding after forward every
-// unit is gathered once. An evaluation gathers what its forward reads.
+// unit is gathered once. An evaluation gathers what its forward reads. The report's gathered units in
+// flight are the estimator's (zshard-mem's).
 // zshard-test-np: 1 2 4
 #include <gtest/gtest.h>
 
 #include <zshard/memory_report.h>
 
+#include "runtime/planning/memory_estimator.h"
 #include "shard/sharded_params.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
@@ -63,6 +65,11 @@ TEST(CommVolume, MeasuredBytesEqualTheTheoryForEveryModelAndStrategy) {
         EXPECT_EQ(params.gathered_numel_per_micro_step(), want) << what;
       }
       const MemoryReport report = trainer.engine().memory_report();
+      EstimateInput in;
+      in.model = &trainer.model();
+      in.plan = trainer.plan();
+      in.group = trainer.plan().groups.group_of(0);
+      EXPECT_EQ(report.predicted_inflight, estimate_memory(in).gathered_in_flight) << what;
       for (int r = 0; r < n; ++r) {
         // The theory counts real elements; the wire also carries the padding (under n per unit).
         const double theory = double(report.ranks[r].predicted_comm_bytes);
