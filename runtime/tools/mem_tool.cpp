@@ -63,6 +63,7 @@ struct MemOptions {
   std::string dtype = "fp32";
   int batch = 8;
   int seq = 64;
+  int grad_accum = 1;
   int max_inflight = 2;
   Recompute recompute = Recompute::none;
   bool offload_optimizer = false;
@@ -201,6 +202,8 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   app.add_option("--dtype", o.dtype, "fp32 (zshard's CPU path) or mixed (2-byte params/grads, K=12)");
   app.add_option("--batch", o.batch, "global sequences per micro-step, split across the world");
   app.add_option("--seq", o.seq, "tokens per sequence");
+  app.add_option("--grad-accum", o.grad_accum,
+                 "micro-steps per optimizer step, as zshard-train's: the accumulation scratch joins comm");
   app.add_option("--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once");
   add_recompute_flag(app, o.recompute);
   add_offload_flag(app, o.offload_optimizer);
@@ -259,6 +262,11 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
       throw UsageError("--max-inflight is only for --strategy zero3 or hybrid");
     if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
     if (o.seq < 1) throw UsageError("--seq must be >= 1, got " + std::to_string(o.seq));
+    if (o.grad_accum < 1) throw UsageError("--grad-accum must be >= 1, got " + std::to_string(o.grad_accum));
+    if (o.params <= 0 && !o.max_batch)  // as zshard-train refuses it: a rank without a sequence
+      for (int world : o.worlds)
+        if (o.batch < world)
+          throw UsageError(detail::concat("--batch ", o.batch, " is smaller than the world size ", world));
     if (o.max_inflight < 1) throw UsageError("--max-inflight must be >= 1");
     PlanOptions plan;
     plan.strategy.shard_group = o.groups;
@@ -266,6 +274,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     plan.placement = {o.device, parse_dtype_policy(o.dtype), DType::f32, o.offload_optimizer};
     EstimateInput base;
     base.seq = o.seq;
+    base.grad_accum = o.grad_accum;
     base.checkpoint_snapshot = o.async_saves;
     std::unique_ptr<Model> model;
     if (o.params > 0) {

@@ -120,4 +120,16 @@ grep -Eq "^ +hybrid +[0-9.]+ " "$WORK/out" && grep -q "cluster of nodes 4,2 (6 r
 expect_failure "mem groups that do not hold the world" 2 "--shard-group 4,2: the groups hold 6 ranks, the world has 8" -- \
   "$BIN/zshard-mem" --model gpt2 --strategy hybrid --shard-group 4,2 --world 8
 expect_failure "mem bad size" 2 "--device-mem" -- "$BIN/zshard-mem" --model gpt2 --device-mem 80furlongs
+expect_failure "mem batch below the world" 2 "^zshard-mem: --batch 3 is smaller than the world size 4$" -- \
+  "$BIN/zshard-mem" --model tiny --batch 3 --world 2,4
+expect_failure "mem grad-accum 0" 2 "--grad-accum must be >= 1, got 0" -- "$BIN/zshard-mem" --model tiny --grad-accum 0
+# --grad-accum adds the accumulation scratch (comm) and nothing else, as zshard-train measures it.
+"$BIN/zshard-mem" --model tiny --world 2 --strategy zero2 --json "$WORK/accum1.json" >/dev/null
+"$BIN/zshard-mem" --model tiny --world 2 --strategy zero2 --grad-accum 2 --json "$WORK/accum2.json" >/dev/null
+check "mem --grad-accum 2 counts the scratch" python3 -c "
+import json
+one, two = json.load(open('$WORK/accum1.json'))['rows'][0], json.load(open('$WORK/accum2.json'))['rows'][0]
+assert two['comm_buffer_bytes'] > one['comm_buffer_bytes'], (one, two)
+assert two['total_bytes'] - one['total_bytes'] == two['comm_buffer_bytes'] - one['comm_buffer_bytes'], (one, two)
+"
 finish
