@@ -39,7 +39,7 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
                 << (data.grad_accum > 1 ? " x" + std::to_string(data.grad_accum) : "") << ", "
                 << options.optimizer.steps << " steps\n";
     SavePolicy saves(trainer, &std::cout);
-    StepLog step_log(step_log_path, world);
+    StepLog step_log(step_log_path, world, named_files(options));
     install_stop_handlers();
     // --batch auto took its first steps to measure their peak, stopping short of any save point but
     // its last: that step is checkpointed like any other.

@@ -22,10 +22,12 @@ nlohmann::json step_record(const StepResult& r) {
   return j;
 }
 
-StepLog::StepLog(const std::string& path, comm::Communicator& world) : path_(path) {
+StepLog::StepLog(const std::string& path, comm::Communicator& world, const std::vector<FlagPath>& taken)
+    : path_(path) {
   run_agreed(world, [&] {
     if (path_.empty() || world.rank() != 0) return;
     check_output_path("--step-log", path_);
+    check_not_input({"--step-log", path_}, taken);
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
     if (fd_ < 0) throw UsageError(detail::concat("--step-log ", path_, ": cannot open (", std::strerror(errno), ")"));
   });

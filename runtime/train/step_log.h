@@ -10,6 +10,7 @@
 
 #include <zshard/communicator.h>
 
+#include "kernels/io/atomic_file.h"
 #include "runtime/train/trainer.h"
 
 namespace zshard {
@@ -20,9 +21,10 @@ nlohmann::json step_record(const StepResult& r);
 
 class StepLog {
  public:
-  // Rank 0 creates (or empties) `path` at set-up; a path that cannot be written fails on every rank alike.
-  // An empty path: a log that writes nothing.
-  StepLog(const std::string& path, comm::Communicator& world);
+  // Rank 0 creates (or empties) `path` at set-up; a path that cannot be written, or one of the files
+  // `taken` (the run's inputs and other outputs), fails on every rank alike. An empty path: a log that
+  // writes nothing.
+  StepLog(const std::string& path, comm::Communicator& world, const std::vector<FlagPath>& taken = {});
   ~StepLog();
   StepLog(const StepLog&) = delete;
   StepLog& operator=(const StepLog&) = delete;

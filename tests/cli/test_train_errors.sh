@@ -17,6 +17,8 @@ expect_failure "weights a directory" 2 "--init-from $WORK: is a directory, not a
 expect_failure "a --save-dir given to --resume" 2 \
   "--resume $WORK/saves: not a checkpoint but a directory of them \(.*step-00000001\); resume its newest with --save-dir $WORK/saves --resume latest" -- \
   "$TRAIN" --resume "$WORK/saves"
+expect_failure "--step-log over --log-json" 2 "--step-log $WORK/log.json names the same file as --log-json" -- \
+  "$TRAIN" --steps 1 --log-json "$WORK/log.json" --step-log "$WORK/log.json"
 expect_failure "unknown device" 2 "--device: gpu not in" -- "$TRAIN" --device gpu
 expect_failure "unknown checkpointing" 2 "--activation-checkpointing: layers not in" -- \
   "$TRAIN" --activation-checkpointing layers

@@ -239,6 +239,25 @@ TEST(TrainOptions, EmptyItemsOfCommaListsAreRefused) {
   }
 }
 
+// A model key set twice is refused whatever the order: CLI11 runs --config's callback before --layers'.
+TEST(TrainOptions, AModelKeySetTwiceIsRefused) {
+  TrainOptions o;
+  CLI::App app;
+  add_train_flags(app, o);
+  for (const char* twice : {"--layers 2 --config layers=3", "--config layers=3 --layers 2", "--config layers=3,layers=4",
+                            "--config layers=3 --config layers=4", "--tie-embeddings 1 --config tie_embeddings=0"}) {
+    try {
+      app.parse(twice);
+      ADD_FAILURE() << twice << " accepted";
+    } catch (const CLI::Error& e) {
+      EXPECT_THAT(cli_error_line(e), HasSubstr("is set twice (also by --")) << twice;
+    }
+  }
+  app.parse("--config layers=3,dim=32 --heads 2");  // each parse starts afresh
+  EXPECT_EQ(o.model.overrides.at("layers"), ConfigValue(int64_t(3)));
+  EXPECT_EQ(o.model.overrides.at("heads"), ConfigValue(int64_t(2)));
+}
+
 TEST(TrainOptions, DeviceFlagsParseByName) {
   TrainOptions o;
   CLI::App app;

@@ -1,6 +1,8 @@
 #include "runtime/train/options/model_options.h"
 
 #include <cmath>
+#include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -33,16 +35,25 @@ void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) 
   std::string known;
   for (const std::string& name : model_names()) known += (known.empty() ? "" : ", ") + name;
   app.add_option("--model", model, "model: " + known);
+  // A key set twice (--layers 2 --config layers=3, or layers=3,layers=4) is refused: otherwise the order
+  // CLI11 runs the flags' callbacks in, not the command line's, would settle it.
+  const auto set_by = std::make_shared<std::map<std::string, std::string>>();
+  const auto set = [&overrides, set_by](const std::string& flag, const std::string& key, ConfigValue value) {
+    const auto [first, fresh] = set_by->emplace(key, flag);
+    if (!fresh) throw CLI::ValidationError(flag, key + " is set twice (also by " + first->second + ")");
+    overrides.insert_or_assign(key, value);
+  };
+  app.preparse_callback([set_by](std::size_t) { set_by->clear(); });  // each parse starts afresh
   add_list_option(
          app, "--config",
-         [&overrides](const std::vector<std::string>& items) {
+         [set](const std::vector<std::string>& items) {
            for (const std::string& item : items) {
              const size_t eq = item.find('=');
              const std::optional<ConfigValue> value =
                  eq == std::string::npos ? std::nullopt : config_number(item.substr(eq + 1));
              if (eq == 0 || !value)
                throw CLI::ValidationError("--config", "expected KEY=NUMBER, got '" + item + "'");
-             overrides.insert_or_assign(item.substr(0, eq), *value);
+             set("--config", item.substr(0, eq), *value);
            }
          },
          "override the model's configuration: KEY=VALUE, comma separated (e.g. layers=4,dim=128)");
@@ -52,13 +63,13 @@ void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) 
                                   std::pair{"--ctx", "ctx"}, std::pair{"--kv-heads", "kv_heads"},
                                   std::pair{"--ffn-dim", "ffn_dim"}})
     app.add_option_function<int64_t>(
-        flag, [&overrides, key](int64_t value) { overrides.insert_or_assign(key, ConfigValue(value)); },
+        flag, [set, flag, key](int64_t value) { set(flag, key, ConfigValue(value)); },
         std::string("the model's ") + key + " (--config " + key + "=VALUE)");
   app.add_option_function<double>(
-      "--rope-theta", [&overrides](double theta) { overrides.insert_or_assign("rope_theta", ConfigValue(theta)); },
+      "--rope-theta", [set](double theta) { set("--rope-theta", "rope_theta", ConfigValue(theta)); },
       "the model's rotary base, e.g. 500000 (--config rope_theta=VALUE)");
   app.add_option_function<bool>(
-      "--tie-embeddings", [&overrides](bool tied) { overrides.insert_or_assign("tie_embeddings", ConfigValue(tied)); },
+      "--tie-embeddings", [set](bool tied) { set("--tie-embeddings", "tie_embeddings", ConfigValue(tied)); },
       "the output head reuses the token embedding: true or false (--config tie_embeddings=1|0)");
 }
 

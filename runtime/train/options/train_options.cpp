@@ -37,12 +37,30 @@ void validate_options(const TrainOptions& o, int world_size) {
     refuse("--batch auto and --resume exclude each other (resume with the --batch the run chose)");
 }
 
+namespace {
+
+std::vector<FlagPath> named_inputs(const TrainOptions& o) {
+  return {{"--init-from", o.model.init_from},
+          {"--data", o.data.source == "default" ? "" : o.data.source},
+          {"--eval-data", o.eval.source == "default" ? "" : o.eval.source},
+          {"--resume", o.saves.resume == "latest" ? "" : o.saves.resume}};
+}
+
+std::vector<FlagPath> named_outputs(const TrainOptions& o) {
+  return {{"--log-json", o.output.log_json}, {"--save", o.output.save}, {"--mem-report", o.output.mem_report}};
+}
+
+}  // namespace
+
+std::vector<FlagPath> named_files(const TrainOptions& o) {
+  std::vector<FlagPath> files = named_inputs(o);
+  for (FlagPath& out : named_outputs(o)) files.push_back(std::move(out));
+  return files;
+}
+
 void check_outputs(const TrainOptions& o) {
   const SaveOptions& s = o.saves;
-  std::vector<FlagPath> taken = {{"--init-from", o.model.init_from},
-                                 {"--data", o.data.source == "default" ? "" : o.data.source},
-                                 {"--eval-data", o.eval.source == "default" ? "" : o.eval.source},
-                                 {"--resume", s.resume == "latest" ? "" : s.resume}};
+  std::vector<FlagPath> taken = named_inputs(o);
   check_not_input({"--save-dir", s.save_dir}, taken);
   // A file may go inside an existing --save-dir, but one named as the directory would fail after training.
   std::error_code ec;
@@ -56,8 +74,7 @@ void check_outputs(const TrainOptions& o) {
     if (save_dir_exists || s.save_dir.empty()) return false;
     return directory(std::filesystem::path(path).parent_path()) == directory(s.save_dir);
   };
-  for (const FlagPath& out : {FlagPath{"--log-json", o.output.log_json}, FlagPath{"--save", o.output.save},
-                              FlagPath{"--mem-report", o.output.mem_report}}) {
+  for (const FlagPath& out : named_outputs(o)) {
     if (out.second.empty()) continue;
     // A file straight inside the --save-dir this run creates (parents and all) at set-up, where a
     // directory that cannot be made is refused (SavePolicy), needs no directory yet.

@@ -8,9 +8,11 @@
 //   saves      checkpoints and resume                          output_options.h
 #pragma once
 #include <string>
+#include <vector>
 
 #include <zshard/plan.h>
 
+#include "kernels/io/atomic_file.h"
 #include "runtime/train/options/cli_fwd.h"
 #include "runtime/train/options/data_options.h"
 #include "runtime/train/options/model_options.h"
@@ -39,5 +41,9 @@ void validate_options(const TrainOptions& options, int world_size);
 // The files rank 0 writes when the run ends: writable now, and none of them an input or another output.
 // Checkpoints go into --save-dir: never into a checkpoint the run resumes from. Throws UsageError.
 void check_outputs(const TrainOptions& options);
+
+// The files the options name, inputs then outputs, each with its flag (empty where not given): what
+// another output (zshard-train's --step-log) must not be.
+std::vector<FlagPath> named_files(const TrainOptions& options);
 
 }  // namespace zshard
