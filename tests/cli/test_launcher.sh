@@ -26,7 +26,7 @@ expect_failure "an empty item in --hosts" 2 "^zshard-run: --hosts a:2,,b:2: an e
 expect_failure "a training command that is not there" 2 "^zshard-run: the training command $WORK/no/zshard-train: no such executable here$" -- \
   "$RUN" "${LOCAL[@]}" -- "$WORK/no/zshard-train" --save-dir "$WORK/none"
 expect_failure "a training command without --save-dir" 2 "^zshard-run: the training command has no --save-dir" -- \
-  "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 4
+  "$RUN" "${LOCAL[@]}" -- "$TRAIN" --steps 4
 expect_failure "--batch auto" 2 "^zshard-run: the training command has --batch auto" -- \
   "$RUN" "${LOCAL[@]}" -- "$TRAIN" --batch auto --save-dir "$WORK/bad"
 expect_failure "a flag the training command refuses: not restarted" 2 \

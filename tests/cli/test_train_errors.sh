@@ -19,6 +19,7 @@ expect_failure "a --save-dir given to --resume" 2 \
   "$TRAIN" --resume "$WORK/saves"
 expect_failure "--step-log over --log-json" 2 "--step-log $WORK/log.json names the same file as --log-json" -- \
   "$TRAIN" --steps 1 --log-json "$WORK/log.json" --step-log "$WORK/log.json"
+expect_failure "--save-mode without --save-dir" 2 "--save-mode requires --save-dir" -- "$TRAIN" --steps 1 --save-mode sync
 expect_failure "unknown device" 2 "--device: gpu not in" -- "$TRAIN" --device gpu
 expect_failure "unknown checkpointing" 2 "--activation-checkpointing: layers not in" -- \
   "$TRAIN" --activation-checkpointing layers

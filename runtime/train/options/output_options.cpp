@@ -27,6 +27,7 @@ void add_save_flags(CLI::App& app, SaveOptions& o) {
                        "how --save-every saves are written: async (by a background thread while training goes "
                        "on, from a host copy of what training would change first; committed once every rank's "
                        "file is written) or sync (training waits for the files)");
+  app.get_option("--save-mode")->needs(app.get_option("--save-dir"));  // as --save-every and --keep do
   app.add_option("--keep", o.keep,
                  "keep the newest K checkpoints in --save-dir (0 = all); until the run ends, the newest one "
                  "dropped stays as --save-dir/step-spare, whose files the next save writes over");
