@@ -78,11 +78,15 @@ CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector
 }
 
 void refuse_empty_values(CLI::App& app) {
-  const CLI::Validator non_empty(
-      [](const std::string& v) { return v.empty() ? std::string("empty value (leave the flag out for its default)") : ""; },
-      "");
+  // A flag has a default to fall back on; a required positional (zshard-export's CHECKPOINT) does not.
+  const auto non_empty = [](const char* remedy) {
+    return CLI::Validator(
+        [remedy](const std::string& v) { return v.empty() ? std::string("empty value (") + remedy + ")" : ""; }, "");
+  };
   for (CLI::Option* opt : app.get_options())
-    if (opt->get_type_size_max() > 0) opt->check(non_empty);
+    if (opt->get_type_size_max() > 0)
+      opt->check(opt->get_required() && opt->get_lnames().empty() ? non_empty("give a path")
+                                                                   : non_empty("leave the flag out for its default"));
 }
 
 std::string cli_error_line(const CLI::Error& e) {
