@@ -18,7 +18,7 @@ assert sorted(single) == [2, 4, 5] and sorted(zero3) == [2, 4, 5], (single, zero
 assert all(abs(zero3[s] - single[s]) <= 1e-5 * single[s] for s in single), (single, zero3)
 assert single[5] < single[2], single"
 
-expect_every_rank_fails "missing eval data" 1 "error: --eval-data file .*no/such/eval.bin: cannot open" -- \
+expect_every_rank_fails "missing eval data" 2 "error: --eval-data .*no/such/eval.bin: no such file$" -- \
   "${ARGS[@]}" --eval-every 2 --eval-data "$WORK/no/such/eval.bin"
 expect_every_rank_fails "eval data a directory" 2 "error: --eval-data .*: is a directory" -- \
   "${ARGS[@]}" --eval-every 2 --eval-data "$WORK"
