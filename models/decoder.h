@@ -95,14 +95,14 @@ void run_blocks_forward(ParamContext& ctx, const Layers& layers, int num_blocks)
 // `recompute` (Recompute::blocks) a block's intermediates are first rebuilt from its kept input under the
 // same gather, as FSDP runs a checkpointed forward inside the unit's backward, so no collective is added.
 // That forward reads only the block input and the parameters, which backward never writes; it also
-// rewrites the block output with the same bits, which nothing reads any more.
+// rewrites the block output with the same bits, which nothing reads any more. The block's gradients are
+// opened after it: grads() may wait for an earlier unit's reduction, which the recompute overlaps.
 template <class Layers>
 void run_blocks_backward(ParamContext& ctx, const Layers& layers, int num_blocks, bool recompute) {
   for (int l = num_blocks - 1; l >= 0; --l) {
     const UnitTensors& p = ctx.gather(1 + l);
-    const UnitTensors& g = ctx.grads(1 + l);
     if (recompute) layers.block_forward(l, p);
-    layers.block_backward(l, p, g);
+    layers.block_backward(l, p, ctx.grads(1 + l));
     ctx.release(1 + l);
     ctx.grads_ready(1 + l);
   }

@@ -7,7 +7,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
 #include <filesystem>
+#include <iostream>
+#include <optional>
 
 #include <zshard/error.h>
 
@@ -37,25 +40,70 @@ int take_over(const std::string& path, const std::string& tmp) {
   return fd;
 }
 
-// An existing file that is not a regular one (its links followed): a device or a FIFO, written in place.
+// Where a write to a path goes: the file to replace (its symbolic links followed to the name of the
+// file they lead to, which need not exist: a dangling link names the file to create), or nothing, for a
+// file written in place: a device or a FIFO, or a file reached through an open descriptor's link
+// (/dev/stdout, /dev/fd/N, /proc/PID/fd/N), which a shell's redirection opened and positioned.
+struct Destination {
+  std::optional<std::string> replaced;  // empty: written in place
+};
+
 bool is_special_file(const std::string& path) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   return !ec && fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st);
 }
 
-// `path` with its symbolic links followed to the name of the file they lead to, which need not exist (a
-// dangling link names the file to create). Relative link targets are taken from the link's directory.
-std::string follow_links(const std::string& path) {
+// The kernel's fs.protected_symlinks, which a link followed here by name would bypass: in a sticky,
+// world-writable directory (/tmp) a link is followed only when its owner is this user or the directory's.
+void check_link_owner(const fs::path& link, const std::string& path) {
+  struct stat l {}, dir {};
+  const fs::path parent = link.has_parent_path() ? link.parent_path() : fs::path(".");
+  if (::lstat(link.c_str(), &l) != 0 || ::stat(parent.c_str(), &dir) != 0) return;
+  const bool shared = (dir.st_mode & S_ISVTX) && (dir.st_mode & S_IWOTH);
+  if (shared && l.st_uid != ::geteuid() && l.st_uid != dir.st_uid)
+    fail(path, ": cannot write (", link.string(), " is another user's link in the shared directory ", parent.string(),
+         ")");
+}
+
+Destination destination(const std::string& path) {
+  if (is_special_file(path)) return {};
   fs::path p = path;
   for (int hops = 0;; ++hops) {
     std::error_code ec;
-    if (!fs::is_symlink(fs::symlink_status(p, ec))) return p.string();
+    if (!fs::is_symlink(fs::symlink_status(p, ec))) return {p.string()};
     if (hops == 40) fail(path, ": cannot write (", std::strerror(ELOOP), ")");
+    // A descriptor's link (/dev/stdout leads to /proc/self/fd/1, /dev/fd is /proc/self/fd): no name to replace.
+    const fs::path dir = fs::weakly_canonical(p.has_parent_path() ? p.parent_path() : fs::path("."), ec);
+    if (dir.string().rfind("/proc/", 0) == 0) return {};
+    check_link_owner(p, path);
     const fs::path to = fs::read_symlink(p, ec);
     if (ec) fail(path, ": cannot write (", ec.message(), ")");
     p = to.is_absolute() ? to : p.parent_path() / to;
   }
+}
+
+// Opens a file written in place. This process's stdout or stderr (/dev/stdout, or the file either is
+// redirected to) is written through that descriptor, after what the streams hold: a file of its own
+// would have an offset of its own, and the two would write over each other. Anything else is appended
+// to. A FIFO that no process reads fails at once (ENXIO) rather than blocking before any collective,
+// where no deadline reaches it.
+int open_in_place(const std::string& path) {
+  struct stat target {}, standard {};
+  if (::stat(path.c_str(), &target) == 0)
+    for (int out : {STDOUT_FILENO, STDERR_FILENO})
+      if (::fstat(out, &standard) == 0 && standard.st_dev == target.st_dev && standard.st_ino == target.st_ino) {
+        std::cout.flush();
+        std::fflush(nullptr);
+        const int fd = ::fcntl(out, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0) fail(path, ": cannot write (", std::strerror(errno), ")");
+        return fd;
+      }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 && errno == ENXIO) fail(path, ": cannot write (a FIFO that no process reads)");
+  if (fd < 0) fail(path, ": cannot write (", std::strerror(errno), ")");
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
 }
 
 }  // namespace
@@ -63,13 +111,13 @@ std::string follow_links(const std::string& path) {
 AtomicFile::AtomicFile(std::string path, Existing existing) : path_(std::move(path)) {
   std::error_code ec;
   if (fs::is_directory(path_, ec)) fail(path_, ": cannot write (it is a directory)");
-  if (existing == Existing::replace && is_special_file(path_)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);  // a FIFO waits for its reader, as `> fifo` does
-    if (fd_ < 0) fail(path_, ": cannot write (", std::strerror(errno), ")");
+  // A dead file given up is taken over under its own name only: a link to it is replaced as a link.
+  const Destination to = existing == Existing::replace ? destination(path_) : Destination{path_};
+  if (!to.replaced) {
+    fd_ = open_in_place(path_);
     return;
   }
-  // A dead file given up is taken over under its own name only: a link to it is replaced as a link.
-  target_ = existing == Existing::replace ? follow_links(path_) : path_;
+  target_ = *to.replaced;
   tmp_ = temp_name(target_);
   if (existing == Existing::overwrite) fd_ = take_over(target_, tmp_);
   taken_over_ = fd_ >= 0;
@@ -151,17 +199,18 @@ void check_output_path(std::string_view flag, const std::string& path) {
   std::error_code ec;
   if (path.empty()) throw UsageError(detail::concat(flag, ": empty path"));
   if (fs::is_directory(path, ec)) throw UsageError(detail::concat(flag, " ", path, ": is a directory"));
-  if (is_special_file(path)) {
+  Destination to;
+  try {
+    to = destination(path);
+  } catch (const Error& e) {
+    throw UsageError(detail::concat(flag, " ", e.what()));
+  }
+  if (!to.replaced) {
     if (::access(path.c_str(), W_OK) != 0)
       throw UsageError(detail::concat(flag, " ", path, ": cannot write (", std::strerror(errno), ")"));
     return;
   }
-  std::string dir;
-  try {
-    dir = parent_dir(follow_links(path));
-  } catch (const Error& e) {
-    throw UsageError(detail::concat(flag, " ", e.what()));
-  }
+  const std::string dir = parent_dir(*to.replaced);
   if (!fs::is_directory(dir, ec))
     throw UsageError(detail::concat(flag, " ", path, ": directory ", dir, " does not exist"));
   if (::access(dir.c_str(), W_OK) != 0)
@@ -170,8 +219,12 @@ void check_output_path(std::string_view flag, const std::string& path) {
 
 void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs) {
   const auto& [out_flag, out] = output;
-  // A device or a FIFO is written in place, never replaced: /dev/null may take every output.
-  if (out.empty() || is_special_file(out)) return;
+  // A file written in place is never replaced: /dev/null may take every output, and /dev/stdout too.
+  if (out.empty()) return;
+  try {
+    if (!destination(out).replaced) return;
+  } catch (const Error&) {  // check_output_path reports it
+  }
   std::error_code ec;
   const fs::path target = fs::weakly_canonical(fs::absolute(out, ec), ec);
   for (const auto& [in_flag, in] : inputs) {

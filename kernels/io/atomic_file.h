@@ -5,9 +5,12 @@
 // with Existing::overwrite is written over); a failure (full disk, read-only directory) throws one line
 // naming the path and the system's reason, and leaves no temporary file behind.
 // Where the path leads elsewhere, the file it names is written, never the name replaced: a symbolic link
-// is followed and the file it points to replaced as above (the link stays), and an existing file that is
-// not a regular one (/dev/null, /dev/stdout, a FIFO) is written in place, as a shell redirection would:
-// replacing it would destroy it, and it holds nothing a reader could see half-written.
+// is followed and the file it points to replaced as above (the link stays; in a sticky shared directory
+// such as /tmp, only a link of this user's or the directory owner's, as the kernel's
+// fs.protected_symlinks). Written in place instead, appended to as a shell's `>>` would, and so not
+// atomically: an existing file that is not a regular one (/dev/null, a FIFO, which must have a reader),
+// and a file reached through an open descriptor's link (/dev/stdout redirected to a file, /dev/fd/N):
+// replacing the one would destroy it, the other would cut off the shell's redirection.
 #pragma once
 #include <string>
 #include <string_view>
@@ -21,7 +24,8 @@ namespace zshard {
 // moved aside at once and written over, so the file system reuses its pages or blocks instead of
 // allocating new ones and freeing the old (on tmpfs the two cost about twice the copy). A process that
 // still has it open then reads the new bytes. A file with other hard links, or a symbolic link, is never
-// written over: another name still holds the file, so it is replaced as with replace.
+// written over: another name still holds the file, so a new file replaces the name (a link itself, not
+// what it points to).
 enum class Existing { replace, overwrite };
 
 class AtomicFile {
@@ -47,7 +51,7 @@ class AtomicFile {
 
   std::string path_;    // as given, for messages
   std::string target_;  // the file replaced: path_ with its symbolic links followed
-  std::string tmp_;     // beside target_; empty when writing in place
+  std::string tmp_;     // beside target_; empty when writing in place (appending)
   int fd_ = -1;
   bool taken_over_ = false;  // a file written over: cut at commit to what was written
 };

@@ -64,18 +64,22 @@ std::vector<Host> read_hostfile(const std::string& path) {
     if (!(words >> name)) continue;
     const std::string where = path + ":" + std::to_string(number);
     Host h = parse_host(name, where);
+    std::optional<int> max_slots;
     while (words >> word) {
       const auto count = [&](const char* key) {
         const std::string prefix = std::string(key) + "=";
         return word.rfind(prefix, 0) == 0 ? slot_count(word.substr(prefix.size())) : std::nullopt;
       };
-      // max_slots bounds what Open MPI may oversubscribe; zshard-run starts `slots` ranks, so it is read
-      // and checked, not used.
-      if (count("max_slots") || count("max-slots")) continue;
+      // max_slots bounds what Open MPI may oversubscribe; zshard-run starts `slots` ranks, within it.
+      if (const std::optional<int> most = count("max_slots") ? count("max_slots") : count("max-slots")) {
+        max_slots = *most;
+        continue;
+      }
       const std::optional<int> n = count("slots");
       if (!n) refuse(where, ": '", word, "' is not slots=N or max_slots=N");
       h.slots = *n;
     }
+    if (max_slots && h.slots > *max_slots) refuse(where, ": slots=", h.slots, " exceeds max_slots=", *max_slots);
     hosts.push_back(h);
   }
   check_hosts(hosts, "--hostfile " + path);

@@ -259,9 +259,9 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
   add_train_flags(app, options);
   app.remove_option(app.get_option("--strategy"));  // --strategies picks them here
   // Flags of a training run that a benchmark has no use for: refused (exit 2), not silently ignored.
-  for (const char* train_only : {"--save", "--save-dir", "--save-every", "--keep", "--resume", "--log-json",
-                                 "--mem-report", "--mem-budget", "--rank-batches", "--log-every", "--eval-data",
-                                 "--eval-every", "--eval-batches"})
+  for (const char* train_only : {"--save", "--save-dir", "--save-every", "--save-mode", "--keep", "--resume",
+                                 "--stop-file", "--log-json", "--mem-report", "--mem-budget", "--rank-batches",
+                                 "--log-every", "--eval-data", "--eval-every", "--eval-batches"})
     app.remove_option(app.get_option(train_only));
   add_list_option(app, "--rank-batches", bench.splits,
                   "how each strategy splits the global batch, comma separated: even, auto (by measured speed; "

@@ -38,8 +38,9 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
                 << num_params(trainer.model()) << " parameters, batch " << data.batch << "x" << data.seq
                 << (data.grad_accum > 1 ? " x" + std::to_string(data.grad_accum) : "") << ", "
                 << options.optimizer.steps << " steps\n";
-    SavePolicy saves(trainer, &std::cout);
+    // The step log's checks first: a refused --step-log leaves no --save-dir made by SavePolicy behind.
     StepLog step_log(step_log_path, world, named_files(options));
+    SavePolicy saves(trainer, &std::cout);
     install_stop_handlers();
     // --batch auto took its first steps to measure their peak, stopping short of any save point but
     // its last: that step is checkpointed like any other.

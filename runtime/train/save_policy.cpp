@@ -39,7 +39,9 @@ std::string manifest_path(const std::string& dir) { return (fs::path(dir) / kMan
 // is a directory of checkpoints (a --save-dir), which --resume latest reads.
 void check_resume_dir(const std::string& dir) {
   std::error_code ec;
-  if (!fs::exists(dir, ec)) refuse("--resume ", dir, ": no such directory");
+  const fs::file_type type = fs::status(dir, ec).type();
+  if (type == fs::file_type::not_found) refuse("--resume ", dir, ": no such directory");
+  if (ec) refuse("--resume ", dir, ": cannot read (", ec.message(), ")");
   if (!fs::exists(manifest_path(dir), ec) && fs::is_directory(dir, ec))
     for (const CheckpointEntry& e : list_checkpoints(dir))
       if (e.committed)
@@ -252,6 +254,7 @@ bool SavePolicy::agree_at_boundary() {
   // A save due now waits for the one in flight (one at most): it commits here, before this step's line.
   if (agreed[1] == world_.size() || save_due()) finish_in_flight();
   if (agreed[0] == 0) return true;
+  if (stop_file) fs::remove(o.stop_file, ec);  // the request is taken: a run resumed after it goes on
   if (out_)
     *out_ << "zshard-train: " << (stop_file ? "stop requested (--stop-file " + o.stop_file + ")" : "stop signal received")
           << "; stopping after step " << trainer_.steps_done()

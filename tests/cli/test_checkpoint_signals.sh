@@ -1,7 +1,8 @@
 # Crashes and signals around checkpoints: a job killed (SIGKILL) in the middle of a save leaves the
 # previous checkpoint loadable (--keep 1 deletes it only once the next one is committed) and the partial
 # one ignored; SIGTERM to one rank (schedulers signal the ranks) or SIGINT to a single process ends the
-# job after the current step with a checkpoint of that step and exit 0.
+# job after the current step with a checkpoint of that step and exit 0; so does --stop-file, whose file the
+# job removes.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 
@@ -67,4 +68,16 @@ last=$(ls "$D" | tail -1)
 expect_true "a checkpoint ($last) was committed" test -f "$D/$last/manifest.json"
 expect_ok "it resumes from --resume latest" "$TRAIN" "${ARGS[@]}" --steps $((10#${last#step-} + 1)) \
   --save-dir "$D" --resume latest
+
+# ---- --stop-file: the job stops after the step at whose end the file exists, and takes the request ----
+D="$WORK/stopfile"
+touch "$WORK/stop"
+expect_ok "a stop file present from the start" "${MPIRUN[@]}" -np 2 "$TRAIN" "${ARGS[@]}" --steps 6 --save-dir "$D" \
+  --stop-file "$WORK/stop"
+expect_true "stopped after step 1, saved, the file removed" \
+  eval 'grep -q "stop requested (--stop-file $WORK/stop); stopping after step 1" "$WORK/out" &&
+        [ -f "$D/step-00000001/manifest.json" ] && [ ! -e "$WORK/stop" ]'
+expect_ok "the same command resumes and goes on to the end" "${MPIRUN[@]}" -np 2 "$TRAIN" "${ARGS[@]}" --steps 6 \
+  --save-dir "$D" --stop-file "$WORK/stop" --resume latest
+expect_true "step 6 saved" test -f "$D/step-00000006/manifest.json"
 finish

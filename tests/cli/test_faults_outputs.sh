@@ -168,13 +168,14 @@ expect_failure "train --data /dev/zero (was std::bad_alloc)" 2 "--data /dev/zero
   "$TRAIN" --data /dev/zero
 expect_one_line "train --data /dev/zero (was std::bad_alloc)" "/dev/zero"
 expect_failure "bench train-only flag" 2 "--save-dir" -- "$BIN/zshard-bench" --save-dir "$WORK/x"
+expect_failure "bench train-only --stop-file" 2 "--stop-file" -- "$BIN/zshard-bench" --stop-file "$WORK/x"
 expect_failure "bench hybrid on 2 ranks" 2 "--strategies hybrid needs a shard group between 1 and the world" -- \
   "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --strategies hybrid
 expect_one_line "bench hybrid on 2 ranks" "--strategies"
 expect_failure "commbench --min-size 0.5 (was a hang)" 2 "--min-size must be at least 1 byte" -- \
   "$BIN/zshard-commbench" --min-size 0.5 --max-size 4KiB --rounds 1
 expect_failure "train --lr '' (trained at 0)" 2 "--lr: empty value \(leave the flag out for its default\)" -- "$TRAIN" --lr ""
-expect_failure "export '' output" 2 "output: empty value \(give a path\)" -- "$BIN/zshard-export" "$WORK/ck/step-00000001" ""
+expect_failure "export '' output" 2 "output: empty value \(the argument is required\)" -- "$BIN/zshard-export" "$WORK/ck/step-00000001" ""
 expect_failure "train --seed 2^64 (was clamped)" 2 "--seed: must be below 2\^64" -- "$TRAIN" --seed 18446744073709551616
 expect_every_rank_fails "train --batch 2^31-1 (was bad_alloc before the memory check)" 1 "does not fit in memory" -- \
   --batch 2147483647 --steps 1

@@ -7,6 +7,9 @@
 // zshard-test-np: 1 2 4
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
+
 #include <zshard/memory_report.h>
 
 #include "runtime/planning/memory_estimator.h"
@@ -65,11 +68,20 @@ TEST(CommVolume, MeasuredBytesEqualTheTheoryForEveryModelAndStrategy) {
         EXPECT_EQ(params.gathered_numel_per_micro_step(), want) << what;
       }
       const MemoryReport report = trainer.engine().memory_report();
+      // Gathered units in flight, counted here: the max_inflight largest padded units (all of them when
+      // they stay gathered after forward), fp32. The report and the estimator must both say so.
+      std::vector<int64_t> sizes;
+      for (int u = 0; u < params.num_units(); ++u) sizes.push_back(params.layout(u).padded_numel());
+      std::sort(sizes.rbegin(), sizes.rend());
+      const size_t held = s.reshard_after_forward ? size_t(s.max_inflight) : sizes.size();
+      const int64_t in_flight =
+          params_sharded(s.kind) ? 4 * std::accumulate(sizes.begin(), sizes.begin() + held, int64_t(0)) : 0;
       EstimateInput in;
       in.model = &trainer.model();
       in.plan = trainer.plan();
       in.group = trainer.plan().groups.group_of(0);
-      EXPECT_EQ(report.predicted_inflight, estimate_memory(in).gathered_in_flight) << what;
+      EXPECT_EQ(report.predicted_inflight, in_flight) << what;
+      EXPECT_EQ(estimate_memory(in).gathered_in_flight, in_flight) << what;
       for (int r = 0; r < n; ++r) {
         // The theory counts real elements; the wire also carries the padding (under n per unit).
         const double theory = double(report.ranks[r].predicted_comm_bytes);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -178,6 +179,53 @@ TEST(AtomicFile, WritesAFifoInPlaceThroughALinkToo) {
   EXPECT_EQ(error_of([&] { check_output_path("--json", dir.file("to-pipe")); }), "(no error)");
   EXPECT_EQ(error_of([&] { check_not_input({"--json", fifo}, {{"--log-json", dir.file("to-pipe")}}); }), "(no error)")
       << "outputs may share a device or a FIFO: nothing is replaced";
+}
+
+// A file reached through an open descriptor's link (/dev/stdout redirected to a file, /proc/self/fd/N)
+// is written through, never replaced: replacing it would cut off the shell's redirection and drop what
+// the file held.
+TEST(AtomicFile, WritesThroughADescriptorsLink) {
+  TempDir dir;
+  const std::string out = dir.file("redirected.log");
+  write_file_atomically(out, "before\n");
+  struct stat was {};
+  ASSERT_EQ(::stat(out.c_str(), &was), 0);
+  std::fflush(nullptr);
+  const int saved = ::dup(STDOUT_FILENO), fd = ::open(out.c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  ::dup2(fd, STDOUT_FILENO);  // as `>> redirected.log` does
+  write_file_atomically("/dev/stdout", "through stdout\n");
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
+  write_file_atomically("/proc/self/fd/" + std::to_string(fd), "through the fd's link\n");
+  ::close(fd);
+  struct stat now {};
+  ASSERT_EQ(::stat(out.c_str(), &now), 0);
+  EXPECT_EQ(now.st_ino, was.st_ino) << "the same file, not a new one";
+  EXPECT_EQ(contents(out), "before\nthrough stdout\nthrough the fd's link\n");
+}
+
+TEST(AtomicFile, LinkLoopsFifosWithoutReadersAndOthersLinksInSharedDirectoriesFail) {
+  TempDir dir;
+  namespace fs = std::filesystem;
+  fs::create_symlink("b", dir.file("a"));
+  fs::create_symlink("a", dir.file("b"));
+  EXPECT_EQ(error_of([&] { write_file_atomically(dir.file("a"), "x"); }),
+            dir.file("a") + ": cannot write (Too many levels of symbolic links)");
+  ASSERT_EQ(::mkfifo(dir.file("pipe").c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { write_file_atomically(dir.file("pipe"), "x"); }),
+            dir.file("pipe") + ": cannot write (a FIFO that no process reads)")
+      << "fails at once, where blocking would hang the rank before any deadline";
+  // /tmp's case: a sticky, world-writable directory and a link another user planted there.
+  const std::string shared = dir.file("shared");
+  fs::create_directory(shared);
+  ::chmod(shared.c_str(), 01777);
+  fs::create_symlink(dir.file("victim"), shared + "/run.json");
+  if (::geteuid() == 0 && ::lchown((shared + "/run.json").c_str(), 4242, 4242) == 0) {
+    EXPECT_THAT(error_of([&] { write_file_atomically(shared + "/run.json", "x"); }),
+                HasSubstr("is another user's link in the shared directory"));
+    EXPECT_FALSE(fs::exists(dir.file("victim")));
+  }
 }
 
 TEST(AtomicFile, FailuresNamePathAndReason) {

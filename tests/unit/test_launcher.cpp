@@ -59,6 +59,8 @@ TEST(Hosts, ReadsOpenMpiHostfiles) {
             "--hostfile " + path + ": host b has 0 slots (every host takes 1 or more ranks)");
   std::ofstream(path) << "a slots=4 max_slots=8\nb max-slots=2 slots=2\n";
   EXPECT_EQ(read_hostfile(path), (std::vector<Host>{{"a", 4}, {"b", 2}})) << "max_slots is Open MPI's, not a slot count";
+  std::ofstream(path) << "a slots=4 max_slots=2\n";
+  EXPECT_EQ(error_of([&] { read_hostfile(path); }), path + ":1: slots=4 exceeds max_slots=2");
   std::ofstream(path) << "a slots=4\nb cpus=2\n";
   EXPECT_EQ(error_of([&] { read_hostfile(path); }), path + ":2: 'cpus=2' is not slots=N or max_slots=N");
   std::ofstream(path) << "# nothing\n";

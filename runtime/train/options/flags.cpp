@@ -85,7 +85,7 @@ void refuse_empty_values(CLI::App& app) {
   };
   for (CLI::Option* opt : app.get_options())
     if (opt->get_type_size_max() > 0)
-      opt->check(opt->get_required() && opt->get_lnames().empty() ? non_empty("give a path")
+      opt->check(opt->get_required() && opt->get_lnames().empty() ? non_empty("the argument is required")
                                                                    : non_empty("leave the flag out for its default"));
 }
 

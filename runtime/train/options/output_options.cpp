@@ -36,7 +36,7 @@ void add_save_flags(CLI::App& app, SaveOptions& o) {
                  "any world size and strategy");
   app.add_option("--stop-file", o.stop_file,
                  "stop after the step at whose end this file exists, as on SIGTERM: save into --save-dir and "
-                 "exit 0 (rank 0 looks for it; zshard-run stops its job this way)");
+                 "exit 0; the file is removed (rank 0 looks for it; zshard-run stops its job this way)");
 }
 
 void validate(const OutputOptions& o) {

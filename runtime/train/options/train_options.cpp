@@ -43,7 +43,8 @@ std::vector<FlagPath> named_inputs(const TrainOptions& o) {
   return {{"--init-from", o.model.init_from},
           {"--data", o.data.source == "default" ? "" : o.data.source},
           {"--eval-data", o.eval.source == "default" ? "" : o.eval.source},
-          {"--resume", o.saves.resume == "latest" ? "" : o.saves.resume}};
+          {"--resume", o.saves.resume == "latest" ? "" : o.saves.resume},
+          {"--stop-file", o.saves.stop_file}};
 }
 
 std::vector<FlagPath> named_outputs(const TrainOptions& o) {
