@@ -69,6 +69,12 @@ void sync_dir(const std::string& dir);
 // it names (its symbolic links followed) existing and writable. Throws UsageError naming the flag. The write itself can still fail (a disk that fills).
 void check_output_path(std::string_view flag, const std::string& path);
 
+// Checks, before any work, that `path` given to `flag` names a regular file (or a link to one), which a
+// tool reads whole: throws UsageError "FLAG PATH: no such file" or "FLAG PATH: is a FIFO (named pipe), not
+// KIND". Opening a FIFO blocks until a writer comes, before any collective, where no deadline reaches
+// it, and a device such as /dev/zero never ends. A path whose status cannot be read is left to the open.
+void check_input_file(std::string_view flag, const std::string& path, std::string_view kind);
+
 // A flag and the path it names, for the check below.
 using FlagPath = std::pair<std::string_view, std::string>;
 // Throws UsageError when `output` is one of `inputs`, or lies inside an input that is a directory: a tool

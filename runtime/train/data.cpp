@@ -2,11 +2,12 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 
 #include <zshard/error.h>
+
+#include "kernels/io/atomic_file.h"
 
 namespace zshard {
 
@@ -20,25 +21,9 @@ template <class... Args>
 
 std::string file_source(const std::string& path) { return "file " + path; }
 
-// Data is read whole, so it must be a regular file (or a link to one): opening a FIFO blocks until a
-// writer comes, before any collective, where no deadline reaches it, and a device such as /dev/zero
-// never ends. A path that does not exist is a bad flag value too (exit 2: zshard-run relaunches nothing).
+// Data is read whole: a regular file, or a bad flag value (exit 2: zshard-run relaunches nothing).
 void check_regular_file(const std::string& path, std::string_view flag) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const char* what = nullptr;
-  switch (fs::status(path, ec).type()) {
-    case fs::file_type::regular:
-    case fs::file_type::none: return;  // status failed for another reason: the open says which
-    case fs::file_type::not_found: throw UsageError(detail::concat(flag, " ", path, ": no such file"));
-    case fs::file_type::directory: what = "a directory"; break;
-    case fs::file_type::fifo: what = "a FIFO (named pipe)"; break;
-    case fs::file_type::character: what = "a character device"; break;
-    case fs::file_type::block: what = "a block device"; break;
-    case fs::file_type::socket: what = "a socket"; break;
-    default: what = "not a regular file"; break;
-  }
-  throw UsageError(detail::concat(flag, " ", path, ": is ", what, ", not a token or text file"));
+  check_input_file(flag, path, "a token or text file");
 }
 
 std::vector<char> read_file(const std::string& path, std::string_view flag) {

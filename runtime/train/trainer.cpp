@@ -6,7 +6,6 @@
 #include <limits>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <iomanip>
 #include <ostream>
 
@@ -44,9 +43,7 @@ double test_slowdown(int rank) {
 
 // Every parameter present with its shape, and nothing from another model, before any rank allocates.
 void check_weights_file(const std::string& path, const Model& model) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) refuse("--init-from ", path, ": no such file");
-  if (std::filesystem::is_directory(path, ec)) refuse("--init-from ", path, ": is a directory, not a safetensors file");
+  check_input_file("--init-from", path, "a safetensors file");
   const SafetensorsFile file = SafetensorsFile::open(path);
   std::vector<std::string> expected;
   for (const UnitSpec& unit : model.units()) {

@@ -13,6 +13,9 @@ expect_failure "seq beyond context" 2 "--seq 4096 exceeds" -- "$TRAIN" --seq 409
 expect_failure "missing weights" 2 "^zshard-train: error: --init-from $WORK/missing.safetensors: no such file$" -- \
   "$TRAIN" --init-from "$WORK/missing.safetensors"
 expect_failure "weights a directory" 2 "--init-from $WORK: is a directory, not a safetensors file" -- "$TRAIN" --init-from "$WORK"
+mkfifo "$WORK/weights.fifo"  # opening it would block until a writer came, before any deadline
+expect_failure "weights a FIFO" 2 "--init-from $WORK/weights.fifo: is a FIFO \(named pipe\), not a safetensors file" -- \
+  "$TRAIN" --init-from "$WORK/weights.fifo"
 "$TRAIN" --steps 1 --save-dir "$WORK/saves" >/dev/null
 expect_failure "a --save-dir given to --resume" 2 \
   "--resume $WORK/saves: not a checkpoint but a directory of them \(.*step-00000001\); resume its newest with --save-dir $WORK/saves --resume latest" -- \
