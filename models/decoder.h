@@ -29,8 +29,8 @@ struct DecoderBuffers : BatchBuffers, LogitsRegion {
   Tensor residual2;  // (S,B,T,C) after the attention residual add
   Tensor ln2;        // (S,B,T,C) the second norm's output, the MLP's input
 
-  // Visits the tokens (i32) and the buffers above (in `dtype`) for C channels and L blocks: the start of a
-  // decoder's activation list.
+  // Visits the tokens (i32) and the stream's buffers, encoded to dln (in `dtype`), for C channels and L
+  // blocks: the start of a decoder's activation list.
   void visit_stream(int B, int T, int64_t C, int64_t L, DType dtype, const BufferVisitor& f);
   // Visits the attention half's intermediates (in `dtype`), S slots, NH heads.
   void visit_attention(int B, int T, int64_t C, int64_t NH, int64_t S, DType dtype, const BufferVisitor& f);

@@ -6,8 +6,8 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -40,14 +40,6 @@ int take_over(const std::string& path, const std::string& tmp) {
   return fd;
 }
 
-// Where a write to a path goes: the file to replace (its symbolic links followed to the name of the
-// file they lead to, which need not exist: a dangling link names the file to create), or nothing, for a
-// file written in place: a device or a FIFO, or a file reached through an open descriptor's link
-// (/dev/stdout, /dev/fd/N, /proc/PID/fd/N), which a shell's redirection opened and positioned.
-struct Destination {
-  std::optional<std::string> replaced;  // empty: written in place
-};
-
 bool is_special_file(const std::string& path) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
@@ -66,16 +58,20 @@ void check_link_owner(const fs::path& link, const std::string& path) {
          ")");
 }
 
-Destination destination(const std::string& path) {
-  if (is_special_file(path)) return {};
+// The file a write to `path` replaces: its symbolic links followed to the name of the file they lead to,
+// which need not exist (a dangling link names the file to create). None for a file written in place: a
+// device or a FIFO, or a file reached through an open descriptor's link (/dev/stdout, /dev/fd/N,
+// /proc/PID/fd/N), which a shell's redirection opened and positioned.
+std::optional<std::string> replaced_file(const std::string& path) {
+  if (is_special_file(path)) return std::nullopt;
   fs::path p = path;
   for (int hops = 0;; ++hops) {
     std::error_code ec;
-    if (!fs::is_symlink(fs::symlink_status(p, ec))) return {p.string()};
+    if (!fs::is_symlink(fs::symlink_status(p, ec))) return p.string();
     if (hops == 40) fail(path, ": cannot write (", std::strerror(ELOOP), ")");
     // A descriptor's link (/dev/stdout leads to /proc/self/fd/1, /dev/fd is /proc/self/fd): no name to replace.
     const fs::path dir = fs::weakly_canonical(p.has_parent_path() ? p.parent_path() : fs::path("."), ec);
-    if (dir.string().rfind("/proc/", 0) == 0) return {};
+    if (dir.string().rfind("/proc/", 0) == 0) return std::nullopt;
     check_link_owner(p, path);
     const fs::path to = fs::read_symlink(p, ec);
     if (ec) fail(path, ": cannot write (", ec.message(), ")");
@@ -112,12 +108,12 @@ AtomicFile::AtomicFile(std::string path, Existing existing) : path_(std::move(pa
   std::error_code ec;
   if (fs::is_directory(path_, ec)) fail(path_, ": cannot write (it is a directory)");
   // A dead file given up is taken over under its own name only: a link to it is replaced as a link.
-  const Destination to = existing == Existing::replace ? destination(path_) : Destination{path_};
-  if (!to.replaced) {
+  const std::optional<std::string> replaced = existing == Existing::replace ? replaced_file(path_) : path_;
+  if (!replaced) {
     fd_ = open_in_place(path_);
     return;
   }
-  target_ = *to.replaced;
+  target_ = *replaced;
   tmp_ = temp_name(target_);
   if (existing == Existing::overwrite) fd_ = take_over(target_, tmp_);
   taken_over_ = fd_ >= 0;
@@ -199,18 +195,18 @@ void check_output_path(std::string_view flag, const std::string& path) {
   std::error_code ec;
   if (path.empty()) throw UsageError(detail::concat(flag, ": empty path"));
   if (fs::is_directory(path, ec)) throw UsageError(detail::concat(flag, " ", path, ": is a directory"));
-  Destination to;
+  std::optional<std::string> replaced;
   try {
-    to = destination(path);
+    replaced = replaced_file(path);
   } catch (const Error& e) {
     throw UsageError(detail::concat(flag, " ", e.what()));
   }
-  if (!to.replaced) {
+  if (!replaced) {
     if (::access(path.c_str(), W_OK) != 0)
       throw UsageError(detail::concat(flag, " ", path, ": cannot write (", std::strerror(errno), ")"));
     return;
   }
-  const std::string dir = parent_dir(*to.replaced);
+  const std::string dir = parent_dir(*replaced);
   if (!fs::is_directory(dir, ec))
     throw UsageError(detail::concat(flag, " ", path, ": directory ", dir, " does not exist"));
   if (::access(dir.c_str(), W_OK) != 0)
@@ -239,7 +235,7 @@ void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs
   // A file written in place is never replaced: /dev/null may take every output, and /dev/stdout too.
   if (out.empty()) return;
   try {
-    if (!destination(out).replaced) return;
+    if (!replaced_file(out)) return;
   } catch (const Error&) {  // check_output_path reports it
   }
   std::error_code ec;

@@ -71,8 +71,10 @@ std::vector<Host> read_hostfile(const std::string& path) {
         return word.rfind(prefix, 0) == 0 ? slot_count(word.substr(prefix.size())) : std::nullopt;
       };
       // max_slots bounds what Open MPI may oversubscribe; zshard-run starts `slots` ranks, within it.
-      if (const std::optional<int> most = count("max_slots") ? count("max_slots") : count("max-slots")) {
-        max_slots = *most;
+      std::optional<int> most = count("max_slots");
+      if (!most) most = count("max-slots");
+      if (most) {
+        max_slots = most;
         continue;
       }
       const std::optional<int> n = count("slots");

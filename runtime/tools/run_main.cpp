@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
                "the job fails.\nusage: zshard-run --hosts a:4,b:2 [options] -- zshard-train [flags]"};
   app.option_defaults()->always_capture_default();
   app.add_option("--hosts", hosts, "hosts and their slots (ranks each takes): NAME:SLOTS,NAME:SLOTS,...");
-  app.add_option("--hostfile", hostfile, "an Open MPI hostfile: 'NAME slots=N' (or NAME:N) a line; max_slots=N is read, not used")
+  app.add_option("--hostfile", hostfile, "an Open MPI hostfile: 'NAME slots=N' (or NAME:N) a line; a max_slots=N must hold the slots")
       ->excludes("--hosts");
   app.add_option("--min-ranks", o.min_ranks, "the fewest ranks the job may go on with");
   app.add_option("--max-restarts", o.max_restarts, "relaunches after a failure before giving up");

@@ -24,7 +24,7 @@ class StepLog {
   // Rank 0 creates (or empties) `path` at set-up; a path that cannot be written, or one of the files
   // `taken` (the run's inputs and other outputs), fails on every rank alike. An empty path: a log that
   // writes nothing.
-  StepLog(const std::string& path, comm::Communicator& world, const std::vector<FlagPath>& taken = {});
+  StepLog(const std::string& path, comm::Communicator& world, const std::vector<FlagPath>& taken);
   ~StepLog();
   StepLog(const StepLog&) = delete;
   StepLog& operator=(const StepLog&) = delete;
