@@ -1,6 +1,8 @@
 #include "kernels/io/atomic_file.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -95,10 +97,8 @@ int open_in_place(const std::string& path) {
         if (fd < 0) fail(path, ": cannot write (", std::strerror(errno), ")");
         return fd;
       }
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0 && errno == ENXIO) fail(path, ": cannot write (a FIFO that no process reads)");
-  if (fd < 0) fail(path, ": cannot write (", std::strerror(errno), ")");
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  const int fd = open_for_writing(path, O_APPEND);
+  if (fd < 0) fail(path, ": cannot write (", open_error(errno), ")");
   return fd;
 }
 
@@ -138,7 +138,8 @@ void AtomicFile::write(const void* data, size_t bytes) {
   ZS_CHECK(fd_ >= 0, path_, ": written after commit or failure");
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
-    const ssize_t put = ::write(fd_, p, bytes);
+    // Only a file written in place can be a pipe; the extra system calls stay off checkpoint writes.
+    const ssize_t put = tmp_.empty() ? write_without_sigpipe(fd_, p, bytes) : ::write(fd_, p, bytes);
     if (put < 0 && errno == EINTR) continue;
     if (put <= 0) fail_with_errno("write", put < 0 ? errno : ENOSPC);
     p += put;
@@ -169,6 +170,33 @@ void AtomicFile::commit() {
     fail(path_, ": cannot write (", std::strerror(err), ")");
   }
   sync_dir(parent_dir(target_));  // the rename is durable once the directory is
+}
+
+int open_for_writing(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | flags, 0644);
+  if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+std::string open_error(int err) { return err == ENXIO ? "a FIFO that no process reads" : std::strerror(err); }
+
+ssize_t write_without_sigpipe(int fd, const void* data, size_t bytes) {
+  sigset_t pipe_signal, old_mask, pending;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_signal, &old_mask);
+  sigpending(&pending);
+  const bool raised_before = sigismember(&pending, SIGPIPE) == 1;
+  const ssize_t put = ::write(fd, data, bytes);
+  const int err = errno;
+  if (put < 0 && err == EPIPE && !raised_before) {
+    // Blocked, the SIGPIPE this write raised is pending on this thread: take it before unblocking.
+    const timespec no_wait{};
+    sigtimedwait(&pipe_signal, nullptr, &no_wait);
+  }
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  errno = err;
+  return put;
 }
 
 std::string parent_dir(const std::string& path) {

@@ -12,6 +12,8 @@
 // and a file reached through an open descriptor's link (/dev/stdout redirected to a file, /dev/fd/N):
 // replacing the one would destroy it, the other would cut off the shell's redirection.
 #pragma once
+#include <sys/types.h>
+
 #include <string>
 #include <string_view>
 #include <utility>
@@ -57,6 +59,16 @@ class AtomicFile {
 };
 
 void write_file_atomically(const std::string& path, std::string_view contents);
+
+// open(2) for writing (O_WRONLY | O_CLOEXEC | `flags`, mode 0644) that never waits for a FIFO's reader:
+// with none, it fails at once (ENXIO) where blocking would hang the rank before any collective, out of
+// reach of every deadline. -1 and errno on failure; open_error(errno) words it for a message.
+int open_for_writing(const std::string& path, int flags);
+std::string open_error(int err);
+
+// write(2) for a file that may be a pipe or a FIFO: once its reader is gone the write fails with EPIPE,
+// to be reported like any other error, where SIGPIPE would end the process without a word.
+ssize_t write_without_sigpipe(int fd, const void* data, size_t bytes);
 
 // The directory `path` lies in ("." for a bare name).
 std::string parent_dir(const std::string& path);

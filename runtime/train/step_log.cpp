@@ -28,8 +28,8 @@ StepLog::StepLog(const std::string& path, comm::Communicator& world, const std::
     if (path_.empty() || world.rank() != 0) return;
     check_output_path("--step-log", path_);
     check_not_input({"--step-log", path_}, taken);
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw UsageError(detail::concat("--step-log ", path_, ": cannot open (", std::strerror(errno), ")"));
+    fd_ = open_for_writing(path_, O_CREAT | O_TRUNC | O_APPEND);
+    if (fd_ < 0) throw UsageError(detail::concat("--step-log ", path_, ": cannot open (", open_error(errno), ")"));
   });
 }
 
@@ -42,7 +42,7 @@ void StepLog::catch_up(const std::vector<StepResult>& history) {
     if (fd_ < 0) continue;
     const std::string line = step_record(history[written_]).dump() + "\n";
     // A log that stops being writable (a full disk) must not end the training it only reports on.
-    if (::write(fd_, line.data(), line.size()) != ssize_t(line.size())) {
+    if (write_without_sigpipe(fd_, line.data(), line.size()) != ssize_t(line.size())) {
       std::cerr << "zshard-train: --step-log " << path_ << ": write failed (" << std::strerror(errno)
                 << "); training goes on without it\n";
       ::close(fd_);

@@ -22,6 +22,19 @@ expect_failure "a --save-dir given to --resume" 2 \
   "$TRAIN" --resume "$WORK/saves"
 expect_failure "--step-log over --log-json" 2 "--step-log $WORK/log.json names the same file as --log-json" -- \
   "$TRAIN" --steps 1 --log-json "$WORK/log.json" --step-log "$WORK/log.json"
+mkfifo "$WORK/steps.fifo"
+expect_failure "--step-log a FIFO without a reader (was a hang before any collective)" 2 \
+  "^zshard-train: error: --step-log $WORK/steps.fifo: cannot open \(a FIFO that no process reads\)$" -- \
+  "$TRAIN" --steps 1 --step-log "$WORK/steps.fifo"
+# A --step-log FIFO whose reader leaves: one warning, and training goes on (SIGPIPE ended it silently).
+head -c 10 "$WORK/steps.fifo" >/dev/null &
+if timeout 60 "$TRAIN" --steps 20 --log-every 10 --step-log "$WORK/steps.fifo" >"$WORK/out" 2>"$WORK/err" &&
+  grep -q "^step    20/20" "$WORK/out"; then
+  echo "ok   --step-log reader gone"
+else
+  echo "FAIL --step-log reader gone: exit $?"; cat "$WORK/err"; failures=$((failures + 1))
+fi
+expect_one_line "--step-log reader gone" "--step-log $WORK/steps.fifo: write failed \(Broken pipe\); training goes on without it"
 expect_failure "--save-mode without --save-dir" 2 "--save-mode requires --save-dir" -- "$TRAIN" --steps 1 --save-mode sync
 expect_failure "unknown device" 2 "--device: gpu not in" -- "$TRAIN" --device gpu
 expect_failure "unknown checkpointing" 2 "--activation-checkpointing: layers not in" -- \

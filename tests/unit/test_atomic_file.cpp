@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -179,6 +182,37 @@ TEST(AtomicFile, WritesAFifoInPlaceThroughALinkToo) {
   EXPECT_EQ(error_of([&] { check_output_path("--json", dir.file("to-pipe")); }), "(no error)");
   EXPECT_EQ(error_of([&] { check_not_input({"--json", fifo}, {{"--log-json", dir.file("to-pipe")}}); }), "(no error)")
       << "outputs may share a device or a FIFO: nothing is replaced";
+}
+
+// A reader that goes away mid-run (a `tail` stopped, a pipeline's end exited) makes the next write fail
+// with a line naming the file; SIGPIPE would have ended the rank without one. The signal is not lost to
+// a process that has one of its own pending.
+TEST(AtomicFile, AFifoWhoseReaderLeftFailsWithAMessage) {
+  TempDir dir;
+  const std::string fifo = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  AtomicFile file(fifo);
+  file.write("read\n");
+  ::close(reader);
+  EXPECT_EQ(error_of([&] { file.write("lost\n"); }), fifo + ": cannot write (" + std::strerror(EPIPE) + ")");
+
+  sigset_t pipe_signal, old_mask, pending;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &pipe_signal, &old_mask), 0);
+  ASSERT_EQ(::raise(SIGPIPE), 0);  // the process's own, pending before the write
+  const int again = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(again, 0);
+  AtomicFile second(fifo);
+  ::close(again);
+  EXPECT_THAT(error_of([&] { second.write("lost\n"); }), HasSubstr(std::strerror(EPIPE)));
+  sigpending(&pending);
+  EXPECT_TRUE(sigismember(&pending, SIGPIPE)) << "the signal raised before the write is still pending";
+  const timespec no_wait{};
+  EXPECT_EQ(sigtimedwait(&pipe_signal, nullptr, &no_wait), SIGPIPE);
+  ASSERT_EQ(pthread_sigmask(SIG_SETMASK, &old_mask, nullptr), 0);
 }
 
 // A file reached through an open descriptor's link (/dev/stdout redirected to a file, /proc/self/fd/N)
