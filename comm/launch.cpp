@@ -102,10 +102,12 @@ int first_rank_on_this_host() { return host_first_rank(); }
 
 bool cores_to_spare() { return host_cpus() > host_ranks(); }
 
-void maybe_stall_in_set_up(int rank) {
+void maybe_stall_in_set_up(int rank, std::string_view where) {
   const char* spec = std::getenv("ZSHARD_TEST_STALL_SET_UP");
   if (!spec || std::atoi(spec) != rank) return;
   const char* colon = std::strchr(spec, ':');
+  const char* place = colon ? std::strchr(colon + 1, ':') : nullptr;
+  if (where != (place ? std::string_view(place + 1) : std::string_view("plan"))) return;
   std::this_thread::sleep_for(std::chrono::duration<double>(colon ? std::atof(colon + 1) : 3600.0));
 }
 

@@ -2,6 +2,7 @@
 // no MPI at all. Users never call MPI themselves. Ending the job on a failure: comm/abort.h.
 #pragma once
 #include <memory>
+#include <string_view>
 
 #include <zshard/communicator.h>
 
@@ -22,8 +23,9 @@ int first_rank_on_this_host();
 bool cores_to_spare();
 
 // Test hook: ZSHARD_TEST_STALL_SET_UP=r:s holds world rank r for s seconds (without :s, an hour) where
-// set-up is about to issue its first collective, so that a test can check set-up's deadline.
-void maybe_stall_in_set_up(int rank);
+// set-up is about to issue its first collective (`where` "plan"), so that a test can check set-up's
+// deadline; r:s:engine holds it before its engine's process groups are split instead.
+void maybe_stall_in_set_up(int rank, std::string_view where);
 
 // MPI_Finalize if MPI was initialised; safe to call always.
 void finalize_world();

@@ -260,16 +260,21 @@ WorkPtr MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int roo
   });
 }
 
-void MpiCommunicator::barrier() {
+void MpiCommunicator::barrier() { barrier_for("barrier"); }
+
+void MpiCommunicator::barrier_for(std::string_view what) {
   MpiWork work(&stats_, std::nullopt, nullptr);
   ZS_MPI_CHECK(MPI_Ibarrier(comm_, work.request()));
-  work.set_default_deadline(timeout_, detail::concat("barrier on rank ", rank_, " of ", size_, " (mpi)"));
+  work.set_default_deadline(timeout_, detail::concat(what, " on rank ", rank_, " of ", size_, " (mpi)"));
   work.wait();
 }
 
-// MPI_Comm_split blocks (MPI has no non-blocking split); it is a setup-time call.
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   ZS_CHECK(color >= 0, "split color must be >= 0, got ", color);
+  // MPI_Comm_split blocks with no deadline (MPI has no non-blocking split): a rank that never comes, one
+  // failed or returned before setting up its engine, would hang the others for good. Once every rank has
+  // passed the barrier, the split only exchanges the colours.
+  barrier_for("the split into process groups");
   MPI_Comm group = MPI_COMM_NULL;
   ZS_MPI_CHECK(MPI_Comm_split(comm_, color, key, &group));
   auto result = std::make_unique<MpiCommunicator>(group, true);

@@ -58,6 +58,8 @@ class MpiCommunicator final : public Communicator {
   template <class Issue>
   WorkPtr start(const Op& op, const void* send, void* recv, Issue&& issue);
   std::string describe(const Op& op) const;
+  // A non-blocking barrier waited with the communicator's timeout; `what` names it in the deadline's message.
+  void barrier_for(std::string_view what);
 
   MPI_Comm comm_;
   bool owned_;

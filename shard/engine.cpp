@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "comm/agreed_failure.h"
+#include "comm/flight_recorder.h"
+#include "comm/launch.h"
 #include "kernels/allocator.h"
 #include "kernels/engine_ops.h"
 #include "shard/device_setup.h"
@@ -63,8 +65,28 @@ Engine::Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, c
   ZS_CHECK(plan.world_size() == world.size(), "a plan for ", plan.world_size(), " ranks on a world of ", world.size());
   ZS_CHECK(options.grad_accum >= 1, "grad_accum must be >= 1, got ", options.grad_accum);
   ZS_CHECK(options.tokens_per_step >= 1, "tokens_per_step must be >= 1, got ", options.tokens_per_step);
+  comm::maybe_stall_in_set_up(world.rank(), "engine");
   device_comm_ = open_device_comm(plan.comm, world);
   params_ = std::make_unique<ShardedParams>(model, collective_world(), plan, options.seed);
+}
+
+void Engine::check_batch(const char* call, const Batch& batch) const {
+  if (batch.B < 0 || batch.T < 0) fail(call, ": a batch of B = ", batch.B, ", T = ", batch.T, " (negative)");
+  if (int64_t(batch.B) * batch.T > 0 && (!batch.inputs || !batch.targets))
+    fail(call, ": a batch of B = ", batch.B, ", T = ", batch.T, " without ", batch.inputs ? "targets" : "inputs");
+}
+
+// The same values on every rank make the same refusal everywhere, before the step's first collective.
+void Engine::check_adamw(const AdamW& hp) {
+  const auto check = [&](const char* name, float value, bool ok, const char* range) {
+    if (!std::isfinite(value) || !ok) fail("step: AdamW::", name, " = ", value, " is not ", range);
+  };
+  check("lr", hp.lr, hp.lr >= 0, "finite and >= 0");
+  check("beta1", hp.beta1, hp.beta1 >= 0 && hp.beta1 < 1, "in [0, 1)");
+  check("beta2", hp.beta2, hp.beta2 >= 0 && hp.beta2 < 1, "in [0, 1)");
+  check("eps", hp.eps, hp.eps > 0, "finite and > 0");
+  check("weight_decay", hp.weight_decay, hp.weight_decay >= 0, "finite and >= 0");
+  check("grad_clip", hp.grad_clip, hp.grad_clip >= 0, "finite and >= 0 (0: no clipping)");
 }
 
 Engine::~Engine() {
@@ -78,7 +100,9 @@ Engine::~Engine() {
 double Engine::forward_backward(const Batch& batch) {
   ZS_CHECK(micro_steps_ < options_.grad_accum, "forward_backward: the step already has its ", options_.grad_accum,
            " micro-step(s); call step() first");
+  check_batch("forward_backward", batch);
   if (micro_steps_ == 0) step_start_ = params_->comm_stats();
+  step_tokens_ += int64_t(batch.B) * batch.T;
   params_->begin_micro_step(/*sync_grads=*/micro_steps_ == options_.grad_accum - 1);
   double loss = model_.forward_backward(*params_, batch, float(1.0 / double(options_.tokens_per_step)));
   params_->end_micro_step();
@@ -90,6 +114,7 @@ double Engine::forward_backward(const Batch& batch) {
 }
 
 double Engine::forward(const Batch& batch) {
+  check_batch("forward", batch);
   params_->begin_forward_only();
   const double loss = model_.forward(*params_, batch);
   params_->end_micro_step();
@@ -97,13 +122,34 @@ double Engine::forward(const Batch& batch) {
 }
 
 double Engine::grad_norm() {
-  ZS_CHECK(micro_steps_ == options_.grad_accum, "the gradient norm after ", micro_steps_, " of ",
-           options_.grad_accum, " micro-step(s)");
-  if (step_norm_ < 0) step_norm_ = params_->grad_norm();
+  if (micro_steps_ != options_.grad_accum)
+    fail("grad_norm() or step() after ", micro_steps_, " of the step's ", options_.grad_accum,
+         " forward_backward call(s) (EngineOptions::grad_accum): call forward_backward first");
+  if (step_norm_ >= 0) return step_norm_;
+  check_step_tokens();
+  step_norm_ = params_->grad_norm();
   return step_norm_;
 }
 
+void Engine::check_step_tokens() {
+  // The gradient is scaled by 1 / tokens_per_step as each micro-step runs: a count that is not the ranks'
+  // tokens would scale the whole step wrong, silently. One scalar, beside the step's gradient traffic.
+  double tokens = double(step_tokens_);
+  {
+    const comm::CollectiveLabel label(comm::trace::Purpose::grad_norm);
+    world_.all_reduce(&tokens, 1, DType::f64, comm::ReduceOp::sum)->wait();
+  }
+  step_tokens_ = 0;
+  if (int64_t(tokens) != options_.tokens_per_step)
+    throw AgreedFailure(detail::concat("step ", steps_done_ + 1, ": the ranks' micro-batches held ", int64_t(tokens),
+                                       " tokens (B x T summed over ranks and micro-steps), but "
+                                       "EngineOptions::tokens_per_step is ", options_.tokens_per_step,
+                                       ": the gradient would not be their mean; stopped before the optimizer step"),
+                        1, world_.rank() == 0);
+}
+
 double Engine::step(const AdamW& hp) {
+  check_adamw(hp);
   const double norm = grad_norm();
   // All-reduced, so every rank stops here alike, before AdamW would spread the damage into the weights
   // and the optimizer state.

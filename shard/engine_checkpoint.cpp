@@ -120,6 +120,11 @@ int64_t Engine::save(const std::string& dir, const std::string& run_json) {
   run_agreed(world_, [&] {
     run = nlohmann::json::parse(run_json);
     ZS_CHECK(run.is_object(), "Engine::save: the run state must be a JSON object");
+    // Preparing the directory uncommits it: a checkpoint there would be gone before this one is whole.
+    std::error_code ec;
+    if (world_.rank() == 0 && !fs::is_symlink(fs::symlink_status(dir, ec)) &&
+        fs::exists(fs::path(dir) / kManifestFile, ec))
+      fail("Engine::save: ", dir, " holds a committed checkpoint; save into a new directory, or remove it first");
   });
   prepare_step_dir(world_, dir, plan_.groups.size(0));
   // The first shard group writes: world ranks 0..G-1, whose shard index is their rank. A rank file that
@@ -154,6 +159,9 @@ int64_t Engine::save(const std::string& dir, const std::string& run_json) {
 }
 
 CheckpointInfo Engine::load(const std::string& dir) {
+  if (micro_steps_ != 0)
+    fail("Engine::load: the step in progress has had ", micro_steps_,
+         " forward_backward call(s), whose gradients would be applied to the loaded state; load between steps");
   ShardedParams& params = *params_;
   Manifest manifest;
   run_agreed(world_, [&] {

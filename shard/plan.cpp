@@ -261,7 +261,7 @@ void apply_comm_timeout(const PlanOptions& options, comm::Communicator& world) {
 ShardPlan resolve_plan(const PlanOptions& options, comm::Communicator& world) {
   // The timeout first: every collective from here on, set-up's included, ends at the deadline.
   apply_comm_timeout(options, world);
-  comm::maybe_stall_in_set_up(world.rank());
+  comm::maybe_stall_in_set_up(world.rank(), "plan");
   // Each step below fails alike on every rank (the same options, the same gathered hosts) or is agreed.
   validate_plan_options(options);
   check_runs_here(options);

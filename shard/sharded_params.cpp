@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <map>
 
 #include "comm/flight_recorder.h"
 #include "kernels/device_memory.h"
@@ -10,6 +11,29 @@
 namespace zshard {
 
 using namespace sharded;
+
+namespace {
+
+// Unit names key a checkpoint's tensors and parameter names a weights file's: a duplicate would fail only
+// at the first save, after the training it was to keep. Refused here, before any memory is taken.
+void check_unit_specs(const std::vector<UnitSpec>& specs) {
+  std::map<std::string, size_t> units;
+  std::map<std::string, std::string> params;  // name -> its unit
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const UnitSpec& unit = specs[i];
+    if (auto [it, fresh] = units.emplace(unit.name, i); !fresh)
+      fail("model units ", it->second, " and ", i, " are both named '", unit.name, "'; a unit's name must be unique");
+    for (const ParamSpec& p : unit.params) {
+      for (int64_t d : p.shape)
+        if (d < 0) fail("unit '", unit.name, "', parameter '", p.name, "': shape ", shape_str(p.shape), " has a negative dimension");
+      if (auto [it, fresh] = params.emplace(p.name, unit.name); !fresh)
+        fail("parameter '", p.name, "' is given twice (units '", it->second, "' and '", unit.name,
+             "'); a parameter's name must be unique in the model");
+    }
+  }
+}
+
+}  // namespace
 
 ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const ShardPlan& plan, uint64_t seed)
     : plan_(plan),
@@ -31,6 +55,7 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
   const Category optimizer = placement.offload_optimizer ? Category::host : Category::optimizer;
   const Device optimizer_device = placement.offload_optimizer ? Device::cpu : device;
   const std::vector<UnitSpec> specs = model.units();
+  check_unit_specs(specs);
   for (size_t i = 0; i < specs.size(); ++i) {
     auto u = std::make_unique<Unit>(specs[i], shard_group_size(), comms_.groups().pad_multiple());
     const int64_t shard = u->layout.shard_numel(), padded = u->layout.padded_numel();

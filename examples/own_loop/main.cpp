@@ -5,8 +5,10 @@
 //   mpirun -np 4 own_loop --strategy zero3 --data corpus.txt --steps 40 --stop-after 20 --save ck
 //   mpirun -np 3 own_loop --strategy zero2 --data corpus.txt --steps 40 --resume ck
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -20,14 +22,39 @@
 
 namespace {
 
-// --name value pairs, with defaults.
+// --name value pairs over the defaults. An unknown name, a name without a value, and a number that does
+// not parse or is out of range throw zshard::UsageError: every rank reads the same arguments, so each
+// refuses them alike.
 struct Args {
   std::map<std::string, std::string> values = {
       {"--strategy", "ddp"}, {"--data", ""},   {"--steps", "20"}, {"--batch", "8"},   {"--seq", "32"},
       {"--lr", "0.003"},     {"--warmup", "5"}, {"--save", ""},   {"--resume", ""},   {"--eval-every", "10"},
       {"--stop-after", "0"}};  // steps this run takes, of --steps (0: all)
+
+  Args(int argc, char** argv) {
+    for (int i = 1; i < argc; i += 2) {
+      if (!values.count(argv[i])) zshard::refuse(argv[i], ": unknown option");
+      if (i + 1 == argc) zshard::refuse(argv[i], ": needs a value");
+      values[argv[i]] = argv[i + 1];
+    }
+  }
   std::string str(const std::string& name) const { return values.at(name); }
-  int num(const std::string& name) const { return std::stoi(values.at(name)); }
+  int num(const std::string& name, int at_least) const {
+    const std::string& text = values.at(name);
+    int value = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (error != std::errc() || end != text.data() + text.size() || value < at_least)
+      zshard::refuse(name, ": '", text, "' is not an integer >= ", at_least);
+    return value;
+  }
+  float real(const std::string& name) const {
+    const std::string& text = values.at(name);
+    char* end = nullptr;
+    const float value = std::strtof(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !std::isfinite(value) || value < 0)
+      zshard::refuse(name, ": '", text, "' is not a number >= 0");
+    return value;
+  }
 };
 
 // Sequence k of the global micro-batch s starts at token (s * batch + k) * seq, wrapping around the file;
@@ -55,17 +82,16 @@ float learning_rate(int step, int steps, int warmup, float peak) {
 
 int main(int argc, char** argv) {
   zshard::World world(&argc, &argv);
-  Args args;
-  for (int i = 1; i + 1 < argc; i += 2) args.values[argv[i]] = argv[i + 1];
-  const int B = args.num("--batch"), T = args.num("--seq"), steps = args.num("--steps");
-  std::ifstream file(args.str("--data"), std::ios::binary);
-  if (!file) {
-    if (world.rank() == 0) std::fprintf(stderr, "own_loop: --data: cannot open '%s'\n", args.str("--data").c_str());
-    return 2;
-  }
-  const TextData data{{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()}};
-
   try {
+    const Args args(argc, argv);
+    const int B = args.num("--batch", 1), T = args.num("--seq", 1), steps = args.num("--steps", 0);
+    const int warmup = args.num("--warmup", 0), eval_every = args.num("--eval-every", 1);
+    const float peak_lr = args.real("--lr");
+    std::ifstream file(args.str("--data"), std::ios::binary);
+    if (!file) zshard::refuse("--data: cannot open '", args.str("--data"), "'");
+    const TextData data{{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()}};
+    if (data.tokens.empty()) zshard::refuse("--data: '", args.str("--data"), "' is empty");
+
     const std::unique_ptr<zshard::Model> model = zshard::build_model("tiny", zshard::model_config("tiny"));
     zshard::PlanOptions options;
     options.strategy.kind = zshard::parse_strategy(args.str("--strategy"));
@@ -81,13 +107,13 @@ int main(int argc, char** argv) {
       world.comm().all_reduce(&value, 1, zshard::DType::f64, zshard::comm::ReduceOp::sum)->wait();
       return value;
     };
-    const int stop = args.num("--stop-after") > 0 ? std::min(steps, args.num("--stop-after")) : steps;
+    const int stop_after = args.num("--stop-after", 0), stop = stop_after > 0 ? std::min(steps, stop_after) : steps;
     for (int step = engine.steps_done(); step < stop; ++step) {
       data.fill(step, B, T, first, mine, inputs.data(), targets.data());
       const double loss = global_sum(engine.forward_backward({inputs.data(), targets.data(), mine, T})) / (B * T);
-      const double norm = engine.step({.lr = learning_rate(step, steps, args.num("--warmup"), std::stof(args.str("--lr")))});
+      const double norm = engine.step({.lr = learning_rate(step, steps, warmup, peak_lr)});
       if (rank == 0) std::printf("step %d loss %.9f norm %.6f\n", step + 1, loss, norm);
-      if ((step + 1) % args.num("--eval-every") == 0) {  // the loss on the batches after the last step's
+      if ((step + 1) % eval_every == 0) {  // the loss on the batches after the last step's
         double sum = 0;
         for (int k = 0; k < 2; ++k) {
           data.fill(steps + k, B, T, first, mine, inputs.data(), targets.data());
@@ -97,11 +123,14 @@ int main(int argc, char** argv) {
       }
     }
     if (!args.str("--save").empty()) engine.save(args.str("--save"));
-  } catch (const zshard::Error& e) {
-    // Bad options fail alike on every rank; anything else may leave a peer waiting: end the whole job.
-    std::fprintf(stderr, "own_loop: rank %d: %s\n", world.rank(), e.what());
-    if (!dynamic_cast<const zshard::UsageError*>(&e)) zshard::World::abort(1);
+  } catch (const zshard::UsageError& e) {
+    // Bad options fail alike on every rank: one line says so.
+    if (world.rank() == 0) std::fprintf(stderr, "own_loop: error: %s\n", e.what());
     return 2;
+  } catch (const zshard::Error& e) {
+    // Anything else may leave a peer waiting: end the whole job.
+    std::fprintf(stderr, "own_loop: rank %d: %s\n", world.rank(), e.what());
+    zshard::World::abort(1);
   }
   return 0;
 }

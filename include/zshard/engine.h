@@ -64,28 +64,31 @@ class Engine {
 
   // One micro-step: forward and backward over this rank's micro-batch, adding d(sum of its token
   // losses)/d(params) / tokens_per_step into the gradients. Returns the sum of this rank's token losses.
-  // Collective.
+  // Throws on a batch with a null inputs or targets pointer. Collective.
   double forward_backward(const Batch& batch);
   // Forward only (evaluation): the sum of this rank's token losses; gradients and optimizer state are left
   // as they are. Collective.
   double forward(const Batch& batch);
   // The global L2 norm of the step's gradient, once grad_accum micro-steps have run; every rank returns
-  // the same value. Collective (the first call of a step).
+  // the same value. Collective (the first call of a step). The first call also checks that the ranks'
+  // micro-batches held tokens_per_step tokens in all, and throws on every rank alike when they did not.
   double grad_norm();
   // Ends the step: clips to hp.grad_clip by the global norm, then AdamW on the shards this rank owns, and
   // re-gathers what the strategy keeps whole. Returns the norm. Throws Error on every rank alike, before
-  // anything is updated, when the norm is not finite. Collective.
+  // anything is updated, when the norm is not finite. Refuses hyper-parameters out of range (a NaN or
+  // negative lr, betas outside [0, 1), ...). Collective.
   double step(const AdamW& hp);
   int steps_done() const { return steps_done_; }  // optimizer steps taken (AdamW's bias correction)
 
-  // Writes a checkpoint into directory `dir` (created; what an interrupted save left there is replaced):
+  // Writes a checkpoint into directory `dir` (created; what an interrupted save left there is replaced; a
+  // committed checkpoint there is refused, as the save would uncommit it before writing):
   // the fp32 master parameters and Adam state, one file per shard of the first shard group and a manifest
   // written last, the commit point. `run_json`, a JSON object, is kept in the manifest for the caller.
   // A failed save leaves no manifest and throws on every rank. Returns the bytes of the files. Collective.
   int64_t save(const std::string& dir, const std::string& run_json = "{}");
   // Loads a checkpoint saved by any world size and strategy (each rank reads only the slices its shards
   // need) and continues from its step. Checks the model's units and the files' sizes and checksums first.
-  // Collective.
+  // Between steps only. Collective.
   CheckpointInfo load(const std::string& dir);
 
   // Per rank and category, measured beside the ZeRO prediction. Collective.
@@ -113,7 +116,12 @@ class Engine {
   EngineOptions options_;
   std::unique_ptr<comm::Communicator> device_comm_;  // nccl: what params_'s groups split from (outlives them)
   std::unique_ptr<ShardedParams> params_;
+  void check_batch(const char* call, const Batch& batch) const;
+  static void check_adamw(const AdamW& hp);
+  void check_step_tokens();  // collective
+
   int micro_steps_ = 0;  // of the step in progress
+  int64_t step_tokens_ = 0;  // this rank's B x T of the step in progress
   int steps_done_ = 0;
   double step_norm_ = -1;  // the step's norm once computed (grad_norm), else negative
   comm::CommStats step_start_;

@@ -1,7 +1,7 @@
 # examples/own_loop, a training loop of its own around the engine, built against `cmake --install` output
 # alone: under mpirun at np 1-4 with ddp, zero2, zero3 and hybrid its losses equal zshard-train's on the
 # same model, data and schedule to 1e-6; it saves, and resumes at another world size, continuing the
-# uninterrupted run's losses.
+# uninterrupted run's losses. Bad options end it with one line.
 # zshard-test-seconds: 26
 source "$(dirname "$0")/lib.sh"
 cmake --install "$ZSHARD_BIN" --prefix "$WORK/prefix" >/dev/null || { echo "FAIL install"; exit 1; }
@@ -9,6 +9,14 @@ cmake -S "$ZSHARD_SRC/examples/own_loop" -B "$WORK/example" -DCMAKE_PREFIX_PATH=
   && cmake --build "$WORK/example" >"$WORK/log" 2>&1 || { cat "$WORK/log"; echo "FAIL build"; exit 1; }
 LOOP="$WORK/example/own_loop"
 DATA="$ZSHARD_SRC/models/data/default_corpus.txt"
+
+# Its options are checked as zshard's own tools check theirs: one line, exit code 2.
+expect_failure "own loop, a misspelt option" 2 "^own_loop: error: --stpes: unknown option$" -- "$LOOP" --stpes 2 --data "$DATA"
+expect_failure "own loop, a number that is not one" 2 "^own_loop: error: --steps: 'abc' is not an integer >= 0$" -- \
+  "$LOOP" --steps abc --data "$DATA"
+: >"$WORK/empty.txt"
+expect_failure "own loop, empty data (was SIGFPE)" 2 "^own_loop: error: --data: '$WORK/empty.txt' is empty$" -- \
+  "$LOOP" --data "$WORK/empty.txt"
 STEPS=12
 FLAGS=(--batch 8 --seq 32 --lr 0.003 --warmup 3)
 

@@ -56,7 +56,9 @@ class ScriptedCommunicator final : public comm::Communicator {
     std::memmove(recv, send, count * dtype_size(dtype));  // block 0, as if averaged
     return issue(Collective::reduce_scatter, count);
   }
-  WorkPtr all_reduce(void*, size_t count, DType, comm::ReduceOp) override {
+  WorkPtr all_reduce(void* buf, size_t count, DType dtype, comm::ReduceOp op) override {
+    if (op == comm::ReduceOp::sum && dtype == DType::f64)  // the engine's scalars (the step's token count)
+      for (size_t i = 0; i < count; ++i) static_cast<double*>(buf)[i] *= size_;
     return issue(Collective::all_reduce, count);
   }
   WorkPtr broadcast(void*, size_t count, DType, int) override { return issue(Collective::broadcast, count); }

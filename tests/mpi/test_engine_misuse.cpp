@@ -1,0 +1,167 @@
+// What a training loop of one's own can get wrong around the Engine, each refused on every rank alike
+// with a line that says what went wrong, before anything is updated and with nothing lost: a model that
+// declares duplicate names or negative shapes, a batch without targets, a tokens_per_step that is not
+// the ranks' tokens, AdamW hyper-parameters out of range, a step or load in the wrong place, a save over
+// a committed checkpoint.
+// zshard-test-np: 1 2
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <vector>
+
+#include <zshard/engine.h>
+
+#include "models/gpt2.h"
+#include "tests/support/test_support.h"
+
+namespace zshard {
+namespace {
+
+using ::testing::HasSubstr;
+using test::error_of;
+using test::world;
+
+constexpr int kB = 2, kT = 8;
+
+GPT2& model() {
+  static GPT2 m(gpt2_config("tiny"));
+  return m;
+}
+
+ShardPlan zero3() { return test::plan({StrategyKind::zero3}); }
+
+// This rank's micro-batch: the same tokens on every rank, which the mean does not mind.
+struct Tokens {
+  std::vector<int32_t> inputs, targets;
+  Tokens() {
+    for (int i = 0; i < kB * kT; ++i) {
+      inputs.push_back((7 * i + 3) % 256);
+      targets.push_back((7 * i + 10) % 256);
+    }
+  }
+  Batch batch() const { return {inputs.data(), targets.data(), kB, kT}; }
+};
+
+EngineOptions options(int64_t tokens_per_step = int64_t(kB) * kT * world().size()) {
+  return {.seed = 3, .grad_accum = 1, .tokens_per_step = tokens_per_step};
+}
+
+// The summed loss of an evaluation pass: unchanged exactly when the parameters are.
+double eval_loss(Engine& engine, const Tokens& tokens) { return engine.forward(tokens.batch()); }
+
+// A model that declares the units it is given: only constructed, never run.
+class DeclaredUnits final : public Model {
+ public:
+  explicit DeclaredUnits(std::vector<UnitSpec> units) : units_(std::move(units)) {}
+  std::vector<UnitSpec> units() const override { return units_; }
+  void init_unit(int, const UnitTensors&, uint64_t) const override {}
+  double forward_backward(ParamContext&, const Batch&, float) override { return 0; }
+  double forward(ParamContext&, const Batch&) override { return 0; }
+  int64_t activation_bytes(int, int, DType) const override { return 0; }
+  int vocab_size() const override { return 16; }
+  int context_length() const override { return 16; }
+
+ private:
+  std::vector<UnitSpec> units_;
+};
+
+std::string construction_error(std::vector<UnitSpec> units) {
+  DeclaredUnits declared(std::move(units));
+  return error_of([&] { Engine engine(declared, world(), zero3(), options()); });
+}
+
+// Unit names key a checkpoint's tensors and parameter names a weights file's: a duplicate used to fail
+// only at the first save, after the training it was to keep.
+TEST(EngineMisuse, DuplicateNamesAndNegativeShapesAreRefusedAtConstruction) {
+  const ParamSpec w{"w", {4}, true}, v{"v", {4}, true};
+  EXPECT_EQ(construction_error({{"layer", {w}}, {"layer", {v}}}),
+            "model units 0 and 1 are both named 'layer'; a unit's name must be unique");
+  EXPECT_EQ(construction_error({{"a", {w}}, {"b", {v, w}}}),
+            "parameter 'w' is given twice (units 'a' and 'b'); a parameter's name must be unique in the model");
+  EXPECT_EQ(construction_error({{"a", {w, {"neg", {2, -4}, false}}}}),
+            "unit 'a', parameter 'neg': shape (2, -4) has a negative dimension");
+  EXPECT_EQ(construction_error({{"a", {w}}, {"b", {v}}}), "(no error)");
+}
+
+TEST(EngineMisuse, ABatchWithoutTargetsOrInputsIsRefused) {
+  const Tokens tokens;
+  Engine engine(model(), world(), zero3(), options());
+  EXPECT_EQ(error_of([&] { engine.forward_backward({tokens.inputs.data(), nullptr, kB, kT}); }),
+            "forward_backward: a batch of B = 2, T = 8 without targets");
+  EXPECT_EQ(error_of([&] { engine.forward({nullptr, tokens.targets.data(), kB, kT}); }),
+            "forward: a batch of B = 2, T = 8 without inputs");
+  EXPECT_EQ(error_of([&] { engine.forward_backward({nullptr, nullptr, -1, kT}); }),
+            "forward_backward: a batch of B = -1, T = 8 (negative)");
+  // Nothing was started: the engine goes on.
+  engine.forward_backward(tokens.batch());
+  EXPECT_EQ(error_of([&] { engine.step({}); }), "(no error)");
+}
+
+// Every rank passing the whole batch where the ranks were to share it doubled the gradient, silently.
+TEST(EngineMisuse, ATokensPerStepThatIsNotTheRanksTokensStopsTheStep) {
+  const Tokens tokens;
+  const int64_t held = int64_t(kB) * kT * world().size();
+  Engine engine(model(), world(), zero3(), options(held * 2));
+  const double before = eval_loss(engine, tokens);
+  engine.forward_backward(tokens.batch());
+  EXPECT_THAT(error_of([&] { engine.step({}); }),
+              HasSubstr("step 1: the ranks' micro-batches held " + std::to_string(held) +
+                        " tokens (B x T summed over ranks and micro-steps), but EngineOptions::tokens_per_step is " +
+                        std::to_string(held * 2) + ": the gradient would not be their mean"));
+  EXPECT_EQ(eval_loss(engine, tokens), before) << "stopped before the optimizer step";
+  EXPECT_EQ(engine.steps_done(), 0);
+}
+
+TEST(EngineMisuse, AdamWOutOfRangeIsRefusedBeforeAnyUpdate) {
+  const Tokens tokens;
+  Engine engine(model(), world(), zero3(), options());
+  const double before = eval_loss(engine, tokens);
+  engine.forward_backward(tokens.batch());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(error_of([&] { engine.step({.lr = nan}); }), "step: AdamW::lr = nan is not finite and >= 0");
+  EXPECT_EQ(error_of([&] { engine.step({.lr = -1}); }), "step: AdamW::lr = -1 is not finite and >= 0");
+  EXPECT_EQ(error_of([&] { engine.step({.beta1 = 1}); }), "step: AdamW::beta1 = 1 is not in [0, 1)");
+  EXPECT_EQ(error_of([&] { engine.step({.eps = 0}); }), "step: AdamW::eps = 0 is not finite and > 0");
+  EXPECT_EQ(error_of([&] { engine.step({.grad_clip = -1}); }),
+            "step: AdamW::grad_clip = -1 is not finite and >= 0 (0: no clipping)");
+  EXPECT_EQ(eval_loss(engine, tokens), before);
+  // Refused before the step's collectives: the step itself is still to be taken.
+  EXPECT_EQ(error_of([&] { engine.step({.lr = 1e-2f}); }), "(no error)");
+  EXPECT_NE(eval_loss(engine, tokens), before);
+}
+
+TEST(EngineMisuse, AStepBeforeItsMicroStepsSaysWhatToCall) {
+  Engine engine(model(), world(), zero3(), options());
+  const std::string want =
+      "grad_norm() or step() after 0 of the step's 1 forward_backward call(s) (EngineOptions::grad_accum): "
+      "call forward_backward first";
+  EXPECT_EQ(error_of([&] { engine.step({}); }), want);
+  EXPECT_EQ(error_of([&] { engine.grad_norm(); }), want);
+}
+
+// A load in the middle of a step used to apply the step's gradient to the loaded state; a save into a
+// committed checkpoint's directory uncommitted it before writing, and a job killed then lost both.
+TEST(EngineMisuse, LoadMidStepAndSaveOverACheckpointAreRefused) {
+  test::TempDir tmp;
+  const std::string dir = test::shared_dir(tmp) + "/ck";
+  const Tokens tokens;
+  Engine engine(model(), world(), zero3(), options());
+  engine.save(dir);
+  const double saved = eval_loss(engine, tokens);
+  engine.forward_backward(tokens.batch());
+  EXPECT_EQ(error_of([&] { engine.load(dir); }),
+            "Engine::load: the step in progress has had 1 forward_backward call(s), whose gradients would be "
+            "applied to the loaded state; load between steps");
+  engine.step({.lr = 1e-2f});
+  const std::string refused = error_of([&] { engine.save(dir); });  // rank 0 looks, and tells the others
+  EXPECT_THAT(refused, HasSubstr(world().rank() == 0 ? "Engine::save: " + dir +
+                                                           " holds a committed checkpoint; save into a new "
+                                                           "directory, or remove it first"
+                                                     : std::string("another rank failed")));
+  EXPECT_EQ(engine.load(dir).step, 0) << "the checkpoint is whole";
+  EXPECT_EQ(eval_loss(engine, tokens), saved);
+}
+
+}  // namespace
+}  // namespace zshard
