@@ -6,8 +6,9 @@
 //
 // gives the binary every zshard-train flag (strategies, accumulation, per-rank batches, clipping,
 // checkpoints and resume, the memory check and report, JSON logs, device and dtype flags) for its model,
-// and two more modes by first argument: `my_binary bench ...` is zshard-bench and `my_binary mem ...`
-// zshard-mem, same flags, output and JSON. Every model of the registry stays available by --model.
+// and three more modes by first argument: `my_binary bench ...` is zshard-bench, `my_binary mem ...`
+// zshard-mem and `my_binary tune ...` zshard-tune (run as one process: it launches its own runs), same
+// flags, output and JSON. Every model of the registry stays available by --model.
 #pragma once
 #include <string>
 

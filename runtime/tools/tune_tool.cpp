@@ -5,9 +5,9 @@
 // timed (tune_search.h), each a zshard-bench job of its own under the launcher (tune_runs.h), within
 // --time-budget. The winner is the fastest measured run whose peak fits, printed as the command line that
 // trains with it.
-#include <cstdlib>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -275,6 +275,11 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
   app.add_option("--work-dir", o.work_dir, "keep each run's log and JSON here [default: a temporary directory]")
       ->default_str("");
   return run_local_tool("zshard-tune", argc, argv, app, [&]() -> int {
+    // Under a launcher every candidate's own mpirun would fail, one after the other, with MPI's words only.
+    for (const char* launched : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+      if (std::getenv(launched))
+        throw UsageError(detail::concat("run this as one process, not under mpirun or srun: it starts each run "
+                                        "itself (--launcher; ", launched, " is set)"));
     check_options(o, app);
     const double time_budget = parse_seconds(o.time_budget);
     const int world = std::accumulate(o.hosts.begin(), o.hosts.end(), 0);

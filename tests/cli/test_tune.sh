@@ -63,6 +63,9 @@ expect_failure "grad-accum not divisible" 2 "--grad-accum 3 does not divide the 
 expect_failure "tokens not whole sequences" 2 "--global-tokens 100 is not a whole number of --seq 32" -- \
   "$TUNE" --np 2 --global-tokens 100 --seq 32
 expect_failure "no global batch" 2 "give the global batch" -- "$TUNE" --np 2
+expect_failure "under mpirun (each candidate failed with MPI's words)" 2 \
+  "^zshard-tune: run this as one process, not under mpirun or srun: it starts each run itself \(--launcher; OMPI_COMM_WORLD_SIZE is set\)$" -- \
+  "${MPIRUN[@]}" -np 1 "$TUNE" "${SEARCH[@]}"
 # Checked before any candidate runs: not one failure per candidate, with nothing on stderr.
 touch "$WORK/file"
 expect_failure "missing --data" 2 "--data $WORK/no/tokens.bin: no such file" -- \

@@ -10,15 +10,18 @@
 #include <vector>
 
 #include <zshard/error.h>
+#include <zshard/world.h>
 
 #include "comm/launch.h"
 #include "comm/polling_work.h"
 #include "comm/self_communicator.h"
+#include "tests/support/test_support.h"
 
 namespace zshard::comm {
 namespace {
 
 using namespace std::chrono_literals;
+using test::error_of;
 
 std::vector<float> iota(size_t n, float start) {
   std::vector<float> v(n);
@@ -33,6 +36,16 @@ TEST(SelfCommunicator, IsAWorldOfOne) {
   EXPECT_EQ(self.backend(), "self");
   EXPECT_EQ(self.device(), Device::cpu);
   self.barrier();
+}
+
+// A second World (MPI would refuse to start again once the first had ended) names itself.
+TEST(SelfCommunicator, AWorldIsMadeOncePerProcess) {
+  int argc = 0;
+  char** argv = nullptr;
+  { World first(&argc, &argv); }
+  EXPECT_EQ(error_of([&] { World second(&argc, &argv); }),
+            "zshard::World is made once per process (MPI cannot start again after it ends): keep one World for the "
+            "whole program");
 }
 
 TEST(SelfCommunicator, CollectivesAreCopies) {
