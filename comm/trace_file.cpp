@@ -35,6 +35,7 @@ std::string_view purpose_name(Purpose p) {
     case Purpose::grads_across: return "grads across groups";
     case Purpose::grad_norm: return "grad norm";
     case Purpose::check: return "collective check";
+    case Purpose::step_tokens: return "step tokens";
   }
   return "?";
 }
@@ -65,8 +66,9 @@ bool terminated(const char (&text)[N]) {
 bool valid_record(const Record& r, uint32_t groups) {
   return r.seq > 0 && r.group_seq > 0 && r.group >= 0 && uint32_t(r.group) < groups && r.unit >= -1 &&
          r.root >= -1 && r.op < kNumCollectives && r.dtype <= uint8_t(DType::u16) &&
-         (r.reduce == kNoReduce || r.reduce <= uint8_t(ReduceOp::avg)) && r.purpose <= uint8_t(Purpose::check) &&
-         r.state >= uint8_t(State::in_flight) && r.state <= uint8_t(State::waiting);
+         (r.reduce == kNoReduce || r.reduce <= uint8_t(ReduceOp::avg)) &&
+         r.purpose <= uint8_t(Purpose::step_tokens) && r.state >= uint8_t(State::in_flight) &&
+         r.state <= uint8_t(State::waiting);
 }
 
 }  // namespace

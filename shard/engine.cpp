@@ -102,7 +102,6 @@ double Engine::forward_backward(const Batch& batch) {
            " micro-step(s); call step() first");
   check_batch("forward_backward", batch);
   if (micro_steps_ == 0) step_start_ = params_->comm_stats();
-  step_tokens_ += int64_t(batch.B) * batch.T;
   params_->begin_micro_step(/*sync_grads=*/micro_steps_ == options_.grad_accum - 1);
   double loss = model_.forward_backward(*params_, batch, float(1.0 / double(options_.tokens_per_step)));
   params_->end_micro_step();
@@ -110,6 +109,7 @@ double Engine::forward_backward(const Batch& batch) {
   // the host did not wait between forward and backward.
   loss += params_->take_loss_sum();
   ++micro_steps_;
+  step_tokens_ += int64_t(batch.B) * batch.T;
   return loss;
 }
 
@@ -136,10 +136,9 @@ void Engine::check_step_tokens() {
   // tokens would scale the whole step wrong, silently. One scalar, beside the step's gradient traffic.
   double tokens = double(step_tokens_);
   {
-    const comm::CollectiveLabel label(comm::trace::Purpose::grad_norm);
+    const comm::CollectiveLabel label(comm::trace::Purpose::step_tokens);
     world_.all_reduce(&tokens, 1, DType::f64, comm::ReduceOp::sum)->wait();
   }
-  step_tokens_ = 0;
   if (int64_t(tokens) != options_.tokens_per_step)
     throw AgreedFailure(detail::concat("step ", steps_done_ + 1, ": the ranks' micro-batches held ", int64_t(tokens),
                                        " tokens (B x T summed over ranks and micro-steps), but "
@@ -172,9 +171,19 @@ double Engine::step(const AdamW& hp) {
   last_step_exposed_ms_ = (after.seconds_waiting - step_start_.seconds_waiting) * 1e3;
   step_comm_.emplace_back(last_step_comm_bytes_, last_step_exposed_ms_);
   ++steps_done_;
-  micro_steps_ = 0;
-  step_norm_ = -1;
+  end_step();
   return norm;
+}
+
+void Engine::end_step() {
+  micro_steps_ = 0;
+  step_tokens_ = 0;
+  step_norm_ = -1;
+}
+
+void Engine::discard_step() {
+  params_->discard_gradients();
+  end_step();
 }
 
 comm::CommStats Engine::comm_stats() const { return params_->comm_stats(); }

@@ -66,6 +66,9 @@ void prepare_step_dir(comm::Communicator& world, const std::string& dir, int wri
     std::error_code ec;
     // A symbolic link goes, not what it points to: a save writes only into --save-dir.
     if (fs::is_symlink(fs::symlink_status(dir, ec))) fs::remove(dir, ec);
+    // Uncommitting a checkpoint would lose it before the new one is whole.
+    if (fs::exists(fs::path(dir) / kManifestFile, ec))
+      fail(dir, " holds a committed checkpoint: save into a new directory, or remove it first");
     fs::create_directories(dir, ec);
     if (ec) fail(dir, ": cannot create (", ec.message(), ")");
     // Uncommitted before any of its files is written over, and durably so.
@@ -120,11 +123,6 @@ int64_t Engine::save(const std::string& dir, const std::string& run_json) {
   run_agreed(world_, [&] {
     run = nlohmann::json::parse(run_json);
     ZS_CHECK(run.is_object(), "Engine::save: the run state must be a JSON object");
-    // Preparing the directory uncommits it: a checkpoint there would be gone before this one is whole.
-    std::error_code ec;
-    if (world_.rank() == 0 && !fs::is_symlink(fs::symlink_status(dir, ec)) &&
-        fs::exists(fs::path(dir) / kManifestFile, ec))
-      fail("Engine::save: ", dir, " holds a committed checkpoint; save into a new directory, or remove it first");
   });
   prepare_step_dir(world_, dir, plan_.groups.size(0));
   // The first shard group writes: world ranks 0..G-1, whose shard index is their rank. A rank file that
@@ -159,9 +157,6 @@ int64_t Engine::save(const std::string& dir, const std::string& run_json) {
 }
 
 CheckpointInfo Engine::load(const std::string& dir) {
-  if (micro_steps_ != 0)
-    fail("Engine::load: the step in progress has had ", micro_steps_,
-         " forward_backward call(s), whose gradients would be applied to the loaded state; load between steps");
   ShardedParams& params = *params_;
   Manifest manifest;
   run_agreed(world_, [&] {
@@ -187,6 +182,9 @@ CheckpointInfo Engine::load(const std::string& dir) {
     }
   });
   params.sync_resident_params();
+  // Gradients of a step in progress belong to the state that was replaced: applied to the loaded one they
+  // would make a step no run ever took. A loop recovering from a failed step loads and goes on.
+  discard_step();
   steps_done_ = manifest.step;
   return {manifest.step, manifest.run.dump()};
 }

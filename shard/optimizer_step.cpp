@@ -70,9 +70,13 @@ void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
     for (int i = 0; i < num_units(); ++i)
       for (const AdamWPiece& piece : pieces_of(i)) piece.run(0, piece.n);  // a device launch per segment
   }
+  discard_gradients();
+  gather_resident_params();
+}
+
+void ShardedParams::discard_gradients() {
   for (auto& u : units_) u->grad_store.zero_();
   accumulated_ = false;
-  gather_resident_params();
 }
 
 }  // namespace zshard

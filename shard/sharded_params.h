@@ -90,6 +90,7 @@ class ShardedParams : public ParamContext {
   void end_micro_step();  // after either; waits for every reduction still in flight
   double grad_norm();                      // global L2 norm of the reduced gradient (one all-reduce)
   void optimizer_step(const ops::AdamWParams& hp);  // AdamW on owned shards, re-gather, zero grads
+  void discard_gradients();  // zero, and the next micro-step starts a step: after a step, or instead of one
 
   // Layout and owned state, for checkpoints, exports and reports.
   int num_units() const { return int(units_.size()); }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -23,8 +24,8 @@
 namespace {
 
 // --name value pairs over the defaults. An unknown name, a name without a value, and a number that does
-// not parse or is out of range throw zshard::UsageError: every rank reads the same arguments, so each
-// refuses them alike.
+// not parse or is out of range throw zshard::UsageError: every rank reads the same arguments and refuses
+// them alike. (The files are checked on each rank: on a shared file system they agree too.)
 struct Args {
   std::map<std::string, std::string> values = {
       {"--strategy", "ddp"}, {"--data", ""},   {"--steps", "20"}, {"--batch", "8"},   {"--seq", "32"},
@@ -91,6 +92,10 @@ int main(int argc, char** argv) {
     if (!file) zshard::refuse("--data: cannot open '", args.str("--data"), "'");
     const TextData data{{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()}};
     if (data.tokens.empty()) zshard::refuse("--data: '", args.str("--data"), "' is empty");
+    // Engine::save refuses a committed checkpoint's directory: found now, not after the training.
+    const std::string save = args.str("--save");
+    if (!save.empty() && std::filesystem::exists(std::filesystem::path(save) / "manifest.json"))
+      zshard::refuse("--save: '", save, "' holds a checkpoint already");
 
     const std::unique_ptr<zshard::Model> model = zshard::build_model("tiny", zshard::model_config("tiny"));
     zshard::PlanOptions options;
@@ -122,7 +127,7 @@ int main(int argc, char** argv) {
         if (const double eval = global_sum(sum) / (2.0 * B * T); rank == 0) std::printf("eval %d %.6f\n", step + 1, eval);
       }
     }
-    if (!args.str("--save").empty()) engine.save(args.str("--save"));
+    if (!save.empty()) engine.save(save);
   } catch (const zshard::UsageError& e) {
     // Bad options fail alike on every rank: one line says so.
     if (world.rank() == 0) std::fprintf(stderr, "own_loop: error: %s\n", e.what());

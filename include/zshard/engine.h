@@ -64,7 +64,9 @@ class Engine {
 
   // One micro-step: forward and backward over this rank's micro-batch, adding d(sum of its token
   // losses)/d(params) / tokens_per_step into the gradients. Returns the sum of this rank's token losses.
-  // Throws on a batch with a null inputs or targets pointer. Collective.
+  // Throws, on this rank only, on a batch with a null inputs or targets pointer: like any error of one
+  // rank's own, the loop must then end the job (World::abort), or its peers wait until the deadline.
+  // Collective.
   double forward_backward(const Batch& batch);
   // Forward only (evaluation): the sum of this rank's token losses; gradients and optimizer state are left
   // as they are. Collective.
@@ -88,7 +90,8 @@ class Engine {
   int64_t save(const std::string& dir, const std::string& run_json = "{}");
   // Loads a checkpoint saved by any world size and strategy (each rank reads only the slices its shards
   // need) and continues from its step. Checks the model's units and the files' sizes and checksums first.
-  // Between steps only. Collective.
+  // A step in progress is dropped with its gradients (a loop recovering from a failed step loads the last
+  // checkpoint and goes on). Collective.
   CheckpointInfo load(const std::string& dir);
 
   // Per rank and category, measured beside the ZeRO prediction. Collective.
@@ -119,6 +122,8 @@ class Engine {
   void check_batch(const char* call, const Batch& batch) const;
   static void check_adamw(const AdamW& hp);
   void check_step_tokens();  // collective
+  void end_step();
+  void discard_step();  // its gradients too
 
   int micro_steps_ = 0;  // of the step in progress
   int64_t step_tokens_ = 0;  // this rank's B x T of the step in progress

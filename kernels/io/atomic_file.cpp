@@ -98,7 +98,7 @@ int open_in_place(const std::string& path) {
         return fd;
       }
   const int fd = open_for_writing(path, O_APPEND);
-  if (fd < 0) fail(path, ": cannot write (", open_error(errno), ")");
+  if (fd < 0) fail(path, ": cannot write (", open_error(path, errno), ")");
   return fd;
 }
 
@@ -178,7 +178,11 @@ int open_for_writing(const std::string& path, int flags) {
   return fd;
 }
 
-std::string open_error(int err) { return err == ENXIO ? "a FIFO that no process reads" : std::strerror(err); }
+std::string open_error(const std::string& path, int err) {
+  struct stat st {};
+  if (err == ENXIO && ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) return "a FIFO that no process reads";
+  return std::strerror(err);
+}
 
 ssize_t write_without_sigpipe(int fd, const void* data, size_t bytes) {
   sigset_t pipe_signal, old_mask, pending;

@@ -62,9 +62,9 @@ void write_file_atomically(const std::string& path, std::string_view contents);
 
 // open(2) for writing (O_WRONLY | O_CLOEXEC | `flags`, mode 0644) that never waits for a FIFO's reader:
 // with none, it fails at once (ENXIO) where blocking would hang the rank before any collective, out of
-// reach of every deadline. -1 and errno on failure; open_error(errno) words it for a message.
+// reach of every deadline. -1 and errno on failure; open_error(path, errno) words it for a message.
 int open_for_writing(const std::string& path, int flags);
-std::string open_error(int err);
+std::string open_error(const std::string& path, int err);
 
 // write(2) for a file that may be a pipe or a FIFO: once its reader is gone the write fails with EPIPE,
 // to be reported like any other error, where SIGPIPE would end the process without a word.

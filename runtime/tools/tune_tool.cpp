@@ -276,6 +276,8 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
       ->default_str("");
   return run_local_tool("zshard-tune", argc, argv, app, [&]() -> int {
     // Under a launcher every candidate's own mpirun would fail, one after the other, with MPI's words only.
+    // What mpirun and srun set for the processes they start; not SLURM_PROCID, which an sbatch script,
+    // where the tuner belongs, has too.
     for (const char* launched : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
       if (std::getenv(launched))
         throw UsageError(detail::concat("run this as one process, not under mpirun or srun: it starts each run "

@@ -29,7 +29,7 @@ StepLog::StepLog(const std::string& path, comm::Communicator& world, const std::
     check_output_path("--step-log", path_);
     check_not_input({"--step-log", path_}, taken);
     fd_ = open_for_writing(path_, O_CREAT | O_TRUNC | O_APPEND);
-    if (fd_ < 0) throw UsageError(detail::concat("--step-log ", path_, ": cannot open (", open_error(errno), ")"));
+    if (fd_ < 0) throw UsageError(detail::concat("--step-log ", path_, ": cannot open (", open_error(path_, errno), ")"));
   });
 }
 

@@ -59,6 +59,8 @@ done
   "${FLAGS[@]}" --save "$WORK/ck" >"$WORK/out" 2>"$WORK/err" || { cat "$WORK/err"; echo "FAIL save"; failures=$((failures + 1)); }
 if [ -f "$WORK/ck/manifest.json" ]; then echo "ok   saved a committed checkpoint"; else
   echo "FAIL no manifest in $WORK/ck"; failures=$((failures + 1)); fi
+expect_failure "own loop, --save into a checkpoint (refused before training, not after)" 2 \
+  "^own_loop: error: --save: '$WORK/ck' holds a checkpoint already$" -- "$LOOP" --data "$DATA" --save "$WORK/ck"
 if "${MPIRUN[@]}" -np 3 "$LOOP" --strategy zero2 --data "$DATA" --steps $STEPS "${FLAGS[@]}" --resume "$WORK/ck" \
     >"$WORK/out" 2>"$WORK/err"; then
   compare "resumed on 3 ranks from 2's checkpoint, equals zshard-train" "$WORK/out" $((STEPS / 2 + 1))

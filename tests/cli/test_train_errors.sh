@@ -26,14 +26,31 @@ mkfifo "$WORK/steps.fifo"
 expect_failure "--step-log a FIFO without a reader (was a hang before any collective)" 2 \
   "^zshard-train: error: --step-log $WORK/steps.fifo: cannot open \(a FIFO that no process reads\)$" -- \
   "$TRAIN" --steps 1 --step-log "$WORK/steps.fifo"
-# A --step-log FIFO whose reader leaves: one warning, and training goes on (SIGPIPE ended it silently).
-head -c 10 "$WORK/steps.fifo" >/dev/null &
+# A --step-log FIFO whose reader leaves: one warning, and training goes on (SIGPIPE ended it silently). The
+# reader opens the FIFO before zshard-train does (which refuses a FIFO without one), then leaves as soon as
+# zshard-train has opened it too, before the first step's line: every line is written after it left.
+python3 - "$WORK/steps.fifo" "$WORK/reader-ready" <<'PY' &
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK)
+open(sys.argv[2], "w").close()
+for _ in range(6000):  # at most a minute
+    try:
+        if os.read(fd, 1 << 16) == b"":  # no writer yet
+            time.sleep(0.01)
+            continue
+    except BlockingIOError:  # a writer, nothing written yet
+        pass
+    break
+PY
+reader=$!
+for _ in $(seq 200); do [ -e "$WORK/reader-ready" ] && break; sleep 0.05; done
 if timeout 60 "$TRAIN" --steps 20 --log-every 10 --step-log "$WORK/steps.fifo" >"$WORK/out" 2>"$WORK/err" &&
   grep -q "^step    20/20" "$WORK/out"; then
   echo "ok   --step-log reader gone"
 else
-  echo "FAIL --step-log reader gone: exit $?"; cat "$WORK/err"; failures=$((failures + 1))
+  echo "FAIL --step-log reader gone"; cat "$WORK/err"; failures=$((failures + 1))
 fi
+kill "$reader" 2>/dev/null; wait "$reader" 2>/dev/null
 expect_one_line "--step-log reader gone" "--step-log $WORK/steps.fifo: write failed \(Broken pipe\); training goes on without it"
 expect_failure "--save-mode without --save-dir" 2 "--save-mode requires --save-dir" -- "$TRAIN" --steps 1 --save-mode sync
 expect_failure "unknown device" 2 "--device: gpu not in" -- "$TRAIN" --device gpu

@@ -57,7 +57,7 @@ class ScriptedCommunicator final : public comm::Communicator {
     return issue(Collective::reduce_scatter, count);
   }
   WorkPtr all_reduce(void* buf, size_t count, DType dtype, comm::ReduceOp op) override {
-    if (op == comm::ReduceOp::sum && dtype == DType::f64)  // the engine's scalars (the step's token count)
+    if (op == comm::ReduceOp::sum && dtype == DType::f64)  // host scalars: losses, the step's token count, ...
       for (size_t i = 0; i < count; ++i) static_cast<double*>(buf)[i] *= size_;
     return issue(Collective::all_reduce, count);
   }

@@ -39,7 +39,7 @@ TEST(SelfCommunicator, IsAWorldOfOne) {
 }
 
 // A second World (MPI would refuse to start again once the first had ended) names itself.
-TEST(SelfCommunicator, AWorldIsMadeOncePerProcess) {
+TEST(World, IsMadeOncePerProcess) {
   int argc = 0;
   char** argv = nullptr;
   { World first(&argc, &argv); }
