@@ -78,7 +78,7 @@ void Engine::check_batch(const char* call, const Batch& batch) const {
 
 // The same values on every rank make the same refusal everywhere, before the step's first collective.
 void Engine::check_adamw(const AdamW& hp) {
-  const auto check = [&](const char* name, float value, bool ok, const char* range) {
+  const auto check = [](const char* name, float value, bool ok, const char* range) {
     if (!std::isfinite(value) || !ok) fail("step: AdamW::", name, " = ", value, " is not ", range);
   };
   check("lr", hp.lr, hp.lr >= 0, "finite and >= 0");

@@ -25,7 +25,8 @@ void check_unit_specs(const std::vector<UnitSpec>& specs) {
       fail("model units ", it->second, " and ", i, " are both named '", unit.name, "'; a unit's name must be unique");
     for (const ParamSpec& p : unit.params) {
       for (int64_t d : p.shape)
-        if (d < 0) fail("unit '", unit.name, "', parameter '", p.name, "': shape ", shape_str(p.shape), " has a negative dimension");
+        if (d < 0)
+          fail("unit '", unit.name, "', parameter '", p.name, "': shape ", shape_str(p.shape), " has a negative dimension");
       if (auto [it, fresh] = params.emplace(p.name, unit.name); !fresh)
         fail("parameter '", p.name, "' is given twice (units '", it->second, "' and '", unit.name,
              "'); a parameter's name must be unique in the model");

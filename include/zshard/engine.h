@@ -113,18 +113,18 @@ class Engine {
   ShardedParams& params() { return *params_; }
 
  private:
-  Model& model_;
-  comm::Communicator& world_;
-  ShardPlan plan_;
-  EngineOptions options_;
-  std::unique_ptr<comm::Communicator> device_comm_;  // nccl: what params_'s groups split from (outlives them)
-  std::unique_ptr<ShardedParams> params_;
   void check_batch(const char* call, const Batch& batch) const;
   static void check_adamw(const AdamW& hp);
   void check_step_tokens();  // collective
   void end_step();
   void discard_step();  // its gradients too
 
+  Model& model_;
+  comm::Communicator& world_;
+  ShardPlan plan_;
+  EngineOptions options_;
+  std::unique_ptr<comm::Communicator> device_comm_;  // nccl: what params_'s groups split from (outlives them)
+  std::unique_ptr<ShardedParams> params_;
   int micro_steps_ = 0;  // of the step in progress
   int64_t step_tokens_ = 0;  // this rank's B x T of the step in progress
   int steps_done_ = 0;
