@@ -78,7 +78,8 @@ void sync_dir(const std::string& dir);
 
 // Checks, before any work, that `path` can be written by `flag` as AtomicFile writes it: not a directory;
 // a file that is not a regular one (a device, a FIFO) writable itself; otherwise the directory of the file
-// it names (its symbolic links followed) existing and writable. Throws UsageError naming the flag. The write itself can still fail (a disk that fills).
+// it names (its symbolic links followed) existing and writable. Throws UsageError naming the flag. The
+// write itself can still fail (a disk that fills).
 void check_output_path(std::string_view flag, const std::string& path);
 
 // Checks, before any work, that `path` given to `flag` names a regular file (or a link to one), which a

@@ -22,12 +22,10 @@ template <class... Args>
 std::string file_source(const std::string& path) { return "file " + path; }
 
 // Data is read whole: a regular file, or a bad flag value (exit 2: zshard-run relaunches nothing).
-void check_regular_file(const std::string& path, std::string_view flag) {
-  check_input_file(flag, path, "a token or text file");
-}
+constexpr std::string_view kDataFile = "a token or text file";
 
 std::vector<char> read_file(const std::string& path, std::string_view flag) {
-  check_regular_file(path, flag);
+  check_input_file(flag, path, kDataFile);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_data(flag, file_source(path), "cannot open (", std::strerror(errno), ")");
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -48,7 +46,7 @@ bool ends_with_bin(const std::string& path) {
 
 TokenDataset TokenDataset::load(const std::string& spec, std::string_view flag) {
   if (spec == "default") return from_default_corpus(flag);
-  check_regular_file(spec, flag);
+  check_input_file(flag, spec, kDataFile);  // before the peek below: opening a FIFO would block
   int32_t first = 0;
   {
     std::ifstream in(spec, std::ios::binary);
