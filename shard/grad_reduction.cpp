@@ -2,7 +2,7 @@
 // reduction each grads_ready() starts: reduce-scatter in the shard group, all-reduce across groups.
 #include "shard/sharded_params.h"
 
-#include "comm/flight_recorder.h"
+#include "comm/flight_recorder/recorder.h"
 #include "shard/optimizer_offload.h"
 
 namespace zshard {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <span>
 
-#include "comm/flight_recorder.h"
+#include "comm/flight_recorder/recorder.h"
 #include "shard/optimizer_offload.h"
 
 namespace zshard {

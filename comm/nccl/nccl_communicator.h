@@ -23,6 +23,8 @@
 
 #include <zshard/communicator.h>
 
+#include "comm/backend.h"
+
 #include "kernels/allocator.h"
 
 namespace zshard::comm {
@@ -33,7 +35,7 @@ int local_rank(Communicator& world);
 // The GPU of this rank: local_rank(world) modulo the visible device count.
 int local_device(Communicator& world);
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public Backend {
  public:
   // Collective over `bootstrap`: rank 0 creates the NCCL unique id and broadcasts it as bytes through
   // `bootstrap`; the new communicator has the same ranks. Selects `device` (cuda_init must have run: its

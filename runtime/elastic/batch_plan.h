@@ -10,7 +10,7 @@
 
 #include <zshard/model.h>
 
-#include "runtime/train/options/train_options.h"
+#include "runtime/cli/train_options.h"
 
 namespace zshard::elastic {
 

@@ -16,12 +16,14 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/io/atomic_file.h"
+#include "runtime/cli/memory_flags.h"
+#include "runtime/cli/path_checks.h"
 #include "runtime/elastic/batch_plan.h"
 #include "runtime/elastic/process.h"
 #include "runtime/elastic/run_log.h"
-#include "runtime/fixed_text.h"
-#include "runtime/planning/memory_check.h"
-#include "runtime/planning/memory_estimator.h"
+#include "kernels/io/fixed_text.h"
+#include "shard/memory/fit_check.h"
+#include "shard/memory/estimator.h"
 #include "shard/checkpoint_format.h"
 
 namespace zshard::elastic {

@@ -5,12 +5,14 @@
 #include "comm/agreed_failure.h"
 #include "comm/abort.h"
 #include "comm/launch.h"
-#include "runtime/train/options/flags.h"
+#include "kernels/option_names.h"
+#include "runtime/cli/flags.h"
 
 namespace zshard {
 
 int run_tool(const char* name, int argc, char** argv, CLI::App& app,
              const std::function<void(comm::Communicator& world)>& body) {
+  set_option_naming(OptionNaming::flags);
   auto world = comm::init_world(&argc, &argv);
   const int rank = world->rank();
   int code = 0;
@@ -38,6 +40,7 @@ int run_tool(const char* name, int argc, char** argv, CLI::App& app,
 }
 
 int run_local_tool(const char* name, int argc, char** argv, CLI::App& app, const std::function<int()>& body) {
+  set_option_naming(OptionNaming::flags);
   try {
     refuse_empty_values(app);
     app.parse(argc, argv);

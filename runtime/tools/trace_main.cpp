@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "runtime/tools/tool_runner.h"
-#include "runtime/tools/trace_analysis.h"
+#include "comm/flight_recorder/analysis.h"
 
 using namespace zshard;
 

@@ -7,7 +7,7 @@
 
 #include <zshard/error.h>
 
-#include "kernels/io/json_input.h"
+#include "runtime/cli/json_input.h"
 #include "runtime/tools/child_process.h"
 
 namespace zshard {

@@ -17,16 +17,19 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/io/atomic_file.h"
+#include "runtime/cli/memory_flags.h"
+#include "runtime/cli/path_checks.h"
 #include "models/config_json.h"
-#include "runtime/planning/memory_check.h"
+#include "shard/memory/fit_check.h"
 #include "runtime/tools/child_process.h"
-#include "runtime/train/options/flags.h"
-#include "runtime/train/options/model_options.h"
-#include "runtime/train/options/plan_flags.h"
+#include "runtime/cli/flags.h"
+#include "runtime/cli/model_options.h"
+#include "runtime/cli/plan_flags.h"
 #include "runtime/tools/tool_runner.h"
 #include "runtime/tools/tools.h"
 #include "runtime/tools/tune_search.h"
 #include "runtime/train/data.h"
+#include "shard/plan_internals.h"
 
 namespace zshard {
 using nlohmann::json;

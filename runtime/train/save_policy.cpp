@@ -14,8 +14,9 @@
 #include "comm/abort.h"
 #include "kernels/io/atomic_file.h"
 #include "models/config_json.h"
-#include "runtime/planning/memory_estimator.h"
+#include "shard/memory/estimator.h"
 #include "shard/checkpoint_format.h"
+#include "shard/plan_internals.h"
 
 namespace zshard {
 

@@ -12,16 +12,18 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/agreed_failure.h"
-#include "comm/flight_recorder.h"
+#include "comm/flight_recorder/recorder.h"
 #include "comm/launch.h"
 #include "kernels/io/atomic_file.h"
+#include "runtime/cli/path_checks.h"
 #include "kernels/io/safetensors.h"
 #include "models/weights_file.h"
-#include "runtime/planning/memory_check.h"
-#include "runtime/planning/memory_estimator.h"
+#include "shard/memory/fit_check.h"
+#include "shard/memory/estimator.h"
 #include "runtime/planning/rank_balancer.h"
 #include "runtime/train/step_log.h"
 #include "shard/checkpoint_format.h"
+#include "shard/plan_internals.h"
 #include "shard/sharded_params.h"
 
 namespace zshard {

@@ -19,7 +19,7 @@
 
 #include "comm/collective_check.h"
 #include "runtime/train/data.h"
-#include "runtime/train/options/train_options.h"
+#include "runtime/cli/train_options.h"
 
 namespace zshard {
 

@@ -11,7 +11,7 @@
 #include <filesystem>
 
 #include "kernels/allocator.h"
-#include "runtime/planning/memory_estimator.h"
+#include "shard/memory/estimator.h"
 #include "runtime/train/save_policy.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"

@@ -11,7 +11,7 @@
 #include <numeric>
 
 #include "kernels/allocator.h"
-#include "shard/memory_model.h"
+#include "shard/memory/zero_arithmetic.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
 

@@ -16,7 +16,8 @@
 #include "runtime/elastic/process.h"
 #include "runtime/elastic/run_log.h"
 #include "runtime/elastic/supervisor.h"
-#include "runtime/planning/memory_estimator.h"
+#include "shard/memory/estimator.h"
+#include "shard/plan_internals.h"
 #include "tests/support/test_support.h"
 
 using namespace zshard;
