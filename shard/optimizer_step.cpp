@@ -74,9 +74,4 @@ void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
   gather_resident_params();
 }
 
-void ShardedParams::discard_gradients() {
-  for (auto& u : units_) u->grad_store.zero_();
-  accumulated_ = false;
-}
-
 }  // namespace zshard

@@ -91,19 +91,4 @@ void ShardedParams::release(int unit) {
   free_gathered(u);
 }
 
-void ShardedParams::begin_micro_step(bool sync_grads) {
-  first_micro_step_ = !accumulated_;
-  accumulated_ = true;
-  sync_grads_ = sync_grads;
-  in_backward_ = false;
-  gather_position_ = 0;
-  order_ = &training_order_;
-}
-
-void ShardedParams::begin_forward_only() {
-  in_backward_ = false;
-  gather_position_ = 0;
-  order_ = &forward_only_order_;
-}
-
 }  // namespace zshard

@@ -16,15 +16,16 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/io/atomic_file.h"
+#include "kernels/io/fixed_text.h"
 #include "runtime/cli/memory_flags.h"
 #include "runtime/cli/path_checks.h"
 #include "runtime/elastic/batch_plan.h"
-#include "runtime/elastic/process.h"
+#include "runtime/elastic/hosts.h"
 #include "runtime/elastic/run_log.h"
-#include "kernels/io/fixed_text.h"
-#include "shard/memory/fit_check.h"
-#include "shard/memory/estimator.h"
+#include "runtime/process/child_process.h"
 #include "shard/checkpoint_format.h"
+#include "shard/memory/estimator.h"
+#include "shard/memory/fit_check.h"
 
 namespace zshard::elastic {
 
@@ -225,7 +226,7 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
             << (resumed_step > 0 ? "after step " + std::to_string(resumed_step) : std::string("from the start"))
             << std::endl;
 
-  Child child = spawn(argv, false);
+  Child child = spawn(argv, ChildOutput::pipes());
   StepLogReader reader(step_log);
   Outcome outcome;
   std::string partial[2];
@@ -261,7 +262,7 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
       std::cerr << "zshard-run: stop signal: " << (forwarded == 1 ? "stopping the job" : "killing the job")
                 << " (no restart)" << std::endl;
       if (forwarded > 1) {
-        kill(-child.pid, SIGKILL);
+        signal_session(child, SIGKILL);  // mpirun and every rank it started here
       } else if (!std::ofstream(stop_file)) {
         kill(child.pid, SIGTERM);  // no file to ask with: the ranks save what mpirun gives them time for
       }

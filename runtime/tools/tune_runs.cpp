@@ -8,7 +8,7 @@
 #include <zshard/error.h>
 
 #include "runtime/cli/json_input.h"
-#include "runtime/tools/child_process.h"
+#include "runtime/process/child_process.h"
 
 namespace zshard {
 

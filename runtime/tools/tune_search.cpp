@@ -9,7 +9,7 @@
 
 #include <zshard/error.h>
 
-#include "runtime/tools/child_process.h"
+#include "runtime/process/child_process.h"
 
 namespace zshard {
 using nlohmann::json;

@@ -17,18 +17,18 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/io/atomic_file.h"
-#include "runtime/cli/memory_flags.h"
-#include "runtime/cli/path_checks.h"
 #include "models/config_json.h"
-#include "shard/memory/fit_check.h"
-#include "runtime/tools/child_process.h"
 #include "runtime/cli/flags.h"
+#include "runtime/cli/memory_flags.h"
 #include "runtime/cli/model_options.h"
+#include "runtime/cli/path_checks.h"
 #include "runtime/cli/plan_flags.h"
+#include "runtime/process/child_process.h"
 #include "runtime/tools/tool_runner.h"
 #include "runtime/tools/tools.h"
 #include "runtime/tools/tune_search.h"
 #include "runtime/train/data.h"
+#include "shard/memory/fit_check.h"
 #include "shard/plan_internals.h"
 
 namespace zshard {
