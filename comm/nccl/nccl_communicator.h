@@ -70,9 +70,7 @@ class NcclCommunicator final : public Backend {
   void check_watchdog();
   void collect_device_stats() override;
 
-  cudaStream_t comm_stream() const { return comm_stream_; }
   cudaStream_t compute_stream() const { return compute_stream_; }
-  void set_compute_stream(cudaStream_t stream) { compute_stream_ = stream; }
   ncclComm_t handle() const { return comm_; }
 
   // A collective's completion event, shared by its Work and the watchdog.

@@ -61,7 +61,7 @@ struct ShardPlan {
 // world's timeout before issuing any, then learns the hosts (`node` groups, and the default on two or more
 // hosts) and makes this rank's device current (on cuda its GPU: local rank modulo the visible GPUs).
 // Throws UsageError naming the flag on every rank alike for options that do not fit the world, the hosts
-// or the device (ZSHARD_TEST_STALL_SET_UP=r:s holds rank r for s seconds first, for tests of the deadline).
+// or the device (the test hook ZSHARD_TEST_STALL_SET_UP=RANK:MS holds rank RANK for MS ms first).
 ShardPlan resolve_plan(const PlanOptions& options, comm::Communicator& world);
 // The plan on `world_size` ranks by arithmetic alone, for a run that is not launched (the estimator,
 // zshard-mem): no hosts (`node` is refused), no device.

@@ -13,7 +13,15 @@ namespace zshard {
 int run_tool(const char* name, int argc, char** argv, CLI::App& app,
              const std::function<void(comm::Communicator& world)>& body) {
   set_option_naming(OptionNaming::flags);
-  auto world = comm::init_world(&argc, &argv);
+  std::unique_ptr<comm::Communicator> world;
+  try {
+    world = comm::init_world(&argc, &argv);
+  } catch (const std::exception& e) {
+    // Before any collective (a malformed test hook): each rank says so, in one write so that the ranks'
+    // lines do not interleave, and ends alone.
+    std::cerr << std::string(name) + ": error: " + e.what() + "\n";
+    return 1;
+  }
   const int rank = world->rank();
   int code = 0;
   try {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <functional>
 
+#include "shard/comm_volume.h"
+
 namespace zshard {
 
 namespace {
@@ -34,23 +36,16 @@ ModelStateBytes predict_zero_offload(StrategyKind kind, int group, int64_t psi, 
 
 int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi, int64_t gathered,
                            int grad_accum, const DtypePolicy& d) {
-  // One collective over n elements in a group of g moves (g-1)/g of them per rank.
-  auto move = [&](double n, int g, int bytes) { return n * bytes * (g - 1) / g; };
-  auto pass = [&](int g, int bytes) { return move(double(psi), g, bytes); };
-  const int world = groups.world_size(), replicas = groups.count();
-  const int K = grad_accum;
-  double total = 0;
-  switch (kind) {
-    case StrategyKind::ddp: total = 2 * pass(world, d.grad_bytes); break;
-    case StrategyKind::zero1: total = pass(world, d.grad_bytes) + pass(world, d.param_bytes); break;
-    case StrategyKind::zero2: total = K * pass(world, d.grad_bytes) + pass(world, d.param_bytes); break;
-    case StrategyKind::zero3:
-    case StrategyKind::hybrid:
-      total = K * (move(double(gathered), group, d.param_bytes) + pass(group, d.grad_bytes));
-      total += K * 2 * pass(replicas, d.grad_bytes) / group;
-      break;
-  }
-  return int64_t(total);
+  const CommShape shape = {.kind = kind,
+                           .world = groups.world_size(),
+                           .group = group,
+                           .replicas = groups.count(),
+                           .psi = psi,
+                           .gathered = gathered,
+                           .grad_accum = grad_accum,
+                           .param_bytes = d.param_bytes,
+                           .grad_bytes = d.grad_bytes};
+  return int64_t(comm_volume(shape).total());
 }
 
 int64_t sum_of_largest(std::vector<int64_t> sizes, int k) {

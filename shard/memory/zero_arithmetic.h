@@ -47,14 +47,11 @@ int64_t sum_of_largest(std::vector<int64_t> sizes, int k);
 // they stay gathered from the forward to the backward (reshard_after_forward off).
 int64_t predict_gathered_elements(const std::vector<int64_t>& unit_sizes, int max_inflight, bool reshard_after_forward);
 
-// Bytes one rank of a shard group of `group` ranks moves per optimizer step (nccl-tests bus convention),
-// with `grad_accum` micro-steps: ddp 2Ψ(N-1)/N; zero1 the same (reduce-scatter + all-gather); zero2
-// reduce-scatters every micro-step; zero3 3Ψ(N-1)/N per micro-step; hybrid the zero3 volume inside its
-// group plus an all-reduce of its shard across the R groups (R = N/G for groups of one size; unequal
-// groups reduce each piece of the shard among R owners, the same volume).
-// `gathered` is the elements zero3 and hybrid gather per micro-step: the paper's 2Ψ, or the model's own
-// schedule (ShardedParams::gathered_numel_per_micro_step), which gathers an untied Llama's embedding and
-// head once each.
+// Bytes one rank of a shard group of `group` ranks moves per optimizer step, with `grad_accum`
+// micro-steps: comm_volume's total (shard/comm_volume.h) on `groups`. `gathered` is the elements zero3
+// and hybrid gather per micro-step: the paper's 2Ψ, or the model's own schedule
+// (ShardedParams::gathered_numel_per_micro_step), which gathers an untied Llama's embedding and head once
+// each.
 int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi, int64_t gathered,
                            int grad_accum, const DtypePolicy& dtypes);
 

@@ -61,7 +61,7 @@ same_losses "the merged log's losses are the uninterrupted run's, bit for bit" "
 D="$WORK/fail"
 expect_failure "--max-restarts spent" 1 \
   "^zshard-run: error: the job failed \(zshard-train: rank 1: injected fault .*\) and --max-restarts 1 are spent; the newest checkpoint is .*/step-00000002$" -- \
-  env ZSHARD_FAULT_STEP=3 ZSHARD_FAULT_RANK=1 "$RUN" "${LOCAL[@]}" --max-restarts 1 -- "${JOB[@]}" --steps 6 \
+  env ZSHARD_TEST_FAIL_RANK=1:3 "$RUN" "${LOCAL[@]}" --max-restarts 1 -- "${JOB[@]}" --steps 6 \
   --save-dir "$D" --log-json "$WORK/fail.json"
 expect_one_line "--max-restarts spent" "^zshard-run: error"
 expect_true "two attempts were made" test "$(grep -c '^zshard-run: attempt' "$WORK/err")" = 2
