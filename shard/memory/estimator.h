@@ -1,5 +1,5 @@
 // The memory estimator behind zshard-mem and the set-up memory check: per-rank bytes of a training run
-// that was never run, from the ZeRO model-state arithmetic (memory_model.h) plus what zshard's runtime
+// that was never run, from the ZeRO model-state arithmetic (zero_arithmetic.h) plus what zshard's runtime
 // allocates around it: gathered units in flight, transient full-size gradient buffers, activations.
 // Works from any Model (every term: its units, padded by the flat-layout code that shards them, and its
 // activation_bytes in the recompute mode set on it) or from a bare parameter count (model states only:
