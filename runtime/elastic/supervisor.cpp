@@ -300,6 +300,12 @@ int Supervisor::run() {
   for (const Host& h : hosts) slots.push_back(h.slots);
   if (budget_ == 0) budget_ = default_budget(hosts);
   BatchPlan plan = plan_batch(run_, slots, budget_);
+  // The budget never reaches the job (zshard-train's --mem-budget belongs to --batch auto, which a relaunch
+  // cannot keep): its set-up check measures the machine instead, and would start the run this budget rules out.
+  if (!plan.fits && !o_.mem_budget.empty())
+    refuse("--mem-budget ", o_.mem_budget, ": no micro-batch fits on the ", total_slots(hosts), " ranks of ",
+           host_list_text(hosts), ": the smallest, batch ", plan.batch, " x grad-accum ", plan.grad_accum, ", needs ",
+           format_bytes(double(plan.rank_bytes)), " per rank by the estimate");
 
   std::optional<Restart> restart;
   for (int attempt = 1;; ++attempt) {
