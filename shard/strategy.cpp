@@ -12,7 +12,7 @@
 #include <zshard/error.h>
 
 #include "kernels/option_names.h"
-#include "shard/plan_internals.h"
+#include "shard/strategy_internals.h"
 
 namespace zshard {
 
