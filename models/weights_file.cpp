@@ -3,6 +3,8 @@
 #include <set>
 #include <string_view>
 
+#include "kernels/io/atomic_file.h"
+
 namespace zshard {
 
 namespace {
@@ -41,6 +43,25 @@ std::vector<std::string> unmatched_tensors(const SafetensorsFile& file,
   for (const std::string& name : file.names())
     if (!wanted.count(name) && !wanted.count(strip_prefix(name)) && !is_ignored(name)) out.push_back(name);
   return out;
+}
+
+void check_weights_file(std::string_view flag, const std::string& path, const Model& model) {
+  check_input_file(flag, path, "a safetensors file");
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  std::vector<std::string> expected;
+  for (const UnitSpec& unit : model.units()) {
+    for (const ParamSpec& p : unit.params) {
+      const SafetensorsEntry& e = file.entry(resolve_name(file, p.name));
+      if (e.shape != p.shape)
+        fail(path, ": tensor ", e.name, " has shape ", shape_str(e.shape), ", the model needs ",
+             shape_str(p.shape));
+      expected.push_back(p.name);
+    }
+  }
+  const std::vector<std::string> extra = unmatched_tensors(file, expected);
+  if (!extra.empty())
+    fail(path, ": tensor ", extra.front(), " (and ", extra.size() - 1,
+         " more) belongs to no parameter of this model; was it saved from another size?");
 }
 
 }  // namespace zshard

@@ -4,7 +4,10 @@
 // are not parameters.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <zshard/model.h>
 
 #include "kernels/io/safetensors.h"
 
@@ -18,5 +21,10 @@ std::string resolve_name(const SafetensorsFile& file, const std::string& name);
 // buffers: a non-empty result means the file was saved from another model (e.g. more layers).
 std::vector<std::string> unmatched_tensors(const SafetensorsFile& file,
                                            const std::vector<std::string>& expected);
+
+// Reads the header of `path`, given to `flag`, and checks that it holds every parameter of `model` with its
+// shape and nothing from another model: the errors a load would meet, found before anything is allocated
+// or changed. A path that is not a regular file is a UsageError naming `flag`.
+void check_weights_file(std::string_view flag, const std::string& path, const Model& model);
 
 }  // namespace zshard
