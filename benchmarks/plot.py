@@ -206,34 +206,21 @@ def main():
     if not (args.bench or args.commbench or args.projection or args.memory_sweep or args.tune):
         p.error("give at least one of --bench, --commbench, --projection, --memory-sweep, --tune")
     os.makedirs(args.out, exist_ok=True)
+    # Each input and the pictures drawn from it.
+    plots = [(args.bench, [("memory_by_strategy.png", plot_memory), ("throughput.png", plot_throughput)]),
+             (args.commbench, [("busbw.png", plot_busbw)]),
+             (args.projection, [("scaling.png", plot_scaling)]),
+             (args.memory_sweep, [("memory_sweep.png", plot_memory_sweep)]),
+             (args.tune, [("tune.png", plot_tune)])]
     written = []
-    if args.bench:
-        with open(args.bench) as f:
+    for source, pictures in plots:
+        if not source:
+            continue
+        with open(source) as f:
             doc = json.load(f)
-        written.append(os.path.join(args.out, "memory_by_strategy.png"))
-        plot_memory(doc, written[-1])
-        written.append(os.path.join(args.out, "throughput.png"))
-        plot_throughput(doc, written[-1])
-    if args.commbench:
-        with open(args.commbench) as f:
-            doc = json.load(f)
-        written.append(os.path.join(args.out, "busbw.png"))
-        plot_busbw(doc, written[-1])
-    if args.projection:
-        with open(args.projection) as f:
-            doc = json.load(f)
-        written.append(os.path.join(args.out, "scaling.png"))
-        plot_scaling(doc, written[-1])
-    if args.memory_sweep:
-        with open(args.memory_sweep) as f:
-            doc = json.load(f)
-        written.append(os.path.join(args.out, "memory_sweep.png"))
-        plot_memory_sweep(doc, written[-1])
-    if args.tune:
-        with open(args.tune) as f:
-            doc = json.load(f)
-        written.append(os.path.join(args.out, "tune.png"))
-        plot_tune(doc, written[-1])
+        for name, draw in pictures:
+            written.append(os.path.join(args.out, name))
+            draw(doc, written[-1])
     for path in written:
         print(path)
 

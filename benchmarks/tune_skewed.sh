@@ -3,7 +3,7 @@
 # (benchmarks/skewed_pin.sh, as benchmarks/skewed_balance.sh pins them), so rank 2 computes twice as fast
 # as each of the others. The tuner's first run measures the speeds, --rank-batches auto joins the search, and the plan
 # it picks is then timed against the same configuration with the even split, REPEATS interleaved times
-# (zshard-bench --rank-batches even,auto).
+# (zshard-bench --rank-batches even,auto). Prints the comparison as markdown (OUT/summary.md).
 #   benchmarks/tune_skewed.sh BUILD_DIR OUT_DIR [repeats]
 # Environment: PROBLEM overrides the model, batch and budget; SKEW the wrapper that makes the speeds unequal
 # (default benchmarks/skewed_pin.sh, which needs 2 cores and nothing else running; benchmarks/skewed_nice.sh
@@ -41,7 +41,7 @@ for rep in $(seq "$repeats"); do
   mpirun --oversubscribe --bind-to none -np 3 "$pin" "$build/zshard-bench" "${flags[@]}" --rank-batches even,auto \
     --warmup-steps 2 --steps 8 --json "$out/bench_$rep.json" >/dev/null
 done
-/usr/bin/python3 - "$out" "$repeats" <<'PY'
+/usr/bin/python3 - "$out" "$repeats" <<'PY' | tee "$out/summary.md"
 import json, statistics, sys
 out, repeats = sys.argv[1], int(sys.argv[2])
 tune = json.load(open(f"{out}/tune.json"))
@@ -56,5 +56,11 @@ print("|---|---|---|---|")
 print(f"| even | {statistics.median(even):.1f} | {min(even):.1f} | {pick('even')[-1]['split']} |")
 print(f"| auto | {statistics.median(auto):.1f} | {min(auto):.1f} | {pick('auto')[-1]['split']} |")
 print(f"\nauto / even speed-up: {statistics.median(even) / statistics.median(auto):.2f}x (medians), "
-      f"{min(even) / min(auto):.2f}x (minima)")
+      f"{min(even) / min(auto):.2f}x (minima)\n")
+# Each repeat's medians and load, so that this summary is the record once the runs' JSON files are gone.
+loads = [line.split()[2:] for line in open(f"{out}/loads.txt")][-repeats:]
+print("| repeat | even median ms | auto median ms | load average before it (1, 5, 15 min) |")
+print("|---|---|---|---|")
+for r in range(repeats):
+    print(f"| {r + 1} | {even[r]:.1f} | {auto[r]:.1f} | {' '.join(loads[r])} |")
 PY

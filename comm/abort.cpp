@@ -8,7 +8,7 @@
 
 #include <mpi.h>
 
-#include "comm/flight_recorder.h"
+#include "comm/flight_recorder/recorder.h"
 
 namespace zshard::comm {
 

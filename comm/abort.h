@@ -9,7 +9,7 @@ bool mpi_active();
 
 // Ends every rank of the job at once (MPI_Abort when MPI is up): used when one rank fails so that no
 // other rank is left waiting in a collective. The flight recorder dumps this rank's collectives first
-// (comm/flight_recorder.h), and from then on SIGTERM ends the process. Does not return.
+// (comm/flight_recorder/recorder.h), and from then on SIGTERM ends the process. Does not return.
 [[noreturn]] void abort_world(int exit_code);
 
 // For a SIGTERM or SIGINT handler that lets the process go on (the save policy's clean stop); async-

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "comm/backend.h"
+
 namespace zshard {
 
 void run_agreed(comm::Communicator& world, const std::function<void()>& setup) {

@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "comm/agreed_failure.h"
-#include "comm/flight_recorder.h"
+#include "comm/backend.h"
+#include "comm/flight_recorder/recorder.h"
 #include "comm/abort.h"
 
 namespace zshard::comm {
@@ -112,7 +113,7 @@ std::string CollectiveCheck::exchange(bool failed, Clock::time_point deadline) {
   const CollectiveLabel label(trace::Purpose::check);
   const int ranks = comm_->size();
   Summary mine;
-  std::vector<GroupProgress> progress = group_progress(comm_->trace_group());
+  std::vector<GroupProgress> progress = group_progress(trace_group_of(*comm_));
   progress.resize(std::min<size_t>(progress.size(), kMaxComparedGroups));
   mine.groups = progress.size();
   for (size_t g = 0; g < progress.size(); ++g)

@@ -1,6 +1,5 @@
 #include <zshard/communicator.h>
 
-#include <atomic>
 #include <numeric>
 
 #include <zshard/error.h>
@@ -16,13 +15,6 @@ std::string_view collective_name(Collective c) {
   }
   return "?";
 }
-
-namespace {
-std::atomic<bool> failed{false};
-}  // namespace
-
-void mark_collectives_failed() { failed = true; }
-bool collectives_failed() { return failed; }
 
 void Work::wait() {
   // Saturate, so that a huge timeout means "no deadline" rather than an overflowed time point.

@@ -15,6 +15,7 @@
 #include "comm/mpi_communicator.h"
 #include "comm/polling_work.h"
 #include "comm/self_communicator.h"
+#include "kernels/test_hooks.h"
 
 namespace zshard::comm {
 
@@ -69,6 +70,8 @@ bool launched_by_mpi() {
 }
 
 std::unique_ptr<Communicator> init_world(int* argc, char*** argv) {
+  // The test hooks are read first, so that a malformed one ends each rank here, before MPI starts.
+  const std::optional<bool> forced_backoff = test_hooks().poll_backoff;
   if (!launched_by_mpi()) return std::make_unique<SelfCommunicator>();
   int initialised = 0;
   ZS_MPI_CHECK(MPI_Initialized(&initialised));
@@ -90,8 +93,7 @@ std::unique_ptr<Communicator> init_world(int* argc, char*** argv) {
   // in benchmarks/RESULTS.md). ZSHARD_POLL_BACKOFF=0 or 1 decides instead.
   PollPolicy policy = poll_policy();
   policy.backoff = node_oversubscribed();  // collective: every rank calls it
-  if (const char* forced = std::getenv("ZSHARD_POLL_BACKOFF"); forced && *forced)
-    policy.backoff = std::strcmp(forced, "0") != 0;
+  if (forced_backoff) policy.backoff = *forced_backoff;
   set_poll_policy(policy);
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
 }
@@ -103,12 +105,9 @@ int first_rank_on_this_host() { return host_first_rank(); }
 bool cores_to_spare() { return host_cpus() > host_ranks(); }
 
 void maybe_stall_in_set_up(int rank, std::string_view where) {
-  const char* spec = std::getenv("ZSHARD_TEST_STALL_SET_UP");
-  if (!spec || std::atoi(spec) != rank) return;
-  const char* colon = std::strchr(spec, ':');
-  const char* place = colon ? std::strchr(colon + 1, ':') : nullptr;
-  if (where != (place ? std::string_view(place + 1) : std::string_view("plan"))) return;
-  std::this_thread::sleep_for(std::chrono::duration<double>(colon ? std::atof(colon + 1) : 3600.0));
+  const std::optional<TestHooks::StallSetUp>& stall = test_hooks().stall_set_up;
+  if (stall && stall->rank == rank && stall->where == where)
+    std::this_thread::sleep_for(std::chrono::milliseconds(stall->ms));
 }
 
 void finalize_world() {

@@ -22,9 +22,8 @@ int first_rank_on_this_host();
 // hardware threads against one rank). Set by init_world.
 bool cores_to_spare();
 
-// Test hook: ZSHARD_TEST_STALL_SET_UP=r:s holds world rank r for s seconds (without :s, an hour) where
-// set-up is about to issue its first collective (`where` "plan"), so that a test can check set-up's
-// deadline; r:s:engine holds it before its engine's process groups are split instead.
+// Obeys the test hook ZSHARD_TEST_STALL_SET_UP (kernels/test_hooks.h) at `where`: "plan" where set-up is
+// about to issue its first collective, "engine" before an engine splits its process groups.
 void maybe_stall_in_set_up(int rank, std::string_view where);
 
 // MPI_Finalize if MPI was initialised; safe to call always.

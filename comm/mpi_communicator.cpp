@@ -8,7 +8,7 @@
 
 #include <zshard/error.h>
 
-#include "comm/flight_recorder.h"
+#include "comm/flight_recorder/recorder.h"
 #include "comm/abort.h"
 #include "comm/polling_work.h"
 #include "kernels/allocator.h"

@@ -11,6 +11,8 @@
 
 #include <zshard/communicator.h>
 
+#include "comm/backend.h"
+
 namespace zshard::comm {
 
 // Throws zshard::Error with file:line, the failing call and MPI's error string.
@@ -22,7 +24,7 @@ namespace zshard::comm {
       ::zshard::comm::mpi_fail(zs_mpi_rc_, #call, __FILE__, __LINE__);      \
   } while (0)
 
-class MpiCommunicator final : public Communicator {
+class MpiCommunicator final : public Backend {
  public:
   // Wraps `comm` and makes its MPI errors return (and so throw) instead of aborting. With `owned`, the
   // communicator is freed at destruction (split results); MPI_COMM_WORLD is passed unowned.

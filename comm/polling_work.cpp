@@ -4,7 +4,8 @@
 
 #include <zshard/error.h>
 
-#include "comm/flight_recorder.h"
+#include "comm/backend.h"
+#include "comm/flight_recorder/recorder.h"
 
 namespace zshard::comm {
 

@@ -33,7 +33,7 @@ class PollingWork : public Work {
   // operation stays in flight, and a later wait() or test() may still complete it.
   void wait(Clock::time_point deadline) final;
   using Work::wait;
-  // The flight recorder's id of the collective (comm/flight_recorder.h): told when it ends.
+  // The flight recorder's id of the collective (comm/flight_recorder/recorder.h): told when it ends.
   void set_trace(uint64_t id) { trace_ = id; }
 
  protected:

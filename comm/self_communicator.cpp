@@ -2,7 +2,7 @@
 
 #include <zshard/error.h>
 
-#include "comm/flight_recorder.h"
+#include "comm/flight_recorder/recorder.h"
 #include "comm/polling_work.h"
 #include "kernels/device_memory.h"
 

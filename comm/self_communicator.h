@@ -4,9 +4,11 @@
 #pragma once
 #include <zshard/communicator.h>
 
+#include "comm/backend.h"
+
 namespace zshard::comm {
 
-class SelfCommunicator : public Communicator {
+class SelfCommunicator : public Backend {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }

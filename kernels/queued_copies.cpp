@@ -2,16 +2,16 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <random>
-#include <string_view>
 #include <thread>
 #include <vector>
 
 #include <zshard/error.h>
+
+#include "kernels/test_hooks.h"
 
 namespace zshard {
 
@@ -20,9 +20,10 @@ namespace {
 class QueuedCopies final : public CopyStream {
  public:
   QueuedCopies(int marks, bool threaded, uint32_t seed)
-      : marks_(size_t(marks), 0), threaded_(threaded), rng_(seed) {
-    const char* skip = std::getenv("ZSHARD_TEST_COPY_STREAM_SKIP_WAIT");
-    skipped_wait_ = skip && *skip ? std::atol(skip) : 0;
+      : marks_(size_t(marks), 0),
+        skipped_wait_(test_hooks().copy_stream_skip_wait),
+        threaded_(threaded),
+        rng_(seed) {
     if (threaded_) worker_ = std::thread([this] { work(); });
   }
 
@@ -109,7 +110,7 @@ class QueuedCopies final : public CopyStream {
   uint64_t queued_ = 0, done_ = 0;  // copies queued and finished so far, in queue order
   std::vector<uint64_t> marks_;     // mark i is reached once done_ reaches it
   bool stopping_ = false;
-  long waits_ = 0, skipped_wait_;  // host_waits and compute_waits so far; the one skipped (0: none)
+  int64_t waits_ = 0, skipped_wait_;  // host_waits and compute_waits so far; the one skipped (0: none)
   bool threaded_;
   std::mt19937 rng_;
   std::thread worker_;  // last: it starts once everything above is set
@@ -118,14 +119,9 @@ class QueuedCopies final : public CopyStream {
 }  // namespace
 
 std::unique_ptr<CopyStream> make_test_copy_stream(int marks) {
-  const char* value = std::getenv("ZSHARD_TEST_COPY_STREAM");
-  const std::string_view mode = value ? value : "";
-  if (mode.empty()) return nullptr;
-  if (mode == "lazy") return std::make_unique<QueuedCopies>(marks, false, 0);
-  if (mode == "async") return std::make_unique<QueuedCopies>(marks, true, 1);
-  if (mode.substr(0, 6) == "async:")
-    return std::make_unique<QueuedCopies>(marks, true, uint32_t(std::strtoul(value + 6, nullptr, 10)));
-  fail("ZSHARD_TEST_COPY_STREAM must be async, async:SEED or lazy, got '", mode, "'");
+  const std::optional<TestHooks::QueuedCopyStream>& queued = test_hooks().copy_stream;
+  if (!queued) return nullptr;
+  return std::make_unique<QueuedCopies>(marks, queued->threaded, queued->seed);
 }
 
 }  // namespace zshard

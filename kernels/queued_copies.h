@@ -19,7 +19,7 @@
 
 namespace zshard {
 
-// The stream ZSHARD_TEST_COPY_STREAM asks for, null when it is unset or empty; an unknown value throws.
+// The stream ZSHARD_TEST_COPY_STREAM asks for (kernels/test_hooks.h), null when that hook is off.
 std::unique_ptr<CopyStream> make_test_copy_stream(int marks);
 
 }  // namespace zshard

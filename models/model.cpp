@@ -2,6 +2,8 @@
 
 #include <zshard/error.h>
 
+#include "kernels/option_names.h"
+
 namespace zshard {
 
 int64_t num_params(const Model& model) {
@@ -16,8 +18,9 @@ bool Model::keeps_gradients_open(int, int) const { return true; }
 
 void Model::set_recompute(Recompute mode) {
   if (mode != Recompute::none)
-    throw UsageError("--activation-checkpointing blocks: this model does not support recomputation (it does not "
-                     "override Model::set_recompute)");
+    throw UsageError(detail::concat(option_setting(Option::recompute, "blocks", "Recompute::blocks"),
+                                    ": this model does not support recomputation (it does not override "
+                                    "Model::set_recompute)"));
 }
 
 }  // namespace zshard

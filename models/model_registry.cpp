@@ -4,6 +4,7 @@
 
 #include <zshard/error.h>
 
+#include "kernels/option_names.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
 
@@ -34,7 +35,7 @@ const Entry& find(const std::string& name) {
   if (it != registry().end()) return it->second;
   std::string known;
   for (const std::string& n : model_names()) known += (known.empty() ? "" : ", ") + n;
-  throw UsageError(detail::concat("--model: unknown model '", name, "' (known: ", known, ")"));
+  throw UsageError(detail::concat(option_name(Option::model), ": unknown model '", name, "' (known: ", known, ")"));
 }
 
 }  // namespace
@@ -55,10 +56,10 @@ ModelConfig model_config(const std::string& name, const ModelConfig& overrides) 
   for (const auto& [key, value] : overrides) {
     const auto it = config.find(key);
     if (it == config.end())
-      throw UsageError(detail::concat("--config: model '", name, "' has no '", key, "' (it has ",
+      throw UsageError(detail::concat(option_name(Option::config), ": model '", name, "' has no '", key, "' (it has ",
                                       config_text(config), ")"));
     if (it->second.is_integer() && !value.is_integer())
-      throw UsageError(detail::concat("--config: ", key, " of model '", name, "' is an integer, got ", value.text()));
+      throw UsageError(detail::concat(option_name(Option::config), ": ", key, " of model '", name, "' is an integer, got ", value.text()));
     it->second = it->second.is_integer() ? value : ConfigValue(value.number());
   }
   return config;

@@ -1,9 +1,8 @@
 #include "models/weights_file.h"
 
+#include <filesystem>
 #include <set>
 #include <string_view>
-
-#include "kernels/io/atomic_file.h"
 
 namespace zshard {
 
@@ -45,8 +44,14 @@ std::vector<std::string> unmatched_tensors(const SafetensorsFile& file,
   return out;
 }
 
-void check_weights_file(std::string_view flag, const std::string& path, const Model& model) {
-  check_input_file(flag, path, "a safetensors file");
+void check_weights_file(const std::string& path, const Model& model) {
+  // open(2) of a FIFO would wait for a writer, before any collective, and a device may never end; the open
+  // itself names a missing file and a directory.
+  std::error_code ec;
+  const std::filesystem::file_type type = std::filesystem::status(path, ec).type();
+  if (type == std::filesystem::file_type::fifo || type == std::filesystem::file_type::character ||
+      type == std::filesystem::file_type::block || type == std::filesystem::file_type::socket)
+    fail(path, ": not a regular file, not a safetensors file");
   const SafetensorsFile file = SafetensorsFile::open(path);
   std::vector<std::string> expected;
   for (const UnitSpec& unit : model.units()) {

@@ -4,7 +4,6 @@
 // are not parameters.
 #pragma once
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <zshard/model.h>
@@ -22,9 +21,9 @@ std::string resolve_name(const SafetensorsFile& file, const std::string& name);
 std::vector<std::string> unmatched_tensors(const SafetensorsFile& file,
                                            const std::vector<std::string>& expected);
 
-// Reads the header of `path`, given to `flag`, and checks that it holds every parameter of `model` with its
-// shape and nothing from another model: the errors a load would meet, found before anything is allocated
-// or changed. A path that is not a regular file is a UsageError naming `flag`.
-void check_weights_file(std::string_view flag, const std::string& path, const Model& model);
+// Reads the header of `path` and checks that it holds every parameter of `model` with its shape and
+// nothing from another model: the errors a load would meet, found before anything is allocated or changed.
+// A FIFO or a device is refused before it is opened.
+void check_weights_file(const std::string& path, const Model& model);
 
 }  // namespace zshard

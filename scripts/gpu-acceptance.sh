@@ -68,13 +68,13 @@ export REPO BUILD KEPT PART_BYTES
 # ---- the build archive: the built files the steps run, split into parts, keyed by the sources ----
 # A hash of what the build reads: the call's tree has no .git, so not a commit.
 source_key() {
-  (cd "$REPO" && find CMakeLists.txt cmake include kernels comm shard models runtime benchmarks/*.cpp tests/unit \
+  (cd "$REPO" && find CMakeLists.txt cmake include kernels comm shard models runtime tests/unit \
      tests/support tests/CMakeLists.txt -type f 2>/dev/null | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
 }
 # pack_build BUILD_DIR DEST_DIR KEY: BUILD_DIR's libraries and the targets' executables as DEST/build-gpu.tar.gz.NN
 pack_build() {
   local dir=$1 dest=$2 key=$3 files t
-  files=$(cd "$dir" && { ls libzshard.so* 2>/dev/null; for t in $TARGETS_LIST; do ls "$t" "tests/$t" 2>/dev/null; done; })
+  files=$(cd "$dir" && { ls libzshard_*.so* 2>/dev/null; for t in $TARGETS_LIST; do ls "$t" "tests/$t" 2>/dev/null; done; })
   [ -n "$files" ] || { echo "pack_build: nothing built in $dir" >&2; return 1; }
   echo "$key" >"$dir/SOURCE_KEY"
   # shellcheck disable=SC2086
@@ -221,11 +221,11 @@ step_build() {
     local fake out back
     fake=$(mktemp -d) out=$(mktemp -d) back=$(mktemp -d)
     mkdir -p "$fake/tests"
-    head -c 5000 /dev/urandom >"$fake/libzshard.so"
+    head -c 5000 /dev/urandom >"$fake/libzshard_core.so"
     for t in "${targets[@]}"; do echo "$t" >"$fake/$t"; cp "$fake/$t" "$fake/tests/$t"; done
     PART_BYTES=1024 pack_build "$fake" "$out" "$key" || exit 1
     unpack_build "$out" "$back" "$key" || { note "the archive's round trip failed"; exit 1; }
-    cmp -s "$fake/libzshard.so" "$back/libzshard.so" || { note "the archive changed libzshard.so"; exit 1; }
+    cmp -s "$fake/libzshard_core.so" "$back/libzshard_core.so" || { note "the archive changed libzshard_core.so"; exit 1; }
     note "dry run: built nothing; archive round trip of a synthetic build in $(ls "$out" | wc -l) parts: ok"
     rm -rf "$fake" "$out" "$back"
     exit 77

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 
 #include <sys/resource.h>
@@ -11,17 +10,15 @@
 #include "comm/agreed_failure.h"
 #include "comm/launch.h"
 #include "kernels/device_memory.h"
+#include "kernels/test_hooks.h"
 #include "shard/engine_internals.h"
 
 namespace zshard {
 
 namespace {
 
-// Test hook: ZSHARD_TEST_SLOW_WRITER=ms holds every writer thread that long before it writes, so that a
-// test can see training go on while a save is in flight, and kill a job in the middle of one.
-void maybe_slow_writer() {
-  if (const char* ms = std::getenv("ZSHARD_TEST_SLOW_WRITER"))
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(ms)));
+void maybe_slow_writer() {  // ZSHARD_TEST_SLOW_WRITER
+  std::this_thread::sleep_for(std::chrono::milliseconds(test_hooks().slow_writer_ms));
 }
 
 }  // namespace

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include <zshard/error.h>
 
+#include "kernels/test_hooks.h"
 #include "shard/checkpoint_commit.h"
 
 namespace zshard {
@@ -27,7 +27,6 @@ CopyOnUpdate::CopyOnUpdate(ShardedParams& params) : params_(params), copies_(siz
   first_slice_.push_back(slices);
   state_ = std::make_unique<std::atomic<uint8_t>[]>(slices);
   for (size_t s = 0; s < slices; ++s) state_[s].store(live, std::memory_order_relaxed);
-  if (const char* ms = std::getenv("ZSHARD_TEST_SLOW_SLICES")) hold_ms_ = std::atoi(ms);
   params_.set_update_guard(this);
 }
 
@@ -42,7 +41,7 @@ const float* CopyOnUpdate::take(size_t tensor, int64_t begin, int64_t) {
   std::atomic<uint8_t>& state = state_[slice_of(tensor, begin)];
   uint8_t seen = live;
   if (state.compare_exchange_strong(seen, writing, std::memory_order_acq_rel)) {
-    if (hold_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms_));
+    std::this_thread::sleep_for(std::chrono::milliseconds(test_hooks().slow_slices_ms));  // the test hook's hold
     return live_[tensor] + begin;
   }
   while (seen == copying) {

@@ -52,7 +52,6 @@ class CopyOnUpdate final : public SaveSliceSource, public UpdateGuard {
   // Per unit: params, m and v side by side; made by the training thread before it publishes a copied
   // slice of the unit, read by the writer only after it has seen one.
   std::vector<std::unique_ptr<Buffer>> copies_;
-  int hold_ms_ = 0;  // test hook: ZSHARD_TEST_SLOW_SLICES=ms holds each slice the writer claims
 };
 
 }  // namespace zshard

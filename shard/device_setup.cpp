@@ -5,6 +5,7 @@
 #include <zshard/error.h>
 
 #include "comm/self_communicator.h"
+#include "kernels/option_names.h"
 
 #ifdef ZSHARD_WITH_CUDA
 #include "comm/nccl/nccl_communicator.h"
@@ -75,7 +76,7 @@ void select_device(Device device, comm::Communicator&) {
 
 namespace {
 std::unique_ptr<comm::Communicator> open_nccl(comm::Communicator&) {
-  fail("--comm nccl: ", device_unavailable(Device::cuda));
+  fail(option_setting(Option::comm, "nccl", "CommBackend::nccl"), ": ", device_unavailable(Device::cuda));
 }
 }  // namespace
 

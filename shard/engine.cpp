@@ -5,12 +5,13 @@
 #include <vector>
 
 #include "comm/agreed_failure.h"
-#include "comm/flight_recorder.h"
+#include "comm/flight_recorder/recorder.h"
 #include "comm/launch.h"
 #include "kernels/allocator.h"
 #include "kernels/engine_ops.h"
 #include "shard/device_setup.h"
-#include "shard/memory_model.h"
+#include "shard/memory/zero_arithmetic.h"
+#include "shard/plan_internals.h"
 #include "shard/sharded_params.h"
 
 namespace zshard {

@@ -3,7 +3,6 @@
 
 #include <array>
 #include <chrono>
-#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <set>
@@ -16,6 +15,7 @@
 #include "comm/agreed_failure.h"
 #include "kernels/device_memory.h"
 #include "kernels/io/atomic_file.h"
+#include "kernels/test_hooks.h"
 #include "shard/async_checkpoint.h"
 #include "shard/checkpoint_commit.h"
 #include "shard/checkpoint_format.h"
@@ -27,11 +27,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Test hook: ZSHARD_TEST_PAUSE_IN_SAVE=seconds holds rank 0 between the rank files and the manifest,
-// so a test can kill the job in the middle of a save.
-void maybe_pause_in_save() {
-  if (const char* s = std::getenv("ZSHARD_TEST_PAUSE_IN_SAVE"))
-    std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(s)));
+void maybe_pause_in_save() {  // ZSHARD_TEST_PAUSE_IN_SAVE
+  std::this_thread::sleep_for(std::chrono::milliseconds(test_hooks().pause_in_save_ms));
 }
 
 // Checkpoint files are read and written in host memory: a host shard in place, a device shard through a

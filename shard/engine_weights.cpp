@@ -13,7 +13,7 @@ namespace zshard {
 
 void Engine::import_weights(const std::string& path) {
   run_agreed(world_, [&] {
-    check_weights_file("import_weights", path, model_);
+    check_weights_file(path, model_);
     const SafetensorsFile file = SafetensorsFile::open(path);
     for (int u = 0; u < params_->num_units(); ++u) {
       const FlatLayout& layout = params_->layout(u);

@@ -2,7 +2,7 @@
 // reduction each grads_ready() starts: reduce-scatter in the shard group, all-reduce across groups.
 #include "shard/sharded_params.h"
 
-#include "comm/flight_recorder.h"
+#include "comm/flight_recorder/recorder.h"
 #include "shard/optimizer_offload.h"
 
 namespace zshard {
@@ -145,20 +145,6 @@ void ShardedParams::poll_reductions() {
   while (!reductions_.empty() && advance(reductions_.front(), false)) reductions_.pop_front();
   // Later reductions are tested too so that MPI progresses them while the model computes.
   for (auto& r : reductions_) if (r.work) r.work->test();
-}
-
-void ShardedParams::end_micro_step() {
-  // The protocol first, on every strategy: gradients never made ready would silently miss the reduction.
-  for (auto& u : units_) {
-    ZS_CHECK(u->gather_refs == 0, "unit ", u->layout.spec().name, " still gathered at the end of a micro-step");
-    ZS_CHECK(u->grads_state != Unit::Grads::requested, "unit ", u->layout.spec().name,
-             ": grads() without grads_ready() in this micro-step");
-    u->grads_state = Unit::Grads::untouched;
-  }
-  while (!reductions_.empty()) finish_oldest_reduction();
-  for (auto& u : units_)
-    if (u->gathered.defined()) free_gathered(*u);  // a prefetch the model did not use
-  order_->recorded = true;
 }
 
 }  // namespace zshard

@@ -5,7 +5,7 @@
 
 #include <zshard/tensor.h>
 
-#include "comm/flight_recorder.h"
+#include "comm/flight_recorder/recorder.h"
 #include "kernels/device_memory.h"
 
 namespace zshard {

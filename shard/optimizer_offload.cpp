@@ -1,15 +1,14 @@
 #include "shard/optimizer_offload.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <exception>
-#include <string_view>
 #include <thread>
 
 #include <zshard/error.h>
 
 #include "comm/launch.h"
 #include "kernels/engine_ops.h"
+#include "kernels/test_hooks.h"
 
 namespace zshard {
 
@@ -57,9 +56,7 @@ void run_pieces(const std::vector<AdamWPiece>& pieces, int threads) {
 // copies each unit's gradients when its reduction lands, as a GPU does, so that a copy taken before the
 // gradients are final, or AdamW reading the wrong buffer, changes the results of the cpu tests.
 bool own_host_grads(Device device, DType compute) {
-  if (device != Device::cpu || compute != DType::f32) return true;
-  const char* hook = std::getenv("ZSHARD_TEST_OFFLOAD_COPIES");
-  return hook && std::string_view(hook) == "1";
+  return device != Device::cpu || compute != DType::f32 || test_hooks().offload_copies;
 }
 
 // This rank's share of the host's hardware threads (ranks on one host share its cores), at least 1.

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <span>
 
-#include "comm/flight_recorder.h"
+#include "comm/flight_recorder/recorder.h"
 #include "shard/optimizer_offload.h"
 
 namespace zshard {
@@ -72,11 +72,6 @@ void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
   }
   discard_gradients();
   gather_resident_params();
-}
-
-void ShardedParams::discard_gradients() {
-  for (auto& u : units_) u->grad_store.zero_();
-  accumulated_ = false;
 }
 
 }  // namespace zshard

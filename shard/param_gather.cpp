@@ -2,11 +2,9 @@
 // recorded order, and release.
 #include "shard/sharded_params.h"
 
-#include <cstdlib>
-#include <cstring>
-
-#include "comm/flight_recorder.h"
+#include "comm/flight_recorder/recorder.h"
 #include "kernels/device_memory.h"
+#include "kernels/test_hooks.h"
 
 namespace zshard {
 
@@ -14,14 +12,11 @@ using namespace sharded;
 
 namespace {
 
-// Test hook: ZSHARD_TEST_SKIP_GATHER=r:u makes rank r of its shard group skip unit u's all-gather once,
-// as a rank whose protocol has diverged would (its copy of the unit is then garbage): what
-// --check-collectives must catch.
+// Whether ZSHARD_TEST_SKIP_GATHER skips this all-gather: the first one of its rank and unit in this process.
 bool test_skips_gather(int shard_index, int unit) {
-  static const char* skip = std::getenv("ZSHARD_TEST_SKIP_GATHER");
+  const std::optional<TestHooks::SkipGather>& skip = test_hooks().skip_gather;
   static bool skipped = false;
-  const char* colon = skip ? std::strchr(skip, ':') : nullptr;
-  if (!colon || skipped || std::atoi(skip) != shard_index || std::atoi(colon + 1) != unit) return false;
+  if (!skip || skipped || skip->rank != shard_index || skip->unit != unit) return false;
   return skipped = true;
 }
 
@@ -89,21 +84,6 @@ void ShardedParams::release(int unit) {
   // Without resharding after forward, the gathered unit waits for its backward.
   if (!plan_.reshard_after_forward && !in_backward_) return;
   free_gathered(u);
-}
-
-void ShardedParams::begin_micro_step(bool sync_grads) {
-  first_micro_step_ = !accumulated_;
-  accumulated_ = true;
-  sync_grads_ = sync_grads;
-  in_backward_ = false;
-  gather_position_ = 0;
-  order_ = &training_order_;
-}
-
-void ShardedParams::begin_forward_only() {
-  in_backward_ = false;
-  gather_position_ = 0;
-  order_ = &forward_only_order_;
 }
 
 }  // namespace zshard

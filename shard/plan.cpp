@@ -13,7 +13,9 @@
 
 #include "comm/agreed_failure.h"
 #include "comm/launch.h"
+#include "kernels/option_names.h"
 #include "shard/device_setup.h"
+#include "shard/plan_internals.h"
 
 namespace zshard {
 
@@ -55,7 +57,7 @@ ShardGroups hybrid_groups_on(const Hosts& hosts, const StrategyOptions& options,
     const ShardGroups on_hosts(hosts.sizes);
     for (int g = 0; g < list.count(); ++g)
       if (on_hosts.group_of(list.first_rank(g)) != on_hosts.group_of(list.first_rank(g) + list.size(g) - 1))
-        refuse("--shard-group ", asked.text(), ": a group spans two hosts (the hosts hold ", join_sizes(hosts.sizes),
+        refuse(option_name(Option::shard_group), " ", asked.text(), ": a group spans two hosts (the hosts hold ", join_sizes(hosts.sizes),
               " ranks; each group must lie inside one host)");
     return list;
   }
@@ -63,13 +65,13 @@ ShardGroups hybrid_groups_on(const Hosts& hosts, const StrategyOptions& options,
   const StrategyOptions by_size{StrategyKind::hybrid, {}, options.reshard_after_forward, options.max_inflight};
   if (hosts.sizes.size() < 2) {
     if (node_asked)
-      refuse("--shard-group node: all ", n, " ranks run on one host (node groups need two or more hosts; give a "
+      refuse(option_name(Option::shard_group), " node: all ", n, " ranks run on one host (node groups need two or more hosts; give a "
             "group size or a list of sizes instead)");
     return shard_groups(by_size, n);
   }
   if (!hosts.consecutive) {
     if (!node_asked) return shard_groups(by_size, n);  // the size-based default still applies
-    refuse("--shard-group node: the hosts hold ", join_sizes(hosts.sizes), " ranks in interleaved rank order; node "
+    refuse(option_name(Option::shard_group), " node: the hosts hold ", join_sizes(hosts.sizes), " ranks in interleaved rank order; node "
           "groups need each host's ranks to be a run of consecutive ranks");
   }
   const ShardGroups on_hosts(hosts.sizes);
@@ -78,7 +80,7 @@ ShardGroups hybrid_groups_on(const Hosts& hosts, const StrategyOptions& options,
   return on_hosts;
 }
 
-void check_range(const char* flag, double value, double lo, double hi, const char* note = "") {
+void check_range(std::string_view flag, double value, double lo, double hi, const char* note = "") {
   if (!(std::isfinite(value) && value >= lo && value <= hi))
     refuse(flag, " must be a finite number in [", lo, ", ", hi, "]", note, ", got ", value);
 }
@@ -87,8 +89,10 @@ void check_range(const char* flag, double value, double lo, double hi, const cha
 void check_runs_here(const PlanOptions& o) {
   const Device device = o.placement.device;
   if (o.comm == CommBackend::nccl && device == Device::cpu)
-    refuse("--comm nccl needs --device cuda (NCCL moves GPU buffers; the cpu uses --comm mpi)");
-  if (const std::string why = device_unavailable(device); !why.empty()) refuse("--device ", device_name(device), ": ", why);
+    refuse(option_setting(Option::comm, "nccl", "CommBackend::nccl"), " needs ",
+           option_setting(Option::device, "cuda", "Device::cuda"), " (NCCL moves GPU buffers; the cpu uses ",
+           option_setting(Option::comm, "mpi", "CommBackend::mpi"), ")");
+  if (const std::string why = device_unavailable(device); !why.empty()) refuse(option_name(Option::device), " ", device_name(device), ": ", why);
 }
 
 ShardPlan plan_with_groups(const PlanOptions& options, ShardGroups groups) {
@@ -99,136 +103,6 @@ ShardPlan plan_with_groups(const PlanOptions& options, ShardGroups groups) {
 
 }  // namespace
 
-StrategyKind parse_strategy(std::string_view name) {
-  if (name == "ddp") return StrategyKind::ddp;
-  if (name == "zero1") return StrategyKind::zero1;
-  if (name == "zero2") return StrategyKind::zero2;
-  if (name == "zero3") return StrategyKind::zero3;
-  if (name == "hybrid") return StrategyKind::hybrid;
-  refuse("--strategy: unknown strategy '", name, "' (valid: ddp, zero1, zero2, zero3, hybrid)");
-}
-
-std::string_view strategy_name(StrategyKind kind) {
-  switch (kind) {
-    case StrategyKind::ddp: return "ddp";
-    case StrategyKind::zero1: return "zero1";
-    case StrategyKind::zero2: return "zero2";
-    case StrategyKind::zero3: return "zero3";
-    case StrategyKind::hybrid: return "hybrid";
-  }
-  return "?";
-}
-
-bool params_sharded(StrategyKind kind) { return kind == StrategyKind::zero3 || kind == StrategyKind::hybrid; }
-
-bool grads_sharded(StrategyKind kind) {
-  return kind == StrategyKind::zero2 || kind == StrategyKind::zero3 || kind == StrategyKind::hybrid;
-}
-
-std::string ShardGroupRequest::text() const {
-  switch (kind_) {
-    case Kind::automatic: return "auto";
-    case Kind::node: return "node";
-    case Kind::sizes: return join_sizes(sizes_);
-  }
-  return "?";
-}
-
-namespace {
-
-// The least common multiple of `sizes` (each >= 1), or kMaxPadMultiple + 1 once it passes the bound:
-// computed in 64 bits and stopped there, it cannot overflow.
-int64_t bounded_lcm(const std::vector<int>& sizes) {
-  int64_t lcm = 1;
-  for (int g : sizes) {
-    lcm = lcm / std::gcd(lcm, int64_t(g)) * g;
-    if (lcm > kMaxPadMultiple) return kMaxPadMultiple + 1;
-  }
-  return lcm;
-}
-
-int64_t total(const std::vector<int>& sizes) { return std::accumulate(sizes.begin(), sizes.end(), int64_t{0}); }
-
-}  // namespace
-
-void check_group_sizes(const std::vector<int>& sizes, std::string_view flag) {
-  for (int g : sizes)
-    if (g < 1) refuse(flag, ": group sizes must be >= 1, got ", g);
-  if (total(sizes) > INT_MAX) refuse(flag, ": ", total(sizes), " ranks in all, more than ", INT_MAX);
-  if (bounded_lcm(sizes) > kMaxPadMultiple)
-    refuse(flag, " ", join_sizes(sizes), ": every unit is padded to a multiple of each group's size, and the least "
-           "common multiple of these exceeds ", kMaxPadMultiple,
-           "; choose sizes with a smaller common multiple (groups of one size need none)");
-}
-
-ShardGroups::ShardGroups(std::vector<int> sizes) : sizes_(std::move(sizes)), first_{0} {
-  ZS_CHECK(!sizes_.empty(), "a world has at least one shard group");
-  for (int g : sizes_) ZS_CHECK(g >= 1, "shard groups hold at least one rank, got ", g);
-  ZS_CHECK(total(sizes_) <= INT_MAX && bounded_lcm(sizes_) <= kMaxPadMultiple, "shard groups of sizes ",
-           join_sizes(sizes_), ": too many ranks, or a least common multiple above ", kMaxPadMultiple);
-  for (int g : sizes_) first_.push_back(first_.back() + g);
-  pad_multiple_ = int(bounded_lcm(sizes_));
-}
-
-int ShardGroups::group_of(int rank) const {
-  ZS_CHECK(rank >= 0 && rank < world_size(), "rank ", rank, " outside a world of ", world_size());
-  return int(std::upper_bound(first_.begin(), first_.end(), rank) - first_.begin()) - 1;
-}
-
-bool ShardGroups::equal() const {
-  return std::all_of(sizes_.begin(), sizes_.end(), [&](int g) { return g == sizes_[0]; });
-}
-
-std::string join_sizes(const std::vector<int>& sizes) {
-  std::string list;
-  for (int g : sizes) {
-    if (!list.empty()) list += ',';
-    list += std::to_string(g);
-  }
-  return list;
-}
-
-std::string ShardGroups::describe() const { return equal() ? std::to_string(sizes_[0]) : join_sizes(sizes_); }
-
-ShardGroups shard_groups(const StrategyOptions& options, int world_size) {
-  switch (options.kind) {
-    case StrategyKind::ddp: return ShardGroups(std::vector<int>(size_t(world_size), 1));
-    case StrategyKind::zero1:
-    case StrategyKind::zero2:
-    case StrategyKind::zero3: return ShardGroups({world_size});
-    case StrategyKind::hybrid: break;
-  }
-  const ShardGroupRequest& asked = options.shard_group;
-  if (asked.kind() == ShardGroupRequest::Kind::node)
-    refuse("--shard-group node: the hosts decide node groups, and this plan has none (give the nodes' sizes, "
-          "e.g. 4,2)");
-  if (asked.sizes().size() > 1) {
-    const std::vector<int>& sizes = asked.sizes();
-    check_group_sizes(sizes, "--shard-group");
-    if (total(sizes) != world_size)
-      refuse("--shard-group ", join_sizes(sizes), ": the groups hold ", total(sizes), " ranks, the world has ",
-             world_size);
-    return ShardGroups(sizes);
-  }
-  const int g = asked.automatic() ? default_shard_group(world_size) : asked.sizes()[0];
-  if (g < 1 || world_size % g != 0)
-    refuse("--shard-group ", g, " does not divide the world size ", world_size,
-          " (hybrid needs groups of G consecutive ranks; give unequal groups as a list of sizes, e.g. 4,2)");
-  return ShardGroups(std::vector<int>(size_t(world_size / g), g));
-}
-
-int shard_group_size(const StrategyOptions& options, int world_size) {
-  const ShardGroups groups = shard_groups(options, world_size);
-  if (!groups.equal()) refuse("--shard-group ", groups.describe(), ": this needs groups of one size");
-  return groups.size(0);
-}
-
-int default_shard_group(int world_size, int node_ranks) {
-  for (int g = std::min(node_ranks, world_size / 2); g > 1; --g)
-    if (world_size % g == 0) return g;
-  return 1;
-}
-
 std::string_view dtype_flag(DType dtype) { return dtype == DType::f32 ? "fp32" : dtype_name(dtype); }
 
 CommBackend comm_backend(const PlanOptions& o) {
@@ -236,20 +110,21 @@ CommBackend comm_backend(const PlanOptions& o) {
 }
 
 void validate_plan_options(const PlanOptions& o) {
-  for (const auto& [flag, dtype] : {std::pair{"--param-dtype", o.placement.param_dtype},
-                                    std::pair{"--reduce-dtype", o.placement.reduce_dtype}})
-    if (dtype != DType::f32 && dtype != DType::bf16) refuse(flag, " must be fp32 or bf16, got ", dtype_flag(dtype));
-  check_range("--comm-timeout", o.comm_timeout_s, 1e-3, kMaxCommTimeout, " seconds");
+  for (const auto& [option, dtype] : {std::pair{Option::param_dtype, o.placement.param_dtype},
+                                      std::pair{Option::reduce_dtype, o.placement.reduce_dtype}})
+    if (dtype != DType::f32 && dtype != DType::bf16) refuse(option_name(option), " must be fp32 or bf16, got ", dtype_flag(dtype));
+  check_range(option_name(Option::comm_timeout), o.comm_timeout_s, 1e-3, kMaxCommTimeout, " seconds");
   const StrategyOptions& s = o.strategy;
-  if (s.max_inflight < 1) refuse("--max-inflight must be >= 1, got ", s.max_inflight);
+  if (s.max_inflight < 1) refuse(option_name(Option::max_inflight), " must be >= 1, got ", s.max_inflight);
   // The other strategies keep whole parameters: there is nothing to gather, and these would do nothing.
   if (!params_sharded(s.kind)) {
     const StrategyOptions defaults;
-    if (s.max_inflight != defaults.max_inflight) refuse("--max-inflight is only for --strategy zero3 or hybrid");
-    if (s.reshard_after_forward != defaults.reshard_after_forward)
-      refuse("--reshard-after-forward is only for --strategy zero3 or hybrid");
+    const std::string only = detail::concat(" is only for ", option_name(Option::strategy), " zero3 or hybrid");
+    if (s.max_inflight != defaults.max_inflight) refuse(option_name(Option::max_inflight), only);
+    if (s.reshard_after_forward != defaults.reshard_after_forward) refuse(option_name(Option::reshard_after_forward), only);
   }
-  if (s.kind != StrategyKind::hybrid && !s.shard_group.automatic()) refuse("--shard-group is only for --strategy hybrid");
+  if (s.kind != StrategyKind::hybrid && !s.shard_group.automatic())
+    refuse(option_name(Option::shard_group), " is only for ", option_name(Option::strategy), " hybrid");
 }
 
 void apply_comm_timeout(const PlanOptions& options, comm::Communicator& world) {

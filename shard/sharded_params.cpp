@@ -4,7 +4,8 @@
 #include <exception>
 #include <map>
 
-#include "comm/flight_recorder.h"
+#include "comm/backend.h"
+#include "comm/flight_recorder/recorder.h"
 #include "kernels/device_memory.h"
 #include "shard/optimizer_offload.h"
 
@@ -42,7 +43,7 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
       params_sharded_(plan.params_sharded()),
       grads_sharded_(plan.grads_sharded()) {
   ZS_CHECK(comm.size() == plan.world_size(), "a plan for ", plan.world_size(), " ranks on a world of ", comm.size());
-  ZS_CHECK(plan.max_inflight >= 1, "--max-inflight must be >= 1, got ", plan.max_inflight);
+  ZS_CHECK(plan.max_inflight >= 1, "max_inflight must be >= 1, got ", plan.max_inflight);
   const Placement& placement = plan.placement;
   for (DType t : {placement.param_dtype, placement.reduce_dtype})
     ZS_CHECK(t == kF32 || t == DType::bf16, "parameters are kept and reduced in f32 or bf16, not ",

@@ -82,7 +82,7 @@ class ShardedParams : public ParamContext {
   // What the model added to loss_sum() since the last call, read back (a device wait) and reset.
   double take_loss_sum();
 
-  // Step protocol, driven by the trainer.
+  // Step protocol, driven by the engine: the micro-step's life is in shard/grad_accumulation.cpp.
   void begin_micro_step(bool sync_grads);  // sync_grads false = accumulate locally (ddp/zero1 no_sync)
   // A forward-only micro-step (Model::forward, for evaluation): gathers and releases only; grads() is
   // refused. The gradients and the optimizer state are left as they are.

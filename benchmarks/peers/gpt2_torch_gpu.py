@@ -22,7 +22,7 @@ Precision (--precision):
 
 Prints one JSON line (also written to --json): step times (median, p10, p90), tokens/s, achieved
 TFLOP/s and MFU with zshard-bench's FLOP count: per token 6*N + 6*layers*seq*dim (N = the parameter
-count, tied head once; benchmarks/bench_main.cpp), against the dense bf16 peak of the GPU (H100 and H200
+count, tied head once; runtime/tools/bench_main.cpp), against the dense bf16 peak of the GPU (H100 and H200
 SXM: 989.4 TFLOP/s; --peak-tflops overrides, unknown GPUs get no MFU). Exit 3 on CUDA out of memory (the
 JSON says "oom": true), so a caller can search for the largest batch. Needs PyTorch and a CUDA GPU: exits 2
 without either.

@@ -6,7 +6,7 @@
 
 #include <zshard/error.h>
 
-#include "comm/flight_recorder.h"
+#include "comm/flight_recorder/recorder.h"
 #include "comm/mpi_communicator.h"
 #include "kernels/cuda/runtime.h"
 

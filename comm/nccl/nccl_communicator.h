@@ -23,6 +23,8 @@
 
 #include <zshard/communicator.h>
 
+#include "comm/backend.h"
+
 #include "kernels/allocator.h"
 
 namespace zshard::comm {
@@ -33,7 +35,7 @@ int local_rank(Communicator& world);
 // The GPU of this rank: local_rank(world) modulo the visible device count.
 int local_device(Communicator& world);
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public Backend {
  public:
   // Collective over `bootstrap`: rank 0 creates the NCCL unique id and broadcasts it as bytes through
   // `bootstrap`; the new communicator has the same ranks. Selects `device` (cuda_init must have run: its
@@ -68,9 +70,7 @@ class NcclCommunicator final : public Communicator {
   void check_watchdog();
   void collect_device_stats() override;
 
-  cudaStream_t comm_stream() const { return comm_stream_; }
   cudaStream_t compute_stream() const { return compute_stream_; }
-  void set_compute_stream(cudaStream_t stream) { compute_stream_ = stream; }
   ncclComm_t handle() const { return comm_; }
 
   // A collective's completion event, shared by its Work and the watchdog.

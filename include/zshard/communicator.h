@@ -98,10 +98,6 @@ class Communicator {
   // stalled on collectives); host backends count as they go and have nothing to add. Never blocks.
   virtual void collect_device_stats() {}
 
-  // This communicator's group in the flight recorder (comm/flight_recorder.h); -1: not recorded.
-  int trace_group() const { return trace_group_; }
-  void set_trace_group(int group) { trace_group_ = group; }
-
  protected:
   void count(Collective c, int64_t bytes) {
     stats_.bytes[int(c)] += bytes;
@@ -109,14 +105,7 @@ class Communicator {
   }
   Clock::duration timeout_ = std::chrono::minutes(5);
   CommStats stats_;
-  int trace_group_ = -1;
 };
-
-// Once any collective of this process has timed out or failed, its peers may never match the ones still
-// in flight: nothing may wait on them again (a second wait would add a second deadline to the first and
-// lose its message). Set by the backends; teardown checks it and aborts instead of waiting.
-void mark_collectives_failed();
-bool collectives_failed();
 
 // Blocking conveniences.
 void all_reduce_sum(Communicator& comm, double* values, size_t count);

@@ -43,7 +43,6 @@ class Tensor {
 
   // A view of `shape` starting `offset` elements into this tensor.
   Tensor view(int64_t offset, Shape shape) const;
-  Tensor reshape(Shape shape) const { return view(0, std::move(shape)); }
   void zero_();  // host or device memset
 
  private:

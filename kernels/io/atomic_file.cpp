@@ -60,27 +60,6 @@ void check_link_owner(const fs::path& link, const std::string& path) {
          ")");
 }
 
-// The file a write to `path` replaces: its symbolic links followed to the name of the file they lead to,
-// which need not exist (a dangling link names the file to create). None for a file written in place: a
-// device or a FIFO, or a file reached through an open descriptor's link (/dev/stdout, /dev/fd/N,
-// /proc/PID/fd/N), which a shell's redirection opened and positioned.
-std::optional<std::string> replaced_file(const std::string& path) {
-  if (is_special_file(path)) return std::nullopt;
-  fs::path p = path;
-  for (int hops = 0;; ++hops) {
-    std::error_code ec;
-    if (!fs::is_symlink(fs::symlink_status(p, ec))) return p.string();
-    if (hops == 40) fail(path, ": cannot write (", std::strerror(ELOOP), ")");
-    // A descriptor's link (/dev/stdout leads to /proc/self/fd/1, /dev/fd is /proc/self/fd): no name to replace.
-    const fs::path dir = fs::weakly_canonical(p.has_parent_path() ? p.parent_path() : fs::path("."), ec);
-    if (dir.string().rfind("/proc/", 0) == 0) return std::nullopt;
-    check_link_owner(p, path);
-    const fs::path to = fs::read_symlink(p, ec);
-    if (ec) fail(path, ": cannot write (", ec.message(), ")");
-    p = to.is_absolute() ? to : p.parent_path() / to;
-  }
-}
-
 // Opens a file written in place. This process's stdout or stderr (/dev/stdout, or the file either is
 // redirected to) is written through that descriptor, after what the streams hold: a file of its own
 // would have an offset of its own, and the two would write over each other. Anything else is appended
@@ -223,66 +202,20 @@ void write_file_atomically(const std::string& path, std::string_view contents) {
   file.commit();
 }
 
-void check_output_path(std::string_view flag, const std::string& path) {
-  std::error_code ec;
-  if (path.empty()) throw UsageError(detail::concat(flag, ": empty path"));
-  if (fs::is_directory(path, ec)) throw UsageError(detail::concat(flag, " ", path, ": is a directory"));
-  std::optional<std::string> replaced;
-  try {
-    replaced = replaced_file(path);
-  } catch (const Error& e) {
-    throw UsageError(detail::concat(flag, " ", e.what()));
-  }
-  if (!replaced) {
-    if (::access(path.c_str(), W_OK) != 0)
-      throw UsageError(detail::concat(flag, " ", path, ": cannot write (", std::strerror(errno), ")"));
-    return;
-  }
-  const std::string dir = parent_dir(*replaced);
-  if (!fs::is_directory(dir, ec))
-    throw UsageError(detail::concat(flag, " ", path, ": directory ", dir, " does not exist"));
-  if (::access(dir.c_str(), W_OK) != 0)
-    throw UsageError(detail::concat(flag, " ", path, ": cannot write into ", dir, " (", std::strerror(errno), ")"));
-}
-
-void check_input_file(std::string_view flag, const std::string& path, std::string_view kind) {
-  std::error_code ec;
-  const char* what = nullptr;
-  switch (fs::status(path, ec).type()) {
-    case fs::file_type::regular:
-    case fs::file_type::none: return;  // status failed for another reason: the open says which
-    case fs::file_type::not_found: throw UsageError(detail::concat(flag, " ", path, ": no such file"));
-    case fs::file_type::directory: what = "a directory"; break;
-    case fs::file_type::fifo: what = "a FIFO (named pipe)"; break;
-    case fs::file_type::character: what = "a character device"; break;
-    case fs::file_type::block: what = "a block device"; break;
-    case fs::file_type::socket: what = "a socket"; break;
-    default: what = "not a regular file"; break;
-  }
-  throw UsageError(detail::concat(flag, " ", path, ": is ", what, ", not ", kind));
-}
-
-void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs) {
-  const auto& [out_flag, out] = output;
-  // A file written in place is never replaced: /dev/null may take every output, and /dev/stdout too.
-  if (out.empty()) return;
-  try {
-    if (!replaced_file(out)) return;
-  } catch (const Error&) {  // check_output_path reports it
-  }
-  std::error_code ec;
-  const fs::path target = fs::weakly_canonical(fs::absolute(out, ec), ec);
-  for (const auto& [in_flag, in] : inputs) {
-    if (in.empty()) continue;
-    const fs::path source = fs::weakly_canonical(fs::absolute(in, ec), ec);
-    if (target == source)
-      throw UsageError(detail::concat(out_flag, " ", out, " names the same file as ", in_flag, ": refusing to overwrite it"));
-    if (!fs::is_directory(source, ec)) continue;
-    // Inside the input directory: the relative path from it does not climb out.
-    const fs::path rel = target.lexically_relative(source);
-    if (!rel.empty() && *rel.begin() != "..")
-      throw UsageError(
-          detail::concat(out_flag, " ", out, " lies inside ", in, " (", in_flag, "): refusing to write into an input"));
+std::optional<std::string> replaced_file(const std::string& path) {
+  if (is_special_file(path)) return std::nullopt;
+  fs::path p = path;
+  for (int hops = 0;; ++hops) {
+    std::error_code ec;
+    if (!fs::is_symlink(fs::symlink_status(p, ec))) return p.string();
+    if (hops == 40) fail(path, ": cannot write (", std::strerror(ELOOP), ")");
+    // A descriptor's link (/dev/stdout leads to /proc/self/fd/1, /dev/fd is /proc/self/fd): no name to replace.
+    const fs::path dir = fs::weakly_canonical(p.has_parent_path() ? p.parent_path() : fs::path("."), ec);
+    if (dir.string().rfind("/proc/", 0) == 0) return std::nullopt;
+    check_link_owner(p, path);
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) fail(path, ": cannot write (", ec.message(), ")");
+    p = to.is_absolute() ? to : p.parent_path() / to;
   }
 }
 

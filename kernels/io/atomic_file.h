@@ -14,10 +14,9 @@
 #pragma once
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <vector>
 
 namespace zshard {
 
@@ -76,23 +75,11 @@ std::string parent_dir(const std::string& path);
 // fsyncs a directory, so that the renames and removals inside it are durable.
 void sync_dir(const std::string& dir);
 
-// Checks, before any work, that `path` can be written by `flag` as AtomicFile writes it: not a directory;
-// a file that is not a regular one (a device, a FIFO) writable itself; otherwise the directory of the file
-// it names (its symbolic links followed) existing and writable. Throws UsageError naming the flag. The
-// write itself can still fail (a disk that fills).
-void check_output_path(std::string_view flag, const std::string& path);
-
-// Checks, before any work, that `path` given to `flag` names a regular file (or a link to one), which a
-// tool reads whole: throws UsageError "FLAG PATH: no such file" or "FLAG PATH: is a FIFO (named pipe), not
-// KIND". Opening a FIFO blocks until a writer comes, before any collective, where no deadline reaches
-// it, and a device such as /dev/zero never ends. A path whose status cannot be read is left to the open.
-void check_input_file(std::string_view flag, const std::string& path, std::string_view kind);
-
-// A flag and the path it names, for the check below.
-using FlagPath = std::pair<std::string_view, std::string>;
-// Throws UsageError when `output` is one of `inputs`, or lies inside an input that is a directory: a tool
-// never writes over what it reads. Empty paths, and outputs that are devices or FIFOs (written in place,
-// never replaced), are skipped.
-void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs);
+// The file a write to `path` replaces: its symbolic links followed to the name of the file they lead to,
+// which need not exist (a dangling link names the file to create). None for a file written in place: a
+// device or a FIFO, or a file reached through an open descriptor's link (/dev/stdout, /dev/fd/N,
+// /proc/PID/fd/N), which a shell's redirection opened and positioned. Throws Error naming `path` for a
+// link loop, or another user's link in a shared sticky directory.
+std::optional<std::string> replaced_file(const std::string& path);
 
 }  // namespace zshard

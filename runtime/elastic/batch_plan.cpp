@@ -6,8 +6,9 @@
 
 #include <zshard/model_registry.h>
 
-#include "runtime/planning/memory_check.h"
-#include "runtime/train/options/flags.h"
+#include "shard/memory/fit_check.h"
+#include "runtime/cli/flags.h"
+#include "shard/plan_internals.h"
 
 namespace zshard::elastic {
 

@@ -1,7 +1,7 @@
 // What each relaunch trains with. A step's sequences are fixed (--batch x --grad-accum of the command) and
-// do not depend on the world (README, "Data"), so fewer ranks compute the same steps as long as each rank
-// can hold its share of a micro-step. When it cannot, the launcher keeps the step and cuts it into more
-// micro-steps: --grad-accum up, --batch down by the same factor.
+// do not depend on the world (docs/training.md, "Data"), so fewer ranks compute the same steps as long as
+// each rank can hold its share of a micro-step. When it cannot, the launcher keeps the step and cuts it into
+// more micro-steps: --grad-accum up, --batch down by the same factor.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -10,7 +10,7 @@
 
 #include <zshard/model.h>
 
-#include "runtime/train/options/train_options.h"
+#include "runtime/cli/train_options.h"
 
 namespace zshard::elastic {
 

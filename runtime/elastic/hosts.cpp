@@ -1,12 +1,20 @@
 #include "runtime/elastic/hosts.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <fstream>
 #include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <zshard/error.h>
+
+#include "runtime/process/child_process.h"
 
 namespace zshard::elastic {
 
@@ -164,6 +172,53 @@ std::string host_list_text(const std::vector<Host>& hosts) {
   std::string text;
   for (const Host& h : hosts) text += (text.empty() ? "" : ",") + h.name + ":" + std::to_string(h.slots);
   return text;
+}
+
+std::vector<bool> probe_hosts(const std::vector<std::string>& hosts, const std::string& probe, double timeout_s) {
+  std::vector<bool> answers(hosts.size(), false);
+  std::vector<Child> running(hosts.size());
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    if (is_local_host(hosts[i])) {
+      answers[i] = true;
+      continue;
+    }
+    // Quiet: a host that does not answer is reported by the launcher in one line, not by ssh.
+    running[i] = spawn({"sh", "-c", probe + " </dev/null >/dev/null 2>&1", "zshard-probe", hosts[i]},
+                       ChildOutput::inherit());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    bool any = false;
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      if (running[i].pid < 0) continue;
+      int status = 0;
+      if (waitpid(running[i].pid, &status, WNOHANG) == running[i].pid) {
+        answers[i] = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        running[i].pid = -1;
+      } else {
+        any = true;
+      }
+    }
+    if (!any) return answers;
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const Child& probe : running) {
+    if (probe.pid < 0) continue;
+    signal_session(probe, SIGKILL);  // the probe's ssh too
+    waitpid(probe.pid, nullptr, 0);
+  }
+  return answers;
+}
+
+std::string local_host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+bool is_local_host(const std::string& host) {
+  return host == "localhost" || host == "127.0.0.1" || host == local_host_name();
 }
 
 }  // namespace zshard::elastic

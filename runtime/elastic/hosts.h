@@ -29,4 +29,12 @@ int total_slots(const std::vector<Host>& hosts);
 // "a:4,b:2": the --hosts form, also what mpirun's --host takes.
 std::string host_list_text(const std::vector<Host>& hosts);
 
+// Runs `probe` (a shell command; the host is its $1) for every host at once; true where it exits 0 within
+// `timeout_s` seconds. A probe still running then is killed, session and all.
+std::vector<bool> probe_hosts(const std::vector<std::string>& hosts, const std::string& probe, double timeout_s);
+
+// This machine's host name, and whether `host` names this machine (it answers without a probe).
+std::string local_host_name();
+bool is_local_host(const std::string& host);
+
 }  // namespace zshard::elastic

@@ -16,13 +16,16 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/io/atomic_file.h"
+#include "kernels/io/fixed_text.h"
+#include "runtime/cli/memory_flags.h"
+#include "runtime/cli/path_checks.h"
 #include "runtime/elastic/batch_plan.h"
-#include "runtime/elastic/process.h"
+#include "runtime/elastic/hosts.h"
 #include "runtime/elastic/run_log.h"
-#include "runtime/fixed_text.h"
-#include "runtime/planning/memory_check.h"
-#include "runtime/planning/memory_estimator.h"
+#include "runtime/process/child_process.h"
 #include "shard/checkpoint_format.h"
+#include "shard/memory/estimator.h"
+#include "shard/memory/fit_check.h"
 
 namespace zshard::elastic {
 
@@ -223,7 +226,7 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
             << (resumed_step > 0 ? "after step " + std::to_string(resumed_step) : std::string("from the start"))
             << std::endl;
 
-  Child child = spawn(argv, false);
+  Child child = spawn(argv, ChildOutput::pipes());
   StepLogReader reader(step_log);
   Outcome outcome;
   std::string partial[2];
@@ -259,7 +262,7 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
       std::cerr << "zshard-run: stop signal: " << (forwarded == 1 ? "stopping the job" : "killing the job")
                 << " (no restart)" << std::endl;
       if (forwarded > 1) {
-        kill(-child.pid, SIGKILL);
+        signal_session(child, SIGKILL);  // mpirun and every rank it started here
       } else if (!std::ofstream(stop_file)) {
         kill(child.pid, SIGTERM);  // no file to ask with: the ranks save what mpirun gives them time for
       }
@@ -297,6 +300,12 @@ int Supervisor::run() {
   for (const Host& h : hosts) slots.push_back(h.slots);
   if (budget_ == 0) budget_ = default_budget(hosts);
   BatchPlan plan = plan_batch(run_, slots, budget_);
+  // The budget never reaches the job (zshard-train's --mem-budget belongs to --batch auto, which a relaunch
+  // cannot keep): its set-up check measures the machine instead, and would start the run this budget rules out.
+  if (!plan.fits && !o_.mem_budget.empty())
+    refuse("--mem-budget ", o_.mem_budget, ": no micro-batch fits on the ", total_slots(hosts), " ranks of ",
+           host_list_text(hosts), ": the smallest, batch ", plan.batch, " x grad-accum ", plan.grad_accum, ", needs ",
+           format_bytes(double(plan.rank_bytes)), " per rank by the estimate");
 
   std::optional<Restart> restart;
   for (int attempt = 1;; ++attempt) {

@@ -5,6 +5,8 @@
 
 #include <zshard/error.h>
 
+#include "shard/comm_volume.h"
+
 namespace zshard {
 
 namespace {
@@ -38,16 +40,30 @@ std::vector<std::string> link_profile_names() {
 
 namespace {
 
-// zero3's volume inside a group of G: two all-gathers (forward, backward) and a reduce-scatter per unit.
-double in_group_ms(const LinkProfile& link, int G, double bytes, int U) {
-  return 3 * U * ring_ms(link, G, 1, bytes * double(G - 1) / G / U);
+// The bytes of a projected step: one micro-step that gathers every parameter twice (forward, backward),
+// in shard groups of `group` ranks, `replicas` of them under hybrid (ddp and zero3 span the world).
+CommVolume step_volume(StrategyKind kind, int world, int group, int replicas, const ProjectionInput& in) {
+  return comm_volume({.kind = kind,
+                      .world = world,
+                      .group = group,
+                      .replicas = replicas,
+                      .psi = in.params,
+                      .gathered = 2 * in.params,
+                      .param_bytes = in.elem_bytes,
+                      .grad_bytes = in.elem_bytes});
 }
 
-// The all-reduce of a shard of `shard_bytes` per unit across R groups, cut into `pieces` collectives (one
+// zero3's collectives inside a group of G, moving `bytes`: two all-gathers (forward, backward) and a
+// reduce-scatter per unit.
+double in_group_ms(const LinkProfile& link, int G, double bytes, int U) {
+  return 3 * U * ring_ms(link, G, 1, bytes / (3 * U));
+}
+
+// The all-reduce of each unit's shard across R groups, moving `bytes`, cut into `pieces` collectives (one
 // per piece of the common refinement it owns, unequal groups): each pays its latency hops.
-double across_groups_ms(const LinkProfile& link, int R, double shard_bytes, int U, int pieces) {
+double across_groups_ms(const LinkProfile& link, int R, double bytes, int U, int pieces) {
   if (R <= 1) return 0;
-  return U * (ring_ms(link, R, 2, 2 * shard_bytes * double(R - 1) / R / U) + (pieces - 1) * 2 * (R - 1) * link.alpha_us / 1e3);
+  return U * (ring_ms(link, R, 2, bytes / U) + (pieces - 1) * 2 * (R - 1) * link.alpha_us / 1e3);
 }
 
 ProjectedStep finish(ProjectedStep s, StrategyKind kind, int world, const ProjectionInput& in) {
@@ -63,9 +79,9 @@ ProjectedStep finish(ProjectedStep s, StrategyKind kind, int world, const Projec
 ProjectedStep flat_step(StrategyKind kind, int world, const LinkProfile& flat, const ProjectionInput& in) {
   ProjectedStep s;
   s.compute_ms = in.compute_ms * (in.weak ? 1.0 : 1.0 / world);
-  const double bytes = double(in.params) * in.elem_bytes;
   const int U = in.units;
-  if (kind == StrategyKind::ddp) s.comm_ms = U * ring_ms(flat, world, 2, 2 * bytes * double(world - 1) / world / U);
+  const double bytes = step_volume(kind, world, world, 1, in).in_group();
+  if (kind == StrategyKind::ddp) s.comm_ms = U * ring_ms(flat, world, 2, bytes / U);
   else if (kind == StrategyKind::zero3) s.comm_ms = in_group_ms(flat, world, bytes, U);
   else fail("project_step: only ddp, zero3 and hybrid are projected");
   return finish(s, kind, world, in);
@@ -80,9 +96,10 @@ ProjectedStep project_step(StrategyKind kind, int world, const ProjectionInput& 
   // of each shard across the N/G replicas, between nodes once the world spans several.
   ProjectedStep s;
   s.compute_ms = in.compute_ms * (in.weak ? 1.0 : 1.0 / world);
-  const double bytes = double(in.params) * in.elem_bytes;
   const int G = default_shard_group(world, in.node_size);
-  s.comm_ms = in_group_ms(in.intra, G, bytes, in.units) + across_groups_ms(flat, world / G, bytes / G, in.units, 1);
+  const CommVolume v = step_volume(kind, world, G, world / G, in);
+  s.comm_ms = in_group_ms(in.intra, G, v.in_group(), in.units) +
+              across_groups_ms(flat, world / G, v.across, in.units, 1);
   return finish(s, kind, world, in);
 }
 
@@ -92,13 +109,14 @@ ProjectedStep project_step(StrategyKind kind, const ShardGroups& nodes, const Pr
   if (kind != StrategyKind::hybrid) return flat_step(kind, world, flat, in);
   ProjectedStep s;
   s.compute_ms = in.compute_ms * (in.weak ? 1.0 : 1.0 / world);
-  const double bytes = double(in.params) * in.elem_bytes;
   // Every rank waits for the slowest: the largest node's gathers and reduce-scatters (most hops, most
   // bytes), the smallest node's all-reduce (the largest shard, cut into the most pieces).
   const int largest = *std::max_element(nodes.sizes().begin(), nodes.sizes().end());
   const int smallest = *std::min_element(nodes.sizes().begin(), nodes.sizes().end());
-  s.comm_ms = in_group_ms(in.intra, largest, bytes, in.units) +
-              across_groups_ms(flat, nodes.count(), bytes / smallest, in.units, (largest + smallest - 1) / smallest);
+  const int R = nodes.count();
+  s.comm_ms = in_group_ms(in.intra, largest, step_volume(kind, world, largest, R, in).in_group(), in.units) +
+              across_groups_ms(flat, R, step_volume(kind, world, smallest, R, in).across, in.units,
+                               (largest + smallest - 1) / smallest);
   return finish(s, kind, world, in);
 }
 

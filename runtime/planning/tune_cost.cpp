@@ -7,6 +7,7 @@
 
 #include "runtime/planning/rank_balancer.h"
 #include "runtime/planning/scaling_projection.h"
+#include "shard/comm_volume.h"
 
 namespace zshard {
 
@@ -32,20 +33,30 @@ ShardGroups groups_of(const TuneProblem& p, const Candidate& c) {
 int smallest_group_size(const ShardGroups& g) { return *std::min_element(g.sizes().begin(), g.sizes().end()); }
 
 // Bytes and collective calls per step of a rank, and of those the gathers nothing prefetches (--max-inflight 1).
-struct CommVolume {
+struct CommLoad {
   double bytes = 0, calls = 0;
   double unprefetched_bytes = 0, unprefetched_calls = 0;
 };
 
-CommVolume comm_volume(const TuneProblem& p, const Candidate& c) {
+CommLoad comm_load(const TuneProblem& p, const Candidate& c) {
   const ShardGroups groups = groups_of(p, c);
-  const int G = smallest_group_size(groups), K = c.grad_accum;
+  const int K = c.grad_accum;
   const int64_t psi = num_params(*p.model);
   const double U = double(p.model->units().size());  // one collective per unit and pass
   // GPT-2 gathers every unit for forward and again for backward; kept from forward, once.
   const int gathers = c.reshard_after_forward ? 2 : 1;
-  CommVolume v;
-  v.bytes = double(predict_comm_bytes(c.kind, groups, G, psi, gathers * psi, K, DtypePolicy::of(p.param_dtype)));
+  const DtypePolicy dtypes = DtypePolicy::of(p.param_dtype);
+  const CommVolume volume = comm_volume({.kind = c.kind,
+                                         .world = groups.world_size(),
+                                         .group = smallest_group_size(groups),
+                                         .replicas = groups.count(),
+                                         .psi = psi,
+                                         .gathered = gathers * psi,
+                                         .grad_accum = K,
+                                         .param_bytes = dtypes.param_bytes,
+                                         .grad_bytes = dtypes.grad_bytes});
+  CommLoad v;
+  v.bytes = volume.total();
   switch (c.kind) {
     case StrategyKind::ddp: v.calls = U; break;                // all-reduce, once per step (no_sync)
     case StrategyKind::zero1: v.calls = 2 * U; break;          // reduce-scatter once, all-gather after the step
@@ -54,7 +65,7 @@ CommVolume comm_volume(const TuneProblem& p, const Candidate& c) {
     case StrategyKind::hybrid: v.calls = K * (gathers + 2) * U; break;  // and an all-reduce across groups
   }
   if (params_sharded(c.kind) && c.max_inflight == 1) {
-    v.unprefetched_bytes = double(K) * double(gathers * psi) * DtypePolicy::of(p.param_dtype).param_bytes * (G - 1) / G;
+    v.unprefetched_bytes = volume.gather;
     v.unprefetched_calls = double(K) * gathers * U;
   }
   return v;
@@ -77,7 +88,7 @@ double comm_ms(double bytes, double calls, const Calibration& rates) {
   return calls * rates.comm_ms_per_call + bytes / rates.comm_bytes_per_ms;
 }
 
-double exposed_comm_ms(const CommVolume& v, const Calibration& rates) {
+double exposed_comm_ms(const CommLoad& v, const Calibration& rates) {
   const double e = rates.exposed_fraction;  // so written that e = 1 gives the total exactly, as prefetching does
   return e * comm_ms(v.bytes, v.calls, rates) + (1 - e) * comm_ms(v.unprefetched_bytes, v.unprefetched_calls, rates);
 }
@@ -129,15 +140,15 @@ Calibration calibrate(const TuneProblem& p, const Candidate& ran, const Measured
     rates.seconds_per_seq[size_t(r)] = 1 / v / factor;
   }
   // The replay of the run's collectives at one element each is their latency; the rest is their bytes.
-  const CommVolume volume = comm_volume(p, ran);
-  if (m.comm_latency_ms > 0 && volume.calls > 0) rates.comm_ms_per_call = m.comm_latency_ms / volume.calls;
-  if (m.comm_total_ms > m.comm_latency_ms && volume.bytes > 0)
-    rates.comm_bytes_per_ms = volume.bytes / (m.comm_total_ms - m.comm_latency_ms);
-  const double total_ms = comm_ms(volume.bytes, volume.calls, rates);
-  const double unprefetched_ms = comm_ms(volume.unprefetched_bytes, volume.unprefetched_calls, rates);
+  const CommLoad load = comm_load(p, ran);
+  if (m.comm_latency_ms > 0 && load.calls > 0) rates.comm_ms_per_call = m.comm_latency_ms / load.calls;
+  if (m.comm_total_ms > m.comm_latency_ms && load.bytes > 0)
+    rates.comm_bytes_per_ms = load.bytes / (m.comm_total_ms - m.comm_latency_ms);
+  const double total_ms = comm_ms(load.bytes, load.calls, rates);
+  const double unprefetched_ms = comm_ms(load.unprefetched_bytes, load.unprefetched_calls, rates);
   if (total_ms > unprefetched_ms)
     rates.exposed_fraction = std::clamp((m.comm_exposed_ms - unprefetched_ms) / (total_ms - unprefetched_ms), 0.0, 1.0);
-  const double rest = m.step_ms - compute_ms(p, ran, rates.seconds_per_seq) - exposed_comm_ms(volume, rates);
+  const double rest = m.step_ms - compute_ms(p, ran, rates.seconds_per_seq) - exposed_comm_ms(load, rates);
   rates.optimizer_ms_per_param = std::max(0.0, rest) / owned_params(p, ran);
   return rates;
 }
@@ -145,7 +156,7 @@ Calibration calibrate(const TuneProblem& p, const Candidate& ran, const Measured
 StepCost predict_step(const TuneProblem& p, const Candidate& c, const Calibration& rates) {
   StepCost cost;
   cost.compute_ms = compute_ms(p, c, rates.seconds_per_seq);
-  cost.comm_ms = exposed_comm_ms(comm_volume(p, c), rates);
+  cost.comm_ms = exposed_comm_ms(comm_load(p, c), rates);
   cost.optimizer_ms = rates.optimizer_ms_per_param * owned_params(p, c);
   return cost;
 }

@@ -3,7 +3,7 @@
 //                  recompute of --activation-checkpointing blocks (one more forward of the blocks: the
 //                  model's FLOPs say how much)
 //   communication  the projection's alpha-beta terms: a latency per collective call (one per unit and
-//                  pass) plus the ZeRO volume of the strategy per step (predict_comm_bytes: ddp and zero1
+//                  pass) plus the ZeRO volume of the strategy per step (shard/comm_volume.h: ddp and zero1
 //                  once per step, zero2, zero3 and hybrid every micro-step, zero3 gathering once per
 //                  micro-step when it keeps gathered units from forward to backward) over the bandwidth;
 //                  a fraction of it is exposed, and all of zero3's and hybrid's gathers when nothing

@@ -4,7 +4,8 @@
 
 #include <zshard/error.h>
 
-#include "runtime/planning/divisors.h"
+#include "shard/memory/divisors.h"
+#include "shard/plan_internals.h"
 
 namespace zshard {
 

@@ -10,7 +10,7 @@
 
 #include <zshard/model.h>
 
-#include "runtime/planning/memory_estimator.h"
+#include "shard/memory/estimator.h"
 
 namespace zshard {
 

@@ -19,14 +19,16 @@
 #include "kernels/device_memory.h"
 #include "kernels/engine_ops.h"
 #include "kernels/io/atomic_file.h"
+#include "runtime/cli/path_checks.h"
 #include "models/config_json.h"
-#include "runtime/fixed_text.h"
+#include "kernels/io/fixed_text.h"
 #include "runtime/tools/tool_runner.h"
 #include "runtime/tools/tools.h"
-#include "runtime/train/options/flags.h"
-#include "runtime/train/options/train_options.h"
+#include "runtime/cli/flags.h"
+#include "runtime/cli/train_options.h"
 #include "runtime/train/trainer.h"
 #include "shard/engine_internals.h"
+#include "shard/plan_internals.h"
 
 namespace zshard {
 using nlohmann::json;

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "kernels/io/atomic_file.h"
+#include "runtime/cli/path_checks.h"
 #include "runtime/tools/tool_runner.h"
 #include "shard/checkpoint_format.h"
 

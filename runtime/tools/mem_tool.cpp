@@ -14,14 +14,17 @@
 #include <zshard/model_registry.h>
 
 #include "kernels/io/atomic_file.h"
-#include "kernels/io/json_input.h"
+#include "runtime/cli/memory_flags.h"
+#include "runtime/cli/path_checks.h"
+#include "runtime/cli/json_input.h"
 #include "models/config_json.h"
-#include "runtime/planning/memory_estimator.h"
+#include "shard/memory/estimator.h"
 #include "runtime/tools/tool_runner.h"
 #include "runtime/tools/tools.h"
-#include "runtime/train/options/flags.h"
-#include "runtime/train/options/model_options.h"
-#include "runtime/train/options/plan_flags.h"
+#include "runtime/cli/flags.h"
+#include "runtime/cli/model_options.h"
+#include "runtime/cli/plan_flags.h"
+#include "shard/plan_internals.h"
 
 namespace zshard {
 using nlohmann::json;

@@ -5,13 +5,23 @@
 #include "comm/agreed_failure.h"
 #include "comm/abort.h"
 #include "comm/launch.h"
-#include "runtime/train/options/flags.h"
+#include "kernels/option_names.h"
+#include "runtime/cli/flags.h"
 
 namespace zshard {
 
 int run_tool(const char* name, int argc, char** argv, CLI::App& app,
              const std::function<void(comm::Communicator& world)>& body) {
-  auto world = comm::init_world(&argc, &argv);
+  set_option_naming(OptionNaming::flags);
+  std::unique_ptr<comm::Communicator> world;
+  try {
+    world = comm::init_world(&argc, &argv);
+  } catch (const std::exception& e) {
+    // Before any collective (a malformed test hook): each rank says so, in one write so that the ranks'
+    // lines do not interleave, and ends alone.
+    std::cerr << std::string(name) + ": error: " + e.what() + "\n";
+    return 1;
+  }
   const int rank = world->rank();
   int code = 0;
   try {
@@ -38,6 +48,7 @@ int run_tool(const char* name, int argc, char** argv, CLI::App& app,
 }
 
 int run_local_tool(const char* name, int argc, char** argv, CLI::App& app, const std::function<int()>& body) {
+  set_option_naming(OptionNaming::flags);
   try {
     refuse_empty_values(app);
     app.parse(argc, argv);

@@ -5,7 +5,8 @@
 #include <iostream>
 
 #include "runtime/tools/tool_runner.h"
-#include "runtime/tools/trace_analysis.h"
+#include "comm/flight_recorder/analysis.h"
+#include "runtime/cli/path_checks.h"
 
 using namespace zshard;
 
@@ -14,7 +15,11 @@ int main(int argc, char** argv) {
   CLI::App app{"zshard-trace: what each rank's last collectives say about a failed or hung job"};
   app.add_option("dir", dir, "the --trace-dir the job's ranks dumped to (rank-NNNNN.trace files)")->required();
   return run_local_tool("zshard-trace", argc, argv, app, [&] {
-    const TraceReport report = analyse_traces(read_trace_dir(dir));
+    // Refused, not skipped: a dump's name that holds no dump (a FIFO, whose open would wait for a writer
+    // forever; a device; a directory) was put there by hand, and leaving it out would blame its rank for
+    // leaving no dump.
+    const auto a_dump = [](const std::string& path) { check_input_file("", path, "a flight-recorder dump"); };
+    const TraceReport report = analyse_traces(read_trace_dir(dir, a_dump));
     std::cout << report.verdict << "\n";
     for (const std::string& line : report.lines) std::cout << line << "\n";
     return 0;

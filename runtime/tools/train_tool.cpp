@@ -7,11 +7,12 @@
 #include "runtime/tools/tool_runner.h"
 #include "runtime/tools/tools.h"
 #include "runtime/train/auto_batch.h"
-#include "runtime/train/options/train_options.h"
+#include "runtime/cli/train_options.h"
 #include "runtime/train/save_policy.h"
 #include "runtime/train/step_log.h"
 #include "runtime/train/trainer.h"
 #include "shard/engine_internals.h"
+#include "shard/plan_internals.h"
 
 namespace zshard {
 

@@ -1,5 +1,7 @@
 #include "runtime/tools/tune_runs.h"
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <regex>
 
@@ -7,8 +9,8 @@
 
 #include <zshard/error.h>
 
-#include "kernels/io/json_input.h"
-#include "runtime/tools/child_process.h"
+#include "runtime/cli/json_input.h"
+#include "runtime/process/child_process.h"
 
 namespace zshard {
 
@@ -29,6 +31,14 @@ std::string failure_line(const std::string& path) {
     if (std::regex_search(line, error)) last_error = line;
   }
   return last_error.empty() ? last : last_error;
+}
+
+// The first line of a run's output that says something (mpirun frames its messages in rules of dashes).
+std::string first_line_of(const std::string& path) {
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (std::any_of(line.begin(), line.end(), [](unsigned char c) { return std::isalnum(c); })) return line;
+  return "";
 }
 
 // A run that failed for lack of memory: the memory check refused it, an allocation failed, or the kernel
@@ -74,8 +84,10 @@ CandidateRun run_candidate(const CandidateLauncher& how, const Candidate& c, int
   if (r.exit_code != 0) {
     run.status = ran_out_of_memory(run.log_path, r) ? "out of memory" : "failed";
     run.detail = failure_line(run.log_path);
-    if (run.detail.empty())
-      run.detail = r.signal ? detail::concat("ended by signal ", r.signal) : detail::concat("exit code ", r.exit_code);
+    run.ended =
+        r.signal ? detail::concat("ended by signal ", r.signal) : detail::concat("exited with code ", r.exit_code);
+    run.first_line = first_line_of(run.log_path);
+    if (run.detail.empty()) run.detail = run.ended;
     return run;
   }
   const nlohmann::json doc = read_json_file("candidate result", json_path);

@@ -28,6 +28,8 @@ struct CandidateRun {
   // was asked to stop).
   std::string status;
   std::string detail;  // why it failed: the run's error line
+  std::string ended;       // how a failed run ended: "exited with code N" or "ended by signal N"
+  std::string first_line;  // a failed run's first line of output: what a launcher that cannot start says
   MeasuredRun measured;
   int64_t peak_bytes = 0;    // the largest over the ranks
   std::vector<int> split;    // sequences per rank in the last step

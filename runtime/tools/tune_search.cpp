@@ -9,7 +9,7 @@
 
 #include <zshard/error.h>
 
-#include "runtime/tools/child_process.h"
+#include "runtime/process/child_process.h"
 
 namespace zshard {
 using nlohmann::json;
@@ -174,6 +174,24 @@ const TuneSearch::Entry* TuneSearch::winner() const {
   for (const Entry& e : entries_)
     if (e.run && e.run->ok() && (!best || e.run->measured.step_ms < best->run->measured.step_ms)) best = &e;
   return best;
+}
+
+std::string TuneSearch::launcher_failure() const {
+  const CandidateRun* first = nullptr;
+  int failed = 0;
+  for (const Entry& e : entries_) {
+    if (!e.run) continue;
+    if (e.run->status != "failed") return "";
+    if (!first) first = &*e.run;
+    ++failed;
+  }
+  if (!first) return "";
+  std::string launcher;
+  for (const std::string& word : how_.launcher) launcher += (launcher.empty() ? "" : " ") + word;
+  const std::string tried =
+      failed == 1 ? std::string("the one candidate tried") : detail::concat("each of the ", failed, " candidates tried");
+  return detail::concat("the launcher failed on ", tried, ": '", launcher, "' ", first->ended,
+                        first->first_line.empty() ? "" : ": " + first->first_line);
 }
 
 void TuneSearch::print_table(std::ostream& out) const {

@@ -43,6 +43,9 @@ class TuneSearch {
   };
   // The fastest run that ended within the budget; null when none did.
   const Entry* winner() const;
+  // When every run made failed outright (none measured, ran out of memory, timed out or was stopped), the
+  // line that says so: the launcher is broken, not the candidates. Empty otherwise.
+  std::string launcher_failure() const;
   double elapsed_s() const;
   void print_table(std::ostream& out) const;
   nlohmann::json to_json() const;

@@ -18,15 +18,18 @@
 
 #include "kernels/io/atomic_file.h"
 #include "models/config_json.h"
-#include "runtime/planning/memory_check.h"
-#include "runtime/tools/child_process.h"
-#include "runtime/train/options/flags.h"
-#include "runtime/train/options/model_options.h"
-#include "runtime/train/options/plan_flags.h"
+#include "runtime/cli/flags.h"
+#include "runtime/cli/memory_flags.h"
+#include "runtime/cli/model_options.h"
+#include "runtime/cli/path_checks.h"
+#include "runtime/cli/plan_flags.h"
+#include "runtime/process/child_process.h"
 #include "runtime/tools/tool_runner.h"
 #include "runtime/tools/tools.h"
 #include "runtime/tools/tune_search.h"
 #include "runtime/train/data.h"
+#include "shard/memory/fit_check.h"
+#include "shard/plan_internals.h"
 
 namespace zshard {
 using nlohmann::json;
@@ -338,6 +341,7 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
                 {"warmup_steps", o.warmup_steps},
                 // The runs' logs stay in --work-dir; a temporary one is removed.
                 {"work_dir", work.temporary() ? json(nullptr) : json(work.path())}});
+    const std::string launcher_failure = search.launcher_failure();
     if (const TuneSearch::Entry* best = search.winner()) {
       const std::string cmd = shell_line(train_command(how, best->c, own_modes));
       std::cout << "fastest that fits: " << best->c.label() << ", " << std::fixed << std::setprecision(1)
@@ -345,7 +349,7 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
                 << format_bytes(double(budget.bytes)) << "\n  " << cmd << "\n";
       doc["winner"] = {{"label", best->c.label()}, {"step_ms", best->run->measured.step_ms},
                        {"peak_bytes", best->run->peak_bytes}, {"command", cmd}};
-    } else {
+    } else if (launcher_failure.empty()) {
       std::cout << "no candidate ran to the end within the budget\n";
     }
     if (!o.json_path.empty()) write_file_atomically(o.json_path, doc.dump(2) + "\n");
@@ -353,6 +357,7 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
       std::cerr << "zshard-tune: stopped by a signal\n";
       return 130;
     }
+    if (!launcher_failure.empty()) fail(launcher_failure);
     return search.winner() ? 0 : 1;
   });
 }

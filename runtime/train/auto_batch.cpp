@@ -7,8 +7,9 @@
 #include "comm/agreed_failure.h"
 #include "comm/launch.h"
 #include "kernels/allocator.h"
-#include "runtime/planning/memory_check.h"
-#include "runtime/planning/memory_estimator.h"
+#include "runtime/cli/memory_flags.h"
+#include "shard/memory/fit_check.h"
+#include "shard/memory/estimator.h"
 
 namespace zshard {
 

@@ -1,5 +1,5 @@
 // zshard-train --batch auto: the global batch from a per-rank memory budget, answered before the run and
-// checked by its first steps. The estimate (runtime/planning/memory_estimator.h) picks the largest per-rank
+// checked by its first steps. The estimate (shard/memory/estimator.h) picks the largest per-rank
 // micro-batch that fits the budget for the run's strategy, checkpointing, offload, dtypes, seq and
 // grad-accum; the measured peak (the tracking allocator's, the largest over the ranks) must fit too, else
 // the batch steps down one sequence per rank and the trainer is built again. Every rank decides from the

@@ -8,6 +8,7 @@
 #include <zshard/error.h>
 
 #include "kernels/io/atomic_file.h"
+#include "runtime/cli/path_checks.h"
 
 namespace zshard {
 

@@ -14,9 +14,10 @@
 #include "comm/abort.h"
 #include "kernels/io/atomic_file.h"
 #include "models/config_json.h"
-#include "runtime/planning/memory_estimator.h"
+#include "shard/memory/estimator.h"
 #include "shard/async_checkpoint.h"
 #include "shard/checkpoint_format.h"
+#include "shard/plan_internals.h"
 
 namespace zshard {
 

@@ -9,6 +9,7 @@
 
 #include "comm/agreed_failure.h"
 #include "kernels/io/atomic_file.h"
+#include "runtime/cli/path_checks.h"
 
 namespace zshard {
 

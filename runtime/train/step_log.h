@@ -11,6 +11,7 @@
 #include <zshard/communicator.h>
 
 #include "kernels/io/atomic_file.h"
+#include "runtime/cli/path_checks.h"
 #include "runtime/train/trainer.h"
 
 namespace zshard {

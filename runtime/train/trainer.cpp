@@ -4,23 +4,24 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <cstdlib>
-#include <cstring>
 #include <iomanip>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
 
 #include "comm/agreed_failure.h"
-#include "comm/flight_recorder.h"
+#include "comm/flight_recorder/recorder.h"
 #include "comm/launch.h"
 #include "kernels/io/atomic_file.h"
+#include "runtime/cli/path_checks.h"
+#include "kernels/test_hooks.h"
 #include "models/weights_file.h"
-#include "runtime/planning/memory_check.h"
-#include "runtime/planning/memory_estimator.h"
+#include "shard/memory/fit_check.h"
+#include "shard/memory/estimator.h"
 #include "runtime/planning/rank_balancer.h"
 #include "runtime/train/step_log.h"
 #include "shard/engine_internals.h"
+#include "shard/plan_internals.h"
 
 namespace zshard {
 
@@ -30,13 +31,10 @@ namespace {
 // a few steps, and one noisy step moves it by less than half.
 constexpr double kSpeedSmoothing = 0.4;
 
-// Test hook: ZSHARD_TEST_SLOW_RANK=r:f reports rank r's compute time f times longer than measured, so
-// that a test can force a re-split on an idle machine (zshard never slows a rank down).
+// How many times longer than measured `rank` reports its compute time: 1 but under ZSHARD_TEST_SLOW_RANK.
 double test_slowdown(int rank) {
-  const char* s = std::getenv("ZSHARD_TEST_SLOW_RANK");
-  if (!s || std::atoi(s) != rank) return 1;
-  const char* colon = std::strchr(s, ':');
-  return colon ? std::atof(colon + 1) : 1;
+  const std::optional<TestHooks::SlowRank>& slow = test_hooks().slow_rank;
+  return slow && slow->rank == rank ? slow->factor : 1;
 }
 
 BatchShape batch_shape(const TrainOptions& o) {
@@ -70,7 +68,10 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     data_ = load(data.source, "--data");
     if (!options_.eval.source.empty()) eval_data_ = load(options_.eval.source, "--eval-data");
     // Before any rank allocates; the engine's import checks again, finding the same.
-    if (!options_.model.init_from.empty()) check_weights_file("--init-from", options_.model.init_from, *model_);
+    if (!options_.model.init_from.empty()) {
+      check_input_file("--init-from", options_.model.init_from, "a safetensors file");
+      check_weights_file(options_.model.init_from, *model_);
+    }
     if (world.rank() == 0) check_outputs(options_);
     if (!options_.output.trace_dir.empty()) comm::check_trace_dir(options_.output.trace_dir);
   });
@@ -144,21 +145,18 @@ std::vector<double> Trainer::maybe_rebalance() {
   return seq_per_s;
 }
 
-// Test hooks, so that tests can check how a run ends. ZSHARD_FAULT_STEP=s with ZSHARD_FAULT_RANK=r: rank r
-// throws in step s (one failing rank must end the whole job, not leave its peers in a collective). With
-// ZSHARD_FAULT_KIND=nan instead: a parameter turns NaN on every rank before step s, as in a divergence.
+// The test hooks that make a run end badly (ZSHARD_TEST_NAN_STEP, ZSHARD_TEST_FAIL_RANK), so that tests can
+// check how it ends.
 void Trainer::maybe_inject_fault(int step) {
-  const char* s = std::getenv("ZSHARD_FAULT_STEP");
-  if (!s || std::atoi(s) != step) return;
-  if (const char* kind = std::getenv("ZSHARD_FAULT_KIND"); kind && std::string_view(kind) == "nan") {
+  const TestHooks& hooks = test_hooks();
+  if (hooks.nan_step == step) {
     ShardedParams& params = EngineInternals::params(*engine_);
     std::vector<float> unit = params.full_unit_params(0);
     unit[0] = std::numeric_limits<float>::quiet_NaN();
     params.set_unit_params(0, unit.data());
-    return;
   }
-  if (const char* r = std::getenv("ZSHARD_FAULT_RANK"); r && std::atoi(r) == world_.rank())
-    fail("injected fault (ZSHARD_FAULT_RANK=", r, ", ZSHARD_FAULT_STEP=", s, ")");
+  if (hooks.fail_rank && hooks.fail_rank->rank == world_.rank() && hooks.fail_rank->step == step)
+    fail("injected fault (ZSHARD_TEST_FAIL_RANK=", world_.rank(), ":", step, ")");
 }
 
 StepResult Trainer::step() {

@@ -19,7 +19,7 @@
 
 #include "comm/collective_check.h"
 #include "runtime/train/data.h"
-#include "runtime/train/options/train_options.h"
+#include "runtime/cli/train_options.h"
 
 namespace zshard {
 
@@ -67,7 +67,6 @@ class Trainer {
   const ShardPlan& plan() const { return engine_->plan(); }
   const std::vector<StepResult>& history() const { return history_; }
   int rank_batch() const { return rank_batch_; }
-  int rank_offset() const { return rank_offset_; }
   const std::vector<int>& rank_batches() const { return rank_batches_; }
   // Runs the next steps with this split (a checkpoint's, on the same world); it must sum to --batch.
   void set_rank_batches(const std::vector<int>& batches);

@@ -61,7 +61,7 @@ expect_ok "zero3 auto with --save-every 1" timeout 120 "${MPIRUN[@]}" -np 2 "$TR
 expect_true "zero3 auto with --save-every 1: steps 1, 2 and 3 saved" \
   test "$(ls "$WORK/every")" = "$(printf 'step-00000001\nstep-00000002\nstep-00000003')"
 # A measured step that fails says why, also when its log goes into the --save-dir not made yet.
-ZSHARD_FAULT_KIND=nan ZSHARD_FAULT_STEP=1 expect_failure "non-finite measured step" 1 "step 1: non-finite loss" -- \
+ZSHARD_TEST_NAN_STEP=1 expect_failure "non-finite measured step" 1 "step 1: non-finite loss" -- \
   "$TRAIN" "${RUN[@]}" --batch auto --mem-budget 8MiB --save-dir "$WORK/nan" --log-json "$WORK/nan/log.json"
 
 # Without --mem-budget the usable memory held tens of thousands of the tiny model's sequences, a minute

@@ -67,7 +67,7 @@ done
 # (zshard-run merges the step logs and resumes from the newest checkpoint: a checkpoint ahead of the log
 # would leave its step out of the merged --log-json.) Rank 0 holds 3 s before step 2's manifest.
 D="$WORK/sync"
-ZSHARD_TEST_PAUSE_IN_SAVE=3 "${JOB[@]}" --save-mode sync --save-dir "$D" --step-log "$WORK/sync.jsonl" \
+ZSHARD_TEST_PAUSE_IN_SAVE=3000 "${JOB[@]}" --save-mode sync --save-dir "$D" --step-log "$WORK/sync.jsonl" \
   >"$WORK/sync.out" 2>&1 &
 job=$!
 mid_save() { [ -f "$D/step-00000002/rank-00001.safetensors" ] && [ ! -f "$D/step-00000002/manifest.json" ]; }

@@ -12,7 +12,7 @@ D="$WORK/kill"
 JOB=("${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero2 "${ARGS[@]}" --steps 8 --save-every 2 --keep 1)
 expect_ok "uninterrupted reference run" "${JOB[@]}" --save-dir "$WORK/ref" --log-json "$WORK/ref.json"
 # Rank 0 holds 2 s between the rank files and the manifest of every save.
-ZSHARD_TEST_PAUSE_IN_SAVE=2 "${JOB[@]}" --save-dir "$D" >"$WORK/kill.out" 2>&1 &
+ZSHARD_TEST_PAUSE_IN_SAVE=2000 "${JOB[@]}" --save-dir "$D" >"$WORK/kill.out" 2>&1 &
 job=$!
 mid_save() {
   [ -f "$D/step-00000006/rank-00001.safetensors" ] && [ ! -f "$D/step-00000006/manifest.json" ] &&

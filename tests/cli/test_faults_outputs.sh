@@ -35,7 +35,7 @@ expect_one_line "--lr inf" "--lr"
 D="$WORK/nan"
 for strategy in ddp zero3; do
   rm -rf "$D"
-  ZSHARD_FAULT_KIND=nan ZSHARD_FAULT_STEP=5 expect_every_rank_fails "loss driven to NaN at step 5 ($strategy)" 1 \
+  ZSHARD_TEST_NAN_STEP=5 expect_every_rank_fails "loss driven to NaN at step 5 ($strategy)" 1 \
     "^zshard-train: error: step 5: non-finite loss \(loss nan, gradient norm nan\); stopped before the optimizer" \
     -- --strategy $strategy "${ARGS[@]}" --steps 10 --save-dir "$D" --save-every 2 --log-json "$WORK/nan.json"
   expect_true "the newest checkpoint is step 4's ($strategy)" test "$(ls "$D")" = "$(printf 'step-00000002\nstep-00000004')"

@@ -2,7 +2,7 @@
 # dumps in --trace-dir, read by zshard-trace, name that rank and the collective in the first line; SIGUSR1
 # dumps and the run goes on; a fatal signal dumps; --check-collectives stops a run whose rank skipped a
 # unit's gather, naming the rank and the collective, and passes the runs that agree; a --trace-dir that
-# cannot be written and a damaged dump are one line and a non-zero exit each.
+# cannot be written, a damaged dump and a FIFO among the dumps are one line and a non-zero exit each.
 # zshard-test-seconds: 30
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
@@ -111,6 +111,12 @@ expect_one_line "trace truncated" "."
 expect_failure "trace corrupt" 1 "^zshard-trace: error: .*corrupt/rank-00000.trace: corrupt: (group|record) [0-9]+ fails its checksum" \
   -- "$TRACE" "$WORK/corrupt"
 expect_one_line "trace corrupt" "."
+mkdir "$WORK/fifo"
+cp "$WORK/good.trace" "$WORK/fifo/rank-00000.trace"
+mkfifo "$WORK/fifo/rank-00001.trace"
+expect_failure "trace dir holding a FIFO (no hang)" 2 \
+  "^zshard-trace: $WORK/fifo/rank-00001.trace: is a FIFO \(named pipe\), not a flight-recorder dump$" -- "$TRACE" "$WORK/fifo"
+expect_one_line "trace dir holding a FIFO (no hang)" "."
 expect_failure "trace of no directory" 2 "^zshard-trace: .*nothing: not a directory" -- "$TRACE" "$WORK/nothing"
 expect_failure "trace of a directory without dumps" 2 "holds no flight-recorder dumps" -- "$TRACE" "$WORK/ck"
 finish

@@ -26,6 +26,24 @@ probe() {  # probe HEADER ok|fails
 for header in zshard/train.h zshard/testing.h; do probe $header ok; done
 for header in shard/sharded_params.h kernels/allocator.h kernels/cpu/ops.h runtime/train/trainer.h; do
   probe $header fails; done
+# The core library stands alone: a program of the engine and a model links zshard::core, which needs
+# neither the tools' library nor a command-line parser, and trains.
+if ldd "$WORK/probe-zshard_train.h/engine_program" | grep -q "libzshard_tools"; then
+  echo "FAIL a program of the engine alone loads the tools' library"; failures=$((failures + 1))
+else echo "ok   a program of the engine alone links the core library only"; fi
+if readelf -d "$(find "$WORK/prefix" -name libzshard_core.so)" | grep NEEDED | grep -q "zshard_tools"; then
+  echo "FAIL the core library needs the tools' library"; failures=$((failures + 1))
+else echo "ok   the core library needs nothing of the tools"; fi
+if grep -rq "CLI11" "$(dirname "$(find "$WORK/prefix" -name zshardTargets.cmake)")"; then
+  echo "FAIL the installed targets name CLI11"; failures=$((failures + 1))
+else echo "ok   no installed target links CLI11"; fi
+if "$WORK/probe-zshard_train.h/engine_program" >"$WORK/engine.out" 2>&1; then echo "ok   it trains: $(cat "$WORK/engine.out")"
+else echo "FAIL the engine program"; cat "$WORK/engine.out"; failures=$((failures + 1)); fi
+# The installed headers hold the API, no flag plumbing: no command-line parser, no flag spelling.
+if plumbing=$(grep -rnE "CLI/|CLI::|dtype_flag|join_sizes|check_group_sizes|apply_comm_timeout|plan_on_hosts|trace_group|collectives_failed" \
+    "$WORK/prefix/include"); then
+  echo "FAIL flag plumbing in the installed headers:"; echo "$plumbing"; failures=$((failures + 1))
+else echo "ok   the installed headers hold no flag plumbing"; fi
 cmake -S "$ZSHARD_SRC/examples/own_model" -B "$WORK/example" -DCMAKE_PREFIX_PATH="$WORK/prefix" >"$WORK/log" 2>&1 \
   || { cat "$WORK/log"; echo "FAIL configure"; exit 1; }
 cmake --build "$WORK/example" >"$WORK/log" 2>&1 || { cat "$WORK/log"; echo "FAIL build"; exit 1; }

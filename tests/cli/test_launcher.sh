@@ -33,6 +33,10 @@ expect_failure "a flag the training command refuses: not restarted" 2 \
   "^zshard-run: error: the training command exited with 2 \(its flags: see the line above\); not restarted$" -- \
   "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 4 --lr 7 --save-dir "$WORK/bad"
 expect_true "... after the training command's own line" grep -q "^zshard-train: error: --lr" "$WORK/err"
+expect_failure "a --mem-budget that no micro-batch fits" 2 \
+  "^zshard-run: --mem-budget 1KB: no micro-batch fits on the 2 ranks of localhost:2: the smallest, batch 2 x grad-accum 4, needs [0-9.]+ MB per rank by the estimate$" -- \
+  "$RUN" "${LOCAL[@]}" --mem-budget 1KB -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
+expect_one_line "a --mem-budget that no micro-batch fits" "."
 expect_true "nothing was saved by the refused runs" test ! -e "$WORK/bad/step-00000002"
 
 # ---- a rank killed mid-run: relaunched on the same host, one record per step in --log-json ----
@@ -61,7 +65,7 @@ same_losses "the merged log's losses are the uninterrupted run's, bit for bit" "
 D="$WORK/fail"
 expect_failure "--max-restarts spent" 1 \
   "^zshard-run: error: the job failed \(zshard-train: rank 1: injected fault .*\) and --max-restarts 1 are spent; the newest checkpoint is .*/step-00000002$" -- \
-  env ZSHARD_FAULT_STEP=3 ZSHARD_FAULT_RANK=1 "$RUN" "${LOCAL[@]}" --max-restarts 1 -- "${JOB[@]}" --steps 6 \
+  env ZSHARD_TEST_FAIL_RANK=1:3 "$RUN" "${LOCAL[@]}" --max-restarts 1 -- "${JOB[@]}" --steps 6 \
   --save-dir "$D" --log-json "$WORK/fail.json"
 expect_one_line "--max-restarts spent" "^zshard-run: error"
 expect_true "two attempts were made" test "$(grep -c '^zshard-run: attempt' "$WORK/err")" = 2

@@ -126,7 +126,7 @@ kill_during_save() {
   shift 3
   dir="$WORK/$name/$(printf 'step-%08d' "$step")"
   # shellcheck disable=SC2154  # set by multihost.sh --head: the variables mpirun forwards
-  ZSHARD_TEST_PAUSE_IN_SAVE=3 OMPI_MCA_mca_base_env_list="$OMPI_MCA_mca_base_env_list;ZSHARD_TEST_PAUSE_IN_SAVE" \
+  ZSHARD_TEST_PAUSE_IN_SAVE=3000 OMPI_MCA_mca_base_env_list="$OMPI_MCA_mca_base_env_list;ZSHARD_TEST_PAUSE_IN_SAVE" \
     launch "$name" -- --strategy zero3 "$@"
   mid_save() { [ -f "$dir/rank-00005.safetensors" ] && [ ! -f "$dir/manifest.json" ]; }
   wait_for 300 mid_save

@@ -16,13 +16,13 @@ run_timed() {  # run_timed COMMAND...: sets $took (seconds) and $code (its exit 
   took=$(echo "$(date +%s.%N) - $start" | bc)
 }
 
-check() {  # check NAME COMMAND...; STALL (1:60) is ZSHARD_TEST_STALL_SET_UP's value
+check() {  # check NAME COMMAND...; STALL (1:60000) is ZSHARD_TEST_STALL_SET_UP's value
   local name=$1 base stalled
   shift
   run_timed "${MPIRUN[@]}" -np 2 "$@"
   base=$took
   if [ "$code" != 0 ]; then echo "FAIL $name: the run without a stall failed"; cat "$WORK/err"; failures=$((failures + 1)); return; fi
-  run_timed "${MPIRUN[@]}" -x ZSHARD_TEST_STALL_SET_UP="${STALL:-1:60}" -np 2 "$@"
+  run_timed "${MPIRUN[@]}" -x ZSHARD_TEST_STALL_SET_UP="${STALL:-1:60000}" -np 2 "$@"
   stalled=$took
   if [ "$code" = 0 ] || [ "$code" = 124 ]; then echo "FAIL $name: exit $code, want a failure before the deadline's end"; failures=$((failures + 1)); return; fi
   if ! grep -q "timed out" "$WORK/err"; then echo "FAIL $name: no line names the timed-out collective:"; cat "$WORK/err"; failures=$((failures + 1)); return; fi
@@ -35,7 +35,7 @@ check() {  # check NAME COMMAND...; STALL (1:60) is ZSHARD_TEST_STALL_SET_UP's v
 
 check "zshard-train ddp" "$TRAIN" --steps 0 --comm-timeout $TIMEOUT
 check "zshard-train hybrid" "$TRAIN" --strategy hybrid --steps 0 --comm-timeout $TIMEOUT
-STALL=1:60:engine check "zshard-train zero3, stalled before its engine's split" "$TRAIN" --strategy zero3 --steps 0 \
+STALL=1:60000:engine check "zshard-train zero3, stalled before its engine's split" "$TRAIN" --strategy zero3 --steps 0 \
   --comm-timeout $TIMEOUT
 check "zshard-bench" "$BENCH" --strategies ddp --steps 1 --warmup-steps 0 --comm-timeout $TIMEOUT
 finish

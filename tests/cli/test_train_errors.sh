@@ -86,10 +86,21 @@ else
   expect_one_line "cuda unavailable" "--device cuda"
 fi
 
+# A malformed test hook (kernels/test_hooks.h) ends each rank at start with one line naming it.
+ZSHARD_TEST_PAUSE_IN_SAVE=2s expect_failure "malformed test hook" 1 \
+  "^zshard-train: error: ZSHARD_TEST_PAUSE_IN_SAVE='2s' is malformed: expected MS$" -- "$TRAIN" --steps 1
+expect_one_line "malformed test hook" "ZSHARD_TEST_PAUSE_IN_SAVE"
+ZSHARD_TEST_FAIL_RANK=1 expect_failure "malformed test hook, np 2" nonzero \
+  "^zshard-train: error: ZSHARD_TEST_FAIL_RANK='1' is malformed: expected RANK:STEP$" -- \
+  "${MPIRUN[@]}" -np 2 "$TRAIN" --steps 1
+if [ "$(grep -c "ZSHARD_TEST_FAIL_RANK='1' is malformed" "$WORK/err")" != 2 ]; then
+  echo "FAIL malformed test hook, np 2: not one line from each rank:"; cat "$WORK/err"; failures=$((failures + 1))
+fi
+
 # One rank fails in the middle of step 3 while its peers wait in collectives: the whole job ends
 # within seconds with that rank's message.
 for strategy in ddp zero3; do
-  ZSHARD_FAULT_RANK=2 ZSHARD_FAULT_STEP=3 expect_failure "rank fails mid-run ($strategy)" nonzero \
+  ZSHARD_TEST_FAIL_RANK=2:3 expect_failure "rank fails mid-run ($strategy)" nonzero \
     "rank 2: injected fault" -- "${MPIRUN[@]}" -np 4 "$TRAIN" --strategy $strategy --steps 10
 done
 finish

@@ -1,7 +1,8 @@
 # zshard-tune on tiny at np 2: a small search within a tight --time-budget picks a configuration whose
 # measured peak fits the budget, runs no candidate the estimate rules out, and prints a zshard-train
-# command line that trains. Bad input is one line and exit 2; a run past its time is ended with every
-# process it started, and so is the search when the tool is told to stop.
+# command line that trains. Bad input is one line and exit 2, a launcher that fails every run one line
+# naming it and exit 1; a run past its time is ended with every process it started, and so is the search
+# when the tool is told to stop.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 TUNE="$ZSHARD_BIN/zshard-tune"
@@ -77,6 +78,28 @@ expect_one_line "unknown model" "nope"
 expect_failure "bad time budget" 2 "--time-budget must be a positive duration" -- \
   "$TUNE" --np 2 --global-batch 8 --time-budget 0
 test -s "$WORK/pids" && { echo "FAIL bad input launched a run"; failures=$((failures + 1)); }
+
+# A launcher that fails at once: the search says so, naming it, how it ended and the first line it said
+# (past mpirun's rules of dashes), exit 1; one that fails only its first run leaves the search to go on.
+printf '#!/bin/sh\necho ------\necho "no route to the cluster" >&2\necho "more words" >&2\nexit 3\n' >"$WORK/broken.sh"
+chmod +x "$WORK/broken.sh"
+expect_failure "a launcher that fails at once" 1 \
+  "^zshard-tune: error: the launcher failed on each of the 3 candidates tried: '$WORK/broken.sh -np 2' exited with code 3: no route to the cluster$" \
+  -- "$TUNE" "${SEARCH[@]}" --mem-budget 3MB --steps 2 --launcher "$WORK/broken.sh"
+expect_one_line "a launcher that fails at once" "."
+expect_failure "--launcher false" 1 \
+  "^zshard-tune: error: the launcher failed on each of the 3 candidates tried: 'false -np 2' exited with code 1$" -- \
+  "$TUNE" "${SEARCH[@]}" --mem-budget 3MB --steps 2 --launcher false
+cat >"$WORK/flaky.sh" <<SH
+#!/bin/sh
+[ -e "$WORK/flaky.once" ] || { : >"$WORK/flaky.once"; exit 1; }
+exec "\$@"
+SH
+chmod +x "$WORK/flaky.sh"
+expect_ok "a launcher that fails its first run only" "$TUNE" "${SEARCH[@]}" --mem-budget 3MB --steps 1 --top 1 \
+  --repeats 1 --time-budget 100 --launcher "$WORK/flaky.sh $WORK/record.sh ${MPIRUN[*]} -np {np} $WORK/record.sh"
+expect_true "... finds the fastest after its failure" eval 'grep -q "\[1\] .* failed: exit" "$WORK/out" && grep -q "fastest that fits:" "$WORK/out"'
+no_orphans "after a launcher's failures"
 
 # A time budget shorter than one run: the run is ended, every process of it with it.
 expect_failure "time budget too short for one run" 2 "--time-budget 3.0 s is too short for one run: .* was still running" -- \

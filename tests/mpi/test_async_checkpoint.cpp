@@ -7,11 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 
 #include "kernels/allocator.h"
-#include "runtime/planning/memory_estimator.h"
+#include "shard/memory/estimator.h"
 #include "runtime/train/save_policy.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
@@ -80,13 +79,6 @@ TEST(AsyncCheckpoint, WritesTheFilesOfASyncSaveAndResumesAlike) {
   }
 }
 
-// Holds every writer thread for `ms` while alive.
-class SlowWriter {
- public:
-  explicit SlowWriter(int ms) { setenv("ZSHARD_TEST_SLOW_WRITER", std::to_string(ms).c_str(), 1); }
-  ~SlowWriter() { unsetenv("ZSHARD_TEST_SLOW_WRITER"); }
-};
-
 int64_t host_live() { return Allocator::of(Device::cpu).stats().live[int(Category::host)]; }
 
 TEST(AsyncCheckpoint, TrainingGoesOnWhileTheSaveIsInFlight) {
@@ -100,7 +92,7 @@ TEST(AsyncCheckpoint, TrainingGoesOnWhileTheSaveIsInFlight) {
     o.saves.save_every = 2;
     o.saves.save_dir = root + "/" + name_of(s);
     const std::string saved = o.saves.save_dir + "/" + step_dir_name(2);
-    const SlowWriter slow(2000);
+    const test::ScopedHook slow("ZSHARD_TEST_SLOW_WRITER", "2000");  // every writer thread held 2 s
     Trainer trainer(o, test::world());
     SavePolicy saves(trainer, nullptr);
     trainer.run_step(nullptr);

@@ -12,7 +12,7 @@
 
 #include <zshard/memory_report.h>
 
-#include "runtime/planning/memory_estimator.h"
+#include "shard/memory/estimator.h"
 #include "shard/engine_internals.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"

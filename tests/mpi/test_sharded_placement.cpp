@@ -9,7 +9,7 @@
 
 #include "kernels/allocator.h"
 #include "models/gpt2.h"
-#include "shard/memory_model.h"
+#include "shard/memory/zero_arithmetic.h"
 #include "shard/sharded_params.h"
 #include "tests/support/test_support.h"
 

@@ -11,7 +11,7 @@
 #include <numeric>
 
 #include "kernels/allocator.h"
-#include "shard/memory_model.h"
+#include "shard/memory/zero_arithmetic.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
 
@@ -149,9 +149,10 @@ TEST(StrategyParity, AutoRankBatchesResplitAndMatchSingleProcess) {
     o.data.batch = 4 * n;
     o.data.rank_batches_auto = true;
     o.data.rebalance_every = 2;
-    setenv("ZSHARD_TEST_SLOW_RANK", "1:4", 1);
-    const RunResult got = test::train(o, test::world());
-    unsetenv("ZSHARD_TEST_SLOW_RANK");
+    const RunResult got = [&] {
+      const test::ScopedHook slow("ZSHARD_TEST_SLOW_RANK", "1:4");
+      return test::train(o, test::world());
+    }();
     const std::string what = "auto " + std::string(strategy_name(k));
     expect_same_run(got, test::train_single_process(o), what);
     EXPECT_EQ(got.rank_batches.front(), std::vector<int>(n, 4)) << what;
@@ -191,11 +192,9 @@ TEST(StrategyParity, OffloadedOptimizerChangesNoBit) {
         TrainOptions offloaded = plain;
         offloaded.plan.placement.offload_optimizer = true;
         for (const int copies : {0, 1, 2}) {  // at once into the gradients, at once, on a thread
-          if (copies > 0) setenv("ZSHARD_TEST_OFFLOAD_COPIES", "1", 1);
-          if (copies > 1) setenv("ZSHARD_TEST_COPY_STREAM", "async", 1);
+          const test::ScopedHook own_buffers("ZSHARD_TEST_OFFLOAD_COPIES", copies > 0 ? "1" : "");
+          const test::ScopedHook queued("ZSHARD_TEST_COPY_STREAM", copies > 1 ? "async" : "");
           const RunResult got = test::train(offloaded, test::world());
-          unsetenv("ZSHARD_TEST_OFFLOAD_COPIES");
-          unsetenv("ZSHARD_TEST_COPY_STREAM");
           const std::string what = model + " " + describe(s) + " grad-accum " + std::to_string(accum) +
                                    " offload optimizer" + (copies > 0 ? " with host copies" : "") +
                                    (copies > 1 ? " on a thread" : "");

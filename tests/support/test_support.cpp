@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <random>
 
 #include <zshard/error.h>
+
+#include "kernels/test_hooks.h"
 
 namespace zshard::test {
 
@@ -48,6 +51,16 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+ScopedHook::ScopedHook(const char* name, const std::string& value) : name_(name) {
+  if (!value.empty()) ::setenv(name, value.c_str(), 1);
+  reload_test_hooks();
+}
+
+ScopedHook::~ScopedHook() {
+  ::unsetenv(name_);
+  reload_test_hooks();
 }
 
 std::string shared_dir(const TempDir& mine) {

@@ -24,6 +24,19 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b);
 // the user would read.
 std::string error_of(const std::function<void()>& f);
 
+// Sets the test hook `name` (kernels/test_hooks.h) to `value` for the length of a scope, and has zshard
+// read the hooks again on the way in and out. An empty value leaves the hook off.
+class ScopedHook {
+ public:
+  ScopedHook(const char* name, const std::string& value);
+  ~ScopedHook();
+  ScopedHook(const ScopedHook&) = delete;
+  ScopedHook& operator=(const ScopedHook&) = delete;
+
+ private:
+  const char* name_;
+};
+
 // A fresh, empty directory under the system temp dir, removed at destruction.
 class TempDir {
  public:

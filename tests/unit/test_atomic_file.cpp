@@ -19,6 +19,7 @@
 #include <zshard/error.h>
 
 #include "kernels/io/atomic_file.h"
+#include "runtime/cli/path_checks.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {

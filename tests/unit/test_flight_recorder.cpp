@@ -17,10 +17,11 @@
 
 #include <zshard/error.h>
 
-#include "comm/flight_recorder.h"
+#include "comm/backend.h"
+#include "comm/flight_recorder/recorder.h"
 #include "comm/polling_work.h"
 #include "comm/self_communicator.h"
-#include "comm/trace_file.h"
+#include "comm/flight_recorder/dump_file.h"
 #include "tests/support/test_support.h"
 
 namespace zshard::comm {
@@ -134,8 +135,8 @@ class StuckWork final : public PollingWork {
 TEST(FlightRecorder, TimedOutAndFailedCollectivesKeepTheirState) {
   Recorded& r = recorded();
   StuckWork late(false), broken(true);
-  late.set_trace(record_issue(r.world.trace_group(), Collective::all_gather, 9, DType::bf16, -1, -1));
-  broken.set_trace(record_issue(r.world.trace_group(), Collective::reduce_scatter, 9, DType::f32, 0, -1));
+  late.set_trace(record_issue(trace_group_of(r.world), Collective::all_gather, 9, DType::bf16, -1, -1));
+  broken.set_trace(record_issue(trace_group_of(r.world), Collective::reduce_scatter, 9, DType::f32, 0, -1));
   EXPECT_THROW(late.wait(Clock::now() + 10ms), Error);
   EXPECT_THROW(broken.test(), Error);
   const trace::RankTrace t = r.dump();
@@ -145,7 +146,7 @@ TEST(FlightRecorder, TimedOutAndFailedCollectivesKeepTheirState) {
   EXPECT_EQ(State(t.records.back().state), State::failed);
   // A wait marks its collective as waited for until it ends.
   StuckWork stuck(false);
-  stuck.set_trace(record_issue(r.world.trace_group(), Collective::broadcast, 1, DType::f32, -1, 0));
+  stuck.set_trace(record_issue(trace_group_of(r.world), Collective::broadcast, 1, DType::f32, -1, 0));
   EXPECT_EQ(State(r.dump().records.back().state), State::in_flight);
   record_waiting(r.dump().records.back().seq);
   EXPECT_EQ(State(r.dump().records.back().state), State::waiting);

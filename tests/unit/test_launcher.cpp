@@ -13,10 +13,12 @@
 
 #include "runtime/elastic/batch_plan.h"
 #include "runtime/elastic/hosts.h"
-#include "runtime/elastic/process.h"
+#include "runtime/elastic/hosts.h"
 #include "runtime/elastic/run_log.h"
 #include "runtime/elastic/supervisor.h"
-#include "runtime/planning/memory_estimator.h"
+#include "runtime/process/child_process.h"
+#include "shard/memory/estimator.h"
+#include "shard/plan_internals.h"
 #include "tests/support/test_support.h"
 
 using namespace zshard;

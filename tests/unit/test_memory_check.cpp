@@ -5,8 +5,8 @@
 
 #include <zshard/model_registry.h>
 
-#include "runtime/planning/memory_check.h"
-#include "runtime/planning/memory_estimator.h"
+#include "shard/memory/fit_check.h"
+#include "shard/memory/estimator.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {

@@ -10,7 +10,8 @@
 
 #include "models/gpt2.h"
 #include "models/llama.h"
-#include "runtime/planning/memory_estimator.h"
+#include "runtime/cli/memory_flags.h"
+#include "shard/memory/estimator.h"
 #include "shard/flat_unit.h"
 
 namespace zshard {

@@ -10,28 +10,14 @@
 // results from the step where it was skipped on.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 #include <thread>
 
+#include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
 
 namespace zshard {
 namespace {
-
-// Sets an environment variable for the length of a scope (unset: empty value).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (!value.empty()) setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
 
 void expect_same_bits(const test::RunResult& got, const test::RunResult& want, const std::string& what) {
   EXPECT_EQ(got.losses, want.losses) << what;
@@ -50,9 +36,8 @@ TEST(Offload, HostAdamWOnEveryCoreGivesTheSameBits) {
       TrainOptions offloaded = plain;
       offloaded.plan.placement.offload_optimizer = true;
       for (const bool copies : {false, true}) {
-        if (copies) setenv("ZSHARD_TEST_OFFLOAD_COPIES", "1", 1);
+        const test::ScopedHook own_buffers("ZSHARD_TEST_OFFLOAD_COPIES", copies ? "1" : "");
         const test::RunResult got = test::train_single_process(offloaded);
-        unsetenv("ZSHARD_TEST_OFFLOAD_COPIES");
         SCOPED_TRACE(std::string(model) + " grad-accum " + std::to_string(accum) + (copies ? " host copies" : ""));
         EXPECT_EQ(got.losses, want.losses);
         EXPECT_EQ(got.grad_norms, want.grad_norms);
@@ -64,7 +49,7 @@ TEST(Offload, HostAdamWOnEveryCoreGivesTheSameBits) {
 // Every copy stream (the offloaded optimizer's, the tokens') with its copies on a thread of their own, two
 // seeds of pauses, or run only when waited for: the bits of copies done at once.
 TEST(Offload, AsynchronousCopiesGiveTheSameBits) {
-  const ScopedEnv own_buffers("ZSHARD_TEST_OFFLOAD_COPIES", "1");
+  const test::ScopedHook own_buffers("ZSHARD_TEST_OFFLOAD_COPIES", "1");
   for (const char* model : {"tiny", "llama-tiny"})
     for (DType dtype : {DType::f32, DType::bf16}) {
       TrainOptions plain = test::tiny_options(4);
@@ -77,7 +62,7 @@ TEST(Offload, AsynchronousCopiesGiveTheSameBits) {
       expect_same_bits(test::train_single_process(offloaded), want,
                        std::string(model) + " " + std::string(dtype_name(dtype)) + " copies at once");
       for (const char* stream : {"async", "async:7", "lazy"}) {
-        const ScopedEnv queued("ZSHARD_TEST_COPY_STREAM", stream);
+        const test::ScopedHook queued("ZSHARD_TEST_COPY_STREAM", stream);
         const std::string what = std::string(model) + " " + std::string(dtype_name(dtype)) + " " + stream;
         expect_same_bits(test::train_single_process(offloaded), want, what + " offloaded");
         expect_same_bits(test::train_single_process(plain), want, what);
@@ -98,8 +83,8 @@ void expect_wrong_from(const test::RunResult& got, const test::RunResult& want, 
 // for the gradients (host_waits) and once for the uploads (compute_waits); the tokens' stream once per
 // micro-step (compute_waits).
 TEST(Offload, SkippingAnyOneWaitMakesTheResultsWrong) {
-  const ScopedEnv lazy("ZSHARD_TEST_COPY_STREAM", "lazy");
-  const ScopedEnv own_buffers("ZSHARD_TEST_OFFLOAD_COPIES", "1");
+  const test::ScopedHook lazy("ZSHARD_TEST_COPY_STREAM", "lazy");
+  const test::ScopedHook own_buffers("ZSHARD_TEST_OFFLOAD_COPIES", "1");
   TrainOptions plain = test::tiny_options(4);
   const test::RunResult want = test::train_single_process(plain);
   TrainOptions offloaded = plain;
@@ -108,18 +93,18 @@ TEST(Offload, SkippingAnyOneWaitMakesTheResultsWrong) {
   {
     // The tokens' 3rd wait: step 3's forward reads step 2's batch. (The optimizer's 3rd wait is skipped
     // too in this run, so it runs without the optimizer offloaded.)
-    const ScopedEnv skip("ZSHARD_TEST_COPY_STREAM_SKIP_WAIT", "3");
+    const test::ScopedHook skip("ZSHARD_TEST_COPY_STREAM_SKIP_WAIT", "3");
     expect_wrong_from(test::train_single_process(plain), want, 3, "the tokens' copy not waited for");
   }
   {
     // The optimizer's 7th wait, step 2's second unit's gradients (the tokens' stream waits only 4 times):
     // AdamW steps that unit from step 1's gradients, and step 3's loss shows it.
-    const ScopedEnv skip("ZSHARD_TEST_COPY_STREAM_SKIP_WAIT", "7");
+    const test::ScopedHook skip("ZSHARD_TEST_COPY_STREAM_SKIP_WAIT", "7");
     expect_wrong_from(test::train_single_process(offloaded), want, 3, "a unit's gradients not waited for");
   }
   {
     // The optimizer's 10th wait, step 2's uploads: step 3's forward reads step 1's parameters.
-    const ScopedEnv skip("ZSHARD_TEST_COPY_STREAM_SKIP_WAIT", "10");
+    const test::ScopedHook skip("ZSHARD_TEST_COPY_STREAM_SKIP_WAIT", "10");
     expect_wrong_from(test::train_single_process(offloaded), want, 3, "the uploads not waited for");
   }
 }

@@ -9,7 +9,7 @@
 
 #include <zshard/error.h>
 
-#include "runtime/tools/trace_analysis.h"
+#include "comm/flight_recorder/analysis.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {

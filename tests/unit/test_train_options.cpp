@@ -10,8 +10,8 @@
 
 #include "comm/agreed_failure.h"
 #include "comm/self_communicator.h"
-#include "runtime/train/options/flags.h"
-#include "runtime/train/options/train_options.h"
+#include "runtime/cli/flags.h"
+#include "runtime/cli/train_options.h"
 #include "runtime/train/trainer.h"
 #include "shard/device_setup.h"
 #include "tests/support/test_support.h"

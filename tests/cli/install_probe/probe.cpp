@@ -1,3 +1,6 @@
 #include PROBE_HEADER
 
-int main() { return 0; }
+int main() {
+  PROBE_CALL;
+  return 0;
+}

@@ -1,0 +1,99 @@
+#include "runtime/cli/flags.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace zshard {
+
+namespace {
+
+std::string join(const std::vector<std::string>& items) {
+  std::string text;
+  for (const std::string& item : items) text += (text.empty() ? "" : ",") + item;
+  return text;
+}
+
+}  // namespace
+
+std::optional<int> whole_int(const std::string& text) {
+  size_t used = 0;
+  int value = 0;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != text.size()) return std::nullopt;
+  return value;
+}
+
+CLI::Option* add_list_option(CLI::App& app, const std::string& flag,
+                             std::function<void(const std::vector<std::string>&)> take, const std::string& help) {
+  return app.add_option_function<std::vector<std::string>>(
+      flag,
+      [flag, take](const std::vector<std::string>& args) {
+        std::vector<std::string> items;
+        for (const std::string& arg : args)
+          for (size_t begin = 0;;) {
+            const size_t comma = arg.find(',', begin);
+            items.push_back(arg.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+            if (items.back().empty()) throw CLI::ValidationError(flag, "empty item in the list '" + arg + "'");
+            if (comma == std::string::npos) break;
+            begin = comma + 1;
+          }
+        take(items);
+      },
+      help);
+}
+
+CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector<std::string>& items,
+                             const std::string& help, const std::vector<std::string>& allowed) {
+  return add_list_option(
+             app, flag,
+             [&items, flag, allowed](const std::vector<std::string>& given) {
+               for (const std::string& item : given)
+                 if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), item) == allowed.end())
+                   throw CLI::ValidationError(flag, "'" + item + "' is not one of " + join(allowed));
+               items = given;
+             },
+             help)
+      ->default_str(join(items));
+}
+
+CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector<int>& values, const std::string& help) {
+  std::vector<std::string> defaults;
+  for (int v : values) defaults.push_back(std::to_string(v));
+  return add_list_option(
+             app, flag,
+             [&values, flag](const std::vector<std::string>& given) {
+               values.clear();
+               for (const std::string& item : given) {
+                 const std::optional<int> n = whole_int(item);
+                 if (!n) throw CLI::ValidationError(flag, "expected integers, got '" + item + "'");
+                 values.push_back(*n);
+               }
+             },
+             help)
+      ->default_str(join(defaults));
+}
+
+void refuse_empty_values(CLI::App& app) {
+  // A flag has a default to fall back on; a required positional (zshard-export's CHECKPOINT) does not.
+  const auto non_empty = [](const char* remedy) {
+    return CLI::Validator(
+        [remedy](const std::string& v) { return v.empty() ? std::string("empty value (") + remedy + ")" : ""; }, "");
+  };
+  for (CLI::Option* opt : app.get_options())
+    if (opt->get_type_size_max() > 0)
+      opt->check(opt->get_required() && opt->get_lnames().empty() ? non_empty("the argument is required")
+                                                                   : non_empty("leave the flag out for its default"));
+}
+
+std::string cli_error_line(const CLI::Error& e) {
+  std::string msg = e.what();
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  for (char& c : msg) if (c == '\n') c = ' ';
+  return msg;
+}
+
+}  // namespace zshard

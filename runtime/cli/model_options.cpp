@@ -1,0 +1,106 @@
+#include "runtime/cli/model_options.h"
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/cli/flags.h"
+
+namespace zshard {
+
+namespace {
+
+// KEY=VALUE's value: an integer when it spells one whole, else a finite real number (rope_theta=5e5).
+std::optional<ConfigValue> config_number(const std::string& text) {
+  size_t used = 0;
+  try {
+    const long long i = std::stoll(text, &used);
+    if (used == text.size()) return ConfigValue(int64_t(i));
+    const double d = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(d)) return ConfigValue(d);
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view recompute_flag(Recompute mode) { return mode == Recompute::blocks ? "blocks" : "none"; }
+
+void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) {
+  std::string known;
+  for (const std::string& name : model_names()) known += (known.empty() ? "" : ", ") + name;
+  app.add_option("--model", model, "model: " + known);
+  // A key set twice (--layers 2 --config layers=3, or layers=3,layers=4) is refused: otherwise the order
+  // CLI11 runs the flags' callbacks in, not the command line's, would settle it.
+  const auto set_by = std::make_shared<std::map<std::string, std::string>>();
+  const auto set = [&overrides, set_by](const std::string& flag, const std::string& key, ConfigValue value) {
+    const auto [first, fresh] = set_by->emplace(key, flag);
+    if (!fresh) throw CLI::ValidationError(flag, key + " is set twice (also by " + first->second + ")");
+    overrides.insert_or_assign(key, value);
+  };
+  app.preparse_callback([set_by](std::size_t) { set_by->clear(); });  // each parse starts afresh
+  add_list_option(
+         app, "--config",
+         [set](const std::vector<std::string>& items) {
+           for (const std::string& item : items) {
+             const size_t eq = item.find('=');
+             const std::optional<ConfigValue> value =
+                 eq == std::string::npos ? std::nullopt : config_number(item.substr(eq + 1));
+             if (eq == 0 || !value)
+               throw CLI::ValidationError("--config", "expected KEY=NUMBER, got '" + item + "'");
+             set("--config", item.substr(0, eq), *value);
+           }
+         },
+         "override the model's configuration: KEY=VALUE, comma separated (e.g. layers=4,dim=128)");
+  // Shorthands for --config of the keys the transformer families share (a model without the key refuses it).
+  for (const auto& [flag, key] : {std::pair{"--layers", "layers"}, std::pair{"--dim", "dim"},
+                                  std::pair{"--heads", "heads"}, std::pair{"--vocab", "vocab"},
+                                  std::pair{"--ctx", "ctx"}, std::pair{"--kv-heads", "kv_heads"},
+                                  std::pair{"--ffn-dim", "ffn_dim"}})
+    app.add_option_function<int64_t>(
+        flag, [set, flag, key](int64_t value) { set(flag, key, ConfigValue(value)); },
+        std::string("the model's ") + key + " (--config " + key + "=VALUE)");
+  app.add_option_function<double>(
+      "--rope-theta", [set](double theta) { set("--rope-theta", "rope_theta", ConfigValue(theta)); },
+      "the model's rotary base, e.g. 500000 (--config rope_theta=VALUE)");
+  app.add_option_function<bool>(
+      "--tie-embeddings", [set](bool tied) { set("--tie-embeddings", "tie_embeddings", ConfigValue(tied)); },
+      "the output head reuses the token embedding: true or false (--config tie_embeddings=1|0)");
+}
+
+void add_recompute_flag(CLI::App& app, Recompute& mode) {
+  Choices<Recompute> modes;
+  for (Recompute m : {Recompute::none, Recompute::blocks}) modes.emplace_back(std::string(recompute_flag(m)), m);
+  add_choice(app, "--activation-checkpointing", mode, modes,
+             "none, or blocks: keep each block's input only and recompute the block inside its backward "
+             "(less activation memory, one more block forward per step, the same results)");
+}
+
+void add_model_flags(CLI::App& app, ModelOptions& o) {
+  add_model_flags(app, o.name, o.overrides);
+  app.add_option("--init-from", o.init_from, "initial weights (safetensors with the model's parameter names)");
+  // An unsigned flag would take -1 as 2^64-1, and anything past 2^64-1 as 2^64-1.
+  app.add_option("--seed", o.seed, "initialisation seed")
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            if (v.rfind('-', 0) == 0) return "must be >= 0, got " + v;
+            try {
+              std::stoull(v);
+            } catch (const std::out_of_range&) {
+              return "must be below 2^64, got " + v;
+            } catch (const std::exception&) {
+            }
+            return std::string();
+          },
+          "UINT"));
+  add_recompute_flag(app, o.recompute);
+}
+
+ModelConfig resolve_model_config(const ModelOptions& o) { return model_config(o.name, o.overrides); }
+
+}  // namespace zshard

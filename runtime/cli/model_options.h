@@ -1,0 +1,37 @@
+// The model a run trains, and its flags: --model, --config and its shorthands, --init-from, --seed,
+// --activation-checkpointing.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <zshard/model.h>
+#include <zshard/model_registry.h>
+
+#include "runtime/cli/cli_fwd.h"
+
+namespace zshard {
+
+struct ModelOptions {
+  std::string name = "tiny";  // a name of the model registry (<zshard/model_registry.h>)
+  ModelConfig overrides;      // replace the named configuration's values (--config, --layers, --dim, ...)
+  std::string init_from;      // safetensors with the model's parameter names
+  uint64_t seed = 1337;       // initial parameters, the same whatever the world
+  // What the model keeps for backward; changes memory and compute, never the results.
+  Recompute recompute = Recompute::none;
+};
+
+// How --activation-checkpointing spells a mode: none, blocks.
+std::string_view recompute_flag(Recompute mode);
+
+// --model (a registry name), --config KEY=VALUE,... and the shorthands --layers --dim --heads --vocab --ctx
+// --kv-heads --ffn-dim --rope-theta --tie-embeddings.
+void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides);
+// --activation-checkpointing none|blocks: the tools that run a model or size its activations.
+void add_recompute_flag(CLI::App& app, Recompute& mode);
+// All of the above with --init-from and --seed.
+void add_model_flags(CLI::App& app, ModelOptions& options);
+
+// The registered configuration of the model with the overrides; UsageError naming the flag.
+ModelConfig resolve_model_config(const ModelOptions& options);
+
+}  // namespace zshard

@@ -1,0 +1,81 @@
+#include "runtime/cli/path_checks.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+#include <zshard/error.h>
+
+#include "kernels/io/atomic_file.h"
+
+namespace zshard {
+
+namespace fs = std::filesystem;
+
+void check_output_path(std::string_view flag, const std::string& path) {
+  std::error_code ec;
+  if (path.empty()) throw UsageError(detail::concat(flag, ": empty path"));
+  if (fs::is_directory(path, ec)) throw UsageError(detail::concat(flag, " ", path, ": is a directory"));
+  std::optional<std::string> replaced;
+  try {
+    replaced = replaced_file(path);
+  } catch (const Error& e) {
+    throw UsageError(detail::concat(flag, " ", e.what()));
+  }
+  if (!replaced) {
+    if (::access(path.c_str(), W_OK) != 0)
+      throw UsageError(detail::concat(flag, " ", path, ": cannot write (", std::strerror(errno), ")"));
+    return;
+  }
+  const std::string dir = parent_dir(*replaced);
+  if (!fs::is_directory(dir, ec))
+    throw UsageError(detail::concat(flag, " ", path, ": directory ", dir, " does not exist"));
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw UsageError(detail::concat(flag, " ", path, ": cannot write into ", dir, " (", std::strerror(errno), ")"));
+}
+
+void check_input_file(std::string_view flag, const std::string& path, std::string_view kind) {
+  std::error_code ec;
+  const std::string named = flag.empty() ? path : detail::concat(flag, " ", path);
+  const char* what = nullptr;
+  switch (fs::status(path, ec).type()) {
+    case fs::file_type::regular:
+    case fs::file_type::none: return;  // status failed for another reason: the open says which
+    case fs::file_type::not_found: throw UsageError(detail::concat(named, ": no such file"));
+    case fs::file_type::directory: what = "a directory"; break;
+    case fs::file_type::fifo: what = "a FIFO (named pipe)"; break;
+    case fs::file_type::character: what = "a character device"; break;
+    case fs::file_type::block: what = "a block device"; break;
+    case fs::file_type::socket: what = "a socket"; break;
+    default: what = "not a regular file"; break;
+  }
+  throw UsageError(detail::concat(named, ": is ", what, ", not ", kind));
+}
+
+void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs) {
+  const auto& [out_flag, out] = output;
+  // A file written in place is never replaced: /dev/null may take every output, and /dev/stdout too.
+  if (out.empty()) return;
+  try {
+    if (!replaced_file(out)) return;
+  } catch (const Error&) {  // check_output_path reports it
+  }
+  std::error_code ec;
+  const fs::path target = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  for (const auto& [in_flag, in] : inputs) {
+    if (in.empty()) continue;
+    const fs::path source = fs::weakly_canonical(fs::absolute(in, ec), ec);
+    if (target == source)
+      throw UsageError(detail::concat(out_flag, " ", out, " names the same file as ", in_flag, ": refusing to overwrite it"));
+    if (!fs::is_directory(source, ec)) continue;
+    // Inside the input directory: the relative path from it does not climb out.
+    const fs::path rel = target.lexically_relative(source);
+    if (!rel.empty() && *rel.begin() != "..")
+      throw UsageError(
+          detail::concat(out_flag, " ", out, " lies inside ", in, " (", in_flag, "): refusing to write into an input"));
+  }
+}
+
+}  // namespace zshard

@@ -1,0 +1,32 @@
+// Checks of the paths a tool's flags name, made at set-up before any work: an output that can be written
+// as AtomicFile writes it (kernels/io/atomic_file.h), an input that is a regular file (a FIFO would hang
+// the rank before any collective), and an output that is none of the inputs.
+#pragma once
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace zshard {
+
+// Checks, before any work, that `path` can be written by `flag` as AtomicFile writes it: not a directory;
+// a file that is not a regular one (a device, a FIFO) writable itself; otherwise the directory of the file
+// it names (its symbolic links followed) existing and writable. Throws UsageError naming the flag. The
+// write itself can still fail (a disk that fills).
+void check_output_path(std::string_view flag, const std::string& path);
+
+// Checks, before any work, that `path` given to `flag` names a regular file (or a link to one), which a
+// tool reads whole: throws UsageError "FLAG PATH: no such file" or "FLAG PATH: is a FIFO (named pipe), not
+// KIND" ("PATH: ..." for an empty `flag`: a file no flag names). Opening a FIFO blocks until a writer comes,
+// before any collective, where no deadline reaches it, and a device such as /dev/zero never ends. A path
+// whose status cannot be read is left to the open.
+void check_input_file(std::string_view flag, const std::string& path, std::string_view kind);
+
+// A flag and the path it names, for the check below.
+using FlagPath = std::pair<std::string_view, std::string>;
+// Throws UsageError when `output` is one of `inputs`, or lies inside an input that is a directory: a tool
+// never writes over what it reads. Empty paths, and outputs that are devices or FIFOs (written in place,
+// never replaced), are skipped.
+void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs);
+
+}  // namespace zshard

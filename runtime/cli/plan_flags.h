@@ -1,0 +1,22 @@
+// The flags of the sharding plan (<zshard/plan.h>): --strategy, --shard-group, --reshard-after-forward,
+// --max-inflight, --device, --param-dtype, --reduce-dtype, --comm, --offload, --comm-timeout. The plan checks
+// its own values (validate_plan_options, resolve_plan).
+#pragma once
+#include <string>
+
+#include <zshard/plan.h>
+
+#include "runtime/cli/cli_fwd.h"
+
+namespace zshard {
+
+// --shard-group G | G1,G2,... | node: hybrid's groups.
+void add_shard_group_flag(CLI::App& app, ShardGroupRequest& request);
+// --device cpu|cuda: where the run computes (zshard-mem: where it would).
+void add_device_flag(CLI::App& app, Device& device, const std::string& help);
+// --offload none|optimizer: zshard-train, zshard-bench and zshard-mem.
+void add_offload_flag(CLI::App& app, bool& offload_optimizer);
+// All of them, --strategy by name.
+void add_plan_flags(CLI::App& app, PlanOptions& options);
+
+}  // namespace zshard

@@ -1,0 +1,90 @@
+#include "runtime/cli/train_options.h"
+
+#include <filesystem>
+
+#include <CLI/CLI.hpp>
+
+#include <zshard/error.h>
+
+#include "kernels/io/atomic_file.h"
+#include "runtime/cli/path_checks.h"
+#include "runtime/cli/plan_flags.h"
+
+namespace zshard {
+
+void add_train_flags(CLI::App& app, TrainOptions& o) {
+  app.option_defaults()->always_capture_default();
+  add_model_flags(app, o.model);
+  add_data_flags(app, o.data);
+  add_optimizer_flags(app, o.optimizer);
+  add_plan_flags(app, o.plan);
+  add_eval_flags(app, o.eval);
+  add_output_flags(app, o.output);
+  add_save_flags(app, o.saves);
+}
+
+void validate_options(const TrainOptions& o, int world_size) {
+  validate_plan_options(o.plan);
+  validate(o.data, world_size);
+  validate(o.optimizer);
+  validate(o.eval);
+  validate(o.output);
+  validate(o.saves);
+  // Groups that do not fit the world; node groups need the hosts, which resolve_plan checks them against.
+  if (o.plan.strategy.shard_group.kind() != ShardGroupRequest::Kind::node) shard_groups(o.plan.strategy, world_size);
+  if (!o.saves.resume.empty() && !o.model.init_from.empty())
+    refuse("--resume and --init-from exclude each other (the checkpoint holds the weights)");
+  if (o.data.auto_batch && !o.saves.resume.empty())
+    refuse("--batch auto and --resume exclude each other (resume with the --batch the run chose)");
+}
+
+namespace {
+
+std::vector<FlagPath> named_inputs(const TrainOptions& o) {
+  return {{"--init-from", o.model.init_from},
+          {"--data", o.data.source == "default" ? "" : o.data.source},
+          {"--eval-data", o.eval.source == "default" ? "" : o.eval.source},
+          {"--resume", o.saves.resume == "latest" ? "" : o.saves.resume},
+          {"--stop-file", o.saves.stop_file}};
+}
+
+std::vector<FlagPath> named_outputs(const TrainOptions& o) {
+  return {{"--log-json", o.output.log_json}, {"--save", o.output.save}, {"--mem-report", o.output.mem_report}};
+}
+
+}  // namespace
+
+std::vector<FlagPath> named_files(const TrainOptions& o) {
+  std::vector<FlagPath> files = named_inputs(o);
+  for (FlagPath& out : named_outputs(o)) files.push_back(std::move(out));
+  return files;
+}
+
+void check_outputs(const TrainOptions& o) {
+  const SaveOptions& s = o.saves;
+  std::vector<FlagPath> taken = named_inputs(o);
+  check_not_input({"--save-dir", s.save_dir}, taken);
+  // A file may go inside an existing --save-dir, but one named as the directory would fail after training.
+  std::error_code ec;
+  const bool save_dir_exists = std::filesystem::is_directory(s.save_dir, ec);
+  const auto directory = [&](const std::filesystem::path& p) {  // absolute, normal, no trailing separator
+    const std::filesystem::path n =
+        std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec).lexically_normal();
+    return n.has_filename() ? n : n.parent_path();
+  };
+  const auto in_new_save_dir = [&](const std::string& path) {
+    if (save_dir_exists || s.save_dir.empty()) return false;
+    return directory(std::filesystem::path(path).parent_path()) == directory(s.save_dir);
+  };
+  for (const FlagPath& out : named_outputs(o)) {
+    if (out.second.empty()) continue;
+    // A file straight inside the --save-dir this run creates (parents and all) at set-up, where a
+    // directory that cannot be made is refused (SavePolicy), needs no directory yet.
+    if (!in_new_save_dir(out.second)) check_output_path(out.first, out.second);
+    check_not_input(out, taken);
+    if (!save_dir_exists) check_not_input(out, {{"--save-dir", s.save_dir}});
+    taken.push_back(out);
+  }
+}
+
+}  // namespace zshard

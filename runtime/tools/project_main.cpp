@@ -1,0 +1,210 @@
+// zshard-project: projected step time and scaling efficiency of ddp, zero3 and hybrid for N = 1 to
+// --max-world, with and without overlap, beside the Amdahl curve of a serial fraction. The compute time
+// comes from a single-rank zshard-bench JSON (--bench) or --compute-ms; links from a profile (--link,
+// --inter-link) whose values --alpha-us / --bandwidth-gbs override. --check takes zshard-bench JSON
+// measured at several world sizes (same global batch) and prints the projection's error on each.
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <iostream>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/io/atomic_file.h"
+#include "runtime/cli/path_checks.h"
+#include "runtime/cli/json_input.h"
+#include "runtime/planning/scaling_projection.h"
+#include "runtime/tools/tool_runner.h"
+#include "runtime/cli/flags.h"
+#include "shard/plan_internals.h"
+
+using namespace zshard;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kMaxWorld = 1 << 20;
+
+double median_ms(const json& bench, const std::string& strategy) {
+  for (const json& r : bench.at("results"))
+    if (r.at("strategy") == strategy) return r.at("step_ms").at("median");
+  return NAN;
+}
+
+// Predicted strong-scaling step time beside each measurement; the serial fraction (Karp-Flatt) of the
+// measured ddp speed-up at the largest world.
+double check(const std::vector<std::string>& paths, ProjectionInput in, json& out) {
+  in.weak = false;
+  double serial = 0;
+  std::cout << "\nprojection vs measured (strong scaling, global batch " << in.batch << "; error = predicted / "
+            << "measured - 1)\n"
+            << std::setw(8) << "strategy" << std::setw(6) << "N" << std::setw(14) << "measured ms" << std::setw(14)
+            << "no overlap" << std::setw(9) << "error" << std::setw(14) << "overlap" << std::setw(9) << "error\n";
+  for (const std::string& path : paths) {
+    const json bench = read_json_file("--check", path);
+    const int world = read_fields("--check", path, [&] { return bench.at("world").get<int>(); });
+    for (const char* name : {"ddp", "zero3", "hybrid"}) {
+      const double measured = read_fields("--check", path, [&] { return median_ms(bench, name); });
+      if (std::isnan(measured)) continue;
+      const ProjectedStep p = project_step(parse_strategy(name), world, in);
+      const double e0 = p.step_ms / measured - 1, e1 = p.step_overlap_ms / measured - 1;
+      std::cout << std::setw(8) << name << std::setw(6) << world << std::fixed << std::setprecision(1)
+                << std::setw(14) << measured << std::setw(14) << p.step_ms << std::setw(8) << 100 * e0 << "%"
+                << std::setw(14) << p.step_overlap_ms << std::setw(8) << 100 * e1 << "%\n";
+      out.push_back({{"strategy", name}, {"world", world}, {"measured_ms", measured}, {"predicted_ms", p.step_ms},
+                     {"predicted_overlap_ms", p.step_overlap_ms}, {"error", e0}, {"error_overlap", e1}});
+      if (std::string(name) == "ddp" && world > 1) serial = karp_flatt(in.compute_ms / measured, world);
+    }
+  }
+  return serial;
+}
+
+// --nodes: the three strategies on one cluster of nodes of the given sizes.
+json project_nodes(const ShardGroups& nodes, const ProjectionInput& in) {
+  std::cout << "\ncluster of nodes " << join_sizes(nodes.sizes()) << " (" << nodes.world_size()
+            << " ranks; hybrid shards inside each node)\n"
+            << std::setw(8) << "strategy" << std::setw(12) << "step ms" << std::setw(12) << "overlap ms"
+            << std::setw(12) << "comm ms" << std::setw(14) << "efficiency\n";
+  json out = {{"sizes", nodes.sizes()}, {"rows", json::array()}};
+  for (const char* name : {"ddp", "zero3", "hybrid"}) {
+    const ProjectedStep p = project_step(parse_strategy(name), nodes, in);
+    std::cout << std::setw(8) << name << std::fixed << std::setprecision(1) << std::setw(12) << p.step_ms
+              << std::setw(12) << p.step_overlap_ms << std::setw(12) << p.comm_ms << std::setprecision(2)
+              << std::setw(9) << p.efficiency << "/" << p.efficiency_overlap << "\n";
+    out["rows"].push_back({{"strategy", name}, {"step_ms", p.step_ms}, {"step_overlap_ms", p.step_overlap_ms},
+                           {"comm_ms", p.comm_ms}, {"efficiency", p.efficiency},
+                           {"efficiency_overlap", p.efficiency_overlap}});
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string bench_path, link = "nvlink", inter_link = "ib", scaling = "weak", json_path;
+  std::vector<std::string> check_paths;
+  ProjectionInput in;
+  double alpha_us = 0, bandwidth = 0, inter_alpha_us = 0, inter_bandwidth = 0, serial = 0;
+  int max_world = 1024;
+  std::vector<int> nodes;
+  CLI::App app{"zshard-project: projected step time and scaling efficiency of ddp, zero3 and hybrid"};
+  app.option_defaults()->always_capture_default();
+  CLI::Option* bench =
+      app.add_option("--bench", bench_path, "zshard-bench JSON of a single-rank run: compute time, params, units, batch");
+  // --bench sets these itself: given beside it, they would be silently overwritten.
+  bench->excludes(app.add_option("--compute-ms", in.compute_ms, "single-rank step time (instead of --bench)"));
+  // A count as zshard-mem takes it: 124e6 as well as 124000000.
+  bench->excludes(app.add_option_function<double>(
+      "--params",
+      [&in](double n) {
+        if (!(n >= 1 && n <= 1e15)) throw CLI::ValidationError("--params", "must be in [1, 1e15], got " + std::to_string(n));
+        in.params = int64_t(n);
+      },
+      "parameter count, e.g. 1.5e9 (instead of --bench)"));
+  bench->excludes(app.add_option("--units", in.units, "collectives per pass: units (instead of --bench)"));
+  bench->excludes(app.add_option("--batch", in.batch, "sequences the compute time covers (instead of --bench)"));
+  app.add_option("--elem-bytes", in.elem_bytes, "bytes per communicated element (4 fp32, 2 bf16)");
+  app.add_option("--link", link, "intra-node link profile: nvlink, pcie, ib");
+  app.add_option("--inter-link", inter_link, "inter-node link profile")->check(CLI::IsMember(link_profile_names()));
+  app.add_option("--alpha-us", alpha_us, "override the intra link's per-hop latency (us)")->default_str("--link's");
+  app.add_option("--bandwidth-gbs", bandwidth, "override the intra link's bus bandwidth (GB/s)")->default_str("--link's");
+  app.add_option("--inter-alpha-us", inter_alpha_us, "override the inter link's latency (us)")->default_str("--inter-link's");
+  app.add_option("--inter-bandwidth-gbs", inter_bandwidth, "override the inter link's bandwidth (GB/s)")->default_str("--inter-link's");
+  app.add_option("--node-size", in.node_size,
+                 "ranks per node; hybrid's shard group is the largest divisor of N up to it leaving two replicas");
+  add_list_option(app, "--nodes", nodes,
+                  "node sizes of one cluster, comma separated (e.g. 4,2): also project it, hybrid sharding inside "
+                  "each node");
+  app.add_option("--scaling", scaling, "weak (fixed batch per rank) or strong (fixed global batch)");
+  app.add_option("--max-world", max_world, "largest N (powers of two from 1)");
+  app.add_option("--serial-fraction", serial, "Amdahl serial fraction (default: Karp-Flatt from --check, else 0)")
+      ->default_str("");
+  add_list_option(app, "--check", check_paths, "zshard-bench JSON at several world sizes to check against");
+  app.add_option("--json", json_path, "write the projection as JSON to this file");
+  return run_local_tool("zshard-project", argc, argv, app, [&] {
+    if (!json_path.empty()) {
+      check_output_path("--json", json_path);
+      std::vector<FlagPath> inputs = {{"--bench", bench_path}};
+      for (const std::string& p : check_paths) inputs.push_back({"--check", p});
+      check_not_input({"--json", json_path}, inputs);
+    }
+    if (!bench_path.empty()) {
+      const json b = read_json_file("--bench", bench_path);
+      read_fields("--bench", bench_path, [&] {
+        if (b.at("world") != 1)
+          throw UsageError("--bench " + bench_path + ": needs a single-rank run, it has world " + b.at("world").dump());
+        in.compute_ms = median_ms(b, "ddp");
+        in.params = b.at("model").at("params");
+        in.units = b.at("model").at("units");
+        in.batch = b.at("batch");
+      });
+    }
+    if (!(in.compute_ms > 0 && std::isfinite(in.compute_ms)) || in.params <= 0)
+      throw UsageError("give --bench FILE, or --compute-ms and --params (both finite and > 0)");
+    if (scaling != "weak" && scaling != "strong") throw UsageError("--scaling must be weak or strong");
+    for (const auto& [flag, value] : {std::pair{"--units", in.units}, std::pair{"--node-size", in.node_size},
+                                      std::pair{"--max-world", max_world}, std::pair{"--elem-bytes", in.elem_bytes},
+                                      std::pair{"--batch", in.batch}})
+      if (value < 1) throw UsageError(detail::concat(flag, " must be >= 1, got ", value));
+    // The table doubles N up to --max-world: past 2^20 ranks it would overflow, and means nothing.
+    for (int n : nodes)
+      if (n < 1 || n > kMaxWorld) throw UsageError(detail::concat("--nodes: sizes must be in [1, ", kMaxWorld, "], got ", n));
+    if (const int64_t world = std::accumulate(nodes.begin(), nodes.end(), int64_t{0}); world > kMaxWorld)
+      throw UsageError(detail::concat("--nodes: ", world, " ranks in all, more than ", kMaxWorld));
+    if (!nodes.empty()) check_group_sizes(nodes, "--nodes");
+    if (max_world > kMaxWorld) throw UsageError(detail::concat("--max-world must be at most ", kMaxWorld, ", got ", max_world));
+    for (const auto& [flag, value] : {std::pair{"--alpha-us", alpha_us}, std::pair{"--inter-alpha-us", inter_alpha_us}})
+      if (app.count(flag) && !(std::isfinite(value) && value >= 0))
+        throw UsageError(detail::concat(flag, " must be a finite number >= 0, got ", value));
+    for (const auto& [flag, value] : {std::pair{"--bandwidth-gbs", bandwidth}, std::pair{"--inter-bandwidth-gbs", inter_bandwidth}})
+      if (app.count(flag) && !(std::isfinite(value) && value > 0))
+        throw UsageError(detail::concat(flag, " must be a finite number > 0, got ", value));
+    if (app.count("--serial-fraction") && !(serial >= 0 && serial <= 1))
+      throw UsageError(detail::concat("--serial-fraction must be in [0, 1], got ", serial));
+    in.weak = scaling == "weak";
+    in.intra = link_profile(link);
+    in.inter = link_profile(inter_link);
+    if (app.count("--alpha-us") || app.count("--bandwidth-gbs")) in.intra.name += " (overridden)";
+    if (app.count("--inter-alpha-us") || app.count("--inter-bandwidth-gbs")) in.inter.name += " (overridden)";
+    if (app.count("--alpha-us")) in.intra.alpha_us = alpha_us;
+    if (app.count("--bandwidth-gbs")) in.intra.bandwidth_gbs = bandwidth;
+    if (app.count("--inter-alpha-us")) in.inter.alpha_us = inter_alpha_us;
+    if (app.count("--inter-bandwidth-gbs")) in.inter.bandwidth_gbs = inter_bandwidth;
+
+    json doc = {{"tool", "zshard-project"}, {"compute_ms", in.compute_ms}, {"batch", in.batch},
+                {"params", in.params}, {"units", in.units}, {"scaling", scaling}, {"node_size", in.node_size},
+                {"intra", {{"name", in.intra.name}, {"alpha_us", in.intra.alpha_us}, {"bandwidth_gbs", in.intra.bandwidth_gbs}}},
+                {"inter", {{"name", in.inter.name}, {"alpha_us", in.inter.alpha_us}, {"bandwidth_gbs", in.inter.bandwidth_gbs}}},
+                {"check", json::array()}};
+    const double fitted = check_paths.empty() ? 0 : check(check_paths, in, doc["check"]);
+    if (!app.count("--serial-fraction")) serial = std::clamp(fitted, 0.0, 1.0);  // a slow-down (speed-up < 1) reads as all serial
+    doc["serial_fraction"] = serial;
+    std::cout << "\nprojection: " << in.params << " params, " << in.units << " units, compute " << in.compute_ms
+              << " ms for " << in.batch << " sequences, " << scaling << " scaling; intra " << in.intra.name << " ("
+              << in.intra.alpha_us << " us, " << in.intra.bandwidth_gbs << " GB/s), inter " << in.inter.name << " ("
+              << in.inter.alpha_us << " us, " << in.inter.bandwidth_gbs << " GB/s), node " << in.node_size
+              << "; efficiency no overlap / overlap\n"
+              << std::setw(6) << "N";
+    for (const char* name : {"ddp", "zero3", "hybrid"}) std::cout << std::setw(26) << (std::string(name) + " ms   eff");
+    std::cout << std::setw(14) << "Amdahl s=" << std::setprecision(3) << serial << "\n";
+    for (int n = 1; n <= max_world; n *= 2) {
+      json row = {{"world", n}, {"amdahl_efficiency", amdahl_efficiency(serial, n)}};
+      std::cout << std::setw(6) << n;
+      for (const char* name : {"ddp", "zero3", "hybrid"}) {
+        const ProjectedStep p = project_step(parse_strategy(name), n, in);
+        row[name] = {{"step_ms", p.step_ms}, {"step_overlap_ms", p.step_overlap_ms}, {"comm_ms", p.comm_ms},
+                     {"efficiency", p.efficiency}, {"efficiency_overlap", p.efficiency_overlap}};
+        std::ostringstream cell;
+        cell << std::fixed << std::setprecision(1) << p.step_ms << " " << std::setprecision(2) << p.efficiency << "/"
+             << p.efficiency_overlap;
+        std::cout << std::setw(26) << cell.str();
+      }
+      std::cout << std::setw(14) << std::setprecision(3) << amdahl_efficiency(serial, n) << "\n";
+      doc["rows"].push_back(row);
+    }
+    if (!nodes.empty()) doc["nodes"] = project_nodes(ShardGroups(nodes), in);
+    if (!json_path.empty()) write_file_atomically(json_path, doc.dump(2) + "\n");
+    return 0;
+  });
+}

@@ -1,0 +1,31 @@
+#include "shard/comm_volume.h"
+
+namespace zshard {
+
+CommVolume comm_volume(const CommShape& s) {
+  // One collective over n elements of `bytes` in a group of g.
+  const auto move = [](double n, int g, int bytes) { return n * bytes * (g - 1) / g; };
+  const auto pass = [&](int g, int bytes) { return move(double(s.psi), g, bytes); };
+  const int K = s.grad_accum;
+  CommVolume v;
+  switch (s.kind) {
+    case StrategyKind::ddp: v.reduce = 2 * pass(s.world, s.grad_bytes); break;
+    case StrategyKind::zero1:
+      v.reduce = pass(s.world, s.grad_bytes);
+      v.gather = pass(s.world, s.param_bytes);
+      break;
+    case StrategyKind::zero2:
+      v.reduce = K * pass(s.world, s.grad_bytes);
+      v.gather = pass(s.world, s.param_bytes);
+      break;
+    case StrategyKind::zero3:
+    case StrategyKind::hybrid:
+      v.gather = K * move(double(s.gathered), s.group, s.param_bytes);
+      v.reduce = K * pass(s.group, s.grad_bytes);
+      v.across = K * 2 * pass(s.replicas, s.grad_bytes) / s.group;
+      break;
+  }
+  return v;
+}
+
+}  // namespace zshard

@@ -1,0 +1,39 @@
+// The bytes one rank moves per optimizer step under each strategy, the ZeRO paper's volumes in the bus
+// convention of nccl-tests: a collective over n elements in a group of g moves (g-1)/g of them per rank,
+// an all-reduce twice that. The one statement of them: the memory report's prediction
+// (predict_comm_bytes), zshard-tune's cost model and zshard-project's projection all read it.
+#pragma once
+#include <cstdint>
+
+#include <zshard/plan.h>
+
+namespace zshard {
+
+struct CommShape {
+  StrategyKind kind = StrategyKind::ddp;
+  int world = 1;         // ranks: ddp, zero1 and zero2 reduce and gather over all of them
+  int group = 1;         // ranks of the shard group that zero3 and hybrid gather and reduce-scatter in
+  int replicas = 1;      // hybrid: the groups each shard is all-reduced across (R = N/G for groups of one size)
+  int64_t psi = 0;       // parameter elements
+  int64_t gathered = 0;  // elements zero3 and hybrid gather per micro-step: the paper's 2Ψ, or a model's schedule
+  int grad_accum = 1;    // micro-steps per optimizer step
+  int param_bytes = 4;   // per element of the parameters gathered and of the gradients reduced
+  int grad_bytes = 4;
+};
+
+// Bus bytes per optimizer step of one rank, by the collectives that move them.
+struct CommVolume {
+  double gather = 0;  // parameter all-gathers: zero1 and zero2 once after the step, zero3 and hybrid each micro-step
+  double reduce = 0;  // gradients inside the group: ddp's all-reduce, the reduce-scatters of the others
+  double across = 0;  // hybrid: each shard's all-reduce across the replicas, every micro-step
+  double in_group() const { return gather + reduce; }
+  double total() const { return gather + reduce + across; }
+};
+
+// ddp 2Ψ(N-1)/N; zero1 the same, as a reduce-scatter and an all-gather; zero2 reduce-scatters every
+// micro-step; zero3 3Ψ(G-1)/G per micro-step (gathering 2Ψ); hybrid zero3's volume inside its group plus
+// an all-reduce of its shard across the R groups, 2(Ψ/G)(R-1)/R (unequal groups reduce each piece of the
+// shard among R owners: the same volume).
+CommVolume comm_volume(const CommShape& shape);
+
+}  // namespace zshard

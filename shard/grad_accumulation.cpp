@@ -1,0 +1,52 @@
+// Gradient accumulation: the life of a micro-step. A step is grad_accum micro-steps (Engine::
+// forward_backward) before one optimizer step, and its gradient is their sum, exactly the gradient of
+// the whole batch at once:
+//   - begin_micro_step says whether this micro-step reduces: ddp and zero1 keep their full gradients
+//     resident and reduce on the last micro-step only (no_sync, grads_ready in grad_reduction.cpp
+//     returning early); zero2, zero3 and hybrid reduce-scatter every micro-step, and the shards add up
+//     in the owned gradients, so no full gradient outlives its unit's backward;
+//   - end_micro_step checks the protocol, waits for the reductions still in flight and frees what the
+//     prefetch gathered but the model did not use;
+//   - discard_gradients zeroes the owned gradients, after a step or instead of one (a load), and the
+//     next micro-step starts a new step.
+#include "shard/sharded_params.h"
+
+namespace zshard {
+
+using namespace sharded;
+
+void ShardedParams::begin_micro_step(bool sync_grads) {
+  first_micro_step_ = !accumulated_;
+  accumulated_ = true;
+  sync_grads_ = sync_grads;
+  in_backward_ = false;
+  gather_position_ = 0;
+  order_ = &training_order_;
+}
+
+void ShardedParams::begin_forward_only() {
+  in_backward_ = false;
+  gather_position_ = 0;
+  order_ = &forward_only_order_;
+}
+
+void ShardedParams::end_micro_step() {
+  // The protocol first, on every strategy: gradients never made ready would silently miss the reduction.
+  for (auto& u : units_) {
+    ZS_CHECK(u->gather_refs == 0, "unit ", u->layout.spec().name, " still gathered at the end of a micro-step");
+    ZS_CHECK(u->grads_state != Unit::Grads::requested, "unit ", u->layout.spec().name,
+             ": grads() without grads_ready() in this micro-step");
+    u->grads_state = Unit::Grads::untouched;
+  }
+  while (!reductions_.empty()) finish_oldest_reduction();
+  for (auto& u : units_)
+    if (u->gathered.defined()) free_gathered(*u);  // a prefetch the model did not use
+  order_->recorded = true;
+}
+
+void ShardedParams::discard_gradients() {
+  for (auto& u : units_) u->grad_store.zero_();
+  accumulated_ = false;
+}
+
+}  // namespace zshard

@@ -1,0 +1,178 @@
+#include "shard/memory/estimator.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <functional>
+#include <iomanip>
+#include <sstream>
+
+#include <zshard/error.h>
+
+#include "shard/async_checkpoint.h"
+#include "shard/flat_unit.h"
+
+namespace zshard {
+
+MemoryEstimate estimate_memory(const EstimateInput& in) {
+  const ShardPlan& plan = in.plan;
+  const ShardGroups& groups = plan.groups;
+  int group = in.group;
+  if (group < 0) {
+    EstimateInput one = in;
+    one.group = int(std::min_element(groups.sizes().begin(), groups.sizes().end()) - groups.sizes().begin());
+    const MemoryEstimate smallest = estimate_memory(one);
+    if (!in.checkpoint_snapshot || one.group == 0) return smallest;
+    one.group = 0;
+    const MemoryEstimate first = estimate_memory(one);
+    return first.total() > smallest.total() ? first : smallest;
+  }
+  if (group >= groups.count()) refuse("no shard group ", group, " among ", groups.count());
+  MemoryEstimate e;
+  const Device device = plan.placement.device;
+  const bool offload = plan.placement.offload_optimizer;
+  e.device = device;
+  e.shard_group = groups.size(group);
+  const int G = e.shard_group;
+  const DtypePolicy d = DtypePolicy::of(plan.placement.param_dtype);
+  if (!in.model) {
+    e.params = in.params;
+    e.model_states = predict_model_states(plan.kind, G, in.params, d, offload, device);
+    return e;
+  }
+
+  // Per-unit padding by the code that shards the units.
+  std::vector<int64_t> units;
+  std::vector<FlatLayout> layouts;
+  int64_t padded_total = 0;
+  for (const UnitSpec& unit : in.model->units()) {
+    const FlatLayout& layout = layouts.emplace_back(unit, G, groups.pad_multiple());
+    e.params += layout.numel();
+    units.push_back(layout.padded_numel());
+    padded_total += units.back();
+  }
+  if (in.checkpoint_snapshot) e.checkpoint_snapshot = checkpoint_snapshot_bytes(layouts, group);
+  const int64_t shard_total = padded_total / G;
+  const bool p_sharded = plan.params_sharded(), g_sharded = plan.grads_sharded();
+  e.model_states.params = (p_sharded ? shard_total : padded_total) * d.param_bytes;
+  e.model_states.grads = (g_sharded ? shard_total : padded_total) * d.grad_bytes;
+  (offload ? e.model_states.host : e.model_states.optimizer) =
+      shard_total * (offload ? offloaded_bytes_per_param(d, device) : d.optimizer_bytes);
+
+  if (p_sharded)
+    e.gathered_in_flight = predict_gathered_elements(units, plan.max_inflight, plan.reshard_after_forward) * d.param_bytes;
+  // Transient full gradients and reduce-scatter outputs (shard/sharded_params.cpp). Sharded gradients:
+  // a unit's reduction is finished once the next one is issued, and a unit opens its full gradient only
+  // once those in flight fit beside it within max(L1, 2 L2) elements (L1, L2 the two largest units): the
+  // unit being accumulated and the one in flight, or the largest alone. A model that keeps a unit's
+  // gradient open through backward (Model::keeps_gradients_open: a tied head adding to the embedding
+  // first) holds it, taken as the largest, beside the two largest others. Backward runs the units in
+  // reverse: unit u's gradient opens beside u+1's in flight when the two fit that bound. zero3/hybrid
+  // hold gathered units too, the larger of the forward's (the --max-inflight largest, no gradient open but
+  // a kept one, which opens at the head) and backward's: u under its gather with the units before it
+  // prefetched up to --max-inflight, down to the first block (an embedding's backward gathers nothing),
+  // beside u's gradients; without resharding after forward, every unit from 0 to u is still gathered.
+  // Reductions land in the owned shard on a step's first micro-step; later micro-steps add a shard-sized
+  // scratch per reduction in flight (zero2: those of the two largest units; zero3/hybrid: u+1's while u's
+  // backward runs, and u's own beside it once u's gathered copy is released at its grads_ready). zero1:
+  // the scratch of its two reductions in flight, on the last micro-step; ddp reduces in place.
+  const int64_t in_flight_shards = in.grad_accum > 1 && G > 1 ? sum_of_largest(units, 2) / G : 0;
+  const int64_t L1 = sum_of_largest(units, 1), L2 = sum_of_largest(units, 2) - L1;
+  const bool keeps_open = in.model->keeps_gradients_open(std::max(1, in.rank_batch), in.seq);
+  const int64_t kept = keeps_open ? L1 : 0;
+  const int64_t accumulated_and_in_flight = keeps_open ? sum_of_largest(units, 3) - L1 : std::max(L1, 2 * L2);
+  // Full gradients open at unit u's backward, a kept one aside. Which unit is kept is not known (it is
+  // counted as the largest): beside one, any two others may be open.
+  const int64_t open_bound = keeps_open ? sum_of_largest(units, 2) : accumulated_and_in_flight;
+  const auto open_at = [&](size_t u) {
+    const int64_t next = u + 1 < units.size() ? units[u + 1] : 0;
+    return units[u] + (units[u] + next <= open_bound ? next : 0);
+  };
+  if (p_sharded) {
+    int64_t backward = 0, held = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+      held += units[u];
+      int64_t gathered = held;  // kept from forward: every unit from 0 to u
+      if (plan.reshard_after_forward) {
+        gathered = 0;
+        for (size_t v = u; v >= 1 && u - v < size_t(std::max(1, plan.max_inflight)); --v) gathered += units[v];
+      }
+      const int64_t open = open_at(u);
+      if (in_flight_shards == 0) {
+        backward = std::max(backward, gathered * d.param_bytes + open * d.grad_bytes);
+        continue;
+      }
+      // Reductions through a scratch: u+1's in flight while u's backward runs; from u's grads_ready on,
+      // u's too, its gathered copy released by then (an embedding's, gathered for nothing, frees nothing).
+      const int64_t released = plan.reshard_after_forward && u >= 1 ? units[u] : 0;
+      backward = std::max({backward, gathered * d.param_bytes + (open + (open - units[u]) / G) * d.grad_bytes,
+                           (gathered - released) * d.param_bytes + (open + open / G) * d.grad_bytes});
+    }
+    e.comm_buffers = kept * d.grad_bytes + std::max<int64_t>(0, backward - e.gathered_in_flight);
+  } else if (g_sharded) {
+    e.comm_buffers = (kept + accumulated_and_in_flight + in_flight_shards) * d.grad_bytes;
+  } else if (G > 1) {
+    e.comm_buffers = sum_of_largest(units, 2) / G * d.grad_bytes;
+  }
+
+  const DType act = d.param_bytes == 2 ? DType::bf16 : DType::f32;
+  e.activations = in.model->activation_bytes(std::max(1, in.rank_batch), in.seq, act);
+  return e;
+}
+
+int largest_rank_batch(EstimateInput in, int64_t device_bytes) {
+  if (!in.model) return -1;
+  // The estimate grows with the batch through activations, linearly: double, then bisect. It may also
+  // step where a model starts keeping a gradient open (GPT-2 and a tied Llama from dim tokens on, when the
+  // scratch of their deferred head leaves the activations), so the batch returned always fits, and is the
+  // largest when one more sequence's activations outweigh that scratch.
+  in.rank_batch = 1;
+  if (estimate_memory(in).total() > device_bytes) return 0;
+  int lo = 1, hi = 2;
+  for (;;) {
+    in.rank_batch = hi;
+    if (estimate_memory(in).total() > device_bytes) break;
+    lo = hi;
+    if (hi > (1 << 29)) return lo;
+    hi *= 2;
+  }
+  while (hi - lo > 1) {
+    in.rank_batch = lo + (hi - lo) / 2;
+    (estimate_memory(in).total() > device_bytes ? hi : lo) = in.rank_batch;
+  }
+  return lo;
+}
+
+std::string MemorySavers::name() const {
+  const bool blocks = recompute == Recompute::blocks;
+  if (!offload_optimizer) return blocks ? "blocks" : "none";
+  return blocks ? "blocks+offload" : "offload";
+}
+
+std::vector<int> largest_rank_batch_per_saver(EstimateInput in, Model& model, int64_t budget) {
+  in.model = &model;
+  std::vector<int> batches;
+  for (const MemorySavers& savers : kAllMemorySavers) {
+    try {
+      model.set_recompute(savers.recompute);
+    } catch (const UsageError&) {
+      batches.push_back(-1);  // a model of its own without recomputation
+      continue;
+    }
+    in.plan.placement.offload_optimizer = savers.offload_optimizer;
+    batches.push_back(largest_rank_batch(in, budget));
+  }
+  model.set_recompute(Recompute::none);
+  return batches;
+}
+
+std::string format_bytes(double bytes) {
+  std::ostringstream os;
+  os << std::fixed;
+  if (bytes >= 1e9) os << std::setprecision(2) << bytes / 1e9 << " GB";
+  else if (bytes >= 1e6) os << std::setprecision(2) << bytes / 1e6 << " MB";
+  else os << std::setprecision(1) << bytes / 1e3 << " kB";
+  return os.str();
+}
+
+}  // namespace zshard

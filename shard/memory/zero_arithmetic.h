@@ -1,0 +1,58 @@
+// The ZeRO paper's arithmetic for model-state bytes and communication volume per rank, for any
+// strategy, world size and dtype policy. The memory report prints it beside what the allocator
+// measured; the estimator (zshard-mem) uses it for models that were never run.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include <zshard/dtype.h>
+#include <zshard/memory_report.h>
+#include <zshard/plan.h>
+
+namespace zshard {
+
+struct DtypePolicy {
+  int param_bytes = 4;      // compute copy of the parameters
+  int grad_bytes = 4;
+  int optimizer_bytes = 8;  // K per parameter: Adam m+v in fp32 (+4 for an fp32 master copy in mixed precision)
+  static DtypePolicy fp32() { return {4, 4, 8}; }
+  static DtypePolicy mixed_bf16() { return {2, 2, 12}; }
+  // The policy of parameters (and gradients) kept in `param_dtype`, as ShardedParams keeps them.
+  static DtypePolicy of(DType param_dtype) { return param_dtype == DType::bf16 ? mixed_bf16() : fp32(); }
+};
+
+// psi: parameter elements. `group` is the shard group size (world for zero1/2/3, G for hybrid, 1 for
+// ddp), as returned by shard_group_size(). ddp 16Ψ, zero1 4Ψ+12Ψ/N, zero2 2Ψ+14Ψ/N, zero3 16Ψ/N with
+// the mixed-precision policy. With `offload_optimizer` the optimizer bytes move to the host, where an
+// fp32 master of its own joins Adam m and v (12Ψ/N whatever the dtypes), and the host copy of the owned
+// gradients that AdamW steps from (offloaded_bytes_per_param).
+ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& dtypes,
+                                     bool offload_optimizer = false, Device device = Device::cpu);
+constexpr int kOffloadedOptimizerBytes = 12;
+// Host bytes per owned parameter of zshard's offloaded optimizer: master, m and v, plus the gradients' host
+// copy, except on the cpu in fp32, where AdamW reads the gradients where they are (in bf16 the copy is
+// where AdamW writes the bf16 parameters that go back, as on a GPU).
+int offloaded_bytes_per_param(const DtypePolicy& dtypes, Device device);
+// ZeRO-Offload's own split (Ren et al. 2021), for comparison: the gradients too go to the host, beside the
+// 12 bytes of optimizer state ((12 + grad bytes)Ψ/N there), and the device keeps only the parameters.
+// zshard also keeps the owned gradients on the device: they accumulate over micro-steps there and give
+// the gradient norm without a host pass.
+ModelStateBytes predict_zero_offload(StrategyKind kind, int group, int64_t psi, const DtypePolicy& dtypes);
+
+// Sum of the `k` largest of `sizes`.
+int64_t sum_of_largest(std::vector<int64_t> sizes, int k);
+
+// Elements of gathered parameters a rank holds at once when parameters are sharded, from the units'
+// padded sizes: the --max-inflight largest units (prefetch keeps that many gathered), or every unit when
+// they stay gathered from the forward to the backward (reshard_after_forward off).
+int64_t predict_gathered_elements(const std::vector<int64_t>& unit_sizes, int max_inflight, bool reshard_after_forward);
+
+// Bytes one rank of a shard group of `group` ranks moves per optimizer step, with `grad_accum`
+// micro-steps: comm_volume's total (shard/comm_volume.h) on `groups`. `gathered` is the elements zero3
+// and hybrid gather per micro-step: the paper's 2Ψ, or the model's own schedule
+// (ShardedParams::gathered_numel_per_micro_step), which gathers an untied Llama's embedding and head once
+// each.
+int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi, int64_t gathered,
+                           int grad_accum, const DtypePolicy& dtypes);
+
+}  // namespace zshard
