@@ -1,5 +1,6 @@
 #include "models/weights_file.h"
 
+#include <filesystem>
 #include <set>
 #include <string_view>
 
@@ -41,6 +42,31 @@ std::vector<std::string> unmatched_tensors(const SafetensorsFile& file,
   for (const std::string& name : file.names())
     if (!wanted.count(name) && !wanted.count(strip_prefix(name)) && !is_ignored(name)) out.push_back(name);
   return out;
+}
+
+void check_weights_file(const std::string& path, const Model& model) {
+  // open(2) of a FIFO would wait for a writer, before any collective, and a device may never end; the open
+  // itself names a missing file and a directory.
+  std::error_code ec;
+  const std::filesystem::file_type type = std::filesystem::status(path, ec).type();
+  if (type == std::filesystem::file_type::fifo || type == std::filesystem::file_type::character ||
+      type == std::filesystem::file_type::block || type == std::filesystem::file_type::socket)
+    fail(path, ": not a regular file, not a safetensors file");
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  std::vector<std::string> expected;
+  for (const UnitSpec& unit : model.units()) {
+    for (const ParamSpec& p : unit.params) {
+      const SafetensorsEntry& e = file.entry(resolve_name(file, p.name));
+      if (e.shape != p.shape)
+        fail(path, ": tensor ", e.name, " has shape ", shape_str(e.shape), ", the model needs ",
+             shape_str(p.shape));
+      expected.push_back(p.name);
+    }
+  }
+  const std::vector<std::string> extra = unmatched_tensors(file, expected);
+  if (!extra.empty())
+    fail(path, ": tensor ", extra.front(), " (and ", extra.size() - 1,
+         " more) belongs to no parameter of this model; was it saved from another size?");
 }
 
 }  // namespace zshard

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <zshard/model.h>
+
 #include "kernels/io/safetensors.h"
 
 namespace zshard {
@@ -18,5 +20,10 @@ std::string resolve_name(const SafetensorsFile& file, const std::string& name);
 // buffers: a non-empty result means the file was saved from another model (e.g. more layers).
 std::vector<std::string> unmatched_tensors(const SafetensorsFile& file,
                                            const std::vector<std::string>& expected);
+
+// Reads the header of `path` and checks that it holds every parameter of `model` with its shape and
+// nothing from another model: the errors a load would meet, found before anything is allocated or changed.
+// A FIFO or a device is refused before it is opened.
+void check_weights_file(const std::string& path, const Model& model);
 
 }  // namespace zshard

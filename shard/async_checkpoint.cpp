@@ -1,6 +1,7 @@
 #include "shard/async_checkpoint.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include <sys/resource.h>
@@ -10,7 +11,7 @@
 #include "comm/launch.h"
 #include "kernels/device_memory.h"
 #include "kernels/test_hooks.h"
-#include "shard/sharded_params.h"
+#include "shard/engine_internals.h"
 
 namespace zshard {
 
@@ -34,14 +35,14 @@ int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int gr
   return floats * int64_t(sizeof(float));
 }
 
-AsyncCheckpoint::AsyncCheckpoint(Engine& engine, comm::Communicator& agreement, std::string dir, nlohmann::json run)
-    : engine_(engine), agreement_(agreement), dir_(std::move(dir)), run_(std::move(run)), step_(engine.steps_done()) {
-  prepare_step_dir(agreement_, dir_, engine_.plan().groups.size(0));
-  ShardedParams& params = engine_.params();
-  const bool writes = agreement_.rank() < engine_.plan().groups.size(0);
+AsyncCheckpoint::AsyncCheckpoint(Engine& engine, comm::Communicator& world, std::string dir, nlohmann::json run)
+    : engine_(engine), world_(world), dir_(std::move(dir)), run_(std::move(run)), step_(engine.steps_done()) {
+  prepare_step_dir(world_, dir_, engine_.plan().groups.size(0));
+  ShardedParams& params = EngineInternals::params(engine_);
+  const bool writes = world_.rank() < engine_.plan().groups.size(0);
   std::vector<FlatLayout> layouts;
   std::vector<ShardState> units;
-  run_agreed(agreement_, [&] {
+  run_agreed(world_, [&] {
     if (!writes) return;
     bool on_host = true;
     std::vector<std::array<Tensor, kStateKinds>> states;
@@ -95,36 +96,81 @@ void AsyncCheckpoint::write(const std::vector<FlatLayout>& layouts, const std::v
 }
 
 bool AsyncCheckpoint::written() {
-  if (gather_) return true;
   if (!written_.load(std::memory_order_acquire)) return false;
   if (writer_.joinable()) writer_.join();
   // Written: the host copy is no longer needed, nor is AdamW to be held for it.
   snapshot_.reset();
   in_place_.reset();
-  mine_ = file_report(file_, !error_.empty());
-  all_.resize(size_t(agreement_.size()));
-  gather_ = agreement_.all_gather(mine_.data(), all_.data(), kFileReportFields, DType::i32);
   return true;
 }
 
-void AsyncCheckpoint::wait_gathered() {
-  if (gathered_) return;
-  if (writer_.joinable()) writer_.join();
-  written();
-  gather_->wait();
-  gathered_ = true;
-}
-
 int64_t AsyncCheckpoint::commit() {
-  ZS_CHECK(gathered_, "AsyncCheckpoint::commit before wait_gathered");
-  const auto failed = std::find_if(all_.begin(), all_.end(), report_failed);
-  if (failed != all_.end()) {
+  if (writer_.joinable()) writer_.join();
+  written();  // releases the host copy
+  // The gather doubles as the barrier: every rank file is in place before the manifest is written.
+  const FileReport mine = file_report(file_, !error_.empty());
+  std::vector<FileReport> all(size_t(world_.size()));
+  world_.all_gather(mine.data(), all.data(), kFileReportFields, DType::i32)->wait();
+  const auto failed = std::find_if(all.begin(), all.end(), report_failed);
+  if (failed != all.end()) {
     std::error_code ignored;  // the failure being reported matters more than a leftover directory
-    if (agreement_.rank() == 0) std::filesystem::remove_all(dir_, ignored);
-    if (!error_.empty()) throw AgreedFailure(error_, 1, failed - all_.begin() == agreement_.rank());
+    if (world_.rank() == 0) std::filesystem::remove_all(dir_, ignored);
+    if (!error_.empty()) throw AgreedFailure(error_, 1, failed - all.begin() == world_.rank());
     throw AgreedFailure("another rank failed", 1, false);
   }
-  return commit_step_dir(engine_, agreement_, dir_, step_, all_, std::move(run_));
+  return commit_step_dir(engine_, world_, dir_, step_, all, std::move(run_));
 }
+
+AsyncSave::AsyncSave(Engine& engine, std::unique_ptr<AsyncCheckpoint> save)
+    : engine_(&engine), save_(std::move(save)), step_(save_->step()), dir_(save_->dir()) {
+  engine.save_in_flight_ = save_.get();
+}
+
+AsyncSave::AsyncSave(AsyncSave&& other) noexcept = default;
+
+AsyncSave& AsyncSave::operator=(AsyncSave&& other) noexcept {
+  if (this == &other) return *this;
+  release();
+  engine_ = other.engine_;
+  save_ = std::move(other.save_);
+  step_ = other.step_;
+  dir_ = std::move(other.dir_);
+  bytes_ = other.bytes_;
+  return *this;
+}
+
+AsyncSave::~AsyncSave() { release(); }
+
+void AsyncSave::release() {
+  if (!save_) return;
+  if (engine_->save_in_flight_ == save_.get()) engine_->save_in_flight_ = nullptr;
+  save_.reset();  // joins the writer
+}
+
+bool AsyncSave::test() {
+  if (save_) {
+    // Whether every rank's writer is done: then wait() commits at once.
+    double written = save_->written() ? 1 : 0;
+    comm::all_reduce_sum(engine_->world(), &written, 1);
+    if (written < engine_->world().size()) return false;
+  }
+  wait();
+  return true;
+}
+
+int64_t AsyncSave::wait() {
+  if (bytes_ >= 0) return bytes_;
+  if (!save_) fail("AsyncSave: no save in flight (the handle was moved from, or its save failed)");
+  try {
+    bytes_ = save_->commit();
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
+  return bytes_;
+}
+
+int64_t AsyncSave::snapshot_bytes() const { return save_ ? save_->snapshot_bytes() : 0; }
 
 }  // namespace zshard

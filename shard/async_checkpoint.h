@@ -1,19 +1,16 @@
-// An asynchronous checkpoint of an Engine, in the format and files of Engine::save. Each rank of the first
-// shard group has a writer thread of its own write its rank file (fp32 master, Adam m and v) while
-// training goes on. State on a device is copied into host memory (Category::host: page-locked on cuda)
-// at the step boundary and written from there. State in host memory is written where it lives: the next
-// optimizer step copies only what the writer has not reached by then (shard/copy_on_update.h), so a
-// writer that keeps up costs neither the copy nor its memory. The writer does file I/O only; every
-// collective runs on the caller's thread.
-// When a rank's writer is done it starts a non-blocking all-gather of its file's size, checksum and
-// outcome on `agreement`, a communicator nothing else uses; once every rank has started it (the caller
-// agrees on that at a step boundary) it completes at once, and commit() has rank 0 write the manifest,
-// the commit point. Until
-// then the step directory holds no manifest and is not a checkpoint: a job killed at any moment leaves
-// the newest committed checkpoint as it was.
+// An asynchronous checkpoint of an Engine (Engine::save_async; its AsyncSave owns one), in the format and
+// files of Engine::save. Each rank of the first shard group has a writer thread of its own write its rank
+// file (fp32 master, Adam m and v) while training goes on. State on a device is copied into host memory
+// (Category::host: page-locked on cuda) at the step boundary and written from there. State in host memory
+// is written where it lives: the next optimizer step copies only what the writer has not reached by then
+// (shard/copy_on_update.h), so a writer that keeps up costs neither the copy nor its memory. The writer
+// does file I/O only; every collective runs on the caller's thread, once the caller has agreed that every
+// rank's writer is done (AsyncSave::test) or waits for them all (AsyncSave::wait): then the ranks gather
+// what each wrote and rank 0 writes the manifest, the commit point. Until then the step directory holds
+// no manifest and is not a checkpoint: a job killed at any moment leaves the newest committed checkpoint
+// as it was, and a save given up leaves no collective behind.
 #pragma once
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,24 +44,21 @@ class AsyncCheckpoint {
   // Collective: rank 0 makes `dir` ready (prepare_step_dir), then every rank of the first shard group
   // starts writing the engine's state after its steps_done() steps (copied first when it is on a device).
   // Fails like Engine::save (AgreedFailure) when the directory cannot be made.
-  AsyncCheckpoint(Engine& engine, comm::Communicator& agreement, std::string dir, nlohmann::json run);
+  AsyncCheckpoint(Engine& engine, comm::Communicator& world, std::string dir, nlohmann::json run);
   // Waits for the writer; commits nothing (a checkpoint not committed is not one).
   ~AsyncCheckpoint();
   AsyncCheckpoint(const AsyncCheckpoint&) = delete;
   AsyncCheckpoint& operator=(const AsyncCheckpoint&) = delete;
 
-  // Never blocks: true once this rank's writer is done, having started the all-gather.
+  // Never blocks: whether this rank's writer is done (its host copy then released).
   bool written();
-  // Collective: waits for this rank's writer, then for the all-gather (every rank's writer done).
-  void wait_gathered();
-  // Collective, after wait_gathered(): rank 0 writes the manifest and the bytes of the files are
-  // returned. When a rank's file failed, the step directory is removed and every rank throws
-  // AgreedFailure, the failing rank's message (naming the file) reported.
+  // Collective: waits for this rank's writer, then rank 0 writes the manifest from every rank's report,
+  // and the bytes of the files are returned. When a rank's file failed, the step directory is removed and
+  // every rank throws AgreedFailure, the failing rank's message (naming the file) reported.
   int64_t commit();
 
   int step() const { return step_; }
   const std::string& dir() const { return dir_; }
-  std::chrono::steady_clock::time_point started() const { return started_; }
   // Host bytes of the copy held now: the whole snapshot, or what the optimizer step copied.
   int64_t snapshot_bytes() const {
     return snapshot_ ? int64_t(snapshot_->bytes()) : in_place_ ? in_place_->copied_bytes() : 0;
@@ -74,11 +68,10 @@ class AsyncCheckpoint {
   void write(const std::vector<FlatLayout>& layouts, const std::vector<ShardState>& units, int shard);
 
   Engine& engine_;
-  comm::Communicator& agreement_;
+  comm::Communicator& world_;
   std::string dir_;
   nlohmann::json run_;
   int step_;
-  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   // The writing ranks' copy of device state (params, m, v of every unit in turn), or, for host state,
   // the copies the optimizer makes ahead of the writer.
   std::unique_ptr<Buffer> snapshot_;
@@ -88,10 +81,6 @@ class AsyncCheckpoint {
   std::string error_;
   std::atomic<bool> written_{false};
   std::thread writer_;
-  FileReport mine_{};
-  std::vector<FileReport> all_;
-  comm::WorkPtr gather_;
-  bool gathered_ = false;
 };
 
 }  // namespace zshard

@@ -111,15 +111,29 @@ double Engine::forward_backward(const Batch& batch) {
   loss += params_->take_loss_sum();
   ++micro_steps_;
   step_tokens_ += int64_t(batch.B) * batch.T;
+  step_loss_sum_ += loss;
   return loss;
 }
 
 double Engine::forward(const Batch& batch) {
   check_batch("forward", batch);
   params_->begin_forward_only();
-  const double loss = model_.forward(*params_, batch);
+  double loss = model_.forward(*params_, batch);
   params_->end_micro_step();
-  return loss + params_->take_loss_sum();
+  loss += params_->take_loss_sum();
+  eval_loss_sum_ += loss;
+  eval_tokens_ += int64_t(batch.B) * batch.T;
+  return loss;
+}
+
+double Engine::finish_eval() {
+  double sums[2] = {eval_loss_sum_, double(eval_tokens_)};
+  eval_loss_sum_ = 0;
+  eval_tokens_ = 0;
+  comm::all_reduce_sum(world_, sums, 2);
+  // The same sums everywhere: every rank refuses alike.
+  if (sums[1] == 0) fail("finish_eval(): no rank evaluated a token since the last call: call forward first");
+  return sums[0] / sums[1];
 }
 
 double Engine::grad_norm() {
@@ -127,35 +141,40 @@ double Engine::grad_norm() {
     fail("grad_norm() or step() after ", micro_steps_, " of the step's ", options_.grad_accum,
          " forward_backward call(s) (EngineOptions::grad_accum): call forward_backward first");
   if (step_norm_ >= 0) return step_norm_;
-  check_step_tokens();
+  agree_on_step();
   step_norm_ = params_->grad_norm();
   return step_norm_;
 }
 
-void Engine::check_step_tokens() {
+void Engine::agree_on_step() {
   // The gradient is scaled by 1 / tokens_per_step as each micro-step runs: a count that is not the ranks'
-  // tokens would scale the whole step wrong, silently. One scalar, beside the step's gradient traffic.
-  double tokens = double(step_tokens_);
+  // tokens would scale the whole step wrong, silently. Two scalars, the tokens and the loss, beside the
+  // step's gradient traffic.
+  double sums[2] = {double(step_tokens_), step_loss_sum_};
   {
     const comm::CollectiveLabel label(comm::trace::Purpose::step_tokens);
-    world_.all_reduce(&tokens, 1, DType::f64, comm::ReduceOp::sum)->wait();
+    world_.all_reduce(sums, 2, DType::f64, comm::ReduceOp::sum)->wait();
   }
-  if (int64_t(tokens) != options_.tokens_per_step)
-    throw AgreedFailure(detail::concat("step ", steps_done_ + 1, ": the ranks' micro-batches held ", int64_t(tokens),
+  if (int64_t(sums[0]) != options_.tokens_per_step)
+    throw AgreedFailure(detail::concat("step ", steps_done_ + 1, ": the ranks' micro-batches held ", int64_t(sums[0]),
                                        " tokens (B x T summed over ranks and micro-steps), but "
                                        "EngineOptions::tokens_per_step is ", options_.tokens_per_step,
                                        ": the gradient would not be their mean; stopped before the optimizer step"),
                         1, world_.rank() == 0);
+  step_loss_ = sums[1] / double(options_.tokens_per_step);
 }
 
-double Engine::step(const AdamW& hp) {
+StepStats Engine::step(const AdamW& hp) {
   check_adamw(hp);
   const double norm = grad_norm();
-  // All-reduced, so every rank stops here alike, before AdamW would spread the damage into the weights
-  // and the optimizer state.
-  if (!std::isfinite(norm))
-    throw AgreedFailure(detail::concat("step ", steps_done_ + 1, ": non-finite gradient norm ", norm,
-                                       "; stopped before the optimizer step"),
+  const StepStats stats{.loss = step_loss_, .grad_norm = norm, .tokens = options_.tokens_per_step};
+  // Both are all-reduced, so every rank stops here alike, before AdamW would spread the damage into the
+  // weights and the optimizer state (and from there into a checkpoint).
+  if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm))
+    throw AgreedFailure(detail::concat("step ", steps_done_ + 1, ": non-finite ",
+                                       std::isfinite(stats.loss) ? "gradient norm" : "loss", " (loss ", stats.loss,
+                                       ", gradient norm ", stats.grad_norm,
+                                       "); stopped before the optimizer step; nothing of this step is saved"),
                         1, world_.rank() == 0);
   // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
   float clip_scale = 1.0f;
@@ -173,12 +192,13 @@ double Engine::step(const AdamW& hp) {
   step_comm_.emplace_back(last_step_comm_bytes_, last_step_exposed_ms_);
   ++steps_done_;
   end_step();
-  return norm;
+  return stats;
 }
 
 void Engine::end_step() {
   micro_steps_ = 0;
   step_tokens_ = 0;
+  step_loss_sum_ = 0;
   step_norm_ = -1;
 }
 

@@ -1,5 +1,5 @@
-// Engine::save and Engine::load: the engine's state in the checkpoint format (shard/checkpoint_format.h),
-// written by the first shard group and read back, resharded, by any world.
+// Engine::save, save_async and load: the engine's state in the checkpoint format
+// (shard/checkpoint_format.h), written by the first shard group and read back, resharded, by any world.
 
 #include <array>
 #include <chrono>
@@ -16,6 +16,7 @@
 #include "kernels/device_memory.h"
 #include "kernels/io/atomic_file.h"
 #include "kernels/test_hooks.h"
+#include "shard/async_checkpoint.h"
 #include "shard/checkpoint_commit.h"
 #include "shard/checkpoint_format.h"
 #include "shard/sharded_params.h"
@@ -50,6 +51,16 @@ class HostShard {
   Tensor shard_;
   std::vector<float> copy_;  // empty for a host shard (a shard is never empty)
 };
+
+// The caller's run state, kept in the manifest: a JSON object, or the save fails on every rank.
+nlohmann::json parse_run_json(comm::Communicator& world, const std::string& run_json) {
+  nlohmann::json run;
+  run_agreed(world, [&] {
+    run = nlohmann::json::parse(run_json);
+    ZS_CHECK(run.is_object(), "Engine::save: the run state must be a JSON object");
+  });
+  return run;
+}
 
 }  // namespace
 
@@ -116,11 +127,7 @@ int64_t commit_step_dir(Engine& engine, comm::Communicator& world, const std::st
 
 int64_t Engine::save(const std::string& dir, const std::string& run_json) {
   ShardedParams& params = *params_;
-  nlohmann::json run;
-  run_agreed(world_, [&] {
-    run = nlohmann::json::parse(run_json);
-    ZS_CHECK(run.is_object(), "Engine::save: the run state must be a JSON object");
-  });
+  nlohmann::json run = parse_run_json(world_, run_json);
   prepare_step_dir(world_, dir, plan_.groups.size(0));
   // The first shard group writes: world ranks 0..G-1, whose shard index is their rank. A rank file that
   // cannot be written (a full disk, a NaN in the state) takes the directory with it, so that no partial
@@ -151,6 +158,16 @@ int64_t Engine::save(const std::string& dir, const std::string& run_json) {
   std::vector<FileReport> all(size_t(world_.size()));
   world_.all_gather(mine.data(), all.data(), kFileReportFields, DType::i32)->wait();
   return commit_step_dir(*this, world_, dir, steps_done_, all, std::move(run));
+}
+
+AsyncSave Engine::save_async(const std::string& dir, const std::string& run_json) {
+  // Every rank holds the same save in flight, so every rank refuses alike. A writer of state in host memory
+  // has the optimizer copy what it has not reached, and the optimizer serves one at a time.
+  if (save_in_flight_)
+    fail("save_async: the save of step ", save_in_flight_->step(), " into ", save_in_flight_->dir(),
+         " is in flight: wait() for it first");
+  nlohmann::json run = parse_run_json(world_, run_json);
+  return AsyncSave(*this, std::make_unique<AsyncCheckpoint>(*this, world_, dir, std::move(run)));
 }
 
 CheckpointInfo Engine::load(const std::string& dir) {

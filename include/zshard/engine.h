@@ -4,11 +4,14 @@
 //   zshard::World world(&argc, &argv);                       // mpirun/srun ranks, or one process
 //   const zshard::ShardPlan plan = zshard::resolve_plan({.strategy = {zshard::StrategyKind::zero3}}, world.comm());
 //   zshard::Engine engine(model, world.comm(), plan, {.grad_accum = 1, .tokens_per_step = B * T});
+//   engine.import_weights("gpt2.safetensors");                     // optional: Hugging Face weights
 //   for (...) {
-//     const double loss_sum = engine.forward_backward(my_batch);   // this rank's share of the step's batch
-//     engine.step({.lr = my_schedule(step)});                      // clip, AdamW on what this rank owns
+//     engine.forward_backward(my_batch);                           // this rank's share of the step's batch
+//     const zshard::StepStats s = engine.step({.lr = my_schedule(step)});  // clip, AdamW on what it owns
+//     // s.loss, s.grad_norm: the whole batch's, the same on every rank
 //   }
-//   engine.save("ck/step-100");                                    // resumes on any world size: load()
+//   zshard::AsyncSave saving = engine.save_async("ck/step-100");   // written while training goes on
+//   saving.wait();                                                 // committed: load() on any world size
 //
 // The model never knows the strategy: the engine owns every unit's parameters, gradients and AdamW state
 // as the plan prescribes and implements the model API's gather/release/grads/grads_ready (model.h).
@@ -17,6 +20,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <zshard/communicator.h>
 #include <zshard/memory_report.h>
@@ -25,7 +30,9 @@
 
 namespace zshard {
 
+class AsyncCheckpoint;
 class ShardedParams;
+struct EngineInternals;
 
 struct EngineOptions {
   uint64_t seed = 1337;  // initial parameters: the model's init_unit(u, ..., seed), the same on any world
@@ -47,10 +54,56 @@ struct AdamW {
   float grad_clip = 1.0f;     // the global gradient norm's bound; 0: no clipping
 };
 
+// What a step computed over the whole batch, every rank's micro-batches together: the same on every rank.
+struct StepStats {
+  double loss = 0;       // the mean token loss
+  double grad_norm = 0;  // the L2 norm of the gradient, before clipping
+  int64_t tokens = 0;    // the tokens of the batch (EngineOptions::tokens_per_step)
+};
+
 // What a checkpoint holds beside the states: the step it was saved after and the caller's run state.
 struct CheckpointInfo {
   int step = 0;
   std::string run_json = "{}";  // the JSON object given to save()
+};
+
+class Engine;
+
+// A checkpoint being written by Engine::save_async: each rank of the first shard group writes its file on
+// a thread of its own while training goes on, and the manifest, the commit point, is written last, once
+// every file is whole. Until then the directory is not a checkpoint: a job killed at any moment leaves the
+// newest committed checkpoint as it was. Must not outlive its engine.
+class AsyncSave {
+ public:
+  AsyncSave(AsyncSave&& other) noexcept;
+  AsyncSave& operator=(AsyncSave&& other) noexcept;
+  // Waits for this rank's writer and commits nothing: a save neither waited for nor tested complete is
+  // not a checkpoint.
+  ~AsyncSave();
+
+  // Whether the checkpoint is committed; commits it once every rank's file is written, and never waits for
+  // a writer. Every rank returns the same. Throws like wait() when a file failed. Collective.
+  bool test();
+  // Waits for every rank's file, then commits the checkpoint. Returns the bytes of the files. A file that
+  // failed (a full disk) takes the directory with it, no manifest written, and throws on every rank.
+  // Collective; returns at once when the save is committed already.
+  int64_t wait();
+  // Host bytes this rank holds for the save now: a copy of state on a device, or what the optimizer
+  // copied ahead of the writer for state in host memory; 0 once the file is written.
+  int64_t snapshot_bytes() const;
+  int step() const { return step_; }  // the steps the saved state had taken
+  const std::string& dir() const { return dir_; }
+
+ private:
+  friend class Engine;
+  AsyncSave(Engine& engine, std::unique_ptr<AsyncCheckpoint> save);
+  void release();  // this handle no longer holds the engine's save in flight
+
+  Engine* engine_;
+  std::unique_ptr<AsyncCheckpoint> save_;  // null once committed, failed or moved from
+  int step_;
+  std::string dir_;
+  int64_t bytes_ = -1;  // once committed
 };
 
 class Engine {
@@ -63,23 +116,26 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // One micro-step: forward and backward over this rank's micro-batch, adding d(sum of its token
-  // losses)/d(params) / tokens_per_step into the gradients. Returns the sum of this rank's token losses.
-  // Throws, on this rank only, on a batch with a null inputs or targets pointer: like any error of one
-  // rank's own, the loop must then end the job (World::abort), or its peers wait until the deadline.
-  // Collective.
+  // losses)/d(params) / tokens_per_step into the gradients. Returns the sum of this rank's token losses
+  // (step() returns the whole batch's mean). Throws, on this rank only, on a batch with a null inputs or
+  // targets pointer: like any error of one rank's own, the loop must then end the job (World::abort), or
+  // its peers wait until the deadline. Collective.
   double forward_backward(const Batch& batch);
   // Forward only (evaluation): the sum of this rank's token losses; gradients and optimizer state are left
   // as they are. Collective.
   double forward(const Batch& batch);
+  // The mean token loss over every rank's forward() calls since the last finish_eval() (or since the
+  // engine was made), the same on every rank; the next evaluation starts empty. Collective.
+  double finish_eval();
   // The global L2 norm of the step's gradient, once grad_accum micro-steps have run; every rank returns
   // the same value. Collective (the first call of a step). The first call also checks that the ranks'
   // micro-batches held tokens_per_step tokens in all, and throws on every rank alike when they did not.
   double grad_norm();
   // Ends the step: clips to hp.grad_clip by the global norm, then AdamW on the shards this rank owns, and
-  // re-gathers what the strategy keeps whole. Returns the norm. Throws Error on every rank alike, before
-  // anything is updated, when the norm is not finite. Refuses hyper-parameters out of range (a NaN or
-  // negative lr, betas outside [0, 1), ...). Collective.
-  double step(const AdamW& hp);
+  // re-gathers what the strategy keeps whole. Returns the step's loss, norm and tokens. Throws Error on
+  // every rank alike, before anything is updated, when the loss or the norm is not finite. Refuses
+  // hyper-parameters out of range (a NaN or negative lr, betas outside [0, 1), ...). Collective.
+  StepStats step(const AdamW& hp);
   int steps_done() const { return steps_done_; }  // optimizer steps taken (AdamW's bias correction)
 
   // Writes a checkpoint into directory `dir` (created; what an interrupted save left there is replaced; a
@@ -88,11 +144,26 @@ class Engine {
   // written last, the commit point. `run_json`, a JSON object, is kept in the manifest for the caller.
   // A failed save leaves no manifest and throws on every rank. Returns the bytes of the files. Collective.
   int64_t save(const std::string& dir, const std::string& run_json = "{}");
+  // The same checkpoint, written while training goes on: returns once `dir` is ready and the state is
+  // taken (copied to host memory when it lives on a device; state in host memory is written where it is,
+  // the next steps copying only what the writer has not reached). One save at a time: a second is refused
+  // while the first is neither waited for nor tested complete. Collective.
+  AsyncSave save_async(const std::string& dir, const std::string& run_json = "{}");
   // Loads a checkpoint saved by any world size and strategy (each rank reads only the slices its shards
   // need) and continues from its step. Checks the model's units and the files' sizes and checksums first.
   // A step in progress is dropped with its gradients (a loop recovering from a failed step loads the last
   // checkpoint and goes on). Collective.
   CheckpointInfo load(const std::string& dir);
+
+  // Replaces the parameters with the full weights of safetensors file `path`, named and shaped as the
+  // model's parameters (Hugging Face's names for GPT-2 and Llama; a "transformer." or "model." prefix is
+  // accepted; F32, F16, BF16 or F64). Every parameter must be there with its shape and every tensor must
+  // be a parameter's (or a known buffer's), checked before anything changes; a failure throws on every
+  // rank. The optimizer state and the step count stay as they are. Collective.
+  void import_weights(const std::string& path);
+  // Writes the full weights (F32, the model's names and shapes) into safetensors file `path` from rank 0:
+  // what import_weights and Hugging Face read. Collective.
+  void export_weights(const std::string& path);
 
   // Per rank and category, measured beside the ZeRO prediction. Collective.
   MemoryReport memory_report();
@@ -107,15 +178,16 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   Model& model() { return model_; }
   comm::Communicator& world() { return world_; }
-  // The world-sized communicator the engine's collectives run on: the NCCL one, or the world.
-  comm::Communicator& collective_world() { return device_comm_ ? *device_comm_ : world_; }
-  // zshard's own tools and tests reach the sharded state here; its type is not part of the public API.
-  ShardedParams& params() { return *params_; }
 
  private:
+  friend class AsyncSave;
+  friend struct EngineInternals;  // zshard's own tools and tests (shard/engine_internals.h)
+
+  // The world-sized communicator the engine's collectives run on: the NCCL one, or the world.
+  comm::Communicator& collective_world() { return device_comm_ ? *device_comm_ : world_; }
   void check_batch(const char* call, const Batch& batch) const;
   static void check_adamw(const AdamW& hp);
-  void check_step_tokens();  // collective
+  void agree_on_step();  // collective
   void end_step();
   void discard_step();  // its gradients too
 
@@ -125,10 +197,15 @@ class Engine {
   EngineOptions options_;
   std::unique_ptr<comm::Communicator> device_comm_;  // nccl: what params_'s groups split from (outlives them)
   std::unique_ptr<ShardedParams> params_;
+  AsyncCheckpoint* save_in_flight_ = nullptr;  // owned by its AsyncSave
   int micro_steps_ = 0;  // of the step in progress
   int64_t step_tokens_ = 0;  // this rank's B x T of the step in progress
+  double step_loss_sum_ = 0;  // this rank's token losses of the step in progress
   int steps_done_ = 0;
   double step_norm_ = -1;  // the step's norm once computed (grad_norm), else negative
+  double step_loss_ = 0;   // the step's global mean loss, once its norm is computed
+  double eval_loss_sum_ = 0;  // this rank's forward() token losses since the last finish_eval()
+  int64_t eval_tokens_ = 0;
   comm::CommStats step_start_;
   int64_t last_step_comm_bytes_ = 0;
   double last_step_exposed_ms_ = 0;

@@ -27,6 +27,7 @@
 #include "runtime/cli/flags.h"
 #include "runtime/cli/train_options.h"
 #include "runtime/train/trainer.h"
+#include "shard/engine_internals.h"
 #include "shard/plan_internals.h"
 
 namespace zshard {
@@ -146,8 +147,8 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
   const comm::CommStats stats = engine.comm_stats();
   const MemoryReport report = engine.memory_report();
   const comm::CommStats replayed = agreed_stats(world, stats);
-  const double total_comm_ms = replay_comm_ms(engine.collective_world(), device, replayed, timed);
-  const double latency_ms = replay_comm_ms(engine.collective_world(), device, replayed, timed, true);
+  const double total_comm_ms = replay_comm_ms(EngineInternals::collective_world(engine), device, replayed, timed);
+  const double latency_ms = replay_comm_ms(EngineInternals::collective_world(engine), device, replayed, timed, true);
   // The ideal step: the global batch computed at the ranks' summed throughput, no rank waiting for another.
   const std::vector<double> seq_per_s = trainer.gathered_seq_per_s();
   double total_seq_per_s = 0;
@@ -178,7 +179,7 @@ json run_strategy(const std::string& name, const std::string& split, TrainOption
             {"world", world.size()},
             {"shard_group", report.shard_group},
             {"shard_group_sizes", report.shard_group_sizes},
-            {"backend", engine.collective_world().backend()},
+            {"backend", EngineInternals::collective_world(engine).backend()},
             {"step_ms", {{"median", median}, {"p10", percentile(ms, 0.1)}, {"p90", percentile(ms, 0.9)}, {"all", ms}}},
             {"tokens_per_s", tokens / (median / 1e3)},
             {"tflops", tflops},

@@ -11,6 +11,7 @@
 #include "runtime/train/save_policy.h"
 #include "runtime/train/step_log.h"
 #include "runtime/train/trainer.h"
+#include "shard/engine_internals.h"
 #include "shard/plan_internals.h"
 
 namespace zshard {
@@ -35,7 +36,7 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
       std::cout << "zshard-train: " << strategy_name(plan.kind) << " on " << world.size() << " rank(s), "
                 << device_name(plan.placement.device) << " (" << dtype_flag(plan.placement.param_dtype) << " params, "
                 << dtype_flag(plan.placement.reduce_dtype) << " reduce, "
-                << trainer.engine().collective_world().backend() << "), " << options.model.name << ", "
+                << EngineInternals::collective_world(trainer.engine()).backend() << "), " << options.model.name << ", "
                 << num_params(trainer.model()) << " parameters, batch " << data.batch << "x" << data.seq
                 << (data.grad_accum > 1 ? " x" + std::to_string(data.grad_accum) : "") << ", "
                 << options.optimizer.steps << " steps\n";
@@ -66,7 +67,7 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
       throw;
     }
     saves.save();  // the final save (also after a stop signal)
-    if (!options.output.save.empty()) trainer.save_weights(options.output.save);
+    if (!options.output.save.empty()) trainer.engine().export_weights(options.output.save);
     MemoryReport report = trainer.engine().memory_report();
     report.predicted_checkpoint_snapshot = saves.predicted_snapshot_bytes();
     if (rank == 0) report.print(std::cout);

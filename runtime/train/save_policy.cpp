@@ -15,6 +15,7 @@
 #include "kernels/io/atomic_file.h"
 #include "models/config_json.h"
 #include "shard/memory/estimator.h"
+#include "shard/async_checkpoint.h"
 #include "shard/checkpoint_format.h"
 #include "shard/plan_internals.h"
 
@@ -118,7 +119,6 @@ SavePolicy::SavePolicy(Trainer& trainer, std::ostream* out)
       saved_step_ = manifest.step;
   }
   run_agreed(world_, [&] { create_save_dir(); });
-  if (o.snapshots()) agreement_ = world_.split(0, world_.rank());
   if (out_) for (const std::string& line : report) *out_ << "zshard-train: " << line << "\n";
 }
 
@@ -246,15 +246,15 @@ void SavePolicy::save_if_due() {
 
 bool SavePolicy::agree_at_boundary() {
   const SaveOptions& o = trainer_.options().saves;
-  // Whether any rank has been signalled, and how many ranks have written their file of the save in flight
-  // (once all have, its all-gather completes at once and it commits here).
+  // Whether any rank has been signalled.
   std::error_code ec;
   const bool stop_file = world_.rank() == 0 && !o.stop_file.empty() && fs::exists(o.stop_file, ec);
-  double agreed[2] = {g_stop_signal != 0 || stop_file ? 1.0 : 0.0, in_flight_ && in_flight_->written() ? 1.0 : 0.0};
-  comm::all_reduce_sum(world_, agreed, 2);
-  // A save due now waits for the one in flight (one at most): it commits here, before this step's line.
-  if (agreed[1] == world_.size() || save_due()) finish_in_flight();
-  if (agreed[0] == 0) return true;
+  double stop = g_stop_signal != 0 || stop_file ? 1.0 : 0.0;
+  comm::all_reduce_sum(world_, &stop, 1);
+  // The save in flight commits at the first boundary where every rank has written its file, before this
+  // step's line; a save due now waits for it (one in flight at most).
+  commit_in_flight(save_due());
+  if (stop == 0) return true;
   if (stop_file) fs::remove(o.stop_file, ec);  // the request is taken: a run resumed after it goes on
   if (out_)
     *out_ << "zshard-train: " << (stop_file ? "stop requested (--stop-file " + o.stop_file + ")" : "stop signal received")
@@ -279,7 +279,10 @@ void SavePolicy::save() {
   const int step = trainer_.steps_done();
   if (o.save_dir.empty() || step == saved_step_) return;
   const std::string dir = step_dir_for_save(step);
-  commit(step, dir, std::chrono::steady_clock::now(), [&] { return trainer_.engine().save(dir, run_state(step).dump()); });
+  const auto started = std::chrono::steady_clock::now();
+  int64_t bytes = 0;
+  cleaning_up_failure([&] { bytes = trainer_.engine().save(dir, run_state(step).dump()); });
+  committed(step, dir, started, bytes);
 }
 
 void SavePolicy::start_async_save() {
@@ -287,16 +290,26 @@ void SavePolicy::start_async_save() {
   if (step == saved_step_) return;
   finish_in_flight();  // one save in flight at most
   const std::string dir = step_dir_for_save(step);
-  cleaning_up_failure([&] {
-    in_flight_ = std::make_unique<AsyncCheckpoint>(trainer_.engine(), *agreement_, dir, run_state(step));
-  });
+  in_flight_started_ = std::chrono::steady_clock::now();
+  cleaning_up_failure([&] { in_flight_ = trainer_.engine().save_async(dir, run_state(step).dump()); });
 }
 
-void SavePolicy::finish_in_flight() {
+void SavePolicy::commit_in_flight(bool wait) {
   if (!in_flight_) return;
-  in_flight_->wait_gathered();
-  const std::unique_ptr<AsyncCheckpoint> save = std::move(in_flight_);
-  commit(save->step(), save->dir(), save->started(), [&] { return save->commit(); });
+  // Taken out first: a save that fails is gone when its failure goes up.
+  AsyncSave save = std::move(*in_flight_);
+  in_flight_.reset();
+  bool done = wait;
+  int64_t bytes = 0;
+  cleaning_up_failure([&] {
+    done = done || save.test();
+    if (done) bytes = save.wait();
+  });
+  if (!done) {
+    in_flight_ = std::move(save);
+    return;
+  }
+  committed(save.step(), save.dir(), in_flight_started_, bytes);
 }
 
 void SavePolicy::cleaning_up_failure(const std::function<void()>& save) const {
@@ -312,10 +325,8 @@ void SavePolicy::cleaning_up_failure(const std::function<void()>& save) const {
   }
 }
 
-void SavePolicy::commit(int step, const std::string& dir, std::chrono::steady_clock::time_point started,
-                        const std::function<int64_t()>& write) {
-  int64_t bytes = 0;
-  cleaning_up_failure([&] { bytes = write(); });
+void SavePolicy::committed(int step, const std::string& dir, std::chrono::steady_clock::time_point started,
+                           int64_t bytes) {
   run_agreed(world_, [&] {
     if (world_.rank() == 0) prune(step);
   });

@@ -9,6 +9,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,7 +17,6 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/train/trainer.h"
-#include "shard/async_checkpoint.h"
 #include "shard/checkpoint_format.h"
 
 namespace zshard {
@@ -37,8 +37,8 @@ class SavePolicy {
   // signalled.
   bool after_step();
   // The boundary's agreement: commits the save in flight (--save-mode async) at the first boundary where
-  // every rank has written its file, and returns false once any rank has been signalled. One all-reduce
-  // agrees on both, so every rank commits and stops after the same step. Collective.
+  // every rank has written its file, and returns false once any rank has been signalled. Both are agreed
+  // (all-reduced), so every rank commits and stops after the same step. Collective.
   bool agree_at_boundary();
   // Every --save-every steps: saves (sync), or starts the save (async). zshard-train logs the step between
   // the two halves, so that a logged step is never behind a committed checkpoint: a sync save commits
@@ -48,7 +48,7 @@ class SavePolicy {
   // synchronously (a no-op without one, or when that step is already there). Collective.
   void save();
   // Waits for the save in flight and commits it. Collective.
-  void finish_in_flight();
+  void finish_in_flight() { commit_in_flight(true); }
   // Host bytes of this rank's snapshot while an asynchronous save is in flight (0 when none).
   int64_t snapshot_bytes() const { return in_flight_ ? in_flight_->snapshot_bytes() : 0; }
   // The estimator's snapshot for a rank of the first shard group (0 without periodic asynchronous saves).
@@ -77,12 +77,12 @@ class SavePolicy {
   std::string step_dir_for_save(int step) const;
   bool save_due() const;  // this step is a --save-every point
   void start_async_save();
+  // Commits the save in flight once every rank has written its file; `wait`: waiting for them. Collective.
+  void commit_in_flight(bool wait);
   // Runs `save`; when it fails (AgreedFailure), removes a --save-dir this run made and left empty.
   void cleaning_up_failure(const std::function<void()>& save) const;
-  // Runs `write` (a save of `step` into `dir`, started at `started`, which returns the bytes written);
-  // once it has succeeded, prunes and reports it.
-  void commit(int step, const std::string& dir, std::chrono::steady_clock::time_point started,
-              const std::function<int64_t()>& write);
+  // After the save of `step` into `dir`, started at `started`, has committed `bytes`: prunes and reports.
+  void committed(int step, const std::string& dir, std::chrono::steady_clock::time_point started, int64_t bytes);
 
   Trainer& trainer_;
   comm::Communicator& world_;
@@ -90,10 +90,9 @@ class SavePolicy {
   int resumed_step_ = -1;
   int saved_step_ = -1;  // the step whose checkpoint is already in --save-dir
   bool created_save_dir_ = false;  // this run made --save-dir: a failed first save removes it again
-  // --save-mode async: the communicator the saves agree on (never used by the steps' collectives), and
-  // the save in flight, destroyed before it.
-  std::unique_ptr<comm::Communicator> agreement_;
-  std::unique_ptr<AsyncCheckpoint> in_flight_;
+  // --save-mode async: the save in flight, and when it started.
+  std::optional<AsyncSave> in_flight_;
+  std::chrono::steady_clock::time_point in_flight_started_;
   std::thread remover_;
   std::string remover_error_;  // set by remover_, read once it is joined
 };

@@ -14,16 +14,14 @@
 #include "comm/launch.h"
 #include "kernels/io/atomic_file.h"
 #include "runtime/cli/path_checks.h"
-#include "kernels/io/safetensors.h"
 #include "kernels/test_hooks.h"
 #include "models/weights_file.h"
 #include "shard/memory/fit_check.h"
 #include "shard/memory/estimator.h"
 #include "runtime/planning/rank_balancer.h"
 #include "runtime/train/step_log.h"
-#include "shard/checkpoint_format.h"
+#include "shard/engine_internals.h"
 #include "shard/plan_internals.h"
-#include "shard/sharded_params.h"
 
 namespace zshard {
 
@@ -37,26 +35,6 @@ constexpr double kSpeedSmoothing = 0.4;
 double test_slowdown(int rank) {
   const std::optional<TestHooks::SlowRank>& slow = test_hooks().slow_rank;
   return slow && slow->rank == rank ? slow->factor : 1;
-}
-
-// Every parameter present with its shape, and nothing from another model, before any rank allocates.
-void check_weights_file(const std::string& path, const Model& model) {
-  check_input_file("--init-from", path, "a safetensors file");
-  const SafetensorsFile file = SafetensorsFile::open(path);
-  std::vector<std::string> expected;
-  for (const UnitSpec& unit : model.units()) {
-    for (const ParamSpec& p : unit.params) {
-      const SafetensorsEntry& e = file.entry(resolve_name(file, p.name));
-      if (e.shape != p.shape)
-        fail(path, ": tensor ", e.name, " has shape ", shape_str(e.shape), ", the model needs ",
-             shape_str(p.shape));
-      expected.push_back(p.name);
-    }
-  }
-  const std::vector<std::string> extra = unmatched_tensors(file, expected);
-  if (!extra.empty())
-    fail(path, ": tensor ", extra.front(), " (and ", extra.size() - 1,
-         " more) belongs to no parameter of this model; was it saved from another size?");
 }
 
 BatchShape batch_shape(const TrainOptions& o) {
@@ -89,7 +67,11 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     };
     data_ = load(data.source, "--data");
     if (!options_.eval.source.empty()) eval_data_ = load(options_.eval.source, "--eval-data");
-    if (!options_.model.init_from.empty()) check_weights_file(options_.model.init_from, *model_);
+    // Before any rank allocates; the engine's import checks again, finding the same.
+    if (!options_.model.init_from.empty()) {
+      check_input_file("--init-from", options_.model.init_from, "a safetensors file");
+      check_weights_file(options_.model.init_from, *model_);
+    }
     if (world.rank() == 0) check_outputs(options_);
     if (!options_.output.trace_dir.empty()) comm::check_trace_dir(options_.output.trace_dir);
   });
@@ -118,7 +100,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
   engine_ = std::make_unique<Engine>(*model_, world, plan,
                                      EngineOptions{options_.model.seed, data.grad_accum, tokens_per_step});
   if (options_.output.check_collectives) collective_check_ = std::make_unique<comm::CollectiveCheck>(world);
-  if (!options_.model.init_from.empty()) run_agreed(world, [&] { load_weights(options_.model.init_from); });
+  if (!options_.model.init_from.empty()) engine_->import_weights(options_.model.init_from);
 }
 
 Trainer::~Trainer() {
@@ -163,35 +145,12 @@ std::vector<double> Trainer::maybe_rebalance() {
   return seq_per_s;
 }
 
-void Trainer::load_weights(const std::string& path) {
-  const SafetensorsFile file = SafetensorsFile::open(path);
-  ShardedParams& params = engine_->params();
-  for (int u = 0; u < params.num_units(); ++u) {
-    const FlatLayout& layout = params.layout(u);
-    std::vector<float> full(layout.padded_numel(), 0.0f);
-    for (size_t i = 0; i < layout.spec().params.size(); ++i) {
-      const ParamSpec& p = layout.spec().params[i];
-      file.read_f32(resolve_name(file, p.name), full.data() + layout.offset(int(i)), p.shape);
-    }
-    params.set_unit_params(u, full.data());
-  }
-}
-
-void Trainer::save_weights(const std::string& path) {
-  std::vector<std::vector<float>> units;
-  ShardedParams& params = engine_->params();
-  for (int u = 0; u < params.num_units(); ++u) units.push_back(params.full_unit_params(u));
-  run_agreed(world_, [&] {
-    if (world_.rank() == 0) save_consolidated(path, model_->units(), units);
-  });
-}
-
 // The test hooks that make a run end badly (ZSHARD_TEST_NAN_STEP, ZSHARD_TEST_FAIL_RANK), so that tests can
 // check how it ends.
 void Trainer::maybe_inject_fault(int step) {
   const TestHooks& hooks = test_hooks();
   if (hooks.nan_step == step) {
-    ShardedParams& params = engine_->params();
+    ShardedParams& params = EngineInternals::params(*engine_);
     std::vector<float> unit = params.full_unit_params(0);
     unit[0] = std::numeric_limits<float>::quiet_NaN();
     params.set_unit_params(0, unit.data());
@@ -203,41 +162,32 @@ void Trainer::maybe_inject_fault(int step) {
 StepResult Trainer::step() {
   const auto t0 = std::chrono::steady_clock::now();
   const int K = options_.data.grad_accum, B = options_.data.batch, T = options_.data.seq;
-  const double global_tokens = double(B) * T * K;
   const comm::CommStats before = engine_->comm_stats();
   StepResult r;
   r.step = steps_done() + 1;
   maybe_inject_fault(r.step);
 
-  double loss_sum = 0;
   for (int m = 0; m < K; ++m) {
     const int64_t micro_step = int64_t(steps_done()) * K + m;
     data_.fill_batch(micro_step, B, T, rank_offset_, rank_batch_, inputs_.data(), targets_.data());
-    loss_sum += engine_->forward_backward({inputs_.data(), targets_.data(), rank_batch_, T});
+    engine_->forward_backward({inputs_.data(), targets_.data(), rank_batch_, T});
   }
-  r.grad_norm = engine_->grad_norm();
+  engine_->grad_norm();
   // The part of the step that the split changes ends here (the norm is on the host, so the device is
   // done): the optimizer's cost does not depend on the batch and would make a rank with few sequences
   // look slow per sequence.
   const double batch_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const double batch_waited_ms = (engine_->comm_stats().seconds_waiting - before.seconds_waiting) * 1e3;
-  comm::all_reduce_sum(world_, &loss_sum, 1);
-  r.loss = loss_sum / global_tokens;
-  // Both are all-reduced, so every rank stops here alike, before AdamW would spread the damage into the
-  // weights and the optimizer state (and from there into a checkpoint).
-  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
-    throw AgreedFailure(detail::concat("step ", r.step, ": non-finite ", std::isfinite(r.loss) ? "gradient norm" : "loss",
-                                       " (loss ", r.loss, ", gradient norm ", r.grad_norm,
-                                       "); stopped before the optimizer step; nothing of this step is saved"),
-                        1, world_.rank() == 0);
   const AdamW hp = options_.optimizer.adamw(steps_done());
   r.lr = hp.lr;
-  engine_->step(hp);
+  const StepStats stats = engine_->step(hp);
+  r.loss = stats.loss;
+  r.grad_norm = stats.grad_norm;
   r.comm_bytes = engine_->last_step_comm_bytes();
   r.comm_exposed_ms = engine_->last_step_comm_exposed_ms();
   if (collective_check_) collective_check_->compare(r.step);
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  r.tokens_per_s = global_tokens / (r.ms / 1e3);
+  r.tokens_per_s = double(stats.tokens) / (r.ms / 1e3);
   r.rank_batches = rank_batches_;
   measure_speed(batch_ms, batch_waited_ms);
   r.resplit_seq_per_s = maybe_rebalance();
@@ -248,15 +198,13 @@ StepResult Trainer::step() {
 }
 
 double Trainer::evaluate() {
-  const int B = options_.data.batch, T = options_.data.seq, batches = options_.eval.batches;
-  double loss_sum = 0;
+  const int T = options_.data.seq;
   // The same batches every time (the first of the stream), so that evaluations compare.
-  for (int k = 0; k < batches; ++k) {
-    eval_data_.fill_batch(k, B, T, rank_offset_, rank_batch_, inputs_.data(), targets_.data());
-    loss_sum += engine_->forward({inputs_.data(), targets_.data(), rank_batch_, T});
+  for (int k = 0; k < options_.eval.batches; ++k) {
+    eval_data_.fill_batch(k, options_.data.batch, T, rank_offset_, rank_batch_, inputs_.data(), targets_.data());
+    engine_->forward({inputs_.data(), targets_.data(), rank_batch_, T});
   }
-  comm::all_reduce_sum(world_, &loss_sum, 1);
-  return loss_sum / (double(B) * T * batches);
+  return engine_->finish_eval();
 }
 
 void Trainer::log_step(const StepResult& r, std::ostream* out) {

@@ -76,11 +76,7 @@ class Trainer {
   // memory), gathered at set-up.
   const std::vector<int>& rank_batch_caps() const { return rank_batch_caps_; }
 
-  // Writes the consolidated model (the model's parameter names and shapes, F32) from rank 0. Collective.
-  void save_weights(const std::string& path);
-
  private:
-  void load_weights(const std::string& path);
   void maybe_inject_fault(int step);
   void log_step(const StepResult& r, std::ostream* out);
   // Folds this step's compute time per sequence into the average: the micro-steps and the gradient

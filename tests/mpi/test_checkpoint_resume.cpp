@@ -9,7 +9,7 @@
 
 #include "comm/self_communicator.h"
 #include "runtime/train/save_policy.h"
-#include "shard/sharded_params.h"
+#include "shard/engine_internals.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
 
@@ -30,12 +30,12 @@ Outcome run_job(const TrainOptions& o, comm::Communicator& comm, const std::stri
   SavePolicy checkpoints(trainer, nullptr);
   trainer.run(nullptr, [&] { return checkpoints.after_step(); });
   checkpoints.save();
-  if (!weights.empty()) trainer.save_weights(weights);
+  if (!weights.empty()) trainer.engine().export_weights(weights);
   Outcome out;
   for (const StepResult& r : trainer.history()) out.losses.push_back(r.loss);
-  for (int u = 0; u < trainer.engine().params().num_units(); ++u) {
-    const std::vector<float> full = trainer.engine().params().full_unit_params(u);
-    out.params.insert(out.params.end(), full.begin(), full.begin() + trainer.engine().params().layout(u).numel());
+  for (int u = 0; u < EngineInternals::params(trainer.engine()).num_units(); ++u) {
+    const std::vector<float> full = EngineInternals::params(trainer.engine()).full_unit_params(u);
+    out.params.insert(out.params.end(), full.begin(), full.begin() + EngineInternals::params(trainer.engine()).layout(u).numel());
   }
   return out;
 }

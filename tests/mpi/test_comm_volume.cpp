@@ -13,7 +13,7 @@
 #include <zshard/memory_report.h>
 
 #include "shard/memory/estimator.h"
-#include "shard/sharded_params.h"
+#include "shard/engine_internals.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
 
@@ -54,7 +54,7 @@ TEST(CommVolume, MeasuredBytesEqualTheTheoryForEveryModelAndStrategy) {
                                (s.reshard_after_forward ? "" : " kept after forward");
       Trainer trainer(o, test::world());
       trainer.run(nullptr);
-      const ShardedParams& params = trainer.engine().params();
+      const ShardedParams& params = EngineInternals::params(trainer.engine());
       if (params_sharded(s.kind)) {
         int64_t psi = 0, want = 0;
         const int units = params.num_units();
@@ -104,7 +104,7 @@ TEST(CommVolume, EvaluationGathersOnlyWhatItsForwardReads) {
     o.eval.batches = 3;
     Trainer trainer(o, test::world());
     trainer.run(nullptr);
-    const ShardedParams& params = trainer.engine().params();
+    const ShardedParams& params = EngineInternals::params(trainer.engine());
     int64_t forward = 0;
     for (int u = 0; u < params.num_units(); ++u) forward += params.layout(u).numel();
     if (c.model == "tiny") forward += params.layout(0).numel();

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "comm/self_communicator.h"
-#include "shard/sharded_params.h"
+#include "shard/engine_internals.h"
 
 namespace zshard::test {
 
@@ -36,9 +36,9 @@ RunResult train(const TrainOptions& options, comm::Communicator& comm) {
     r.comm_bytes.push_back(h.comm_bytes);
     if (!std::isnan(h.eval_loss)) r.eval_losses.push_back(h.eval_loss);
   }
-  for (int u = 0; u < trainer.engine().params().num_units(); ++u) {
-    const std::vector<float> full = trainer.engine().params().full_unit_params(u);
-    r.params.insert(r.params.end(), full.begin(), full.begin() + trainer.engine().params().layout(u).numel());
+  for (int u = 0; u < EngineInternals::params(trainer.engine()).num_units(); ++u) {
+    const std::vector<float> full = EngineInternals::params(trainer.engine()).full_unit_params(u);
+    r.params.insert(r.params.end(), full.begin(), full.begin() + EngineInternals::params(trainer.engine()).layout(u).numel());
   }
   return r;
 }

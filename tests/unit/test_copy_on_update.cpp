@@ -12,6 +12,7 @@
 #include "comm/self_communicator.h"
 #include "shard/async_checkpoint.h"
 #include "shard/copy_on_update.h"
+#include "shard/engine_internals.h"
 #include "tests/support/training_runs.h"
 
 namespace zshard {
@@ -30,7 +31,7 @@ TrainOptions options() {
 struct TinyRun {
   comm::SelfCommunicator self;
   Trainer trainer{options(), self};
-  ShardedParams& params() { return trainer.engine().params(); }
+  ShardedParams& params() { return EngineInternals::params(trainer.engine()); }
   int64_t numel(int unit) { return params().layout(unit).shard_numel(); }
   float* live(size_t tensor) { return owned_state(params(), int(tensor / 3))[tensor % 3].data<float>(); }
   std::vector<float> values(size_t tensor) { return {live(tensor), live(tensor) + numel(int(tensor / 3))}; }

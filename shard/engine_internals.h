@@ -1,0 +1,17 @@
+// What zshard's own tools and tests reach past the public Engine: its sharded state (layouts, full unit
+// copies, the optimizer's update guard) and the communicator its collectives run on. Neither is part of
+// the public API; this header is not installed.
+#pragma once
+#include <zshard/engine.h>
+
+#include "shard/sharded_params.h"
+
+namespace zshard {
+
+struct EngineInternals {
+  static ShardedParams& params(Engine& engine) { return *engine.params_; }
+  // The NCCL communicator under --comm nccl, else the world.
+  static comm::Communicator& collective_world(Engine& engine) { return engine.collective_world(); }
+};
+
+}  // namespace zshard

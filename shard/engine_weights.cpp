@@ -1,0 +1,38 @@
+// Engine::import_weights and Engine::export_weights: the full weights as one safetensors file with the
+// model's parameter names (what zshard-train's --init-from reads and --save writes), read whole by every
+// rank, each keeping what it holds of each unit, and written by rank 0 from the gathered units.
+
+#include <zshard/engine.h>
+
+#include "comm/agreed_failure.h"
+#include "models/weights_file.h"
+#include "shard/checkpoint_format.h"
+#include "shard/sharded_params.h"
+
+namespace zshard {
+
+void Engine::import_weights(const std::string& path) {
+  run_agreed(world_, [&] {
+    check_weights_file(path, model_);
+    const SafetensorsFile file = SafetensorsFile::open(path);
+    for (int u = 0; u < params_->num_units(); ++u) {
+      const FlatLayout& layout = params_->layout(u);
+      std::vector<float> full(size_t(layout.padded_numel()), 0.0f);
+      for (size_t i = 0; i < layout.spec().params.size(); ++i) {
+        const ParamSpec& p = layout.spec().params[i];
+        file.read_f32(resolve_name(file, p.name), full.data() + layout.offset(int(i)), p.shape);
+      }
+      params_->set_unit_params(u, full.data());
+    }
+  });
+}
+
+void Engine::export_weights(const std::string& path) {
+  std::vector<std::vector<float>> units;
+  for (int u = 0; u < params_->num_units(); ++u) units.push_back(params_->full_unit_params(u));
+  run_agreed(world_, [&] {
+    if (world_.rank() == 0) save_consolidated(path, model_.units(), units);
+  });
+}
+
+}  // namespace zshard
