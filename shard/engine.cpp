@@ -7,59 +7,12 @@
 #include "comm/agreed_failure.h"
 #include "comm/flight_recorder/recorder.h"
 #include "comm/launch.h"
-#include "kernels/allocator.h"
 #include "kernels/engine_ops.h"
 #include "shard/device_setup.h"
-#include "shard/memory/zero_arithmetic.h"
-#include "shard/plan_internals.h"
+#include "shard/memory/engine_report.h"
 #include "shard/sharded_params.h"
 
 namespace zshard {
-
-namespace {
-
-// Per-rank record shipped through one all-gather of doubles (byte counts stay exact below 2^53).
-constexpr int kRecord = 2 * kNumCategories + 5;
-
-std::vector<double> encode(const RankMemory& r) {
-  std::vector<double> v;
-  for (int c = 0; c < kNumCategories; ++c) v.push_back(double(r.stats.live[c]));
-  for (int c = 0; c < kNumCategories; ++c) v.push_back(double(r.stats.peak[c]));
-  v.push_back(double(r.stats.live_total));
-  v.push_back(double(r.stats.peak_total));
-  v.push_back(double(r.stats.model_states_peak));
-  v.push_back(r.comm_bytes_per_step);
-  v.push_back(r.comm_exposed_ms_per_step);
-  return v;
-}
-
-RankMemory decode(const double* v) {
-  RankMemory r;
-  for (int c = 0; c < kNumCategories; ++c) r.stats.live[c] = int64_t(v[c]);
-  for (int c = 0; c < kNumCategories; ++c) r.stats.peak[c] = int64_t(v[kNumCategories + c]);
-  r.stats.live_total = int64_t(v[2 * kNumCategories]);
-  r.stats.peak_total = int64_t(v[2 * kNumCategories + 1]);
-  r.stats.model_states_peak = int64_t(v[2 * kNumCategories + 2]);
-  r.comm_bytes_per_step = v[2 * kNumCategories + 3];
-  r.comm_exposed_ms_per_step = v[2 * kNumCategories + 4];
-  return r;
-}
-
-// This rank's memory on `device`. On a GPU the host column is the host allocator's (the offloaded
-// optimizer's state and staging), while the totals stay the device's, what its memory holds; that host
-// memory is allocated once, at set-up, so its peak adds to the device's model-state peak.
-MemStats rank_memory(Device device) {
-  MemStats stats = Allocator::of(device).stats();
-  if (device == Device::cpu) return stats;
-  const MemStats host = Allocator::of(Device::cpu).stats();
-  const int c = int(Category::host);
-  stats.live[c] = host.live[c];
-  stats.peak[c] = host.peak[c];
-  stats.model_states_peak += host.peak[c];
-  return stats;
-}
-
-}  // namespace
 
 Engine::Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, const EngineOptions& options)
     : model_(model), world_(world), plan_(plan), options_(options) {
@@ -68,7 +21,7 @@ Engine::Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, c
   ZS_CHECK(options.tokens_per_step >= 1, "tokens_per_step must be >= 1, got ", options.tokens_per_step);
   comm::maybe_stall_in_set_up(world.rank(), "engine");
   device_comm_ = open_device_comm(plan.comm, world);
-  params_ = std::make_unique<ShardedParams>(model, collective_world(), plan, options.seed);
+  params_ = std::make_unique<ShardedParams>(model, device_comm_ ? *device_comm_ : world_, plan, options.seed);
 }
 
 void Engine::check_batch(const char* call, const Batch& batch) const {
@@ -212,55 +165,7 @@ comm::CommStats Engine::comm_stats() const { return params_->comm_stats(); }
 void Engine::reset_comm_stats() { params_->reset_comm_stats(); }
 
 MemoryReport Engine::memory_report() {
-  MemoryReport rep;
-  ShardedParams& params = *params_;
-  rep.strategy = std::string(strategy_name(plan_.kind));
-  rep.world = world_.size();
-  const ShardGroups& groups = plan_.groups;
-  rep.shard_group = groups.size_of_rank(0);
-  rep.shard_group_sizes = groups.sizes();
-  std::vector<int64_t> gathered_sizes;  // what a gather of each unit holds: its padded size
-  for (int u = 0; u < params.num_units(); ++u) {
-    rep.params += params.layout(u).numel();
-    gathered_sizes.push_back(params.layout(u).padded_numel());
-  }
-  const Placement& placement = plan_.placement;
-  rep.device = std::string(device_name(placement.device));
-  rep.param_dtype = std::string(dtype_flag(placement.param_dtype));
-  rep.reduce_dtype = std::string(dtype_flag(placement.reduce_dtype));
-  const DtypePolicy dtypes = DtypePolicy::of(placement.param_dtype);
-  if (placement.offload_optimizer)
-    rep.predicted_zero_offload = predict_zero_offload(plan_.kind, rep.shard_group, rep.params, dtypes);
-  rep.predicted_inflight =
-      plan_.params_sharded()
-          ? predict_gathered_elements(gathered_sizes, plan_.max_inflight, plan_.reshard_after_forward) * dtypes.param_bytes
-          : 0;
-  DtypePolicy traffic = dtypes;  // gradients travel in the reduce dtype
-  traffic.grad_bytes = int(dtype_size(placement.reduce_dtype));
-
-  // The model's own gather schedule where a step has recorded it, the paper's 2Ψ before.
-  const int64_t gathered =
-      params.gathered_numel_per_micro_step() > 0 ? params.gathered_numel_per_micro_step() : 2 * rep.params;
-  RankMemory mine;
-  mine.stats = rank_memory(placement.device);
-  for (const auto& [bytes, exposed_ms] : step_comm_) {
-    mine.comm_bytes_per_step += double(bytes) / double(step_comm_.size());
-    mine.comm_exposed_ms_per_step += exposed_ms / double(step_comm_.size());
-  }
-  const std::vector<double> local = encode(mine);
-  std::vector<double> all(size_t(kRecord) * world_.size());
-  world_.all_gather(local.data(), all.data(), kRecord, DType::f64)->wait();
-  for (int r = 0; r < world_.size(); ++r) {
-    RankMemory& rank = rep.ranks.emplace_back(decode(all.data() + size_t(r) * kRecord));
-    rank.shard_group = groups.size_of_rank(r);
-    rank.predicted = predict_model_states(plan_.kind, rank.shard_group, rep.params, dtypes,
-                                          placement.offload_optimizer, placement.device);
-    rank.predicted_comm_bytes =
-        predict_comm_bytes(plan_.kind, groups, rank.shard_group, rep.params, gathered, options_.grad_accum, traffic);
-  }
-  rep.predicted = rep.ranks[0].predicted;
-  rep.predicted_comm_bytes = rep.ranks[0].predicted_comm_bytes;
-  return rep;
+  return measure_memory(*params_, world_, options_.grad_accum, step_comm_);
 }
 
 }  // namespace zshard

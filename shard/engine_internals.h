@@ -10,8 +10,11 @@ namespace zshard {
 
 struct EngineInternals {
   static ShardedParams& params(Engine& engine) { return *engine.params_; }
-  // The NCCL communicator under --comm nccl, else the world.
-  static comm::Communicator& collective_world(Engine& engine) { return engine.collective_world(); }
+  // The world-sized communicator the engine's collectives run on: the NCCL one under --comm nccl, else
+  // the world.
+  static comm::Communicator& collective_world(Engine& engine) {
+    return engine.device_comm_ ? *engine.device_comm_ : engine.world_;
+  }
 };
 
 }  // namespace zshard

@@ -183,8 +183,6 @@ class Engine {
   friend class AsyncSave;
   friend struct EngineInternals;  // zshard's own tools and tests (shard/engine_internals.h)
 
-  // The world-sized communicator the engine's collectives run on: the NCCL one, or the world.
-  comm::Communicator& collective_world() { return device_comm_ ? *device_comm_ : world_; }
   void check_batch(const char* call, const Batch& batch) const;
   static void check_adamw(const AdamW& hp);
   void agree_on_step();  // collective

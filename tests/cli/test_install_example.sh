@@ -40,7 +40,7 @@ else echo "ok   no installed target links CLI11"; fi
 if "$WORK/probe-zshard_train.h/engine_program" >"$WORK/engine.out" 2>&1; then echo "ok   it trains: $(cat "$WORK/engine.out")"
 else echo "FAIL the engine program"; cat "$WORK/engine.out"; failures=$((failures + 1)); fi
 # The installed headers hold the API, no flag plumbing: no command-line parser, no flag spelling.
-if plumbing=$(grep -rnE "CLI/|CLI::|dtype_flag|join_sizes|check_group_sizes|apply_comm_timeout|plan_on_hosts|trace_group|collectives_failed" \
+if plumbing=$(grep -rnE "CLI/|CLI::|dtype_flag|join_sizes|check_group_sizes|apply_comm_timeout|plan_on_hosts|trace_group|collectives_failed|ShardedParams&|collective_world" \
     "$WORK/prefix/include"); then
   echo "FAIL flag plumbing in the installed headers:"; echo "$plumbing"; failures=$((failures + 1))
 else echo "ok   the installed headers hold no flag plumbing"; fi

@@ -1,0 +1,110 @@
+#include "shard/memory/engine_report.h"
+
+#include <string>
+
+#include "kernels/allocator.h"
+#include "shard/memory/zero_arithmetic.h"
+#include "shard/plan_internals.h"
+#include "shard/sharded_params.h"
+
+namespace zshard {
+
+namespace {
+
+// Per-rank record shipped through one all-gather of doubles (byte counts stay exact below 2^53).
+constexpr int kRecord = 2 * kNumCategories + 5;
+
+std::vector<double> encode(const RankMemory& r) {
+  std::vector<double> v;
+  for (int c = 0; c < kNumCategories; ++c) v.push_back(double(r.stats.live[c]));
+  for (int c = 0; c < kNumCategories; ++c) v.push_back(double(r.stats.peak[c]));
+  v.push_back(double(r.stats.live_total));
+  v.push_back(double(r.stats.peak_total));
+  v.push_back(double(r.stats.model_states_peak));
+  v.push_back(r.comm_bytes_per_step);
+  v.push_back(r.comm_exposed_ms_per_step);
+  return v;
+}
+
+RankMemory decode(const double* v) {
+  RankMemory r;
+  for (int c = 0; c < kNumCategories; ++c) r.stats.live[c] = int64_t(v[c]);
+  for (int c = 0; c < kNumCategories; ++c) r.stats.peak[c] = int64_t(v[kNumCategories + c]);
+  r.stats.live_total = int64_t(v[2 * kNumCategories]);
+  r.stats.peak_total = int64_t(v[2 * kNumCategories + 1]);
+  r.stats.model_states_peak = int64_t(v[2 * kNumCategories + 2]);
+  r.comm_bytes_per_step = v[2 * kNumCategories + 3];
+  r.comm_exposed_ms_per_step = v[2 * kNumCategories + 4];
+  return r;
+}
+
+// This rank's memory on `device`. On a GPU the host column is the host allocator's (the offloaded
+// optimizer's state and staging), while the totals stay the device's, what its memory holds; that host
+// memory is allocated once, at set-up, so its peak adds to the device's model-state peak.
+MemStats rank_memory(Device device) {
+  MemStats stats = Allocator::of(device).stats();
+  if (device == Device::cpu) return stats;
+  const MemStats host = Allocator::of(Device::cpu).stats();
+  const int c = int(Category::host);
+  stats.live[c] = host.live[c];
+  stats.peak[c] = host.peak[c];
+  stats.model_states_peak += host.peak[c];
+  return stats;
+}
+
+}  // namespace
+
+MemoryReport measure_memory(ShardedParams& params, comm::Communicator& world, int grad_accum,
+                            const std::vector<std::pair<int64_t, double>>& step_comm) {
+  MemoryReport rep;
+  const ShardPlan& plan = params.plan();
+  rep.strategy = std::string(strategy_name(plan.kind));
+  rep.world = world.size();
+  const ShardGroups& groups = plan.groups;
+  rep.shard_group = groups.size_of_rank(0);
+  rep.shard_group_sizes = groups.sizes();
+  std::vector<int64_t> gathered_sizes;  // what a gather of each unit holds: its padded size
+  for (int u = 0; u < params.num_units(); ++u) {
+    rep.params += params.layout(u).numel();
+    gathered_sizes.push_back(params.layout(u).padded_numel());
+  }
+  const Placement& placement = plan.placement;
+  rep.device = std::string(device_name(placement.device));
+  rep.param_dtype = std::string(dtype_flag(placement.param_dtype));
+  rep.reduce_dtype = std::string(dtype_flag(placement.reduce_dtype));
+  const DtypePolicy dtypes = DtypePolicy::of(placement.param_dtype);
+  if (placement.offload_optimizer)
+    rep.predicted_zero_offload = predict_zero_offload(plan.kind, rep.shard_group, rep.params, dtypes);
+  rep.predicted_inflight =
+      plan.params_sharded()
+          ? predict_gathered_elements(gathered_sizes, plan.max_inflight, plan.reshard_after_forward) * dtypes.param_bytes
+          : 0;
+  DtypePolicy traffic = dtypes;  // gradients travel in the reduce dtype
+  traffic.grad_bytes = int(dtype_size(placement.reduce_dtype));
+
+  // The model's own gather schedule where a step has recorded it, the paper's 2Ψ before.
+  const int64_t gathered =
+      params.gathered_numel_per_micro_step() > 0 ? params.gathered_numel_per_micro_step() : 2 * rep.params;
+  RankMemory mine;
+  mine.stats = rank_memory(placement.device);
+  for (const auto& [bytes, exposed_ms] : step_comm) {
+    mine.comm_bytes_per_step += double(bytes) / double(step_comm.size());
+    mine.comm_exposed_ms_per_step += exposed_ms / double(step_comm.size());
+  }
+  const std::vector<double> local = encode(mine);
+  std::vector<double> all(size_t(kRecord) * world.size());
+  world.all_gather(local.data(), all.data(), kRecord, DType::f64)->wait();
+  for (int r = 0; r < world.size(); ++r) {
+    RankMemory& rank = rep.ranks.emplace_back(decode(all.data() + size_t(r) * kRecord));
+    rank.shard_group = groups.size_of_rank(r);
+    rank.predicted = predict_model_states(plan.kind, rank.shard_group, rep.params, dtypes,
+                                          placement.offload_optimizer, placement.device);
+    rank.predicted_comm_bytes =
+        predict_comm_bytes(plan.kind, groups, rank.shard_group, rep.params, gathered, grad_accum, traffic);
+  }
+  rep.predicted = rep.ranks[0].predicted;
+  rep.predicted_comm_bytes = rep.ranks[0].predicted_comm_bytes;
+  return rep;
+}
+
+}  // namespace zshard
