@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "comm/backend.h"
+#include "comm/backend_base.h"
 
 namespace zshard {
 

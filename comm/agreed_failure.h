@@ -11,19 +11,6 @@
 
 namespace zshard {
 
-class AgreedFailure : public Error {
- public:
-  AgreedFailure(const std::string& what, int exit_code, bool report)
-      : Error(what), exit_code_(exit_code), report_(report) {}
-  int exit_code() const { return exit_code_; }
-  // True on the one rank that should print the message: the lowest failing rank.
-  bool report() const { return report_; }
-
- private:
-  int exit_code_;
-  bool report_;
-};
-
 // Runs `setup` on every rank; a UsageError becomes exit code 2, any other exception exit code 1.
 void run_agreed(comm::Communicator& world, const std::function<void()>& setup);
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "comm/agreed_failure.h"
-#include "comm/backend.h"
+#include "comm/backend_base.h"
 #include "comm/flight_recorder/recorder.h"
 #include "comm/abort.h"
 

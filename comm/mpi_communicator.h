@@ -11,7 +11,7 @@
 
 #include <zshard/communicator.h>
 
-#include "comm/backend.h"
+#include "comm/backend_base.h"
 
 namespace zshard::comm {
 

@@ -4,7 +4,7 @@
 
 #include <zshard/error.h>
 
-#include "comm/backend.h"
+#include "comm/backend_base.h"
 #include "comm/flight_recorder/recorder.h"
 
 namespace zshard::comm {

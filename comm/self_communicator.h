@@ -4,7 +4,7 @@
 #pragma once
 #include <zshard/communicator.h>
 
-#include "comm/backend.h"
+#include "comm/backend_base.h"
 
 namespace zshard::comm {
 

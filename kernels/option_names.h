@@ -26,6 +26,7 @@ enum class Option {
   batch,
   grad_accum,
   save_mode,
+  mem_check,
 };
 
 // The option's name under the naming in force: "StrategyOptions::max_inflight" or "--max-inflight".

@@ -104,7 +104,16 @@ bool AsyncCheckpoint::written() {
   return true;
 }
 
+void AsyncCheckpoint::abandon() {
+  if (writer_.joinable()) writer_.join();
+  snapshot_.reset();
+  in_place_.reset();  // while the engine's parameters, which it guards, still exist
+  abandoned_ = true;
+}
+
 int64_t AsyncCheckpoint::commit() {
+  if (abandoned_)
+    fail("the save into ", dir_, " was given up: its engine was destroyed before the save was waited for");
   if (writer_.joinable()) writer_.join();
   written();  // releases the host copy
   // The gather doubles as the barrier: every rank file is in place before the manifest is written.
@@ -143,12 +152,12 @@ AsyncSave::~AsyncSave() { release(); }
 
 void AsyncSave::release() {
   if (!save_) return;
-  if (engine_->save_in_flight_ == save_.get()) engine_->save_in_flight_ = nullptr;
+  if (!save_->abandoned() && engine_->save_in_flight_ == save_.get()) engine_->save_in_flight_ = nullptr;
   save_.reset();  // joins the writer
 }
 
 bool AsyncSave::test() {
-  if (save_) {
+  if (save_ && !save_->abandoned()) {
     // Whether every rank's writer is done: then wait() commits at once.
     double written = save_->written() ? 1 : 0;
     comm::all_reduce_sum(engine_->world(), &written, 1);

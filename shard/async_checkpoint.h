@@ -52,6 +52,10 @@ class AsyncCheckpoint {
 
   // Never blocks: whether this rank's writer is done (its host copy then released).
   bool written();
+  // The engine is being destroyed before the save was waited for: waits for this rank's writer and lets
+  // go of the engine's state; the save is then given up (commit() refuses it, nothing is committed).
+  void abandon();
+  bool abandoned() const { return abandoned_; }
   // Collective: waits for this rank's writer, then rank 0 writes the manifest from every rank's report,
   // and the bytes of the files are returned. When a rank's file failed, the step directory is removed and
   // every rank throws AgreedFailure, the failing rank's message (naming the file) reported.
@@ -80,6 +84,7 @@ class AsyncCheckpoint {
   CheckpointFile file_;
   std::string error_;
   std::atomic<bool> written_{false};
+  bool abandoned_ = false;
   std::thread writer_;
 };
 

@@ -5,15 +5,18 @@
 #include <zshard/engine.h>
 
 #include "comm/agreed_failure.h"
-#include "models/weights_file.h"
+#include "shard/weights_file.h"
 #include "shard/checkpoint_format.h"
 #include "shard/sharded_params.h"
 
 namespace zshard {
 
 void Engine::import_weights(const std::string& path) {
+  // Every rank checks before any rank changes a weight: a file that differs between hosts, or that one
+  // rank cannot read, must leave every rank's weights as they were.
+  run_agreed(world_, [&] { check_weights_file(path, model_); });
+  discard_step();
   run_agreed(world_, [&] {
-    check_weights_file(path, model_);
     const SafetensorsFile file = SafetensorsFile::open(path);
     for (int u = 0; u < params_->num_units(); ++u) {
       const FlatLayout& layout = params_->layout(u);

@@ -4,7 +4,7 @@
 #include <exception>
 #include <map>
 
-#include "comm/backend.h"
+#include "comm/backend_base.h"
 #include "comm/flight_recorder/recorder.h"
 #include "kernels/device_memory.h"
 #include "shard/optimizer_offload.h"

@@ -16,7 +16,7 @@
 
 #include <zshard/error.h>
 
-#include "comm/backend.h"
+#include "comm/backend_base.h"
 #include "kernels/option_names.h"
 
 namespace zshard::comm {

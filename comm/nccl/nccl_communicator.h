@@ -23,7 +23,7 @@
 
 #include <zshard/communicator.h>
 
-#include "comm/backend.h"
+#include "comm/backend_base.h"
 
 #include "kernels/allocator.h"
 

@@ -1,7 +1,6 @@
 // A training loop of one's own around zshard's engine, through the public headers alone: the data (a file's
 // bytes), the schedule, evaluation and checkpoints are the loop's, the sharding is the engine's. E.g.
-//   mpirun -np 4 own_loop --strategy zero3 --data corpus.txt --steps 40 --stop-after 20 --save ck
-//   mpirun -np 3 own_loop --strategy zero2 --data corpus.txt --steps 40 --resume ck
+//   mpirun -np 4 own_loop --strategy zero3 --data corpus.txt --steps 40 --stop-after 20 --save ck; then --resume ck
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -52,16 +51,15 @@ int main(int argc, char** argv) {
     std::ifstream data(args["--data"], std::ios::binary);  // bytes, 0..255: the tiny model's vocabulary
     const std::vector<uint8_t> bytes(std::istreambuf_iterator<char>(data), std::istreambuf_iterator<char>{});
     if (bytes.empty()) refuse("--data: '", args["--data"], "' is empty");
-    // save_async refuses a committed checkpoint's directory: found now, not after the training.
-    if (!save.empty() && std::filesystem::exists(save + "/manifest.json"))
+    if (!save.empty() && std::filesystem::exists(save + "/manifest.json"))  // save_async's refusal, before training
       refuse("--save: '", save, "' holds a checkpoint already");
     const auto model = zshard::build_model("tiny", zshard::model_config("tiny"));
     const auto plan = zshard::resolve_plan({.strategy = {zshard::parse_strategy(args["--strategy"])}}, world.comm());
     zshard::Engine engine(*model, world.comm(), plan, {.tokens_per_step = int64_t(B) * T});
     if (!init_from.empty()) engine.import_weights(init_from);  // Hugging Face's names
-    if (!resume.empty() && engine.load(resume).step >= stop && rank == 0)  // saved by any world size
-      std::printf("own_loop: %s is at step %d, the last is %d: nothing to train\n", resume.c_str(),
-                  engine.steps_done(), stop);
+    const int at = resume.empty() ? 0 : engine.load(resume).step;  // a checkpoint of any world size
+    if (!resume.empty() && at >= stop && rank == 0)
+      std::printf("own_loop: %s is at step %d, the last is %d: nothing to train\n", resume.c_str(), at, stop);
     // Sequence k of step s's batch starts at byte (s * B + k) * T; this rank takes `mine` from the `first` on.
     const int mine = B / ranks + (rank < B % ranks), first = rank * (B / ranks) + std::min(rank, B % ranks);
     std::vector<int32_t> window(size_t(mine) * T + 1);  // their bytes, and the one after: the last target
@@ -75,11 +73,13 @@ int main(int argc, char** argv) {
       const zshard::StepStats done = engine.step({.lr = lr.at(step)});  // the global loss and norm
       if (rank == 0) std::printf("step %d loss %.9f norm %.6f\n", step + 1, done.loss, done.grad_norm);
     }
-    std::optional<zshard::AsyncSave> saving;  // written in the background while the evaluation runs
-    if (!save.empty()) saving = engine.save_async(save);
+    auto saving = save.empty() ? std::optional<zshard::AsyncSave>() : engine.save_async(save);  // while evaluating
     for (int k = 0; k < 2; ++k) engine.forward(batch(steps + k));  // the two batches after the last step's
     if (const double loss = engine.finish_eval(); rank == 0) std::printf("eval %.6f\n", loss);
     if (saving) saving->wait();
+  } catch (const zshard::AgreedFailure& e) {  // every rank alike: the failing rank's line, the agreed code
+    if (e.report()) std::fprintf(stderr, "own_loop: error: %s\n", e.what());
+    return e.exit_code();
   } catch (const zshard::UsageError& e) {
     if (rank == 0) std::fprintf(stderr, "own_loop: error: %s\n", e.what());
     return 2;

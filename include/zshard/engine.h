@@ -72,7 +72,8 @@ class Engine;
 // A checkpoint being written by Engine::save_async: each rank of the first shard group writes its file on
 // a thread of its own while training goes on, and the manifest, the commit point, is written last, once
 // every file is whole. Until then the directory is not a checkpoint: a job killed at any moment leaves the
-// newest committed checkpoint as it was. Must not outlive its engine.
+// newest committed checkpoint as it was. A save whose engine is destroyed before it was waited for is
+// given up (its writer joined, nothing committed): its test() and wait() then throw.
 class AsyncSave {
  public:
   AsyncSave(AsyncSave&& other) noexcept;
@@ -109,7 +110,8 @@ class AsyncSave {
 class Engine {
  public:
   // Collective. `model` and `world` must outlive the engine; `plan` must be for world.size() ranks. With
-  // --comm nccl (the plan's) the engine opens an NCCL communicator over the same ranks for its collectives.
+  // CommBackend::nccl (the plan's) the engine opens an NCCL communicator over the same ranks for its
+  // collectives.
   Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, const EngineOptions& options);
   ~Engine();
   Engine(const Engine&) = delete;
@@ -159,7 +161,8 @@ class Engine {
   // model's parameters (Hugging Face's names for GPT-2 and Llama; a "transformer." or "model." prefix is
   // accepted; F32, F16, BF16 or F64). Every parameter must be there with its shape and every tensor must
   // be a parameter's (or a known buffer's), checked before anything changes; a failure throws on every
-  // rank. The optimizer state and the step count stay as they are. Collective.
+  // rank. A step in progress is dropped with its gradients, as load() drops it; the optimizer state and
+  // the step count stay as they are. Collective.
   void import_weights(const std::string& path);
   // Writes the full weights (F32, the model's names and shapes) into safetensors file `path` from rank 0:
   // what import_weights and Hugging Face read. Collective.

@@ -11,7 +11,8 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
-// A bad command-line value: the message names the flag; programs exit with code 2.
+// A bad value the user gave: the message names the option (or, in zshard's tools, the flag) that gave it;
+// programs exit with code 2.
 class UsageError : public Error {
  public:
   explicit UsageError(const std::string& what) : Error(what) {}
@@ -26,12 +27,29 @@ std::string concat(const Args&... args) {
 }
 }  // namespace detail
 
+// A failure every rank of the job throws alike, agreed through a collective (a file one rank cannot read,
+// a non-finite step, a save that failed): no rank is left waiting, so the job ends with exit_code() on
+// every rank, and only the rank whose report() is true prints the message (the lowest failing rank; the
+// others hold "another rank failed"). What any other exception leaves is one rank's failure: the others
+// may be inside a collective, and the loop must end the whole job (World::abort).
+class AgreedFailure : public Error {
+ public:
+  AgreedFailure(const std::string& what, int exit_code, bool report)
+      : Error(what), exit_code_(exit_code), report_(report) {}
+  int exit_code() const { return exit_code_; }  // 2 for a bad value (a UsageError), else 1
+  bool report() const { return report_; }
+
+ private:
+  int exit_code_;
+  bool report_;
+};
+
 template <class... Args>
 [[noreturn]] void fail(const Args&... args) {
   throw Error(detail::concat(args...));
 }
 
-// Refuses a bad value the user gave: the message names the flag (UsageError, exit code 2).
+// Refuses a bad value the user gave: the message names where it came from (UsageError, exit code 2).
 template <class... Args>
 [[noreturn]] void refuse(const Args&... args) {
   throw UsageError(detail::concat(args...));

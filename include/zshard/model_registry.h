@@ -24,8 +24,8 @@ void register_model(const std::string& name, ModelConfig defaults, ModelBuilder 
 std::vector<std::string> model_names();
 
 // `name`'s configuration with `overrides` applied, each in the type of the default it replaces (an integer
-// given for a real number becomes one). Throws UsageError naming --model for an unknown name (listing the
-// known ones), and --config for a key the model does not have or a real number where it needs an integer.
+// given for a real number becomes one). Throws UsageError for an unknown name (listing the known ones), a
+// key the model does not have, or a real number where it needs an integer.
 ModelConfig model_config(const std::string& name, const ModelConfig& overrides = {});
 // Builds `name` with `config` (from model_config); an invalid configuration is a UsageError naming it.
 std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& config);

@@ -36,8 +36,9 @@ constexpr double kDefaultCommTimeout = PlanOptions{}.comm_timeout_s;
 
 // --comm, or its default for --device.
 CommBackend comm_backend(const PlanOptions& options);
-// Checks what needs neither a world nor a device: the dtypes, the timeout, and flags of other strategies
-// than the one asked for. Throws UsageError naming the flag. (resolve_plan also checks that this build
+// Checks what needs neither a world nor a device: the dtypes, the timeout, and options of other strategies
+// than the one asked for. Throws UsageError naming the option (StrategyOptions::max_inflight; zshard's
+// tools name their flags instead). (resolve_plan also checks that this build
 // and device can run the placement.)
 void validate_plan_options(const PlanOptions& options);
 
@@ -60,7 +61,7 @@ struct ShardPlan {
 // The plan of `options` on `world`. Collective over `world`, and its first collective: it sets the
 // world's timeout before issuing any, then learns the hosts (`node` groups, and the default on two or more
 // hosts) and makes this rank's device current (on cuda its GPU: local rank modulo the visible GPUs).
-// Throws UsageError naming the flag on every rank alike for options that do not fit the world, the hosts
+// Throws UsageError naming the option on every rank alike for options that do not fit the world, the hosts
 // or the device (the test hook ZSHARD_TEST_STALL_SET_UP=RANK:MS holds rank RANK for MS ms first).
 ShardPlan resolve_plan(const PlanOptions& options, comm::Communicator& world);
 // The plan on `world_size` ranks by arithmetic alone, for a run that is not launched (the estimator,

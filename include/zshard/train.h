@@ -9,6 +9,9 @@
 // and three more modes by first argument: `my_binary bench ...` is zshard-bench, `my_binary mem ...`
 // zshard-mem and `my_binary tune ...` zshard-tune (run as one process: it launches its own runs), same
 // flags, output and JSON. Every model of the registry stays available by --model.
+//
+// It is the tools' library: link zshard::tools (a loop of one's own around <zshard/engine.h> links
+// zshard::core alone).
 #pragma once
 #include <string>
 

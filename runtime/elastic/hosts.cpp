@@ -174,17 +174,35 @@ std::string host_list_text(const std::vector<Host>& hosts) {
   return text;
 }
 
+namespace {
+
+// Ends the probes still running, session and all (the probe's ssh too).
+void end_probes(const std::vector<Child>& running) {
+  for (const Child& probe : running) {
+    if (probe.pid < 0) continue;
+    signal_session(probe, SIGKILL);
+    waitpid(probe.pid, nullptr, 0);
+  }
+}
+
+}  // namespace
+
 std::vector<bool> probe_hosts(const std::vector<std::string>& hosts, const std::string& probe, double timeout_s) {
   std::vector<bool> answers(hosts.size(), false);
   std::vector<Child> running(hosts.size());
-  for (size_t i = 0; i < hosts.size(); ++i) {
-    if (is_local_host(hosts[i])) {
-      answers[i] = true;
-      continue;
+  try {
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      if (is_local_host(hosts[i])) {
+        answers[i] = true;
+        continue;
+      }
+      // Quiet: a host that does not answer is reported by the launcher in one line, not by ssh.
+      running[i] = spawn({"sh", "-c", probe + " </dev/null >/dev/null 2>&1", "zshard-probe", hosts[i]},
+                         ChildOutput::inherit());
     }
-    // Quiet: a host that does not answer is reported by the launcher in one line, not by ssh.
-    running[i] = spawn({"sh", "-c", probe + " </dev/null >/dev/null 2>&1", "zshard-probe", hosts[i]},
-                       ChildOutput::inherit());
+  } catch (...) {
+    end_probes(running);  // the probes already started, when a later one cannot start
+    throw;
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   for (;;) {
@@ -203,11 +221,7 @@ std::vector<bool> probe_hosts(const std::vector<std::string>& hosts, const std::
     if (std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  for (const Child& probe : running) {
-    if (probe.pid < 0) continue;
-    signal_session(probe, SIGKILL);  // the probe's ssh too
-    waitpid(probe.pid, nullptr, 0);
-  }
+  end_probes(running);
   return answers;
 }
 

@@ -278,6 +278,9 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
   }
   for (int fd : {child.out, child.err})
     if (fd >= 0) close(fd);
+  // A rank mpirun left behind on this host would hold its memory and could still write into --save-dir
+  // while the next attempt starts: the attempt's session ends with mpirun.
+  signal_session(child, SIGKILL);
   note_steps(reader, restart);
   fs::remove(stop_file, stale);
   outcome.status = exit_status(wait_status);

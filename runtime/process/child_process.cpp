@@ -76,15 +76,24 @@ struct SpawnSetup {
 
 Child spawn(const std::vector<std::string>& argv, const ChildOutput& output) {
   SpawnSetup setup;
-  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, log = -1;
   if (output.kind == ChildOutput::Kind::pipes) {
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) check(errno, "pipe");
+    if (pipe2(out, O_CLOEXEC) != 0) check(errno, "pipe");
+    if (pipe2(err, O_CLOEXEC) != 0) {
+      const int error = errno;
+      close(out[0]);
+      close(out[1]);
+      check(error, "pipe");
+    }
     posix_spawn_file_actions_adddup2(&setup.actions, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&setup.actions, err[1], STDERR_FILENO);
   } else if (output.kind == ChildOutput::Kind::file) {
-    posix_spawn_file_actions_addopen(&setup.actions, STDOUT_FILENO, output.path.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&setup.actions, STDOUT_FILENO, STDERR_FILENO);
+    // Opened here, so that a log that cannot be written is reported as such, not as a program that
+    // cannot run.
+    log = open(output.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log < 0) fail(output.path, ": cannot write the log (", std::strerror(errno), ")");
+    posix_spawn_file_actions_adddup2(&setup.actions, log, STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&setup.actions, log, STDERR_FILENO);
   }
   sigset_t defaults, none;
   sigemptyset(&defaults);
@@ -100,7 +109,7 @@ Child spawn(const std::vector<std::string>& argv, const ChildOutput& output) {
   args.push_back(nullptr);
   Child child;
   const int rc = posix_spawnp(&child.pid, args[0], &setup.actions, &setup.attr, args.data(), environ);
-  for (int fd : {out[1], err[1]})
+  for (int fd : {out[1], err[1], log})
     if (fd >= 0) close(fd);
   child.out = out[0];
   child.err = err[0];
@@ -156,6 +165,8 @@ bool stop_requested() { return g_stop != 0; }
 ChildResult run_child(const std::vector<std::string>& argv, double timeout_s, const std::string& log_path) {
   const auto t0 = std::chrono::steady_clock::now();
   ChildResult r;
+  // A log that cannot be written is the tool's failure, not the run's.
+  if (!std::ofstream(log_path)) fail(log_path, ": cannot write the log (", std::strerror(errno), ")");
   Child child;
   try {
     child = spawn(argv, ChildOutput::file(log_path));

@@ -17,9 +17,10 @@ int run_tool(const char* name, int argc, char** argv, CLI::App& app,
   try {
     world = comm::init_world(&argc, &argv);
   } catch (const std::exception& e) {
-    // Before any collective (a malformed test hook): each rank says so, in one write so that the ranks'
-    // lines do not interleave, and ends alone.
+    // Before any collective (a malformed test hook, a thread level MPI cannot give): each rank says so, in
+    // one write so that the ranks' lines do not interleave, and ends; once MPI is up, with the whole job.
     std::cerr << std::string(name) + ": error: " + e.what() + "\n";
+    if (comm::mpi_active()) comm::abort_world(1);
     return 1;
   }
   const int rank = world->rank();

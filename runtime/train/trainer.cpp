@@ -15,7 +15,7 @@
 #include "kernels/io/atomic_file.h"
 #include "runtime/cli/path_checks.h"
 #include "kernels/test_hooks.h"
-#include "models/weights_file.h"
+#include "shard/weights_file.h"
 #include "shard/memory/fit_check.h"
 #include "shard/memory/estimator.h"
 #include "runtime/planning/rank_balancer.h"

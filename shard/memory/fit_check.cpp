@@ -47,7 +47,8 @@ std::string batch_split(int64_t batch, int64_t grad_accum) {
 
 // How the tools' user skips the check (a program of its own just does not call it).
 std::string skip_hint() {
-  return option_naming() == OptionNaming::flags ? " (--mem-check off skips this check)" : "";
+  if (option_naming() != OptionNaming::flags) return "";
+  return " (" + option_setting(Option::mem_check, "off", "off") + " skips this check)";
 }
 
 // The run's plan under `kind` on `world` ranks: its own where nothing changes, else the default groups and

@@ -76,7 +76,7 @@ void MemoryReport::print(std::ostream& out) const {
         << mib(double(predicted_zero_offload.on_device())) << " MiB)\n";
   }
   if (predicted_checkpoint_snapshot > 0)
-    out << "checkpoint snapshot (host, --save-mode async): measured " << mib(double(measured_checkpoint_snapshot()))
+    out << "checkpoint snapshot (host, asynchronous saves): measured " << mib(double(measured_checkpoint_snapshot()))
         << " MiB (the peak), predicted up to " << mib(double(predicted_checkpoint_snapshot))
         << " MiB per rank of the first shard group\n";
   if (predicted_inflight > 0)

@@ -17,7 +17,7 @@
 
 #include <zshard/error.h>
 
-#include "comm/backend.h"
+#include "comm/backend_base.h"
 #include "comm/flight_recorder/recorder.h"
 #include "comm/polling_work.h"
 #include "comm/self_communicator.h"

@@ -24,7 +24,7 @@
 
 #include <zshard/error.h>
 
-#include "comm/backend.h"
+#include "comm/backend_base.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "comm/self_communicator.h"
 #include "kernels/cuda/runtime.h"

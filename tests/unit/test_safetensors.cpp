@@ -12,7 +12,7 @@
 #include <fstream>
 #include <limits>
 
-#include "models/weights_file.h"
+#include "shard/weights_file.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {

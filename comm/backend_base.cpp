@@ -1,4 +1,4 @@
-#include "comm/backend.h"
+#include "comm/backend_base.h"
 
 #include <atomic>
 

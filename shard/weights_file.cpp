@@ -1,4 +1,4 @@
-#include "models/weights_file.h"
+#include "shard/weights_file.h"
 
 #include <filesystem>
 #include <set>
