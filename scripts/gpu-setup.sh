@@ -29,6 +29,9 @@
 #     dir, NCCL when it comes from PyTorch's wheel) so that CMake takes nothing from /usr for these.
 #   - NCCL: the CUDA toolkit's when it has one; otherwise PyTorch's pip package (nvidia/nccl or similar
 #     under site-packages), linked into <prefix>/nccl with the unversioned libnccl.so CMake looks for.
+#   - The CUDA libraries a build packed elsewhere loads (cudart, cuBLAS, NCCL): the toolkit's lib64, then
+#     every nvidia/*/lib of PyTorch's pip packages, appended to LD_LIBRARY_PATH and named in
+#     ZSHARD_CUDA_LIB_DIRS. `bash scripts/gpu-setup.sh --cuda-lib-dirs` lists them, unpacking nothing.
 #
 # Limits: x86-64 only; Debian 12 binaries, which need glibc >= 2.36 (Ubuntu 24.04 has 2.39). OpenMPI is not
 # CUDA-aware and runs single-node only (shared memory; no ssh, no network transports). Tested on Debian 12
@@ -154,10 +157,8 @@ _zshard_deps_setup() {
     [ -e "$d/libnccl.so" ] && { nccl_so=$d/libnccl.so; break; }
   done
   if [ -z "$nccl_h" ] || [ -z "$nccl_so" ]; then
-    local site
-    site=$(python3 -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
     local h="" s="" dir
-    for dir in $site; do
+    for dir in $(_zshard_site_dirs); do
       [ -d "$dir/nvidia" ] || continue
       [ -n "$h" ] || h=$(find "$dir/nvidia" -maxdepth 4 -name nccl.h 2>/dev/null | head -1)
       [ -n "$s" ] || s=$(find "$dir/nvidia" -maxdepth 4 -name "libnccl.so*" 2>/dev/null | sort | head -1)
@@ -172,6 +173,17 @@ _zshard_deps_setup() {
   fi
   [ -n "$nccl_h" ] && [ -n "$nccl_so" ] && nccl_args="-DZSHARD_NCCL_INCLUDE=$nccl_h -DZSHARD_NCCL_LIBRARY=$nccl_so"
   export ZSHARD_NCCL_FOUND=${nccl_so:-none}
+
+  # A build made on another machine (scripts/gpu-acceptance.sh pack) links cudart, cuBLAS and NCCL by
+  # soname; on the GPU image they may be in none of the loader's cache folders, only in the toolkit's or
+  # in PyTorch's pip packages. After the bundle's folders, so that the bundle wins where both have a library.
+  local found=()
+  while IFS= read -r d; do
+    found+=("$d")
+    case ":$LD_LIBRARY_PATH:" in *":$d:"*) ;; *) export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d ;; esac
+  done < <(_zshard_cuda_lib_dirs)
+  export ZSHARD_CUDA_LIB_DIRS
+  ZSHARD_CUDA_LIB_DIRS=$(IFS=:; echo "${found[*]}")
 
   export ZSHARD_DEPS_CMAKE_ARGS="-DMPI_CXX_COMPILER=$prefix/usr/bin/mpicxx -DMPIEXEC_EXECUTABLE=$prefix/usr/bin/mpiexec \
 -DZSHARD_CBLAS_INCLUDE=$prefix/usr/include/$arch/openblas-pthread \
@@ -190,6 +202,27 @@ _zshard_deps_setup() {
   echo "  $( (g++ --version 2>/dev/null || echo 'g++: missing') | head -1)"
   echo "  $( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version 2>/dev/null || echo 'nvcc: missing') | tail -1)"
   echo "  NCCL: ${nccl_so:-not found} (${nccl_h:-no nccl.h})"
+  echo "  CUDA libraries from: ${ZSHARD_CUDA_LIB_DIRS:-none of $(_zshard_cuda_lib_patterns)}"
+}
+
+# Python's site-packages folders, one a line (PyTorch's pip packages put CUDA's libraries under nvidia/).
+_zshard_site_dirs() {
+  python3 -c 'import site; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null
+}
+
+# Where the CUDA runtime libraries are looked for, in order: the toolkit's, then every nvidia/*/lib of
+# PyTorch's pip packages (cublas, cuda_runtime, nccl, cudnn, ...).
+_zshard_cuda_lib_patterns() {
+  local site
+  printf '%s' "${CUDA_HOME:-${CUDA_PATH:-/usr/local/cuda}}/lib64"
+  for site in $(_zshard_site_dirs); do printf ' %s' "$site/nvidia/*/lib"; done
+  echo
+}
+
+# The folders of those patterns that exist here, one a line.
+_zshard_cuda_lib_dirs() {
+  local d
+  for d in $(_zshard_cuda_lib_patterns); do [ -d "$d" ] && echo "$d"; done
 }
 
 # Puts DIRS (colon-separated) in front of the variable VAR, unless it starts with them already (sourcing
@@ -227,6 +260,19 @@ else:
     sys.exit("no data.tar member in " + deb)
 PY
 }
+
+# Run, not sourced, with --cuda-lib-dirs: where the CUDA libraries would be looked for, and what is found
+# here; nothing is unpacked.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  if [ "${1:-}" != --cuda-lib-dirs ]; then
+    echo "usage: source $0 (sets up the bundle), or bash $0 --cuda-lib-dirs" >&2
+    exit 2
+  fi
+  echo "CUDA libraries searched in: $(_zshard_cuda_lib_patterns)"
+  dirs=$(_zshard_cuda_lib_dirs | paste -sd" ")
+  echo "found here: ${dirs:-none}"
+  exit 0
+fi
 
 # Sourced into the caller's shell: its options (set -e, -u, pipefail) are put aside while this runs.
 _zshard_deps_main() {

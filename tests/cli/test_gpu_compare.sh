@@ -2,7 +2,7 @@
 # scripts/gpu_compare.py, the verdicts of the GPU plan's steps, where a GPU is not needed to check them:
 # GoogleTest's own JSON reports (a passing binary, the CUDA op tests that skip without a GPU, a report
 # with a failure) and zshard-train's --log-json losses against a tolerance, absolute and relative
-# to what bf16 changes.
+# to what bf16 changes, and a resumed run's against the same steps of the run it continues.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 COMPARE=(python3 "$ZSHARD_SRC/scripts/gpu_compare.py")
@@ -70,4 +70,15 @@ verdict "bf16 not within half of it" FAIL within-effect "$WORK/bf16.jsonl" \
   "$WORK/fp32.jsonl" "$WORK/fp32.jsonl" "$WORK/bf16.jsonl" 0.5
 head -2 "$WORK/fp32.jsonl" >"$WORK/short.jsonl"
 verdict "runs of different lengths" FAIL losses "$WORK/short.jsonl" "$WORK/fp32.jsonl" 1
+# A run resumed from the step-2 save of a run like fp32.jsonl: its steps 3 and 4 against the same steps.
+"$TRAIN" --model tiny --steps 4 --log-every 1 --save-dir "$WORK/saves" --save-every 2 >/dev/null 2>&1
+"$TRAIN" --model tiny --steps 4 --log-every 1 --resume "$WORK/saves/step-00000002" --log-json "$WORK/resumed.jsonl" \
+  >/dev/null 2>&1
+verdict "a resumed run against the same steps" PASS resumed "$WORK/resumed.jsonl" "$WORK/fp32.jsonl" 0
+expect_true "the steps compared reported" python3 -c "
+import json, sys; r = json.load(open(sys.argv[1]))
+assert r['steps'] == 2 and r['from_step'] == 3 and r['max_rel_diff'] == 0, r" "$WORK/out"
+tail -2 "$WORK/off.jsonl" >"$WORK/resumed-off.jsonl"
+verdict "a resumed run a loss 1e-3 off, against 1e-4" FAIL resumed "$WORK/resumed-off.jsonl" "$WORK/fp32.jsonl" 1e-4
+verdict "a resumed run that ends before the full run" FAIL resumed "$WORK/short.jsonl" "$WORK/fp32.jsonl" 1
 finish
