@@ -146,7 +146,8 @@ if [ -n "${link_rate+set}" ]; then
     bits = (rate + 0) * (unit == "k" ? 1e3 : unit == "m" ? 1e6 : unit == "g" ? 1e9 : unit == "t" ? 1e12 : 1)
     if (bits >= 1e7 && bits <= 1e11) printf "%.0f", bits }')
   if [ -z "$link_bits" ]; then
-    echo "multihost: bad --link-rate '$link_rate': want 10mbit to 100gbit in tc's form (100mbit, 1gbit, 10gbit)" >&2
+    echo "multihost: bad --link-rate '$link_rate': want 10mbit to 100gbit in tc's form" \
+      "(100mbit, 1gbit, 10gbit)" >&2
     exit 2
   fi
 fi
