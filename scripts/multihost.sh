@@ -3,6 +3,7 @@
 # over TCP as on a real cluster (docs/multihost.md):
 #   bash scripts/multihost.sh [--hosts 4,2] -- COMMAND [ARGS...]
 #   bash scripts/multihost.sh [--hosts 2,2,2] --head -- COMMAND [ARGS...]
+#   bash scripts/multihost.sh [--hosts 2,2] --link-rate 1gbit -- COMMAND [ARGS...]
 # Each host is a set of namespaces (UTS, network, mount) with its own host name, hosta, hostb, ..., an
 # address 10.77.0.N/24 on a private bridge and an /etc/hosts naming them all. mpirun runs on hosta and
 # reaches the others through a small rsh agent in place of ssh. With --head, COMMAND itself runs on one more
@@ -11,6 +12,8 @@
 #   "$MULTIHOST_CONTROL" kill hostb    # every process of hostb ends, hostb with them: it no longer answers
 #   "$MULTIHOST_CONTROL" start hostb   # hostb again, new and empty, at the same name and address
 #   "$MULTIHOST_CONTROL" pids hostb    # the pids of every process of hostb
+# With --link-rate RATE each host's link carries at most RATE each way (a token bucket on both ends of its
+# veth); there is no added latency (the kernel has no netem).
 # Exits with the command's status, or 77 with one line saying why when the hosts cannot be made here (not
 # root, no namespaces).
 set -euo pipefail
@@ -18,7 +21,7 @@ set -euo pipefail
 source "$(dirname "$0")/mpi-env.sh"
 
 usage() {
-  echo "usage: $0 [--hosts SLOTS,SLOTS[,...]] [--head] -- COMMAND [ARGS...]" >&2
+  echo "usage: $0 [--hosts SLOTS,SLOTS[,...]] [--head] [--link-rate RATE] -- COMMAND [ARGS...]" >&2
   exit 2
 }
 skip() {
@@ -60,6 +63,14 @@ make_host() {
   in_ns "$switch" ip link set "v$held_pid" master br0 up
   in_ns "$held_pid" ip addr add "$address/24" dev eth0
   in_ns "$held_pid" ip link set eth0 up
+  if [ -s "$dir/link_qdisc" ]; then
+    # Egress of both ends: eth0 holds what the host sends, the bridge's end what it receives, so each
+    # direction of the link, as on a full-duplex NIC, and several senders to one host share its rate.
+    local shape
+    read -ra shape <"$dir/link_qdisc"
+    in_ns "$held_pid" tc qdisc add dev eth0 root "${shape[@]}"
+    in_ns "$switch" tc qdisc add dev "v$held_pid" root "${shape[@]}"
+  fi
   echo "$name $held_pid" >>"$dir/pids"
 }
 # host_pid NAME: the holder of a host that is up (nothing for one that was killed).
@@ -105,10 +116,12 @@ fi
 
 hosts_arg=4,2
 head=0
+unset link_rate
 while [ $# -gt 0 ]; do
   case $1 in
     --hosts) [ $# -ge 2 ] || usage; hosts_arg=$2; shift 2 ;;
     --head) head=1; shift ;;
+    --link-rate) [ $# -ge 2 ] || usage; link_rate=$2; shift 2 ;;
     --) shift; break ;;
     *) usage ;;
   esac
@@ -123,8 +136,24 @@ for n in "${slots[@]}"; do
   [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "multihost: bad slot count '$n' in --hosts $hosts_arg" >&2; exit 2; }
 done
 
+# The rate in bits per second, from tc's form: a number and bit, kbit, mbit, gbit or tbit.
+link_bits=""
+if [ -n "${link_rate+set}" ]; then
+  link_bits=$(awk -v rate="$link_rate" 'BEGIN {
+    rate = tolower(rate)
+    if (match(rate, /^([0-9]+(\.[0-9]*)?|\.[0-9]+)(k|m|g|t)?bit$/) == 0) exit
+    unit = substr(rate, length(rate) - 3, 1)
+    bits = (rate + 0) * (unit == "k" ? 1e3 : unit == "m" ? 1e6 : unit == "g" ? 1e9 : unit == "t" ? 1e12 : 1)
+    if (bits >= 1e7 && bits <= 1e11) printf "%.0f", bits }')
+  if [ -z "$link_bits" ]; then
+    echo "multihost: bad --link-rate '$link_rate': want 10mbit to 100gbit in tc's form" \
+      "(100mbit, 1gbit, 10gbit)" >&2
+    exit 2
+  fi
+fi
+
 [ "$(id -u)" = 0 ] || skip "not root"
-for tool in ip unshare nsenter mount; do
+for tool in ip unshare nsenter mount ${link_bits:+tc}; do
   command -v "$tool" >/dev/null || skip "no $tool"
 done
 
@@ -134,6 +163,15 @@ subnet=10.77.0.0/24
 dir=$(mktemp -d "${TMPDIR:-/tmp}/zshard-multihost.$$.XXXXXX")
 : >"$dir/pids"
 job=""
+if [ -n "$link_bits" ]; then
+  # tbf sends a packet once its bucket holds the packet's bytes; the bucket fills at the rate, up to the
+  # burst. The burst is 10 ms of the rate: at least what the rate brings in one timer tick (rate/HZ, for
+  # HZ 100 and up), or tbf sends less than the rate, and from 10mbit up several full frames (tbf drops a
+  # frame larger than the burst); a larger one would let the link run at line speed for longer after an
+  # idle spell. latency caps the queue behind the bucket at rate x latency plus the burst: enough to keep
+  # the link busy while TCP backs off from a drop, short enough not to add a deep buffer's queueing delay.
+  echo "tbf rate ${link_bits}bit burst $((link_bits / 8 / 100)) latency 10ms" >"$dir/link_qdisc"
+fi
 # shellcheck disable=SC2317  # runs from the EXIT trap
 cleanup() {
   trap "" INT TERM  # a second signal (timeout sends one to the group too) must not cut the cleanup short
@@ -197,6 +235,7 @@ total=0
 for n in "${slots[@]}"; do total=$((total + n)); done
 layout=""
 for i in "${!slots[@]}"; do layout+=" ${names[i]}=10.77.0.$((i + 1)) slots=${slots[i]}"; done
+layout+="${link_bits:+, each link $link_rate each way}"
 # Only the bridge's subnet for the daemons' and the ranks' TCP; ranks on one host may use shared memory.
 mca=(plm_rsh_agent "$dir/rsh" btl "tcp,vader,self" btl_tcp_if_include "$subnet" oob_tcp_if_include "$subnet")
 if [ $head = 1 ]; then
