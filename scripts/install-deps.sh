@@ -3,9 +3,11 @@
 # when something is missing. Run as root (or with sudo available).
 set -euo pipefail
 # munge, slurmctld, slurmd, slurm-client: tests/cli/test_launcher_slurm.sh runs zshard-run in a Slurm cluster
-# it starts on this machine.
+# it starts on this machine. iproute2: scripts/multihost.sh makes its hosts with ip and shapes their links
+# with tc.
 packages=(build-essential cmake ninja-build libopenblas-dev libgtest-dev libgmock-dev libcli11-dev
-          nlohmann-json3-dev libxxhash-dev libopenmpi-dev openmpi-bin munge slurmctld slurmd slurm-client)
+          nlohmann-json3-dev libxxhash-dev libopenmpi-dev openmpi-bin munge slurmctld slurmd slurm-client
+          iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
