@@ -341,7 +341,7 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   check_watchdog();
   ncclComm_t group = nullptr;
   ZS_NCCL_CHECK(ncclCommSplit(comm_, color, key, &group, nullptr));
-  std::unique_ptr<Communicator> result(new NcclCommunicator(group, device_, compute_stream_, timeout_));
+  std::unique_ptr<NcclCommunicator> result(new NcclCommunicator(group, device_, compute_stream_, timeout_));
   result->set_trace_group(derive_group(*this, detail::concat(":", color), result->size(), result->rank()));
   return result;
 #else

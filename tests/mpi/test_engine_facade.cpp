@@ -22,15 +22,9 @@ namespace zshard {
 namespace {
 
 using ::testing::HasSubstr;
-using test::error_of;
 using test::world;
 
 constexpr int kB = 2, kT = 8;
-
-GPT2& model() {
-  static GPT2 m(gpt2_config("tiny"));
-  return m;
-}
 
 // This rank's micro-batch, its tokens its own: the ranks' losses differ.
 struct Tokens {
@@ -45,7 +39,7 @@ struct Tokens {
 };
 
 std::unique_ptr<Engine> zero3_engine() {
-  return std::make_unique<Engine>(model(), world(), test::plan({StrategyKind::zero3}),
+  return std::make_unique<Engine>(test::tiny_gpt2(), world(), test::plan({StrategyKind::zero3}),
                                   EngineOptions{.seed = 3, .grad_accum = 1, .tokens_per_step = int64_t(kB) * kT * world().size()});
 }
 
@@ -83,7 +77,7 @@ TEST(EngineFacade, AnEvaluationsMeanIsOverEveryRanksTokens) {
   const double mean = engine->finish_eval();
   EXPECT_EQ(mean, global_sum(mine) / double(2 * kB * kT * world().size()));
   EXPECT_TRUE(agreed(mean));
-  EXPECT_EQ(error_of([&] { engine->finish_eval(); }),
+  EXPECT_EQ(test::error_of([&] { engine->finish_eval(); }),
             "finish_eval(): no rank evaluated a token since the last call: call forward first");
 }
 
@@ -95,7 +89,7 @@ TEST(EngineFacade, ANonFiniteLossStopsTheStepBeforeTheOptimizer) {
   unit[0] = std::numeric_limits<float>::quiet_NaN();
   params.set_unit_params(0, unit.data());
   engine->forward_backward(Tokens().batch());
-  EXPECT_THAT(error_of([&] { engine->step({}); }),
+  EXPECT_THAT(test::error_of([&] { engine->step({}); }),
               HasSubstr("step 1: non-finite loss (loss nan, gradient norm nan); stopped before the optimizer step"));
   EXPECT_EQ(engine->steps_done(), 0);
 }
@@ -117,7 +111,7 @@ TEST(EngineFacade, WeightsExportedAndImportedRestoreTheModel) {
   EXPECT_EQ(engine->finish_eval(), before);
   EXPECT_EQ(engine->steps_done(), 1) << "the optimizer's step count stays";
   // A bad file is refused on every rank alike, before anything changes.
-  EXPECT_THAT(error_of([&] { engine->import_weights(path + ".missing"); }),
+  EXPECT_THAT(test::error_of([&] { engine->import_weights(path + ".missing"); }),
               HasSubstr(path + ".missing: cannot open (No such file or directory)"));
   engine->forward(tokens.batch());
   EXPECT_EQ(engine->finish_eval(), before);
@@ -136,7 +130,7 @@ TEST(EngineFacade, AnAsyncSaveCommitsOnceEveryFileIsWritten) {
     EXPECT_EQ(saving.step(), 0);
     EXPECT_FALSE(saving.test()) << "a writer is held";
     EXPECT_FALSE(is_committed(root + "/ck"));
-    EXPECT_EQ(error_of([&] { engine->save_async(root + "/other"); }),
+    EXPECT_EQ(test::error_of([&] { engine->save_async(root + "/other"); }),
               "save_async: the save of step 0 into " + root + "/ck is in flight: wait() for it first");
     // Training goes on meanwhile; the save keeps the state it was started with.
     engine->forward_backward(tokens.batch());

@@ -24,10 +24,7 @@ using test::world;
 
 constexpr int kB = 2, kT = 8;
 
-GPT2& model() {
-  static GPT2 m(gpt2_config("tiny"));
-  return m;
-}
+GPT2& model() { return test::tiny_gpt2(); }
 
 ShardPlan zero3() { return test::plan({StrategyKind::zero3}); }
 

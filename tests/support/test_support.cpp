@@ -13,8 +13,14 @@
 #include <zshard/error.h>
 
 #include "kernels/test_hooks.h"
+#include "models/gpt2.h"
 
 namespace zshard::test {
+
+GPT2& tiny_gpt2() {
+  static GPT2 model(gpt2_config("tiny"));
+  return model;
+}
 
 namespace {
 comm::Communicator* g_world = nullptr;

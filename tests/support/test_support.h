@@ -8,6 +8,10 @@
 #include <zshard/communicator.h>
 #include <zshard/plan.h>
 
+namespace zshard {
+class GPT2;
+}
+
 namespace zshard::test {
 
 // The world communicator of an MPI test binary (set up by tests/mpi/mpi_test_main.cpp).
@@ -15,6 +19,9 @@ comm::Communicator& world();
 void set_world(comm::Communicator* world);
 // The plan of `strategy` and `placement` on the whole MPI world, by arithmetic (no hosts, no device).
 ShardPlan plan(const StrategyOptions& strategy, const Placement& placement = {});
+
+// The tiny GPT-2, built once per test binary (its config: models/gpt2_config.h).
+GPT2& tiny_gpt2();
 
 // max_i |a_i - b_i| / max(max_i |b_i|, tiny): the error relative to the reference's scale.
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b);

@@ -18,12 +18,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using comm::Collective;
-using comm::trace::GroupEntry;
-using comm::trace::Purpose;
-using comm::trace::RankTrace;
-using comm::trace::Reason;
-using comm::trace::Record;
-using comm::trace::State;
+using namespace comm::trace;  // the dump's records, as the analysis reads them
 
 constexpr int64_t kSecond = 1'000'000'000;
 
