@@ -141,6 +141,33 @@ void linear_backward(Device d, T* dinp, T* dweight, T* dbias, const T* dout, con
 }
 
 template <class T>
+void lora_linear_forward(Device d, T* out, T* lora_hidden, const T* inp, const T* weight, const T* bias,
+                         const T* lora_a, const T* lora_b, int N, int C, int OC, int R, float scale,
+                         WeightLayout layout) {
+  if (on_cpu<T>(d, "lora_linear_forward")) {
+    ZS_ON_CPU(T, cpu::lora_linear_forward(out, lora_hidden, inp, weight, bias, lora_a, lora_b, N, C, OC, R,
+                                          cpu_scalar<T>(scale), layout))
+  } else {
+    ZS_ON_CUDA(T, cuda::lora_linear_forward(dev(out), dev(lora_hidden), dev(inp), dev(weight), dev(bias),
+                                            dev(lora_a), dev(lora_b), N, C, OC, R, scale, layout))
+  }
+}
+
+template <class T>
+void lora_linear_backward(Device d, T* dinp, T* dlora_a, T* dlora_b, const T* dout, const T* inp,
+                          const T* weight, const T* lora_a, const T* lora_b, const T* lora_hidden, int N, int C,
+                          int OC, int R, float scale, WeightLayout layout) {
+  if (on_cpu<T>(d, "lora_linear_backward")) {
+    ZS_ON_CPU(T, cpu::lora_linear_backward(dinp, dlora_a, dlora_b, dout, inp, weight, lora_a, lora_b,
+                                           lora_hidden, N, C, OC, R, cpu_scalar<T>(scale), layout))
+  } else {
+    ZS_ON_CUDA(T, cuda::lora_linear_backward(dev(dinp), dev(dlora_a), dev(dlora_b), dev(dout), dev(inp),
+                                             dev(weight), dev(lora_a), dev(lora_b), dev(lora_hidden), N, C, OC,
+                                             R, scale, layout))
+  }
+}
+
+template <class T>
 void gemm(Device d, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
           const T* B, int ldb, float beta, T* C, int ldc) {
   if (on_cpu<T>(d, "gemm")) {
@@ -234,6 +261,10 @@ double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* 
   template void swiglu_backward<T>(Device, T*, T*, const T*, const T*, const T*, size_t);                    \
   template void linear_forward<T>(Device, T*, const T*, const T*, const T*, int, int, int);                 \
   template void linear_backward<T>(Device, T*, T*, T*, const T*, const T*, const T*, int, int, int);        \
+  template void lora_linear_forward<T>(Device, T*, T*, const T*, const T*, const T*, const T*, const T*, int, \
+                                       int, int, int, float, WeightLayout);                                 \
+  template void lora_linear_backward<T>(Device, T*, T*, T*, const T*, const T*, const T*, const T*, const T*, \
+                                        const T*, int, int, int, int, float, WeightLayout);                 \
   template void gemm<T>(Device, bool, bool, int, int, int, float, const T*, int, const T*, int, float, T*,  \
                         int);                                                                              \
   template void attention_forward<T>(Device, T*, T*, const T*, int, int, int, int);                         \

@@ -5,7 +5,8 @@
 // Conventions: arrays are contiguous and row-major (N = rows, B*T; C = channels; OC = output channels;
 // V = vocabulary; NH = heads). Backward ops ACCUMULATE (+=) into every gradient they write, activation
 // gradients included, so the caller zeroes; tied weights and gradient accumulation come free. Linear
-// weights use the Hugging Face GPT-2 Conv1D layout (in, out): out = inp @ W + b.
+// weights use the Hugging Face GPT-2 Conv1D layout (in, out): out = inp @ W + b, unless an op takes a
+// WeightLayout.
 //
 // Element types: float and bf16 on both devices, and double on cpu. Any other pairing throws, naming the op.
 // bf16 computes in fp32 and rounds where the CUDA kernels store, on the cpu too (kernels/cpu/ops.h).
@@ -65,8 +66,27 @@ void linear_forward(Device d, T* out, const T* inp, const T* weight, const T* bi
 template <class T>
 void linear_backward(Device d, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int N, int C, int OC);
-// Scalars (alpha and beta, axpy's alpha, cross-entropy's dloss) are fp32 whatever T is, down to the
-// kernels: a bf16 loss scale would be off by up to 0.4%.
+
+// LoRA on a frozen linear layer, PEFT's semantics: out = inp @ W + bias + scale * (inp @ A^T) @ B^T, W here
+// the (C, OC) matrix whatever the layout it is stored in. The adapter is in PEFT's layout: A (R, C) is
+// lora_A.weight, B (OC, R) lora_B.weight. The stored W is (C, OC), as linear_forward's (in_out: GPT-2's
+// Conv1D, PEFT's fan_in_fan_out), or (OC, C) (out_in: nn.Linear, Llama's projections). scale is PEFT's
+// scaling, lora_alpha / R (lora_alpha / sqrt(R) with rsLoRA). bias may be null.
+// The forward saves lora_hidden = inp @ A^T (N, R: R values a token) for the backward, which reads it with
+// inp, so that nothing wider than R a token is kept. The backward accumulates dinp += dout @ W^T +
+// scale * (dout @ B) @ A, dlora_a += scale * (dout @ B)^T @ inp and dlora_b += scale * dout^T @ lora_hidden,
+// all three required (a frozen layer's input still needs its gradient); W and bias are frozen: no gradient.
+enum class WeightLayout { in_out, out_in };
+template <class T>
+void lora_linear_forward(Device d, T* out, T* lora_hidden, const T* inp, const T* weight, const T* bias,
+                         const T* lora_a, const T* lora_b, int N, int C, int OC, int R, float scale,
+                         WeightLayout layout);
+template <class T>
+void lora_linear_backward(Device d, T* dinp, T* dlora_a, T* dlora_b, const T* dout, const T* inp,
+                          const T* weight, const T* lora_a, const T* lora_b, const T* lora_hidden, int N, int C,
+                          int OC, int R, float scale, WeightLayout layout);
+// Scalars (alpha and beta, axpy's alpha, cross-entropy's dloss, LoRA's scale) are fp32 whatever T is, down
+// to the kernels: a bf16 loss scale would be off by up to 0.4%.
 template <class T>
 void gemm(Device d, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
           const T* B, int ldb, float beta, T* C, int ldc);

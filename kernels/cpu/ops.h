@@ -14,8 +14,11 @@
 #include <type_traits>
 
 #include <zshard/dtype.h>
+#include <zshard/ops.h>
 
 namespace zshard::cpu {
+
+using ops::WeightLayout;
 
 constexpr double kLayerNormEps = 1e-5;
 
@@ -73,6 +76,17 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
                      int C, int OC);
+
+// LoRA on the frozen linear layer (weight, bias) in `layout`; the arguments, what is saved and the gradients
+// are <zshard/ops.h>'s lora_linear_forward. Written over gemm<T> (kernels/lora_linear.h), so the bf16
+// instantiation rounds where the CUDA twin stores without an op of its own.
+template <class T>
+void lora_linear_forward(T* out, T* lora_hidden, const T* inp, const T* weight, const T* bias, const T* lora_a,
+                         const T* lora_b, int N, int C, int OC, int R, Compute<T> scale, WeightLayout layout);
+template <class T>
+void lora_linear_backward(T* dinp, T* dlora_a, T* dlora_b, const T* dout, const T* inp, const T* weight,
+                          const T* lora_a, const T* lora_b, const T* lora_hidden, int N, int C, int OC, int R,
+                          Compute<T> scale, WeightLayout layout);
 
 // Row-major GEMM: C = alpha * op(A) @ op(B) + beta * C, op = transpose when the flag is set.
 // A is (M,K) after op, B is (K,N) after op; lda/ldb/ldc are row strides.

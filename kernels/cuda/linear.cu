@@ -1,4 +1,5 @@
-// GEMM through cuBLAS (fp32 accumulation; bf16 inputs run on tensor cores) and the Conv1D linear layer.
+// GEMM through cuBLAS (fp32 accumulation; bf16 inputs run on tensor cores), the Conv1D linear layer and
+// LoRA on a frozen linear layer.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/lora_linear.h"
 
 namespace zshard::cuda {
 
@@ -34,6 +36,16 @@ __global__ void add_bias_kernel(T* out, const T* bias, int N, int OC) {
 }
 constexpr int kBiasThreads = 128;
 constexpr int kBiasRowBlocks = 4096;  // each thread adds its bias to N / 4096 rows
+
+template <class T>
+void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t stream) {
+  if (N == 0 || OC == 0) return;
+  launch_packed<T>(rows_packable<T>(OC, {out, bias}), [&](auto kN) {
+    const dim3 grid((OC / kN + kBiasThreads - 1) / kBiasThreads, std::min(N, kBiasRowBlocks));
+    add_bias_kernel<T, kN><<<grid, kBiasThreads, 0, stream>>>(out, bias, N, OC);
+  });
+  ZS_CUDA_CHECK_LAUNCH();
+}
 
 // The bias gradient's term of column sums: dout itself.
 template <class T>
@@ -127,13 +139,7 @@ template <class T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
                     cudaStream_t stream) {
   gemm<T>(false, false, N, OC, C, 1.f, inp, C, weight, OC, 0.f, out, OC, stream);
-  if (bias && N > 0 && OC > 0) {
-    launch_packed<T>(rows_packable<T>(OC, {out, bias}), [&](auto kN) {
-      const dim3 grid((OC / kN + kBiasThreads - 1) / kBiasThreads, std::min(N, kBiasRowBlocks));
-      add_bias_kernel<T, kN><<<grid, kBiasThreads, 0, stream>>>(out, bias, N, OC);
-    });
-    ZS_CUDA_CHECK_LAUNCH();
-  }
+  if (bias) add_bias(out, bias, N, OC, stream);
 }
 
 template <class T>
@@ -145,13 +151,44 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   if (dbias) accumulate_column_sums<1>(ColumnOutputs<1, T>{{dbias}}, N, OC, BiasTerm<T>{dout, OC}, stream);
 }
 
+namespace {
+// gemm on `stream`, called as kernels/lora_linear.h calls a backend's GEMM.
+template <class T>
+auto gemm_on(cudaStream_t stream) {
+  return [stream](auto... args) { gemm<T>(args..., stream); };
+}
+}  // namespace
+
+// The steps are kernels/lora_linear.h's, which the cpu op runs too.
+template <class T>
+void lora_linear_forward(T* out, T* lora_hidden, const T* inp, const T* weight, const T* bias, const T* lora_a,
+                         const T* lora_b, int N, int C, int OC, int R, float scale, WeightLayout layout,
+                         cudaStream_t stream) {
+  const auto bias_add = [stream](T* o, const T* b, int rows, int cols) { add_bias(o, b, rows, cols, stream); };
+  lora_linear::forward(gemm_on<T>(stream), bias_add, out, lora_hidden, inp, weight, bias, lora_a, lora_b, N, C,
+                       OC, R, scale, layout);
+}
+
+template <class T>
+void lora_linear_backward(T* dinp, T* dlora_a, T* dlora_b, const T* dout, const T* inp, const T* weight,
+                          const T* lora_a, const T* lora_b, const T* lora_hidden, int N, int C, int OC, int R,
+                          float scale, WeightLayout layout, cudaStream_t stream) {
+  const auto scratch = [stream](size_t bytes) { return workspace(bytes, stream); };
+  lora_linear::backward(gemm_on<T>(stream), scratch, dinp, dlora_a, dlora_b, dout, inp, weight, lora_a, lora_b,
+                        lora_hidden, N, C, OC, R, scale, layout);
+}
+
 #define ZS_INSTANTIATE(T)                                                                               \
   template void gemm_grid<T>(bool, bool, int, int, int, float, const T*, int, GridStrides, const T*, int,     \
                              GridStrides, float, T*, int, GridStrides, GemmGrid, cudaStream_t);            \
   template void gemm<T>(bool, bool, int, int, int, float, const T*, int, const T*, int, float, T*, int,         \
                         cudaStream_t);                                                                  \
   template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int, cudaStream_t);       \
-  template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int, cudaStream_t);
+  template void linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int, cudaStream_t); \
+  template void lora_linear_forward<T>(T*, T*, const T*, const T*, const T*, const T*, const T*, int, int, int, \
+                                       int, float, WeightLayout, cudaStream_t);                             \
+  template void lora_linear_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*,       \
+                                        const T*, int, int, int, int, float, WeightLayout, cudaStream_t);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(bf16)
 #undef ZS_INSTANTIATE

@@ -7,9 +7,9 @@
 // enqueues work on it, except the two that return a host value (cross_entropy_forward_backward without
 // a device loss sum, sum_squares), which synchronise that stream. Every launch is followed by a cudaGetLastError check.
 // Ops that need scratch (attention, the bias, LayerNorm and RMSNorm parameter gradients, the embedding
-// backward, the two reductions) take it from the tracking allocator as `workspace`, so cuda_init
-// (kernels/cuda/runtime.h) must have run, and they refuse non-blocking streams (see common.cuh). Needs
-// sm_80 or newer.
+// backward, the LoRA linear backward, the two reductions) take it from the tracking allocator as
+// `workspace`, so cuda_init (kernels/cuda/runtime.h) must have run, and they refuse non-blocking streams
+// (see common.cuh). Needs sm_80 or newer.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -23,6 +23,7 @@
 namespace zshard::cuda {
 
 using cpu::AdamWParams;
+using ops::WeightLayout;
 using bf16 = __nv_bfloat16;
 
 // wpe (and dwpe) may be null: no position table.
@@ -78,6 +79,16 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
                      int C, int OC, cudaStream_t stream = nullptr);
+
+// <zshard/ops.h>'s lora_linear_forward and backward.
+template <class T>
+void lora_linear_forward(T* out, T* lora_hidden, const T* inp, const T* weight, const T* bias, const T* lora_a,
+                         const T* lora_b, int N, int C, int OC, int R, float scale, WeightLayout layout,
+                         cudaStream_t stream = nullptr);
+template <class T>
+void lora_linear_backward(T* dinp, T* dlora_a, T* dlora_b, const T* dout, const T* inp, const T* weight,
+                          const T* lora_a, const T* lora_b, const T* lora_hidden, int N, int C, int OC, int R,
+                          float scale, WeightLayout layout, cudaStream_t stream = nullptr);
 
 template <class T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH,

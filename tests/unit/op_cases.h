@@ -74,6 +74,45 @@ struct LinearCase {
   }
 };
 
+// LoRA on a frozen linear layer: the differentiable inputs are inp and the adapter (A (R, C), B (OC, R));
+// the frozen weight, in `layout`, and bias are the case's own fixed values, which bf16 holds exactly so that
+// every T starts from the same ones. The adapter's B is random, not PEFT's zero start, so that A's
+// gradient is not zero.
+struct LoraLinearCase {
+  WeightLayout layout = WeightLayout::in_out;
+  bool with_bias = true;
+  int N = 10, C = 8, OC = 6, R = 3;
+  double scale = 2.0 / 3;  // lora_alpha 2 over rank 3
+  std::vector<size_t> input_sizes() const { return {size_t(N) * C, size_t(R) * C, size_t(OC) * R}; }
+  template <class T>
+  std::vector<T> weight() const { return frozen<T>(size_t(C) * OC, 11); }
+  template <class T>
+  std::vector<T> bias() const { return frozen<T>(size_t(OC), 12); }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in, std::vector<T>* hidden = nullptr) const {
+    std::vector<T> out(size_t(N) * OC), h(size_t(N) * R);
+    const std::vector<T> w = weight<T>(), b = bias<T>();
+    lora_linear_forward(out.data(), h.data(), in[0].data(), w.data(), with_bias ? b.data() : nullptr,
+                        in[1].data(), in[2].data(), N, C, OC, R, Compute<T>(scale), layout);
+    if (hidden) *hidden = h;
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    std::vector<T> hidden;
+    forward(in, &hidden);
+    lora_linear_backward(g[0].data(), g[1].data(), g[2].data(), dout.data(), in[0].data(), weight<T>().data(),
+                         in[1].data(), in[2].data(), hidden.data(), N, C, OC, R, Compute<T>(scale), layout);
+  }
+
+ private:
+  template <class T>
+  static std::vector<T> frozen(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    return test::convert<T>(test::bf16_values(test::random_vector(n, rng)));
+  }
+};
+
 struct GeluCase {
   size_t n = 40;
   std::vector<size_t> input_sizes() const { return {n}; }

@@ -1,6 +1,7 @@
 // CPU ops other than attention and GEMM: forward against direct references, backward against finite
 // differences, float against double. (Attention: test_cpu_attention.cpp; GEMM and the optimizer path:
 // test_cpu_math.cpp.)
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include <zshard/error.h>
+#include <zshard/ops.h>
 
 #include "kernels/cpu/ops.h"
 #include "tests/unit/op_cases.h"
@@ -15,6 +17,7 @@
 namespace zshard::cpu {
 namespace {
 
+using ::testing::HasSubstr;
 using test::Arrays;
 
 TEST(CpuOpsForward, EmbeddingAddsTokenAndPosition) {
@@ -62,6 +65,89 @@ TEST(CpuOpsForward, LinearUsesInOutLayout) {
       }
     }
   }
+}
+
+// Through ops:: on the cpu, against the existing ops: linear(inp, W, b) + scale * linear(linear(inp, A), B),
+// the adapter's products (and W's, stored out_in) taken as nn.Linear ones, a gemm against the transposed
+// (out, in) weight as in Llama's projections. The saved hidden is linear(inp, A).
+TEST(CpuOpsForward, LoraLinearIsTheBaseLayerPlusTheScaledAdapter) {
+  const auto nn_linear = [](std::vector<double>& y, const std::vector<double>& x, const std::vector<double>& w,
+                            int N, int in, int out, double beta) {
+    ops::gemm(Device::cpu, false, true, N, out, in, 1.0f, x.data(), in, w.data(), in, float(beta), y.data(), out);
+  };
+  for (const WeightLayout layout : {WeightLayout::in_out, WeightLayout::out_in})
+    for (const bool with_bias : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "out_in " << (layout == WeightLayout::out_in) << ", bias " << with_bias);
+      const LoraLinearCase c{layout, with_bias};
+      std::mt19937 rng(9);
+      const Arrays<double> in = test::random_inputs(c, rng);
+      const std::vector<double> w = c.weight<double>(), bias = c.bias<double>();
+      const double* b = with_bias ? bias.data() : nullptr;
+      std::vector<double> out(size_t(c.N) * c.OC), hidden(size_t(c.N) * c.R);
+      ops::lora_linear_forward(Device::cpu, out.data(), hidden.data(), in[0].data(), w.data(), b, in[1].data(),
+                               in[2].data(), c.N, c.C, c.OC, c.R, float(c.scale), layout);
+
+      std::vector<double> want(out.size()), want_hidden(hidden.size()), adapter(out.size());
+      if (layout == WeightLayout::in_out) {
+        ops::linear_forward(Device::cpu, want.data(), in[0].data(), w.data(), b, c.N, c.C, c.OC);
+      } else {
+        for (size_t i = 0; i < want.size(); ++i) want[i] = b ? b[i % size_t(c.OC)] : 0.0;
+        nn_linear(want, in[0], w, c.N, c.C, c.OC, 1.0);
+      }
+      nn_linear(want_hidden, in[0], in[1], c.N, c.C, c.R, 0.0);
+      nn_linear(adapter, want_hidden, in[2], c.N, c.R, c.OC, 0.0);
+      for (size_t i = 0; i < want.size(); ++i) want[i] += float(c.scale) * adapter[i];
+      EXPECT_LE(test::max_rel_diff(hidden, want_hidden), 1e-15) << "saved hidden";
+      EXPECT_LE(test::max_rel_diff(out, want), 1e-14) << "out";
+    }
+}
+
+// W and the bias are frozen: the backward takes no gradient for them (the bias not at all) and writes
+// nothing but dinp and the adapter's gradients, its read-only arrays (W, dout, the saved hidden) left bit for
+// bit as they were.
+TEST(CpuOpsForward, LoraLinearBackwardLeavesTheFrozenLayerAlone) {
+  const LoraLinearCase c;
+  std::mt19937 rng(11);
+  const Arrays<double> in = test::random_inputs(c, rng);
+  std::vector<double> hidden;
+  c.forward(in, &hidden);
+  const std::vector<double> dout = test::random_vector(size_t(c.N) * c.OC, rng), w = c.weight<double>();
+  const Arrays<double> before = {in[0], in[1], in[2], hidden, dout, w};
+  Arrays<double> grads = test::zeros_like(in);
+  lora_linear_backward(grads[0].data(), grads[1].data(), grads[2].data(), dout.data(), in[0].data(), w.data(),
+                       in[1].data(), in[2].data(), hidden.data(), c.N, c.C, c.OC, c.R, c.scale, c.layout);
+  EXPECT_EQ((Arrays<double>{in[0], in[1], in[2], hidden, dout, w}), before);
+}
+
+// The LoRA op's arguments that no array length can check: the rank, the sizes, and the arrays the
+// backward cannot do without. Each error names the op and the culprit.
+TEST(CpuOpsForward, LoraLinearRejectsBadArguments) {
+  const LoraLinearCase c;
+  std::mt19937 rng(10);
+  Arrays<double> in = test::random_inputs(c, rng);
+  const std::vector<double> w = c.weight<double>(), dout(size_t(c.N) * c.OC, 1.0);
+  std::vector<double> out(dout.size()), hidden(size_t(c.N) * c.R), dinp(in[0].size()), da(in[1].size()),
+      db(in[2].size());
+  const auto forward = [&](int N, int R, double* saved) {
+    ops::lora_linear_forward<double>(Device::cpu, out.data(), saved, in[0].data(), w.data(), nullptr,
+                                     in[1].data(), in[2].data(), N, c.C, c.OC, R, 1.0f, WeightLayout::in_out);
+  };
+  const auto backward = [&](int R, double* grad_a, double* grad_b) {
+    ops::lora_linear_backward(Device::cpu, dinp.data(), grad_a, grad_b, dout.data(), in[0].data(), w.data(),
+                              in[1].data(), in[2].data(), hidden.data(), c.N, c.C, c.OC, R, 1.0f,
+                              WeightLayout::in_out);
+  };
+  EXPECT_THAT(test::error_of([&] { forward(c.N, 0, hidden.data()); }),
+              HasSubstr("lora_linear_forward: LoRA rank R=0, must be at least 1"));
+  EXPECT_THAT(test::error_of([&] { backward(-2, da.data(), db.data()); }),
+              HasSubstr("lora_linear_backward: LoRA rank R=-2, must be at least 1"));
+  EXPECT_THAT(test::error_of([&] { forward(-1, c.R, hidden.data()); }),
+              HasSubstr("lora_linear_forward: negative size N=-1 C=8 OC=6"));
+  EXPECT_THAT(test::error_of([&] { forward(c.N, c.R, nullptr); }),
+              HasSubstr("lora_linear_forward: lora_hidden (N x R, saved for the backward) is required"));
+  EXPECT_THAT(test::error_of([&] { backward(c.R, da.data(), nullptr); }),
+              HasSubstr("lora_linear_backward: dinp, dlora_a and dlora_b are required"));
+  EXPECT_EQ(test::error_of([&] { backward(c.R, da.data(), db.data()); }), "(no error)");
 }
 
 TEST(CpuOpsForward, GeluTanhApproximation) {

@@ -270,6 +270,35 @@ void check_linear(int N, int OC = 33) {
   expect_close(d_db.host(), db, tolerance<T>(), "dbias");
 }
 
+// LoRA on a frozen layer against the cpu op in fp32 on the same values: the output, the saved hidden and the
+// three gradients, accumulated onto random values. R = 5 leaves the adapter's GEMMs unaligned.
+template <class T>
+void check_lora_linear(int N, WeightLayout layout, bool with_bias) {
+  const int C = 20, OC = 33, R = 5;
+  const float scale = 16.f / R;
+  std::mt19937 rng(14);
+  const Vec inp = random_vec<T>(size_t(N) * C, rng), w = random_vec<T>(size_t(C) * OC, rng);
+  const Vec bias = random_vec<T>(OC, rng), a = random_vec<T>(size_t(R) * C, rng);
+  const Vec b = random_vec<T>(size_t(OC) * R, rng), dout = random_vec<T>(size_t(N) * OC, rng);
+  Vec dinp = random_vec<T>(inp.size(), rng), da = random_vec<T>(a.size(), rng), db = random_vec<T>(b.size(), rng);
+  DeviceArray<T> d_inp(inp), d_w(w), d_bias(bias), d_a(a), d_b(b), d_dout(dout), d_out(zeros(dout.size())),
+      d_hidden(zeros(size_t(N) * R)), d_dinp(dinp), d_da(da), d_db(db);
+  lora_linear_forward(d_out.get(), d_hidden.get(), d_inp.get(), d_w.get(), with_bias ? d_bias.get() : nullptr,
+                      d_a.get(), d_b.get(), N, C, OC, R, scale, layout);
+  lora_linear_backward(d_dinp.get(), d_da.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(), d_a.get(),
+                       d_b.get(), d_hidden.get(), N, C, OC, R, scale, layout);
+  Vec out(dout.size()), hidden(size_t(N) * R);
+  cpu::lora_linear_forward(out.data(), hidden.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr,
+                           a.data(), b.data(), N, C, OC, R, scale, layout);
+  cpu::lora_linear_backward(dinp.data(), da.data(), db.data(), dout.data(), inp.data(), w.data(), a.data(),
+                            b.data(), hidden.data(), N, C, OC, R, scale, layout);
+  expect_close(d_out.host(), out, tolerance<T>(), "out");
+  expect_close(d_hidden.host(), hidden, tolerance<T>(), "hidden");
+  expect_close(d_dinp.host(), dinp, tolerance<T>(), "dinp");
+  expect_close(d_da.host(), da, tolerance<T>(), "dlora_a");
+  expect_close(d_db.host(), db, tolerance<T>(), "dlora_b");
+}
+
 // Padded leading dimensions, alpha and beta, either operand transposed: the paths linear does not take.
 template <class T>
 void check_gemm(bool trans_a, bool trans_b, int M, int N, int K) {
@@ -456,6 +485,10 @@ TEST(CudaOps, LinearManyRowsBf16) { ZS_REQUIRE_GPU(); check_linear<bf16>(600); }
 // Output rows of whole 16-byte packs: the packed bias add.
 TEST(CudaOps, LinearPackedBias) { ZS_REQUIRE_GPU(); check_linear<float>(5000, 40); }
 TEST(CudaOps, LinearPackedBiasBf16) { ZS_REQUIRE_GPU(); check_linear<bf16>(600, 40); }
+TEST(CudaOps, LoraLinear) { ZS_REQUIRE_GPU(); check_lora_linear<float>(9, WeightLayout::in_out, true); }
+TEST(CudaOps, LoraLinearBf16) { ZS_REQUIRE_GPU(); check_lora_linear<bf16>(9, WeightLayout::in_out, true); }
+TEST(CudaOps, LoraLinearOutIn) { ZS_REQUIRE_GPU(); check_lora_linear<float>(600, WeightLayout::out_in, false); }
+TEST(CudaOps, LoraLinearOutInBf16) { ZS_REQUIRE_GPU(); check_lora_linear<bf16>(600, WeightLayout::out_in, true); }
 TEST(CudaOps, GemmTransposed) { ZS_REQUIRE_GPU(); check_gemm<float>(true, true, 7, 12, 5); }
 TEST(CudaOps, GemmTransposedBf16) { ZS_REQUIRE_GPU(); check_gemm<bf16>(true, true, 7, 12, 5); }
 TEST(CudaOps, GemmUnalignedExtents) { ZS_REQUIRE_GPU(); check_gemm_unaligned_extents<float>(); }
