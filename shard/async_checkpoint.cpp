@@ -28,13 +28,6 @@ void enter_background_priority() {
   if (comm::cores_to_spare()) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
 }
 
-int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int group) {
-  if (group != 0) return 0;
-  int64_t floats = 0;
-  for (const FlatLayout& layout : layouts) floats += kStateKinds * layout.shard_numel();
-  return floats * int64_t(sizeof(float));
-}
-
 AsyncCheckpoint::AsyncCheckpoint(Engine& engine, comm::Communicator& world, std::string dir, nlohmann::json run)
     : engine_(engine), world_(world), dir_(std::move(dir)), run_(std::move(run)), step_(engine.steps_done()) {
   prepare_step_dir(world_, dir_, engine_.plan().groups.size(0));

@@ -27,11 +27,6 @@
 
 namespace zshard {
 
-// Host bytes of the snapshot a rank of shard group `group` holds at most: all of it for state on a
-// device, what training overtakes for state in host memory. The first group's ranks write, the others
-// hold none.
-int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int group);
-
 // Called first on a save's background threads (the writer, the removal of pruned checkpoints). Where the
 // host has more CPUs than ranks they drop to the lowest priority, so that they run on the cores training
 // leaves idle and never take one from it. Where every CPU runs a rank they keep the default: at the

@@ -19,7 +19,6 @@ class Engine;
 class ShardedParams;
 
 // A unit's owned fp32 shards in the order of kShardKinds: master params, Adam m, Adam v.
-constexpr int kStateKinds = 3;
 std::array<Tensor, kStateKinds> owned_state(const ShardedParams& params, int unit);
 
 // Rank 0 makes `dir` ready for a save whose first `writers` ranks write the rank files: it creates it, or

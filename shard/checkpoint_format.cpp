@@ -375,4 +375,11 @@ void export_checkpoint(const std::string& dir, const std::string& out_path) {
   save_consolidated(out_path, manifest.units, flat_units);
 }
 
+int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int group) {
+  if (group != 0) return 0;
+  int64_t floats = 0;
+  for (const FlatLayout& layout : layouts) floats += kStateKinds * layout.shard_numel();
+  return floats * int64_t(sizeof(float));
+}
+
 }  // namespace zshard

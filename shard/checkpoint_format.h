@@ -10,6 +10,7 @@
 // directory without manifest.json is not a checkpoint.
 #pragma once
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <string>
 #include <string_view>
@@ -27,6 +28,7 @@ constexpr const char* kManifestFile = "manifest.json";
 constexpr int kCheckpointVersion = 2;
 // The per-unit tensors of a rank file.
 constexpr std::string_view kShardKinds[] = {"params", "m", "v"};
+constexpr int kStateKinds = int(std::size(kShardKinds));
 
 // What catches a torn or corrupted rank file. A save hashes every byte as it writes it: XXH3-64 (xxHash,
 // compiled in from its header) does that at several GB/s, where version 1's bytewise FNV-1a 64 managed
@@ -115,5 +117,10 @@ void save_consolidated(const std::string& path, const std::vector<UnitSpec>& uni
 // zshard-export: verifies every rank file's checksum, then writes the parameters consolidated; only the
 // params tensors are read and held, never the Adam state.
 void export_checkpoint(const std::string& dir, const std::string& out_path);
+
+// Host bytes of the snapshot a rank of shard group `group` holds at most: all of it for state on a
+// device, what training overtakes for state in host memory. The first group's ranks write, the others
+// hold none.
+int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int group);
 
 }  // namespace zshard

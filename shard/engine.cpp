@@ -8,7 +8,6 @@
 #include "comm/flight_recorder/recorder.h"
 #include "comm/launch.h"
 #include "kernels/engine_ops.h"
-#include "shard/async_checkpoint.h"
 #include "shard/device_setup.h"
 #include "shard/memory/engine_report.h"
 #include "shard/sharded_params.h"
@@ -45,9 +44,7 @@ void Engine::check_adamw(const AdamW& hp) {
 }
 
 Engine::~Engine() {
-  // A save still in flight is given up, its writer joined while the state it reads exists; its handle
-  // then refuses to commit.
-  if (save_in_flight_) save_in_flight_->abandon();
+  give_up_save_in_flight();
   // Device memory first, in the order the members would go, so that the allocator's pool can give it
   // back for whatever runs next in this process (zshard-bench runs one engine per strategy).
   params_.reset();

@@ -203,4 +203,9 @@ CheckpointInfo Engine::load(const std::string& dir) {
   return {manifest.step, manifest.run.dump()};
 }
 
+void Engine::give_up_save_in_flight() {
+  // Its writer joined while the state it reads still exists; its handle then refuses to commit.
+  if (save_in_flight_) save_in_flight_->abandon();
+}
+
 }  // namespace zshard

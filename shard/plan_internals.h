@@ -7,11 +7,17 @@
 #include <string_view>
 #include <vector>
 
-#include <zshard/plan.h>
+#include <zshard/dtype.h>
 
 #include "shard/strategy_internals.h"
 
 namespace zshard {
+
+namespace comm {
+class Communicator;
+}
+struct PlanOptions;
+struct ShardPlan;
 
 // How --param-dtype and --reduce-dtype spell a dtype: fp32, bf16.
 std::string_view dtype_flag(DType dtype);

@@ -191,6 +191,7 @@ class Engine {
   void agree_on_step();  // collective
   void end_step();
   void discard_step();  // its gradients too
+  void give_up_save_in_flight();  // the engine is going: its save is not committed
 
   Model& model_;
   comm::Communicator& world_;

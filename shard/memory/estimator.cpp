@@ -9,7 +9,7 @@
 
 #include <zshard/error.h>
 
-#include "shard/async_checkpoint.h"
+#include "shard/checkpoint_format.h"
 #include "shard/flat_unit.h"
 
 namespace zshard {
