@@ -1,0 +1,100 @@
+#!/bin/bash
+# Step time and exposed communication of ddp, zero2, zero3 and hybrid (one shard group per host) across
+# hosts made on this machine (scripts/multihost.sh), for each topology and link rate, beside
+# zshard-project's prediction for the same topology and link; benchmarks/network_sweep_summary.py writes
+# OUT_DIR/summary.json and prints the table (benchmarks/RESULTS.md, "A network sweep").
+#   sudo benchmarks/network_sweep.sh BUILD_DIR OUT_DIR
+# Each strategy runs alone, so that the bytes each host's eth0 sent over the run (its kernel counter, read
+# by the host's first rank before and after) belong to that strategy. Environment: MODEL_FLAGS, STEPS
+# (timed, after WARMUP warm-up steps), TOPOLOGIES (multihost --hosts lists), LINKS (link rates, "none" for
+# an unshaped link), STRATEGIES; WORK_DIR keeps every run's JSON (default: a new directory under /tmp).
+set -euo pipefail
+build=$(cd "$1" && pwd)
+mkdir -p "$2"
+out=$(cd "$2" && pwd)
+src=$(cd "$(dirname "$0")/.." && pwd)
+# Why this size: 16.3M parameters (4 layers of dim 256 and GPT-2's 50257-token tied embedding) on 256
+# tokens a step, so a 1gbit link needs about as long for ddp's all-reduce as the 4 ranks need to compute.
+model_flags=${MODEL_FLAGS:---model gpt2 --layers 4 --dim 256 --heads 4 --batch 8 --seq 32}
+steps=${STEPS:-4}
+warmup=${WARMUP:-2}
+topologies=${TOPOLOGIES:-2,2 1,1,1,1}
+links=${LINKS:-none 10gbit 1gbit}
+strategies=${STRATEGIES:-ddp zero2 zero3 hybrid}
+work=${WORK_DIR:-$(mktemp -d /tmp/network_sweep.XXXXXX)}
+mkdir -p "$work"
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+echo "network_sweep: runs in $work" >&2
+
+# A single rank's step, the compute time zshard-project scales.
+# shellcheck disable=SC2086
+mpirun --allow-run-as-root -np 1 "$build/zshard-bench" $model_flags --strategies ddp --steps "$steps" \
+  --warmup-steps "$warmup" --json "$work/single.json" >/dev/null
+
+# The links as the collectives see them: zshard-commbench's all-reduce bus bandwidth (GB/s) at 4 MiB
+# between two ranks of one host (shared memory), and between two hosts of one rank each on every link.
+commbench=("$build/zshard-commbench" --ops all_reduce --min-size 4MiB --max-size 4MiB --rounds 3 --round-ms 200)
+mpirun --allow-run-as-root --oversubscribe -np 2 "${commbench[@]}" --json "$work/link_intra.json" >/dev/null
+for link in $links; do
+  rate=()
+  [ "$link" = none ] || rate=(--link-rate "$link")
+  bash "$src/scripts/multihost.sh" --hosts 1,1 "${rate[@]}" -- "${commbench[@]}" \
+    --json "$work/link_$link.json" >/dev/null
+done
+
+# run_one TAG HOSTS LINK STRATEGY: one zshard-bench run on the hosts, with each host's eth0 counters.
+run_one() {
+  local tag=$1 hosts=$2 link=$3 strategy=$4 rate=() group=()
+  [ "$link" = none ] || rate=(--link-rate "$link")
+  [ "$strategy" != hybrid ] || group=(--shard-group node)
+  echo "$tag $(cut -d' ' -f1-3 /proc/loadavg)" >>"$work/loads.txt"
+  # Each host's first rank reads its eth0's byte counters around the run; the other ranks just run.
+  # shellcheck disable=SC2016,SC2086  # expanded by each rank's shell; model_flags splits into flags
+  bash "$src/scripts/multihost.sh" --hosts "$hosts" "${rate[@]}" -- sh -c '
+    # /proc/net/dev shows the network namespace of the host, /sys/class/net that of the machine. Past 8
+    # digits a count runs into "eth0:": take what follows the colon.
+    counters() { sed -n "s/^ *eth0: *//p" /proc/net/dev | awk "{ print \$9, \$1 }"; }
+    wire=$1/$2.wire.$(hostname)
+    shift 2
+    if [ "$OMPI_COMM_WORLD_LOCAL_RANK" = 0 ]; then
+      before=$(counters)
+      code=0
+      "$@" || code=$?
+      echo "$OMPI_COMM_WORLD_LOCAL_SIZE $before $(counters)" >"$wire"
+      exit $code
+    else
+      exec "$@"
+    fi' sh "$work" "$tag" "$build/zshard-bench" $model_flags --strategies "$strategy" "${group[@]}" \
+    --steps "$steps" --warmup-steps "$warmup" --json "$work/$tag.json" >"$work/$tag.out" 2>&1
+}
+
+for hosts in $topologies; do
+  for link in $links; do
+    for strategy in $strategies; do
+      # A host of one rank would be a shard group of one, which hybrid refuses (it would be ddp).
+      if [ "$strategy" = hybrid ] && [[ ",$hosts," == *,1,* ]]; then
+        echo "a host of one rank: its shard group would be 1, which hybrid refuses" \
+          >"$work/${hosts//,/-}_${link}_$strategy.skipped"
+        continue
+      fi
+      run_one "${hosts//,/-}_${link}_$strategy" "$hosts" "$link" "$strategy"
+    done
+  done
+done
+
+# zshard-project on each topology and link: as it models them (every rank its own device), and with the
+# compute of ranks sharing this machine's cores (--compute-ms scaled by ranks per core, at least 1).
+cores=$(nproc)
+for hosts in $topologies; do
+  for link in $links; do
+    python3 "$src/benchmarks/network_sweep_summary.py" project-flags "$work" "$hosts" "$link" "$cores" \
+      >"$work/project_args"
+    while read -r name flags; do
+      # shellcheck disable=SC2086
+      "$build/zshard-project" $flags --json "$work/project_${hosts//,/-}_${link}_$name.json" >/dev/null
+    done <"$work/project_args"
+  done
+done
+python3 "$src/benchmarks/network_sweep_summary.py" summarise "$work" "$out/summary.json" \
+  --topologies $topologies --links $links --strategies $strategies --steps "$steps" --warmup "$warmup" \
+  --cores "$cores"

@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""The helper of benchmarks/network_sweep.sh:
+
+  network_sweep_summary.py project-flags WORK HOSTS LINK CORES
+      zshard-project's flags for the topology HOSTS (e.g. 2,2) on LINK, one line per variant: "model"
+      (as the projection models it, every rank its own device) and "cores" (the single rank's compute
+      time scaled by the ranks sharing each of this machine's CORES).
+  network_sweep_summary.py summarise WORK SUMMARY_JSON --topologies ... --links ... --strategies ...
+      every run beside its projections into SUMMARY_JSON, and the markdown table on stdout.
+
+Links: the measured all-reduce bus bandwidth at 4 MiB (zshard-commbench) of two ranks on one host for
+the intra link, of two hosts of one rank each on LINK for the inter link; latency 5 us inside a host and
+30 us between hosts (a TCP round trip over the bridge is 20-40 us, docs/multihost.md).
+"""
+
+import argparse
+import glob
+import json
+import os
+
+INTRA_ALPHA_US = 5
+INTER_ALPHA_US = 30
+PROJECTED = ("ddp", "zero3", "hybrid")
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def busbw(work, name):
+    return load(os.path.join(work, f"link_{name}.json"))["rows"][0]["busbw"]
+
+
+def project_flags(work, hosts, link, cores):
+    sizes = [int(s) for s in hosts.split(",")]
+    single = load(os.path.join(work, "single.json"))
+    links = (f"--alpha-us {INTRA_ALPHA_US} --bandwidth-gbs {busbw(work, 'intra'):.4f} "
+             f"--inter-alpha-us {INTER_ALPHA_US} --inter-bandwidth-gbs {busbw(work, link):.4f}")
+    common = f"--scaling strong --max-world 1 --nodes {hosts} --node-size {max(sizes)} {links}"
+    print(f"model --bench {os.path.join(work, 'single.json')} {common}")
+    compute = next(r for r in single["results"] if r["strategy"] == "ddp")["step_ms"]["median"]
+    shared = max(1.0, sum(sizes) / cores)
+    print(f"cores --compute-ms {compute * shared:.3f} --params {single['model']['params']} "
+          f"--units {single['model']['units']} --batch {single['batch']} {common}")
+
+
+def projected(work, tag, variant, strategy):
+    """zshard-project's step (no overlap, overlap) for the strategy; zero2 moves ddp's bytes (a
+    reduce-scatter and an all-gather are one all-reduce), so it reads ddp's."""
+    rows = load(os.path.join(work, f"project_{tag}_{variant}.json"))["nodes"]["rows"]
+    row = next(r for r in rows if r["strategy"] == ("ddp" if strategy == "zero2" else strategy))
+    return row["step_ms"], row["step_overlap_ms"]
+
+
+def wire_bytes(work, run, steps):
+    """Bytes each rank sent through its host's eth0 per step, averaged over ranks: the kernel's counters
+    over the whole run (set-up and warm-up steps included), per step of the run."""
+    sent, ranks = 0, 0
+    for path in glob.glob(os.path.join(work, f"{run}.wire.*")):
+        local, tx0, _rx0, tx1, _rx1 = (int(v) for v in open(path).read().split())
+        sent += tx1 - tx0
+        ranks += local
+    return sent / ranks / steps if ranks else None
+
+
+def theory_split(result, sizes, params):
+    """The strategy's bus bytes per rank and step (the memory report's theory) split into what crosses
+    hosts and what stays inside one, for rings in rank order over hosts of consecutive ranks: of a ring
+    over all N ranks, the H hops between hosts carry H/N of each rank's bytes on average; hybrid's
+    gathers and reduce-scatters stay in its host, its shards' all-reduce across the R hosts all crosses."""
+    total = result["comm_bytes_per_step"]["theory"]
+    hosts, world = len(sizes), sum(sizes)
+    if result["strategy"] == "hybrid":
+        group = result["shard_group"]
+        across = 2 * 4 * params / group * (hosts - 1) / hosts
+        return across, total - across
+    cross = total * hosts / world if hosts > 1 else 0
+    return cross, total - cross
+
+
+def summarise(args):
+    single = load(os.path.join(args.work, "single.json"))
+    params = single["model"]["params"]
+    runs_steps = args.steps + args.warmup
+    rows = []
+    for hosts in args.topologies:
+        sizes = [int(s) for s in hosts.split(",")]
+        for link in args.links:
+            tag = f"{hosts.replace(',', '-')}_{link}"
+            for strategy in args.strategies:
+                run = f"{tag}_{strategy}"
+                skipped = os.path.join(args.work, f"{run}.skipped")
+                if os.path.exists(skipped):
+                    rows.append({"hosts": hosts, "link": link, "strategy": strategy,
+                                 "skipped": open(skipped).read().strip()})
+                    continue
+                r = load(os.path.join(args.work, f"{run}.json"))["results"][0]
+                cross, intra = theory_split(r, sizes, params)
+                model, model_overlap = projected(args.work, tag, "model", strategy)
+                cores, cores_overlap = projected(args.work, tag, "cores", strategy)
+                step = r["step_ms"]["median"]
+                rows.append({
+                    "hosts": hosts, "link": link, "strategy": strategy, "shard_group": r["shard_group"],
+                    "step_ms": step, "step_ms_p10": r["step_ms"]["p10"], "step_ms_p90": r["step_ms"]["p90"],
+                    "comm_exposed_ms": r["comm_ms_per_step"]["exposed"],
+                    "comm_replayed_ms": r["comm_ms_per_step"]["total"],
+                    "comm_bytes_measured": r["comm_bytes_per_step"]["measured"],
+                    "cross_bytes_theory": cross, "intra_bytes_theory": intra,
+                    "eth0_sent_bytes_per_step": wire_bytes(args.work, run, runs_steps),
+                    "projected_ms": model, "projected_overlap_ms": model_overlap,
+                    "projected_cores_ms": cores, "projected_cores_overlap_ms": cores_overlap,
+                    "projection_proxy": strategy == "zero2",
+                })
+    doc = {
+        "model": single["model"], "batch": single["batch"], "seq": single["seq"],
+        "single_rank_step_ms": next(r for r in single["results"] if r["strategy"] == "ddp")["step_ms"]["median"],
+        "steps": args.steps, "warmup_steps": args.warmup, "cores": args.cores,
+        "link_busbw_gbs": {name: busbw(args.work, name) for name in ["intra", *args.links]},
+        "loads": open(os.path.join(args.work, "loads.txt")).read().split("\n")[:-1],
+        "rows": rows,
+    }
+    with open(args.summary, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print_table(doc)
+
+
+def print_table(doc):
+    mib = 1048576
+    print("| hosts | link | strategy | step ms (p10-p90) | exposed comm ms | cross / intra MiB (theory) | "
+          "eth0 MiB sent | projected ms: model / cores | error: model / cores |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in doc["rows"]:
+        if "skipped" in r:
+            print(f"| {r['hosts']} | {r['link']} | {r['strategy']} | not run: {r['skipped']} |||||")
+            continue
+        proxy = "*" if r["projection_proxy"] else ""
+        wire = r["eth0_sent_bytes_per_step"]
+        errors = [p / r["step_ms"] - 1 for p in (r["projected_ms"], r["projected_cores_ms"])]
+        print(f"| {r['hosts']} | {r['link']} | {r['strategy']} | {r['step_ms']:.0f} "
+              f"({r['step_ms_p10']:.0f}-{r['step_ms_p90']:.0f}) | {r['comm_exposed_ms']:.0f} | "
+              f"{r['cross_bytes_theory'] / mib:.1f} / {r['intra_bytes_theory'] / mib:.1f} | "
+              f"{wire / mib:.1f} | {r['projected_ms']:.0f}{proxy} / {r['projected_cores_ms']:.0f}{proxy} | "
+              f"{errors[0]:+.0%} / {errors[1]:+.0%} |")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    flags = sub.add_parser("project-flags")
+    flags.add_argument("work")
+    flags.add_argument("hosts")
+    flags.add_argument("link")
+    flags.add_argument("cores", type=int)
+    s = sub.add_parser("summarise")
+    s.add_argument("work")
+    s.add_argument("summary")
+    s.add_argument("--topologies", nargs="+", required=True)
+    s.add_argument("--links", nargs="+", required=True)
+    s.add_argument("--strategies", nargs="+", required=True)
+    s.add_argument("--steps", type=int, required=True)
+    s.add_argument("--warmup", type=int, required=True)
+    s.add_argument("--cores", type=int, required=True)
+    args = p.parse_args()
+    if args.command == "project-flags":
+        project_flags(args.work, args.hosts, args.link, args.cores)
+    else:
+        summarise(args)
+
+
+if __name__ == "__main__":
+    main()
