@@ -16,7 +16,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 # Why this size: 16.3M parameters (4 layers of dim 256 and GPT-2's 50257-token tied embedding) on 256
 # tokens a step, so a 1gbit link needs about as long for ddp's all-reduce as the 4 ranks need to compute.
 model_flags=${MODEL_FLAGS:---model gpt2 --layers 4 --dim 256 --heads 4 --batch 8 --seq 32}
-steps=${STEPS:-4}
+steps=${STEPS:-6}
 warmup=${WARMUP:-2}
 topologies=${TOPOLOGIES:-2,2 1,1,1,1}
 links=${LINKS:-none 10gbit 1gbit}
@@ -33,13 +33,27 @@ mpirun --allow-run-as-root -np 1 "$build/zshard-bench" $model_flags --strategies
 
 # The links as the collectives see them: zshard-commbench's all-reduce bus bandwidth (GB/s) at 4 MiB
 # between two ranks of one host (shared memory), and between two hosts of one rank each on every link.
-commbench=("$build/zshard-commbench" --ops all_reduce --min-size 4MiB --max-size 4MiB --rounds 3 --round-ms 200)
-mpirun --allow-run-as-root --oversubscribe -np 2 "${commbench[@]}" --json "$work/link_intra.json" >/dev/null
+commbench=("$build/zshard-commbench" --rounds 3 --round-ms 200)
+link_ops=(--ops all_reduce --min-size 4MiB --max-size 4MiB)
+mpirun --allow-run-as-root --oversubscribe -np 2 "${commbench[@]}" "${link_ops[@]}" \
+  --json "$work/link_intra.json" >/dev/null
 for link in $links; do
   rate=()
   [ "$link" = none ] || rate=(--link-rate "$link")
-  bash "$src/scripts/multihost.sh" --hosts 1,1 "${rate[@]}" -- "${commbench[@]}" \
+  bash "$src/scripts/multihost.sh" --hosts 1,1 "${rate[@]}" -- "${commbench[@]}" "${link_ops[@]}" \
     --json "$work/link_$link.json" >/dev/null
+done
+
+# And each collective on each topology and link at 16 MiB (a little over a third of the gathered embedding
+# unit's 49 MiB), for the bandwidth each strategy's own collectives reach.
+for hosts in $topologies; do
+  for link in $links; do
+    rate=()
+    [ "$link" = none ] || rate=(--link-rate "$link")
+    bash "$src/scripts/multihost.sh" --hosts "$hosts" "${rate[@]}" -- "${commbench[@]}" \
+      --ops all_gather,reduce_scatter,all_reduce --min-size 16MiB --max-size 16MiB \
+      --json "$work/collectives_${hosts//,/-}_$link.json" >/dev/null
+  done
 done
 
 # run_one TAG HOSTS LINK STRATEGY: one zshard-bench run on the hosts, with each host's eth0 counters.
@@ -82,8 +96,9 @@ for hosts in $topologies; do
   done
 done
 
-# zshard-project on each topology and link: as it models them (every rank its own device), and with the
-# compute of ranks sharing this machine's cores (--compute-ms scaled by ranks per core, at least 1).
+# zshard-project on each topology and link: as it models them (every rank its own device); with the
+# compute of ranks sharing this machine's cores (--compute-ms scaled by ranks per core, at least 1); and
+# with that compute and, per strategy, the bandwidth its own collectives reached on the topology.
 cores=$(nproc)
 for hosts in $topologies; do
   for link in $links; do

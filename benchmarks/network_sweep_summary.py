@@ -3,14 +3,17 @@
 
   network_sweep_summary.py project-flags WORK HOSTS LINK CORES
       zshard-project's flags for the topology HOSTS (e.g. 2,2) on LINK, one line per variant: "model"
-      (as the projection models it, every rank its own device) and "cores" (the single rank's compute
-      time scaled by the ranks sharing each of this machine's CORES).
+      (as the projection models it, every rank its own device), "cores" (the single rank's compute
+      time scaled by the ranks sharing each of this machine's CORES) and "collectives_STRATEGY" (cores,
+      and as the inter link the bus bandwidth of the strategy's own collectives on HOSTS and LINK).
   network_sweep_summary.py summarise WORK SUMMARY_JSON --topologies ... --links ... --strategies ...
       every run beside its projections into SUMMARY_JSON, and the markdown table on stdout.
 
 Links: the measured all-reduce bus bandwidth at 4 MiB (zshard-commbench) of two ranks on one host for
 the intra link, of two hosts of one rank each on LINK for the inter link; latency 5 us inside a host and
-30 us between hosts (a TCP round trip over the bridge is 20-40 us, docs/multihost.md).
+30 us between hosts (a TCP round trip over the bridge is 20-40 us, docs/multihost.md). zshard-project
+has one bandwidth per link for every collective; the collectives variant gives each strategy the bus
+bandwidth its mix of collectives reached at 16 MiB on the topology (bus bytes over the summed times).
 """
 
 import argparse
@@ -20,7 +23,14 @@ import os
 
 INTRA_ALPHA_US = 5
 INTER_ALPHA_US = 30
-PROJECTED = ("ddp", "zero3", "hybrid")
+# The share of each strategy's bus bytes by collective (shard/comm_volume.h): zero2 reduce-scatters its
+# gradients and all-gathers its parameters, the same bytes; zero3 gathers twice what it reduce-scatters.
+# Hybrid's bytes between hosts are its shards' all-reduce between two ranks of different hosts: the link's.
+COLLECTIVE_SHARES = {
+    "ddp": {"all_reduce": 1.0},
+    "zero2": {"reduce_scatter": 0.5, "all_gather": 0.5},
+    "zero3": {"reduce_scatter": 1 / 3, "all_gather": 2 / 3},
+}
 
 
 def load(path):
@@ -35,19 +45,27 @@ def busbw(work, name):
 def project_flags(work, hosts, link, cores):
     sizes = [int(s) for s in hosts.split(",")]
     single = load(os.path.join(work, "single.json"))
-    links = (f"--alpha-us {INTRA_ALPHA_US} --bandwidth-gbs {busbw(work, 'intra'):.4f} "
-             f"--inter-alpha-us {INTER_ALPHA_US} --inter-bandwidth-gbs {busbw(work, link):.4f}")
-    common = f"--scaling strong --max-world 1 --nodes {hosts} --node-size {max(sizes)} {links}"
-    print(f"model --bench {os.path.join(work, 'single.json')} {common}")
+    common = (f"--scaling strong --max-world 1 --nodes {hosts} --node-size {max(sizes)} --alpha-us {INTRA_ALPHA_US} "
+              f"--bandwidth-gbs {busbw(work, 'intra'):.4f} --inter-alpha-us {INTER_ALPHA_US} --inter-bandwidth-gbs")
+    print(f"model --bench {os.path.join(work, 'single.json')} {common} {busbw(work, link):.4f}")
     compute = next(r for r in single["results"] if r["strategy"] == "ddp")["step_ms"]["median"]
     shared = max(1.0, sum(sizes) / cores)
-    print(f"cores --compute-ms {compute * shared:.3f} --params {single['model']['params']} "
-          f"--units {single['model']['units']} --batch {single['batch']} {common}")
+    cores = (f"--compute-ms {compute * shared:.3f} --params {single['model']['params']} "
+             f"--units {single['model']['units']} --batch {single['batch']}")
+    print(f"cores {cores} {common} {busbw(work, link):.4f}")
+    measured = {r["op"]: r["busbw"] for r in
+                load(os.path.join(work, f"collectives_{hosts.replace(',', '-')}_{link}.json"))["rows"]}
+    for strategy, shares in COLLECTIVE_SHARES.items():
+        bandwidth = 1 / sum(share / measured[op] for op, share in shares.items())
+        print(f"collectives_{strategy} {cores} {common} {bandwidth:.4f}")
 
 
 def projected(work, tag, variant, strategy):
     """zshard-project's step (no overlap, overlap) for the strategy; zero2 moves ddp's bytes (a
-    reduce-scatter and an all-gather are one all-reduce), so it reads ddp's."""
+    reduce-scatter and an all-gather are one all-reduce), so it reads ddp's. Hybrid has no collectives
+    variant of its own: its link between hosts is already the measured all-reduce's."""
+    if variant == "collectives":
+        variant = "cores" if strategy == "hybrid" else f"collectives_{strategy}"
     rows = load(os.path.join(work, f"project_{tag}_{variant}.json"))["nodes"]["rows"]
     row = next(r for r in rows if r["strategy"] == ("ddp" if strategy == "zero2" else strategy))
     return row["step_ms"], row["step_overlap_ms"]
@@ -99,6 +117,7 @@ def summarise(args):
                 cross, intra = theory_split(r, sizes, params)
                 model, model_overlap = projected(args.work, tag, "model", strategy)
                 cores, cores_overlap = projected(args.work, tag, "cores", strategy)
+                collectives, collectives_overlap = projected(args.work, tag, "collectives", strategy)
                 step = r["step_ms"]["median"]
                 rows.append({
                     "hosts": hosts, "link": link, "strategy": strategy, "shard_group": r["shard_group"],
@@ -110,6 +129,8 @@ def summarise(args):
                     "eth0_sent_bytes_per_step": wire_bytes(args.work, run, runs_steps),
                     "projected_ms": model, "projected_overlap_ms": model_overlap,
                     "projected_cores_ms": cores, "projected_cores_overlap_ms": cores_overlap,
+                    "projected_collectives_ms": collectives,
+                    "projected_collectives_overlap_ms": collectives_overlap,
                     "projection_proxy": strategy == "zero2",
                 })
     doc = {
@@ -117,6 +138,10 @@ def summarise(args):
         "single_rank_step_ms": next(r for r in single["results"] if r["strategy"] == "ddp")["step_ms"]["median"],
         "steps": args.steps, "warmup_steps": args.warmup, "cores": args.cores,
         "link_busbw_gbs": {name: busbw(args.work, name) for name in ["intra", *args.links]},
+        "collective_busbw_gbs": {
+            f"{hosts} {link}": {r["op"]: r["busbw"] for r in load(os.path.join(
+                args.work, f"collectives_{hosts.replace(',', '-')}_{link}.json"))["rows"]}
+            for hosts in args.topologies for link in args.links},
         "loads": open(os.path.join(args.work, "loads.txt")).read().split("\n")[:-1],
         "rows": rows,
     }
@@ -127,22 +152,25 @@ def summarise(args):
 
 
 def print_table(doc):
+    """One row a run; projections as no overlap / overlap, their error against the measured median."""
     mib = 1048576
+    variants = ("projected", "projected_cores", "projected_collectives")
     print("| hosts | link | strategy | step ms (p10-p90) | exposed comm ms | cross / intra MiB (theory) | "
-          "eth0 MiB sent | projected ms: model / cores | error: model / cores |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "eth0 MiB sent | projected ms | + shared cores | + own collectives | error: projected | error: last |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in doc["rows"]:
         if "skipped" in r:
-            print(f"| {r['hosts']} | {r['link']} | {r['strategy']} | not run: {r['skipped']} |||||")
+            print(f"| {r['hosts']} | {r['link']} | {r['strategy']} | not run: {r['skipped']} |||||||||")
             continue
-        proxy = "*" if r["projection_proxy"] else ""
-        wire = r["eth0_sent_bytes_per_step"]
-        errors = [p / r["step_ms"] - 1 for p in (r["projected_ms"], r["projected_cores_ms"])]
-        print(f"| {r['hosts']} | {r['link']} | {r['strategy']} | {r['step_ms']:.0f} "
+        proxy = " (ddp's)" if r["projection_proxy"] else ""
+        step = r["step_ms"]
+        cells = [f"{r[v + '_ms']:.0f} / {r[v + '_overlap_ms']:.0f}" for v in variants]
+        error = [f"{r[v + '_ms'] / step - 1:+.0%} / {r[v + '_overlap_ms'] / step - 1:+.0%}" for v in variants]
+        print(f"| {r['hosts']} | {r['link']} | {r['strategy']} | {step:.0f} "
               f"({r['step_ms_p10']:.0f}-{r['step_ms_p90']:.0f}) | {r['comm_exposed_ms']:.0f} | "
               f"{r['cross_bytes_theory'] / mib:.1f} / {r['intra_bytes_theory'] / mib:.1f} | "
-              f"{wire / mib:.1f} | {r['projected_ms']:.0f}{proxy} / {r['projected_cores_ms']:.0f}{proxy} | "
-              f"{errors[0]:+.0%} / {errors[1]:+.0%} |")
+              f"{r['eth0_sent_bytes_per_step'] / mib:.1f} | {cells[0]}{proxy} | {cells[1]} | {cells[2]} | "
+              f"{error[0]} | {error[2]} |")
 
 
 def main():

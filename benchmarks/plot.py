@@ -11,9 +11,13 @@
                           predicted (dots) (benchmarks/memory_sweep.py)
   tune.png                zshard-tune's runs: step time against peak memory per rank, every candidate
                           timed, the Pareto front, the budget and the one chosen (zshard-tune --json)
+  network_sweep.png       per topology: measured step time by strategy and link (bars, exposed
+                          communication hatched) beside zshard-project's prediction with the ranks'
+                          shared cores (dots) (benchmarks/network_sweep.sh's summary.json)
 
   /usr/bin/python3 benchmarks/plot.py --bench bench.json --commbench comm.json \
-      --projection projection.json --memory-sweep memory_sweep.json --tune tune.json --out benchmarks/results
+      --projection projection.json --memory-sweep memory_sweep.json --tune tune.json \
+      --network-sweep benchmarks/results/network_sweep/summary.json --out benchmarks/results
 """
 
 import argparse
@@ -100,6 +104,29 @@ def plot_scaling(doc, path):
     ax.set_title(f"projection: {doc['params'] / 1e6:.1f}M params, intra {doc['intra']['name']}, "
                  f"inter {doc['inter']['name']}, node {doc['node_size']}", fontsize=9)
     ax.legend(fontsize=7)
+    save(fig, path)
+
+
+def plot_network_sweep(doc, path):
+    rows = [r for r in doc["rows"] if "skipped" not in r]
+    topologies = list(dict.fromkeys(r["hosts"] for r in rows))
+    links = list(dict.fromkeys(r["link"] for r in rows))
+    fig, axes = plt.subplots(1, len(topologies), figsize=(6 * len(topologies), 4), squeeze=False)
+    width = 0.8 / len(links)
+    for ax, hosts in zip(axes[0], topologies):
+        strategies = list(dict.fromkeys(r["strategy"] for r in rows if r["hosts"] == hosts))
+        for j, link in enumerate(links):
+            cell = {r["strategy"]: r for r in rows if r["hosts"] == hosts and r["link"] == link}
+            xs = [i + (j - (len(links) - 1) / 2) * width for i in range(len(strategies))]
+            ax.bar(xs, [cell[s]["step_ms"] for s in strategies], width, color=f"C{j}", label=f"{link}")
+            ax.bar(xs, [cell[s]["comm_exposed_ms"] for s in strategies], width, fill=False, hatch="//",
+                   edgecolor="k", linewidth=0)
+            ax.plot(xs, [cell[s]["projected_cores_ms"] for s in strategies], "o", color="k", ms=4)
+        ax.set_xticks(range(len(strategies)), strategies)
+        ax.set_ylabel("step ms (hatched: exposed communication; dots: projected)")
+        ax.set_title(f"hosts {hosts}, {doc['model']['params'] / 1e6:.1f}M params, batch {doc['batch']}x{doc['seq']}",
+                     fontsize=9)
+        ax.legend(fontsize=7, title="link", title_fontsize=7)
     save(fig, path)
 
 
@@ -201,17 +228,19 @@ def main():
     p.add_argument("--projection", help="zshard-project --json output")
     p.add_argument("--memory-sweep", help="benchmarks/memory_sweep.py output (memory_sweep.json)")
     p.add_argument("--tune", help="zshard-tune --json output (every candidate timed: --exhaustive)")
+    p.add_argument("--network-sweep", help="benchmarks/network_sweep.sh output (summary.json)")
     p.add_argument("--out", default=".", help="directory for the PNGs")
     args = p.parse_args()
-    if not (args.bench or args.commbench or args.projection or args.memory_sweep or args.tune):
-        p.error("give at least one of --bench, --commbench, --projection, --memory-sweep, --tune")
+    if not any([args.bench, args.commbench, args.projection, args.memory_sweep, args.tune, args.network_sweep]):
+        p.error("give at least one of --bench, --commbench, --projection, --memory-sweep, --tune, --network-sweep")
     os.makedirs(args.out, exist_ok=True)
     # Each input and the pictures drawn from it.
     plots = [(args.bench, [("memory_by_strategy.png", plot_memory), ("throughput.png", plot_throughput)]),
              (args.commbench, [("busbw.png", plot_busbw)]),
              (args.projection, [("scaling.png", plot_scaling)]),
              (args.memory_sweep, [("memory_sweep.png", plot_memory_sweep)]),
-             (args.tune, [("tune.png", plot_tune)])]
+             (args.tune, [("tune.png", plot_tune)]),
+             (args.network_sweep, [("network_sweep.png", plot_network_sweep)])]
     written = []
     for source, pictures in plots:
         if not source:
