@@ -99,7 +99,7 @@ done
 # zshard-project on each topology and link: as it models them (every rank its own device); with the
 # compute of ranks sharing this machine's cores (--compute-ms scaled by ranks per core, at least 1); and
 # with that compute and, per strategy, the bandwidth its own collectives reached on the topology.
-cores=$(nproc)
+cores=$(getconf _NPROCESSORS_ONLN)  # nproc would answer OMP_NUM_THREADS
 for hosts in $topologies; do
   for link in $links; do
     python3 "$src/benchmarks/network_sweep_summary.py" project-flags "$work" "$hosts" "$link" "$cores" \
