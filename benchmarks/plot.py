@@ -13,7 +13,8 @@
                           timed, the Pareto front, the budget and the one chosen (zshard-tune --json)
   network_sweep.png       per topology: measured step time by strategy and link (bars, exposed
                           communication hatched) beside zshard-project's prediction with the ranks'
-                          shared cores (dots) (benchmarks/network_sweep.sh's summary.json)
+                          shared cores and each strategy's own collectives' bandwidth, no overlap (dots)
+                          (benchmarks/network_sweep.sh's summary.json)
 
   /usr/bin/python3 benchmarks/plot.py --bench bench.json --commbench comm.json \
       --projection projection.json --memory-sweep memory_sweep.json --tune tune.json \
@@ -121,9 +122,9 @@ def plot_network_sweep(doc, path):
             ax.bar(xs, [cell[s]["step_ms"] for s in strategies], width, color=f"C{j}", label=f"{link}")
             ax.bar(xs, [cell[s]["comm_exposed_ms"] for s in strategies], width, fill=False, hatch="//",
                    edgecolor="k", linewidth=0)
-            ax.plot(xs, [cell[s]["projected_cores_ms"] for s in strategies], "o", color="k", ms=4)
+            ax.plot(xs, [cell[s]["projected_collectives_ms"] for s in strategies], "o", color="k", ms=4)
         ax.set_xticks(range(len(strategies)), strategies)
-        ax.set_ylabel("step ms (hatched: exposed communication; dots: projected)")
+        ax.set_ylabel("step ms (hatched: exposed comm; dots: projected)", fontsize=8)
         ax.set_title(f"hosts {hosts}, {doc['model']['params'] / 1e6:.1f}M params, batch {doc['batch']}x{doc['seq']}",
                      fontsize=9)
         ax.legend(fontsize=7, title="link", title_fontsize=7)
