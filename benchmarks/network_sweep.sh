@@ -110,6 +110,7 @@ for hosts in $topologies; do
     done <"$work/project_args"
   done
 done
+# shellcheck disable=SC2086  # the lists split into one argument per item
 python3 "$src/benchmarks/network_sweep_summary.py" summarise "$work" "$out/summary.json" \
   --topologies $topologies --links $links --strategies $strategies --steps "$steps" --warmup "$warmup" \
   --cores "$cores"
