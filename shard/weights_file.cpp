@@ -4,6 +4,8 @@
 #include <set>
 #include <string_view>
 
+#include "kernels/io/file_kind.h"
+
 namespace zshard {
 
 namespace {
@@ -45,13 +47,11 @@ std::vector<std::string> unmatched_tensors(const SafetensorsFile& file,
 }
 
 void check_weights_file(const std::string& path, const Model& model) {
-  // open(2) of a FIFO would wait for a writer, before any collective, and a device may never end; the open
-  // itself names a missing file and a directory.
+  // Before the open, which would wait for a FIFO's writer; the open names a missing file and a directory.
   std::error_code ec;
   const std::filesystem::file_type type = std::filesystem::status(path, ec).type();
-  if (type == std::filesystem::file_type::fifo || type == std::filesystem::file_type::character ||
-      type == std::filesystem::file_type::block || type == std::filesystem::file_type::socket)
-    fail(path, ": not a regular file, not a safetensors file");
+  if (const std::string_view what = unreadable_kind(type); !what.empty() && type != std::filesystem::file_type::directory)
+    fail(path, ": is ", what, ", not a safetensors file");
   const SafetensorsFile file = SafetensorsFile::open(path);
   std::vector<std::string> expected;
   for (const UnitSpec& unit : model.units()) {

@@ -329,7 +329,7 @@ std::vector<std::string> table(const Job& job) {
 
 }  // namespace
 
-std::vector<RankTrace> read_trace_dir(const std::string& dir, const std::function<void(const std::string&)>& check) {
+std::vector<RankTrace> read_trace_dir(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw UsageError(detail::concat(dir, ": not a directory"));
   const std::regex name(R"(rank-[0-9]+\.trace)");
@@ -339,8 +339,6 @@ std::vector<RankTrace> read_trace_dir(const std::string& dir, const std::functio
   if (ec) fail(dir, ": cannot list (", ec.message(), ")");
   if (paths.empty()) throw UsageError(detail::concat(dir, ": holds no flight-recorder dumps (rank-NNNNN.trace)"));
   std::sort(paths.begin(), paths.end());
-  if (check)
-    for (const std::string& p : paths) check(p);
   std::vector<RankTrace> dumps;
   for (const std::string& p : paths) dumps.push_back(comm::trace::read_trace(p));
   return dumps;

@@ -9,7 +9,6 @@
 //   - a collective every member entered and none completed;
 //   - else, that nothing was in flight.
 #pragma once
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,11 +22,9 @@ struct TraceReport {
 };
 
 // The dumps (rank-NNNNN.trace) in `dir`. Throws UsageError when `dir` is not a directory or holds none,
-// and zshard::Error naming the first file that is corrupt or truncated. `check`, where given, sees every
-// dump's path before any is opened, and throws to refuse one (zshard-trace refuses what is not a regular
-// file: opening a FIFO would wait for a writer forever).
-std::vector<comm::trace::RankTrace> read_trace_dir(const std::string& dir,
-                                                   const std::function<void(const std::string&)>& check = nullptr);
+// or a dump's name is not a regular file (read_trace), and zshard::Error naming the first file that is
+// corrupt or truncated.
+std::vector<comm::trace::RankTrace> read_trace_dir(const std::string& dir);
 
 // The dumps of the newest job among `dumps` (the others are named in a note).
 TraceReport analyse_traces(const std::vector<comm::trace::RankTrace>& dumps);

@@ -7,6 +7,8 @@
 
 #include <zshard/error.h>
 
+#include "kernels/io/file_kind.h"
+
 namespace zshard::comm::trace {
 
 uint32_t checksum(const void* data, size_t bytes) {
@@ -75,9 +77,12 @@ bool valid_record(const Record& r, uint32_t groups) {
 
 RankTrace read_trace(const std::string& path) {
   const auto bad = [&](const auto&... why) -> Error { return Error(detail::concat(path, ": ", why...)); };
+  // Refused, not opened: a FIFO's open would wait for a writer forever, a device would never end.
+  std::error_code ec;
+  if (const std::string_view what = unreadable_kind(std::filesystem::status(path, ec).type()); !what.empty())
+    throw UsageError(detail::concat(path, ": is ", what, ", not a flight-recorder dump"));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw bad("cannot open (", std::strerror(errno), ")");
-  std::error_code ec;
   const uint64_t size = std::filesystem::file_size(path, ec);
   if (ec) throw bad("cannot read its size (", ec.message(), ")");
   RankTrace t;

@@ -112,7 +112,8 @@ struct RankTrace {
 };
 
 // Reads and checks one dump. Throws zshard::Error naming the file and what is wrong with it: not a trace,
-// another version, truncated or too long, a part that fails its checksum or holds impossible values.
+// another version, truncated or too long, a part that fails its checksum or holds impossible values; and
+// UsageError, before opening it, for a path that is not a regular file (a FIFO, a device, a directory).
 RankTrace read_trace(const std::string& path);
 
 }  // namespace zshard::comm::trace

@@ -9,6 +9,7 @@
 #include <zshard/error.h>
 
 #include "kernels/io/atomic_file.h"
+#include "kernels/io/file_kind.h"
 
 namespace zshard {
 
@@ -38,20 +39,10 @@ void check_output_path(std::string_view flag, const std::string& path) {
 
 void check_input_file(std::string_view flag, const std::string& path, std::string_view kind) {
   std::error_code ec;
-  const std::string named = flag.empty() ? path : detail::concat(flag, " ", path);
-  const char* what = nullptr;
-  switch (fs::status(path, ec).type()) {
-    case fs::file_type::regular:
-    case fs::file_type::none: return;  // status failed for another reason: the open says which
-    case fs::file_type::not_found: throw UsageError(detail::concat(named, ": no such file"));
-    case fs::file_type::directory: what = "a directory"; break;
-    case fs::file_type::fifo: what = "a FIFO (named pipe)"; break;
-    case fs::file_type::character: what = "a character device"; break;
-    case fs::file_type::block: what = "a block device"; break;
-    case fs::file_type::socket: what = "a socket"; break;
-    default: what = "not a regular file"; break;
-  }
-  throw UsageError(detail::concat(named, ": is ", what, ", not ", kind));
+  const fs::file_type type = fs::status(path, ec).type();
+  if (type == fs::file_type::not_found) throw UsageError(detail::concat(flag, " ", path, ": no such file"));
+  if (const std::string_view what = unreadable_kind(type); !what.empty())
+    throw UsageError(detail::concat(flag, " ", path, ": is ", what, ", not ", kind));
 }
 
 void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs) {

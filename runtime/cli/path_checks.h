@@ -17,9 +17,8 @@ void check_output_path(std::string_view flag, const std::string& path);
 
 // Checks, before any work, that `path` given to `flag` names a regular file (or a link to one), which a
 // tool reads whole: throws UsageError "FLAG PATH: no such file" or "FLAG PATH: is a FIFO (named pipe), not
-// KIND" ("PATH: ..." for an empty `flag`: a file no flag names). Opening a FIFO blocks until a writer comes,
-// before any collective, where no deadline reaches it, and a device such as /dev/zero never ends. A path
-// whose status cannot be read is left to the open.
+// KIND" (kernels/io/file_kind.h says why only a regular file is read). A path whose status cannot be
+// read is left to the open.
 void check_input_file(std::string_view flag, const std::string& path, std::string_view kind);
 
 // A flag and the path it names, for the check below.

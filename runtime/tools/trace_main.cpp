@@ -6,7 +6,6 @@
 
 #include "runtime/tools/tool_runner.h"
 #include "comm/flight_recorder/analysis.h"
-#include "runtime/cli/path_checks.h"
 
 using namespace zshard;
 
@@ -15,11 +14,9 @@ int main(int argc, char** argv) {
   CLI::App app{"zshard-trace: what each rank's last collectives say about a failed or hung job"};
   app.add_option("dir", dir, "the --trace-dir the job's ranks dumped to (rank-NNNNN.trace files)")->required();
   return run_local_tool("zshard-trace", argc, argv, app, [&] {
-    // Refused, not skipped: a dump's name that holds no dump (a FIFO, whose open would wait for a writer
-    // forever; a device; a directory) was put there by hand, and leaving it out would blame its rank for
-    // leaving no dump.
-    const auto a_dump = [](const std::string& path) { check_input_file("", path, "a flight-recorder dump"); };
-    const TraceReport report = analyse_traces(read_trace_dir(dir, a_dump));
+    // A dump's name that holds no dump (a FIFO, a device, a directory) is refused, not skipped: it was put
+    // there by hand, and leaving it out would blame its rank for leaving no dump.
+    const TraceReport report = analyse_traces(read_trace_dir(dir));
     std::cout << report.verdict << "\n";
     for (const std::string& line : report.lines) std::cout << line << "\n";
     return 0;
