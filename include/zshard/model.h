@@ -29,6 +29,10 @@ struct ParamSpec {
   std::string name;   // the name in saved weights (Hugging Face GPT-2 names for GPT-2)
   Shape shape;        // the saved layout
   bool weight_decay;  // AdamW decays matrices and embeddings, not biases or LayerNorm gains
+  // Trained by no step: no gradient, master weight or Adam state is kept for it, and its entry in
+  // ParamContext::grads() is an undefined Tensor, so that backward skips its weight gradient while
+  // still computing the input gradients that flow through it. EngineOptions::freeze freezes more.
+  bool frozen = false;
   int64_t numel() const { return shape_numel(shape); }
 };
 
@@ -47,7 +51,8 @@ class ParamContext {
   // Full parameters of `unit`, valid until the matching release().
   virtual const UnitTensors& gather(int unit) = 0;
   virtual void release(int unit) = 0;
-  // Full-size gradient accumulators of `unit`, valid until grads_ready(). Backward ops add into them.
+  // Full-size gradient accumulators of `unit`, valid until grads_ready(). Backward ops add into them. A
+  // frozen parameter's entry is an undefined Tensor (the op gets a null pointer and skips that gradient).
   virtual const UnitTensors& grads(int unit) = 0;
   virtual void grads_ready(int unit) = 0;
   // Device and dtype in which the model should compute.
