@@ -16,6 +16,7 @@ namespace zshard {
 std::string_view category_name(Category c) {
   switch (c) {
     case Category::params: return "params";
+    case Category::frozen: return "frozen";
     case Category::grads: return "grads";
     case Category::optimizer: return "optimizer";
     case Category::activations: return "activations";
@@ -27,7 +28,7 @@ std::string_view category_name(Category c) {
 }
 
 int64_t MemStats::model_states_live() const {
-  return live[int(Category::params)] + live[int(Category::grads)] + live[int(Category::optimizer)] +
+  return live[int(Category::params)] + live[int(Category::frozen)] + live[int(Category::grads)] + live[int(Category::optimizer)] +
          live[int(Category::host)];
 }
 

@@ -12,7 +12,7 @@ struct Names {
 };
 
 // Indexed by Option, in its order.
-constexpr std::array<Names, 18> kNames = {{
+constexpr std::array<Names, 19> kNames = {{
     {"StrategyOptions::kind", "--strategy"},
     {"StrategyOptions::shard_group", "--shard-group"},
     {"StrategyOptions::max_inflight", "--max-inflight"},
@@ -31,8 +31,9 @@ constexpr std::array<Names, 18> kNames = {{
     {"EngineOptions::grad_accum", "--grad-accum"},
     {"the save mode", "--save-mode"},
     {"the set-up memory check", "--mem-check"},
+    {"EngineOptions::freeze", "--freeze"},
 }};
-static_assert(kNames.size() == size_t(Option::mem_check) + 1, "a name for every Option");
+static_assert(kNames.size() == size_t(Option::freeze) + 1, "a name for every Option");
 
 // Set once by a tool's main before any thread starts; read by error paths.
 std::atomic<OptionNaming> naming{OptionNaming::api};

@@ -27,6 +27,7 @@ enum class Option {
   grad_accum,
   save_mode,
   mem_check,
+  freeze,
 };
 
 // The option's name under the naming in force: "StrategyOptions::max_inflight" or "--max-inflight".

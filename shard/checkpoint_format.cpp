@@ -132,6 +132,10 @@ Manifest manifest_from_json(const json& j) {
     m.files.push_back(std::move(cf));
   }
   m.run = j.at("run");
+  if (j.contains("frozen")) {
+    const json& f = j.at("frozen");
+    m.frozen = {name_field(f, "source"), name_field(f, "fingerprint"), integer_field(f, "params", 1, INT64_MAX)};
+  }
   return m;
 }
 
@@ -145,8 +149,11 @@ json manifest_to_json(const Manifest& m) {
     files.push_back({{"name", m.files[s].name}, {"shard", s}, {"bytes", m.files[s].bytes},
                      {checksum_name(Checksum::xxh3_64), hex(m.files[s].checksum)}});
   }
-  return {{"format", "zshard-checkpoint"}, {"version", kCheckpointVersion}, {"step", m.step},
-          {"group_size", m.group_size}, {"pad_multiple", m.pad_multiple == 0 ? m.group_size : m.pad_multiple}, {"units", units}, {"files", files}, {"run", m.run}};
+  json j = {{"format", "zshard-checkpoint"}, {"version", kCheckpointVersion}, {"step", m.step},
+            {"group_size", m.group_size}, {"pad_multiple", m.pad_multiple == 0 ? m.group_size : m.pad_multiple}, {"units", units}, {"files", files}, {"run", m.run}};
+  if (m.frozen.params > 0)
+    j["frozen"] = {{"source", m.frozen.source}, {"fingerprint", m.frozen.fingerprint}, {"params", m.frozen.params}};
+  return j;
 }
 
 }  // namespace

@@ -58,6 +58,13 @@ struct Manifest {
   std::vector<UnitSpec> units;  // in model order
   std::vector<CheckpointFile> files;  // files[s] holds shard s
   nlohmann::json run = nlohmann::json::object();
+  // The frozen parameters the saved state was trained beside, which the checkpoint does not hold
+  // (shard/frozen_fingerprint.h); params 0: none were frozen.
+  struct Frozen {
+    std::string source;       // "seed 1337", or the weights file imported
+    std::string fingerprint;  // frozen_fingerprint()
+    int64_t params = 0;
+  } frozen;
 
   std::vector<FlatLayout> layouts() const;
 };

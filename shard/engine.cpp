@@ -9,6 +9,7 @@
 #include "comm/launch.h"
 #include "kernels/engine_ops.h"
 #include "shard/device_setup.h"
+#include "shard/frozen_fingerprint.h"
 #include "shard/memory/engine_report.h"
 #include "shard/sharded_params.h"
 
@@ -21,7 +22,14 @@ Engine::Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, c
   ZS_CHECK(options.tokens_per_step >= 1, "tokens_per_step must be >= 1, got ", options.tokens_per_step);
   comm::maybe_stall_in_set_up(world.rank(), "engine");
   device_comm_ = open_device_comm(plan.comm, world);
-  params_ = std::make_unique<ShardedParams>(model, device_comm_ ? *device_comm_ : world_, plan, options.seed);
+  params_ = std::make_unique<ShardedParams>(model, device_comm_ ? *device_comm_ : world_, plan, options.seed,
+                                            options.freeze);
+  frozen_source_ = detail::concat("seed ", options.seed);
+}
+
+const std::string& Engine::frozen_fingerprint() {
+  if (frozen_fingerprint_.empty()) frozen_fingerprint_ = zshard::frozen_fingerprint(*params_, world_);
+  return frozen_fingerprint_;
 }
 
 void Engine::check_batch(const char* call, const Batch& batch) const {

@@ -19,6 +19,7 @@
 #include "shard/async_checkpoint.h"
 #include "shard/checkpoint_commit.h"
 #include "shard/checkpoint_format.h"
+#include "shard/engine_internals.h"
 #include "shard/sharded_params.h"
 
 namespace zshard {
@@ -103,6 +104,11 @@ int64_t commit_step_dir(Engine& engine, comm::Communicator& world, const std::st
                         const std::vector<FileReport>& reports, nlohmann::json run) {
   const auto u64 = [](int32_t lo, int32_t hi) { return uint64_t(uint32_t(lo)) | uint64_t(uint32_t(hi)) << 32; };
   const ShardPlan& plan = engine.plan();
+  ShardedParams& params = EngineInternals::params(engine);
+  int64_t frozen = 0;
+  for (int u = 0; u < params.num_units(); ++u) frozen += params.frozen_layout(u).numel();
+  const Manifest::Frozen frozen_record{EngineInternals::frozen_source(engine),
+                                       EngineInternals::frozen_fingerprint(engine), frozen};
   int64_t total_bytes = 0;
   for (int r = 0; r < plan.groups.size(0); ++r) total_bytes += int64_t(u64(reports[size_t(r)][2], reports[size_t(r)][3]));
   run_agreed(world, [&] {
@@ -111,7 +117,8 @@ int64_t commit_step_dir(Engine& engine, comm::Communicator& world, const std::st
     m.step = step;
     m.group_size = plan.groups.size(0);
     m.pad_multiple = plan.groups.pad_multiple();
-    m.units = engine.model().units();
+    m.units = params.trainable_units();
+    m.frozen = frozen_record;
     for (int r = 0; r < m.group_size; ++r) {
       const FileReport& f = reports[size_t(r)];
       m.files.push_back({rank_file_name(r), u64(f[2], f[3]), u64(f[0], f[1])});
@@ -175,7 +182,15 @@ CheckpointInfo Engine::load(const std::string& dir) {
   Manifest manifest;
   run_agreed(world_, [&] {
     manifest = read_manifest(dir);
-    check_units(dir, manifest, model_.units());
+    check_units(dir, manifest, params.trainable_units());
+  });
+  // Every rank takes part in the fingerprint's collective whatever the manifest said.
+  const std::string fingerprint = frozen_fingerprint();
+  run_agreed(world_, [&] {
+    if (manifest.frozen.fingerprint != fingerprint)
+      fail(dir, ": saved beside frozen parameters from ", manifest.frozen.source, " (fingerprint ",
+           manifest.frozen.fingerprint, "), but this model's are from ", frozen_source_, " (fingerprint ",
+           fingerprint, "): give it the same frozen weights (import_weights, --init-from) before loading");
     // Every rank checks that the files are there; rank r checksums files r, r + N, ... so each file is
     // read once.
     for (size_t s = 0; s < manifest.files.size(); ++s)

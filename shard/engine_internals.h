@@ -10,6 +10,8 @@ namespace zshard {
 
 struct EngineInternals {
   static ShardedParams& params(Engine& engine) { return *engine.params_; }
+  static const std::string& frozen_source(Engine& engine) { return engine.frozen_source_; }
+  static const std::string& frozen_fingerprint(Engine& engine) { return engine.frozen_fingerprint(); }  // collective
   // The world-sized communicator the engine's collectives run on: the NCCL one under --comm nccl, else
   // the world.
   static comm::Communicator& collective_world(Engine& engine) {

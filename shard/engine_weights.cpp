@@ -18,21 +18,26 @@ void Engine::import_weights(const std::string& path) {
   discard_step();
   run_agreed(world_, [&] {
     const SafetensorsFile file = SafetensorsFile::open(path);
-    for (int u = 0; u < params_->num_units(); ++u) {
-      const FlatLayout& layout = params_->layout(u);
+    const auto read = [&](const FlatLayout& layout) {
       std::vector<float> full(size_t(layout.padded_numel()), 0.0f);
       for (size_t i = 0; i < layout.spec().params.size(); ++i) {
         const ParamSpec& p = layout.spec().params[i];
         file.read_f32(resolve_name(file, p.name), full.data() + layout.offset(int(i)), p.shape);
       }
-      params_->set_unit_params(u, full.data());
+      return full;
+    };
+    for (int u = 0; u < params_->num_units(); ++u) {
+      params_->set_unit_params(u, read(params_->layout(u)).data());
+      params_->set_frozen_params(u, read(params_->frozen_layout(u)).data());
     }
   });
+  frozen_source_ = path;
+  frozen_fingerprint_.clear();
 }
 
 void Engine::export_weights(const std::string& path) {
   std::vector<std::vector<float>> units;
-  for (int u = 0; u < params_->num_units(); ++u) units.push_back(params_->full_unit_params(u));
+  for (int u = 0; u < params_->num_units(); ++u) units.push_back(params_->whole_unit_params(u));
   run_agreed(world_, [&] {
     if (world_.rank() == 0) save_consolidated(path, model_.units(), units);
   });

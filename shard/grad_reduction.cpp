@@ -17,11 +17,15 @@ const UnitTensors& ShardedParams::grads(int unit) {
   ZS_CHECK(u.grads_state != Unit::Grads::ready, "grads() of unit ", u.layout.spec().name,
            " after its grads_ready() in this micro-step");
   u.grads_state = Unit::Grads::requested;
+  if (!u.trainable()) {  // every entry undefined: nothing to accumulate, nothing to reduce
+    if (u.grad_views.empty()) u.grad_views = in_unit_order(u.slots, {}, {});
+    return u.grad_views;
+  }
   if (!u.full_grads.defined()) {
     fit_reductions_beside(u);
     u.full_grads =
         Tensor::zeros({u.layout.padded_numel()}, u.grad_store.dtype(), plan_.placement.device, Category::comm);
-    u.grad_views = u.layout.views(u.full_grads);
+    u.grad_views = in_unit_order(u.slots, u.layout.views(u.full_grads), {});
   }
   return u.grad_views;
 }
@@ -35,6 +39,8 @@ void ShardedParams::grads_ready(int unit) {
   ZS_CHECK(u.grads_state == Unit::Grads::requested, "grads_ready for unit ", u.layout.spec().name,
            " without grads()");
   u.grads_state = Unit::Grads::ready;
+  // Every rank freezes the same parameters, so every rank skips the same units' collectives.
+  if (!u.trainable()) return;
   if (!sync_grads_ && !grads_sharded_) return;  // no_sync: keep accumulating locally
   // Across groups (ddp, hybrid), earlier units move on to their all-reduce here, before this unit's
   // reduce-scatter, and nowhere else but the end of the micro-step: a fixed point of the program, so

@@ -24,22 +24,34 @@ bool test_skips_gather(int shard_index, int unit) {
 
 void ShardedParams::start_gather(int unit) {
   Unit& u = *units_[unit];
-  u.gathered =
-      Tensor::empty({u.layout.padded_numel()}, u.resident.dtype(), plan_.placement.device, Category::comm);
+  const Device device = plan_.placement.device;
+  const DType dtype = u.resident.dtype();
   const comm::CollectiveLabel label(comm::trace::Purpose::params, unit);
-  if (!test_skips_gather(shard_index(), unit))
-    u.gather_work = gather_shards(u.resident.raw(), u.gathered.raw(), u.layout.shard_numel(), u.resident.dtype());
-  u.param_views = u.layout.views(u.gathered);
+  // A unit with frozen parameters only keeps its (padding-only) trainable buffer: nothing to gather there.
+  u.gathered = Tensor::empty({u.layout.padded_numel()}, dtype, device, Category::comm);
+  if (u.trainable() && !test_skips_gather(shard_index(), unit))
+    u.gather_work = gather_shards(u.resident.raw(), u.gathered.raw(), u.layout.shard_numel(), dtype);
+  UnitTensors frozen;
+  if (u.has_frozen()) {
+    u.frozen_gathered = Tensor::empty({u.frozen.padded_numel()}, dtype, device, Category::comm);
+    u.frozen_gather_work =
+        gather_shards(u.frozen_resident.raw(), u.frozen_gathered.raw(), u.frozen.shard_numel(), dtype);
+    frozen = u.frozen.views(u.frozen_gathered);
+  }
+  u.param_views = in_unit_order(u.slots, u.layout.views(u.gathered), frozen);
 }
 
 void ShardedParams::finish_gather(Unit& u) {
-  u.gather_work->wait();
-  u.gather_work.reset();
+  for (comm::WorkPtr* work : {&u.gather_work, &u.frozen_gather_work}) {
+    if (*work) (*work)->wait();
+    work->reset();
+  }
 }
 
 void ShardedParams::free_gathered(Unit& u) {
-  if (u.gather_work) finish_gather(u);
+  if (u.gathering()) finish_gather(u);
   u.gathered = Tensor();
+  u.frozen_gathered = Tensor();
   u.param_views.clear();
   u.used = false;
 }
@@ -62,13 +74,13 @@ const UnitTensors& ShardedParams::gather(int unit) {
   if (!order_->recorded) {
     order_->units.push_back(unit);
     // A unit still held (nested, or kept from forward for backward) costs no collective.
-    if (!u.used && !forward_only()) first_step_gathered_numel_ += u.layout.numel();
+    if (!u.used && !forward_only()) first_step_gathered_numel_ += u.layout.numel() + u.frozen.numel();
   }
   u.used = true;
   const size_t position = gather_position_++;
   if (params_sharded_) {
     if (u.gather_refs == 0 && !u.gathered.defined()) start_gather(unit);
-    if (u.gather_work) finish_gather(u);
+    if (u.gathering()) finish_gather(u);
     if (order_->recorded) prefetch_after(position);
   }
   ++u.gather_refs;

@@ -37,7 +37,8 @@ void check_unit_specs(const std::vector<UnitSpec>& specs) {
 
 }  // namespace
 
-ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const ShardPlan& plan, uint64_t seed)
+ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const ShardPlan& plan, uint64_t seed,
+                             const std::vector<std::string>& freeze)
     : plan_(plan),
       comms_(comm, plan.groups),
       params_sharded_(plan.params_sharded()),
@@ -56,29 +57,44 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
   // Offloaded, the fp32 master and Adam m and v are host memory (page-locked on the CUDA path).
   const Category optimizer = placement.offload_optimizer ? Category::host : Category::optimizer;
   const Device optimizer_device = placement.offload_optimizer ? Device::cpu : device;
-  const std::vector<UnitSpec> specs = model.units();
+  std::vector<UnitSpec> specs = model.units();
   check_unit_specs(specs);
+  specs = freeze_matching(std::move(specs), freeze);
   for (size_t i = 0; i < specs.size(); ++i) {
     auto u = std::make_unique<Unit>(specs[i], shard_group_size(), comms_.groups().pad_multiple());
     const int64_t shard = u->layout.shard_numel(), padded = u->layout.padded_numel();
     u->resident = zeros(params_sharded_ ? shard : padded, compute, Category::params);
+    if (u->has_frozen())
+      u->frozen_resident =
+          zeros(params_sharded_ ? u->frozen.shard_numel() : u->frozen.padded_numel(), compute, Category::params);
     const bool master_is_compute = compute == kF32 && !placement.offload_optimizer;
     const auto state = [&] { return Tensor::zeros({shard}, kF32, optimizer_device, optimizer); };
     u->master = master_is_compute ? owned_compute(*u) : state();
     u->grad_store = zeros(grads_sharded_ ? shard : padded, compute, Category::grads);
     u->m = state();
     u->v = state();
-    if (!params_sharded_) u->param_views = u->layout.views(u->resident);
+    if (!params_sharded_)
+      u->param_views = in_unit_order(u->slots, u->layout.views(u->resident),
+                                     u->has_frozen() ? u->frozen.views(u->frozen_resident) : UnitTensors{});
     if (!grads_sharded_) {
       u->full_grads = u->grad_store;
-      u->grad_views = u->layout.views(u->full_grads);
+      u->grad_views = in_unit_order(u->slots, u->layout.views(u->full_grads), {});
     }
     units_.push_back(std::move(u));
     // Every rank initialises the whole unit from the seed, on the host, and keeps its part, so the
-    // initial values do not depend on the world size, strategy or device.
-    Tensor full = Tensor::zeros({padded}, kF32, Device::cpu, Category::workspace);
-    model.init_unit(int(i), units_.back()->layout.views(full), seed);
-    set_unit_params(int(i), full.data<float>());
+    // initial values do not depend on the world size, strategy, device or what is frozen.
+    const Unit& made = *units_.back();
+    Tensor whole = Tensor::zeros({made.whole.padded_numel()}, kF32, Device::cpu, Category::workspace);
+    model.init_unit(int(i), made.whole.views(whole), seed);
+    std::vector<float> trainable(size_t(made.layout.padded_numel())), frozen(size_t(made.frozen.padded_numel()));
+    for (size_t p = 0; p < made.slots.size(); ++p) {
+      const ParamSlot& slot = made.slots[p];
+      const FlatLayout& to = slot.frozen ? made.frozen : made.layout;
+      const float* from = whole.data<float>() + made.whole.offset(int(p));
+      std::copy_n(from, specs[i].params[p].numel(), (slot.frozen ? frozen : trainable).data() + to.offset(slot.index));
+    }
+    set_unit_params(int(i), trainable.data());
+    set_frozen_params(int(i), frozen.data());
   }
   if (placement.offload_optimizer) {
     std::vector<OptimizerOffload::UnitBuffers> buffers;
@@ -105,14 +121,28 @@ ShardedParams::~ShardedParams() {
   // job is about to be aborted anyway. The same once any collective has failed.
   if (std::uncaught_exceptions() > 0 || comm::collectives_failed()) return;
   for (auto& r : reductions_) if (r.work) r.work->wait();
-  for (auto& u : units_) if (u->gather_work) u->gather_work->wait();
+  for (auto& u : units_)
+    for (comm::WorkPtr* work : {&u->gather_work, &u->frozen_gather_work})
+      if (*work) (*work)->wait();
 }
 
 const FlatLayout& ShardedParams::layout(int unit) const { return units_[unit]->layout; }
+const FlatLayout& ShardedParams::frozen_layout(int unit) const { return units_[unit]->frozen; }
+
+std::vector<UnitSpec> ShardedParams::trainable_units() const {
+  std::vector<UnitSpec> out;
+  for (const auto& u : units_) out.push_back(u->layout.spec());
+  return out;
+}
 Tensor ShardedParams::adam_m(int unit) const { return units_[unit]->m; }
 Tensor ShardedParams::adam_v(int unit) const { return units_[unit]->v; }
 
 Tensor ShardedParams::owned_params(int unit) const { return units_[unit]->master; }
+
+Tensor ShardedParams::owned_frozen(int unit) const {
+  const Unit& u = *units_[unit];
+  return u.has_frozen() ? owned_part(u.frozen, shard_index(), u.frozen_resident) : Tensor();
+}
 
 Tensor ShardedParams::owned_compute(const Unit& u) const {
   return owned_part(u.layout, shard_index(), u.resident);
@@ -123,22 +153,31 @@ Tensor ShardedParams::owned_grads(int unit) const {
   return owned_part(u.layout, shard_index(), u.grad_store);
 }
 
+Tensor ShardedParams::upload(const FlatLayout& layout, const Tensor& resident, const float* full) {
+  const Device device = plan_.placement.device;
+  // The part of the buffer this rank keeps, copied to the device in fp32: into the compute copy itself
+  // when that is fp32, else into a staging buffer that the bf16 copy is made from.
+  const int64_t begin = params_sharded_ ? layout.shard_begin(shard_index()) : 0, n = resident.numel();
+  const Tensor staged =
+      resident.dtype() == kF32 ? resident : Tensor::empty({n}, kF32, device, Category::workspace);
+  copy_bytes(staged.raw(), device, full + begin, Device::cpu, staged.nbytes());
+  if (staged.raw() != resident.raw())
+    ops::convert(device, resident.raw(), resident.dtype(), staged.raw(), kF32, size_t(n));
+  return staged.view(layout.shard_begin(shard_index()) - begin, {layout.shard_numel()});
+}
+
 void ShardedParams::set_unit_params(int unit, const float* full) {
   before_owned_change(unit);
   Unit& u = *units_[unit];
-  const Device device = plan_.placement.device;
-  // The part of the unit this rank keeps, copied to the device in fp32: into the compute copy itself
-  // when that is fp32, else into a staging buffer that the bf16 copy is made from; the master, where it
-  // is a buffer of its own, takes its owned part.
-  const int64_t begin = params_sharded_ ? u.layout.shard_begin(shard_index()) : 0, n = u.resident.numel();
-  const Tensor staged =
-      u.resident.dtype() == kF32 ? u.resident : Tensor::empty({n}, kF32, device, Category::workspace);
-  copy_bytes(staged.raw(), device, full + begin, Device::cpu, staged.nbytes());
-  if (staged.raw() != u.resident.raw())
-    ops::convert(device, u.resident.raw(), u.resident.dtype(), staged.raw(), kF32, size_t(n));
-  const Tensor owned = staged.view(u.layout.shard_begin(shard_index()) - begin, {u.layout.shard_numel()});
+  // The master, where it is a buffer of its own, takes its owned part.
+  const Tensor owned = upload(u.layout, u.resident, full);
   if (owned.raw() != u.master.raw())
-    copy_bytes(u.master.raw(), u.master.device(), owned.raw(), device, u.master.nbytes());
+    copy_bytes(u.master.raw(), u.master.device(), owned.raw(), plan_.placement.device, u.master.nbytes());
+}
+
+void ShardedParams::set_frozen_params(int unit, const float* full) {
+  Unit& u = *units_[unit];
+  if (u.has_frozen()) upload(u.frozen, u.frozen_resident, full);
 }
 
 void ShardedParams::copy_master_to_compute(int unit) {
@@ -171,6 +210,39 @@ std::vector<float> ShardedParams::full_unit_params(int unit) {
   return out;
 }
 
+std::vector<float> ShardedParams::full_frozen_params(int unit) {
+  const Unit& u = *units_[unit];
+  std::vector<float> out(size_t(u.frozen.padded_numel()));
+  if (!u.has_frozen()) return out;
+  const Device device = plan_.placement.device;
+  Tensor full = u.frozen_resident;
+  if (params_sharded_) {
+    full = Tensor::empty({u.frozen.padded_numel()}, full.dtype(), device, Category::comm);
+    const comm::CollectiveLabel label(comm::trace::Purpose::params, unit);
+    if (comm::WorkPtr work = gather_shards(u.frozen_resident.raw(), full.raw(), u.frozen.shard_numel(), full.dtype()))
+      work->wait();
+  }
+  if (full.dtype() != kF32) {
+    Tensor f32 = Tensor::empty(full.shape(), kF32, device, Category::comm);
+    ops::convert(device, f32.raw(), kF32, full.raw(), full.dtype(), size_t(full.numel()));
+    full = f32;
+  }
+  copy_bytes(out.data(), Device::cpu, full.raw(), device, full.nbytes());
+  return out;
+}
+
+std::vector<float> ShardedParams::whole_unit_params(int unit) {
+  const Unit& u = *units_[unit];
+  const std::vector<float> trainable = full_unit_params(unit), frozen = full_frozen_params(unit);
+  std::vector<float> out(size_t(u.whole.padded_numel()));
+  for (size_t p = 0; p < u.slots.size(); ++p) {
+    const ParamSlot& slot = u.slots[p];
+    const float* from = (slot.frozen ? frozen : trainable).data() + (slot.frozen ? u.frozen : u.layout).offset(slot.index);
+    std::copy_n(from, u.whole.spec().params[p].numel(), out.data() + u.whole.offset(int(p)));
+  }
+  return out;
+}
+
 void ShardedParams::sync_resident_params() {
   for (int i = 0; i < num_units(); ++i) copy_master_to_compute(i);
   gather_resident_params();
@@ -181,6 +253,7 @@ void ShardedParams::gather_resident_params() {
   std::vector<comm::WorkPtr> works;
   for (int i = 0; i < num_units(); ++i) {
     const Unit& u = *units_[i];
+    if (!u.trainable()) continue;  // frozen parameters only: nothing the optimizer changed
     const comm::CollectiveLabel label(comm::trace::Purpose::params, i);
     works.push_back(gather_shards(owned_compute(u).raw(), u.resident.raw(), u.layout.shard_numel(), u.resident.dtype()));
   }

@@ -47,6 +47,7 @@
 
 #include "kernels/engine_ops.h"
 #include "shard/flat_unit.h"
+#include "shard/frozen_params.h"
 #include "shard/group_comms.h"
 
 namespace zshard {
@@ -67,8 +68,10 @@ class ShardedParams : public ParamContext {
  public:
   // Collective over `comm`, which the plan's groups split from (it has the plan's world size) and whose
   // collectives carry the plan's device buffers; `comm` must outlive this object. Parameters start from
-  // model.init_unit(seed), computed on the host.
-  ShardedParams(const Model& model, comm::Communicator& comm, const ShardPlan& plan, uint64_t seed);
+  // model.init_unit(seed), computed on the host. The parameters ParamSpec::frozen marks, and those a
+  // `freeze` pattern matches (shard/frozen_params.h), keep a compute copy only.
+  ShardedParams(const Model& model, comm::Communicator& comm, const ShardPlan& plan, uint64_t seed,
+                const std::vector<std::string>& freeze = {});
   ~ShardedParams() override;
 
   // ParamContext
@@ -94,7 +97,11 @@ class ShardedParams : public ParamContext {
 
   // Layout and owned state, for checkpoints, exports and reports.
   int num_units() const { return int(units_.size()); }
+  // The trainable parameters' layout: what the gradients, AdamW, checkpoints and the norm cover. A unit
+  // without frozen parameters has them all.
   const FlatLayout& layout(int unit) const;
+  const FlatLayout& frozen_layout(int unit) const;  // the frozen parameters' (numel 0 without any)
+  std::vector<UnitSpec> trainable_units() const;  // each unit's trainable parameters: what a checkpoint holds
   int shard_index() const { return comms_.shard_index(); }
   int shard_group_size() const { return comms_.shard_group_size(); }  // this rank's group
   const ShardGroups& groups() const { return comms_.groups(); }
@@ -106,6 +113,9 @@ class ShardedParams : public ParamContext {
   Tensor owned_grads(int unit) const;
   Tensor adam_m(int unit) const;
   Tensor adam_v(int unit) const;
+  // This rank's shard (frozen_layout's shard_numel) of the frozen parameters' compute copy; undefined
+  // without any.
+  Tensor owned_frozen(int unit) const;
   // At most one guard, until set back to nullptr. Whatever changes a unit's owned master, m or v (AdamW,
   // set_unit_params, a load) calls before_owned_change(unit) first, which tells the guard.
   void set_update_guard(UpdateGuard* guard) { update_guard_ = guard; }
@@ -115,10 +125,16 @@ class ShardedParams : public ParamContext {
   // After writing owned master shards directly (loading), makes the compute copies consistent.
   // Collective.
   void sync_resident_params();
-  // Sets a unit's parameters from a full flat host buffer (padded_numel floats), every rank the same.
+  // Sets a unit's trainable parameters from a full flat host buffer (layout's padded_numel floats), every
+  // rank the same.
   void set_unit_params(int unit, const float* full);
+  // Sets its frozen parameters the same way (frozen_layout's padded_numel floats).
+  void set_frozen_params(int unit, const float* full);
   // Full flat fp32 master parameters of a unit (padded_numel, host), all-gathered. Collective.
   std::vector<float> full_unit_params(int unit);
+  // Every parameter of a unit, trainable and frozen, in UnitSpec order (FlatLayout(spec, 1), host, fp32;
+  // frozen ones as their compute copy holds them). Collective.
+  std::vector<float> whole_unit_params(int unit);
   // Sharded params: the elements a micro-step all-gathers for the model, as the first micro-step recorded
   // them (0 before it). 2Ψ where every unit is gathered for forward and again for backward; less without
   // resharding after forward, or for a model whose backward reuses a forward gather or needs none (an
@@ -140,6 +156,10 @@ class ShardedParams : public ParamContext {
   };
 
   Tensor owned_compute(const Unit& u) const;  // this rank's part of the compute copy
+  // Writes this rank's part of a compute-copy buffer (full, or the shard) from a full flat host buffer;
+  // returns the owned shard's values in fp32 on the device (a view of `resident` when that is fp32).
+  Tensor upload(const FlatLayout& layout, const Tensor& resident, const float* full);
+  std::vector<float> full_frozen_params(int unit);  // frozen_layout's padded_numel, fp32, host; collective
   void copy_master_to_compute(int unit);  // where the master is a buffer of its own
   // all_gather over the shard group; a group of one is a device copy (null Work): it moves nothing,
   // and the self backend copies host memory only.
@@ -198,21 +218,35 @@ class ShardedParams : public ParamContext {
 // optimizer_step.cpp: norm and AdamW) ----
 
 struct ShardedParams::Unit {
-  Unit(const UnitSpec& spec, int group, int pad_multiple) : layout(spec, group, pad_multiple) {}
-  FlatLayout layout;
+  Unit(const UnitSpec& spec, int group, int pad_multiple)
+      : Unit(split_unit(spec), spec, group, pad_multiple) {}
+  Unit(const UnitSplit& split, const UnitSpec& spec, int group, int pad_multiple)
+      : layout(split.trainable, group, pad_multiple),
+        frozen(split.frozen, group, pad_multiple),
+        whole(spec, 1),
+        slots(split.slots) {}
+  FlatLayout layout;    // the trainable parameters: what gradients, AdamW and checkpoints cover
+  FlatLayout frozen;    // the frozen parameters (shard/frozen_params.h): a compute copy, nothing else
+  FlatLayout whole;     // every parameter in UnitSpec order, unsharded: how the model and weight files see it
+  std::vector<ParamSlot> slots;  // each parameter's layout (trainable or frozen) and place there
+  bool trainable() const { return layout.numel() > 0; }
+  bool has_frozen() const { return frozen.numel() > 0; }
+  bool gathering() const { return gather_work || frozen_gather_work; }
   Tensor resident;      // compute copy: the full flat buffer when resident, this rank's shard when sharded
+  Tensor frozen_resident;  // the same for the frozen parameters (undefined without any)
   Tensor master;        // the fp32 owned shard; a view into `resident` when the param dtype is fp32
   Tensor gathered;      // sharded params: the all-gathered full buffer while the unit is in use
-  comm::WorkPtr gather_work;
+  Tensor frozen_gathered;
+  comm::WorkPtr gather_work, frozen_gather_work;
   int gather_refs = 0;  // gathers not yet released, on every strategy (the protocol is checked on all)
   bool used = false;    // the model has gathered it since it was last freed (a prefetch is not yet used)
   // Where the unit's gradients are in this micro-step: the protocol allows grads() any number of times,
   // then one grads_ready().
   enum class Grads { untouched, requested, ready } grads_state = Grads::untouched;
-  UnitTensors param_views;
+  UnitTensors param_views;  // UnitSpec order, trainable and frozen
   Tensor grad_store;    // grads: full when resident (ddp, zero1), this rank's shard when sharded
   Tensor full_grads;    // what the model accumulates into: grad_store, or a transient full buffer
-  UnitTensors grad_views;
+  UnitTensors grad_views;  // UnitSpec order; a frozen parameter's is undefined
   Tensor m, v;          // AdamW state of the owned shard
 };
 
@@ -226,6 +260,16 @@ decltype(auto) with_element_type(DType dtype, Fn&& fn) {
   if (dtype == DType::bf16) return fn(bf16{});
   ZS_CHECK(dtype == DType::f32, "parameters and gradients are f32 or bf16, not ", dtype_name(dtype));
   return fn(float{});
+}
+
+// A unit's views in UnitSpec order from its trainable and frozen layouts' views; with no frozen views (the
+// gradients) a frozen parameter's entry is an undefined Tensor.
+inline UnitTensors in_unit_order(const std::vector<ParamSlot>& slots, const UnitTensors& trainable,
+                                 const UnitTensors& frozen) {
+  UnitTensors out;
+  for (const ParamSlot& s : slots)
+    out.push_back(!s.frozen ? trainable[size_t(s.index)] : frozen.empty() ? Tensor() : frozen[size_t(s.index)]);
+  return out;
 }
 
 // This rank's shard of a unit buffer that holds either the full unit or that shard already.

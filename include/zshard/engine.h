@@ -42,6 +42,11 @@ struct EngineOptions {
   // Tokens of all ranks' micro-batches of one step together: the gradient is the mean over them, exactly,
   // whatever the split of the batch among the ranks.
   int64_t tokens_per_step = 0;
+  // Names of parameters to freeze besides those ParamSpec::frozen marks, `*` matching any characters:
+  // {"wte.weight", "h.*.ln_*"}. A frozen parameter is sharded and gathered in the compute dtype and has no
+  // gradient, master weight or Adam state. A pattern that matches nothing, or that leaves nothing to
+  // train, is refused.
+  std::vector<std::string> freeze;
 };
 
 // AdamW's hyper-parameters for one step (PyTorch's AdamW, with torch.nn.utils.clip_grad_norm_ before it).
@@ -142,7 +147,8 @@ class Engine {
 
   // Writes a checkpoint into directory `dir` (created; what an interrupted save left there is replaced; a
   // committed checkpoint there is refused, as the save would uncommit it before writing):
-  // the fp32 master parameters and Adam state, one file per shard of the first shard group and a manifest
+  // the fp32 master parameters and Adam state of the trainable parameters (frozen ones are named by their
+  // source and fingerprint, not copied), one file per shard of the first shard group and a manifest
   // written last, the commit point. `run_json`, a JSON object, is kept in the manifest for the caller.
   // A failed save leaves no manifest and throws on every rank. Returns the bytes of the files. Collective.
   int64_t save(const std::string& dir, const std::string& run_json = "{}");
@@ -153,6 +159,8 @@ class Engine {
   AsyncSave save_async(const std::string& dir, const std::string& run_json = "{}");
   // Loads a checkpoint saved by any world size and strategy (each rank reads only the slices its shards
   // need) and continues from its step. Checks the model's units and the files' sizes and checksums first.
+  // A checkpoint holds the trainable parameters' state only: frozen ones stay as they are, and must be
+  // those it was trained beside (the same seed, or the same weights imported first), else it is refused.
   // A step in progress is dropped with its gradients (a loop recovering from a failed step loads the last
   // checkpoint and goes on). Collective.
   CheckpointInfo load(const std::string& dir);
@@ -192,6 +200,9 @@ class Engine {
   void end_step();
   void discard_step();  // its gradients too
   void give_up_save_in_flight();  // the engine is going: its save is not committed
+  // The frozen parameters' fingerprint (shard/frozen_fingerprint.h), computed once after they change.
+  // Collective.
+  const std::string& frozen_fingerprint();
 
   Model& model_;
   comm::Communicator& world_;
@@ -199,6 +210,8 @@ class Engine {
   EngineOptions options_;
   std::unique_ptr<comm::Communicator> device_comm_;  // nccl: what params_'s groups split from (outlives them)
   std::unique_ptr<ShardedParams> params_;
+  std::string frozen_source_;       // where the frozen parameters came from: "seed N", or a weights file
+  std::string frozen_fingerprint_;  // empty until computed
   AsyncCheckpoint* save_in_flight_ = nullptr;  // owned by its AsyncSave
   int micro_steps_ = 0;  // of the step in progress
   int64_t step_tokens_ = 0;  // this rank's B x T of the step in progress

@@ -14,10 +14,11 @@ namespace zshard {
 // state (fp32 master, Adam m and v) that --offload optimizer keeps in host memory, ZeRO-Offload's split.
 // Transient full-size unit buffers that only exist around a collective (gathered params, unsharded grads
 // before a reduce-scatter, staging) are `comm`.
-enum class Category : uint8_t { params, grads, optimizer, activations, comm, workspace, host };
-constexpr int kNumCategories = 7;
+// frozen: the compute copy of frozen parameters (ParamSpec::frozen), which have nothing else.
+enum class Category : uint8_t { params, frozen, grads, optimizer, activations, comm, workspace, host };
+constexpr int kNumCategories = 8;
 constexpr std::array<Category, kNumCategories> kAllCategories = {
-    Category::params, Category::grads, Category::optimizer, Category::activations,
+    Category::params, Category::frozen, Category::grads, Category::optimizer, Category::activations,
     Category::comm,   Category::workspace, Category::host};
 
 std::string_view category_name(Category c);

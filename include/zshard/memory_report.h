@@ -16,13 +16,14 @@ namespace zshard {
 // Model-state bytes per rank: what the ZeRO formulas count.
 struct ModelStateBytes {
   int64_t params = 0;
+  int64_t frozen = 0;  // frozen parameters' compute copy (ParamSpec::frozen)
   int64_t grads = 0;
   int64_t optimizer = 0;
   // --offload optimizer: the fp32 master and Adam m and v in host memory, and on a GPU the host copy of
   // the owned gradients
   int64_t host = 0;
-  int64_t total() const { return params + grads + optimizer + host; }
-  int64_t on_device() const { return params + grads + optimizer; }
+  int64_t total() const { return params + frozen + grads + optimizer + host; }
+  int64_t on_device() const { return params + frozen + grads + optimizer; }
 };
 
 struct RankMemory {
@@ -43,7 +44,8 @@ struct MemoryReport {
   int world = 1;
   int shard_group = 1;       // rank 0's group
   std::vector<int> shard_group_sizes;  // every group's, in rank order
-  int64_t params = 0;  // Ψ
+  int64_t params = 0;  // Ψ, frozen ones included
+  int64_t frozen_params = 0;  // of which frozen: a compute copy each, no gradient or optimizer state
   ModelStateBytes predicted;  // for rank 0's group; each rank's in RankMemory
   ModelStateBytes predicted_zero_offload;  // with --offload optimizer: ZeRO-Offload's own split, beside it
   int64_t predicted_inflight = 0;  // largest gathered units in flight (sharded params), an estimate
@@ -53,7 +55,7 @@ struct MemoryReport {
   std::vector<RankMemory> ranks;
 
   // Max over the ranks of groups of `group_size` (0: all ranks) of the measured live model-state bytes
-  // (params + grads + optimizer + host).
+  // (params + frozen + grads + optimizer + host).
   int64_t measured_model_states(int group_size = 0) const;
   // Max over the ranks of the host category's peak above its live bytes: the snapshot of an asynchronous
   // save, freed once written, beside host memory that lives as long as the run (the offloaded optimizer).

@@ -81,6 +81,12 @@ void add_recompute_flag(CLI::App& app, Recompute& mode) {
              "(less activation memory, one more block forward per step, the same results)");
 }
 
+void add_freeze_flag(CLI::App& app, std::vector<std::string>& patterns) {
+  add_list_option(app, "--freeze", patterns,
+                  "parameters to freeze, by name, '*' matching any characters: e.g. 'wte.weight,h.*.ln_*' (no "
+                  "gradient, master weight or optimizer state; still sharded and gathered)");
+}
+
 void add_model_flags(CLI::App& app, ModelOptions& o) {
   add_model_flags(app, o.name, o.overrides);
   app.add_option("--init-from", o.init_from, "initial weights (safetensors with the model's parameter names)");
@@ -99,6 +105,7 @@ void add_model_flags(CLI::App& app, ModelOptions& o) {
           },
           "UINT"));
   add_recompute_flag(app, o.recompute);
+  add_freeze_flag(app, o.freeze);
 }
 
 ModelConfig resolve_model_config(const ModelOptions& o) { return model_config(o.name, o.overrides); }

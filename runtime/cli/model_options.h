@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <zshard/model.h>
 #include <zshard/model_registry.h>
@@ -18,6 +19,7 @@ struct ModelOptions {
   uint64_t seed = 1337;       // initial parameters, the same whatever the world
   // What the model keeps for backward; changes memory and compute, never the results.
   Recompute recompute = Recompute::none;
+  std::vector<std::string> freeze;  // --freeze: parameter name patterns (EngineOptions::freeze)
 };
 
 // How --activation-checkpointing spells a mode: none, blocks.
@@ -28,7 +30,9 @@ std::string_view recompute_flag(Recompute mode);
 void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides);
 // --activation-checkpointing none|blocks: the tools that run a model or size its activations.
 void add_recompute_flag(CLI::App& app, Recompute& mode);
-// All of the above with --init-from and --seed.
+// --freeze PATTERN,...: the tools that train a model or size its memory.
+void add_freeze_flag(CLI::App& app, std::vector<std::string>& patterns);
+// All of the above with --init-from, --seed and --freeze.
 void add_model_flags(CLI::App& app, ModelOptions& options);
 
 // The registered configuration of the model with the overrides; UsageError naming the flag.

@@ -38,7 +38,7 @@ int64_t estimate_rank_bytes(const TrainingRun& run, const std::vector<int>& host
   const DataOptions& d = run.options.data;
   // The job's own set-up check counts an asynchronous save's snapshot: so does the plan.
   EstimateInput in = estimate_input(plan_on_hosts(run.options.plan, host_slots), *run.model,
-                                    {batch, d.seq, grad_accum, true, run.options.saves.snapshots()},
+                                    {batch, d.seq, grad_accum, true, run.options.saves.snapshots(), run.options.model.freeze},
                                     (batch + world - 1) / world);
   in.group = -1;  // unequal groups: the rank that needs the most
   return estimate_memory(in).total();

@@ -30,6 +30,7 @@ EstimateInput estimate_input(const TuneProblem& p, const Candidate& c) {
   in.rank_batch = c.auto_split ? c.max_rank_batch : c.batch / p.world;
   in.seq = p.seq;
   in.grad_accum = c.grad_accum;
+  in.freeze = p.freeze;
   return in;
 }
 

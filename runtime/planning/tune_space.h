@@ -24,6 +24,7 @@ struct TuneProblem {
   DType param_dtype = DType::f32;  // bf16: mixed precision (bf16 compute, fp32 master and AdamW)
   Device device = Device::cpu;
   int64_t budget = 0;  // bytes per rank
+  std::vector<std::string> freeze;  // EngineOptions::freeze
 };
 
 // The values each dimension may take. An empty grad_accums means every one that divides the batch.

@@ -18,6 +18,7 @@
 #include "runtime/cli/path_checks.h"
 #include "runtime/cli/json_input.h"
 #include "models/config_json.h"
+#include "shard/frozen_params.h"
 #include "shard/memory/estimator.h"
 #include "runtime/tools/tool_runner.h"
 #include "runtime/tools/tools.h"
@@ -69,6 +70,7 @@ struct MemOptions {
   int grad_accum = 1;
   int max_inflight = 2;
   Recompute recompute = Recompute::none;
+  std::vector<std::string> freeze;
   bool offload_optimizer = false;
   bool async_saves = false;
   Device device = Device::cpu;
@@ -82,7 +84,9 @@ struct MemOptions {
 json to_json(const MemoryEstimate& e) {
   return {{"shard_group", e.shard_group},
           {"params", e.params},
+          {"frozen_params", e.frozen_params},
           {"param_bytes", e.model_states.params},
+          {"frozen_bytes", e.model_states.frozen},
           {"grad_bytes", e.model_states.grads},
           {"optimizer_bytes", e.model_states.optimizer},
           {"host_bytes", e.model_states.host},
@@ -197,6 +201,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   CLI::App app{"zshard-mem: per-rank memory estimate for a model, world size, strategy and dtype policy"};
   app.option_defaults()->always_capture_default();
   add_model_flags(app, o.model, o.overrides);
+  add_freeze_flag(app, o.freeze);
   app.add_option("--params", o.params, "bare parameter count, e.g. 7.5e9 (model states only)")
       ->excludes(app.get_option("--model"));
   add_list_option(app, "--world", o.worlds, "world sizes, comma separated");
@@ -279,6 +284,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     base.seq = o.seq;
     base.grad_accum = o.grad_accum;
     base.checkpoint_snapshot = o.async_saves;
+    base.freeze = o.freeze;
     std::unique_ptr<Model> model;
     if (o.params > 0) {
       base.params = int64_t(std::llround(o.params));
@@ -303,12 +309,15 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     }
 
     json rows = json::array();
+    // Frozen parameters (--freeze, LoRA's base) get a column of their own: a compute copy, nothing else.
+    const bool frozen = base.model && count_params(freeze_matching(base.model->units(), o.freeze)).frozen > 0;
     std::cout << "zshard-mem: " << (o.model.empty() ? "" : o.model + ", ") << "dtype " << o.dtype
               << (base.model ? ", global batch " + std::to_string(o.batch) + "x" + std::to_string(o.seq) : "")
               << " (per rank; GB = 1e9 bytes" << (o.device == Device::cpu ? "" : "; total: the GPU's, host apart")
               << ")\n"
               << std::left << std::setw(8) << "strategy" << std::right << std::setw(6) << "N" << std::setw(5) << "G"
-              << std::setw(12) << "params" << std::setw(12) << "grads" << std::setw(12) << "optimizer"
+              << std::setw(12) << "params" << std::setw(frozen ? 12 : 0) << (frozen ? "frozen" : "") << std::setw(12)
+              << "grads" << std::setw(12) << "optimizer"
               << std::setw(12) << "host" << std::setw(12) << "states" << std::setw(12) << "in flight"
               << std::setw(12) << "comm" << std::setw(12) << "activations" << std::setw(o.async_saves ? 12 : 0)
               << (o.async_saves ? "snapshot" : "") << std::setw(12) << "total"
@@ -323,9 +332,10 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
           row["world"] = world;
           std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world << std::setw(5)
                     << e.shard_group;
-          std::vector<int64_t> columns = {e.model_states.params, e.model_states.grads, e.model_states.optimizer,
-                                          e.model_states.host, e.model_states.total(), e.gathered_in_flight,
-                                          e.comm_buffers, e.activations};
+          std::vector<int64_t> columns = {e.model_states.params};
+          if (frozen) columns.push_back(e.model_states.frozen);
+          columns.insert(columns.end(), {e.model_states.grads, e.model_states.optimizer, e.model_states.host,
+                                         e.model_states.total(), e.gathered_in_flight, e.comm_buffers, e.activations});
           if (o.async_saves) columns.push_back(e.checkpoint_snapshot);
           columns.push_back(e.total());
           for (int64_t v : columns)

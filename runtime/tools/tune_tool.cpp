@@ -39,6 +39,7 @@ namespace {
 struct TuneOptions {
   std::string model;
   ModelConfig overrides;
+  std::vector<std::string> freeze;
   int global_batch = 0;
   int64_t global_tokens = 0;
   int seq = 64;
@@ -216,6 +217,11 @@ std::vector<std::string> common_flags(const TuneOptions& o) {
     for (const auto& [key, value] : o.overrides) config += (config.empty() ? "" : ",") + key + "=" + value.text();
     f.insert(f.end(), {"--config", config});
   }
+  if (!o.freeze.empty()) {
+    std::string patterns;
+    for (const std::string& p : o.freeze) patterns += (patterns.empty() ? "" : ",") + p;
+    f.insert(f.end(), {"--freeze", patterns});
+  }
   f.insert(f.end(), {"--seq", std::to_string(o.seq)});
   if (o.device != Device::cpu) f.insert(f.end(), {"--device", std::string(device_name(o.device))});
   if (o.param_dtype != "fp32") f.insert(f.end(), {"--param-dtype", o.param_dtype});
@@ -242,6 +248,7 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
                "cost model, proven by short runs"};
   app.option_defaults()->always_capture_default();
   add_model_flags(app, o.model, o.overrides);
+  add_freeze_flag(app, o.freeze);
   CLI::Option* batch = app.add_option("--global-batch", o.global_batch, "sequences per optimizer step (all ranks)")
                            ->default_str("");
   batch->excludes(app.add_option("--global-tokens", o.global_tokens, "tokens per optimizer step: a multiple of --seq")
@@ -307,7 +314,7 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
     if (budget.bytes < 0) throw UsageError("the memory a rank can use is unknown here: give --mem-budget SIZE");
     const TuneProblem problem{model.get(), world, o.hosts.size() > 1 ? o.hosts : std::vector<int>{}, o.global_batch,
                               o.seq, o.param_dtype == "bf16" ? DType::bf16 : DType::f32,
-                              o.device, budget.bytes};
+                              o.device, budget.bytes, o.freeze};
 
     CandidateLauncher how;
     how.launcher = launcher_words(o.launcher, world);

@@ -57,7 +57,7 @@ std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Commun
   run_agreed(world, [&] {
     const std::unique_ptr<Model> model = build_model(options.model.name, resolve_model_config(options.model));
     model->set_recompute(options.model.recompute);
-    const BatchShape shape{data.batch, data.seq, data.grad_accum, true, options.saves.snapshots()};
+    const BatchShape shape{data.batch, data.seq, data.grad_accum, true, options.saves.snapshots(), options.model.freeze};
     rank_batch = largest_rank_batch_fitting(plan, *model, shape, budget);
     if (rank_batch == 0) {
       const EstimateInput one = estimate_input(plan, *model, shape, 1);

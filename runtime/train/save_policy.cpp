@@ -270,6 +270,7 @@ int64_t SavePolicy::predicted_snapshot_bytes() const {
   in.plan = trainer_.plan();
   in.group = 0;
   in.checkpoint_snapshot = true;
+  in.freeze = trainer_.options().model.freeze;
   return estimate_memory(in).checkpoint_snapshot;
 }
 

@@ -39,7 +39,7 @@ double test_slowdown(int rank) {
 
 BatchShape batch_shape(const TrainOptions& o) {
   const DataOptions& d = o.data;
-  return {d.batch, d.seq, d.grad_accum, d.rank_batches.empty(), o.saves.snapshots()};
+  return {d.batch, d.seq, d.grad_accum, d.rank_batches.empty(), o.saves.snapshots(), o.model.freeze};
 }
 
 }  // namespace
@@ -98,7 +98,8 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     comm::start_recording(world, options_.output.trace_dir);
   const int64_t tokens_per_step = int64_t(data.batch) * data.seq * data.grad_accum;
   engine_ = std::make_unique<Engine>(*model_, world, plan,
-                                     EngineOptions{options_.model.seed, data.grad_accum, tokens_per_step});
+                                     EngineOptions{options_.model.seed, data.grad_accum, tokens_per_step,
+                                                   options_.model.freeze});
   if (options_.output.check_collectives) collective_check_ = std::make_unique<comm::CollectiveCheck>(world);
   if (!options_.model.init_from.empty()) engine_->import_weights(options_.model.init_from);
 }

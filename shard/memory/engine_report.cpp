@@ -65,16 +65,19 @@ MemoryReport measure_memory(ShardedParams& params, comm::Communicator& world, in
   rep.shard_group_sizes = groups.sizes();
   std::vector<int64_t> gathered_sizes;  // what a gather of each unit holds: its padded size
   for (int u = 0; u < params.num_units(); ++u) {
-    rep.params += params.layout(u).numel();
-    gathered_sizes.push_back(params.layout(u).padded_numel());
+    rep.params += params.layout(u).numel() + params.frozen_layout(u).numel();
+    rep.frozen_params += params.frozen_layout(u).numel();
+    const FlatLayout& frozen = params.frozen_layout(u);  // a buffer only where it holds parameters
+    gathered_sizes.push_back(params.layout(u).padded_numel() + (frozen.numel() > 0 ? frozen.padded_numel() : 0));
   }
+  const int64_t trainable = rep.params - rep.frozen_params;  // what has gradients to reduce
   const Placement& placement = plan.placement;
   rep.device = std::string(device_name(placement.device));
   rep.param_dtype = std::string(dtype_flag(placement.param_dtype));
   rep.reduce_dtype = std::string(dtype_flag(placement.reduce_dtype));
   const DtypePolicy dtypes = DtypePolicy::of(placement.param_dtype);
   if (placement.offload_optimizer)
-    rep.predicted_zero_offload = predict_zero_offload(plan.kind, rep.shard_group, rep.params, dtypes);
+    rep.predicted_zero_offload = predict_zero_offload(plan.kind, rep.shard_group, trainable, dtypes);
   rep.predicted_inflight =
       plan.params_sharded()
           ? predict_gathered_elements(gathered_sizes, plan.max_inflight, plan.reshard_after_forward) * dtypes.param_bytes
@@ -97,10 +100,12 @@ MemoryReport measure_memory(ShardedParams& params, comm::Communicator& world, in
   for (int r = 0; r < world.size(); ++r) {
     RankMemory& rank = rep.ranks.emplace_back(decode(all.data() + size_t(r) * kRecord));
     rank.shard_group = groups.size_of_rank(r);
-    rank.predicted = predict_model_states(plan.kind, rank.shard_group, rep.params, dtypes,
-                                          placement.offload_optimizer, placement.device);
+    rank.predicted = predict_model_states(plan.kind, rank.shard_group, trainable, dtypes,
+                                          placement.offload_optimizer, placement.device, rep.frozen_params);
+    // Frozen parameters are gathered like the others, and have no gradient to reduce nor update to
+    // re-gather: the gradient terms count the trainable ones.
     rank.predicted_comm_bytes =
-        predict_comm_bytes(plan.kind, groups, rank.shard_group, rep.params, gathered, grad_accum, traffic);
+        predict_comm_bytes(plan.kind, groups, rank.shard_group, trainable, gathered, grad_accum, traffic);
   }
   rep.predicted = rep.ranks[0].predicted;
   rep.predicted_comm_bytes = rep.ranks[0].predicted_comm_bytes;

@@ -11,6 +11,7 @@
 
 #include "shard/checkpoint_format.h"
 #include "shard/flat_unit.h"
+#include "shard/frozen_params.h"
 
 namespace zshard {
 
@@ -41,26 +42,35 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     return e;
   }
 
-  // Per-unit padding by the code that shards the units.
-  std::vector<int64_t> units;
+  // Per-unit padding by the code that shards the units: a unit's trainable and frozen parameters are two
+  // flat buffers (shard/frozen_params.h), gathered together, the trainable ones alone with gradients.
+  std::vector<int64_t> units, gathered_units;
   std::vector<FlatLayout> layouts;
-  int64_t padded_total = 0;
-  for (const UnitSpec& unit : in.model->units()) {
-    const FlatLayout& layout = layouts.emplace_back(unit, G, groups.pad_multiple());
-    e.params += layout.numel();
+  int64_t padded_total = 0, frozen_total = 0;
+  for (const UnitSpec& unit : freeze_matching(in.model->units(), in.freeze)) {
+    const UnitSplit split = split_unit(unit);
+    const FlatLayout& layout = layouts.emplace_back(split.trainable, G, groups.pad_multiple());
+    const FlatLayout frozen(split.frozen, G, groups.pad_multiple());
+    const int64_t frozen_padded = frozen.numel() > 0 ? frozen.padded_numel() : 0;
+    e.params += layout.numel() + frozen.numel();
+    e.frozen_params += frozen.numel();
     units.push_back(layout.padded_numel());
+    gathered_units.push_back(units.back() + frozen_padded);
     padded_total += units.back();
+    frozen_total += frozen_padded;
   }
   if (in.checkpoint_snapshot) e.checkpoint_snapshot = checkpoint_snapshot_bytes(layouts, group);
   const int64_t shard_total = padded_total / G;
   const bool p_sharded = plan.params_sharded(), g_sharded = plan.grads_sharded();
   e.model_states.params = (p_sharded ? shard_total : padded_total) * d.param_bytes;
+  e.model_states.frozen = (p_sharded ? frozen_total / G : frozen_total) * d.param_bytes;
   e.model_states.grads = (g_sharded ? shard_total : padded_total) * d.grad_bytes;
   (offload ? e.model_states.host : e.model_states.optimizer) =
       shard_total * (offload ? offloaded_bytes_per_param(d, device) : d.optimizer_bytes);
 
   if (p_sharded)
-    e.gathered_in_flight = predict_gathered_elements(units, plan.max_inflight, plan.reshard_after_forward) * d.param_bytes;
+    e.gathered_in_flight =
+        predict_gathered_elements(gathered_units, plan.max_inflight, plan.reshard_after_forward) * d.param_bytes;
   // Transient full gradients and reduce-scatter outputs (shard/sharded_params.cpp). Sharded gradients:
   // a unit's reduction is finished once the next one is issued, and a unit opens its full gradient only
   // once those in flight fit beside it within max(L1, 2 L2) elements (L1, L2 the two largest units): the
@@ -91,11 +101,11 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   if (p_sharded) {
     int64_t backward = 0, held = 0;
     for (size_t u = 0; u < units.size(); ++u) {
-      held += units[u];
+      held += gathered_units[u];
       int64_t gathered = held;  // kept from forward: every unit from 0 to u
       if (plan.reshard_after_forward) {
         gathered = 0;
-        for (size_t v = u; v >= 1 && u - v < size_t(std::max(1, plan.max_inflight)); --v) gathered += units[v];
+        for (size_t v = u; v >= 1 && u - v < size_t(std::max(1, plan.max_inflight)); --v) gathered += gathered_units[v];
       }
       const int64_t open = open_at(u);
       if (in_flight_shards == 0) {
@@ -104,7 +114,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       }
       // Reductions through a scratch: u+1's in flight while u's backward runs; from u's grads_ready on,
       // u's too, its gathered copy released by then (an embedding's, gathered for nothing, frees nothing).
-      const int64_t released = plan.reshard_after_forward && u >= 1 ? units[u] : 0;
+      const int64_t released = plan.reshard_after_forward && u >= 1 ? gathered_units[u] : 0;
       backward = std::max({backward, gathered * d.param_bytes + (open + (open - units[u]) / G) * d.grad_bytes,
                            (gathered - released) * d.param_bytes + (open + open / G) * d.grad_bytes});
     }

@@ -31,13 +31,15 @@ struct EstimateInput {
   int rank_batch = 1;  // sequences per micro-step on this rank
   int seq = 64;
   int grad_accum = 1;  // micro-steps per optimizer step
+  std::vector<std::string> freeze;  // EngineOptions::freeze's patterns
   bool checkpoint_snapshot = false;  // asynchronous saves: a host copy of what the first group's ranks own, at most
 };
 
 struct MemoryEstimate {
   Device device = Device::cpu;
   int shard_group = 1;
-  int64_t params = 0;  // Ψ
+  int64_t params = 0;  // Ψ, frozen ones included
+  int64_t frozen_params = 0;
   ModelStateBytes model_states;
   int64_t gathered_in_flight = 0;  // full parameter units alive at once (zero3/hybrid)
   int64_t comm_buffers = 0;        // transient full-size gradients and reduce-scatter outputs

@@ -128,6 +128,7 @@ EstimateInput estimate_input(const ShardPlan& plan, const Model& model, const Ba
   in.seq = shape.seq;
   in.grad_accum = shape.grad_accum;
   in.checkpoint_snapshot = shape.checkpoint_snapshot;
+  in.freeze = shape.freeze;
   return in;
 }
 

@@ -36,7 +36,7 @@ int64_t MemoryReport::measured_checkpoint_snapshot() const {
 
 void MemoryReport::print(std::ostream& out) const {
   out << "memory report: " << strategy << ", world " << world << ", shard group " << ShardGroups(shard_group_sizes).describe() << ", "
-      << params << " parameters, " << device << " memory"
+      << params << " parameters" << (frozen_params ? detail::concat(" (", frozen_params, " frozen)") : "") << ", " << device << " memory"
       << (device != "cpu" && predicted.host > 0 ? " (host: page-locked host memory)" : "") << ", " << param_dtype
       << " params, " << reduce_dtype << " reduce (MiB; live / peak per category)\n";
   out << std::left << std::setw(6) << "rank";
@@ -59,7 +59,7 @@ void MemoryReport::print(std::ostream& out) const {
     const double measured = double(measured_model_states(g));
     out << "model states per rank" << (sizes.size() > 1 ? detail::concat(" (shard groups of ", g, ")") : "")
         << ": measured " << mib(measured) << " MiB, predicted " << mib(double(p.total())) << " MiB (params "
-        << mib(double(p.params)) << " + grads " << mib(double(p.grads)) << " + optimizer " << mib(double(p.optimizer))
+        << mib(double(p.params)) << (p.frozen ? " + frozen " + mib(double(p.frozen)) : "") << " + grads " << mib(double(p.grads)) << " + optimizer " << mib(double(p.optimizer))
         << (p.host ? " + host " + mib(double(p.host)) : "") << "), ratio " << std::fixed << std::setprecision(3)
         << measured / std::max(1.0, double(p.total())) << "\n";
   }
@@ -95,7 +95,9 @@ std::string MemoryReport::to_json(int indent) const {
   j["shard_group"] = shard_group;
   j["shard_group_sizes"] = shard_group_sizes;
   j["params"] = params;
+  j["frozen_params"] = frozen_params;
   j["predicted"] = {{"params", predicted.params},
+                    {"frozen", predicted.frozen},
                     {"grads", predicted.grads},
                     {"optimizer", predicted.optimizer},
                     {"host", predicted.host},

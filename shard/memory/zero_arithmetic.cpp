@@ -18,9 +18,10 @@ int offloaded_bytes_per_param(const DtypePolicy& d, Device device) {
 }
 
 ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& d,
-                                     bool offload_optimizer, Device device) {
+                                     bool offload_optimizer, Device device, int64_t frozen_psi) {
   ModelStateBytes m;
   m.params = params_sharded(kind) ? sharded_bytes(psi, d.param_bytes, group) : psi * d.param_bytes;
+  m.frozen = params_sharded(kind) ? sharded_bytes(frozen_psi, d.param_bytes, group) : frozen_psi * d.param_bytes;
   m.grads = grads_sharded(kind) ? sharded_bytes(psi, d.grad_bytes, group) : psi * d.grad_bytes;
   if (offload_optimizer) m.host = sharded_bytes(psi, offloaded_bytes_per_param(d, device), group);
   else m.optimizer = sharded_bytes(psi, d.optimizer_bytes, group);

@@ -25,9 +25,11 @@ struct DtypePolicy {
 // ddp), as returned by shard_group_size(). ddp 16Ψ, zero1 4Ψ+12Ψ/N, zero2 2Ψ+14Ψ/N, zero3 16Ψ/N with
 // the mixed-precision policy. With `offload_optimizer` the optimizer bytes move to the host, where an
 // fp32 master of its own joins Adam m and v (12Ψ/N whatever the dtypes), and the host copy of the owned
-// gradients that AdamW steps from (offloaded_bytes_per_param).
+// gradients that AdamW steps from (offloaded_bytes_per_param). `frozen_psi` more parameters are frozen:
+// their compute copy (param bytes, sharded with the others), and nothing else.
 ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, const DtypePolicy& dtypes,
-                                     bool offload_optimizer = false, Device device = Device::cpu);
+                                     bool offload_optimizer = false, Device device = Device::cpu,
+                                     int64_t frozen_psi = 0);
 constexpr int kOffloadedOptimizerBytes = 12;
 // Host bytes per owned parameter of zshard's offloaded optimizer: master, m and v, plus the gradients' host
 // copy, except on the cpu in fp32, where AdamW reads the gradients where they are (in bf16 the copy is

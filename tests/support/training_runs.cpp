@@ -37,8 +37,9 @@ RunResult train(const TrainOptions& options, comm::Communicator& comm) {
     if (!std::isnan(h.eval_loss)) r.eval_losses.push_back(h.eval_loss);
   }
   for (int u = 0; u < EngineInternals::params(trainer.engine()).num_units(); ++u) {
-    const std::vector<float> full = EngineInternals::params(trainer.engine()).full_unit_params(u);
-    r.params.insert(r.params.end(), full.begin(), full.begin() + EngineInternals::params(trainer.engine()).layout(u).numel());
+    ShardedParams& params = EngineInternals::params(trainer.engine());
+    const std::vector<float> full = params.whole_unit_params(u);  // frozen parameters too, in UnitSpec order
+    r.params.insert(r.params.end(), full.begin(), full.begin() + params.layout(u).numel() + params.frozen_layout(u).numel());
   }
   return r;
 }
