@@ -12,7 +12,7 @@ struct Names {
 };
 
 // Indexed by Option, in its order.
-constexpr std::array<Names, 18> kNames = {{
+constexpr std::array<Names, 21> kNames = {{
     {"StrategyOptions::kind", "--strategy"},
     {"StrategyOptions::shard_group", "--shard-group"},
     {"StrategyOptions::max_inflight", "--max-inflight"},
@@ -31,8 +31,11 @@ constexpr std::array<Names, 18> kNames = {{
     {"EngineOptions::grad_accum", "--grad-accum"},
     {"the save mode", "--save-mode"},
     {"the set-up memory check", "--mem-check"},
+    {"the model's lora_rank", "--lora-rank"},
+    {"the model's lora_alpha", "--lora-alpha"},
+    {"the model's lora_targets", "--lora-targets"},
 }};
-static_assert(kNames.size() == size_t(Option::mem_check) + 1, "a name for every Option");
+static_assert(kNames.size() == size_t(Option::lora_targets) + 1, "a name for every Option");
 
 // Set once by a tool's main before any thread starts; read by error paths.
 std::atomic<OptionNaming> naming{OptionNaming::api};

@@ -27,6 +27,9 @@ enum class Option {
   grad_accum,
   save_mode,
   mem_check,
+  lora_rank,
+  lora_alpha,
+  lora_targets,
 };
 
 // The option's name under the naming in force: "StrategyOptions::max_inflight" or "--max-inflight".
