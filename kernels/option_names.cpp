@@ -12,7 +12,7 @@ struct Names {
 };
 
 // Indexed by Option, in its order.
-constexpr std::array<Names, 19> kNames = {{
+constexpr std::array<Names, 22> kNames = {{
     {"StrategyOptions::kind", "--strategy"},
     {"StrategyOptions::shard_group", "--shard-group"},
     {"StrategyOptions::max_inflight", "--max-inflight"},
@@ -32,8 +32,11 @@ constexpr std::array<Names, 19> kNames = {{
     {"the save mode", "--save-mode"},
     {"the set-up memory check", "--mem-check"},
     {"EngineOptions::freeze", "--freeze"},
+    {"the model's lora_rank", "--lora-rank"},
+    {"the model's lora_alpha", "--lora-alpha"},
+    {"the model's lora_targets", "--lora-targets"},
 }};
-static_assert(kNames.size() == size_t(Option::freeze) + 1, "a name for every Option");
+static_assert(kNames.size() == size_t(Option::lora_targets) + 1, "a name for every Option");
 
 // Set once by a tool's main before any thread starts; read by error paths.
 std::atomic<OptionNaming> naming{OptionNaming::api};

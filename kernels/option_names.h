@@ -28,6 +28,9 @@ enum class Option {
   save_mode,
   mem_check,
   freeze,
+  lora_rank,
+  lora_alpha,
+  lora_targets,
 };
 
 // The option's name under the naming in force: "StrategyOptions::max_inflight" or "--max-inflight".

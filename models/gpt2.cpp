@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include <zshard/error.h>
 
@@ -14,7 +15,7 @@ namespace {
 
 constexpr double kGPT2InitStd = 0.02;  // Hugging Face's initializer_range
 
-std::vector<ParamDef> param_defs(const GPT2Config& c, int unit) {
+std::vector<ParamDef> param_defs(const GPT2Config& c, const LoraPlan& lora, int unit) {
   const int final_unit = c.layers + 1;
   ZS_CHECK(unit >= 0 && unit <= final_unit, "GPT-2 has units 0..", final_unit, ", not ", unit);
   const int64_t C = c.dim;
@@ -24,13 +25,18 @@ std::vector<ParamDef> param_defs(const GPT2Config& c, int unit) {
   const auto vec = [](std::string name, int64_t n, double value) {
     return ParamDef{{std::move(name), {n}, false}, value, 0.0};
   };
-  if (unit == 0) return {mat("wte.weight", {c.vocab, C}, kGPT2InitStd), mat("wpe.weight", {c.ctx, C}, kGPT2InitStd)};
-  if (unit == final_unit) return {vec("ln_f.weight", C, 1.0), vec("ln_f.bias", C, 0.0)};
+  std::vector<ParamDef> defs;
+  if (unit == 0) defs = {mat("wte.weight", {c.vocab, C}, kGPT2InitStd), mat("wpe.weight", {c.ctx, C}, kGPT2InitStd)};
+  if (unit == final_unit) defs = {vec("ln_f.weight", C, 1.0), vec("ln_f.bias", C, 0.0)};
+  if (!defs.empty()) {
+    lora.freeze(defs);
+    return defs;
+  }
   // The two projections into the residual stream start smaller, so that its variance does not grow
   // with depth (GPT-2 paper, Hugging Face init).
   const double proj_std = kGPT2InitStd / std::sqrt(2.0 * c.layers);
   const std::string h = "h." + std::to_string(unit - 1) + ".";
-  std::vector<ParamDef> defs = {
+  defs = {
       vec(h + "ln_1.weight", C, 1.0),
       vec(h + "ln_1.bias", C, 0.0),
       mat(h + "attn.c_attn.weight", {C, 3 * C}, kGPT2InitStd),
@@ -45,6 +51,7 @@ std::vector<ParamDef> param_defs(const GPT2Config& c, int unit) {
       vec(h + "mlp.c_proj.bias", C, 0.0),
   };
   ZS_CHECK(defs.size() == gpt2::kNumBlockParams, "GPT-2 block params out of step with gpt2::BlockParam");
+  lora.adapt_block(defs, h);
   return defs;
 }
 
@@ -56,21 +63,24 @@ std::string unit_name(const GPT2Config& c, int unit) {
 
 }  // namespace
 
-GPT2::GPT2(GPT2Config config) : config_(config) { config_.validate(); }
+GPT2::GPT2(GPT2Config config) : config_(std::move(config)) {
+  config_.validate();
+  lora_ = config_.lora_plan();
+}
 
 GPT2::~GPT2() = default;
 
 std::vector<UnitSpec> GPT2::units() const {
   return units_from_defs(
-      num_units(), [&](int u) { return unit_name(config_, u); }, [&](int u) { return param_defs(config_, u); });
+      num_units(), [&](int u) { return unit_name(config_, u); }, [&](int u) { return param_defs(config_, lora_, u); });
 }
 
 void GPT2::init_unit(int unit, const UnitTensors& params, uint64_t seed) const {
-  init_params("GPT-2", param_defs(config_, unit), params, unit, seed);
+  init_params("GPT-2", param_defs(config_, lora_, unit), params, unit, seed);
 }
 
 double GPT2::flops_per_token(int T) const {
-  return 6.0 * double(num_params(*this)) + 6.0 * config_.layers * double(T) * config_.dim;
+  return parameter_flops(units()) + 6.0 * config_.layers * double(T) * config_.dim;
 }
 
 std::unique_ptr<GPT2> make_gpt2(const ModelConfig& config) { return std::make_unique<GPT2>(gpt2_config_from(config)); }
@@ -97,7 +107,7 @@ template <class T>
 double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
   const bool defer = defers_head_gradient(batch.B, batch.T);
   gpt2::Activations& acts = activations_for(acts_, config_, batch, dtype_of<T>(), ctx.device(), recompute_, defer);
-  const gpt2::Layers<T> layers{config_, acts};
+  const gpt2::Layers<T> layers{config_, lora_, acts};
   const int L = config_.layers, final_unit = L + 1;
 
   run_blocks_forward(ctx, layers, L);

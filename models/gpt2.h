@@ -7,6 +7,9 @@
 //                     attn.c_proj.{weight (C,C), bias}, ln_2.{weight,bias},
 //                     mlp.c_fc.{weight (C,4C), bias}, mlp.c_proj.{weight (4C,C), bias}
 //   L+1      "ln_f"   ln_f.{weight,bias}
+// With LoRA (GPT2Config::lora, models/lora.h) each block unit adds, after its own, an adapter for each
+// targeted layer, h.{i}.attn.c_attn.lora_A.weight (R,C) and .lora_B.weight (3C,R) and so on, and every
+// other parameter is frozen.
 #pragma once
 #include <memory>
 
@@ -31,8 +34,8 @@ class GPT2 final : public Model {
 
   std::vector<UnitSpec> units() const override;
   // Hugging Face init: matrices and embeddings N(0, 0.02), the residual projections (c_proj weights)
-  // N(0, 0.02/sqrt(2*layers)), biases 0, LayerNorm gains 1. Values depend on (seed, unit, param index)
-  // only; f32 tensors get the f64 values rounded.
+  // N(0, 0.02/sqrt(2*layers)), biases 0, LayerNorm gains 1; LoRA adapters as PEFT's (LoraPlan). Values
+  // depend on (seed, unit, param index) only; f32 tensors get the f64 values rounded.
   void init_unit(int unit, const UnitTensors& params, uint64_t seed) const override;
   // Computes in ctx.compute_dtype() on ctx.device(): f32 or bf16 (f64 too on cpu), where the
   // batch's tokens are copied to the device first. forward_backward gathers every unit twice: forward
@@ -51,9 +54,10 @@ class GPT2 final : public Model {
   void set_recompute(Recompute mode) override { recompute_ = mode; }
   int vocab_size() const override { return config_.vocab; }
   int context_length() const override { return config_.ctx; }
-  // 6 per parameter for the matmuls (the tied head included), plus attention's scores and weighted
-  // values, 6 * layers * T * dim: PaLM's 12 * layers * T * dim halved, as a causal mask needs only the
-  // lower triangle. No recomputation is counted.
+  // 6 per parameter for the matmuls (the tied head included; 4 per frozen parameter, whose weight gradient
+  // is skipped: parameter_flops), plus attention's scores and weighted values, 6 * layers * T * dim:
+  // PaLM's 12 * layers * T * dim halved, as a causal mask needs only the lower triangle. LoRA adapters are
+  // parameters and count as such. No recomputation is counted.
   double flops_per_token(int T) const override;
 
   // When the tied head adds dwte = dlogits^T lnf to unit 0's gradients (models/lm_head.h).
@@ -68,6 +72,7 @@ class GPT2 final : public Model {
   double run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);
 
   GPT2Config config_;
+  LoraPlan lora_;
   Recompute recompute_ = Recompute::none;
   HeadGradient head_gradient_ = HeadGradient::by_tokens;
   // Kept between steps; reallocated only when (B, T), dtype or device change.

@@ -4,6 +4,7 @@
 
 #include <zshard/error.h>
 
+#include "models/gpt2_layers.h"
 #include "models/model_support.h"
 
 namespace zshard {
@@ -35,6 +36,13 @@ void GPT2Config::validate() const {
   const double C = dim;
   const double params = double(vocab) * C + double(ctx) * C + double(layers) * (12 * C * C + 13 * C) + 2 * C;
   check_model_size("GPT-2 config", layers, params);
+  lora_plan();
+}
+
+LoraPlan GPT2Config::lora_plan() const {
+  const int64_t C = dim;
+  return LoraPlan(lora, {{"attn.c_attn", C, 3 * C}, {"attn.c_proj", C, C}, {"mlp.c_fc", C, 4 * C}, {"mlp.c_proj", 4 * C, C}},
+                  gpt2::kNumBlockParams, "GPT-2");
 }
 
 int64_t GPT2Config::num_params() const {
@@ -58,7 +66,9 @@ std::vector<std::string> gpt2_config_names() {
 }
 
 ModelConfig to_model_config(const GPT2Config& c) {
-  return {{"layers", c.layers}, {"dim", c.dim}, {"heads", c.heads}, {"vocab", c.vocab}, {"ctx", c.ctx}};
+  ModelConfig config = {{"layers", c.layers}, {"dim", c.dim}, {"heads", c.heads}, {"vocab", c.vocab}, {"ctx", c.ctx}};
+  add_lora_config(config, c.lora);
+  return config;
 }
 
 GPT2Config gpt2_config_from(const ModelConfig& config) {
@@ -70,7 +80,7 @@ GPT2Config gpt2_config_from(const ModelConfig& config) {
       fail("GPT-2 config: ", key, " must be an integer in [1, 2^30], got ", it->second.text());
     return int(v);
   };
-  GPT2Config c{field("layers"), field("dim"), field("heads"), field("vocab"), field("ctx")};
+  GPT2Config c{field("layers"), field("dim"), field("heads"), field("vocab"), field("ctx"), lora_settings_from(config)};
   c.validate();
   return c;
 }

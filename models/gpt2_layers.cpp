@@ -15,6 +15,7 @@ void visit_intermediates(Activations& a, const GPT2Config& c, int B, int T, int6
                          const BufferVisitor& f) {
   a.visit_attention(B, T, c.dim, c.heads, S, dtype, f);
   for (Tensor* t : {&a.fch, &a.fch_gelu}) f(*t, {S, B, T, 4 * int64_t(c.dim)}, dtype);
+  c.lora_plan().visit_hidden(a.lora_hidden, B, T, S, dtype, f);
 }
 
 }  // namespace
@@ -51,8 +52,33 @@ void Layers<T>::embedding_forward(const UnitTensors& p) const {
 
 template <class T>
 void Layers<T>::embedding_backward(const UnitTensors& g) const {
-  ops::embedding_backward(a.device, g[kWte].data<T>(), g[kWpe].data<T>(), a.dresidual.data<T>(),
+  ops::embedding_backward(a.device, grad_or_null<T>(g[kWte]), grad_or_null<T>(g[kWpe]), a.dresidual.data<T>(),
                           a.inputs.data<int32_t>(), a.B, a.T, c.dim);
+}
+
+template <class T>
+void Layers<T>::linear_forward(BlockLinear m, int s, const UnitTensors& p, T* out, const T* inp, int C, int OC) const {
+  const BlockParam w = kLinearWeight[m];
+  const int adapter = lora.adapter(m), N = a.B * a.T;
+  if (adapter < 0)
+    return ops::linear_forward(a.device, out, inp, p[w].data<T>(), p[w + 1].data<T>(), N, C, OC);
+  ops::lora_linear_forward(a.device, out, slice<T>(a.lora_hidden[m], s), inp, p[w].data<T>(), p[w + 1].data<T>(),
+                           p[adapter].data<T>(), p[adapter + 1].data<T>(), N, C, OC, lora.rank(), lora.scale(),
+                           ops::WeightLayout::in_out);
+}
+
+template <class T>
+void Layers<T>::linear_backward(BlockLinear m, int s, const UnitTensors& p, const UnitTensors& g, T* dinp,
+                                const T* dout, const T* inp, int C, int OC) const {
+  const BlockParam w = kLinearWeight[m];
+  const int adapter = lora.adapter(m), N = a.B * a.T;
+  if (adapter < 0)
+    return ops::linear_backward(a.device, dinp, grad_or_null<T>(g[w]), grad_or_null<T>(g[w + 1]), dout, inp,
+                                p[w].data<T>(), N, C, OC);
+  ops::lora_linear_backward(a.device, dinp, grad_or_null<T>(g[adapter]), grad_or_null<T>(g[adapter + 1]), dout, inp,
+                            p[w].data<T>(), p[adapter].data<T>(), p[adapter + 1].data<T>(),
+                            slice<T>(a.lora_hidden[m], s), N, C, OC, lora.rank(), lora.scale(),
+                            ops::WeightLayout::in_out);
 }
 
 template <class T>
@@ -75,16 +101,16 @@ void Layers<T>::block_forward(int l, const UnitTensors& p) const {
   // x = x + c_proj(attn(ln_1(x)))
   ops::layernorm_forward(d, ln1, slice<Stat>(a.ln1_mean, s), slice<Stat>(a.ln1_rstd, s), residual, w(kLn1Weight),
                          w(kLn1Bias), N, C);
-  ops::linear_forward(d, qkv, ln1, w(kAttnWeight), w(kAttnBias), N, C, 3 * C);
+  linear_forward(kQkv, s, p, qkv, ln1, C, 3 * C);
   ops::attention_forward(d, atty, slice<T>(a.att, s), qkv, B, Tn, C, NH);
-  ops::linear_forward(d, proj, atty, w(kAttnProjWeight), w(kAttnProjBias), N, C, C);
+  linear_forward(kAttnOut, s, p, proj, atty, C, C);
   ops::residual_forward(d, residual2, residual, proj, NC);
   // x = x + c_proj(gelu(c_fc(ln_2(x))))
   ops::layernorm_forward(d, ln2, slice<Stat>(a.ln2_mean, s), slice<Stat>(a.ln2_rstd, s), residual2, w(kLn2Weight),
                          w(kLn2Bias), N, C);
-  ops::linear_forward(d, fch, ln2, w(kFcWeight), w(kFcBias), N, C, 4 * C);
+  linear_forward(kFc, s, p, fch, ln2, C, 4 * C);
   ops::gelu_forward(d, fch_gelu, fch, 4 * NC);
-  ops::linear_forward(d, proj, fch_gelu, w(kFcProjWeight), w(kFcProjBias), N, 4 * C, C);
+  linear_forward(kFcOut, s, p, proj, fch_gelu, 4 * C, C);
   ops::residual_forward(d, slice<T>(a.residual3, l), residual2, proj, NC);
 }
 
@@ -95,7 +121,7 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   const size_t NC = size_t(N) * C;
   const Device d = a.device;
   const auto w = [&](BlockParam i) { return p[i].data<T>(); };
-  const auto dw = [&](BlockParam i) { return g[i].data<T>(); };
+  const auto dw = [&](BlockParam i) { return grad_or_null<T>(g[i]); };
   // A residual add passes its output gradient to both inputs unchanged, so dresidual serves as the
   // c_proj output gradient as it is, and the LayerNorm backwards accumulate the branch into it.
   T* dresidual = a.dresidual.data<T>();
@@ -107,24 +133,20 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
 
   // MLP branch. The ops accumulate into activation gradients too, so each scratch is zeroed first.
   a.dfch_gelu.zero_();
-  ops::linear_backward(d, dfch_gelu, dw(kFcProjWeight), dw(kFcProjBias), dresidual, slice<T>(a.fch_gelu, s),
-                       w(kFcProjWeight), N, 4 * C, C);
+  linear_backward(kFcOut, s, p, g, dfch_gelu, dresidual, slice<T>(a.fch_gelu, s), 4 * C, C);
   a.dfch.zero_();
   ops::gelu_backward(d, dfch, slice<T>(a.fch, s), dfch_gelu, 4 * NC);
   a.dln.zero_();
-  ops::linear_backward(d, dln, dw(kFcWeight), dw(kFcBias), dfch, slice<T>(a.ln2, s), w(kFcWeight), N, C,
-                       4 * C);
+  linear_backward(kFc, s, p, g, dln, dfch, slice<T>(a.ln2, s), C, 4 * C);
   ops::layernorm_backward(d, dresidual, dw(kLn2Weight), dw(kLn2Bias), dln, slice<T>(a.residual2, s),
                           w(kLn2Weight), slice<Stat>(a.ln2_mean, s), slice<Stat>(a.ln2_rstd, s), N, C);
   // Attention branch.
   a.datty.zero_();
-  ops::linear_backward(d, datty, dw(kAttnProjWeight), dw(kAttnProjBias), dresidual, slice<T>(a.atty, s),
-                       w(kAttnProjWeight), N, C, C);
+  linear_backward(kAttnOut, s, p, g, datty, dresidual, slice<T>(a.atty, s), C, C);
   a.dqkv.zero_();
   ops::attention_backward(d, dqkv, datty, slice<T>(a.qkv, s), slice<T>(a.att, s), B, Tn, C, NH);
   a.dln.zero_();
-  ops::linear_backward(d, dln, dw(kAttnWeight), dw(kAttnBias), dqkv, slice<T>(a.ln1, s), w(kAttnWeight), N, C,
-                       3 * C);
+  linear_backward(kQkv, s, p, g, dln, dqkv, slice<T>(a.ln1, s), C, 3 * C);
   ops::layernorm_backward(d, dresidual, dw(kLn1Weight), dw(kLn1Bias), dln, a.block_input<T>(l),
                           w(kLn1Weight), slice<Stat>(a.ln1_mean, s), slice<Stat>(a.ln1_rstd, s), N, C);
 }
@@ -139,7 +161,7 @@ void Layers<T>::final_norm_forward(const UnitTensors& p) const {
 template <class T>
 void Layers<T>::final_norm_backward(const UnitTensors& p, const UnitTensors& g) const {
   a.dresidual.zero_();
-  ops::layernorm_backward(a.device, a.dresidual.data<T>(), g[kLnfWeight].data<T>(), g[kLnfBias].data<T>(),
+  ops::layernorm_backward(a.device, a.dresidual.data<T>(), grad_or_null<T>(g[kLnfWeight]), grad_or_null<T>(g[kLnfBias]),
                           a.dln.data<T>(), a.block_input<T>(c.layers), p[kLnfWeight].data<T>(),
                           a.lnf_mean.data<Stat>(), a.lnf_rstd.data<Stat>(), a.B * a.T, c.dim);
 }

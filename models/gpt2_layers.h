@@ -18,6 +18,10 @@ enum BlockParam {
   kLn1Weight, kLn1Bias, kAttnWeight, kAttnBias, kAttnProjWeight, kAttnProjBias,
   kLn2Weight, kLn2Bias, kFcWeight, kFcBias, kFcProjWeight, kFcProjBias, kNumBlockParams
 };
+// A block's linear layers, in the order GPT2Config::lora_plan lists them, and each one's weight (its bias
+// follows it).
+enum BlockLinear { kQkv, kAttnOut, kFc, kFcOut };
+inline constexpr BlockParam kLinearWeight[] = {kAttnWeight, kAttnProjWeight, kFcWeight, kFcProjWeight};
 // Indices into the embedding and final LayerNorm units.
 enum EmbedParam { kWte, kWpe };
 enum FinalNormParam { kLnfWeight, kLnfBias };
@@ -36,6 +40,7 @@ struct Activations : DecoderBuffers {
   Tensor datty;                          // (B,T,C)
   Tensor dqkv;                           // (B,T,3C)
   Tensor dfch, dfch_gelu;                // (B,T,4C)
+  std::vector<Tensor> lora_hidden;       // (S,B,T,R) an adapted layer's inp @ A^T, by BlockLinear (LoraPlan)
 
   // The model's part of the activation list (models/decoder.h: decoder_buffers): the LayerNorm statistics and,
   // without recomputation, the blocks' intermediates.
@@ -50,6 +55,7 @@ template <class T>
 struct Layers {
   using Stat = ops::NormStat<T>;  // element type of the LayerNorm means and rstds
   const GPT2Config& c;
+  const LoraPlan& lora;
   Activations& a;
 
   void embedding_forward(const UnitTensors& p) const;
@@ -61,6 +67,11 @@ struct Layers {
   void final_norm_forward(const UnitTensors& p) const;
   // From a.dln = d(loss)/d(lnf) to a.dresidual = d(loss)/d(last block output).
   void final_norm_backward(const UnitTensors& p, const UnitTensors& g) const;
+  // out = inp @ W + b for layer m of a block's params p, through its LoRA adapter when it has one (its
+  // hidden in slot s); its backward adds dinp and the gradients that g holds (a frozen one's is skipped).
+  void linear_forward(BlockLinear m, int s, const UnitTensors& p, T* out, const T* inp, int C, int OC) const;
+  void linear_backward(BlockLinear m, int s, const UnitTensors& p, const UnitTensors& g, T* dinp, const T* dout,
+                       const T* inp, int C, int OC) const;
   // The head, tied to wte.
   HeadSteps<T, Activations> head() const { return {a, c.dim, c.vocab}; }
 };

@@ -1,6 +1,7 @@
 #include "models/llama.h"
 
 #include <string>
+#include <utility>
 
 #include <zshard/error.h>
 
@@ -13,20 +14,24 @@ namespace {
 
 constexpr double kLlamaInitStd = 0.02;  // Hugging Face's initializer_range
 
-std::vector<ParamDef> param_defs(const LlamaConfig& c, int unit) {
+std::vector<ParamDef> param_defs(const LlamaConfig& c, const LoraPlan& lora, int unit) {
   const int final_unit = c.layers + 1;
   ZS_CHECK(unit >= 0 && unit <= final_unit, "Llama has units 0..", final_unit, ", not ", unit);
   const int64_t C = c.dim, KV = c.kv_dim(), F = c.ffn_dim;
   const auto mat = [](std::string name, Shape shape) { return ParamDef{{std::move(name), std::move(shape), true}, 0.0, kLlamaInitStd}; };
   const auto gain = [](std::string name, int64_t n) { return ParamDef{{std::move(name), {n}, false}, 1.0, 0.0}; };
-  if (unit == 0) return {mat("model.embed_tokens.weight", {c.vocab, C})};
+  std::vector<ParamDef> defs;
+  if (unit == 0) defs = {mat("model.embed_tokens.weight", {c.vocab, C})};
   if (unit == final_unit) {
-    std::vector<ParamDef> defs = {gain("model.norm.weight", C)};
+    defs = {gain("model.norm.weight", C)};
     if (!c.tie_embeddings) defs.push_back(mat("lm_head.weight", {c.vocab, C}));
+  }
+  if (!defs.empty()) {
+    lora.freeze(defs);
     return defs;
   }
   const std::string p = "model.layers." + std::to_string(unit - 1) + ".";
-  std::vector<ParamDef> defs = {
+  defs = {
       gain(p + "input_layernorm.weight", C),
       mat(p + "self_attn.q_proj.weight", {C, C}),
       mat(p + "self_attn.k_proj.weight", {KV, C}),
@@ -38,6 +43,7 @@ std::vector<ParamDef> param_defs(const LlamaConfig& c, int unit) {
       mat(p + "mlp.down_proj.weight", {C, F}),
   };
   ZS_CHECK(defs.size() == llama::kNumLayerParams, "Llama layer params out of step with llama::LayerParam");
+  lora.adapt_block(defs, p);
   return defs;
 }
 
@@ -49,17 +55,20 @@ std::string unit_name(const LlamaConfig& c, int unit) {
 
 }  // namespace
 
-Llama::Llama(LlamaConfig config) : config_(config) { config_.validate(); }
+Llama::Llama(LlamaConfig config) : config_(std::move(config)) {
+  config_.validate();
+  lora_ = config_.lora_plan();
+}
 
 Llama::~Llama() = default;
 
 std::vector<UnitSpec> Llama::units() const {
   return units_from_defs(
-      num_units(), [&](int u) { return unit_name(config_, u); }, [&](int u) { return param_defs(config_, u); });
+      num_units(), [&](int u) { return unit_name(config_, u); }, [&](int u) { return param_defs(config_, lora_, u); });
 }
 
 void Llama::init_unit(int unit, const UnitTensors& params, uint64_t seed) const {
-  init_params("Llama", param_defs(config_, unit), params, unit, seed);
+  init_params("Llama", param_defs(config_, lora_, unit), params, unit, seed);
 }
 
 int64_t Llama::activation_bytes(int B, int T, DType dtype) const {
@@ -68,8 +77,11 @@ int64_t Llama::activation_bytes(int B, int T, DType dtype) const {
 }
 
 double Llama::flops_per_token(int T) const {
-  const double head = config_.tie_embeddings ? double(config_.vocab) * config_.dim : 0.0;
-  return 6.0 * (double(num_params(*this)) + head) + 6.0 * config_.layers * double(T) * config_.dim;
+  const std::vector<UnitSpec> all = units();
+  // Tied, the head's matmul counts the embedding a second time: as a unit of its own.
+  std::vector<UnitSpec> counted = all;
+  if (config_.tie_embeddings) counted.push_back(all[0]);
+  return parameter_flops(counted) + 6.0 * config_.layers * double(T) * config_.dim;
 }
 
 std::unique_ptr<Llama> make_llama(const ModelConfig& config) { return std::make_unique<Llama>(llama_config_from(config)); }
@@ -91,7 +103,7 @@ template <class T>
 double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
   const bool defer = defers_head_gradient(batch.B, batch.T);
   llama::Activations& acts = activations_for(acts_, config_, batch, dtype_of<T>(), ctx.device(), recompute_, defer);
-  const llama::Layers<T> layers{config_, acts};
+  const llama::Layers<T> layers{config_, lora_, acts};
   const int L = config_.layers, final_unit = L + 1;
   const bool tied = config_.tie_embeddings;
 

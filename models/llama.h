@@ -7,6 +7,9 @@
 //   1..L     "layers.{i}" model.layers.{i}.input_layernorm.weight, self_attn.{q,k,v,o}_proj.weight,
 //                         post_attention_layernorm.weight, mlp.{gate,up,down}_proj.weight
 //   L+1      "final"      model.norm.weight, and lm_head.weight (V,C) when the head is untied
+// With LoRA (LlamaConfig::lora, models/lora.h) each layer unit adds, after its own, an adapter for each
+// targeted projection, model.layers.{i}.self_attn.q_proj.lora_A.weight (R,C) and .lora_B.weight (C,R) and so
+// on, and every other parameter is frozen.
 #pragma once
 #include <memory>
 
@@ -30,7 +33,7 @@ class Llama final : public Model {
   int num_units() const { return config_.layers + 2; }
 
   std::vector<UnitSpec> units() const override;
-  // Hugging Face init: matrices and the embedding N(0, 0.02), RMSNorm gains 1.
+  // Hugging Face init: matrices and the embedding N(0, 0.02), RMSNorm gains 1; LoRA adapters as PEFT's.
   void init_unit(int unit, const UnitTensors& params, uint64_t seed) const override;
   // Gathers every layer for forward and again for backward, the embedding for forward only (its backward
   // reads only the tokens). Untied, the final unit (norm and head) is gathered once: the logits, their
@@ -50,8 +53,9 @@ class Llama final : public Model {
   void set_recompute(Recompute mode) override { recompute_ = mode; }
   int vocab_size() const override { return config_.vocab; }
   int context_length() const override { return config_.ctx; }
-  // 6 per parameter (the head's included when tied), plus attention's scores and weighted values, halved
-  // by the causal mask: 6 * layers * T * dim.
+  // 6 per parameter (the head's included when tied; 4 per frozen one, whose weight gradient is skipped:
+  // parameter_flops), plus attention's scores and weighted values, halved by the causal mask:
+  // 6 * layers * T * dim. LoRA adapters are parameters and count as such.
   double flops_per_token(int T) const override;
 
   // When a tied head adds its weight gradient to unit 0's gradients, as GPT-2's (models/lm_head.h). An
@@ -67,6 +71,7 @@ class Llama final : public Model {
   double run(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale);
 
   LlamaConfig config_;
+  LoraPlan lora_;
   Recompute recompute_ = Recompute::none;
   HeadGradient head_gradient_ = HeadGradient::by_tokens;
   // Reallocated only when (B, T), dtype, device or the head's deferral change.

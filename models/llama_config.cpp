@@ -5,6 +5,7 @@
 
 #include <zshard/error.h>
 
+#include "models/llama_layers.h"
 #include "models/model_support.h"
 
 namespace zshard {
@@ -36,6 +37,15 @@ void LlamaConfig::validate() const {
   const double C = dim, KV = kv_dim(), F = ffn_dim, V = vocab;
   const double params = V * C * (tie_embeddings ? 1 : 2) + double(layers) * (2 * C + 2 * C * C + 2 * C * KV + 3 * C * F) + C;
   check_model_size("Llama config", layers, params);
+  lora_plan();
+}
+
+LoraPlan LlamaConfig::lora_plan() const {
+  const int64_t C = dim, KV = kv_dim(), F = ffn_dim;
+  return LoraPlan(lora,
+                  {{"self_attn.q_proj", C, C}, {"self_attn.k_proj", C, KV}, {"self_attn.v_proj", C, KV},
+                   {"self_attn.o_proj", C, C}, {"mlp.gate_proj", C, F}, {"mlp.up_proj", C, F}, {"mlp.down_proj", F, C}},
+                  llama::kNumLayerParams, "Llama");
 }
 
 int64_t LlamaConfig::num_params() const {
@@ -45,9 +55,11 @@ int64_t LlamaConfig::num_params() const {
 }
 
 ModelConfig to_model_config(const LlamaConfig& c) {
-  return {{"layers", c.layers},   {"dim", c.dim},     {"heads", c.heads},
-          {"kv_heads", c.kv_heads}, {"ffn_dim", c.ffn_dim}, {"vocab", c.vocab},
-          {"ctx", c.ctx},         {"rope_theta", c.rope_theta}, {"tie_embeddings", c.tie_embeddings}};
+  ModelConfig config = {{"layers", c.layers},   {"dim", c.dim},     {"heads", c.heads},
+                        {"kv_heads", c.kv_heads}, {"ffn_dim", c.ffn_dim}, {"vocab", c.vocab},
+                        {"ctx", c.ctx},         {"rope_theta", c.rope_theta}, {"tie_embeddings", c.tie_embeddings}};
+  add_lora_config(config, c.lora);
+  return config;
 }
 
 LlamaConfig llama_config_from(const ModelConfig& config) {
@@ -68,7 +80,8 @@ LlamaConfig llama_config_from(const ModelConfig& config) {
     fail("Llama config: rope_theta must be in [2, ", kBig, "], got ", value("rope_theta").text());
   LlamaConfig c{int(field("layers", 1, kBig)),      int(field("dim", 1, kBig)),   int(field("heads", 1, kBig)),
                 int(field("kv_heads", 1, kBig)),    int(field("ffn_dim", 1, kBig)), int(field("vocab", 1, kBig)),
-                int(field("ctx", 1, kBig)),         theta, field("tie_embeddings", 0, 1) == 1};
+                int(field("ctx", 1, kBig)),         theta, field("tie_embeddings", 0, 1) == 1,
+                lora_settings_from(config)};
   c.validate();
   return c;
 }

@@ -13,19 +13,7 @@ void visit_intermediates(Activations& a, const LlamaConfig& c, int B, int T, int
                          const BufferVisitor& f) {
   a.visit_attention(B, T, c.dim, c.heads, S, dtype, f);
   for (Tensor* t : {&a.gate, &a.up, &a.swiglu}) f(*t, {S, B, T, c.ffn_dim}, dtype);
-}
-
-// y (N, OC) = x (N, C) @ W^T for W (OC, C), Hugging Face's nn.Linear layout.
-template <class T>
-void matmul_forward(Device d, T* y, const T* x, const T* W, int N, int C, int OC) {
-  ops::gemm(d, false, true, N, OC, C, 1.0f, x, C, W, C, 0.0f, y, OC);
-}
-
-// dx += dy @ W and dW += dy^T @ x (the ops' convention: backward accumulates).
-template <class T>
-void matmul_backward(Device d, T* dx, T* dW, const T* dy, const T* x, const T* W, int N, int C, int OC) {
-  ops::gemm(d, false, false, N, C, OC, 1.0f, dy, OC, W, C, 1.0f, dx, C);
-  ops::gemm(d, true, false, OC, C, N, 1.0f, dy, OC, x, C, 1.0f, dW, C);
+  c.lora_plan().visit_hidden(a.lora_hidden, B, T, S, dtype, f);
 }
 
 }  // namespace
@@ -62,8 +50,32 @@ void Layers<T>::embedding_forward(const UnitTensors& p) const {
 
 template <class T>
 void Layers<T>::embedding_backward(const UnitTensors& g) const {
-  ops::embedding_backward<T>(a.device, g[kEmbed].data<T>(), nullptr, a.dresidual.data<T>(),
+  ops::embedding_backward<T>(a.device, grad_or_null<T>(g[kEmbed]), nullptr, a.dresidual.data<T>(),
                              a.inputs.data<int32_t>(), a.B, a.T, c.dim);
+}
+
+template <class T>
+void Layers<T>::linear_forward(LayerLinear m, int s, const UnitTensors& p, T* y, const T* x, int C, int OC) const {
+  const T* W = p[kLinearWeight[m]].data<T>();
+  const int adapter = lora.adapter(m), N = a.B * a.T;
+  if (adapter < 0) return ops::gemm(a.device, false, true, N, OC, C, 1.0f, x, C, W, C, 0.0f, y, OC);
+  ops::lora_linear_forward<T>(a.device, y, slice<T>(a.lora_hidden[m], s), x, W, nullptr, p[adapter].data<T>(),
+                              p[adapter + 1].data<T>(), N, C, OC, lora.rank(), lora.scale(), ops::WeightLayout::out_in);
+}
+
+// dx += dy @ W and dW += dy^T @ x (the ops' convention: backward accumulates), dW skipped when frozen.
+template <class T>
+void Layers<T>::linear_backward(LayerLinear m, int s, const UnitTensors& p, const UnitTensors& g, T* dx,
+                                const T* dy, const T* x, int C, int OC) const {
+  const T* W = p[kLinearWeight[m]].data<T>();
+  const int adapter = lora.adapter(m), N = a.B * a.T;
+  const Device d = a.device;
+  if (adapter >= 0)
+    return ops::lora_linear_backward(d, dx, grad_or_null<T>(g[adapter]), grad_or_null<T>(g[adapter + 1]), dy, x, W,
+                                     p[adapter].data<T>(), p[adapter + 1].data<T>(), slice<T>(a.lora_hidden[m], s),
+                                     N, C, OC, lora.rank(), lora.scale(), ops::WeightLayout::out_in);
+  ops::gemm(d, false, false, N, C, OC, 1.0f, dy, OC, W, C, 1.0f, dx, C);
+  if (T* dW = grad_or_null<T>(g[kLinearWeight[m]])) ops::gemm(d, true, false, OC, C, N, 1.0f, dy, OC, x, C, 1.0f, dW, C);
 }
 
 template <class T>
@@ -85,21 +97,21 @@ void Layers<T>::block_forward(int l, const UnitTensors& p) const {
 
   // x = x + o_proj(attn(rope(q), rope(k), v)) on rmsnorm(x)
   ops::rmsnorm_forward(d, ln1, slice<Stat>(a.ln1_rstd, s), residual, w(kAttnNorm), N, C, kRmsNormEps);
-  matmul_forward(d, q, ln1, w(kQ), N, C, C);
-  matmul_forward(d, k, ln1, w(kK), N, C, KV);
-  matmul_forward(d, v, ln1, w(kV), N, C, KV);
+  linear_forward(kQProj, s, p, q, ln1, C, C);
+  linear_forward(kKProj, s, p, k, ln1, C, KV);
+  linear_forward(kVProj, s, p, v, ln1, C, KV);
   ops::rope_forward(d, q, B, Tn, NH, HS, theta);
   ops::rope_forward(d, k, B, Tn, NKV, HS, theta);
   ops::gqa_pack(d, qkv, q, k, v, B, Tn, NH, NKV, HS);
   ops::attention_forward(d, atty, slice<T>(a.att, s), qkv, B, Tn, C, NH);
-  matmul_forward(d, proj, atty, w(kO), N, C, C);
+  linear_forward(kOProj, s, p, proj, atty, C, C);
   ops::residual_forward(d, residual2, residual, proj, NC);
   // x = x + down(silu(gate(h)) * up(h)) with h = rmsnorm(x)
   ops::rmsnorm_forward(d, ln2, slice<Stat>(a.ln2_rstd, s), residual2, w(kMlpNorm), N, C, kRmsNormEps);
-  matmul_forward(d, slice<T>(a.gate, s), ln2, w(kGate), N, C, F);
-  matmul_forward(d, slice<T>(a.up, s), ln2, w(kUp), N, C, F);
+  linear_forward(kGateProj, s, p, slice<T>(a.gate, s), ln2, C, F);
+  linear_forward(kUpProj, s, p, slice<T>(a.up, s), ln2, C, F);
   ops::swiglu_forward(d, slice<T>(a.swiglu, s), slice<T>(a.gate, s), slice<T>(a.up, s), size_t(N) * F);
-  matmul_forward(d, proj, slice<T>(a.swiglu, s), w(kDown), N, F, C);
+  linear_forward(kDownProj, s, p, proj, slice<T>(a.swiglu, s), F, C);
   ops::residual_forward(d, slice<T>(a.residual3, l), residual2, proj, NC);
 }
 
@@ -111,26 +123,26 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   const Device d = a.device;
   const float theta = float(c.rope_theta);
   const auto w = [&](LayerParam i) { return p[i].data<T>(); };
-  const auto dw = [&](LayerParam i) { return g[i].data<T>(); };
+  const auto dw = [&](LayerParam i) { return grad_or_null<T>(g[i]); };
   // dresidual is the gradient of both residual-add inputs; the RMSNorm backwards add the branches into it.
   T* dresidual = a.dresidual.data<T>();
   T* dln = a.dln.data<T>();
 
   // MLP branch. The ops accumulate into activation gradients too, so each scratch is zeroed first.
   a.dswiglu.zero_();
-  matmul_backward(d, a.dswiglu.data<T>(), dw(kDown), dresidual, slice<T>(a.swiglu, s), w(kDown), N, F, C);
+  linear_backward(kDownProj, s, p, g, a.dswiglu.data<T>(), dresidual, slice<T>(a.swiglu, s), F, C);
   a.dgate.zero_();
   a.dup.zero_();
   ops::swiglu_backward(d, a.dgate.data<T>(), a.dup.data<T>(), a.dswiglu.data<T>(), slice<T>(a.gate, s),
                        slice<T>(a.up, s), size_t(N) * F);
   a.dln.zero_();
-  matmul_backward(d, dln, dw(kGate), a.dgate.data<T>(), slice<T>(a.ln2, s), w(kGate), N, C, F);
-  matmul_backward(d, dln, dw(kUp), a.dup.data<T>(), slice<T>(a.ln2, s), w(kUp), N, C, F);
+  linear_backward(kGateProj, s, p, g, dln, a.dgate.data<T>(), slice<T>(a.ln2, s), C, F);
+  linear_backward(kUpProj, s, p, g, dln, a.dup.data<T>(), slice<T>(a.ln2, s), C, F);
   ops::rmsnorm_backward(d, dresidual, dw(kMlpNorm), dln, slice<T>(a.residual2, s), w(kMlpNorm),
                         slice<Stat>(a.ln2_rstd, s), N, C);
   // Attention branch.
   a.datty.zero_();
-  matmul_backward(d, a.datty.data<T>(), dw(kO), dresidual, slice<T>(a.atty, s), w(kO), N, C, C);
+  linear_backward(kOProj, s, p, g, a.datty.data<T>(), dresidual, slice<T>(a.atty, s), C, C);
   a.dqkv.zero_();
   ops::attention_backward(d, a.dqkv.data<T>(), a.datty.data<T>(), slice<T>(a.qkv, s), slice<T>(a.att, s), B, Tn,
                           C, NH);
@@ -142,9 +154,9 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   ops::rope_backward(d, a.dk.data<T>(), B, Tn, NKV, HS, theta);
   a.dln.zero_();
   const T* ln1 = slice<T>(a.ln1, s);
-  matmul_backward(d, dln, dw(kQ), a.dq.data<T>(), ln1, w(kQ), N, C, C);
-  matmul_backward(d, dln, dw(kK), a.dk.data<T>(), ln1, w(kK), N, C, KV);
-  matmul_backward(d, dln, dw(kV), a.dv.data<T>(), ln1, w(kV), N, C, KV);
+  linear_backward(kQProj, s, p, g, dln, a.dq.data<T>(), ln1, C, C);
+  linear_backward(kKProj, s, p, g, dln, a.dk.data<T>(), ln1, C, KV);
+  linear_backward(kVProj, s, p, g, dln, a.dv.data<T>(), ln1, C, KV);
   ops::rmsnorm_backward(d, dresidual, dw(kAttnNorm), dln, a.block_input<T>(l), w(kAttnNorm),
                         slice<Stat>(a.ln1_rstd, s), N, C);
 }
@@ -158,7 +170,7 @@ void Layers<T>::final_norm_forward(const UnitTensors& p) const {
 template <class T>
 void Layers<T>::final_norm_backward(const UnitTensors& p, const UnitTensors& g) const {
   a.dresidual.zero_();
-  ops::rmsnorm_backward(a.device, a.dresidual.data<T>(), g[kFinalNorm].data<T>(), a.dln.data<T>(),
+  ops::rmsnorm_backward(a.device, a.dresidual.data<T>(), grad_or_null<T>(g[kFinalNorm]), a.dln.data<T>(),
                         a.block_input<T>(c.layers), p[kFinalNorm].data<T>(), a.lnf_rstd.data<Stat>(), a.B * a.T,
                         c.dim);
 }

@@ -14,6 +14,9 @@ namespace zshard::llama {
 // Indices into a layer unit's params and grads, in the order Llama::units() declares them. Matrices have
 // Hugging Face's nn.Linear layout (out, in): y = x @ W^T.
 enum LayerParam { kAttnNorm, kQ, kK, kV, kO, kMlpNorm, kGate, kUp, kDown, kNumLayerParams };
+// A layer's projections, in the order LlamaConfig::lora_plan lists them, and each one's weight.
+enum LayerLinear { kQProj, kKProj, kVProj, kOProj, kGateProj, kUpProj, kDownProj };
+inline constexpr LayerParam kLinearWeight[] = {kQ, kK, kV, kO, kGate, kUp, kDown};
 enum EmbedParam { kEmbed };
 enum FinalParam { kFinalNorm, kLmHead };  // kLmHead only with an untied head
 
@@ -31,6 +34,7 @@ struct Activations : DecoderBuffers {
   Tensor k, v, dk, dv;                // (B,T,KV)
   Tensor dqkv;                        // (B,T,3C)
   Tensor dswiglu, dgate, dup;         // (B,T,F)
+  std::vector<Tensor> lora_hidden;    // (S,B,T,R) an adapted projection's inp @ A^T, by LayerLinear (LoraPlan)
 
   // The model's part of the activation list (models/decoder.h: decoder_buffers): the RMSNorm statistics and,
   // without recomputation, the layers' intermediates.
@@ -43,6 +47,7 @@ template <class T>
 struct Layers {
   using Stat = ops::NormStat<T>;
   const LlamaConfig& c;
+  const LoraPlan& lora;
   Activations& a;
 
   void embedding_forward(const UnitTensors& p) const;
@@ -54,6 +59,12 @@ struct Layers {
   void final_norm_forward(const UnitTensors& p) const;
   // From a.dln = d(loss)/d(lnf) to a.dresidual = d(loss)/d(last layer output).
   void final_norm_backward(const UnitTensors& p, const UnitTensors& g) const;
+  // y (N, OC) = x (N, C) @ W^T for projection m of a layer's params p (nn.Linear's (out, in) W), through its
+  // LoRA adapter when it has one (its hidden in slot s); the backward adds dx and the gradients g holds (a
+  // frozen one's is skipped).
+  void linear_forward(LayerLinear m, int s, const UnitTensors& p, T* y, const T* x, int C, int OC) const;
+  void linear_backward(LayerLinear m, int s, const UnitTensors& p, const UnitTensors& g, T* dx, const T* dy,
+                       const T* x, int C, int OC) const;
   // The head: the final unit's lm_head, or tied, the embedding.
   HeadSteps<T, Activations> head() const { return {a, c.dim, c.vocab}; }
 };

@@ -54,9 +54,9 @@ struct HeadSteps {
     head().input_grad(a.dln.template data<T>(), a.logits.template data<T>(), W.data<T>());
   }
   // dW += dlogits^T @ lnf: right after input_grad, or, tied and deferred, at the embedding's backward
-  // (nothing writes the dlogits or lnf in between).
+  // (nothing writes the dlogits or lnf in between). Nothing for a frozen W (its gradient undefined).
   void weight_grad(const Tensor& dW) const {
-    head().weight_grad(dW.data<T>(), a.logits.template data<T>(), a.lnf.template data<T>());
+    if (dW.defined()) head().weight_grad(dW.data<T>(), a.logits.template data<T>(), a.lnf.template data<T>());
   }
 };
 

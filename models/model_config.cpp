@@ -14,10 +14,12 @@ int64_t ConfigValue::integer() const {
 
 double ConfigValue::number() const {
   if (const int64_t* i = std::get_if<int64_t>(&value_)) return double(*i);
-  return std::get<double>(value_);
+  if (const double* d = std::get_if<double>(&value_)) return *d;
+  fail("expected a number, got '", text(), "'");
 }
 
 std::string ConfigValue::text() const {
+  if (const std::string* s = std::get_if<std::string>(&value_)) return *s;
   if (is_integer()) return std::to_string(integer());
   std::ostringstream os;
   os << std::setprecision(17) << number();

@@ -7,6 +7,7 @@
 #include "kernels/option_names.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
+#include "models/lora.h"
 
 namespace zshard {
 
@@ -15,6 +16,10 @@ namespace {
 struct Entry {
   ModelConfig defaults;
   ModelBuilder build;
+  // Keys a configuration holds only once an override names one of them, and then all of them, at these
+  // values before the overrides: the LoRA settings (models/lora.h), so that a model without adapters keeps
+  // the configuration, and the checkpoints, it had before they existed.
+  ModelConfig optional = {};
 };
 
 // The built-in families are registered on first use, so that no static initialisation order matters.
@@ -22,9 +27,11 @@ std::map<std::string, Entry>& registry() {
   static std::map<std::string, Entry> models = [] {
     std::map<std::string, Entry> builtin;
     for (const auto& [name, config] : gpt2_named_configs())
-      builtin[name] = {config, [](const ModelConfig& c) -> std::unique_ptr<Model> { return make_gpt2(c); }};
+      builtin[name] = {config, [](const ModelConfig& c) -> std::unique_ptr<Model> { return make_gpt2(c); },
+                       lora_config_defaults(kGPT2LoraDefaultTargets)};
     for (const auto& [name, config] : llama_named_configs())
-      builtin[name] = {config, [](const ModelConfig& c) -> std::unique_ptr<Model> { return make_llama(c); }};
+      builtin[name] = {config, [](const ModelConfig& c) -> std::unique_ptr<Model> { return make_llama(c); },
+                       lora_config_defaults(kLlamaLoraDefaultTargets)};
     return builtin;
   }();
   return models;
@@ -52,12 +59,25 @@ std::vector<std::string> model_names() {
 }
 
 ModelConfig model_config(const std::string& name, const ModelConfig& overrides) {
-  ModelConfig config = find(name).defaults;
+  const Entry& entry = find(name);
+  ModelConfig config = entry.defaults;
+  for (const auto& [key, value] : overrides)
+    if (entry.optional.count(key)) config.insert(entry.optional.begin(), entry.optional.end());
   for (const auto& [key, value] : overrides) {
     const auto it = config.find(key);
-    if (it == config.end())
+    if (it == config.end()) {
+      ModelConfig known = config;
+      known.insert(entry.optional.begin(), entry.optional.end());
       throw UsageError(detail::concat(option_name(Option::config), ": model '", name, "' has no '", key, "' (it has ",
-                                      config_text(config), ")"));
+                                      config_text(known), ")"));
+    }
+    if (it->second.is_text()) {
+      it->second = ConfigValue(value.text());
+      continue;
+    }
+    if (value.is_text())
+      throw UsageError(detail::concat(option_name(Option::config), ": ", key, " of model '", name, "' is a number, got '",
+                                      value.text(), "'"));
     if (it->second.is_integer() && !value.is_integer())
       throw UsageError(detail::concat(option_name(Option::config), ": ", key, " of model '", name, "' is an integer, got ", value.text()));
     it->second = it->second.is_integer() ? value : ConfigValue(value.number());

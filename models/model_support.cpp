@@ -16,12 +16,14 @@ uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
   return z ^ (z >> 31);
 }
 
-// N(0, 1) samples from splitmix64 and Box-Muller, written out so that the values depend on nothing but
-// the seed (not on a standard library's distributions).
+// N(0, 1) samples from splitmix64 and Box-Muller, and uniform ones, written out so that the values depend
+// on nothing but the seed (not on a standard library's distributions).
 class NormalStream {
  public:
-  NormalStream(uint64_t seed, int unit, int param)
-      : state_(mix64(mix64(mix64(seed) ^ uint64_t(unit)) ^ uint64_t(param))) {}
+  NormalStream(uint64_t seed, int unit, int64_t stream)
+      : state_(mix64(mix64(mix64(seed) ^ uint64_t(unit)) ^ uint64_t(stream))) {}
+
+  double uniform() { return double(next_u64() >> 11) * 0x1p-53; }  // [0, 1)
 
   double next() {
     if (has_spare_) {
@@ -48,8 +50,10 @@ class NormalStream {
 template <class T>
 void fill(const Tensor& t, const ParamDef& def, NormalStream& rng) {
   T* x = t.data<T>();
-  for (int64_t i = 0; i < t.numel(); ++i)
-    x[i] = T(def.init_std == 0.0 ? def.init_mean : def.init_mean + def.init_std * rng.next());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (def.init_bound > 0) x[i] = T(def.init_bound * (2.0 * rng.uniform() - 1.0));
+    else x[i] = T(def.init_std == 0.0 ? def.init_mean : def.init_mean + def.init_std * rng.next());
+  }
 }
 
 int64_t footprint(const Shape& shape) { return (shape_numel(shape) + 63) / 64 * 64; }
@@ -65,7 +69,7 @@ void init_params(const std::string& model, const std::vector<ParamDef>& defs, co
     ZS_CHECK(t.shape() == defs[i].spec.shape, defs[i].spec.name, ": expected shape ", shape_str(defs[i].spec.shape),
              ", got ", shape_str(t.shape()));
     ZS_CHECK(t.device() == Device::cpu, defs[i].spec.name, ": init_unit fills host tensors only");
-    NormalStream rng(seed, unit, int(i));
+    NormalStream rng(seed, unit, defs[i].stream < 0 ? int64_t(i) : defs[i].stream);
     switch (t.dtype()) {
       case DType::f32: fill<float>(t, defs[i], rng); break;
       case DType::f64: fill<double>(t, defs[i], rng); break;
@@ -101,6 +105,13 @@ void check_batch(const std::string& model, const Batch& batch, int vocab, int ct
     for (int64_t i = 0; i < n; ++i)
       ZS_CHECK(tokens[i] >= 0 && tokens[i] < vocab, model, " batch: ", what, " token ", tokens[i], " at position ",
                i, " is outside the vocabulary [0, ", vocab, ")");
+}
+
+double parameter_flops(const std::vector<UnitSpec>& units) {
+  double flops = 0;
+  for (const UnitSpec& unit : units)
+    for (const ParamSpec& p : unit.params) flops += (p.frozen ? 4.0 : 6.0) * double(p.numel());
+  return flops;
 }
 
 int64_t buffer_bytes(const BufferList& list) {

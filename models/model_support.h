@@ -16,14 +16,19 @@
 
 namespace zshard {
 
-// A parameter with its initial distribution: mean + std * N(0, 1) (std 0: the constant mean).
+// A parameter with its initial distribution: mean + std * N(0, 1) (std 0: the constant mean), or with
+// init_bound > 0 uniform on [-init_bound, init_bound) (LoRA's A, models/lora.h).
 struct ParamDef {
   ParamSpec spec;
   double init_mean;
   double init_std;
+  double init_bound = 0;
+  // The random stream that fills it; -1: its index in the unit. A parameter added beside others (a LoRA
+  // adapter) takes a stream of its own, so that it changes none of theirs.
+  int64_t stream = -1;
 };
-// Fills a unit's host tensors (f32 or f64) from `defs`. The values depend on (seed, unit, param index)
-// only, never on the world size or a standard library's distributions; f32 gets the f64 values rounded.
+// Fills a unit's host tensors (f32 or f64) from `defs`. The values depend on (seed, unit, stream) only,
+// never on the world size or a standard library's distributions; f32 gets the f64 values rounded.
 void init_params(const std::string& model, const std::vector<ParamDef>& defs, const UnitTensors& params,
                  int unit, uint64_t seed);
 
@@ -98,6 +103,17 @@ struct BatchBuffers {
   // it is done; on the cpu the batch itself is the source, and the host (the cpu's compute stream) waits.
   void load_tokens(const Batch& batch);
 };
+
+// A backward op's pointer to a parameter's gradient: null for a frozen parameter, whose ParamContext::grads
+// entry is undefined, and which the op then skips.
+template <class T>
+T* grad_or_null(const Tensor& grad) {
+  return grad.defined() ? grad.data<T>() : nullptr;
+}
+
+// Model FLOPs of the parameters' matmuls per token, forward and backward: 6 per trained parameter, 4 per
+// frozen one, whose weight-gradient matmul backward skips (it still passes the input gradient on).
+double parameter_flops(const std::vector<UnitSpec>& units);
 
 // Slice i of a buffer with a leading layer (or slot) dimension.
 template <class T>

@@ -9,7 +9,8 @@
 
 namespace zshard {
 
-LocalParams::LocalParams(const Model& model, DType dtype, Device device) : dtype_(dtype), device_(device) {
+LocalParams::LocalParams(const Model& model, DType dtype, Device device, const std::vector<std::string>& freeze)
+    : dtype_(dtype), device_(device) {
   const bool on_cpu = device == Device::cpu;
   ZS_CHECK(dtype == DType::f32 || dtype == DType::bf16 || (on_cpu && dtype == DType::f64),
            "LocalParams holds f32 or bf16, and f64 on cpu, not ", dtype_name(dtype), " on ", device_name(device));
@@ -17,7 +18,8 @@ LocalParams::LocalParams(const Model& model, DType dtype, Device device) : dtype
     UnitTensors params, grads;
     for (const ParamSpec& p : unit.params) {
       params.push_back(Tensor::zeros(p.shape, dtype, device, Category::params));
-      grads.push_back(Tensor::zeros(p.shape, dtype, device, Category::grads));
+      const bool frozen = p.frozen || std::find(freeze.begin(), freeze.end(), p.name) != freeze.end();
+      grads.push_back(frozen ? Tensor() : Tensor::zeros(p.shape, dtype, device, Category::grads));
     }
     params_.push_back(std::move(params));
     grads_.push_back(std::move(grads));
@@ -43,7 +45,8 @@ void LocalParams::copy_params_from(const LocalParams& other) {
 
 void LocalParams::zero_grads() {
   for (UnitTensors& unit : grads_)
-    for (Tensor& g : unit) g.zero_();
+    for (Tensor& g : unit)
+      if (g.defined()) g.zero_();
 }
 
 int LocalParams::count(Call call, int unit) const {

@@ -4,7 +4,10 @@
 //
 // Conventions: arrays are contiguous and row-major (N = rows, B*T; C = channels; OC = output channels;
 // V = vocabulary; NH = heads). Backward ops ACCUMULATE (+=) into every gradient they write, activation
-// gradients included, so the caller zeroes; tied weights and gradient accumulation come free. Linear
+// gradients included, so the caller zeroes; tied weights and gradient accumulation come free. A null
+// parameter gradient (linear's dweight and dbias, the norms' dweight and dbias, the embedding's dwte and
+// dwpe, each on its own) is a frozen parameter's (ParamContext::grads): the op skips it and still computes
+// the input gradient, the same bits as with it. Linear
 // weights use the Hugging Face GPT-2 Conv1D layout (in, out): out = inp @ W + b, unless an op takes a
 // WeightLayout.
 //

@@ -4,6 +4,7 @@
 // grads_ready.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <zshard/model.h>
@@ -19,8 +20,9 @@ class LocalParams final : public ParamContext {
   };
 
   // Parameters and gradients zero-filled in `dtype` on `device`: f32 or bf16, or f64 on cpu (the pairs
-  // a model computes in; cuda needs cuda_init first).
-  LocalParams(const Model& model, DType dtype, Device device = Device::cpu);
+  // a model computes in; cuda needs cuda_init first). A frozen parameter (ParamSpec::frozen, or named in
+  // `freeze`, as an engine may freeze more) has no gradient: its grads() entry is an undefined Tensor.
+  LocalParams(const Model& model, DType dtype, Device device = Device::cpu, const std::vector<std::string>& freeze = {});
 
   // Fills every unit with model.init_unit(u, ..., seed). Host contexts only (init_unit fills host
   // tensors); a device context takes an initialised host one's values with copy_params_from.
@@ -32,7 +34,7 @@ class LocalParams final : public ParamContext {
   // Direct access for tests; not protocol calls.
   int num_units() const { return int(params_.size()); }
   const UnitTensors& param_tensors(int unit) const { return params_.at(unit); }
-  const UnitTensors& grad_tensors(int unit) const { return grads_.at(unit); }
+  const UnitTensors& grad_tensors(int unit) const { return grads_.at(unit); }  // undefined where frozen
 
   const std::vector<Event>& events() const { return events_; }
   void clear_events() { events_.clear(); }

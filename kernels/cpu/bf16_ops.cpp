@@ -34,6 +34,7 @@ Fp32::Fp32(const bf16* values, int rows, int cols, int ld)
 }
 
 void Fp32::round_into(bf16* dst) const {
+  if (absent_) return;
   const float* in = get();
   for (size_t i = 0; i < n_; ++i) dst[i] = bf16(in[i]);
 }
@@ -64,12 +65,8 @@ void embedding_forward<bf16>(bf16* out, const int32_t* tokens, const bf16* wte, 
   }
 }
 
-// As the CUDA twin: each token's rows summed in fp32, in position order, and added to its dwte row once
-// (a running bf16 sum would round a frequent token's thousand additions away); dwpe sums over the batch.
-template <>
-void embedding_backward<bf16>(bf16* dwte, bf16* dwpe, const bf16* dout, const int32_t* tokens, int B, int Tn,
-                              int C) {
-  const size_t N = size_t(B) * Tn;
+namespace {
+void add_token_rows(bf16* dwte, const bf16* dout, const int32_t* tokens, size_t N, int C) {
   std::vector<size_t> order(N);
   std::iota(order.begin(), order.end(), size_t(0));
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tokens[a] < tokens[b]; });
@@ -84,6 +81,16 @@ void embedding_backward<bf16>(bf16* dwte, bf16* dwpe, const bf16* dout, const in
     for (int c = 0; c < C; ++c) row[c] = bf16(wide(row[c]) + sum[c]);
     first = end;
   }
+}
+}  // namespace
+
+// As the CUDA twin: each token's rows summed in fp32, in position order, and added to its dwte row once
+// (a running bf16 sum would round a frequent token's thousand additions away); dwpe sums over the batch.
+template <>
+void embedding_backward<bf16>(bf16* dwte, bf16* dwpe, const bf16* dout, const int32_t* tokens, int B, int Tn,
+                              int C) {
+  const size_t N = size_t(B) * Tn;
+  if (dwte) add_token_rows(dwte, dout, tokens, N, C);
   if (!dwpe) return;
   for (size_t i = 0; i < size_t(Tn) * C; ++i) {
     float acc = wide(dwpe[i]);
@@ -225,9 +232,9 @@ void linear_forward<bf16>(bf16* out, const bf16* inp, const bf16* weight, const 
 template <>
 void linear_backward<bf16>(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, const bf16* inp,
                            const bf16* weight, int N, int C, int OC) {
-  ZS_CHECK(dinp && dweight, "linear_backward: dinp and dweight are required");
+  ZS_CHECK(dinp, "linear_backward: dinp is required");
   gemm<bf16>(false, true, N, C, OC, 1.f, dout, OC, weight, OC, 1.f, dinp, C);
-  gemm<bf16>(true, false, C, OC, N, 1.f, inp, C, dout, OC, 1.f, dweight, OC);
+  if (dweight) gemm<bf16>(true, false, C, OC, N, 1.f, inp, C, dout, OC, 1.f, dweight, OC);
   if (!dbias) return;
   std::vector<float> sum(size_t(OC), 0.f);  // column sums in fp32, added once
   for (int i = 0; i < N; ++i)

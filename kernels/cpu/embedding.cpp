@@ -1,4 +1,5 @@
-// Token + position embedding (the position table is optional: Llama has none).
+// Token + position embedding (the position table is optional: Llama has none). A null gradient (a frozen
+// table, or none) gets nothing.
 #include <algorithm>
 #include <cstddef>
 
@@ -31,8 +32,10 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, 
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < Tn; ++t) {
       const T* d = dout + (size_t(b) * Tn + t) * C;
-      T* de = dwte + size_t(tokens[size_t(b) * Tn + t]) * C;
-      for (int c = 0; c < C; ++c) de[c] += d[c];
+      if (dwte) {
+        T* de = dwte + size_t(tokens[size_t(b) * Tn + t]) * C;
+        for (int c = 0; c < C; ++c) de[c] += d[c];
+      }
       if (!dwpe) continue;
       T* dp = dwpe + size_t(t) * C;
       for (int c = 0; c < C; ++c) dp[c] += d[c];

@@ -36,11 +36,12 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     const T gx_mean =
         detail::lane_sum<T>(C, [=](size_t c) { return d[c] * weight[c] * (x[c] - mu) * rs; }) /
         T(C);
-    // Two loops: fewer arrays written per loop keeps the compiler's runtime alias checks affordable.
-    for (int c = 0; c < C; ++c) {
-      dbias[c] += d[c];
-      dweight[c] += d[c] * (x[c] - mu) * rs;
-    }
+    // A loop per array written keeps the compiler's runtime alias checks affordable; a frozen gain or
+    // bias (null) is skipped.
+    if (dbias)
+      for (int c = 0; c < C; ++c) dbias[c] += d[c];
+    if (dweight)
+      for (int c = 0; c < C; ++c) dweight[c] += d[c] * (x[c] - mu) * rs;
     for (int c = 0; c < C; ++c) dx[c] += rs * (d[c] * weight[c] - g_mean - (x[c] - mu) * rs * gx_mean);
   }
 }

@@ -26,9 +26,9 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
                      int C, int OC) {
-  ZS_CHECK(dinp && dweight, "linear_backward: dinp and dweight are required");
+  ZS_CHECK(dinp, "linear_backward: dinp is required");
   gemm<T>(false, true, N, C, OC, T(1), dout, OC, weight, OC, T(1), dinp, C);     // dinp += dout @ W^T
-  gemm<T>(true, false, C, OC, N, T(1), inp, C, dout, OC, T(1), dweight, OC);     // dW += inp^T @ dout
+  if (dweight) gemm<T>(true, false, C, OC, N, T(1), inp, C, dout, OC, T(1), dweight, OC);  // dW += inp^T @ dout
   if (dbias) {
     for (int i = 0; i < N; ++i) {
       const T* d = dout + size_t(i) * OC;

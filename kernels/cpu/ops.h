@@ -28,7 +28,8 @@ constexpr double kLayerNormEps = 1e-5;
 template <class T>
 using Compute = std::conditional_t<std::is_same_v<T, bf16>, float, T>;
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wpe (and dwpe) may be null: no position table.
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; wpe (and dwpe) may be null: no position table. A null dwte or
+// dwpe, a null dweight or dbias in the backwards below: a frozen parameter, skipped (<zshard/ops.h>).
 template <class T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C);
 template <class T>

@@ -29,7 +29,8 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
     const T rs = rstd[i];
     // dx = rstd * (g - xhat * mean(g * xhat)) with g = dout * weight and xhat = x * rstd.
     const T gx_mean = detail::lane_sum<T>(C, [=](size_t c) { return d[c] * weight[c] * x[c] * rs; }) / T(C);
-    for (int c = 0; c < C; ++c) dweight[c] += d[c] * x[c] * rs;
+    if (dweight)  // null: a frozen gain
+      for (int c = 0; c < C; ++c) dweight[c] += d[c] * x[c] * rs;
     for (int c = 0; c < C; ++c) dx[c] += rs * (d[c] * weight[c] - x[c] * rs * gx_mean);
   }
 }

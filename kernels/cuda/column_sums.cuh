@@ -8,7 +8,7 @@
 
 namespace zshard::cuda {
 
-// The K output vectors, passed by value to the kernel.
+// The K output vectors, passed by value to the kernel; a null one (a frozen parameter's gradient) is skipped.
 template <int K, class T>
 struct ColumnOutputs {
   T* ptr[K];
@@ -45,6 +45,7 @@ __global__ void finish_kernel(ColumnOutputs<K, T> out, const float* partials, in
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   for (int k = 0; k < K; ++k) {
+    if (!out.ptr[k]) continue;
     float sum = 0;
     for (int chunk = 0; chunk < chunks; ++chunk) sum += partials[(size_t(k) * chunks + chunk) * C + c];
     out.ptr[k][c] = from_f32<T>(to_f32(out.ptr[k][c]) + sum);

@@ -1,5 +1,6 @@
 // Token + position embedding, forward and backward; the position table is optional (Llama has none): a
-// null wpe adds nothing, a null dwpe gets nothing. The backward is deterministic.
+// null wpe adds nothing, a null dwpe gets nothing, and a null dwte (a frozen table) neither. The backward is
+// deterministic.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_run_length_encode.cuh>
 #include <cub/device/device_scan.cuh>
@@ -90,22 +91,9 @@ __global__ void wpe_backward_kernel(T* dwpe, const T* dout, int B, int Tn, int C
   }
 }
 
-}  // namespace
-
+// dwte's rows: the positions sorted by token and summed a run at a time (wte_backward_kernel).
 template <class T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C,
-                       cudaStream_t stream) {
-  const size_t n = size_t(B) * Tn * C;
-  if (n == 0) return;
-  embedding_forward_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(out, tokens, wte, wpe, B, Tn, C);
-  ZS_CUDA_CHECK_LAUNCH();
-}
-
-template <class T>
-void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
-                        cudaStream_t stream) {
-  const int N = B * Tn;
-  if (N == 0 || C == 0) return;
+void wte_backward(T* dwte, const T* dout, const int32_t* tokens, int N, int C, cudaStream_t stream) {
   // One workspace: seven arrays of N ints (the positions 0..N-1, the tokens and positions sorted by token,
   // each run's token, length and first sorted position, the number of runs) and CUB's temporary storage,
   // as large as the largest of its three passes needs.
@@ -135,6 +123,25 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, 
   wte_backward_kernel<<<wte_blocks(N), kWteThreads, 0, stream>>>(dwte, dout, run_tokens, run_starts, run_lengths,
                                                                  runs, sorted_positions, C);
   ZS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <class T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C,
+                       cudaStream_t stream) {
+  const size_t n = size_t(B) * Tn * C;
+  if (n == 0) return;
+  embedding_forward_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(out, tokens, wte, wpe, B, Tn, C);
+  ZS_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
+                        cudaStream_t stream) {
+  const int N = B * Tn;
+  if (N == 0 || C == 0) return;
+  if (dwte) wte_backward(dwte, dout, tokens, N, C, stream);
   if (!dwpe) return;
   wpe_backward_kernel<<<grid_for(size_t(Tn) * C), kBlockSize, 0, stream>>>(dwpe, dout, B, Tn, C);
   ZS_CUDA_CHECK_LAUNCH();

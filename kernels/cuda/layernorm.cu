@@ -100,6 +100,7 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     layernorm_dinp_kernel<T, kN><<<row_blocks(N), kBlockSize, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
   });
   ZS_CUDA_CHECK_LAUNCH();
+  if (!dweight && !dbias) return;  // both frozen
   accumulate_column_sums<2>(ColumnOutputs<2, T>{{dweight, dbias}}, N, C,
                             ParamsTerm<T>{dout, inp, mean, rstd, C}, stream);
 }

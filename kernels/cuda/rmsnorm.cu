@@ -70,6 +70,7 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
   if (N == 0) return;
   rmsnorm_dinp_kernel<<<row_blocks(N), kBlockSize, 0, stream>>>(dinp, dout, inp, weight, rstd, N, C);
   ZS_CUDA_CHECK_LAUNCH();
+  if (!dweight) return;  // a frozen gain
   // Per-chunk partial sums added in a fixed order (column_sums.cuh): deterministic, unlike atomics.
   accumulate_column_sums<1>(ColumnOutputs<1, T>{{dweight}}, N, C, WeightTerm<T>{dout, inp, rstd, C}, stream);
 }

@@ -27,6 +27,24 @@ std::optional<ConfigValue> config_number(const std::string& text) {
   return std::nullopt;
 }
 
+// --config's items as KEY=VALUE pairs. A value that is not a number is a text, which a list continues: in
+// lora_targets=q_proj,v_proj,layers=4 the item v_proj, having no '=', is the text's next element.
+std::vector<std::pair<std::string, std::string>> config_pairs(const std::vector<std::string>& items) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const std::string& item : items) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos && !pairs.empty() && !config_number(pairs.back().second)) {
+      pairs.back().second += "," + item;
+      continue;
+    }
+    if (eq == 0 || eq == std::string::npos || eq + 1 == item.size())
+      throw CLI::ValidationError("--config", "expected KEY=VALUE, got '" + item + "'");
+    pairs.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+  }
+  return pairs;
+}
+
+
 }  // namespace
 
 std::string_view recompute_flag(Recompute mode) { return mode == Recompute::blocks ? "blocks" : "none"; }
@@ -47,16 +65,11 @@ void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) 
   add_list_option(
          app, "--config",
          [set](const std::vector<std::string>& items) {
-           for (const std::string& item : items) {
-             const size_t eq = item.find('=');
-             const std::optional<ConfigValue> value =
-                 eq == std::string::npos ? std::nullopt : config_number(item.substr(eq + 1));
-             if (eq == 0 || !value)
-               throw CLI::ValidationError("--config", "expected KEY=NUMBER, got '" + item + "'");
-             set("--config", item.substr(0, eq), *value);
-           }
+           for (const auto& [key, text] : config_pairs(items))
+             set("--config", key, config_number(text).value_or(ConfigValue(text)));
          },
-         "override the model's configuration: KEY=VALUE, comma separated (e.g. layers=4,dim=128)");
+         "override the model's configuration: KEY=VALUE, comma separated (e.g. layers=4,dim=128; a list as "
+         "lora_targets=q_proj,v_proj)");
   // Shorthands for --config of the keys the transformer families share (a model without the key refuses it).
   for (const auto& [flag, key] : {std::pair{"--layers", "layers"}, std::pair{"--dim", "dim"},
                                   std::pair{"--heads", "heads"}, std::pair{"--vocab", "vocab"},
@@ -71,6 +84,29 @@ void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) 
   app.add_option_function<bool>(
       "--tie-embeddings", [set](bool tied) { set("--tie-embeddings", "tie_embeddings", ConfigValue(tied)); },
       "the output head reuses the token embedding: true or false (--config tie_embeddings=1|0)");
+  // LoRA (PEFT's semantics): every other parameter frozen. Each a shorthand of --config.
+  app.add_option_function<int64_t>(
+      "--lora-rank", [set](int64_t rank) { set("--lora-rank", "lora_rank", ConfigValue(rank)); },
+      "LoRA adapters of this rank on the targeted layers, every other parameter frozen (--config lora_rank=R)");
+  app.add_option_function<double>(
+      "--lora-alpha", [set](double alpha) { set("--lora-alpha", "lora_alpha", ConfigValue(alpha)); },
+      "LoRA's alpha: the adapters' output scaled by alpha / rank; default 8, as PEFT's (--config lora_alpha=A)");
+  add_list_option(
+      app, "--lora-targets",
+      [set](const std::vector<std::string>& targets) {
+        std::string text;
+        for (const std::string& t : targets) text += (text.empty() ? "" : ",") + t;
+        set("--lora-targets", "lora_targets", ConfigValue(text));
+      },
+      "the layers LoRA adapts, by their names' ends as PEFT's target_modules (c_attn,c_proj,c_fc for GPT-2; "
+      "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj for Llama); default PEFT's: c_attn, q_proj,v_proj");
+  // An alpha or targets without a rank would adapt nothing: refused here, naming the flag that set it.
+  app.parse_complete_callback([set_by] {
+    if (set_by->count("lora_rank")) return;
+    for (const char* key : {"lora_alpha", "lora_targets"})
+      if (const auto it = set_by->find(key); it != set_by->end())
+        throw CLI::ValidationError(it->second, std::string(key) + " needs --lora-rank");
+  });
 }
 
 void add_recompute_flag(CLI::App& app, Recompute& mode) {

@@ -26,7 +26,7 @@ struct ModelOptions {
 std::string_view recompute_flag(Recompute mode);
 
 // --model (a registry name), --config KEY=VALUE,... and the shorthands --layers --dim --heads --vocab --ctx
-// --kv-heads --ffn-dim --rope-theta --tie-embeddings.
+// --kv-heads --ffn-dim --rope-theta --tie-embeddings --lora-rank --lora-alpha --lora-targets.
 void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides);
 // --activation-checkpointing none|blocks: the tools that run a model or size its activations.
 void add_recompute_flag(CLI::App& app, Recompute& mode);

@@ -24,7 +24,8 @@ void randomize_params(LocalParams& ctx, double std, uint64_t seed);
 
 // Backpropagates `data` through `model` in the f64 context `ctx` (whose grads start at zero), then compares
 // every parameter element's gradient with the central difference (L(x+h) - L(x-h)) / 2h of the summed
-// token loss: a gtest failure (naming the parameter) where max_rel_diff exceeds `tol`. Returns the worst.
+// token loss: a gtest failure (naming the parameter) where max_rel_diff exceeds `tol`. Returns the worst. A
+// frozen parameter (no gradient in `ctx`) is skipped.
 double expect_gradients_match_finite_differences(Model& model, LocalParams& ctx, const RandomTokens& data,
                                                  double tol = 1e-6, double h = 1e-5);
 

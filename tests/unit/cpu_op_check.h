@@ -61,6 +61,12 @@ inline std::vector<float> bf16_values(const std::vector<double>& x) {
   return out;
 }
 
+// A gradient array as an op takes it: null when empty, as a frozen parameter's (FrozenCase in op_cases.h).
+template <class T>
+T* grad_or_null(std::vector<T>& g) {
+  return g.empty() ? nullptr : g.data();
+}
+
 template <class T>
 Arrays<T> zeros_like(const Arrays<T>& x) {
   Arrays<T> out;

@@ -3,7 +3,9 @@
 // op files' own forward checks. Odd sizes by default. T is double, float or bf16 (whose statistics and
 // scalars are Compute<T>, fp32).
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/ops.h"
@@ -13,6 +15,7 @@ namespace zshard::cpu {
 
 using test::Arrays;
 using test::add_into;
+using test::grad_or_null;
 
 struct EmbeddingCase {
   int B = 2, Tn = 5, C = 8, V = 11;
@@ -27,7 +30,7 @@ struct EmbeddingCase {
   }
   template <class T>
   void backward(const Arrays<T>&, const std::vector<T>& dout, Arrays<T>& g) const {
-    embedding_backward(g[0].data(), g[1].data(), dout.data(), tokens.data(), B, Tn, C);
+    embedding_backward(grad_or_null(g[0]), grad_or_null(g[1]), dout.data(), tokens.data(), B, Tn, C);
   }
 };
 
@@ -48,7 +51,7 @@ struct LayerNormCase {
   void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
     std::vector<Compute<T>> mean, rstd;
     forward(in, &mean, &rstd);
-    layernorm_backward(g[0].data(), g[1].data(), g[2].data(), dout.data(), in[0].data(), in[1].data(),
+    layernorm_backward(g[0].data(), grad_or_null(g[1]), grad_or_null(g[2]), dout.data(), in[0].data(), in[1].data(),
                        mean.data(), rstd.data(), N, C);
   }
 };
@@ -69,7 +72,7 @@ struct LinearCase {
   }
   template <class T>
   void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
-    linear_backward(g[0].data(), g[1].data(), with_bias ? g[2].data() : nullptr, dout.data(), in[0].data(),
+    linear_backward(g[0].data(), grad_or_null(g[1]), with_bias ? grad_or_null(g[2]) : nullptr, dout.data(), in[0].data(),
                     in[1].data(), N, C, OC);
   }
 };
@@ -197,7 +200,7 @@ struct RmsNormCase {
   void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
     std::vector<Compute<T>> rstd;
     forward(in, &rstd);
-    rmsnorm_backward(g[0].data(), g[1].data(), dout.data(), in[0].data(), in[1].data(), rstd.data(), N, C);
+    rmsnorm_backward(g[0].data(), grad_or_null(g[1]), dout.data(), in[0].data(), in[1].data(), rstd.data(), N, C);
   }
 };
 
@@ -268,5 +271,74 @@ struct TokenEmbeddingCase {  // no position table
     embedding_backward<T>(g[0].data(), nullptr, dout.data(), tokens.data(), B, Tn, C);
   }
 };
+
+// `full` with the inputs `frozen` (indices into full's) held at fixed values and given no gradient: their
+// backward arrays are null, as a frozen parameter's (ParamContext::grads). Its inputs are full's others. The
+// fixed values are ones bf16 holds, so that every T starts from the same.
+template <class Case>
+struct FrozenCase {
+  Case full;
+  std::vector<size_t> frozen;
+
+  bool is_frozen(size_t i) const { return std::find(frozen.begin(), frozen.end(), i) != frozen.end(); }
+  std::vector<size_t> input_sizes() const {
+    std::vector<size_t> sizes;
+    const std::vector<size_t> all = full.input_sizes();
+    for (size_t i = 0; i < all.size(); ++i)
+      if (!is_frozen(i)) sizes.push_back(all[i]);
+    return sizes;
+  }
+  // full's inputs: `in` with the frozen ones put back.
+  template <class T>
+  Arrays<T> full_inputs(const Arrays<T>& in) const {
+    Arrays<T> all;
+    const std::vector<size_t> sizes = full.input_sizes();
+    for (size_t i = 0, next = 0; i < sizes.size(); ++i) {
+      std::mt19937 rng(unsigned(100 + i));
+      all.push_back(is_frozen(i) ? test::convert<T>(test::bf16_values(test::random_vector(sizes[i], rng)))
+                                 : in[next++]);
+    }
+    return all;
+  }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    return full.template forward<T>(full_inputs(in));
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    Arrays<T> all_grads;
+    const size_t n = full.input_sizes().size();
+    for (size_t i = 0, next = 0; i < n; ++i) all_grads.push_back(is_frozen(i) ? std::vector<T>{} : std::move(g[next++]));
+    full.template backward<T>(full_inputs(in), dout, all_grads);
+    for (size_t i = 0, next = 0; i < n; ++i)
+      if (!is_frozen(i)) g[next++] = std::move(all_grads[i]);
+  }
+};
+
+// The frozen case's gradients are the full op's, bit for bit, in every T: a frozen parameter's skipped
+// gradient changes nothing of the others, the input gradient included.
+template <class Case>
+void expect_frozen_matches_full(const FrozenCase<Case>& c, unsigned seed = 4) {
+  const auto check = [&]<class T>(T) {
+    std::mt19937 rng(seed);
+    Arrays<T> in;
+    for (size_t n : c.input_sizes()) in.push_back(test::convert<T>(test::bf16_values(test::random_vector(n, rng))));
+    const Arrays<T> all_in = c.full_inputs(in);
+    const std::vector<T> out = c.full.template forward<T>(all_in);
+    const std::vector<T> dout = test::convert<T>(test::bf16_values(test::random_vector(out.size(), rng)));
+    Arrays<T> full_grads = test::zeros_like(all_in), grads = test::zeros_like(in);
+    c.full.template backward<T>(all_in, dout, full_grads);
+    c.template backward<T>(in, dout, grads);
+    for (size_t i = 0, next = 0; i < all_in.size(); ++i)
+      if (!c.is_frozen(i)) {
+        const std::vector<T>& g = grads[next++];
+        EXPECT_EQ(std::memcmp(g.data(), full_grads[i].data(), g.size() * sizeof(T)), 0)
+            << dtype_name(dtype_of<T>()) << " gradient of input " << i;
+      }
+  };
+  check(double{});
+  check(float{});
+  check(bf16{});
+}
 
 }  // namespace zshard::cpu

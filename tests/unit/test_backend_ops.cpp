@@ -59,21 +59,46 @@ std::function<void()> checks(Case c) {
   };
 }
 
+// A frozen parameter's null gradient: the checks above on the other inputs, which also get the full op's bits.
+template <class Case>
+std::function<void()> frozen_checks(Case full, std::vector<size_t> frozen) {
+  const FrozenCase<Case> c{full, std::move(frozen)};
+  return [c] {
+    checks(c)();
+    expect_frozen_matches_full(c);
+  };
+}
+
 const std::vector<Row>& table() {
   static const std::vector<Row> rows = {
       {"embedding", {"embedding_forward", "embedding_backward"}, checks(EmbeddingCase{}), "", "CudaOps.Embedding"},
       {"token embedding", {"embedding_forward", "embedding_backward"}, checks(TokenEmbeddingCase{}), "",
        "CudaOps.EmbeddingWithoutPositions"},
+      {"embedding, frozen wte", {"embedding_backward"}, frozen_checks(EmbeddingCase{}, {0}), "",
+       "CudaOps.EmbeddingFrozen"},
+      {"embedding, frozen wpe", {"embedding_backward"}, frozen_checks(EmbeddingCase{}, {1}), "",
+       "CudaOps.EmbeddingFrozen"},
       {"layernorm", {"layernorm_forward", "layernorm_backward"}, checks(LayerNormCase{}), "", "CudaOps.LayerNorm"},
       {"layernorm wide", {"layernorm_forward", "layernorm_backward"}, checks(LayerNormCase{3, 97}), "",
        "CudaOps.LayerNormManyRows"},
+      {"layernorm, frozen gain", {"layernorm_backward"}, frozen_checks(LayerNormCase{}, {1}), "",
+       "CudaOps.LayerNormFrozen"},
+      {"layernorm, frozen bias", {"layernorm_backward"}, frozen_checks(LayerNormCase{}, {2}), "",
+       "CudaOps.LayerNormFrozen"},
+      {"layernorm, frozen gain and bias", {"layernorm_backward"}, frozen_checks(LayerNormCase{}, {1, 2}), "",
+       "CudaOps.LayerNormFrozen"},
       {"rmsnorm", {"rmsnorm_forward", "rmsnorm_backward"}, checks(RmsNormCase{}), "", "CudaOps.RmsNorm"},
+      {"rmsnorm, frozen gain", {"rmsnorm_backward"}, frozen_checks(RmsNormCase{}, {1}), "", "CudaOps.RmsNormFrozen"},
       {"rope", {"rope_forward", "rope_backward"}, checks(RopeCase{}), "", "CudaOps.Rope"},
       {"rope long", {"rope_forward", "rope_backward"}, checks(RopeCase{1, 67, 2, 10, 500000}), "", "CudaOps.RopeLongSequence"},
       {"gqa pack", {"gqa_pack", "gqa_pack_backward"}, checks(GqaPackCase{}), "", "CudaOps.GqaPack"},
       {"swiglu", {"swiglu_forward", "swiglu_backward"}, checks(SwigluCase{}), "", "CudaOps.SwiGlu"},
       {"linear", {"linear_forward", "linear_backward"}, checks(LinearCase{true, 9, 13, 7}), "", "CudaOps.Linear"},
       {"linear no bias", {"linear_forward", "linear_backward"}, checks(LinearCase{false}), "", "CudaOps.Linear"},
+      {"linear, frozen weight", {"linear_backward"}, frozen_checks(LinearCase{true, 9, 13, 7}, {1}), "",
+       "CudaOps.LinearFrozen"},
+      {"linear, frozen weight and bias", {"linear_backward"}, frozen_checks(LinearCase{}, {1, 2}), "",
+       "CudaOps.LinearFrozen"},
       {"lora linear", {"lora_linear_forward", "lora_linear_backward"}, checks(LoraLinearCase{}), "",
        "CudaOps.LoraLinear"},
       {"lora linear, nn.Linear layout", {"lora_linear_forward", "lora_linear_backward"},

@@ -113,6 +113,18 @@ void expect_close(const Vec& got, const Vec& want, double tol, const char* what)
   EXPECT_LE(test::max_rel_diff(got, want), tol) << what;
 }
 
+// Which parameter gradients a check passes null on the GPU, as a frozen parameter's (bit i: the op's i-th
+// parameter gradient): the GPU must still match the CPU's full op in every other gradient, dinp included.
+using FrozenGrads = unsigned;
+template <class T>
+T* unless_frozen(FrozenGrads frozen, int i, const DeviceArray<T>& grad) {
+  return frozen & (1u << i) ? nullptr : grad.get();
+}
+void expect_close_unless_frozen(FrozenGrads frozen, int i, const Vec& got, const Vec& want, double tol,
+                                const char* what) {
+  if (!(frozen & (1u << i))) expect_close(got, want, tol, what);
+}
+
 std::vector<int32_t> random_ints(size_t n, int hi, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> dist(0, hi - 1);
   std::vector<int32_t> x(n);
@@ -123,7 +135,7 @@ std::vector<int32_t> random_ints(size_t n, int hi, std::mt19937& rng) {
 // V < B*Tn, so tokens repeat; with V = 3 and B*Tn = 512 each token's dwte row sums ~170 rows of dout.
 // Without positions (Llama) wpe and dwpe are null on both sides.
 template <class T>
-void check_embedding(int B, int Tn, int V, bool positions = true) {
+void check_embedding(int B, int Tn, int V, bool positions = true, FrozenGrads frozen = 0) {
   const int C = 40;
   std::mt19937 rng(1);
   const auto tokens = random_ints(size_t(B) * Tn, V, rng);
@@ -133,8 +145,8 @@ void check_embedding(int B, int Tn, int V, bool positions = true) {
   DeviceInts d_tokens(tokens);
   DeviceArray<T> d_wte(wte), d_wpe(wpe), d_dout(dout), d_out(zeros(dout.size())), d_dwte(dwte), d_dwpe(dwpe);
   embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(), positions ? d_wpe.get() : nullptr, B, Tn, C);
-  embedding_backward(d_dwte.get(), positions ? d_dwpe.get() : nullptr, d_dout.get(), d_tokens.get(), B, Tn,
-                     C);
+  embedding_backward(unless_frozen(frozen, 0, d_dwte), positions ? unless_frozen(frozen, 1, d_dwpe) : nullptr,
+                     d_dout.get(), d_tokens.get(), B, Tn, C);
   Vec out(dout.size());
   cpu::embedding_forward(out.data(), tokens.data(), wte.data(), positions ? wpe.data() : nullptr, B, Tn, C);
   cpu::embedding_backward(dwte.data(), positions ? dwpe.data() : nullptr, dout.data(), tokens.data(), B, Tn,
@@ -142,15 +154,16 @@ void check_embedding(int B, int Tn, int V, bool positions = true) {
   expect_close(d_out.host(), out, tolerance<T>(), "out");
   // dwte is summed in fp32 and rounded once, however often a token repeats: within one rounding of the
   // result (half a bf16 ulp, 2^-9, of the largest entry; 1/256 leaves room for the inputs' spread).
-  expect_close(d_dwte.host(), dwte, std::is_same_v<T, float> ? kF32Tolerance : 1.0 / 256, "dwte");
+  expect_close_unless_frozen(frozen, 0, d_dwte.host(), dwte, std::is_same_v<T, float> ? kF32Tolerance : 1.0 / 256,
+                             "dwte");
   // Untouched without positions: still the random values both sides started from.
-  expect_close(d_dwpe.host(), dwpe, tolerance<T>(), "dwpe");
+  expect_close_unless_frozen(frozen, 1, d_dwpe.host(), dwpe, tolerance<T>(), "dwpe");
 }
 
 // C is not a multiple of the warp size; N over 256 spreads the parameter-gradient column sums over several
 // row chunks (kernels/cuda/column_sums.cuh), the last one partial.
 template <class T>
-void check_layernorm(int N, int C = 70) {
+void check_layernorm(int N, int C = 70, FrozenGrads frozen = 0) {
   std::mt19937 rng(2);
   const Vec inp = random_vec<T>(size_t(N) * C, rng), w = random_vec<T>(C, rng), b = random_vec<T>(C, rng);
   const Vec dout = random_vec<T>(inp.size(), rng);
@@ -159,8 +172,8 @@ void check_layernorm(int N, int C = 70) {
       d_db(db);
   DeviceArray<float> d_mean(zeros(N)), d_rstd(zeros(N));  // fp32 whatever T is
   layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_inp.get(), d_w.get(), d_b.get(), N, C);
-  layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(), d_mean.get(),
-                     d_rstd.get(), N, C);
+  layernorm_backward(d_dinp.get(), unless_frozen(frozen, 0, d_dw), unless_frozen(frozen, 1, d_db), d_dout.get(),
+                     d_inp.get(), d_w.get(), d_mean.get(), d_rstd.get(), N, C);
   Vec out(inp.size()), mean(N), rstd(N);
   cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
   cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
@@ -170,13 +183,13 @@ void check_layernorm(int N, int C = 70) {
   expect_close(d_mean.host(), mean, kF32Tolerance, "mean");
   expect_close(d_rstd.host(), rstd, kF32Tolerance, "rstd");
   expect_close(d_dinp.host(), dinp, tolerance<T>(), "dinp");
-  expect_close(d_dw.host(), dw, tolerance<T>(), "dweight");
-  expect_close(d_db.host(), db, tolerance<T>(), "dbias");
+  expect_close_unless_frozen(frozen, 0, d_dw.host(), dw, tolerance<T>(), "dweight");
+  expect_close_unless_frozen(frozen, 1, d_db.host(), db, tolerance<T>(), "dbias");
 }
 
 // As LayerNorm: C not a multiple of the warp size, and N over 256 for several row chunks of dweight.
 template <class T>
-void check_rmsnorm(int N, int C) {
+void check_rmsnorm(int N, int C, FrozenGrads frozen = 0) {
   const float eps = 1e-5f;
   std::mt19937 rng(10);
   const Vec inp = random_vec<T>(size_t(N) * C, rng), w = random_vec<T>(C, rng);
@@ -185,14 +198,15 @@ void check_rmsnorm(int N, int C) {
   DeviceArray<T> d_inp(inp), d_w(w), d_dout(dout), d_out(zeros(inp.size())), d_dinp(dinp), d_dw(dw);
   DeviceArray<float> d_rstd(zeros(N));  // fp32 whatever T is
   rmsnorm_forward(d_out.get(), d_rstd.get(), d_inp.get(), d_w.get(), N, C, eps);
-  rmsnorm_backward(d_dinp.get(), d_dw.get(), d_dout.get(), d_inp.get(), d_w.get(), d_rstd.get(), N, C);
+  rmsnorm_backward(d_dinp.get(), unless_frozen(frozen, 0, d_dw), d_dout.get(), d_inp.get(), d_w.get(), d_rstd.get(),
+                   N, C);
   Vec out(inp.size()), rstd(N);
   cpu::rmsnorm_forward(out.data(), rstd.data(), inp.data(), w.data(), N, C, eps);
   cpu::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), rstd.data(), N, C);
   expect_close(d_out.host(), out, tolerance<T>(), "out");
   expect_close(d_rstd.host(), rstd, kF32Tolerance, "rstd");
   expect_close(d_dinp.host(), dinp, tolerance<T>(), "dinp");
-  expect_close(d_dw.host(), dw, tolerance<T>(), "dweight");
+  expect_close_unless_frozen(frozen, 0, d_dw.host(), dw, tolerance<T>(), "dweight");
 }
 
 // Forward on one array and backward on another, each in place. The GPU takes its angles in fp64 as the
@@ -251,7 +265,7 @@ void check_swiglu() {
 }
 
 template <class T>
-void check_linear(int N, int OC = 33) {
+void check_linear(int N, int OC = 33, FrozenGrads frozen = 0) {
   const int C = 20;
   std::mt19937 rng(3);
   const Vec inp = random_vec<T>(size_t(N) * C, rng), w = random_vec<T>(size_t(C) * OC, rng);
@@ -260,14 +274,15 @@ void check_linear(int N, int OC = 33) {
   DeviceArray<T> d_inp(inp), d_w(w), d_bias(bias), d_dout(dout), d_out(zeros(dout.size())), d_dinp(dinp),
       d_dw(dw), d_db(db);
   linear_forward(d_out.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC);
-  linear_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(), N, C, OC);
+  linear_backward(d_dinp.get(), unless_frozen(frozen, 0, d_dw), unless_frozen(frozen, 1, d_db), d_dout.get(),
+                  d_inp.get(), d_w.get(), N, C, OC);
   Vec out(dout.size());
   cpu::linear_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
   cpu::linear_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
   expect_close(d_out.host(), out, tolerance<T>(), "out");
   expect_close(d_dinp.host(), dinp, tolerance<T>(), "dinp");
-  expect_close(d_dw.host(), dw, tolerance<T>(), "dweight");
-  expect_close(d_db.host(), db, tolerance<T>(), "dbias");
+  expect_close_unless_frozen(frozen, 0, d_dw.host(), dw, tolerance<T>(), "dweight");
+  expect_close_unless_frozen(frozen, 1, d_db.host(), db, tolerance<T>(), "dbias");
 }
 
 // LoRA on a frozen layer against the cpu op in fp32 on the same values: the output, the saved hidden and the
@@ -456,6 +471,37 @@ TEST(CudaOps, EmbeddingFrequentTokensBf16) { ZS_REQUIRE_GPU(); check_embedding<b
 TEST(CudaOps, EmbeddingManyDistinctTokens) { ZS_REQUIRE_GPU(); check_embedding<float>(4, 1024, 50257); }
 TEST(CudaOps, EmbeddingWithoutPositions) { ZS_REQUIRE_GPU(); check_embedding<float>(3, 7, 13, false); }
 TEST(CudaOps, EmbeddingWithoutPositionsBf16) { ZS_REQUIRE_GPU(); check_embedding<bf16>(3, 7, 13, false); }
+// A frozen table's null gradient: each alone and both, in a many-token batch.
+TEST(CudaOps, EmbeddingFrozen) {
+  ZS_REQUIRE_GPU();
+  for (FrozenGrads frozen : {1u, 2u, 3u}) {
+    SCOPED_TRACE(frozen);
+    check_embedding<float>(8, 64, 3, true, frozen);
+    check_embedding<bf16>(8, 64, 3, true, frozen);
+  }
+}
+// Over several row chunks of the column sums, so that a skipped output is skipped in every chunk.
+TEST(CudaOps, LayerNormFrozen) {
+  ZS_REQUIRE_GPU();
+  for (FrozenGrads frozen : {1u, 2u, 3u}) {
+    SCOPED_TRACE(frozen);
+    check_layernorm<float>(600, 70, frozen);
+    check_layernorm<bf16>(600, 96, frozen);
+  }
+}
+TEST(CudaOps, RmsNormFrozen) {
+  ZS_REQUIRE_GPU();
+  check_rmsnorm<float>(600, 70, 1);
+  check_rmsnorm<bf16>(7, 37, 1);
+}
+TEST(CudaOps, LinearFrozen) {
+  ZS_REQUIRE_GPU();
+  for (FrozenGrads frozen : {1u, 3u}) {
+    SCOPED_TRACE(frozen);
+    check_linear<float>(600, 33, frozen);
+    check_linear<bf16>(9, 33, frozen);
+  }
+}
 TEST(CudaOps, LayerNorm) { ZS_REQUIRE_GPU(); check_layernorm<float>(11); }
 TEST(CudaOps, LayerNormBf16) { ZS_REQUIRE_GPU(); check_layernorm<bf16>(11); }
 TEST(CudaOps, LayerNormManyRows) { ZS_REQUIRE_GPU(); check_layernorm<float>(600); }

@@ -101,6 +101,8 @@ TEST(TrainOptions, BadValuesNameTheirFlag) {
                         "divisible by heads 5"));
   EXPECT_THAT(with([](TrainOptions& o) { o.model.overrides["experts"] = 8; }),
               HasSubstr("2: --config: model 'tiny' has no 'experts'"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.model.overrides = {{"lora_rank", 4}, {"lora_targets", "c_atn"}}; }),
+              HasSubstr("2: --lora-targets: GPT-2 has no layer 'c_atn' (valid: c_attn, c_proj, c_fc,"));
   EXPECT_THAT(with([](TrainOptions& o) { o.model.name = "gpt5"; }), HasSubstr("2: --model: unknown model 'gpt5' (known: "));
   EXPECT_THAT(with([](TrainOptions& o) { o.data.source = "/no/such/data.bin"; }),
               HasSubstr("2: --data /no/such/data.bin: no such file"));
@@ -256,6 +258,34 @@ TEST(TrainOptions, AModelKeySetTwiceIsRefused) {
   app.parse("--config layers=3,dim=32 --heads 2");  // each parse starts afresh
   EXPECT_EQ(o.model.overrides.at("layers"), ConfigValue(int64_t(3)));
   EXPECT_EQ(o.model.overrides.at("heads"), ConfigValue(int64_t(2)));
+}
+
+// The LoRA flags are shorthands of --config, in every tool that takes a model; --config continues a text
+// value over the list's commas. An alpha or targets without a rank is refused naming its flag.
+TEST(TrainOptions, LoraFlagsSetTheModelConfig) {
+  TrainOptions o;
+  CLI::App app;
+  add_train_flags(app, o);
+  app.parse("--lora-rank 4 --lora-alpha 16 --lora-targets c_attn,c_fc");
+  EXPECT_EQ(o.model.overrides.at("lora_rank"), ConfigValue(int64_t(4)));
+  EXPECT_EQ(o.model.overrides.at("lora_alpha"), ConfigValue(16.0));
+  EXPECT_EQ(o.model.overrides.at("lora_targets"), ConfigValue("c_attn,c_fc"));
+  o.model.overrides.clear();
+  app.parse("--config lora_rank=2,lora_targets=c_attn,c_fc,layers=3");
+  EXPECT_EQ(o.model.overrides.at("lora_targets"), ConfigValue("c_attn,c_fc"));
+  EXPECT_EQ(o.model.overrides.at("layers"), ConfigValue(int64_t(3)));
+  for (const auto& [flags, message] :
+       {std::pair{"--lora-alpha 16", "--lora-alpha: lora_alpha needs --lora-rank"},
+        std::pair{"--lora-targets c_fc", "--lora-targets: lora_targets needs --lora-rank"},
+        std::pair{"--config lora_alpha=16", "--config: lora_alpha needs --lora-rank"}}) {
+    try {
+      app.parse(flags);
+      ADD_FAILURE() << flags << " accepted";
+    } catch (const CLI::Error& e) {
+      EXPECT_THAT(cli_error_line(e), HasSubstr(message)) << flags;
+      EXPECT_NE(e.get_exit_code(), 0) << flags;  // the tools exit 2
+    }
+  }
 }
 
 TEST(TrainOptions, DeviceFlagsParseByName) {

@@ -1,0 +1,142 @@
+#include "models/lora.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <zshard/error.h>
+
+#include "kernels/option_names.h"
+
+namespace zshard {
+
+namespace {
+
+constexpr const char* kRankKey = "lora_rank";
+constexpr const char* kAlphaKey = "lora_alpha";
+constexpr const char* kTargetsKey = "lora_targets";
+
+// The adapters' random streams start here, beyond any unit's parameter count, so that they are their own.
+constexpr int64_t kAdapterStreams = int64_t(1) << 32;
+
+std::vector<std::string> split_targets(const std::string& text) {
+  std::vector<std::string> items;
+  for (size_t begin = 0;;) {
+    const size_t comma = text.find(',', begin);
+    items.push_back(text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+    if (comma == std::string::npos) return items;
+    begin = comma + 1;
+  }
+}
+
+// PEFT's suffix match: the whole name, or its end after a dot.
+bool names(const std::string& target, const std::string& layer) {
+  if (target == layer) return true;
+  return layer.size() > target.size() && layer.ends_with(target) && layer[layer.size() - target.size() - 1] == '.';
+}
+
+// The targets that name a layer: every layer's last name, then its whole name (the layers' names have one
+// dot at most).
+std::string valid_targets(const std::vector<LoraPlan::Layer>& layers) {
+  std::vector<std::string> valid;
+  const auto add = [&](const std::string& name) {
+    if (std::find(valid.begin(), valid.end(), name) == valid.end()) valid.push_back(name);
+  };
+  for (const LoraPlan::Layer& layer : layers) add(layer.name.substr(layer.name.rfind('.') + 1));  // npos + 1 = 0
+  for (const LoraPlan::Layer& layer : layers) add(layer.name);
+  std::string text;
+  for (const std::string& v : valid) text += (text.empty() ? "" : ", ") + v;
+  return text;
+}
+
+}  // namespace
+
+ModelConfig lora_config_defaults(std::string_view default_targets) {
+  return {{kRankKey, 0}, {kAlphaKey, LoraSettings{}.alpha}, {kTargetsKey, std::string(default_targets)}};
+}
+
+LoraSettings lora_settings_from(const ModelConfig& config) {
+  const auto rank = config.find(kRankKey), alpha = config.find(kAlphaKey), targets = config.find(kTargetsKey);
+  if (rank == config.end() && alpha == config.end() && targets == config.end()) return {};
+  const auto usage = [](Option option, const auto&... parts) {
+    throw UsageError(detail::concat(option_name(option), parts...));
+  };
+  if (rank == config.end() || !rank->second.is_integer() || rank->second.integer() < 1)
+    usage(Option::lora_rank, " must be at least 1 (the adapters' rank), got ",
+          rank == config.end() ? "none" : rank->second.text());
+  LoraSettings lora;
+  lora.rank = int(std::min<int64_t>(rank->second.integer(), int64_t(1) << 30));
+  if (alpha != config.end()) {
+    if (alpha->second.is_text() || !(std::isfinite(alpha->second.number()) && alpha->second.number() > 0))
+      usage(Option::lora_alpha, " must be a positive finite number, got ", alpha->second.text());
+    lora.alpha = alpha->second.number();
+  }
+  if (targets != config.end()) lora.targets = targets->second.text();
+  if (lora.targets.empty()) usage(Option::lora_targets, " names no layer");
+  return lora;
+}
+
+void add_lora_config(ModelConfig& config, const LoraSettings& lora) {
+  if (!lora.enabled()) return;
+  config[kRankKey] = lora.rank;
+  config[kAlphaKey] = lora.alpha;
+  config[kTargetsKey] = lora.targets;
+}
+
+LoraPlan::LoraPlan(const LoraSettings& settings, std::vector<Layer> layers, int block_params, const std::string& model)
+    : settings_(settings), layers_(std::move(layers)) {
+  if (!settings_.enabled()) return;
+  std::set<size_t> adapted;
+  for (const std::string& target : split_targets(settings_.targets)) {
+    bool found = false;
+    for (size_t i = 0; i < layers_.size(); ++i)
+      if (names(target, layers_[i].name)) {
+        adapted.insert(i);
+        found = true;
+      }
+    if (!found)
+      throw UsageError(detail::concat(option_name(Option::lora_targets), ": ", model, " has no layer '", target,
+                                      "' (valid: ", valid_targets(layers_), ")"));
+  }
+  int next = block_params;
+  adapter_.assign(layers_.size(), -1);
+  for (size_t i : adapted) {
+    const Layer& layer = layers_[i];
+    if (settings_.rank > std::min(layer.in, layer.out))
+      throw UsageError(detail::concat(option_name(Option::lora_rank), " ", settings_.rank, " is larger than ", model,
+                                      "'s ", layer.name, " allows (", layer.in, " in, ", layer.out, " out)"));
+    adapter_[i] = next;
+    next += 2;
+  }
+}
+
+void LoraPlan::adapt_block(std::vector<ParamDef>& defs, const std::string& prefix) const {
+  if (!enabled()) return;
+  freeze(defs);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (adapter_[i] < 0) continue;
+    const Layer& layer = layers_[i];
+    const std::string name = prefix + layer.name;
+    const int64_t R = settings_.rank;
+    // Decayed as matrices are: Hugging Face's Trainer decays every weight that is not a bias or a norm gain.
+    ParamDef a{{name + ".lora_A.weight", {R, layer.in}, true}, 0.0, 0.0};
+    a.init_bound = 1.0 / std::sqrt(double(layer.in));
+    a.stream = kAdapterStreams + int64_t(i);
+    defs.push_back(std::move(a));
+    defs.push_back({{name + ".lora_B.weight", {layer.out, R}, true}, 0.0, 0.0});
+  }
+}
+
+void LoraPlan::freeze(std::vector<ParamDef>& defs) const {
+  if (!enabled()) return;
+  for (ParamDef& def : defs) def.spec.frozen = true;
+}
+
+void LoraPlan::visit_hidden(std::vector<Tensor>& hidden, int B, int T, int64_t S, DType dtype,
+                            const BufferVisitor& f) const {
+  hidden.resize(layers_.size());
+  for (size_t i = 0; i < layers_.size(); ++i)
+    if (adapter(int(i)) >= 0) f(hidden[i], {S, B, T, settings_.rank}, dtype);
+}
+
+}  // namespace zshard

@@ -1,0 +1,82 @@
+// LoRA adapters (Hu et al. 2021) on the hand-written decoders' linear layers, with PEFT's semantics: the
+// settings a model's configuration carries (lora_rank, lora_alpha, lora_targets), which layers a target
+// names, the adapters' parameters beside their layer's in its block unit, their init, and the freezing of
+// every other parameter (PEFT's default, bias="none"). The math is ops::lora_linear_forward/backward.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <zshard/model_config.h>
+#include <zshard/tensor.h>
+
+#include "models/model_support.h"
+
+namespace zshard {
+
+// The LoRA keys of a model's configuration. rank 0: no adapters, and the configuration holds none of the
+// keys (models/model_registry.cpp adds them, at lora_config_defaults, once one is set).
+struct LoraSettings {
+  int rank = 0;
+  double alpha = 8;     // PEFT's LoraConfig default
+  std::string targets;  // module-name suffixes, comma separated ("c_attn", "q_proj,v_proj")
+  bool enabled() const { return rank > 0; }
+};
+
+// PEFT's default targets for the two families (its TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
+inline constexpr std::string_view kGPT2LoraDefaultTargets = "c_attn";
+inline constexpr std::string_view kLlamaLoraDefaultTargets = "q_proj,v_proj";
+
+// lora_rank 0, lora_alpha 8.0 and lora_targets `default_targets`: the keys' values before the overrides.
+// A rank left at 0 beside another key is refused (lora_settings_from), so lora_alpha alone adapts nothing
+// unnoticed.
+ModelConfig lora_config_defaults(std::string_view default_targets);
+// The settings in `config`: none when it has no LoRA key. UsageError naming the key for a rank below 1 or an
+// alpha that is not a positive finite number.
+LoraSettings lora_settings_from(const ModelConfig& config);
+// Adds the keys to `config` when the settings adapt anything.
+void add_lora_config(ModelConfig& config, const LoraSettings& lora);
+
+// Which of a block's linear layers the settings adapt, and where each adapter's two parameters sit in the
+// block unit: after the block's own parameters, lora_A.weight (R, in) then lora_B.weight (out, R), in the
+// order of the layers.
+class LoraPlan {
+ public:
+  // A linear layer of a block: its name inside the block as the model's parameter names write it
+  // ("attn.c_proj", "self_attn.q_proj"), and its sizes.
+  struct Layer {
+    std::string name;
+    int64_t in, out;
+  };
+
+  LoraPlan() = default;  // no adapters
+  // UsageError for a target that names no layer (listing the valid ones) or a rank above a targeted layer's
+  // min(in, out); `model` ("GPT-2") starts the message. A target names every layer whose name it ends, at a
+  // dot: c_proj names attn.c_proj and mlp.c_proj, as PEFT's target_modules; attn.c_proj names one.
+  LoraPlan(const LoraSettings& settings, std::vector<Layer> layers, int block_params, const std::string& model);
+
+  bool enabled() const { return settings_.enabled(); }
+  int rank() const { return settings_.rank; }
+  float scale() const { return float(settings_.alpha / settings_.rank); }  // PEFT's scaling, alpha / r
+  int num_layers() const { return int(layers_.size()); }
+  // Index of layer i's lora_A.weight in the block unit (its lora_B.weight is the next), or -1: not adapted.
+  int adapter(int layer) const { return adapter_.empty() ? -1 : adapter_[size_t(layer)]; }
+
+  // A block's definitions, named after `prefix` ("h.0."): with LoRA every one frozen and the adapters added.
+  // A: Kaiming-uniform as PEFT's (uniform within 1/sqrt(in)) from streams of their own, so that adding
+  // adapters changes no other parameter's values; B: zeros, so that the adapted model starts as the base.
+  void adapt_block(std::vector<ParamDef>& defs, const std::string& prefix) const;
+  // The embedding's or final unit's definitions: with LoRA every one frozen.
+  void freeze(std::vector<ParamDef>& defs) const;
+  // The adapted layers' saved inp @ A^T, (S, B, T, R) each, kept in `hidden` (one entry per layer, those
+  // not adapted left empty).
+  void visit_hidden(std::vector<Tensor>& hidden, int B, int T, int64_t S, DType dtype, const BufferVisitor& f) const;
+
+ private:
+  LoraSettings settings_;
+  std::vector<Layer> layers_;
+  std::vector<int> adapter_;
+};
+
+}  // namespace zshard
