@@ -1,9 +1,12 @@
 #include "kernels/engine_ops.h"
 
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "kernels/device_memory.h"
 #include "kernels/op_dispatch.h"
+#include "kernels/quantize_blocks.h"
 
 namespace zshard::ops {
 
@@ -74,6 +77,48 @@ void convert(Device d, void* dst, DType dst_type, const void* src, DType src_typ
 #endif
 }
 
+namespace {
+
+void check_format(const char* op, QuantFormat f) {
+  ZS_CHECK(f.block >= 1, op, ": block must be at least 1, not ", f.block);
+  ZS_CHECK(f.bits == 8 || f.bits == 4, op, ": bits must be 8 or 4, not ", f.bits);
+}
+
+// The format, then every array of n > 0 elements given, by name.
+void check_quantized_arrays(const char* op, size_t n, QuantFormat f,
+                            std::initializer_list<std::pair<const char*, const void*>> arrays) {
+  check_format(op, f);
+  for (const auto& [name, pointer] : arrays) ZS_CHECK(n == 0 || pointer, op, ": ", name, " is null for n = ", n);
+}
+
+}  // namespace
+
+QuantizedSize quantized_size(size_t n, QuantFormat f) {
+  check_format("quantized_size", f);
+  return {quant::payload_bytes(n, f.bits), (n + size_t(f.block) - 1) / size_t(f.block)};
+}
+
+template <class T>
+void quantize_blocks(Device d, int8_t* q, float* scales, const T* x, size_t n, QuantFormat f) {
+  check_quantized_arrays("quantize_blocks", n, f, {{"q", q}, {"scales", scales}, {"x", x}});
+  if (on_cpu<T>(d, "quantize_blocks")) {
+    cpu::quantize_blocks(q, scales, x, n, f);
+  } else {
+    ZS_ON_CUDA(T, cuda::quantize_blocks(q, scales, dev(x), n, f))
+  }
+}
+
+template <class T>
+void dequantize_blocks(Device d, T* out, const int8_t* q, const float* scales, size_t n, QuantFormat f,
+                       bool accumulate) {
+  check_quantized_arrays("dequantize_blocks", n, f, {{"out", out}, {"q", q}, {"scales", scales}});
+  if (on_cpu<T>(d, "dequantize_blocks")) {
+    cpu::dequantize_blocks(out, q, scales, n, f, accumulate);
+  } else {
+    ZS_ON_CUDA(T, cuda::dequantize_blocks(dev(out), q, scales, n, f, accumulate))
+  }
+}
+
 void synchronize(Device d) {
   if (d == Device::cpu) return;
   on_cpu<float>(d, "synchronize");
@@ -94,5 +139,12 @@ template void adamw_step<float>(Device, float*, const float*, float*, float*, si
                                 bf16*);
 template void adamw_step<bf16>(Device, float*, const bf16*, float*, float*, size_t, const AdamWParams&,
                                bf16*);
+
+#define ZS_INSTANTIATE(T)                                                                         \
+  template void quantize_blocks<T>(Device, int8_t*, float*, const T*, size_t, QuantFormat);      \
+  template void dequantize_blocks<T>(Device, T*, const int8_t*, const float*, size_t, QuantFormat, bool);
+ZS_INSTANTIATE(float)
+ZS_INSTANTIATE(bf16)
+#undef ZS_INSTANTIATE
 
 }  // namespace zshard::ops

@@ -1,8 +1,9 @@
 // The ops the sharding engine calls and a model never does: AdamW on owned shards, the gradient norm's
-// sum of squares, accumulation, dtype conversion and the host's wait for the device. Dispatched on the
-// device like the model ops (<zshard/ops.h>), whose conventions they share.
+// sum of squares, accumulation, dtype conversion, block quantization and the host's wait for the device.
+// Dispatched on the device like the model ops (<zshard/ops.h>), whose conventions they share.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include <zshard/dtype.h>
@@ -30,6 +31,35 @@ void axpy(Device d, T* y, const T* x, float alpha, size_t n);
 // dst[i] = src[i] converted between f32 and bf16 (rounding to nearest even), or copied when the types
 // match. Both arrays on `d`.
 void convert(Device d, void* dst, DType dst_type, const void* src, DType src_type, size_t n);
+
+// Symmetric per-block absmax quantization, for weights gathered and gradients reduced in 8 or 4 bits over
+// slow links (ZeRO++'s qwZ and qgZ). Each block of f.block consecutive elements (the last one may be
+// shorter) gets scale = absmax / qmax in fp32 (qmax 127 for 8 bits, 7 for 4) and each element the integer
+// x / scale rounded to nearest, ties to even, so that it dequantizes to within scale / 2 of x (and a few
+// fp32 ulps). 8 bits: a byte an element; 4 bits: element 2i in the low nibble of byte i, 2i + 1 in the high
+// one, two's complement, the high nibble of an odd n's last byte 0. A block of zeros has scale 0 and
+// dequantizes to 0. A NaN or inf makes its block's scale NaN or inf and its integers 0, so the whole block
+// dequantizes to NaN: the step's non-finite check sees it, where a clamp would hide it. cpu and cuda give
+// the same bits (kernels/quantize_blocks.h) but for NaN payloads. T is float or bf16; q holds
+// quantized_size(n, f).payload_bytes bytes and scales its scale_count floats.
+using cpu::QuantFormat;
+template <class T>
+void quantize_blocks(Device d, int8_t* q, float* scales, const T* x, size_t n, QuantFormat f);
+// out = the dequantized values, or, when `accumulate`, out += them, added in fp32 and rounded to T once (an
+// owner summing the chunks it receives).
+template <class T>
+void dequantize_blocks(Device d, T* out, const int8_t* q, const float* scales, size_t n, QuantFormat f,
+                       bool accumulate);
+
+// The size of n quantized elements, for buffers and communication accounting. In one buffer the scales
+// follow the payload at scales_offset(), aligned for float.
+struct QuantizedSize {
+  size_t payload_bytes;
+  size_t scale_count;
+  size_t scales_offset() const { return (payload_bytes + alignof(float) - 1) / alignof(float) * alignof(float); }
+  size_t bytes() const { return scales_offset() + scale_count * sizeof(float); }
+};
+QuantizedSize quantized_size(size_t n, QuantFormat f);
 
 // Blocks the host until every op queued on the device has finished (nothing to do on cpu). Timers and
 // host reads of device results go through here.

@@ -152,6 +152,18 @@ double sum_squares(const T* x, size_t n);
 template <class T>
 void axpy(T* y, const T* x, Compute<T> alpha, size_t n);
 
+// Block quantization, kernels/engine_ops.h's quantize_blocks and dequantize_blocks, for T = float and bf16.
+// The caller has checked the format and the pointers. The arithmetic is kernels/quantize_blocks.h's,
+// shared with the CUDA kernels.
+struct QuantFormat {
+  int block;  // consecutive elements that share a scale
+  int bits;   // 8 or 4
+};
+template <class T>
+void quantize_blocks(int8_t* q, float* scales, const T* x, size_t n, QuantFormat f);
+template <class T>
+void dequantize_blocks(T* out, const int8_t* q, const float* scales, size_t n, QuantFormat f, bool accumulate);
+
 // bf16: every op reads bf16, computes in fp32 and rounds once where its CUDA twin (kernels/cuda) stores,
 // so that the cpu runs mixed precision through the same code above the kernels as a GPU and is the
 // reference for it: GEMMs take the bf16 values and accumulate in fp32 (out = bf16(alpha A B + beta C));

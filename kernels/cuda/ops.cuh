@@ -23,6 +23,7 @@
 namespace zshard::cuda {
 
 using cpu::AdamWParams;
+using cpu::QuantFormat;
 using ops::WeightLayout;
 using bf16 = __nv_bfloat16;
 
@@ -135,5 +136,13 @@ void axpy(T* y, const T* x, float alpha, size_t n, cudaStream_t stream = nullptr
 // <bf16, float>.
 template <class Dst, class Src>
 void convert(Dst* dst, const Src* src, size_t n, cudaStream_t stream = nullptr);
+
+// Block quantization (kernels/engine_ops.h), the CPU reference's bits: a warp per block finds the scales,
+// then a thread per payload byte writes the integers, element by element as kernels/cpu/quantize.cpp does.
+template <class T>
+void quantize_blocks(int8_t* q, float* scales, const T* x, size_t n, QuantFormat f, cudaStream_t stream = nullptr);
+template <class T>
+void dequantize_blocks(T* out, const int8_t* q, const float* scales, size_t n, QuantFormat f, bool accumulate,
+                       cudaStream_t stream = nullptr);
 
 }  // namespace zshard::cuda

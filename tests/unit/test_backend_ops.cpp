@@ -1,7 +1,7 @@
 // Every op of ops:: on every backend from one table, in the spirit of ggml's test-backend-ops. A row names
 // the ops it covers, the case whose backward is checked against central finite differences in double and
 // whose float and bf16 runs are checked against the double and float ones on the CPU, and the CUDA test
-// that compares the op with the CPU (tests/unit/test_cuda_ops.cpp; skipped without a GPU). Ops that are not differentiable
+// that compares the op with the CPU (tests/unit/test_cuda_*.cpp; skipped without a GPU). Ops that are not differentiable
 // name the CPU test that checks them against a reference instead. An op declared in <zshard/ops.h> or
 // kernels/engine_ops.h without a row fails EveryOpHasARow.
 #include <gtest/gtest.h>
@@ -114,6 +114,8 @@ const std::vector<Row>& table() {
       {"sum of squares, axpy", {"sum_squares", "axpy"}, nullptr, "CpuReductions.SumSquaresAndAxpy",
        "CudaOps.SumSquares"},
       {"convert", {"convert"}, nullptr, "OpsDispatch.ConvertsBetweenF32AndBf16OnCpu", "CudaModel.Bf16MatchesCpuFp32"},
+      {"block quantization", {"quantize_blocks", "dequantize_blocks"}, nullptr,
+       "CpuQuantize.EveryElementWithinHalfAScale", "CudaQuantize.MatchesCpuBitForBit"},
       {"synchronize", {"synchronize"}, nullptr, "OpsDispatch.CpuIsExactlyTheReference", "CudaModel.Fp32MatchesCpu"},
   };
   return rows;
@@ -138,7 +140,8 @@ TEST(BackendOps, EveryOpHasARow) {
   const std::set<std::string> declared = find_in_sources({"include/zshard/ops.h", "kernels/engine_ops.h"}, R"(\b(?:void|double)\s+(\w+)\(Device\b)");
   ASSERT_GE(declared.size(), 20u) << "the ops headers were not read";
   const std::set<std::string> cuda_tests = find_in_sources(
-      {"tests/unit/test_cuda_ops.cpp", "tests/unit/test_cuda_model.cpp"}, R"(\bTEST\((Cuda\w+, \w+)\))");
+      {"tests/unit/test_cuda_ops.cpp", "tests/unit/test_cuda_model.cpp", "tests/unit/test_cuda_quantize.cpp"},
+      R"(\bTEST\((Cuda\w+, \w+)\))");
   std::set<std::string> covered;
   for (const Row& row : table()) {
     EXPECT_TRUE(row.cpu_checks || !row.checked_by.empty()) << row.name << ": no CPU check";
