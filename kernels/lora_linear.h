@@ -38,7 +38,8 @@ void backward(const Gemm& gemm, const Scratch& scratch, T* dinp, T* dlora_a, T* 
               const T* inp, const T* weight, const T* lora_a, const T* lora_b, const T* hidden, int N, int C,
               int OC, int R, S scale, WeightLayout layout) {
   check_sizes("lora_linear_backward", N, C, OC, R);
-  ZS_CHECK(dinp && dlora_a && dlora_b, "lora_linear_backward: dinp, dlora_a and dlora_b are required");
+  // A frozen adapter matrix (EngineOptions::freeze) has no gradient: null skips it, as for any weight.
+  ZS_CHECK(dinp, "lora_linear_backward: dinp is required (a frozen layer's input still needs its gradient)");
   ZS_CHECK(hidden, "lora_linear_backward: lora_hidden (the forward's inp @ A^T) is required");
   const bool out_in = layout == WeightLayout::out_in;
   gemm(false, !out_in, N, C, OC, S(1), dout, OC, weight, out_in ? C : OC, S(1), dinp, C);  // dinp += dout @ W^T
@@ -47,8 +48,8 @@ void backward(const Gemm& gemm, const Scratch& scratch, T* dinp, T* dlora_a, T* 
   T* dhidden = static_cast<T*>(dhidden_buffer.data());
   gemm(false, false, N, R, OC, scale, dout, OC, lora_b, R, S(0), dhidden, R);  // dhidden = scale dout @ B
   gemm(false, false, N, C, R, S(1), dhidden, R, lora_a, C, S(1), dinp, C);     // dinp += dhidden @ A
-  gemm(true, false, R, C, N, S(1), dhidden, R, inp, C, S(1), dlora_a, C);      // dA += dhidden^T @ inp
-  gemm(true, false, OC, R, N, scale, dout, OC, hidden, R, S(1), dlora_b, R);   // dB += scale dout^T @ hidden
+  if (dlora_a) gemm(true, false, R, C, N, S(1), dhidden, R, inp, C, S(1), dlora_a, C);     // dA += dhidden^T @ inp
+  if (dlora_b) gemm(true, false, OC, R, N, scale, dout, OC, hidden, R, S(1), dlora_b, R);  // dB += scale dout^T @ hidden
 }
 
 }  // namespace zshard::lora_linear

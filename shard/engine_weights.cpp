@@ -16,8 +16,21 @@ void Engine::import_weights(const std::string& path) {
   // rank cannot read, must leave every rank's weights as they were.
   run_agreed(world_, [&] { check_weights_file(path, model_); });
   discard_step();
+  bool frozen_changed = false;
   run_agreed(world_, [&] {
     const SafetensorsFile file = SafetensorsFile::open(path);
+    const WeightsCoverage coverage = weights_coverage(file, model_.units());
+    // A base file leaves the adapters as they are, an adapter file the rest: each flat buffer is set
+    // whole from the file, or left whole.
+    const auto taken = [&](const FlatLayout& layout) {
+      size_t in_file = 0;
+      for (const ParamSpec& p : layout.spec().params)
+        in_file += coverage == WeightsCoverage::everything || (coverage == WeightsCoverage::adapters) == is_adapter(p.name);
+      if (in_file > 0 && in_file < layout.spec().params.size())
+        fail(path, ": holds some of unit ", layout.spec().name, "'s parameters and not others that share their ",
+             "buffer (a frozen adapter, or a trained base parameter, beside a file of the other kind)");
+      return in_file > 0;
+    };
     const auto read = [&](const FlatLayout& layout) {
       std::vector<float> full(size_t(layout.padded_numel()), 0.0f);
       for (size_t i = 0; i < layout.spec().params.size(); ++i) {
@@ -27,12 +40,15 @@ void Engine::import_weights(const std::string& path) {
       return full;
     };
     for (int u = 0; u < params_->num_units(); ++u) {
-      params_->set_unit_params(u, read(params_->layout(u)).data());
-      params_->set_frozen_params(u, read(params_->frozen_layout(u)).data());
+      if (taken(params_->layout(u))) params_->set_unit_params(u, read(params_->layout(u)).data());
+      if (taken(params_->frozen_layout(u))) params_->set_frozen_params(u, read(params_->frozen_layout(u)).data());
     }
+    frozen_changed = coverage != WeightsCoverage::adapters;
   });
-  frozen_source_ = path;
-  frozen_fingerprint_.clear();
+  if (frozen_changed) {
+    frozen_source_ = path;
+    frozen_fingerprint_.clear();
+  }
 }
 
 void Engine::export_weights(const std::string& path) {

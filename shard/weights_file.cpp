@@ -10,13 +10,22 @@ namespace zshard {
 
 namespace {
 
-// What Hugging Face's *LMHeadModel / *ForCausalLM put in front of the base model's names.
-constexpr std::string_view kPrefixes[] = {"transformer.", "model."};
+// What Hugging Face's *LMHeadModel / *ForCausalLM put in front of the base model's names, and PEFT in
+// front of those in an adapter file; the longest that matches is stripped.
+constexpr std::string_view kPrefixes[] = {"base_model.model.transformer.", "base_model.model.", "transformer.",
+                                          "model."};
 
 std::string_view strip_prefix(std::string_view name) {
   for (std::string_view prefix : kPrefixes)
     if (name.starts_with(prefix)) return name.substr(prefix.size());
   return name;
+}
+
+bool has_tensor(const SafetensorsFile& file, const std::string& name) {
+  if (file.contains(name)) return true;
+  for (std::string_view prefix : kPrefixes)
+    if (file.contains(std::string(prefix) + name)) return true;
+  return false;
 }
 
 // Buffers (causal masks, rotary frequencies) and a tied output head: present in some files, loaded only
@@ -33,8 +42,29 @@ std::string resolve_name(const SafetensorsFile& file, const std::string& name) {
   if (file.contains(name)) return name;
   for (std::string_view prefix : kPrefixes)
     if (const std::string prefixed = std::string(prefix) + name; file.contains(prefixed)) return prefixed;
-  fail("safetensors file ", file.path(), ": no tensor named '", name, "' (nor with a ", kPrefixes[0], " or ",
-       kPrefixes[1], " prefix)");
+  fail("safetensors file ", file.path(), ": no tensor named '", name, "' (nor with a ", kPrefixes[3], ", ",
+       kPrefixes[2], " or PEFT's ", kPrefixes[1], " prefix)");
+}
+
+bool is_adapter(std::string_view name) {
+  return name.find(".lora_A.") != std::string_view::npos || name.find(".lora_B.") != std::string_view::npos;
+}
+
+WeightsCoverage weights_coverage(const SafetensorsFile& file, const std::vector<UnitSpec>& units) {
+  bool any_adapter = false, all_adapters = true, any_base = false, all_base = true;
+  std::string first_missing;
+  for (const UnitSpec& unit : units)
+    for (const ParamSpec& p : unit.params) {
+      const bool present = has_tensor(file, p.name), adapter = is_adapter(p.name);
+      (adapter ? any_adapter : any_base) |= present;
+      (adapter ? all_adapters : all_base) &= present;
+      if (!present && first_missing.empty()) first_missing = p.name;
+    }
+  if (all_base && all_adapters) return WeightsCoverage::everything;
+  if (all_base && !any_adapter) return WeightsCoverage::base;
+  if (all_adapters && any_adapter && !any_base) return WeightsCoverage::adapters;
+  resolve_name(file, first_missing);  // throws, naming the file and the parameter
+  return WeightsCoverage::everything;
 }
 
 std::vector<std::string> unmatched_tensors(const SafetensorsFile& file,
@@ -53,9 +83,12 @@ void check_weights_file(const std::string& path, const Model& model) {
   if (const std::string_view what = unreadable_kind(type); !what.empty() && type != std::filesystem::file_type::directory)
     fail(path, ": is ", what, ", not a safetensors file");
   const SafetensorsFile file = SafetensorsFile::open(path);
+  const std::vector<UnitSpec> units = model.units();
+  weights_coverage(file, units);
   std::vector<std::string> expected;
-  for (const UnitSpec& unit : model.units()) {
+  for (const UnitSpec& unit : units) {
     for (const ParamSpec& p : unit.params) {
+      if (!has_tensor(file, p.name)) continue;  // an adapter of a base file, or the base of an adapter file
       const SafetensorsEntry& e = file.entry(resolve_name(file, p.name));
       if (e.shape != p.shape)
         fail(path, ": tensor ", e.name, " has shape ", shape_str(e.shape), ", the model needs ",
@@ -66,7 +99,8 @@ void check_weights_file(const std::string& path, const Model& model) {
   const std::vector<std::string> extra = unmatched_tensors(file, expected);
   if (!extra.empty())
     fail(path, ": tensor ", extra.front(), " (and ", extra.size() - 1,
-         " more) belongs to no parameter of this model; was it saved from another size?");
+         " more) belongs to no parameter of this model; was it saved from another size",
+         is_adapter(extra.front()) ? ", or for other LoRA targets?" : "?");
 }
 
 }  // namespace zshard

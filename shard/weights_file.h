@@ -4,6 +4,7 @@
 // are not parameters.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <zshard/model.h>
@@ -21,8 +22,20 @@ std::string resolve_name(const SafetensorsFile& file, const std::string& name);
 std::vector<std::string> unmatched_tensors(const SafetensorsFile& file,
                                            const std::vector<std::string>& expected);
 
-// Reads the header of `path` and checks that it holds every parameter of `model` with its shape and
-// nothing from another model: the errors a load would meet, found before anything is allocated or changed.
+// LoRA adapters (PEFT's names: "<module>.lora_A.weight", "<module>.lora_B.weight") may come in a file of
+// their own, and a base model's file has none.
+bool is_adapter(std::string_view name);
+enum class WeightsCoverage {
+  everything,  // every parameter
+  base,        // every parameter but the adapters, which keep their values
+  adapters,    // the adapters alone, beside the base weights the model has
+};
+// Which of those `file` is for a model of `units`; an error naming the first missing parameter otherwise.
+WeightsCoverage weights_coverage(const SafetensorsFile& file, const std::vector<UnitSpec>& units);
+
+// Reads the header of `path` and checks that it holds the parameters of `model` (every one, or a base
+// or adapter file's share) with their shapes and nothing from another model: the errors a load would
+// meet, found before anything is allocated or changed.
 // A FIFO or a device is refused before it is opened.
 void check_weights_file(const std::string& path, const Model& model);
 

@@ -167,9 +167,10 @@ class Engine {
 
   // Replaces the parameters with the full weights of safetensors file `path`, named and shaped as the
   // model's parameters (Hugging Face's names for GPT-2 and Llama; a "transformer." or "model." prefix is
-  // accepted; F32, F16, BF16 or F64). Every parameter must be there with its shape and every tensor must
-  // be a parameter's (or a known buffer's), checked before anything changes; a failure throws on every
-  // rank. A step in progress is dropped with its gradients, as load() drops it; the optimizer state and
+  // accepted, and PEFT's "base_model.model."; F32, F16, BF16 or F64). Every parameter must be there with
+  // its shape, except in a base model's file, which has no LoRA adapters (they keep their values), and an
+  // adapter file, which has nothing else (the base keeps its); every tensor must be a parameter's (or a
+  // known buffer's). All checked before anything changes; a failure throws on every rank. A step in progress is dropped with its gradients, as load() drops it; the optimizer state and
   // the step count stay as they are. Collective.
   void import_weights(const std::string& path);
   // Writes the full weights (F32, the model's names and shapes) into safetensors file `path` from rank 0:

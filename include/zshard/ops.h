@@ -78,7 +78,8 @@ void linear_backward(Device d, T* dinp, T* dweight, T* dbias, const T* dout, con
 // The forward saves lora_hidden = inp @ A^T (N, R: R values a token) for the backward, which reads it with
 // inp, so that nothing wider than R a token is kept. The backward accumulates dinp += dout @ W^T +
 // scale * (dout @ B) @ A, dlora_a += scale * (dout @ B)^T @ inp and dlora_b += scale * dout^T @ lora_hidden,
-// all three required (a frozen layer's input still needs its gradient); W and bias are frozen: no gradient.
+// dinp required (a frozen layer's input still needs its gradient), dlora_a or dlora_b null for a frozen
+// adapter matrix; W and bias are frozen: no gradient.
 enum class WeightLayout { in_out, out_in };
 template <class T>
 void lora_linear_forward(Device d, T* out, T* lora_hidden, const T* inp, const T* weight, const T* bias,

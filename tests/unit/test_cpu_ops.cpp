@@ -120,7 +120,8 @@ TEST(CpuOpsForward, LoraLinearBackwardLeavesTheFrozenLayerAlone) {
 }
 
 // The LoRA op's arguments that no array length can check: the rank, the sizes, and the arrays the
-// backward cannot do without. Each error names the op and the culprit.
+// backward cannot do without. Each error names the op and the culprit. A frozen adapter matrix's null
+// gradient is no error.
 TEST(CpuOpsForward, LoraLinearRejectsBadArguments) {
   const LoraLinearCase c;
   std::mt19937 rng(10);
@@ -145,9 +146,22 @@ TEST(CpuOpsForward, LoraLinearRejectsBadArguments) {
               HasSubstr("lora_linear_forward: negative size N=-1 C=8 OC=6"));
   EXPECT_THAT(test::error_of([&] { forward(c.N, c.R, nullptr); }),
               HasSubstr("lora_linear_forward: lora_hidden (N x R, saved for the backward) is required"));
-  EXPECT_THAT(test::error_of([&] { backward(c.R, da.data(), nullptr); }),
-              HasSubstr("lora_linear_backward: dinp, dlora_a and dlora_b are required"));
+  EXPECT_THAT(test::error_of([&] {
+                ops::lora_linear_backward(Device::cpu, static_cast<double*>(nullptr), da.data(), db.data(),
+                                          dout.data(), in[0].data(), w.data(), in[1].data(), in[2].data(),
+                                          hidden.data(), c.N, c.C, c.OC, c.R, 1.0f, WeightLayout::in_out);
+              }),
+              HasSubstr("lora_linear_backward: dinp is required"));
   EXPECT_EQ(test::error_of([&] { backward(c.R, da.data(), db.data()); }), "(no error)");
+  // A frozen adapter matrix: its gradient is skipped, the input's is the same.
+  std::fill(dinp.begin(), dinp.end(), 0.0);
+  backward(c.R, da.data(), db.data());
+  const std::vector<double> dinp_once = dinp;
+  std::fill(dinp.begin(), dinp.end(), 0.0);
+  const std::vector<double> db_full = db;
+  backward(c.R, da.data(), nullptr);
+  EXPECT_EQ(dinp, dinp_once);
+  EXPECT_EQ(db, db_full);
 }
 
 TEST(CpuOpsForward, GeluTanhApproximation) {
