@@ -66,7 +66,7 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
     u->resident = zeros(params_sharded_ ? shard : padded, compute, Category::params);
     if (u->has_frozen())
       u->frozen_resident =
-          zeros(params_sharded_ ? u->frozen.shard_numel() : u->frozen.padded_numel(), compute, Category::params);
+          zeros(params_sharded_ ? u->frozen.shard_numel() : u->frozen.padded_numel(), compute, Category::frozen);
     const bool master_is_compute = compute == kF32 && !placement.offload_optimizer;
     const auto state = [&] { return Tensor::zeros({shard}, kF32, optimizer_device, optimizer); };
     u->master = master_is_compute ? owned_compute(*u) : state();

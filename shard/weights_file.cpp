@@ -42,8 +42,8 @@ std::string resolve_name(const SafetensorsFile& file, const std::string& name) {
   if (file.contains(name)) return name;
   for (std::string_view prefix : kPrefixes)
     if (const std::string prefixed = std::string(prefix) + name; file.contains(prefixed)) return prefixed;
-  fail("safetensors file ", file.path(), ": no tensor named '", name, "' (nor with a ", kPrefixes[3], ", ",
-       kPrefixes[2], " or PEFT's ", kPrefixes[1], " prefix)");
+  fail("safetensors file ", file.path(), ": no tensor named '", name, "' (nor with a ", kPrefixes[2], " or ",
+       kPrefixes[3], " prefix) nor with PEFT's ", kPrefixes[1]);
 }
 
 bool is_adapter(std::string_view name) {
