@@ -12,6 +12,7 @@
 
 #include "shard/engine_internals.h"
 #include "shard/frozen_params.h"
+#include "shard/memory/estimator.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
 
@@ -130,6 +131,16 @@ TEST(FrozenParams, MemoryHasNoGradientOrOptimizerStateForThem) {
     EXPECT_LT(mine.live[int(Category::grads)], 4 * 1024) << what;
     EXPECT_LT(mine.live[int(Category::optimizer)], 8 * 4 * 1024) << what;
     EXPECT_GT(mine.live[int(Category::frozen)], 100'000 / (k == StrategyKind::ddp ? 1 : test::world().size())) << what;
+    // zshard-mem's estimate (the layouts, padding included) of the same split.
+    EstimateInput in;
+    in.model = &trainer.model();
+    in.plan = trainer.plan();
+    in.freeze = o.model.freeze;
+    in.group = trainer.plan().groups.group_of(test::world().rank());
+    const MemoryEstimate e = estimate_memory(in);
+    EXPECT_EQ(e.frozen_params, report.frozen_params) << what;
+    EXPECT_NEAR(double(mine.live[int(Category::frozen)]) / double(e.model_states.frozen), 1.0, 0.01) << what;
+    EXPECT_NEAR(double(mine.model_states_live()) / double(e.model_states.total()), 1.0, 0.05) << what;
   }
 }
 
