@@ -7,11 +7,7 @@
 #include <cstdint>
 
 // The offsets are computed on the host (the CPU plan test) and in kernels/cuda's pointer kernel alike.
-#ifdef __CUDACC__
-#define ZS_HOST_DEVICE __host__ __device__
-#else
-#define ZS_HOST_DEVICE
-#endif
+#include "kernels/host_device.h"
 
 namespace zshard {
 

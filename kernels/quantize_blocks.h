@@ -13,11 +13,7 @@
 
 #include "kernels/cpu/ops.h"
 
-#ifdef __CUDACC__
-#define ZS_HOST_DEVICE __host__ __device__
-#else
-#define ZS_HOST_DEVICE
-#endif
+#include "kernels/host_device.h"
 
 namespace zshard::quant {
 
