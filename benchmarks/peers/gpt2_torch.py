@@ -18,6 +18,10 @@ Modes:
           master and AdamW; torch's matrix products accumulated in fp32 unless --bf16-gemm native) and
           also prints torch's bf16 against its fp32 run: bf16's own effect, the scale of the comparison
           (benchmarks/RESULTS.md has the tolerance and why).
+          --lora-rank R (--lora-alpha, --lora-targets) trains LoRA adapters with PEFT's semantics and
+          every other parameter frozen, --freeze freezes parameters by name, both as zshard-train's
+          flags of those names; --runs compares several zshard-train runs (ranks, strategy, shard
+          group) with one torch run.
   bench   times one training step (forward + backward + AdamW) on one CPU thread and prints JSON:
           wall-clock and process CPU time per step (the latter is less disturbed by other load).
 
@@ -54,6 +58,8 @@ CONFIGS = {
 
 class Conv1D(nn.Module):
     """Hugging Face's Conv1D: a linear layer whose weight is stored (in, out)."""
+
+    weight_in_out = True  # tells peer_common.add_lora the layout
 
     def __init__(self, n_in, n_out):
         super().__init__()
@@ -180,7 +186,7 @@ def main():
 
     par = sub.add_parser("parity", help="compare per-step losses with zshard-train")
     add_parity_flags(par, vocabs=[512, 50257])
-    par.set_defaults(func=cmd_parity)
+    par.set_defaults(func=cmd_parity, lora_targets="c_attn")  # zshard's and PEFT's default targets
 
     ben = sub.add_parser("bench", help="time one training step on one CPU thread")
     ben.add_argument("--model", default="tiny", choices=sorted(CONFIGS))

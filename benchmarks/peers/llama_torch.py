@@ -25,6 +25,7 @@ Modes:
              mpirun, --strategy picks its strategy; --kv-heads and --tie-embeddings pick the variant.
              Both sides are also measured against this model trained one precision up (float64, the
              exact losses; float32 under --precision bf16).
+             --lora-rank, --freeze and --runs as in gpt2_torch.py.
   loss       loads a safetensors weights file (a zshard-export of a zshard checkpoint, say) and prints
              as JSON its mean loss on one batch of an llm.c token file (by default the first, the one
              zshard-train's step 1 trains on). The shapes come from the file; heads and rope_theta,
@@ -439,7 +440,7 @@ def check_init_loss_and_training():
         cfg = dict(CONFIGS["llama-tiny"], tie_embeddings=tie)
         model = new_model(cfg, 1234)
         args = argparse.Namespace(seed=1234, tokens=4096, distinct=32, steps=5, batch=4, seq=32, lr=1e-3,
-                                  wd=0.1, beta1=0.9, beta2=0.95, eps=1e-8)
+                                  wd=0.1, beta1=0.9, beta2=0.95, eps=1e-8, grad_clip=0.0, precision="fp32")
         tokens = parity_tokens(cfg["vocab"], args)
         inputs, targets = batch_at(tokens, 0, args.batch, args.seq)
         loss = model(inputs, targets)
@@ -514,7 +515,7 @@ def main():
     par.add_argument("--rope-theta", type=int, default=10000)
     par.add_argument("--tie-embeddings", type=int, choices=(0, 1), default=0,
                      help="1: the LM head is model.embed_tokens.weight")
-    par.set_defaults(func=cmd_parity)
+    par.set_defaults(func=cmd_parity, lora_targets="q_proj,v_proj")  # zshard's and PEFT's default targets
 
     los = sub.add_parser("loss", help="mean loss of a weights file on one batch of a token file, as JSON")
     los.add_argument("--weights", required=True, help="safetensors file with the Hugging Face names (F32)")

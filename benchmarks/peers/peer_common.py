@@ -1,7 +1,7 @@
 """What the CPU PyTorch peers (gpt2_torch.py, llama_torch.py) share, so that each model's parity and bench
 modes run the same step the same way: the file formats zshard reads (safetensors weights, llm.c token
-files), zshard's batch order and AdamW parameter grouping, the parity loop against zshard-train, and the
-single-thread step timer.
+files), zshard's batch order and AdamW parameter grouping, LoRA adapters and frozen parameters, the
+parity loop against zshard-train, and the single-thread step timer.
 """
 
 import argparse
@@ -10,6 +10,7 @@ import copy
 import ctypes
 import json
 import os
+import re
 import statistics
 import struct
 import subprocess
@@ -18,6 +19,7 @@ import time
 
 import numpy as np
 import torch
+from torch import nn
 from torch.overrides import TorchFunctionMode
 
 LLMC_MAGIC = 20240520
@@ -101,11 +103,66 @@ def read_llmc_tokens(path):
 
 
 def make_optimizer(model, lr, wd, beta1, beta2, eps):
-    """torch AdamW with zshard's grouping: weight decay on 2-D tensors (matrices, embeddings) only."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    """torch AdamW with zshard's grouping: weight decay on 2-D tensors (matrices, embeddings, LoRA's A and
+    B) only; frozen parameters (requires_grad False) are not in it, as zshard keeps no state for them."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.dim() >= 2]
+    no_decay = [p for p in trainable if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=lr, betas=(beta1, beta2), eps=eps)
+
+
+def name_matches(pattern, name):
+    """zshard's --freeze match (shard/frozen_params.h): the whole name, '*' matching any run of characters."""
+    return re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), name) is not None
+
+
+def freeze(model, patterns):
+    """Freezes (requires_grad False) the parameters whose names a pattern matches, as zshard-train's --freeze
+    does; a pattern that matches nothing is refused, as zshard refuses it."""
+    named = dict(model.named_parameters())
+    for pattern in patterns:
+        hits = [name for name in named if name_matches(pattern, name)]
+        if not hits:
+            raise SystemExit(f"--freeze: '{pattern}' matches no parameter")
+        for name in hits:
+            named[name].requires_grad_(False)
+
+
+def lora_forward_hook(module, inputs, output):
+    """PEFT's LoRA forward: the layer's output plus (alpha/R) * (x A^T) B^T, without dropout."""
+    return output + module.lora_B(module.lora_A(inputs[0])) * module.lora_scale
+
+
+def add_lora(model, rank, alpha, targets, seed):
+    """Adds LoRA adapters to the linear layers of model (nn.Linear, weight (out, in), and the modules marked
+    weight_in_out, GPT-2's Conv1D) that a target names, with PEFT's semantics: a target names each layer
+    whose name it ends at a dot (c_proj names attn.c_proj and mlp.c_proj); lora_A.weight (R, in) and
+    lora_B.weight (out, R) are nn.Linear weights inside the layer, so their names are zshard's and PEFT's
+    (h.0.attn.c_attn.lora_A.weight); every other parameter is frozen (PEFT's bias="none"). A is PEFT's
+    Kaiming-uniform (within 1/sqrt(in)); B is drawn N(0, 0.02), not PEFT's zeros: with B zero, A's
+    gradient is zero at the first step, and a comparison from a random B checks both gradients at once."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    gen = torch.Generator().manual_seed(seed + 2)
+    layers = {name: m for name, m in model.named_modules()
+              if isinstance(m, nn.Linear) or getattr(m, "weight_in_out", False)}
+    for target in targets.split(","):
+        named = [name for name in layers if name == target or name.endswith("." + target)]
+        if not named:
+            raise SystemExit(f"--lora-targets: no layer '{target}' (layers: {', '.join(layers)})")
+        for name in named:
+            layer = layers[name]
+            if hasattr(layer, "lora_A"):
+                continue  # named by two targets (c_proj, attn.c_proj): one adapter, as in PEFT
+            n_out, n_in = layer.weight.shape if isinstance(layer, nn.Linear) else reversed(layer.weight.shape)
+            layer.lora_A = nn.Linear(n_in, rank, bias=False)
+            layer.lora_B = nn.Linear(rank, n_out, bias=False)
+            layer.lora_scale = alpha / rank
+            with torch.no_grad():
+                layer.lora_A.weight.uniform_(-1 / n_in ** 0.5, 1 / n_in ** 0.5, generator=gen)
+                layer.lora_B.weight.normal_(0.0, 0.02, generator=gen)
+            layer.register_forward_hook(lora_forward_hook)
 
 
 def batch_at(tokens, step, B, T):
@@ -146,12 +203,14 @@ class Fp32Accumulation(TorchFunctionMode):
 
 
 def torch_losses(model, tokens, args):
-    """Trains model in place for args.steps AdamW steps (constant lr, no clipping, as zshard-train is run)
+    """Trains model in place for args.steps AdamW steps (constant lr, as zshard-train is run; with
+    args.grad_clip > 0 the trainable parameters' gradients clipped to that global norm, as zshard clips)
     and returns the loss of each step, computed before its update. With args.precision bf16, as zshard's
     mixed precision: model is the fp32 master that AdamW steps; each step computes in a bf16 copy of it
     (the master rounded to nearest even) whose bf16 gradients are widened onto the master; matrix products
     accumulate in fp32 (Fp32Accumulation) unless args.bf16_gemm is "native"."""
     opt = make_optimizer(model, args.lr, args.wd, args.beta1, args.beta2, args.eps)
+    trainable = [p for p in model.parameters() if p.requires_grad]
     compute = copy.deepcopy(model).to(torch.bfloat16) if args.precision == "bf16" else model
     products = Fp32Accumulation() if compute is not model and args.bf16_gemm == "fp32" else contextlib.nullcontext()
     losses = []
@@ -168,28 +227,61 @@ def torch_losses(model, tokens, args):
             loss.backward()
         if compute is not model:
             for c, m in zip(compute.parameters(), model.parameters()):
-                m.grad = c.grad.float()
+                if m.requires_grad:
+                    m.grad = c.grad.float()
+        if args.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(trainable, args.grad_clip)
         opt.step()
         losses.append(loss.item())
     return losses
 
 
-def zshard_losses(workdir, model_flags, weights, data, args):
+class ZshardRun:
+    """How one zshard-train run is launched: ranks, strategy (None: zshard-train's default) and hybrid's
+    shard group (None: not given)."""
+
+    def __init__(self, np, strategy=None, shard_group=None):
+        self.np, self.strategy, self.shard_group = np, strategy, shard_group
+
+    @staticmethod
+    def parse(text):
+        """NP, NP:STRATEGY or NP:STRATEGY:SHARD_GROUP, as --runs takes them."""
+        parts = text.split(":")
+        try:
+            if len(parts) > 3 or int(parts[0]) < 1 or (len(parts) == 3 and int(parts[2]) < 1):
+                raise ValueError
+            return ZshardRun(int(parts[0]), parts[1] if len(parts) > 1 else None,
+                             int(parts[2]) if len(parts) == 3 else None)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not NP, NP:STRATEGY or NP:STRATEGY:SHARD_GROUP") from None
+
+    def label(self):
+        group = f" group {self.shard_group}" if self.shard_group else ""
+        return f"np {self.np} {self.strategy or 'default'}{group}"
+
+
+def zshard_losses(workdir, model_flags, weights, data, args, run):
     """Runs zshard-train (model_flags pick the model and its config) with the step torch_losses runs and
-    returns its per-step losses from --log-json. With args.np > 1 it runs under mpirun, one thread per
-    rank; args.strategy, when given, is passed on."""
-    log = os.path.join(workdir, "zshard_log.jsonl")
+    args' LoRA and --freeze settings, on run's ranks and strategy (a ZshardRun; more than one rank: under
+    mpirun, one thread per rank), and returns its per-step losses from --log-json."""
+    log = os.path.join(workdir, f"zshard_log_{run.label().replace(' ', '_')}.jsonl")
     cmd = [args.zshard_train, *model_flags, "--init-from", weights, "--data", data,
            "--batch", args.batch, "--seq", args.seq, "--steps", args.steps, "--lr", args.lr,
            "--warmup", 0, "--lr-schedule", "constant", "--wd", args.wd, "--beta1", args.beta1,
-           "--beta2", args.beta2, "--eps", args.eps, "--grad-clip", 0, "--log-json", log]
-    if args.strategy:
-        cmd += ["--strategy", args.strategy]
+           "--beta2", args.beta2, "--eps", args.eps, "--grad-clip", args.grad_clip, "--log-json", log]
+    if args.lora_rank:
+        cmd += ["--lora-rank", args.lora_rank, "--lora-alpha", args.lora_alpha, "--lora-targets", args.lora_targets]
+    if args.freeze:
+        cmd += ["--freeze", args.freeze]
+    if run.strategy:
+        cmd += ["--strategy", run.strategy]
+    if run.shard_group:
+        cmd += ["--shard-group", run.shard_group]
     if args.precision == "bf16":
         cmd += ["--param-dtype", "bf16"]
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    if args.np > 1:
-        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", args.np, *cmd]
+    if run.np > 1:
+        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", run.np, *cmd]
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     subprocess.run([str(c) for c in cmd], check=True, env=env, stdout=subprocess.DEVNULL)
     with open(log) as f:
@@ -203,59 +295,89 @@ def softmax_dtype(logits):
     return torch.float64 if logits.dtype == torch.float64 else torch.float32
 
 
+def adapt(model, args):
+    """Gives model args' LoRA adapters (--lora-rank) and frozen parameters (--freeze), as zshard-train is
+    given them; returns a line saying which, or "" for neither."""
+    what = []
+    if args.lora_rank:
+        add_lora(model, args.lora_rank, args.lora_alpha, args.lora_targets, args.seed)
+        what.append(f"LoRA rank {args.lora_rank} alpha {args.lora_alpha:g} on {args.lora_targets}")
+    if args.freeze:
+        freeze(model, args.freeze.split(","))
+        what.append(f"frozen {args.freeze}")
+    if what:
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        what.append(f"{trainable} of {sum(p.numel() for p in model.parameters())} parameters trained")
+    return ", ".join(what)
+
+
 def parity_case(model, model_flags, title, vocab, args):
-    """One parity comparison: writes model's weights and the parity tokens, trains zshard-train and then
-    model on them and prints the per-step losses. It also trains a copy of model one precision up (fp64
-    for an fp32 comparison: the exact losses, which both fp32 runs round; fp32 for bf16: bf16's own
-    effect) and prints how far each side's losses are from it, so that a difference between torch and
-    zshard can be told apart from torch's own rounding. Returns the max relative difference between
-    torch and zshard, and zshard's max relative distance from the wider run."""
+    """One parity comparison: adapts model (adapt), writes its weights and the parity tokens, trains model
+    on them and then zshard-train once per run of args.runs (else the one run of --np and --strategy), and
+    compares the per-step losses. It also trains a copy of model one precision up (fp64 for an fp32
+    comparison: the exact losses, which both fp32 runs round; fp32 for bf16: bf16's own effect) and
+    reports how far each side's losses are from it, so that a difference between torch and zshard can be
+    told apart from torch's own rounding. A single run, or a run beyond the tolerance, prints its losses
+    step by step; the others a line each. Returns, for each run, the max relative difference between torch
+    and zshard and zshard's max relative distance from the wider run."""
+    adaptation = adapt(model, args)
     tokens = parity_tokens(vocab, args)
     wider_name = "fp64" if args.precision == "fp32" else "fp32"
     wider_model = copy.deepcopy(model).double() if wider_name == "fp64" else copy.deepcopy(model)
     wider = torch_losses(wider_model, tokens, argparse.Namespace(**{**vars(args), "precision": "fp32"}))
+    runs = args.runs or [ZshardRun(args.np, args.strategy)]
+    clipped = f", gradients clipped to norm {args.grad_clip:g}" if args.grad_clip > 0 else ""
+    print(f"{title}, batch {args.batch}x{args.seq}, {args.steps} AdamW steps, {args.precision}{clipped}"
+          + (f"; {adaptation}" if adaptation else ""))
+    off = f"off {wider_name}"
+    results = []
     with tempfile.TemporaryDirectory(prefix="zshard_parity_") as workdir:
         weights = os.path.join(workdir, "weights.safetensors")
         data = os.path.join(workdir, "tokens.bin")
         write_safetensors(weights, model.state_dict())
         write_llmc_tokens(data, tokens)
-        z = zshard_losses(workdir, model_flags, weights, data, args)
-    t = torch_losses(model, tokens, args)
-    if len(z) != len(t):
-        raise SystemExit(f"zshard logged {len(z)} steps, expected {len(t)}")
-    ranks = f", zshard on {args.np} ranks" if args.np > 1 else ""
-    strategy = f" ({args.strategy})" if args.strategy else ""
-    print(f"{title}, batch {args.batch}x{args.seq}, {args.steps} AdamW steps, {args.precision}{ranks}{strategy}")
-    off = f"off {wider_name}"
-    print(f"{'step':>4} {'torch loss':>12} {'zshard loss':>12} {'rel diff':>10} {'torch ' + wider_name:>12}"
-          f" {'torch ' + off:>14} {'zshard ' + off:>15}")
-    worst = torch_off = zshard_off = 0.0
-    for i, (a, b, w) in enumerate(zip(t, z, wider), start=1):
-        rel, a_off, b_off = abs(a - b) / abs(a), abs(a - w) / abs(w), abs(b - w) / abs(w)
-        worst, torch_off, zshard_off = max(worst, rel), max(torch_off, a_off), max(zshard_off, b_off)
-        print(f"{i:>4} {a:>12.7f} {b:>12.7f} {rel:>10.2e} {w:>12.7f} {a_off:>14.2e} {b_off:>15.2e}")
-    print(f"max relative difference {worst:.2e} (tolerance {args.rtol:.0e}); against torch {wider_name}: "
-          f"torch {torch_off:.2e}, zshard {zshard_off:.2e}\n")
-    return worst, zshard_off
+        t = torch_losses(model, tokens, args)
+        t_off = [abs(a - w) / abs(w) for a, w in zip(t, wider)]
+        for run in runs:
+            z = zshard_losses(workdir, model_flags, weights, data, args, run)
+            if len(z) != len(t):
+                raise SystemExit(f"zshard ({run.label()}) logged {len(z)} steps, expected {len(t)}")
+            rel = [abs(a - b) / abs(a) for a, b in zip(t, z)]
+            z_off = [abs(b - w) / abs(w) for b, w in zip(z, wider)]
+            if len(runs) == 1 or max(rel) > args.rtol:
+                print(f"zshard {run.label()}")
+                print(f"{'step':>4} {'torch loss':>12} {'zshard loss':>12} {'rel diff':>10} {'torch ' + wider_name:>12}"
+                      f" {'torch ' + off:>14} {'zshard ' + off:>15}")
+                for i, row in enumerate(zip(t, z, rel, wider, t_off, z_off), start=1):
+                    print(f"{i:>4} " + "{:>12.7f} {:>12.7f} {:>10.2e} {:>12.7f} {:>14.2e} {:>15.2e}".format(*row))
+            print(f"zshard {run.label()}: max relative difference {max(rel):.2e} (tolerance {args.rtol:.0e}); "
+                  f"against torch {wider_name}: torch {max(t_off):.2e}, zshard {max(z_off):.2e}")
+            results.append((max(rel), max(z_off)))
+    print()
+    return results
 
 
 def parity_verdict(cases, rtol, precision):
-    """Prints PASS or FAIL over the cases' (parity_case's) max relative differences; returns the exit
-    status."""
-    worst = max(diff for diff, _ in cases)
+    """Prints PASS or FAIL over the cases' (parity_case's) per-run max relative differences; returns the
+    exit status."""
+    results = [run for case in cases for run in case]
+    worst = max(diff for diff, _ in results)
     ok = worst <= rtol
     wider = "fp64" if precision == "fp32" else "fp32"
     print("PASS" if ok else "FAIL", f"max relative loss difference {worst:.2e}; zshard against torch {wider} "
-          f"{max(off for _, off in cases):.2e}")
+          f"{max(off for _, off in results):.2e}")
     return 0 if ok else 1
 
 
 def add_parity_flags(parser, vocabs):
     """The flags every parity mode takes: zshard-train and how to launch it, the shared shape (the model
-    adds its own keys), the token stream, the step and the tolerance."""
+    adds its own keys), the token stream, the step, LoRA and frozen parameters, and the tolerance."""
     parser.add_argument("--zshard-train", required=True, help="path to the zshard-train binary")
     parser.add_argument("--np", type=int, default=1, help="zshard-train ranks (> 1: run under mpirun)")
     parser.add_argument("--strategy", help="zshard-train --strategy (default: zshard-train's)")
+    parser.add_argument("--runs", type=ZshardRun.parse, nargs="+",
+                        help="zshard-train runs compared with the one torch run, each NP, NP:STRATEGY or "
+                             "NP:STRATEGY:SHARD_GROUP (4:hybrid:2); replaces --np and --strategy")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--heads", type=int, default=4)
@@ -271,7 +393,16 @@ def add_parity_flags(parser, vocabs):
     parser.add_argument("--beta1", type=float, default=0.9)
     parser.add_argument("--beta2", type=float, default=0.95)
     parser.add_argument("--eps", type=float, default=1e-8)
+    parser.add_argument("--grad-clip", type=float, default=0.0,
+                        help="clip the trainable gradients to this global norm (0: no clipping)")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--lora-rank", type=int, default=0,
+                        help="LoRA adapters of this rank on --lora-targets, every other parameter frozen")
+    parser.add_argument("--lora-alpha", type=float, default=8.0, help="the adapters' output scaled by alpha/rank")
+    parser.add_argument("--lora-targets", help="layers to adapt, comma separated (PEFT's target_modules; "
+                                               "default: the model's, as zshard-train's)")
+    parser.add_argument("--freeze", help="parameters to freeze, comma separated, '*' matching any characters "
+                                         "(zshard-train's --freeze)")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                         help="bf16: bf16 parameters and gradients, fp32 master and AdamW, on both sides")
     parser.add_argument("--bf16-gemm", default="fp32", choices=["fp32", "native"],

@@ -1,0 +1,46 @@
+# shellcheck shell=bash
+# LoRA adapters and frozen parameters train as an independent PyTorch implementation does: the torch peers
+# (benchmarks/peers, plain torch with PEFT's LoRA semantics) train GPT-2 and Llama from the weights they
+# write, adapters included, and zshard-train trains from the same file and tokens on 1, 2 and 4 ranks under
+# every strategy; each step's loss must agree within 1e-5 relative (they agree to about 1e-7, float32's
+# rounding). The adapters' B starts random, not zero as in PEFT, so that both adapter gradients shape the
+# losses from the first step. The torch reference is trained once per case and compared with every run.
+# zshard-test-seconds: 30
+source "$(dirname "$0")/lib.sh"
+source "$ZSHARD_SRC/scripts/mpi-env.sh"
+PYTHON=/usr/bin/python3  # Debian's python3-torch is installed for the system interpreter
+PEERS=$ZSHARD_SRC/benchmarks/peers
+if ! "$PYTHON" -c "import torch" 2>/dev/null; then
+  echo "FAIL $PYTHON cannot import torch (python3-torch, installed by scripts/install-deps.sh)"
+  exit 1
+fi
+
+COMMON=(--zshard-train "$TRAIN" --vocabs 256 --steps 20 --rtol 1e-5)
+# LoRA trains with a larger step, as fine-tuning usually does, a weight decay large enough that an adapter
+# left undecayed shows (1e-4), and a clipping norm the adapters' gradient norm exceeds at every step (0.08
+# to 0.8): the norm then covers the adapters alone.
+LORA=(--lora-rank 4 --lora-alpha 8 --lr 1e-2 --wd 1 --grad-clip 0.05)
+EVERY_RUN=(1:ddp 1:zero2 1:zero3 2:ddp 2:zero2 2:zero3 2:hybrid:1 4:ddp 4:zero2 4:zero3 4:hybrid:2)
+FROZEN_RUNS=(1:ddp 2:ddp 2:zero3 4:zero2 4:hybrid:2)
+
+# parity NAME PEER ARGS...: the peer's parity mode passes; its per-run lines are printed either way.
+parity() {
+  local name=$1 peer=$2
+  shift 2
+  if timeout 300 "$PYTHON" "$PEERS/$peer" parity "${COMMON[@]}" "$@" >"$WORK/out" 2>"$WORK/err"; then
+    echo "ok   $name"
+    grep "^zshard .*max relative difference" "$WORK/out"
+  else
+    echo "FAIL $name"
+    cat "$WORK/out" "$WORK/err"
+    failures=$((failures + 1))
+  fi
+}
+
+parity "GPT-2 LoRA on attention and MLP" gpt2_torch.py "${LORA[@]}" --lora-targets c_attn,c_proj,c_fc \
+  --runs "${EVERY_RUN[@]}"
+parity "Llama LoRA on attention and MLP" llama_torch.py "${LORA[@]}" \
+  --lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj --runs "${EVERY_RUN[@]}"
+parity "GPT-2 with frozen embeddings" gpt2_torch.py --freeze wte.weight,wpe.weight --runs "${FROZEN_RUNS[@]}"
+parity "Llama with a frozen embedding" llama_torch.py --freeze model.embed_tokens.weight --runs "${FROZEN_RUNS[@]}"
+finish
