@@ -12,11 +12,12 @@ struct Names {
 };
 
 // Indexed by Option, in its order.
-constexpr std::array<Names, 22> kNames = {{
+constexpr std::array<Names, 23> kNames = {{
     {"StrategyOptions::kind", "--strategy"},
     {"StrategyOptions::shard_group", "--shard-group"},
     {"StrategyOptions::max_inflight", "--max-inflight"},
     {"StrategyOptions::reshard_after_forward", "--reshard-after-forward"},
+    {"StrategyOptions::quantize_gathers", "--quantize-gathers"},
     {"Placement::device", "--device"},
     {"Placement::param_dtype", "--param-dtype"},
     {"Placement::reduce_dtype", "--reduce-dtype"},

@@ -13,6 +13,7 @@ enum class Option {
   shard_group,
   max_inflight,
   reshard_after_forward,
+  quantize_gathers,
   device,
   param_dtype,
   reduce_dtype,

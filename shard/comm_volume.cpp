@@ -1,10 +1,12 @@
 #include "shard/comm_volume.h"
 
+#include "shard/gather_quantization.h"
+
 namespace zshard {
 
 CommVolume comm_volume(const CommShape& s) {
   // One collective over n elements of `bytes` in a group of g.
-  const auto move = [](double n, int g, int bytes) { return n * bytes * (g - 1) / g; };
+  const auto move = [](double n, int g, double bytes) { return n * bytes * (g - 1) / g; };
   const auto pass = [&](int g, int bytes) { return move(double(s.psi), g, bytes); };
   const int K = s.grad_accum;
   CommVolume v;
@@ -20,7 +22,8 @@ CommVolume comm_volume(const CommShape& s) {
       break;
     case StrategyKind::zero3:
     case StrategyKind::hybrid:
-      v.gather = K * move(double(s.gathered), s.group, s.param_bytes);
+      v.gather = K * move(double(s.gathered), s.group,
+                          s.quantized_gathers ? kQuantizedGatherBytesPerElement : double(s.param_bytes));
       v.reduce = K * pass(s.group, s.grad_bytes);
       v.across = K * 2 * pass(s.replicas, s.grad_bytes) / s.group;
       break;

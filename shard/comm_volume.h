@@ -19,6 +19,9 @@ struct CommShape {
   int grad_accum = 1;    // micro-steps per optimizer step
   int param_bytes = 4;   // per element of the parameters gathered and of the gradients reduced
   int grad_bytes = 4;
+  // zero3 and hybrid gather int8 with block scales (--quantize-gathers int8): kQuantizedGatherBytesPerElement
+  // an element rather than param_bytes (shard/gather_quantization.h).
+  bool quantized_gathers = false;
 };
 
 // Bus bytes per optimizer step of one rank, by the collectives that move them.
@@ -33,7 +36,8 @@ struct CommVolume {
 // ddp 2Ψ(N-1)/N; zero1 the same, as a reduce-scatter and an all-gather; zero2 reduce-scatters every
 // micro-step; zero3 3Ψ(G-1)/G per micro-step (gathering 2Ψ); hybrid zero3's volume inside its group plus
 // an all-reduce of its shard across the R groups, 2(Ψ/G)(R-1)/R (unequal groups reduce each piece of the
-// shard among R owners: the same volume).
+// shard among R owners: the same volume). Quantized gathers move (1 + 4/256)/param_bytes of the gathers'
+// bytes; the gradients' volume is unchanged.
 CommVolume comm_volume(const CommShape& shape);
 
 }  // namespace zshard

@@ -5,6 +5,7 @@
 #include "comm/flight_recorder/recorder.h"
 #include "kernels/device_memory.h"
 #include "kernels/test_hooks.h"
+#include "shard/gather_quantization.h"
 
 namespace zshard {
 
@@ -30,12 +31,12 @@ void ShardedParams::start_gather(int unit) {
   // A unit with frozen parameters only keeps its (padding-only) trainable buffer: nothing to gather there.
   u.gathered = Tensor::empty({u.layout.padded_numel()}, dtype, device, Category::comm);
   if (u.trainable() && !test_skips_gather(shard_index(), unit))
-    u.gather_work = gather_shards(u.resident.raw(), u.gathered.raw(), u.layout.shard_numel(), dtype);
+    u.gather_work = start_buffer_gather(u.layout, u.resident, u.quantized, u.gathered, u.received);
   UnitTensors frozen;
   if (u.has_frozen()) {
     u.frozen_gathered = Tensor::empty({u.frozen.padded_numel()}, dtype, device, Category::comm);
     u.frozen_gather_work =
-        gather_shards(u.frozen_resident.raw(), u.frozen_gathered.raw(), u.frozen.shard_numel(), dtype);
+        start_buffer_gather(u.frozen, u.frozen_resident, u.frozen_quantized, u.frozen_gathered, u.frozen_received);
     frozen = u.frozen.views(u.frozen_gathered);
   }
   u.param_views = in_unit_order(u.slots, u.layout.views(u.gathered), frozen);
@@ -46,6 +47,43 @@ void ShardedParams::finish_gather(Unit& u) {
     if (*work) (*work)->wait();
     work->reset();
   }
+  dequantize_received(u.layout, u.received, u.gathered);
+  dequantize_received(u.frozen, u.frozen_received, u.frozen_gathered);
+}
+
+void ShardedParams::quantize_shard(const FlatLayout& layout, const Tensor& resident, const Tensor& quantized) {
+  if (!quantized.defined()) return;
+  const ops::QuantizedSize size = ops::quantized_size(size_t(layout.shard_numel()), kGatherQuantFormat);
+  auto* record = static_cast<int8_t*>(quantized.raw());
+  with_element_type(resident.dtype(), [&](auto t) {
+    using T = decltype(t);
+    ops::quantize_blocks(plan_.placement.device, record, reinterpret_cast<float*>(record + size.scales_offset()),
+                         owned_part(layout, shard_index(), resident).template data<T>(), size_t(layout.shard_numel()),
+                         kGatherQuantFormat);
+  });
+}
+
+comm::WorkPtr ShardedParams::start_buffer_gather(const FlatLayout& layout, const Tensor& resident,
+                                                 const Tensor& quantized, const Tensor& gathered, Tensor& received) {
+  if (!quantized.defined()) return gather_shards(resident.raw(), gathered.raw(), layout.shard_numel(), resident.dtype());
+  received = Tensor::empty({shard_group_size() * quantized.numel()}, DType::i32, plan_.placement.device, Category::comm);
+  return gather_shards(quantized.raw(), received.raw(), quantized.numel(), DType::i32);
+}
+
+void ShardedParams::dequantize_received(const FlatLayout& layout, Tensor& received, const Tensor& gathered) {
+  if (!received.defined()) return;
+  const size_t shard = size_t(layout.shard_numel());
+  const ops::QuantizedSize size = ops::quantized_size(shard, kGatherQuantFormat);
+  with_element_type(gathered.dtype(), [&](auto t) {
+    using T = decltype(t);
+    for (int r = 0; r < shard_group_size(); ++r) {
+      const int8_t* record = static_cast<const int8_t*>(received.raw()) + size_t(r) * size.bytes();
+      ops::dequantize_blocks(plan_.placement.device, gathered.data<T>() + size_t(r) * shard, record,
+                             reinterpret_cast<const float*>(record + size.scales_offset()), shard, kGatherQuantFormat,
+                             false);
+    }
+  });
+  received = Tensor();
 }
 
 void ShardedParams::free_gathered(Unit& u) {

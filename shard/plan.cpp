@@ -97,8 +97,8 @@ void check_runs_here(const PlanOptions& o) {
 
 ShardPlan plan_with_groups(const PlanOptions& options, ShardGroups groups) {
   const StrategyOptions& s = options.strategy;
-  return {s.kind, s.shard_group, std::move(groups), s.reshard_after_forward, s.max_inflight, options.placement,
-          comm_backend(options), options.comm_timeout_s};
+  return {s.kind, s.shard_group, std::move(groups), s.reshard_after_forward, s.max_inflight, s.quantize_gathers,
+          options.placement, comm_backend(options), options.comm_timeout_s};
 }
 
 }  // namespace
@@ -122,6 +122,7 @@ void validate_plan_options(const PlanOptions& o) {
     const std::string only = detail::concat(" is only for ", option_name(Option::strategy), " zero3 or hybrid");
     if (s.max_inflight != defaults.max_inflight) refuse(option_name(Option::max_inflight), only);
     if (s.reshard_after_forward != defaults.reshard_after_forward) refuse(option_name(Option::reshard_after_forward), only);
+    if (s.quantize_gathers != defaults.quantize_gathers) refuse(option_name(Option::quantize_gathers), only);
   }
   if (s.kind != StrategyKind::hybrid && !s.shard_group.automatic())
     refuse(option_name(Option::shard_group), " is only for ", option_name(Option::strategy), " hybrid");

@@ -7,6 +7,7 @@
 #include "comm/backend_base.h"
 #include "comm/flight_recorder/recorder.h"
 #include "kernels/device_memory.h"
+#include "shard/gather_quantization.h"
 #include "shard/optimizer_offload.h"
 
 namespace zshard {
@@ -42,9 +43,12 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
     : plan_(plan),
       comms_(comm, plan.groups),
       params_sharded_(plan.params_sharded()),
-      grads_sharded_(plan.grads_sharded()) {
+      grads_sharded_(plan.grads_sharded()),
+      quantized_gathers_(plan.quantize_gathers == GatherQuantization::int8) {
   ZS_CHECK(comm.size() == plan.world_size(), "a plan for ", plan.world_size(), " ranks on a world of ", comm.size());
   ZS_CHECK(plan.max_inflight >= 1, "max_inflight must be >= 1, got ", plan.max_inflight);
+  ZS_CHECK(params_sharded_ || !quantized_gathers_, "quantized gathers on ", strategy_name(plan.kind),
+           ", which gathers no parameters");
   const Placement& placement = plan.placement;
   for (DType t : {placement.param_dtype, placement.reduce_dtype})
     ZS_CHECK(t == kF32 || t == DType::bf16, "parameters are kept and reduced in f32 or bf16, not ",
@@ -67,6 +71,13 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
     if (u->has_frozen())
       u->frozen_resident =
           zeros(params_sharded_ ? u->frozen.shard_numel() : u->frozen.padded_numel(), compute, Category::frozen);
+    if (quantized_gathers_) {
+      const auto record = [&](const FlatLayout& l, Category c) {
+        return zeros(quantized_shard_bytes(l.shard_numel()) / int64_t(sizeof(int32_t)), DType::i32, c);
+      };
+      if (u->trainable()) u->quantized = record(u->layout, Category::params);
+      if (u->has_frozen()) u->frozen_quantized = record(u->frozen, Category::frozen);
+    }
     const bool master_is_compute = compute == kF32 && !placement.offload_optimizer;
     const auto state = [&] { return Tensor::zeros({shard}, kF32, optimizer_device, optimizer); };
     u->master = master_is_compute ? owned_compute(*u) : state();
@@ -173,11 +184,14 @@ void ShardedParams::set_unit_params(int unit, const float* full) {
   const Tensor owned = upload(u.layout, u.resident, full);
   if (owned.raw() != u.master.raw())
     copy_bytes(u.master.raw(), u.master.device(), owned.raw(), plan_.placement.device, u.master.nbytes());
+  quantize_shard(u.layout, u.resident, u.quantized);
 }
 
 void ShardedParams::set_frozen_params(int unit, const float* full) {
   Unit& u = *units_[unit];
-  if (u.has_frozen()) upload(u.frozen, u.frozen_resident, full);
+  if (!u.has_frozen()) return;
+  upload(u.frozen, u.frozen_resident, full);
+  quantize_shard(u.frozen, u.frozen_resident, u.frozen_quantized);
 }
 
 void ShardedParams::copy_master_to_compute(int unit) {
@@ -244,7 +258,10 @@ std::vector<float> ShardedParams::whole_unit_params(int unit) {
 }
 
 void ShardedParams::sync_resident_params() {
-  for (int i = 0; i < num_units(); ++i) copy_master_to_compute(i);
+  for (int i = 0; i < num_units(); ++i) {
+    copy_master_to_compute(i);
+    quantize_shard(units_[i]->layout, units_[i]->resident, units_[i]->quantized);
+  }
   gather_resident_params();
 }
 

@@ -36,6 +36,14 @@
 // AdamW steps the fp32 master shard from the owned gradients and, with bf16 parameters, writes the bf16
 // compute copy in the same pass: the owned slice of the full copy (then all-gathered, as in fp32) or
 // the shard.
+//
+// Quantized gathers (ShardPlan::quantize_gathers int8, shard/gather_quantization.h): each rank keeps its
+// shard of the compute copy also quantized, refreshed whenever the shard changes (set-up, set_unit_params,
+// a load, AdamW; the frozen shard once, when set), so that every gather sends that record as it is. A
+// gather lands every rank's record, its own included, and dequantizes them all into the gathered buffer:
+// the owner too computes with the dequantized values rather than its exact ones, so every rank of every
+// group holds the same weights, as the gradients' reduction assumes and as a run of any world size with
+// the same shards reproduces. The records count as params (and frozen), the received ones as comm.
 #pragma once
 #include <deque>
 #include <memory>
@@ -164,6 +172,14 @@ class ShardedParams : public ParamContext {
   // all_gather over the shard group; a group of one is a device copy (null Work): it moves nothing,
   // and the self backend copies host memory only.
   comm::WorkPtr gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype);
+  // Quantized gathers: `quantized` := the record of this rank's shard of `resident` (no-op otherwise).
+  void quantize_shard(const FlatLayout& layout, const Tensor& resident, const Tensor& quantized);
+  // Starts the gather of one flat buffer into `gathered`: the compute shards, or the records into
+  // `received` (allocated here).
+  comm::WorkPtr start_buffer_gather(const FlatLayout& layout, const Tensor& resident, const Tensor& quantized,
+                                    const Tensor& gathered, Tensor& received);
+  // After its gather: every rank's record in `received` dequantized into `gathered`, and `received` freed.
+  void dequantize_received(const FlatLayout& layout, Tensor& received, const Tensor& gathered);
   void gather_resident_params();
   void start_gather(int unit);
   void finish_gather(Unit& u);
@@ -180,6 +196,7 @@ class ShardedParams : public ParamContext {
   GroupComms comms_;
   bool params_sharded_;
   bool grads_sharded_;
+  bool quantized_gathers_;
   std::vector<std::unique_ptr<Unit>> units_;
   std::deque<Reduction> reductions_;
   std::unique_ptr<OptimizerOffload> offload_;  // with plan_.placement.offload_optimizer
@@ -231,12 +248,20 @@ struct ShardedParams::Unit {
   std::vector<ParamSlot> slots;  // each parameter's layout (trainable or frozen) and place there
   bool trainable() const { return layout.numel() > 0; }
   bool has_frozen() const { return frozen.numel() > 0; }
-  bool gathering() const { return gather_work || frozen_gather_work; }
+  // A gather not yet finished: a collective in flight, or records to dequantize (also after a group of
+  // one's copy, which leaves no Work).
+  bool gathering() const {
+    return gather_work || frozen_gather_work || received.defined() || frozen_received.defined();
+  }
   Tensor resident;      // compute copy: the full flat buffer when resident, this rank's shard when sharded
   Tensor frozen_resident;  // the same for the frozen parameters (undefined without any)
   Tensor master;        // the fp32 owned shard; a view into `resident` when the param dtype is fp32
   Tensor gathered;      // sharded params: the all-gathered full buffer while the unit is in use
   Tensor frozen_gathered;
+  // Quantized gathers: this rank's shard of `resident` (and of `frozen_resident`) as the record a gather
+  // sends, i32 words; undefined for a buffer without parameters.
+  Tensor quantized, frozen_quantized;
+  Tensor received, frozen_received;  // every rank's records while the gather is in flight
   comm::WorkPtr gather_work, frozen_gather_work;
   int gather_refs = 0;  // gathers not yet released, on every strategy (the protocol is checked on all)
   bool used = false;    // the model has gathered it since it was last freed (a prefetch is not yet used)

@@ -36,6 +36,16 @@ std::string_view strategy_name(StrategyKind kind) {
   return "?";
 }
 
+GatherQuantization parse_gather_quantization(std::string_view name) {
+  if (name == "none") return GatherQuantization::none;
+  if (name == "int8") return GatherQuantization::int8;
+  if (name == "int4")
+    refuse(option_name(Option::quantize_gathers), " int4: 4-bit parameter gathers are not supported (valid: none, int8)");
+  refuse(option_name(Option::quantize_gathers), ": unknown value '", name, "' (valid: none, int8)");
+}
+
+std::string_view gather_quantization_name(GatherQuantization q) { return q == GatherQuantization::int8 ? "int8" : "none"; }
+
 bool params_sharded(StrategyKind kind) { return kind == StrategyKind::zero3 || kind == StrategyKind::hybrid; }
 
 bool grads_sharded(StrategyKind kind) {

@@ -49,6 +49,7 @@ struct ShardPlan {
   ShardGroups groups{{1}};
   bool reshard_after_forward = true;
   int max_inflight = 2;
+  GatherQuantization quantize_gathers = GatherQuantization::none;
   Placement placement;
   CommBackend comm = CommBackend::mpi;
   double comm_timeout_s = kDefaultCommTimeout;

@@ -45,11 +45,21 @@ class ShardGroupRequest {
   std::vector<int> sizes_;
 };
 
+// How zero3 and hybrid send parameters to their gathers (--quantize-gathers). int8 is ZeRO++'s qwZ: each
+// rank sends its shard of the compute copy as int8 with an fp32 absmax scale per block of
+// kGatherQuantBlock elements, quantized once per update, and every rank, the owner included, computes
+// with the dequantized values, so all ranks hold identical weights. The fp32 master is never quantized.
+enum class GatherQuantization { none, int8 };
+
+GatherQuantization parse_gather_quantization(std::string_view name);  // throws UsageError naming the valid ones
+std::string_view gather_quantization_name(GatherQuantization q);
+
 struct StrategyOptions {
   StrategyKind kind = StrategyKind::ddp;
   ShardGroupRequest shard_group;      // hybrid only
   bool reshard_after_forward = true;  // zero3/hybrid: free gathered params after each unit's forward
   int max_inflight = 2;               // zero3/hybrid: gathered units alive at once (prefetch depth + 1)
+  GatherQuantization quantize_gathers = GatherQuantization::none;  // zero3/hybrid
 };
 
 // The shard groups of a world: runs of consecutive ranks in rank order, of any sizes. Groups of one size

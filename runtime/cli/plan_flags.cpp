@@ -63,6 +63,17 @@ void add_plan_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--reshard-after-forward", o.strategy.reshard_after_forward,
                  "zero3/hybrid: free gathered params after each unit's forward (true/false)");
   app.add_option("--max-inflight", o.strategy.max_inflight, "zero3/hybrid: gathered units alive at once");
+  app.add_option_function<std::string>(
+         "--quantize-gathers",
+         [&o](const std::string& name) {
+           try {
+             o.strategy.quantize_gathers = parse_gather_quantization(name);
+           } catch (const UsageError& e) {
+             throw CLI::ValidationError(e.what());
+           }
+         },
+         "zero3/hybrid: none, or int8: parameters gathered as int8 with an fp32 scale per block of 256 (ZeRO++ qwZ)")
+      ->default_str(std::string(gather_quantization_name(o.strategy.quantize_gathers)));
   add_device_flag(app, o.placement.device,
                   "where to compute: cpu, or cuda (a GPU per rank: local rank modulo the visible GPUs)");
   const Choices<DType> dtypes = {{std::string(dtype_flag(DType::f32)), DType::f32},

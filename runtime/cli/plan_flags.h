@@ -1,5 +1,5 @@
 // The flags of the sharding plan (<zshard/plan.h>): --strategy, --shard-group, --reshard-after-forward,
-// --max-inflight, --device, --param-dtype, --reduce-dtype, --comm, --offload, --comm-timeout. The plan checks
+// --max-inflight, --quantize-gathers, --device, --param-dtype, --reduce-dtype, --comm, --offload, --comm-timeout. The plan checks
 // its own values (validate_plan_options, resolve_plan).
 #pragma once
 #include <string>

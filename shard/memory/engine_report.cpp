@@ -3,6 +3,7 @@
 #include <string>
 
 #include "kernels/allocator.h"
+#include "shard/gather_quantization.h"
 #include "shard/memory/zero_arithmetic.h"
 #include "shard/plan_internals.h"
 #include "shard/sharded_params.h"
@@ -63,25 +64,24 @@ MemoryReport measure_memory(ShardedParams& params, comm::Communicator& world, in
   const ShardGroups& groups = plan.groups;
   rep.shard_group = groups.size_of_rank(0);
   rep.shard_group_sizes = groups.sizes();
-  std::vector<int64_t> gathered_sizes;  // what a gather of each unit holds: its padded size
+  const Placement& placement = plan.placement;
+  const DtypePolicy dtypes = DtypePolicy::of(placement.param_dtype, plan.quantize_gathers);
+  std::vector<int64_t> gathered_sizes;  // what a gather of each unit holds, in bytes
   for (int u = 0; u < params.num_units(); ++u) {
     rep.params += params.layout(u).numel() + params.frozen_layout(u).numel();
     rep.frozen_params += params.frozen_layout(u).numel();
     const FlatLayout& frozen = params.frozen_layout(u);  // a buffer only where it holds parameters
-    gathered_sizes.push_back(params.layout(u).padded_numel() + (frozen.numel() > 0 ? frozen.padded_numel() : 0));
+    const auto bytes = [&](const FlatLayout& l) { return gathered_buffer_bytes(l, dtypes.param_bytes, dtypes.quantized_gathers); };
+    gathered_sizes.push_back(bytes(params.layout(u)) + (frozen.numel() > 0 ? bytes(frozen) : 0));
   }
   const int64_t trainable = rep.params - rep.frozen_params;  // what has gradients to reduce
-  const Placement& placement = plan.placement;
   rep.device = std::string(device_name(placement.device));
   rep.param_dtype = std::string(dtype_flag(placement.param_dtype));
   rep.reduce_dtype = std::string(dtype_flag(placement.reduce_dtype));
-  const DtypePolicy dtypes = DtypePolicy::of(placement.param_dtype);
   if (placement.offload_optimizer)
     rep.predicted_zero_offload = predict_zero_offload(plan.kind, rep.shard_group, trainable, dtypes);
   rep.predicted_inflight =
-      plan.params_sharded()
-          ? predict_gathered_elements(gathered_sizes, plan.max_inflight, plan.reshard_after_forward) * dtypes.param_bytes
-          : 0;
+      plan.params_sharded() ? predict_gathered_bytes(gathered_sizes, plan.max_inflight, plan.reshard_after_forward) : 0;
   DtypePolicy traffic = dtypes;  // gradients travel in the reduce dtype
   traffic.grad_bytes = int(dtype_size(placement.reduce_dtype));
 

@@ -12,6 +12,7 @@
 #include "shard/checkpoint_format.h"
 #include "shard/flat_unit.h"
 #include "shard/frozen_params.h"
+#include "shard/gather_quantization.h"
 
 namespace zshard {
 
@@ -35,7 +36,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   e.device = device;
   e.shard_group = groups.size(group);
   const int G = e.shard_group;
-  const DtypePolicy d = DtypePolicy::of(plan.placement.param_dtype);
+  const DtypePolicy d = DtypePolicy::of(plan.placement.param_dtype, plan.quantize_gathers);
   if (!in.model) {
     e.params = in.params;
     e.model_states = predict_model_states(plan.kind, G, in.params, d, offload, device);
@@ -44,9 +45,11 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
 
   // Per-unit padding by the code that shards the units: a unit's trainable and frozen parameters are two
   // flat buffers (shard/frozen_params.h), gathered together, the trainable ones alone with gradients.
+  // gathered_units are bytes: what a gather of the unit holds (with quantized gathers, the records too).
   std::vector<int64_t> units, gathered_units;
   std::vector<FlatLayout> layouts;
-  int64_t padded_total = 0, frozen_total = 0;
+  int64_t padded_total = 0, frozen_total = 0, quantized_copy = 0, frozen_quantized_copy = 0;
+  const bool quantized = d.quantized_gathers && plan.params_sharded();
   for (const UnitSpec& unit : freeze_matching(in.model->units(), in.freeze)) {
     const UnitSplit split = split_unit(unit);
     const FlatLayout& layout = layouts.emplace_back(split.trainable, G, groups.pad_multiple());
@@ -55,22 +58,24 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     e.params += layout.numel() + frozen.numel();
     e.frozen_params += frozen.numel();
     units.push_back(layout.padded_numel());
-    gathered_units.push_back(units.back() + frozen_padded);
+    gathered_units.push_back(gathered_buffer_bytes(layout, d.param_bytes, quantized) +
+                             (frozen_padded > 0 ? gathered_buffer_bytes(frozen, d.param_bytes, quantized) : 0));
     padded_total += units.back();
     frozen_total += frozen_padded;
+    if (quantized && layout.numel() > 0) quantized_copy += quantized_shard_bytes(layout.shard_numel());
+    if (quantized && frozen_padded > 0) frozen_quantized_copy += quantized_shard_bytes(frozen.shard_numel());
   }
   if (in.checkpoint_snapshot) e.checkpoint_snapshot = checkpoint_snapshot_bytes(layouts, group);
   const int64_t shard_total = padded_total / G;
   const bool p_sharded = plan.params_sharded(), g_sharded = plan.grads_sharded();
-  e.model_states.params = (p_sharded ? shard_total : padded_total) * d.param_bytes;
-  e.model_states.frozen = (p_sharded ? frozen_total / G : frozen_total) * d.param_bytes;
+  e.model_states.params = (p_sharded ? shard_total : padded_total) * d.param_bytes + quantized_copy;
+  e.model_states.frozen = (p_sharded ? frozen_total / G : frozen_total) * d.param_bytes + frozen_quantized_copy;
   e.model_states.grads = (g_sharded ? shard_total : padded_total) * d.grad_bytes;
   (offload ? e.model_states.host : e.model_states.optimizer) =
       shard_total * (offload ? offloaded_bytes_per_param(d, device) : d.optimizer_bytes);
 
   if (p_sharded)
-    e.gathered_in_flight =
-        predict_gathered_elements(gathered_units, plan.max_inflight, plan.reshard_after_forward) * d.param_bytes;
+    e.gathered_in_flight = predict_gathered_bytes(gathered_units, plan.max_inflight, plan.reshard_after_forward);
   // Transient full gradients and reduce-scatter outputs (shard/sharded_params.cpp). Sharded gradients:
   // a unit's reduction is finished once the next one is issued, and a unit opens its full gradient only
   // once those in flight fit beside it within max(L1, 2 L2) elements (L1, L2 the two largest units): the
@@ -109,14 +114,14 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       }
       const int64_t open = open_at(u);
       if (in_flight_shards == 0) {
-        backward = std::max(backward, gathered * d.param_bytes + open * d.grad_bytes);
+        backward = std::max(backward, gathered + open * d.grad_bytes);
         continue;
       }
       // Reductions through a scratch: u+1's in flight while u's backward runs; from u's grads_ready on,
       // u's too, its gathered copy released by then (an embedding's, gathered for nothing, frees nothing).
       const int64_t released = plan.reshard_after_forward && u >= 1 ? gathered_units[u] : 0;
-      backward = std::max({backward, gathered * d.param_bytes + (open + (open - units[u]) / G) * d.grad_bytes,
-                           (gathered - released) * d.param_bytes + (open + open / G) * d.grad_bytes});
+      backward = std::max({backward, gathered + (open + (open - units[u]) / G) * d.grad_bytes,
+                           gathered - released + (open + open / G) * d.grad_bytes});
     }
     e.comm_buffers = kept * d.grad_bytes + std::max<int64_t>(0, backward - e.gathered_in_flight);
   } else if (g_sharded) {

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "shard/comm_volume.h"
+#include "shard/gather_quantization.h"
 
 namespace zshard {
 
@@ -22,6 +23,10 @@ ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, 
   ModelStateBytes m;
   m.params = params_sharded(kind) ? sharded_bytes(psi, d.param_bytes, group) : psi * d.param_bytes;
   m.frozen = params_sharded(kind) ? sharded_bytes(frozen_psi, d.param_bytes, group) : frozen_psi * d.param_bytes;
+  if (params_sharded(kind) && d.quantized_gathers) {
+    m.params += quantized_shard_bytes(sharded_bytes(psi, 1, group));
+    if (frozen_psi > 0) m.frozen += quantized_shard_bytes(sharded_bytes(frozen_psi, 1, group));
+  }
   m.grads = grads_sharded(kind) ? sharded_bytes(psi, d.grad_bytes, group) : psi * d.grad_bytes;
   if (offload_optimizer) m.host = sharded_bytes(psi, offloaded_bytes_per_param(d, device), group);
   else m.optimizer = sharded_bytes(psi, d.optimizer_bytes, group);
@@ -45,7 +50,8 @@ int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int gro
                            .gathered = gathered,
                            .grad_accum = grad_accum,
                            .param_bytes = d.param_bytes,
-                           .grad_bytes = d.grad_bytes};
+                           .grad_bytes = d.grad_bytes,
+                           .quantized_gathers = d.quantized_gathers};
   return int64_t(comm_volume(shape).total());
 }
 
@@ -56,9 +62,9 @@ int64_t sum_of_largest(std::vector<int64_t> sizes, int k) {
   return sum;
 }
 
-int64_t predict_gathered_elements(const std::vector<int64_t>& unit_sizes, int max_inflight, bool reshard_after_forward) {
-  if (!reshard_after_forward) return sum_of_largest(unit_sizes, int(unit_sizes.size()));
-  return sum_of_largest(unit_sizes, std::max(1, max_inflight));
+int64_t predict_gathered_bytes(const std::vector<int64_t>& unit_bytes, int max_inflight, bool reshard_after_forward) {
+  if (!reshard_after_forward) return sum_of_largest(unit_bytes, int(unit_bytes.size()));
+  return sum_of_largest(unit_bytes, std::max(1, max_inflight));
 }
 
 }  // namespace zshard

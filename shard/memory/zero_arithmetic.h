@@ -15,10 +15,18 @@ struct DtypePolicy {
   int param_bytes = 4;      // compute copy of the parameters
   int grad_bytes = 4;
   int optimizer_bytes = 8;  // K per parameter: Adam m+v in fp32 (+4 for an fp32 master copy in mixed precision)
+  // zero3 and hybrid gather int8 (--quantize-gathers int8): each rank also keeps its shard quantized, the
+  // record its gathers send (shard/gather_quantization.h), counted with the parameters (or the frozen ones).
+  bool quantized_gathers = false;
   static DtypePolicy fp32() { return {4, 4, 8}; }
   static DtypePolicy mixed_bf16() { return {2, 2, 12}; }
-  // The policy of parameters (and gradients) kept in `param_dtype`, as ShardedParams keeps them.
-  static DtypePolicy of(DType param_dtype) { return param_dtype == DType::bf16 ? mixed_bf16() : fp32(); }
+  // The policy of parameters (and gradients) kept in `param_dtype` and gathered as `gathers` says, as
+  // ShardedParams keeps them.
+  static DtypePolicy of(DType param_dtype, GatherQuantization gathers = GatherQuantization::none) {
+    DtypePolicy d = param_dtype == DType::bf16 ? mixed_bf16() : fp32();
+    d.quantized_gathers = gathers == GatherQuantization::int8;
+    return d;
+  }
 };
 
 // psi: parameter elements. `group` is the shard group size (world for zero1/2/3, G for hybrid, 1 for
@@ -44,10 +52,12 @@ ModelStateBytes predict_zero_offload(StrategyKind kind, int group, int64_t psi, 
 // Sum of the `k` largest of `sizes`.
 int64_t sum_of_largest(std::vector<int64_t> sizes, int k);
 
-// Elements of gathered parameters a rank holds at once when parameters are sharded, from the units'
-// padded sizes: the --max-inflight largest units (prefetch keeps that many gathered), or every unit when
-// they stay gathered from the forward to the backward (reshard_after_forward off).
-int64_t predict_gathered_elements(const std::vector<int64_t>& unit_sizes, int max_inflight, bool reshard_after_forward);
+// Bytes of gathered parameters a rank holds at once when parameters are sharded, from what each unit's
+// gather holds (gathered_buffer_bytes of its buffers): the --max-inflight largest units (prefetch keeps
+// that many gathered), or every unit when they stay gathered from the forward to the backward
+// (reshard_after_forward off). With quantized gathers a bound: a unit's received records are freed once
+// the model takes the unit.
+int64_t predict_gathered_bytes(const std::vector<int64_t>& unit_bytes, int max_inflight, bool reshard_after_forward);
 
 // Bytes one rank of a shard group of `group` ranks moves per optimizer step, with `grad_accum`
 // micro-steps: comm_volume's total (shard/comm_volume.h) on `groups`. `gathered` is the elements zero3

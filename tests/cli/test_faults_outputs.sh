@@ -150,6 +150,12 @@ expect_failure "train --data DIRECTORY" 2 "--data $WORK: is a directory" -- "$TR
 # Empty items of comma lists were dropped silently ("2,1," read as 2,1), every list flag alike.
 expect_failure "train --shard-group 2,1," 2 "--shard-group: empty item in the list '2,1,'" -- \
   "$TRAIN" --strategy hybrid --shard-group 2,1,
+# Quantized parameter gathers where no parameters are gathered, or in a format zshard does not send.
+expect_failure "train --quantize-gathers with zero2" 2 "--quantize-gathers is only for --strategy zero3 or hybrid" -- \
+  "$TRAIN" --strategy zero2 --quantize-gathers int8
+expect_one_line "train --quantize-gathers with zero2" "only for"
+expect_failure "train --quantize-gathers int4" 2 "--quantize-gathers int4: 4-bit parameter gathers are not supported" -- \
+  "$TRAIN" --strategy zero3 --quantize-gathers int4
 expect_failure "mem --world 2,,4" 2 "--world: empty item in the list '2,,4'" -- "$BIN/zshard-mem" --model tiny --world 2,,4
 expect_failure "bench --strategies ddp,,zero3" 2 "--strategies: empty item in the list 'ddp,,zero3'" -- \
   "$BIN/zshard-bench" --strategies ddp,,zero3

@@ -3,7 +3,8 @@
 // That schedule is pinned too: GPT-2 and a tied Llama gather every unit twice per micro-step, an untied
 // Llama gathers its embedding and its head unit once each, and without resharding after forward every
 // unit is gathered once. An evaluation gathers what its forward reads. The report's gathered units in
-// flight are the estimator's (zshard-mem's).
+// flight are the estimator's (zshard-mem's). Quantized gathers (int8 with a scale per block) move and
+// hold what the theory says of them too.
 // zshard-test-np: 1 2 4
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 
 #include "shard/memory/estimator.h"
 #include "shard/engine_internals.h"
+#include "shard/gather_quantization.h"
 #include "tests/support/test_support.h"
 #include "tests/support/training_runs.h"
 
@@ -34,6 +36,10 @@ std::vector<StrategyOptions> strategies(int world) {
     out.push_back({k, {}, true, 2});
   out.push_back({StrategyKind::zero3, {}, false, 2});
   out.push_back({StrategyKind::hybrid, ShardGroupRequest::equal(world % 2 == 0 ? 2 : 1), true, 2});
+  for (StrategyOptions quantized : {out[3], out.back()}) {  // zero3 and hybrid
+    quantized.quantize_gathers = GatherQuantization::int8;
+    out.push_back(quantized);
+  }
   return out;
 }
 
@@ -50,8 +56,9 @@ TEST(CommVolume, MeasuredBytesEqualTheTheoryForEveryModelAndStrategy) {
     for (const StrategyOptions& s : strategies(n)) {
       TrainOptions o = options(c.model, c.tied);
       o.plan.strategy = s;
+      const bool quantized = s.quantize_gathers == GatherQuantization::int8;
       const std::string what = c.model + (c.tied ? " tied " : " ") + std::string(strategy_name(s.kind)) +
-                               (s.reshard_after_forward ? "" : " kept after forward");
+                               (s.reshard_after_forward ? "" : " kept after forward") + (quantized ? " int8" : "");
       Trainer trainer(o, test::world());
       trainer.run(nullptr);
       const ShardedParams& params = EngineInternals::params(trainer.engine());
@@ -69,13 +76,18 @@ TEST(CommVolume, MeasuredBytesEqualTheTheoryForEveryModelAndStrategy) {
       }
       const MemoryReport report = trainer.engine().memory_report();
       // Gathered units in flight, counted here: the max_inflight largest padded units (all of them when
-      // they stay gathered after forward), fp32. The report and the estimator must both say so.
+      // they stay gathered after forward), fp32, and quantized, beside each the group's records it
+      // lands in. The report and the estimator must both say so.
       std::vector<int64_t> sizes;
-      for (int u = 0; u < params.num_units(); ++u) sizes.push_back(params.layout(u).padded_numel());
+      for (int u = 0; u < params.num_units(); ++u) {
+        const FlatLayout& l = params.layout(u);
+        const size_t record = ops::quantized_size(size_t(l.shard_numel()), kGatherQuantFormat).bytes();
+        sizes.push_back(4 * l.padded_numel() + (quantized ? l.group_size() * int64_t(record) : 0));
+      }
       std::sort(sizes.rbegin(), sizes.rend());
       const size_t held = s.reshard_after_forward ? size_t(s.max_inflight) : sizes.size();
       const int64_t in_flight =
-          params_sharded(s.kind) ? 4 * std::accumulate(sizes.begin(), sizes.begin() + held, int64_t(0)) : 0;
+          params_sharded(s.kind) ? std::accumulate(sizes.begin(), sizes.begin() + held, int64_t(0)) : 0;
       EstimateInput in;
       in.model = &trainer.model();
       in.plan = trainer.plan();
