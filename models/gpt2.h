@@ -24,13 +24,14 @@ namespace gpt2 {
 struct Activations;
 }
 
-class GPT2 final : public Model {
+class GPT2 final : public Model, public LoraModel {
  public:
   explicit GPT2(GPT2Config config);  // validates the config
   ~GPT2() override;
 
   const GPT2Config& config() const { return config_; }
   int num_units() const { return config_.layers + 2; }
+  const LoraPlan& lora_plan() const override { return lora_; }
 
   std::vector<UnitSpec> units() const override;
   // Hugging Face init: matrices and embeddings N(0, 0.02), the residual projections (c_proj weights)

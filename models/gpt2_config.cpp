@@ -42,7 +42,7 @@ void GPT2Config::validate() const {
 LoraPlan GPT2Config::lora_plan() const {
   const int64_t C = dim;
   return LoraPlan(lora, {{"attn.c_attn", C, 3 * C}, {"attn.c_proj", C, C}, {"mlp.c_fc", C, 4 * C}, {"mlp.c_proj", 4 * C, C}},
-                  gpt2::kNumBlockParams, "GPT-2");
+                  gpt2::kNumBlockParams, ops::WeightLayout::in_out, "GPT-2");
 }
 
 int64_t GPT2Config::num_params() const {

@@ -64,7 +64,7 @@ void Layers<T>::linear_forward(BlockLinear m, int s, const UnitTensors& p, T* ou
     return ops::linear_forward(a.device, out, inp, p[w].data<T>(), p[w + 1].data<T>(), N, C, OC);
   ops::lora_linear_forward(a.device, out, slice<T>(a.lora_hidden[m], s), inp, p[w].data<T>(), p[w + 1].data<T>(),
                            p[adapter].data<T>(), p[adapter + 1].data<T>(), N, C, OC, lora.rank(), lora.scale(),
-                           ops::WeightLayout::in_out);
+                           lora.layout());
 }
 
 template <class T>
@@ -78,7 +78,7 @@ void Layers<T>::linear_backward(BlockLinear m, int s, const UnitTensors& p, cons
   ops::lora_linear_backward(a.device, dinp, grad_or_null<T>(g[adapter]), grad_or_null<T>(g[adapter + 1]), dout, inp,
                             p[w].data<T>(), p[adapter].data<T>(), p[adapter + 1].data<T>(),
                             slice<T>(a.lora_hidden[m], s), N, C, OC, lora.rank(), lora.scale(),
-                            ops::WeightLayout::in_out);
+                            lora.layout());
 }
 
 template <class T>

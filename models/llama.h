@@ -24,13 +24,14 @@ namespace llama {
 struct Activations;
 }
 
-class Llama final : public Model {
+class Llama final : public Model, public LoraModel {
  public:
   explicit Llama(LlamaConfig config);  // validates the config
   ~Llama() override;
 
   const LlamaConfig& config() const { return config_; }
   int num_units() const { return config_.layers + 2; }
+  const LoraPlan& lora_plan() const override { return lora_; }
 
   std::vector<UnitSpec> units() const override;
   // Hugging Face init: matrices and the embedding N(0, 0.02), RMSNorm gains 1; LoRA adapters as PEFT's.

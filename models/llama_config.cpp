@@ -45,7 +45,7 @@ LoraPlan LlamaConfig::lora_plan() const {
   return LoraPlan(lora,
                   {{"self_attn.q_proj", C, C}, {"self_attn.k_proj", C, KV}, {"self_attn.v_proj", C, KV},
                    {"self_attn.o_proj", C, C}, {"mlp.gate_proj", C, F}, {"mlp.up_proj", C, F}, {"mlp.down_proj", F, C}},
-                  llama::kNumLayerParams, "Llama");
+                  llama::kNumLayerParams, ops::WeightLayout::out_in, "Llama");
 }
 
 int64_t LlamaConfig::num_params() const {

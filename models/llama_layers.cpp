@@ -60,7 +60,7 @@ void Layers<T>::linear_forward(LayerLinear m, int s, const UnitTensors& p, T* y,
   const int adapter = lora.adapter(m), N = a.B * a.T;
   if (adapter < 0) return ops::gemm(a.device, false, true, N, OC, C, 1.0f, x, C, W, C, 0.0f, y, OC);
   ops::lora_linear_forward<T>(a.device, y, slice<T>(a.lora_hidden[m], s), x, W, nullptr, p[adapter].data<T>(),
-                              p[adapter + 1].data<T>(), N, C, OC, lora.rank(), lora.scale(), ops::WeightLayout::out_in);
+                              p[adapter + 1].data<T>(), N, C, OC, lora.rank(), lora.scale(), lora.layout());
 }
 
 // dx += dy @ W and dW += dy^T @ x (the ops' convention: backward accumulates), dW skipped when frozen.
@@ -73,7 +73,7 @@ void Layers<T>::linear_backward(LayerLinear m, int s, const UnitTensors& p, cons
   if (adapter >= 0)
     return ops::lora_linear_backward(d, dx, grad_or_null<T>(g[adapter]), grad_or_null<T>(g[adapter + 1]), dy, x, W,
                                      p[adapter].data<T>(), p[adapter + 1].data<T>(), slice<T>(a.lora_hidden[m], s),
-                                     N, C, OC, lora.rank(), lora.scale(), ops::WeightLayout::out_in);
+                                     N, C, OC, lora.rank(), lora.scale(), lora.layout());
   ops::gemm(d, false, false, N, C, OC, 1.0f, dy, OC, W, C, 1.0f, dx, C);
   if (T* dW = grad_or_null<T>(g[kLinearWeight[m]])) ops::gemm(d, true, false, OC, C, N, 1.0f, dy, OC, x, C, 1.0f, dW, C);
 }

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include <zshard/error.h>
 
@@ -15,6 +18,7 @@ namespace {
 constexpr const char* kRankKey = "lora_rank";
 constexpr const char* kAlphaKey = "lora_alpha";
 constexpr const char* kTargetsKey = "lora_targets";
+constexpr std::string_view kASuffix = ".lora_A.weight", kBSuffix = ".lora_B.weight";
 
 // The adapters' random streams start here, beyond any unit's parameter count, so that they are their own.
 constexpr int64_t kAdapterStreams = int64_t(1) << 32;
@@ -83,8 +87,9 @@ void add_lora_config(ModelConfig& config, const LoraSettings& lora) {
   config[kTargetsKey] = lora.targets;
 }
 
-LoraPlan::LoraPlan(const LoraSettings& settings, std::vector<Layer> layers, int block_params, const std::string& model)
-    : settings_(settings), layers_(std::move(layers)) {
+LoraPlan::LoraPlan(const LoraSettings& settings, std::vector<Layer> layers, int block_params, ops::WeightLayout layout,
+                   const std::string& model)
+    : settings_(settings), layers_(std::move(layers)), layout_(layout) {
   if (!settings_.enabled()) return;
   std::set<size_t> adapted;
   for (const std::string& target : split_targets(settings_.targets)) {
@@ -119,11 +124,11 @@ void LoraPlan::adapt_block(std::vector<ParamDef>& defs, const std::string& prefi
     const std::string name = prefix + layer.name;
     const int64_t R = settings_.rank;
     // Decayed as matrices are: Hugging Face's Trainer decays every weight that is not a bias or a norm gain.
-    ParamDef a{{name + ".lora_A.weight", {R, layer.in}, true}, 0.0, 0.0};
+    ParamDef a{{name + std::string(kASuffix), {R, layer.in}, true}, 0.0, 0.0};
     a.init_bound = 1.0 / std::sqrt(double(layer.in));
     a.stream = kAdapterStreams + int64_t(i);
     defs.push_back(std::move(a));
-    defs.push_back({{name + ".lora_B.weight", {layer.out, R}, true}, 0.0, 0.0});
+    defs.push_back({{name + std::string(kBSuffix), {layer.out, R}, true}, 0.0, 0.0});
   }
 }
 
@@ -137,6 +142,47 @@ void LoraPlan::visit_hidden(std::vector<Tensor>& hidden, int B, int T, int64_t S
   hidden.resize(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i)
     if (adapter(int(i)) >= 0) f(hidden[i], {S, B, T, settings_.rank}, dtype);
+}
+
+void LoraPlan::merge(std::vector<NamedWeight>& weights) const {
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < weights.size(); ++i) index[weights[i].name] = i;
+  const auto partner = [&](const NamedWeight& adapter, std::string_view suffix, std::string_view wanted) {
+    const std::string layer(std::string_view(adapter.name).substr(0, adapter.name.size() - suffix.size()));
+    const auto it = index.find(layer + std::string(wanted));
+    if (it == index.end()) fail(adapter.name, ": no ", layer, wanted, " beside it");
+    return it->second;
+  };
+  const bool out_in = layout_ == ops::WeightLayout::out_in;
+  for (const NamedWeight& a : weights) {
+    if (a.name.ends_with(kBSuffix)) partner(a, kBSuffix, kASuffix);
+    if (!a.name.ends_with(kASuffix)) continue;
+    const NamedWeight& b = weights[partner(a, kASuffix, kBSuffix)];
+    NamedWeight& w = weights[partner(a, kASuffix, ".weight")];
+    const int64_t R = settings_.rank, in = a.shape.size() == 2 ? a.shape[1] : 0, out = b.shape.empty() ? 0 : b.shape[0];
+    const Shape w_shape = out_in ? Shape{out, in} : Shape{in, out};
+    if (a.shape != Shape{R, in} || b.shape != Shape{out, R} || w.shape != w_shape)
+      fail(a.name, " ", shape_str(a.shape), " and ", b.name, " ", shape_str(b.shape), " do not fit rank ", R, " and ",
+           w.name, " ", shape_str(w.shape));
+    // Summed in double, as the adapted forward's two GEMMs accumulate each in fp32 at least.
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i) {
+        double delta = 0;
+        for (int64_t r = 0; r < R; ++r) delta += double(b.values[size_t(o * R + r)]) * a.values[size_t(r * in + i)];
+        w.values[size_t(out_in ? o * in + i : i * out + o)] += float(scale() * delta);
+      }
+  }
+  std::erase_if(weights, [](const NamedWeight& p) { return p.name.ends_with(kASuffix) || p.name.ends_with(kBSuffix); });
+}
+
+std::string LoraPlan::peft_config() const {
+  const nlohmann::json config = {{"peft_type", "LORA"},
+                                 {"r", settings_.rank},
+                                 {"lora_alpha", settings_.alpha},
+                                 {"target_modules", split_targets(settings_.targets)},
+                                 {"fan_in_fan_out", layout_ == ops::WeightLayout::in_out},
+                                 {"bias", "none"}};
+  return config.dump(2) + "\n";
 }
 
 }  // namespace zshard

@@ -1,7 +1,8 @@
 // LoRA adapters (Hu et al. 2021) on the hand-written decoders' linear layers, with PEFT's semantics: the
 // settings a model's configuration carries (lora_rank, lora_alpha, lora_targets), which layers a target
 // names, the adapters' parameters beside their layer's in its block unit, their init, and the freezing of
-// every other parameter (PEFT's default, bias="none"). The math is ops::lora_linear_forward/backward.
+// every other parameter (PEFT's default, bias="none"), and the adapters folded into their layers' weights
+// (PEFT's merge_and_unload). The math is ops::lora_linear_forward/backward.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include <zshard/model_config.h>
+#include <zshard/ops.h>
 #include <zshard/tensor.h>
 
 #include "models/model_support.h"
@@ -38,9 +40,17 @@ LoraSettings lora_settings_from(const ModelConfig& config);
 // Adds the keys to `config` when the settings adapt anything.
 void add_lora_config(ModelConfig& config, const LoraSettings& lora);
 
+// A parameter's name, shape and values (fp32, in its saved layout).
+struct NamedWeight {
+  std::string name;
+  Shape shape;
+  std::vector<float> values;
+};
+
 // Which of a block's linear layers the settings adapt, and where each adapter's two parameters sit in the
 // block unit: after the block's own parameters, lora_A.weight (R, in) then lora_B.weight (out, R), in the
-// order of the layers.
+// order of the layers. The layers' weights are stored in `layout`: GPT-2's Conv1D (in, out), Llama's
+// nn.Linear (out, in).
 class LoraPlan {
  public:
   // A linear layer of a block: its name inside the block as the model's parameter names write it
@@ -54,11 +64,13 @@ class LoraPlan {
   // UsageError for a target that names no layer (listing the valid ones) or a rank above a targeted layer's
   // min(in, out); `model` ("GPT-2") starts the message. A target names every layer whose name it ends, at a
   // dot: c_proj names attn.c_proj and mlp.c_proj, as PEFT's target_modules; attn.c_proj names one.
-  LoraPlan(const LoraSettings& settings, std::vector<Layer> layers, int block_params, const std::string& model);
+  LoraPlan(const LoraSettings& settings, std::vector<Layer> layers, int block_params, ops::WeightLayout layout,
+           const std::string& model);
 
   bool enabled() const { return settings_.enabled(); }
   int rank() const { return settings_.rank; }
   float scale() const { return float(settings_.alpha / settings_.rank); }  // PEFT's scaling, alpha / r
+  ops::WeightLayout layout() const { return layout_; }
   int num_layers() const { return int(layers_.size()); }
   // Index of layer i's lora_A.weight in the block unit (its lora_B.weight is the next), or -1: not adapted.
   int adapter(int layer) const { return adapter_.empty() ? -1 : adapter_[size_t(layer)]; }
@@ -72,11 +84,27 @@ class LoraPlan {
   // The adapted layers' saved inp @ A^T, (S, B, T, R) each, kept in `hidden` (one entry per layer, those
   // not adapted left empty).
   void visit_hidden(std::vector<Tensor>& hidden, int B, int T, int64_t S, DType dtype, const BufferVisitor& f) const;
+  // `weights` (every parameter of the adapted model, any order) become the weights of the same model without
+  // adapters, which compute what it computes: each `<layer>.weight` plus scale * B @ A (transposed into an
+  // (in, out) layout), and every `<layer>.lora_A.weight` and `.lora_B.weight` dropped. Error naming the
+  // parameter for an adapter without its partner or layer, or with shapes that do not fit them.
+  void merge(std::vector<NamedWeight>& weights) const;
+  // PEFT's adapter_config.json of these adapters (peft_type, r, lora_alpha, target_modules, fan_in_fan_out
+  // for an (in, out) layout, bias): what PeftModel.from_pretrained reads beside adapter_model.safetensors.
+  std::string peft_config() const;
 
  private:
   LoraSettings settings_;
   std::vector<Layer> layers_;
+  ops::WeightLayout layout_ = ops::WeightLayout::out_in;
   std::vector<int> adapter_;
+};
+
+// What a model with LoRA adapters tells the tools that handle its weights (zshard-export --merge-lora).
+class LoraModel {
+ public:
+  virtual ~LoraModel() = default;
+  virtual const LoraPlan& lora_plan() const = 0;  // adapting nothing without LoRA settings
 };
 
 }  // namespace zshard

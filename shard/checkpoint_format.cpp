@@ -370,8 +370,7 @@ void save_consolidated(const std::string& path, const std::vector<UnitSpec>& uni
   save_safetensors(path, arrays, {{"format", "pt"}, {"producer", "zshard"}});
 }
 
-void export_checkpoint(const std::string& dir, const std::string& out_path) {
-  const Manifest manifest = read_manifest(dir);
+std::vector<std::vector<float>> read_checkpoint_params(const std::string& dir, const Manifest& manifest) {
   for (const CheckpointFile& f : manifest.files) verify_file(dir, f, /*full=*/true);
   CheckpointReader reader(dir, manifest);
   std::vector<std::vector<float>> flat_units;
@@ -379,7 +378,12 @@ void export_checkpoint(const std::string& dir, const std::string& out_path) {
     flat_units.emplace_back(size_t(manifest.units[u].numel()));
     reader.read(int(u), "params", 0, manifest.units[u].numel(), flat_units.back().data());
   }
-  save_consolidated(out_path, manifest.units, flat_units);
+  return flat_units;
+}
+
+void export_checkpoint(const std::string& dir, const std::string& out_path) {
+  const Manifest manifest = read_manifest(dir);
+  save_consolidated(out_path, manifest.units, read_checkpoint_params(dir, manifest));
 }
 
 int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int group) {

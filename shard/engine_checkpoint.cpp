@@ -187,10 +187,11 @@ CheckpointInfo Engine::load(const std::string& dir) {
   // Every rank takes part in the fingerprint's collective whatever the manifest said.
   const std::string fingerprint = frozen_fingerprint();
   run_agreed(world_, [&] {
+    // Bad input, as a wrong --init-from or --seed: exit code 2.
     if (manifest.frozen.fingerprint != fingerprint)
-      fail(dir, ": saved beside frozen parameters from ", manifest.frozen.source, " (fingerprint ",
-           manifest.frozen.fingerprint, "), but this model's are from ", frozen_source_, " (fingerprint ",
-           fingerprint, "): give it the same frozen weights (import_weights, --init-from) before loading");
+      refuse(dir, ": saved beside frozen parameters from ", manifest.frozen.source, " (fingerprint ",
+             manifest.frozen.fingerprint, "), but this model's are from ", frozen_source_, " (fingerprint ",
+             fingerprint, "): give it the same frozen weights (import_weights, --init-from) before loading");
     // Every rank checks that the files are there; rank r checksums files r, r + N, ... so each file is
     // read once.
     for (size_t s = 0; s < manifest.files.size(); ++s)

@@ -1,6 +1,8 @@
-// Engine::import_weights and Engine::export_weights: the full weights as one safetensors file with the
+// Engine::import_weights, export_weights and export_adapters: the weights as one safetensors file with the
 // model's parameter names (what zshard-train's --init-from reads and --save writes), read whole by every
 // rank, each keeping what it holds of each unit, and written by rank 0 from the gathered units.
+
+#include <algorithm>
 
 #include <zshard/engine.h>
 
@@ -56,6 +58,17 @@ void Engine::export_weights(const std::string& path) {
   for (int u = 0; u < params_->num_units(); ++u) units.push_back(params_->whole_unit_params(u));
   run_agreed(world_, [&] {
     if (world_.rank() == 0) save_consolidated(path, model_.units(), units);
+  });
+}
+
+void Engine::export_adapters(const std::string& path) {
+  const std::vector<UnitSpec> specs = model_.units();
+  std::vector<std::vector<float>> units(specs.size());
+  for (int u = 0; u < params_->num_units(); ++u)
+    if (std::any_of(specs[u].params.begin(), specs[u].params.end(), [](const ParamSpec& p) { return is_adapter(p.name); }))
+      units[size_t(u)] = params_->whole_unit_params(u);
+  run_agreed(world_, [&] {
+    if (world_.rank() == 0) save_adapters(path, specs, units);
   });
 }
 

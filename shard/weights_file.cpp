@@ -1,10 +1,12 @@
 #include "shard/weights_file.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <string_view>
 
 #include "kernels/io/file_kind.h"
+#include "shard/flat_unit.h"
 
 namespace zshard {
 
@@ -12,8 +14,8 @@ namespace {
 
 // What Hugging Face's *LMHeadModel / *ForCausalLM put in front of the base model's names, and PEFT in
 // front of those in an adapter file; the longest that matches is stripped.
-constexpr std::string_view kPrefixes[] = {"base_model.model.transformer.", "base_model.model.", "transformer.",
-                                          "model."};
+constexpr std::string_view kPeftPrefix = "base_model.model.";
+constexpr std::string_view kPrefixes[] = {"base_model.model.transformer.", kPeftPrefix, "transformer.", "model."};
 
 std::string_view strip_prefix(std::string_view name) {
   for (std::string_view prefix : kPrefixes)
@@ -63,8 +65,30 @@ WeightsCoverage weights_coverage(const SafetensorsFile& file, const std::vector<
   if (all_base && all_adapters) return WeightsCoverage::everything;
   if (all_base && !any_adapter) return WeightsCoverage::base;
   if (all_adapters && any_adapter && !any_base) return WeightsCoverage::adapters;
+  const std::vector<std::string> names = file.names();
+  if (!any_base && !any_adapter && !names.empty() && std::all_of(names.begin(), names.end(), [](const std::string& n) {
+        return is_adapter(n);
+      }))
+    fail(file.path(), ": holds LoRA adapters (", names.front(), ", ...) of none of this model's layers: ",
+         all_adapters ? "it has no adapters (trained with --lora-rank?)" : "trained on another model?");
   resolve_name(file, first_missing);  // throws, naming the file and the parameter
   return WeightsCoverage::everything;
+}
+
+void save_adapters(const std::string& path, const std::vector<UnitSpec>& units,
+                   const std::vector<std::vector<float>>& flat_units) {
+  std::vector<SafetensorsArray> arrays;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const FlatLayout layout(units[u], 1);
+    for (size_t i = 0; i < units[u].params.size(); ++i) {
+      const ParamSpec& p = units[u].params[i];
+      if (!is_adapter(p.name)) continue;
+      ZS_CHECK(int64_t(flat_units[u].size()) >= layout.numel(), "unit ", units[u].name, ": ", flat_units[u].size(),
+               " elements, the layout needs ", layout.numel());
+      arrays.push_back({std::string(kPeftPrefix) + p.name, flat_units[u].data() + layout.offset(int(i)), p.shape});
+    }
+  }
+  save_safetensors(path, arrays, {{"format", "pt"}, {"producer", "zshard"}});
 }
 
 std::vector<std::string> unmatched_tensors(const SafetensorsFile& file,
@@ -91,8 +115,8 @@ void check_weights_file(const std::string& path, const Model& model) {
       if (!has_tensor(file, p.name)) continue;  // an adapter of a base file, or the base of an adapter file
       const SafetensorsEntry& e = file.entry(resolve_name(file, p.name));
       if (e.shape != p.shape)
-        fail(path, ": tensor ", e.name, " has shape ", shape_str(e.shape), ", the model needs ",
-             shape_str(p.shape));
+        fail(path, ": tensor ", e.name, " has shape ", shape_str(e.shape), ", the model needs ", shape_str(p.shape),
+             is_adapter(p.name) ? " (adapters of another --lora-rank or model size?)" : "");
       expected.push_back(p.name);
     }
   }

@@ -32,6 +32,11 @@ enum class WeightsCoverage {
 };
 // Which of those `file` is for a model of `units`; an error naming the first missing parameter otherwise.
 WeightsCoverage weights_coverage(const SafetensorsFile& file, const std::vector<UnitSpec>& units);
+// Writes the adapters among `units`' parameters (F32) from full flat unit buffers (FlatLayout(unit, 1); a unit
+// without adapters may have none) under PEFT's names, "base_model.model." in front of the model's: the
+// adapter_model.safetensors of PEFT's save_pretrained.
+void save_adapters(const std::string& path, const std::vector<UnitSpec>& units,
+                   const std::vector<std::vector<float>>& flat_units);
 
 // Reads the header of `path` and checks that it holds the parameters of `model` (every one, or a base
 // or adapter file's share) with their shapes and nothing from another model: the errors a load would

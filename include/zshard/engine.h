@@ -160,7 +160,8 @@ class Engine {
   // Loads a checkpoint saved by any world size and strategy (each rank reads only the slices its shards
   // need) and continues from its step. Checks the model's units and the files' sizes and checksums first.
   // A checkpoint holds the trainable parameters' state only: frozen ones stay as they are, and must be
-  // those it was trained beside (the same seed, or the same weights imported first), else it is refused.
+  // those it was trained beside (the same seed, or the same weights imported first), else it is refused
+  // (UsageError).
   // A step in progress is dropped with its gradients (a loop recovering from a failed step loads the last
   // checkpoint and goes on). Collective.
   CheckpointInfo load(const std::string& dir);
@@ -176,6 +177,10 @@ class Engine {
   // Writes the full weights (F32, the model's names and shapes) into safetensors file `path` from rank 0:
   // what import_weights and Hugging Face read. Collective.
   void export_weights(const std::string& path);
+  // Writes the LoRA adapters alone (every `<layer>.lora_A.weight` and `.lora_B.weight`, F32) from rank 0 under
+  // PEFT's names, "base_model.model." in front of the model's: what PEFT's save_pretrained writes as
+  // adapter_model.safetensors, and import_weights reads back beside a base. Collective.
+  void export_adapters(const std::string& path);
 
   // Per rank and category, measured beside the ZeRO prediction. Collective.
   MemoryReport memory_report();

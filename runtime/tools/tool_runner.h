@@ -17,7 +17,8 @@ int run_tool(const char* name, int argc, char** argv, CLI::App& app,
              const std::function<void(comm::Communicator& world)>& body);
 
 // The same exits for a single-process tool (no MPI): parse, run the body, return its exit code; a bad
-// flag or a UsageError prints one line and returns 2, any other failure "NAME: error: ..." and 1.
+// flag or a UsageError prints one line and returns 2, an AgreedFailure (of an engine on a world of one)
+// "NAME: error: ..." and its code, any other failure "NAME: error: ..." and 1.
 int run_local_tool(const char* name, int argc, char** argv, CLI::App& app, const std::function<int()>& body);
 
 }  // namespace zshard

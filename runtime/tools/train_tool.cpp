@@ -11,6 +11,7 @@
 #include "runtime/train/save_policy.h"
 #include "runtime/train/step_log.h"
 #include "runtime/train/trainer.h"
+#include "runtime/train/weights_export.h"
 #include "shard/engine_internals.h"
 #include "shard/plan_internals.h"
 
@@ -67,7 +68,7 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
       throw;
     }
     saves.save();  // the final save (also after a stop signal)
-    if (!options.output.save.empty()) trainer.engine().export_weights(options.output.save);
+    if (!options.output.save.empty()) save_weights(trainer.engine(), trainer.model(), world, options.output.save);
     MemoryReport report = trainer.engine().memory_report();
     report.predicted_checkpoint_snapshot = saves.predicted_snapshot_bytes();
     if (rank == 0) report.print(std::cout);

@@ -59,11 +59,14 @@ fs::path spare_dir(const std::string& save_dir) { return fs::path(save_dir) / "s
 // What a checkpoint records of its model: the registry name and the configuration.
 json model_json(const std::string& name, const ModelConfig& config) { return {{"name", name}, {"config", config}}; }
 
-// A manifest's model; checkpoints written before the name moved into it kept it in "model_name".
+}  // namespace
+
 json saved_model(const json& run) {
   const json& m = run.at("model");
   return m.contains("name") ? m : model_json(run.at("model_name").get<std::string>(), m.get<ModelConfig>());
 }
+
+namespace {
 
 std::string describe_model(const json& m) {
   return m.at("name").get<std::string>() + " with " + config_text(m.at("config").get<ModelConfig>());

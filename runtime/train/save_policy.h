@@ -97,6 +97,10 @@ class SavePolicy {
   std::string remover_error_;  // set by remover_, read once it is joined
 };
 
+// A manifest's model, {"name": registry name, "config": configuration}, from its run state; checkpoints
+// written before the name moved into it kept it in "model_name". json::exception when it has none.
+nlohmann::json saved_model(const nlohmann::json& run);
+
 // SIGTERM and SIGINT then only set a flag that SavePolicy::after_step acts on; a second signal of the same
 // kind ends the process at once.
 void install_stop_handlers();

@@ -13,13 +13,12 @@
 #include "comm/flight_recorder/recorder.h"
 #include "comm/launch.h"
 #include "kernels/io/atomic_file.h"
-#include "runtime/cli/path_checks.h"
 #include "kernels/test_hooks.h"
-#include "shard/weights_file.h"
 #include "shard/memory/fit_check.h"
 #include "shard/memory/estimator.h"
 #include "runtime/planning/rank_balancer.h"
 #include "runtime/train/step_log.h"
+#include "runtime/train/weights_export.h"
 #include "shard/engine_internals.h"
 #include "shard/plan_internals.h"
 
@@ -68,10 +67,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     data_ = load(data.source, "--data");
     if (!options_.eval.source.empty()) eval_data_ = load(options_.eval.source, "--eval-data");
     // Before any rank allocates; the engine's import checks again, finding the same.
-    if (!options_.model.init_from.empty()) {
-      check_input_file("--init-from", options_.model.init_from, "a safetensors file");
-      check_weights_file(options_.model.init_from, *model_);
-    }
+    if (!options_.model.init_from.empty()) check_init_from(options_.model.init_from, *model_);
     if (world.rank() == 0) check_outputs(options_);
     if (!options_.output.trace_dir.empty()) comm::check_trace_dir(options_.output.trace_dir);
   });

@@ -1,7 +1,8 @@
 // Frozen parameters and LoRA adapters in the GPT-2 and Llama models: the adapters' parameters (names,
 // shapes, init), their gradients and the input gradients through the frozen layers against finite
-// differences, no gradient for a frozen parameter, a LoRA model starting as its base, recomputation and the
-// activation bytes with adapters, the settings in the configuration and the bad ones refused.
+// differences, no gradient for a frozen parameter, a LoRA model starting as its base, merged weights computing
+// what the adapted model does, recomputation and the activation bytes with adapters, the settings in the
+// configuration and the bad ones refused.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -170,6 +171,40 @@ TEST(LoraModel, AdaptedModelStartsAsItsBase) {
   check(gpt2, gpt2_lora, 11);
   Llama llama(micro_llama(true)), llama_lora(micro_llama(true, kAllLlama));
   check(llama, llama_lora, 11);
+}
+
+// Merged, the adapters leave the model without LoRA computing what the adapted model computes, for every
+// layer of both layouts: square ones too, where a delta transposed the wrong way would fit the shape.
+TEST(LoraModel, MergedWeightsComputeWhatTheAdaptedModelComputes) {
+  const auto check = [](Model& base, Model& adapted, const LoraPlan& lora, int vocab) {
+    LocalParams base_ctx(base, DType::f64), adapted_ctx(adapted, DType::f64);
+    test::randomize_params(adapted_ctx, 0.4, 51);  // B too, so that the adapters change the loss
+    const std::vector<UnitSpec> units = adapted.units();
+    std::vector<NamedWeight> weights;
+    for (int u = 0; u < adapted_ctx.num_units(); ++u)
+      for (size_t i = 0; i < units[u].params.size(); ++i) {
+        std::vector<double> values = to_doubles(adapted_ctx.param_tensors(u)[i]);
+        for (double& v : values) v = float(v);  // what a weights file holds
+        assign_doubles(adapted_ctx.param_tensors(u)[i], values);
+        weights.push_back({units[u].params[i].name, units[u].params[i].shape, {values.begin(), values.end()}});
+      }
+    lora.merge(weights);
+    const std::vector<UnitSpec> base_units = base.units();
+    size_t next = 0;
+    for (int u = 0; u < base_ctx.num_units(); ++u)
+      for (size_t i = 0; i < base_units[u].params.size(); ++i, ++next) {
+        ASSERT_EQ(weights.at(next).name, base_units[u].params[i].name);
+        assign_doubles(base_ctx.param_tensors(u)[i], {weights[next].values.begin(), weights[next].values.end()});
+      }
+    EXPECT_EQ(next, weights.size());
+    const test::RandomTokens data(2, 6, vocab, 52);
+    const double merged = base.forward(base_ctx, data.batch()), expected = adapted.forward(adapted_ctx, data.batch());
+    EXPECT_NEAR(merged, expected, 1e-5 * std::abs(expected));
+  };
+  GPT2 gpt2(micro_gpt2()), gpt2_lora(micro_gpt2(kAllGPT2));
+  check(gpt2, gpt2_lora, gpt2_lora.lora_plan(), 11);
+  Llama llama(micro_llama(false)), llama_lora(micro_llama(false, kAllLlama));
+  check(llama, llama_lora, llama_lora.lora_plan(), 11);
 }
 
 // Each adapter's saved hidden is an activation: counted by activation_bytes (the allocator agrees), kept

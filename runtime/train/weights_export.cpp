@@ -1,0 +1,162 @@
+#include "runtime/train/weights_export.h"
+
+#include <filesystem>
+#include <optional>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include <zshard/model_registry.h>
+#include <zshard/plan.h>
+
+#include "comm/agreed_failure.h"
+#include "comm/self_communicator.h"
+#include "kernels/io/atomic_file.h"
+#include "models/config_json.h"
+#include "models/lora.h"
+#include "runtime/cli/path_checks.h"
+#include "runtime/train/save_policy.h"
+#include "shard/checkpoint_format.h"
+#include "shard/engine_internals.h"
+#include "shard/sharded_params.h"
+#include "shard/weights_file.h"
+
+namespace zshard {
+
+namespace {
+
+// The adapters of a model that has any.
+const LoraPlan* adapters_of(const Model& model) {
+  const auto* lora = dynamic_cast<const LoraModel*>(&model);
+  return lora && lora->lora_plan().enabled() ? &lora->lora_plan() : nullptr;
+}
+
+std::string write_adapter_config(const std::string& weights_path, const LoraPlan& lora) {
+  const std::string path = adapter_config_path(weights_path);
+  write_file_atomically(path, lora.peft_config());
+  return path;
+}
+
+// The model a checkpoint was trained on, from its manifest.
+std::unique_ptr<Model> saved_model_of(const std::string& dir, const Manifest& manifest) {
+  std::string name;
+  ModelConfig config;
+  try {
+    const nlohmann::json model = saved_model(manifest.run);
+    name = model.at("name").get<std::string>();
+    config = model.at("config").get<ModelConfig>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(dir, "/", kManifestFile, ": names no model (", e.what(), ")");
+  }
+  return build_model(name, config);
+}
+
+// The seed a checkpoint's frozen parameters came from, when they came from one.
+std::optional<uint64_t> frozen_seed(const Manifest& manifest) {
+  constexpr std::string_view kSeed = "seed ";
+  if (!manifest.frozen.source.starts_with(kSeed)) return std::nullopt;
+  return std::stoull(manifest.frozen.source.substr(kSeed.size()));
+}
+
+// Every parameter of the engine's model with its values, in the model's order.
+std::vector<NamedWeight> gathered_weights(Engine& engine, const Model& model) {
+  ShardedParams& params = EngineInternals::params(engine);
+  const std::vector<UnitSpec> units = model.units();
+  std::vector<NamedWeight> weights;
+  for (int u = 0; u < params.num_units(); ++u) {
+    const std::vector<float> whole = params.whole_unit_params(u);
+    const FlatLayout layout(units[size_t(u)], 1);
+    for (size_t i = 0; i < units[size_t(u)].params.size(); ++i) {
+      const ParamSpec& p = units[size_t(u)].params[i];
+      const auto begin = whole.begin() + layout.offset(int(i));
+      weights.push_back({p.name, p.shape, std::vector<float>(begin, begin + p.numel())});
+    }
+  }
+  return weights;
+}
+
+void save_named(const std::string& path, const std::vector<NamedWeight>& weights) {
+  std::vector<SafetensorsArray> arrays;
+  for (const NamedWeight& w : weights) arrays.push_back({w.name, w.values.data(), w.shape});
+  save_safetensors(path, arrays, {{"format", "pt"}, {"producer", "zshard"}});
+}
+
+}  // namespace
+
+std::string adapter_config_path(const std::string& weights_path) {
+  return (std::filesystem::path(weights_path).parent_path() / "adapter_config.json").string();
+}
+
+void check_init_from(const std::string& path, const Model& model) {
+  check_input_file("--init-from", path, "a safetensors file");
+  try {
+    check_weights_file(path, model);
+  } catch (const Error& e) {
+    refuse("--init-from ", e.what());
+  }
+}
+
+std::vector<std::string> save_weights(Engine& engine, const Model& model, comm::Communicator& world,
+                                      const std::string& path) {
+  const LoraPlan* lora = adapters_of(model);
+  if (!lora) {
+    engine.export_weights(path);
+    return {path};
+  }
+  engine.export_adapters(path);
+  std::vector<std::string> written = {path};
+  run_agreed(world, [&] {
+    if (world.rank() == 0) written.push_back(write_adapter_config(path, *lora));
+  });
+  return written;
+}
+
+std::vector<std::string> export_weights(const ExportRequest& r) {
+  const Manifest manifest = read_manifest(r.checkpoint);
+  // Nothing frozen: no adapters either, and no model needed (a model registered by another binary exports).
+  if (manifest.frozen.params == 0 && !r.merge_lora) {
+    if (!r.init_from.empty())
+      refuse("--init-from: ", r.checkpoint, " holds every parameter (nothing was frozen): no base is needed");
+    export_checkpoint(r.checkpoint, r.output);
+    return {r.output};
+  }
+  const std::unique_ptr<Model> model = saved_model_of(r.checkpoint, manifest);
+  const LoraPlan* lora = adapters_of(*model);
+  if (r.merge_lora && !lora)
+    refuse("--merge-lora: ", r.checkpoint, " holds a model without LoRA adapters: nothing to merge");
+
+  // What the checkpoint trained, and what --save would write: the adapters with LoRA, else every parameter.
+  std::set<std::string> trained, saved;
+  std::vector<std::string> frozen_here;  // frozen by --freeze rather than by the model
+  for (const UnitSpec& unit : manifest.units)
+    for (const ParamSpec& p : unit.params) trained.insert(p.name);
+  for (const UnitSpec& unit : model->units())
+    for (const ParamSpec& p : unit.params) {
+      if (!lora || is_adapter(p.name)) saved.insert(p.name);
+      if (!p.frozen && !trained.count(p.name)) frozen_here.push_back(p.name);
+    }
+  if (!r.merge_lora && trained == saved) {
+    if (!r.init_from.empty())
+      refuse("--init-from: ", r.checkpoint, " holds every adapter: no base is needed (--merge-lora folds them into it)");
+    save_adapters(r.output, manifest.units, read_checkpoint_params(r.checkpoint, manifest));
+    return {r.output, write_adapter_config(r.output, *lora)};
+  }
+
+  // The model around the checkpoint's parameters, on the frozen weights it was trained beside.
+  const std::optional<uint64_t> seed = frozen_seed(manifest);
+  if (r.init_from.empty() && !seed)
+    refuse(r.checkpoint, " was trained beside frozen parameters from ", manifest.frozen.source,
+           ", which it does not hold: give them as --init-from");
+  if (!r.init_from.empty()) check_init_from(r.init_from, *model);
+  comm::SelfCommunicator self;
+  Engine engine(*model, self, resolve_plan({}, self), {seed.value_or(EngineOptions{}.seed), 1, 1, frozen_here});
+  if (!r.init_from.empty()) engine.import_weights(r.init_from);
+  engine.load(r.checkpoint);
+  if (!r.merge_lora) return save_weights(engine, *model, self, r.output);
+  std::vector<NamedWeight> weights = gathered_weights(engine, *model);
+  lora->merge(weights);
+  save_named(r.output, weights);
+  return {r.output};
+}
+
+}  // namespace zshard

@@ -1,0 +1,42 @@
+// The weights files that zshard-train's --save and zshard-export write. A model without LoRA: every
+// parameter under the model's names (what --init-from reads). With LoRA: the adapters alone under PEFT's
+// names, with PEFT's adapter_config.json beside them, as PEFT's save_pretrained writes a fine-tune (its base
+// is the file or seed it started from). zshard-export --merge-lora folds the adapters into the base
+// instead: the weights of the same model without LoRA.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <zshard/communicator.h>
+#include <zshard/engine.h>
+#include <zshard/model.h>
+
+namespace zshard {
+
+// The adapter_config.json in the directory of adapter file `weights_path`: PEFT loads a directory.
+std::string adapter_config_path(const std::string& weights_path);
+
+// Checks before any rank allocates that --init-from `path` is a weights file of `model` (every parameter,
+// a base model's, or the adapters alone; shapes, nothing foreign): UsageError naming the flag.
+void check_init_from(const std::string& path, const Model& model);
+
+// --save: the final weights of `model`, trained by `engine`, as above. Returns the files written.
+// Collective.
+std::vector<std::string> save_weights(Engine& engine, const Model& model, comm::Communicator& world,
+                                      const std::string& path);
+
+struct ExportRequest {
+  std::string checkpoint;  // a checkpoint directory (holding manifest.json)
+  std::string output;      // the safetensors file to write
+  std::string init_from;   // the frozen weights the checkpoint names but does not hold; empty: its seed
+  bool merge_lora = false;
+};
+// zshard-export: what --save would have written at the checkpoint's step, or with merge_lora the merged
+// weights. The checkpoint's files suffice where they hold all of that (a model with nothing frozen; LoRA
+// adapters alone); otherwise the model is rebuilt around them on its frozen weights, from init_from or
+// the seed the checkpoint names, which must be the weights it was trained beside (their fingerprint).
+// UsageError for merge_lora without adapters, frozen weights other than the checkpoint's or not given,
+// and an init_from that nothing needs. Returns the files written.
+std::vector<std::string> export_weights(const ExportRequest& request);
+
+}  // namespace zshard

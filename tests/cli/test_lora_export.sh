@@ -1,0 +1,108 @@
+# LoRA weights files through the binaries, for GPT-2 and Llama: --save and zshard-export write the adapters
+# alone under PEFT's names with adapter_config.json beside them; zshard-export --merge-lora's weights give the
+# model without LoRA the adapted model's eval loss; the adapters load back beside the base from the seed,
+# and an export finds the base from a file; a checkpoint saved at np 4 zero3 resumes at np 2 ddp with the
+# uninterrupted run's losses; bad input: one line, exit 2, on every rank.
+# zshard-test-seconds: 40
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
+EVAL=(--eval-data default --eval-batches 2)
+
+# eval_loss FILE: the eval_loss of the last record of a --log-json.
+eval_loss() { grep -o '"eval_loss":[^,}]*' "$1" | tail -1 | cut -d: -f2; }
+
+# same_eval NAME A.json B.json: the two runs' last eval losses agree within 1e-5.
+same_eval() {
+  local a b
+  a=$(eval_loss "$2") b=$(eval_loss "$3")
+  if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(d < 1e-5 && d > -1e-5) }'; then
+    echo "ok   $1 ($a, $b)"
+  else
+    echo "FAIL $1: eval losses ${a:-none} and ${b:-none}"
+    failures=$((failures + 1))
+  fi
+}
+
+# tensor_names FILE: the tensors of a safetensors file, one a line (its JSON header, after 8 bytes of length).
+tensor_names() {
+  local n
+  n=$(od -An -t u8 -N8 "$1" | tr -d ' ')
+  tail -c +9 "$1" | head -c "$n" | grep -o '"[^"]*":{' | sed 's/^"//; s/":{$//' | grep -v '^__metadata__$'
+}
+
+for model in tiny llama-tiny; do
+  if [ $model = tiny ]; then targets=c_attn,c_proj; else targets=q_proj,o_proj,down_proj; fi
+  LORA=(--model $model --lora-rank 2 --lora-alpha 4 --lora-targets $targets)
+  D="$WORK/$model"
+  mkdir -p "$D/adapters" "$D/exported"
+  expect_ok "$model: LoRA, zero3 np 4, a checkpoint every 2 steps" "${MPIRUN[@]}" -np 4 "$TRAIN" --strategy zero3 \
+    "${ARGS[@]}" "${LORA[@]}" --steps 4 --lr 1e-2 --save-dir "$D/ck" --save-every 2 --log-json "$D/full.json" \
+    --eval-every 4 "${EVAL[@]}" --save "$D/adapters/adapter_model.safetensors"
+  tensor_names "$D/adapters/adapter_model.safetensors" >"$D/names"
+  expect_true "$model: --save writes the adapters alone, under PEFT's names" \
+    test -s "$D/names" -a -z "$(grep -Ev '^base_model\.model\..*\.lora_[AB]\.weight$' "$D/names")"
+  expect_true "$model: adapter_config.json beside them" \
+    grep -q '"r": 2' "$D/adapters/adapter_config.json"
+  expect_ok "$model: zshard-export of the checkpoint" "$EXPORT" "$D/ck/step-00000004" \
+    "$D/exported/adapter_model.safetensors"
+  for f in adapter_model.safetensors adapter_config.json; do
+    expect_true "$model: $f equals --save's" cmp -s "$D/exported/$f" "$D/adapters/$f"
+  done
+
+  # Merged: the model without LoRA, on the merged weights, computes what the adapted model does. A step at
+  # --lr 0 changes no weight; its evaluation follows it.
+  expect_ok "$model: --merge-lora, the base from the seed" "$EXPORT" "$D/ck/step-00000004" "$D/merged.safetensors" \
+    --merge-lora
+  expect_ok "$model: the merged weights in the model without LoRA" "$TRAIN" --model $model "${ARGS[@]}" --steps 1 \
+    --lr 0 --init-from "$D/merged.safetensors" --eval-every 1 "${EVAL[@]}" --log-json "$D/merged.json"
+  same_eval "$model: the merged model's eval loss is the adapted one's" "$D/full.json" "$D/merged.json"
+  expect_ok "$model: the adapters back beside the base from the seed" "$TRAIN" "${LORA[@]}" "${ARGS[@]}" --steps 1 \
+    --lr 0 --init-from "$D/adapters/adapter_model.safetensors" --eval-every 1 "${EVAL[@]}" --log-json "$D/back.json"
+  same_eval "$model: the same eval loss" "$D/full.json" "$D/back.json"
+
+  expect_ok "$model: resume step 2 as ddp np 2" "${MPIRUN[@]}" -np 2 "$TRAIN" --strategy ddp "${ARGS[@]}" \
+    "${LORA[@]}" --steps 4 --lr 1e-2 --resume "$D/ck/step-00000002" --eval-every 4 "${EVAL[@]}" \
+    --log-json "$D/resumed.json"
+  same_losses "$model: every later loss the uninterrupted run's (within 1e-6)" "$D/full.json" "$D/resumed.json" 1e-6
+done
+
+# ---- the base from a file: an export names it, and other frozen weights are refused ----
+D="$WORK/tiny"
+LORA=(--model tiny --lora-rank 2 --lora-alpha 4 --lora-targets c_attn,c_proj)
+expect_ok "a base file: the model without LoRA at step 0" "$TRAIN" "${ARGS[@]}" --steps 0 --save "$D/base.safetensors"
+expect_ok "another base file: another seed" "$TRAIN" "${ARGS[@]}" --steps 0 --seed 7 --save "$D/other.safetensors"
+expect_ok "LoRA on the base file" "$TRAIN" "${ARGS[@]}" "${LORA[@]}" --steps 4 --lr 1e-2 --init-from "$D/base.safetensors" \
+  --save-dir "$D/ck-file" --save-every 4 --eval-every 4 "${EVAL[@]}" --log-json "$D/file.json"
+expect_failure "--merge-lora of it without the base" 2 \
+  "^zshard-export: .*ck-file/step-00000004 was trained beside frozen parameters from .*base.safetensors, which it does not hold: give them as --init-from$" \
+  -- "$EXPORT" "$D/ck-file/step-00000004" "$D/never.safetensors" --merge-lora
+expect_one_line "--merge-lora without the base" "--init-from"
+expect_failure "--merge-lora beside other frozen weights" 2 \
+  "^zshard-export: error: .*ck-file/step-00000004: saved beside frozen parameters from .*base.safetensors \(fingerprint [0-9a-f]+\), but this model's are from .*other.safetensors" \
+  -- "$EXPORT" "$D/ck-file/step-00000004" "$D/never.safetensors" --merge-lora --init-from "$D/other.safetensors"
+expect_one_line "--merge-lora beside other frozen weights" "fingerprint"
+expect_true "nothing written" test ! -e "$D/never.safetensors"
+expect_ok "--merge-lora with the base file" "$EXPORT" "$D/ck-file/step-00000004" "$D/merged-file.safetensors" \
+  --merge-lora --init-from "$D/base.safetensors"
+expect_ok "in the model without LoRA" "$TRAIN" "${ARGS[@]}" --steps 1 --lr 0 --init-from "$D/merged-file.safetensors" \
+  --eval-every 1 "${EVAL[@]}" --log-json "$D/merged-file.json"
+same_eval "the adapted model's eval loss" "$D/file.json" "$D/merged-file.json"
+
+# ---- bad input ----
+expect_ok "a checkpoint without LoRA" "$TRAIN" "${ARGS[@]}" --steps 1 --save-dir "$WORK/plain"
+expect_failure "--merge-lora without adapters" 2 \
+  "^zshard-export: --merge-lora: .*plain/step-00000001 holds a model without LoRA adapters: nothing to merge$" \
+  -- "$EXPORT" "$WORK/plain/step-00000001" "$WORK/never.safetensors" --merge-lora
+expect_one_line "--merge-lora without adapters" "merge"
+ADAPTERS="$D/adapters/adapter_model.safetensors"
+expect_every_rank_fails "adapters of another rank" 2 \
+  "--init-from .*adapter_model.safetensors: tensor base_model.model.h.0.attn.c_attn.lora_A.weight has shape \(2, 64\), the model needs \(4, 64\) \(adapters of another --lora-rank or model size\?\)" \
+  -- "${ARGS[@]}" --lora-rank 4 --lora-alpha 4 --lora-targets c_attn,c_proj --steps 1 --init-from "$ADAPTERS"
+expect_every_rank_fails "adapters of another model" 2 \
+  "--init-from .*tiny/adapters/adapter_model.safetensors: holds LoRA adapters \(base_model.model.h.0.attn.c_attn.lora_A.weight, ...\) of none of this model's layers: trained on another model\?" \
+  -- "${ARGS[@]}" --model llama-tiny --lora-rank 2 --steps 1 --init-from "$ADAPTERS"
+expect_every_rank_fails "adapters for a model without LoRA" 2 \
+  "--init-from .*adapter_model.safetensors: holds LoRA adapters .* of none of this model's layers: it has no adapters \(trained with --lora-rank\?\)" \
+  -- "${ARGS[@]}" --steps 1 --init-from "$ADAPTERS"
+expect_every_rank_fails "--lora-rank 0" 2 "--lora-rank must be at least 1" -- "${ARGS[@]}" --lora-rank 0 --steps 1
+finish
