@@ -125,7 +125,17 @@ void add_freeze_flag(CLI::App& app, std::vector<std::string>& patterns) {
 
 void add_model_flags(CLI::App& app, ModelOptions& o) {
   add_model_flags(app, o.name, o.overrides);
-  app.add_option("--init-from", o.init_from, "initial weights (safetensors with the model's parameter names)");
+  add_list_option(
+      app, "--init-from",
+      [&o](const std::vector<std::string>& files) {
+        if (files.size() > 2)
+          throw CLI::ValidationError("--init-from", "takes a weights file and at most one adapter file, got " +
+                                                        std::to_string(files.size()) + " files");
+        o.init_from = files[0];
+        o.init_adapters = files.size() == 2 ? files[1] : "";
+      },
+      "initial weights (safetensors with the model's parameter names); BASE,ADAPTERS: a base model's weights "
+      "and LoRA adapters (PEFT's names) loaded over them");
   // An unsigned flag would take -1 as 2^64-1, and anything past 2^64-1 as 2^64-1.
   app.add_option("--seed", o.seed, "initialisation seed")
       ->check(CLI::Validator(

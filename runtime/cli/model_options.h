@@ -15,7 +15,8 @@ namespace zshard {
 struct ModelOptions {
   std::string name = "tiny";  // a name of the model registry (<zshard/model_registry.h>)
   ModelConfig overrides;      // replace the named configuration's values (--config, --layers, --dim, ...)
-  std::string init_from;      // safetensors with the model's parameter names
+  std::string init_from;      // safetensors with the model's parameter names (a base model's, with LoRA)
+  std::string init_adapters;  // --init-from's second file: LoRA adapters, loaded over the first
   uint64_t seed = 1337;       // initial parameters, the same whatever the world
   // What the model keeps for backward; changes memory and compute, never the results.
   Recompute recompute = Recompute::none;

@@ -32,8 +32,12 @@ void validate_options(const TrainOptions& o, int world_size) {
   validate(o.saves);
   // Groups that do not fit the world; node groups need the hosts, which resolve_plan checks them against.
   if (o.plan.strategy.shard_group.kind() != ShardGroupRequest::Kind::node) shard_groups(o.plan.strategy, world_size);
-  if (!o.saves.resume.empty() && !o.model.init_from.empty())
-    refuse("--resume and --init-from exclude each other (the checkpoint holds the weights)");
+  // A checkpoint holds the trained parameters only: frozen ones (a LoRA run's base) come from --init-from
+  // again, which the checkpoint's fingerprint of them checks.
+  const bool frozen = !o.model.freeze.empty() || o.model.overrides.count("lora_rank");
+  if (!o.saves.resume.empty() && !o.model.init_from.empty() && !frozen)
+    refuse("--resume and --init-from exclude each other (the checkpoint holds the weights); with frozen "
+           "parameters (--freeze, --lora-rank) --init-from gives them");
   if (o.data.auto_batch && !o.saves.resume.empty())
     refuse("--batch auto and --resume exclude each other (resume with the --batch the run chose)");
 }
@@ -42,6 +46,7 @@ namespace {
 
 std::vector<FlagPath> named_inputs(const TrainOptions& o) {
   return {{"--init-from", o.model.init_from},
+          {"--init-from", o.model.init_adapters},
           {"--data", o.data.source == "default" ? "" : o.data.source},
           {"--eval-data", o.eval.source == "default" ? "" : o.eval.source},
           {"--resume", o.saves.resume == "latest" ? "" : o.saves.resume},

@@ -68,6 +68,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     if (!options_.eval.source.empty()) eval_data_ = load(options_.eval.source, "--eval-data");
     // Before any rank allocates; the engine's import checks again, finding the same.
     if (!options_.model.init_from.empty()) check_init_from(options_.model.init_from, *model_);
+    if (!options_.model.init_adapters.empty()) check_init_from(options_.model.init_adapters, *model_);
     if (world.rank() == 0) check_outputs(options_);
     if (!options_.output.trace_dir.empty()) comm::check_trace_dir(options_.output.trace_dir);
   });
@@ -98,6 +99,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
                                                    options_.model.freeze});
   if (options_.output.check_collectives) collective_check_ = std::make_unique<comm::CollectiveCheck>(world);
   if (!options_.model.init_from.empty()) engine_->import_weights(options_.model.init_from);
+  if (!options_.model.init_adapters.empty()) engine_->import_weights(options_.model.init_adapters);
 }
 
 Trainer::~Trainer() {

@@ -72,7 +72,8 @@ LORA=(--model tiny --lora-rank 2 --lora-alpha 4 --lora-targets c_attn,c_proj)
 expect_ok "a base file: the model without LoRA at step 0" "$TRAIN" "${ARGS[@]}" --steps 0 --save "$D/base.safetensors"
 expect_ok "another base file: another seed" "$TRAIN" "${ARGS[@]}" --steps 0 --seed 7 --save "$D/other.safetensors"
 expect_ok "LoRA on the base file" "$TRAIN" "${ARGS[@]}" "${LORA[@]}" --steps 4 --lr 1e-2 --init-from "$D/base.safetensors" \
-  --save-dir "$D/ck-file" --save-every 4 --eval-every 4 "${EVAL[@]}" --log-json "$D/file.json"
+  --save-dir "$D/ck-file" --save-every 2 --eval-every 4 "${EVAL[@]}" --log-json "$D/file.json" \
+  --save "$D/file-adapters.safetensors"
 expect_failure "--merge-lora of it without the base" 2 \
   "^zshard-export: .*ck-file/step-00000004 was trained beside frozen parameters from .*base.safetensors, which it does not hold: give them as --init-from$" \
   -- "$EXPORT" "$D/ck-file/step-00000004" "$D/never.safetensors" --merge-lora
@@ -87,6 +88,19 @@ expect_ok "--merge-lora with the base file" "$EXPORT" "$D/ck-file/step-00000004"
 expect_ok "in the model without LoRA" "$TRAIN" "${ARGS[@]}" --steps 1 --lr 0 --init-from "$D/merged-file.safetensors" \
   --eval-every 1 "${EVAL[@]}" --log-json "$D/merged-file.json"
 same_eval "the adapted model's eval loss" "$D/file.json" "$D/merged-file.json"
+# The checkpoint holds the adapters: a resume takes the base from --init-from again, checked against it.
+expect_ok "resumed at step 2 beside the base file, as zero2 np 2" "${MPIRUN[@]}" -np 2 "$TRAIN" --strategy zero2 \
+  "${ARGS[@]}" "${LORA[@]}" --steps 4 --lr 1e-2 --init-from "$D/base.safetensors" --resume "$D/ck-file/step-00000002" \
+  --eval-every 4 "${EVAL[@]}" --log-json "$D/file-resumed.json"
+same_losses "every later loss the uninterrupted run's (within 1e-6)" "$D/file.json" "$D/file-resumed.json" 1e-6
+expect_every_rank_fails "resumed beside another base file" 2 \
+  "saved beside frozen parameters from .*base.safetensors .* but this model's are from .*other.safetensors" -- \
+  "${ARGS[@]}" "${LORA[@]}" --steps 4 --init-from "$D/other.safetensors" --resume "$D/ck-file/step-00000002"
+expect_ok "--init-from BASE,ADAPTERS" "$TRAIN" "${ARGS[@]}" "${LORA[@]}" --steps 1 --lr 0 \
+  --init-from "$D/base.safetensors,$D/file-adapters.safetensors" --eval-every 1 "${EVAL[@]}" --log-json "$D/file-back.json"
+same_eval "the base and its adapters give the adapted model's eval loss" "$D/file.json" "$D/file-back.json"
+expect_every_rank_fails "--resume and --init-from without anything frozen" 2 "--resume and --init-from exclude each other" \
+  -- "${ARGS[@]}" --steps 4 --init-from "$D/base.safetensors" --resume "$D/ck-file/step-00000002"
 
 # ---- bad input ----
 expect_ok "a checkpoint without LoRA" "$TRAIN" "${ARGS[@]}" --steps 1 --save-dir "$WORK/plain"
