@@ -154,6 +154,8 @@ void add_model_flags(CLI::App& app, ModelOptions& o) {
   add_freeze_flag(app, o.freeze);
 }
 
+bool freezes_parameters(const ModelOptions& o) { return !o.freeze.empty() || o.overrides.count("lora_rank"); }
+
 ModelConfig resolve_model_config(const ModelOptions& o) { return model_config(o.name, o.overrides); }
 
 }  // namespace zshard

@@ -36,6 +36,10 @@ void add_freeze_flag(CLI::App& app, std::vector<std::string>& patterns);
 // All of the above with --init-from, --seed and --freeze.
 void add_model_flags(CLI::App& app, ModelOptions& options);
 
+// Whether the run freezes parameters (--freeze, or LoRA's base): its checkpoints then hold the trained ones
+// only, and a resume takes the frozen ones from --init-from again.
+bool freezes_parameters(const ModelOptions& options);
+
 // The registered configuration of the model with the overrides; UsageError naming the flag.
 ModelConfig resolve_model_config(const ModelOptions& options);
 

@@ -207,6 +207,8 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
   int resumed_step = 0;
   if (newest) {
     set_flag(command, "--resume", "latest");
+    // The checkpoint holds every trained weight; frozen ones (a LoRA run's base) come from --init-from again.
+    if (!freezes_parameters(run_.options.model)) set_flag(command, "--init-from", nullptr);
     resumed_step = newest->step;
   } else if (const std::optional<std::string> given = flag_value(command, "--resume"); given && *given != "latest") {
     resumed_step = read_manifest(*given).step;

@@ -72,6 +72,13 @@ expect_true "two attempts were made" test "$(grep -c '^zshard-run: attempt' "$WO
 expect_ok "no checkpoint lost: step 2 resumes" "$TRAIN" --strategy zero2 --batch 8 --seq 32 --steps 3 \
   --resume "$D/step-00000002"
 expect_true "--log-json holds the steps done: 1 and 2" test "$(steps "$WORK/fail.json")" = "1 2 "
+# Started from a weights file: the relaunch resumes from the checkpoint alone, which holds every trained
+# weight (--resume and --init-from exclude each other), and fails again at step 3 rather than on its flags.
+expect_ok "a weights file to start from" "$TRAIN" --batch 8 --seq 32 --steps 0 --save "$WORK/init.safetensors"
+expect_failure "started from --init-from: relaunched from the checkpoint" 1 \
+  "and --max-restarts 1 are spent; the newest checkpoint is .*/init-ck/step-00000002$" -- \
+  env ZSHARD_TEST_FAIL_RANK=1:3 "$RUN" "${LOCAL[@]}" --max-restarts 1 -- "${JOB[@]}" --steps 6 \
+  --save-dir "$WORK/init-ck" --init-from "$WORK/init.safetensors"
 
 # ---- SIGTERM to the launcher: the job saves after its step and stops, no restart ----
 # The stop outlasts mpirun's one second between SIGTERM and SIGKILL: it waits for an asynchronous save
