@@ -79,6 +79,11 @@ expect_failure "started from --init-from: relaunched from the checkpoint" 1 \
   "and --max-restarts 1 are spent; the newest checkpoint is .*/init-ck/step-00000002$" -- \
   env ZSHARD_TEST_FAIL_RANK=1:3 "$RUN" "${LOCAL[@]}" --max-restarts 1 -- "${JOB[@]}" --steps 6 \
   --save-dir "$WORK/init-ck" --init-from "$WORK/init.safetensors"
+# LoRA on that base: the checkpoint holds the adapters, so the relaunch takes the base from --init-from again.
+expect_failure "LoRA on a base file: relaunched beside the same base" 1 \
+  "and --max-restarts 1 are spent; the newest checkpoint is .*/lora-ck/step-00000002$" -- \
+  env ZSHARD_TEST_FAIL_RANK=1:3 "$RUN" "${LOCAL[@]}" --max-restarts 1 -- "${JOB[@]}" --steps 6 --lora-rank 2 \
+  --save-dir "$WORK/lora-ck" --init-from "$WORK/init.safetensors"
 
 # ---- SIGTERM to the launcher: the job saves after its step and stops, no restart ----
 # The stop outlasts mpirun's one second between SIGTERM and SIGKILL: it waits for an asynchronous save

@@ -24,25 +24,29 @@ constexpr double kTolerance = 1e-5;
 struct Frozen {
   std::string model;
   std::vector<std::string> patterns;
+  int lora_rank = 0;  // LoRA adapters, everything else frozen
 };
 
 // For each model, an embedding, a whole block and the norms' gains frozen: every kind of backward op
-// skips a weight gradient somewhere, and every unit kind (all frozen, part frozen, none) is there.
+// skips a weight gradient somewhere, and every unit kind (all frozen, part frozen, none) is there. Then
+// LoRA, which freezes all but its adapters.
 const std::vector<Frozen> kCases = {
     {"tiny", {"wte.weight", "wpe.weight", "h.0.*", "h.*.ln_*.weight"}},
     {"llama-tiny", {"model.embed_tokens.weight", "model.layers.0.*", "model.norm.weight"}},
+    {"tiny", {}, 2},
 };
 
 TrainOptions frozen_options(const Frozen& f, int steps) {
   TrainOptions o = test::tiny_options(steps);
   o.model.name = f.model;
   o.model.freeze = f.patterns;
+  if (f.lora_rank) o.model.overrides["lora_rank"] = f.lora_rank;
   return o;
 }
 
 // Whether each element of RunResult::params (units in order, UnitSpec order inside) is frozen.
 std::vector<bool> frozen_mask(const TrainOptions& o) {
-  const auto model = build_model(o.model.name, resolve_model_config(o.model));
+  const auto model = build_model(o.model.name, resolve_model_config(o.model));  // LoRA marks its own frozen
   std::vector<bool> mask;
   for (const UnitSpec& unit : freeze_matching(model->units(), o.model.freeze))
     for (const ParamSpec& p : unit.params) mask.insert(mask.end(), size_t(p.numel()), p.frozen);
@@ -77,7 +81,7 @@ TEST(FrozenParams, KeepTheirBytesWhileTheOthersTrain) {
         (mask[i] ? moved_frozen : moved_trainable) += moved;
         trainable += !mask[i];
       }
-      const std::string what = f.model + " " + test::describe(s);
+      const std::string what = f.model + (f.lora_rank ? " LoRA " : " ") + test::describe(s);
       EXPECT_EQ(moved_frozen, 0u) << what << ": frozen parameters moved";
       EXPECT_GT(moved_trainable, trainable / 2) << what << ": the trainable parameters did not train";
     }
@@ -90,14 +94,16 @@ TEST(FrozenParams, EveryStrategyMatchesSingleProcessWithTheSameFrozen) {
     const test::RunResult reference = test::train_single_process(base);
     ASSERT_LT(reference.losses.back(), reference.losses.front()) << f.model;
     // Freezing changes the run: the same run with nothing frozen takes other steps.
-    TrainOptions unfrozen = base;
-    unfrozen.model.freeze.clear();
-    EXPECT_NE(test::train_single_process(unfrozen).losses.back(), reference.losses.back()) << f.model;
+    if (!f.lora_rank) {
+      TrainOptions unfrozen = base;
+      unfrozen.model.freeze.clear();
+      EXPECT_NE(test::train_single_process(unfrozen).losses.back(), reference.losses.back()) << f.model;
+    }
     for (const StrategyOptions& s : test::strategies_for(test::world().size())) {
       TrainOptions o = base;
       o.plan.strategy = s;
       const test::RunResult got = test::train(o, test::world());
-      const std::string what = f.model + " " + test::describe(s);
+      const std::string what = f.model + (f.lora_rank ? " LoRA " : " ") + test::describe(s);
       ASSERT_EQ(got.losses.size(), reference.losses.size()) << what;
       for (size_t i = 0; i < got.losses.size(); ++i)
         EXPECT_LE(std::abs(got.losses[i] - reference.losses[i]) / reference.losses[i], kTolerance)
@@ -141,6 +147,29 @@ TEST(FrozenParams, MemoryHasNoGradientOrOptimizerStateForThem) {
     EXPECT_EQ(e.frozen_params, report.frozen_params) << what;
     EXPECT_NEAR(double(mine.live[int(Category::frozen)]) / double(e.model_states.frozen), 1.0, 0.01) << what;
     EXPECT_NEAR(double(mine.model_states_live()) / double(e.model_states.total()), 1.0, 0.05) << what;
+  }
+}
+
+// LoRA on GPT-2 tiny's c_attn at rank 2: 2 x (2 x 64 + 192 x 2) = 1,024 adapter parameters of 126,720. The
+// gradients and Adam state are theirs alone (and the padding of the units without any), the base frozen.
+TEST(FrozenParams, LoraKeepsGradientsAndOptimizerStateForTheAdaptersAlone) {
+  TrainOptions o = test::tiny_options(1);
+  o.model.overrides["lora_rank"] = 2;
+  const int n = test::world().size();
+  for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3}) {
+    o.plan.strategy.kind = k;
+    Trainer trainer(o, test::world());
+    trainer.run(nullptr);
+    const MemoryReport report = trainer.engine().memory_report();
+    const std::string what = std::string(strategy_name(k));
+    EXPECT_EQ(report.params - report.frozen_params, 1024) << what;
+    const MemStats& mine = report.ranks[size_t(test::world().rank())].stats;
+    const ModelStateBytes& want = report.ranks[size_t(test::world().rank())].predicted;
+    const int64_t grads_bound = (1024 + 4 * 16) * 4 / (k == StrategyKind::zero2 || k == StrategyKind::zero3 ? n : 1);
+    EXPECT_LE(mine.live[int(Category::grads)], grads_bound) << what;
+    EXPECT_LE(mine.live[int(Category::optimizer)], 2 * (1024 + 4 * 16) * 4 / (k == StrategyKind::ddp ? 1 : n)) << what;
+    EXPECT_NEAR(double(mine.live[int(Category::grads)]) / double(want.grads), 1.0, 0.05) << what;
+    EXPECT_NEAR(double(mine.live[int(Category::frozen)]) / double(want.frozen), 1.0, 0.01) << what;
   }
 }
 
