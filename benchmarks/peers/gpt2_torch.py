@@ -22,6 +22,11 @@ Modes:
           every other parameter frozen, --freeze freezes parameters by name, both as zshard-train's
           flags of those names; --runs compares several zshard-train runs (ranks, strategy, shard
           group) with one torch run.
+  loss    loads a safetensors weights file (a zshard-export of a zshard checkpoint, say) into the model
+          without LoRA and prints as JSON its mean token loss on --batches batches of a token or text
+          file from batch --step (by default the first; --batches N from 0 are what zshard-train's
+          --eval-batches N evaluates on). The shapes come from the file; the heads, which it cannot
+          tell, from --model or --heads.
   bench   times one training step (forward + backward + AdamW) on one CPU thread and prints JSON:
           wall-clock and process CPU time per step (the latter is less disturbed by other load).
 
@@ -43,8 +48,9 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # make_optimizer is imported from here by torch_ddp.py too.
-from peer_common import (add_bench_flags, add_parity_flags, bench_report, softmax_dtype,  # noqa: E402,F401
-                         make_optimizer, one_thread, parity_case, parity_verdict)
+from peer_common import (add_bench_flags, add_loss_flags, add_parity_flags, bench_report,  # noqa: E402,F401
+                         loss_report, make_optimizer, mean_loss, one_thread, parity_case, parity_verdict,
+                         read_safetensors, softmax_dtype)
 
 # Named configs, as in models/gpt2_config.cpp: (layers, dim, heads, vocab, ctx).
 CONFIGS = {
@@ -158,6 +164,26 @@ def model_from_args(args):
     return model, dims
 
 
+def model_from_weights(weights, heads):
+    """The GPT-2 a weights file holds, its weights loaded, and its dims: layers, dim, vocab and ctx read
+    from its shapes, the heads (which it cannot tell) given."""
+    tensors = read_safetensors(weights)
+    for name in ("wte.weight", "wpe.weight"):
+        if name not in tensors:
+            raise SystemExit(f"{weights}: no tensor {name} (not a GPT-2 weights file?)")
+    vocab, dim = tensors["wte.weight"].shape
+    ctx = tensors["wpe.weight"].shape[0]
+    layers = 0
+    while f"h.{layers}.ln_1.weight" in tensors:
+        layers += 1
+    if dim % heads:
+        raise SystemExit(f"{weights}: dim {dim} is not a multiple of --heads {heads}")
+    dims = (layers, dim, heads, vocab, ctx)
+    model = GPT2(*dims)
+    model.load_state_dict(tensors, strict=True)
+    return model, dims
+
+
 def cmd_parity(args):
     one_thread()
     cases = []
@@ -171,6 +197,14 @@ def cmd_parity(args):
         title = f"layers {args.layers} dim {args.dim} heads {args.heads} vocab {vocab} ctx {args.ctx}"
         cases.append(parity_case(model, flags, title, vocab, args))
     return parity_verdict(cases, args.rtol, args.precision)
+
+
+def cmd_loss(args):
+    one_thread()
+    model, dims = model_from_weights(args.weights, args.heads or CONFIGS[args.model][2])
+    config = dict(zip(("layers", "dim", "heads", "vocab", "ctx"), dims))
+    print(json.dumps(loss_report(mean_loss(model, config["vocab"], config["ctx"], args), config, args)))
+    return 0
 
 
 def cmd_bench(args):
@@ -187,6 +221,12 @@ def main():
     par = sub.add_parser("parity", help="compare per-step losses with zshard-train")
     add_parity_flags(par, vocabs=[512, 50257])
     par.set_defaults(func=cmd_parity, lora_targets="c_attn")  # zshard's and PEFT's default targets
+
+    los = sub.add_parser("loss", help="mean loss of a weights file on batches of a token file, as JSON")
+    add_loss_flags(los)
+    los.add_argument("--model", default="tiny", choices=sorted(CONFIGS), help="config giving the heads")
+    los.add_argument("--heads", type=int, default=0, help="override (0 = the config's)")
+    los.set_defaults(func=cmd_loss)
 
     ben = sub.add_parser("bench", help="time one training step on one CPU thread")
     ben.add_argument("--model", default="tiny", choices=sorted(CONFIGS))

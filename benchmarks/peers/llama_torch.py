@@ -26,10 +26,11 @@ Modes:
              Both sides are also measured against this model trained one precision up (float64, the
              exact losses; float32 under --precision bf16).
              --lora-rank, --freeze and --runs as in gpt2_torch.py.
-  loss       loads a safetensors weights file (a zshard-export of a zshard checkpoint, say) and prints
-             as JSON its mean loss on one batch of an llm.c token file (by default the first, the one
-             zshard-train's step 1 trains on). The shapes come from the file; heads and rope_theta,
-             which it cannot tell, from --model or --heads/--rope-theta.
+  loss       loads a safetensors weights file (a zshard-export of a zshard checkpoint, say) into the
+             model without LoRA and prints as JSON its mean token loss on --batches batches of a token
+             or text file from batch --step (by default the first, the one zshard-train's step 1 trains
+             on; --batches N from 0 are what its --eval-batches N evaluates on). The shapes come from
+             the file; heads and rope_theta, which it cannot tell, from --model or --heads/--rope-theta.
   bench      times one training step (forward + backward + AdamW) on one CPU thread and prints JSON:
              wall-clock and process CPU time per step (the latter is less disturbed by other load).
   selfcheck  checks the model against direct formulations (rotary embedding as complex rotations,
@@ -52,9 +53,10 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_common import (add_bench_flags, add_parity_flags, batch_at, bench_report, one_thread,  # noqa: E402
-                         parity_case, parity_tokens, parity_verdict, read_llmc_tokens, read_safetensors,
-                         softmax_dtype, torch_losses, write_llmc_tokens, write_safetensors)
+from peer_common import (add_bench_flags, add_loss_flags, add_parity_flags, batch_at, bench_report,  # noqa: E402
+                         loss_report, mean_loss, one_thread, parity_case, parity_tokens, parity_verdict,
+                         read_llmc_tokens, read_safetensors, softmax_dtype, torch_losses, write_llmc_tokens,
+                         write_safetensors)
 
 KEYS = ("layers", "dim", "heads", "kv_heads", "ffn_dim", "vocab", "ctx", "rope_theta", "tie_embeddings")
 
@@ -251,20 +253,13 @@ def config_from_weights(tensors, cfg):
     return cfg
 
 
-def batch_loss(weights, data, base_cfg, batch, seq, step):
-    """The config read from the weights file and the mean loss of its model on batch `step` of the token
-    file (zshard's batch order)."""
+def model_from_weights(weights, base_cfg):
+    """The config read from the weights file (config_from_weights) and its model, the file's weights loaded."""
     tensors = read_safetensors(weights)
     cfg = config_from_weights(tensors, base_cfg)
     model = LlamaForCausalLM(cfg)
     model.load_state_dict(tensors, strict=True)
-    tokens = read_llmc_tokens(data)
-    if max(tokens) >= cfg["vocab"]:
-        raise SystemExit(f"{data}: token {max(tokens)} is outside the vocabulary of {cfg['vocab']}")
-    check_seq(seq, cfg)
-    inputs, targets = batch_at(tokens, step, batch, seq)
-    with torch.no_grad():
-        return cfg, model(inputs, targets).item()
+    return cfg, model
 
 
 def check_seq(seq, cfg):
@@ -296,9 +291,8 @@ def cmd_parity(args):
 
 def cmd_loss(args):
     one_thread()
-    cfg, loss = batch_loss(args.weights, args.data, config_from_args(args), args.batch, args.seq, args.step)
-    print(json.dumps({"loss": loss, "weights": args.weights, "data": args.data, "step": args.step,
-                      "batch": args.batch, "seq": args.seq, **cfg}))
+    cfg, model = model_from_weights(args.weights, config_from_args(args))
+    print(json.dumps(loss_report(mean_loss(model, cfg["vocab"], cfg["ctx"], args), cfg, args)))
     return 0
 
 
@@ -474,10 +468,11 @@ def check_files():
                 torch.equal(back[n], t) for n, t in model.state_dict().items())
             # The loss mode reads the shapes from the file; only heads/rope_theta/ctx come from the config.
             base = dict(CONFIGS["llama-tiny"], layers=1, dim=32, kv_heads=1, ffn_dim=8, vocab=2)
-            read_cfg, loss = batch_loss(weights, data, base, 4, 32, 2)
-            inputs, targets = batch_at(tokens, 2, 4, 32)
+            read_cfg, read_model = model_from_weights(weights, base)
+            where = argparse.Namespace(data=data, batch=4, seq=32, step=2, batches=2)
+            loss = mean_loss(read_model, read_cfg["vocab"], read_cfg["ctx"], where)
             with torch.no_grad():
-                direct = model(inputs, targets).item()
+                direct = sum(model(*batch_at(tokens, step, 4, 32)).item() for step in (2, 3)) / 2
             ok &= same and read_cfg == cfg and loss == direct
             lines.append(f"tie {tie}: safetensors round trip {same}, config read back {read_cfg == cfg}, "
                          f"loss mode {loss:.6f} vs model {direct:.6f}")
@@ -517,15 +512,11 @@ def main():
                      help="1: the LM head is model.embed_tokens.weight")
     par.set_defaults(func=cmd_parity, lora_targets="q_proj,v_proj")  # zshard's and PEFT's default targets
 
-    los = sub.add_parser("loss", help="mean loss of a weights file on one batch of a token file, as JSON")
-    los.add_argument("--weights", required=True, help="safetensors file with the Hugging Face names (F32)")
-    los.add_argument("--data", required=True, help="llm.c .bin token file")
+    los = sub.add_parser("loss", help="mean loss of a weights file on batches of a token file, as JSON")
+    add_loss_flags(los)
     los.add_argument("--model", default="llama-tiny", choices=sorted(CONFIGS),
                      help="config giving heads, rope_theta and ctx (the shapes come from the file)")
     add_config_flags(los, ("heads", "rope_theta", "ctx"))
-    los.add_argument("--batch", type=int, default=4)
-    los.add_argument("--seq", type=int, default=32)
-    los.add_argument("--step", type=int, default=0, help="which batch, in zshard's order (0 = the first)")
     los.set_defaults(func=cmd_loss)
 
     ben = sub.add_parser("bench", help="time one training step on one CPU thread")

@@ -1,6 +1,6 @@
-"""What the CPU PyTorch peers (gpt2_torch.py, llama_torch.py) share, so that each model's parity and bench
-modes run the same step the same way: the file formats zshard reads (safetensors weights, llm.c token
-files), zshard's batch order and AdamW parameter grouping, LoRA adapters and frozen parameters, the
+"""What the CPU PyTorch peers (gpt2_torch.py, llama_torch.py) share, so that each model's parity, loss and
+bench modes run the same step the same way: the file formats zshard reads (safetensors weights, llm.c token
+files, text), zshard's batch order and AdamW parameter grouping, LoRA adapters and frozen parameters, the
 parity loop against zshard-train, and the single-thread step timer.
 """
 
@@ -100,6 +100,55 @@ def read_llmc_tokens(path):
     if len(body) != 2 * header[2]:
         raise SystemExit(f"{path}: header says {header[2]} tokens, the file holds {len(body) // 2}")
     return np.frombuffer(body, dtype="<u2").astype(np.int64).tolist()
+
+
+def read_tokens(path):
+    """The tokens of a data file as zshard-train reads --data and --eval-data: an llm.c token file (one that
+    starts with its magic, or any name ending .bin), else a text file's bytes, one token each."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if path.endswith(".bin") or data[:4] == struct.pack("<i", LLMC_MAGIC):
+        return read_llmc_tokens(path)
+    if not data:
+        raise SystemExit(f"{path}: is empty")
+    return list(data)
+
+
+def add_loss_flags(parser):
+    """The flags every loss mode takes besides the model's: the weights file, the tokens and the batches."""
+    parser.add_argument("--weights", required=True,
+                        help="safetensors file (F32) with the Hugging Face names: a zshard-export, say")
+    parser.add_argument("--data", required=True,
+                        help="tokens, as zshard-train's --data: an llm.c .bin token file or a text file (its bytes)")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=32)
+    parser.add_argument("--step", type=int, default=0, help="the first batch, in zshard's order (0 = the first)")
+    parser.add_argument("--batches", type=int, default=1,
+                        help="the mean over this many batches from --step: with --step 0, zshard-train's "
+                             "eval loss of --eval-batches N on --eval-data")
+
+
+def mean_loss(model, vocab, ctx, args):
+    """model's mean token loss over args.batches batches of args.data (batch args.batch x args.seq), from
+    batch args.step in zshard's order; with step 0 what zshard-train's evaluation computes on the same
+    --eval-data, --eval-batches, --batch and --seq (its batches hold alike many tokens: the mean of their
+    means is the mean over their tokens)."""
+    tokens = read_tokens(args.data)
+    if max(tokens) >= vocab:
+        raise SystemExit(f"{args.data}: token {max(tokens)} is outside the vocabulary of {vocab}")
+    if args.seq > ctx:
+        raise SystemExit(f"--seq {args.seq} exceeds the model's context {ctx}")
+    if args.batches < 1:
+        raise SystemExit(f"--batches must be at least 1, got {args.batches}")
+    with torch.no_grad():
+        losses = [model(*batch_at(tokens, args.step + k, args.batch, args.seq)).item() for k in range(args.batches)]
+    return sum(losses) / len(losses)
+
+
+def loss_report(loss, config, args):
+    """The JSON record of a loss mode: the loss, where it was measured and the model's config."""
+    return {"loss": loss, "weights": args.weights, "data": args.data, "step": args.step, "batches": args.batches,
+            "batch": args.batch, "seq": args.seq, **config}
 
 
 def make_optimizer(model, lr, wd, beta1, beta2, eps):
