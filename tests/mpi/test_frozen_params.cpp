@@ -171,6 +171,17 @@ TEST(FrozenParams, LoraKeepsGradientsAndOptimizerStateForTheAdaptersAlone) {
     EXPECT_NEAR(double(mine.live[int(Category::grads)]) / double(want.grads), 1.0, 0.05) << what;
     EXPECT_NEAR(double(mine.live[int(Category::frozen)]) / double(want.frozen), 1.0, 0.01) << what;
   }
+  // Mixed precision: the base in bf16, 2 bytes a parameter; the adapters with an fp32 master beside Adam's
+  // m and v, 12 bytes an owned parameter.
+  o.plan.strategy.kind = StrategyKind::zero3;
+  o.plan.placement.param_dtype = DType::bf16;
+  Trainer trainer(o, test::world());
+  trainer.run(nullptr);
+  const MemoryReport report = trainer.engine().memory_report();
+  const MemStats& mine = report.ranks[size_t(test::world().rank())].stats;
+  const int64_t frozen = report.frozen_params;
+  EXPECT_NEAR(double(mine.live[int(Category::frozen)]) / double(2 * frozen / n), 1.0, 0.01);
+  EXPECT_NEAR(double(mine.live[int(Category::optimizer)]) / double(12 * 1024 / n), 1.0, 0.1);
 }
 
 // Saved under zero3 at this world, loaded under ddp: the frozen parameters are not in the files, and a
