@@ -12,6 +12,7 @@ std::string_view collective_name(Collective c) {
     case Collective::reduce_scatter: return "reduce_scatter";
     case Collective::all_reduce: return "all_reduce";
     case Collective::broadcast: return "broadcast";
+    case Collective::all_to_all: return "all_to_all";
   }
   return "?";
 }
@@ -34,7 +35,8 @@ int64_t bus_bytes(Collective c, int group_size, int64_t buffer_bytes) {
   if (n <= 1) return 0;
   switch (c) {
     case Collective::all_gather:
-    case Collective::reduce_scatter: return buffer_bytes * (n - 1) / n;
+    case Collective::reduce_scatter:
+    case Collective::all_to_all: return buffer_bytes * (n - 1) / n;
     case Collective::all_reduce: return 2 * buffer_bytes * (n - 1) / n;
     case Collective::broadcast: return buffer_bytes;
   }

@@ -160,7 +160,7 @@ std::string MpiCommunicator::describe(const Op& op) const {
                         " of ", size_, " (mpi)");
 }
 
-// What the four collectives share: checks, staging of device buffers, the Work, the byte count and the
+// What the collectives share: checks, staging of device buffers, the Work, the byte count and the
 // deadline. `issue` starts the MPI operation on the (possibly staged) buffers, `send` being MPI_IN_PLACE
 // for the in-place forms, and returns its error code.
 template <class Issue>
@@ -169,8 +169,8 @@ WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue
   ZS_CHECK(op.count <= size_t(INT_MAX), what, ": the mpi backend takes at most ", INT_MAX,
            " elements per rank; split the buffer");
   const MPI_Datatype type = mpi_type(op.dtype, op.reduce.has_value(), what);
-  const bool per_rank_blocks =
-      op.collective == Collective::all_gather || op.collective == Collective::reduce_scatter;
+  const bool per_rank_blocks = op.collective == Collective::all_gather ||
+                               op.collective == Collective::reduce_scatter || op.collective == Collective::all_to_all;
   const size_t block_bytes = op.count * dtype_size(op.dtype);
   const size_t full_bytes = block_bytes * (per_rank_blocks ? size_ : 1);
   // In place, the input is read from recv: all_reduce and broadcast always, all_gather when send is this
@@ -257,6 +257,14 @@ WorkPtr MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int roo
   const Op spec{Collective::broadcast, count, dtype, {}, root};
   return start(spec, nullptr, buf, [&](const void*, void* out, int n, MPI_Datatype type, MPI_Request* req) {
     return MPI_Ibcast(out, n, type, root, comm_, req);
+  });
+}
+
+WorkPtr MpiCommunicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
+  const Op spec{Collective::all_to_all, count, dtype, {}};
+  ZS_CHECK(send != recv, describe(spec), ": send and recv must be distinct buffers");
+  return start(spec, send, recv, [&](const void* in, void* out, int n, MPI_Datatype type, MPI_Request* req) {
+    return MPI_Ialltoall(in, n, type, out, n, type, comm_, req);
   });
 }
 

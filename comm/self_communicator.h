@@ -18,6 +18,7 @@ class SelfCommunicator : public Backend {
   WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
   WorkPtr all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
   WorkPtr broadcast(void* buf, size_t count, DType dtype, int root) override;
+  WorkPtr all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
   void barrier() override {}
   std::unique_ptr<Communicator> split(int color, int key) override;
 

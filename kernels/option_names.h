@@ -14,6 +14,7 @@ enum class Option {
   max_inflight,
   reshard_after_forward,
   quantize_gathers,
+  quantize_reductions,
   device,
   param_dtype,
   reduce_dtype,

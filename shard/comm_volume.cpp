@@ -1,6 +1,7 @@
 #include "shard/comm_volume.h"
 
 #include "shard/gather_quantization.h"
+#include "shard/reduction_quantization.h"
 
 namespace zshard {
 
@@ -9,22 +10,27 @@ CommVolume comm_volume(const CommShape& s) {
   const auto move = [](double n, int g, double bytes) { return n * bytes * (g - 1) / g; };
   const auto pass = [&](int g, int bytes) { return move(double(s.psi), g, bytes); };
   const int K = s.grad_accum;
+  // The in-group reduction of the strategies that reduce-scatter, over a group of g.
+  const auto reduction = [&](int g) {
+    const ReductionQuantization q = s.quantized_reductions;
+    return move(double(s.psi), g, q != ReductionQuantization::none ? quantized_reduction_bytes_per_element(q) : s.grad_bytes);
+  };
   CommVolume v;
   switch (s.kind) {
     case StrategyKind::ddp: v.reduce = 2 * pass(s.world, s.grad_bytes); break;
     case StrategyKind::zero1:
-      v.reduce = pass(s.world, s.grad_bytes);
+      v.reduce = reduction(s.world);
       v.gather = pass(s.world, s.param_bytes);
       break;
     case StrategyKind::zero2:
-      v.reduce = K * pass(s.world, s.grad_bytes);
+      v.reduce = K * reduction(s.world);
       v.gather = pass(s.world, s.param_bytes);
       break;
     case StrategyKind::zero3:
     case StrategyKind::hybrid:
       v.gather = K * move(double(s.gathered), s.group,
                           s.quantized_gathers ? kQuantizedGatherBytesPerElement : double(s.param_bytes));
-      v.reduce = K * pass(s.group, s.grad_bytes);
+      v.reduce = K * reduction(s.group);
       v.across = K * 2 * pass(s.replicas, s.grad_bytes) / s.group;
       break;
   }

@@ -22,6 +22,10 @@ struct CommShape {
   // zero3 and hybrid gather int8 with block scales (--quantize-gathers int8): kQuantizedGatherBytesPerElement
   // an element rather than param_bytes (shard/gather_quantization.h).
   bool quantized_gathers = false;
+  // zero1, zero2, zero3 and hybrid reduce inside the shard group as quantized chunks
+  // (--quantize-reductions): quantized_reduction_bytes_per_element an element rather than grad_bytes
+  // (shard/reduction_quantization.h). Hybrid's all-reduce across groups keeps grad_bytes.
+  ReductionQuantization quantized_reductions = ReductionQuantization::none;
 };
 
 // Bus bytes per optimizer step of one rank, by the collectives that move them.
@@ -37,7 +41,8 @@ struct CommVolume {
 // micro-step; zero3 3Ψ(G-1)/G per micro-step (gathering 2Ψ); hybrid zero3's volume inside its group plus
 // an all-reduce of its shard across the R groups, 2(Ψ/G)(R-1)/R (unequal groups reduce each piece of the
 // shard among R owners: the same volume). Quantized gathers move (1 + 4/256)/param_bytes of the gathers'
-// bytes; the gradients' volume is unchanged.
+// bytes; quantized reductions (bits/8 + 4/256)/grad_bytes of the in-group reductions' bytes, an all-to-all
+// moving what a reduce-scatter of as many bytes does.
 CommVolume comm_volume(const CommShape& shape);
 
 }  // namespace zshard

@@ -1,9 +1,11 @@
 // The gradients' side of the protocol: the full-size buffers the model accumulates into, and the
-// reduction each grads_ready() starts: reduce-scatter in the shard group, all-reduce across groups.
+// reduction each grads_ready() starts: reduce-scatter in the shard group (or, quantized, an all-to-all of
+// quantized chunks that each owner sums), all-reduce across groups.
 #include "shard/sharded_params.h"
 
 #include "comm/flight_recorder/recorder.h"
 #include "shard/optimizer_offload.h"
+#include "shard/reduction_quantization.h"
 
 namespace zshard {
 
@@ -51,12 +53,14 @@ void ShardedParams::grads_ready(int unit) {
   if (comms_.across_groups())
     for (Reduction& earlier : reductions_)
       if (!earlier.all_reduce_started) start_all_reduce(earlier);
-  Reduction r{unit, false, nullptr, u.full_grads, Tensor()};
+  Reduction r{unit, false, nullptr, u.full_grads};
   const Device device = plan_.placement.device;
   const DType reduce = plan_.placement.reduce_dtype;
   // With no collective at all (a world of one), a differing reduce dtype would only add two conversions.
+  // Quantized chunks are cut from the gradient as it is: the quantizer computes in fp32 whatever it reads.
   const bool communicates = shard_group_size() > 1 || comms_.across_groups();
-  if (reduce != r.send.dtype() && communicates) {
+  const bool quantized = plan_.quantize_reductions != ReductionQuantization::none && shard_group_size() > 1;
+  if (reduce != r.send.dtype() && communicates && !quantized) {
     r.send = Tensor::empty(u.full_grads.shape(), reduce, device, Category::comm);
     ops::convert(device, r.send.raw(), reduce, u.full_grads.raw(), u.full_grads.dtype(),
                  size_t(u.full_grads.numel()));
@@ -69,7 +73,9 @@ void ShardedParams::grads_ready(int unit) {
     r.lands_in_place = grads_sharded_ && first_micro_step_ && owned.dtype() == reduce;
     r.scratch = r.lands_in_place ? owned : Tensor::empty({shard}, reduce, device, Category::comm);
     const comm::CollectiveLabel label(comm::trace::Purpose::grads, unit);
-    r.work = comms_.shard().reduce_scatter(r.send.raw(), r.scratch.raw(), shard, reduce, comm::ReduceOp::sum);
+    r.work = quantized ? exchange_quantized_chunks(u, r)
+                       : comms_.shard().reduce_scatter(r.send.raw(), r.scratch.raw(), shard, reduce,
+                                                       comm::ReduceOp::sum);
   } else {
     r.scratch = r.send;  // a group of one: the full buffer is the shard
   }
@@ -86,6 +92,44 @@ void ShardedParams::grads_ready(int unit) {
   // left to overlap freely.
   if (shard_group_size() > 1 || grads_sharded_)
     while (reductions_.size() > 1) finish_oldest_reduction();
+}
+
+comm::WorkPtr ShardedParams::exchange_quantized_chunks(const Unit& u, Reduction& r) {
+  const ops::QuantFormat format = reduction_quant_format(plan_.quantize_reductions);
+  const int64_t shard = u.layout.shard_numel();
+  const ops::QuantizedSize size = ops::quantized_size(size_t(shard), format);
+  const int64_t words = int64_t(size.bytes() / sizeof(int32_t)), group = shard_group_size();
+  const Device device = plan_.placement.device;
+  r.send = Tensor::empty({group * words}, DType::i32, device, Category::comm);
+  with_element_type(u.full_grads.dtype(), [&](auto t) {
+    using T = decltype(t);
+    for (int owner = 0; owner < group; ++owner) {
+      auto* record = static_cast<int8_t*>(r.send.raw()) + size_t(owner) * size.bytes();
+      ops::quantize_blocks(device, record, reinterpret_cast<float*>(record + size.scales_offset()),
+                           u.full_grads.data<T>() + u.layout.shard_begin(owner), size_t(shard), format);
+    }
+  });
+  r.received = Tensor::empty({group * words}, DType::i32, device, Category::comm);
+  return comms_.shard().all_to_all(r.send.raw(), r.received.raw(), size_t(words), DType::i32);
+}
+
+void ShardedParams::sum_received_chunks(Reduction& r) {
+  if (!r.received.defined()) return;
+  const ops::QuantFormat format = reduction_quant_format(plan_.quantize_reductions);
+  const size_t shard = size_t(units_[r.unit]->layout.shard_numel());
+  const ops::QuantizedSize size = ops::quantized_size(shard, format);
+  const Device device = plan_.placement.device;
+  // The sum is kept in fp32 whatever the reduce dtype, and rounded to it once, at the end.
+  const Tensor sum =
+      r.scratch.dtype() == kF32 ? r.scratch : Tensor::empty({int64_t(shard)}, kF32, device, Category::comm);
+  for (int source = 0; source < shard_group_size(); ++source) {
+    const auto* record = static_cast<const int8_t*>(r.received.raw()) + size_t(source) * size.bytes();
+    const auto* scales = reinterpret_cast<const float*>(record + size.scales_offset());
+    ops::dequantize_blocks(device, sum.data<float>(), record, scales, shard, format, source > 0);
+  }
+  if (sum.raw() != r.scratch.raw()) ops::convert(device, r.scratch.raw(), r.scratch.dtype(), sum.raw(), kF32, shard);
+  r.received = Tensor();
+  r.send = Tensor();
 }
 
 void ShardedParams::fit_reductions_beside(const Unit& opening) {
@@ -108,6 +152,7 @@ void ShardedParams::finish_oldest_reduction() {
 
 void ShardedParams::start_all_reduce(Reduction& r) {
   if (r.work) r.work->wait();
+  sum_received_chunks(r);
   const comm::CollectiveLabel label(comm::trace::Purpose::grads_across, r.unit);
   r.work = comms_.all_reduce_across_groups(r.scratch.raw(), r.scratch.numel(), r.scratch.dtype());
   r.all_reduce_started = true;
@@ -126,6 +171,7 @@ bool ShardedParams::advance(Reduction& r, bool blocking) {
     }
     r.work.reset();
   }
+  sum_received_chunks(r);
   // The reduced shard lands in the owned gradients, converted when the reduce dtype differs: added for
   // sharded grads (they accumulate over micro-steps), copied into the owned slice for zero1, already in
   // place for ddp.

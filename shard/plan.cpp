@@ -98,7 +98,7 @@ void check_runs_here(const PlanOptions& o) {
 ShardPlan plan_with_groups(const PlanOptions& options, ShardGroups groups) {
   const StrategyOptions& s = options.strategy;
   return {s.kind, s.shard_group, std::move(groups), s.reshard_after_forward, s.max_inflight, s.quantize_gathers,
-          options.placement, comm_backend(options), options.comm_timeout_s};
+          s.quantize_reductions, options.placement, comm_backend(options), options.comm_timeout_s};
 }
 
 }  // namespace
@@ -124,6 +124,10 @@ void validate_plan_options(const PlanOptions& o) {
     if (s.reshard_after_forward != defaults.reshard_after_forward) refuse(option_name(Option::reshard_after_forward), only);
     if (s.quantize_gathers != defaults.quantize_gathers) refuse(option_name(Option::quantize_gathers), only);
   }
+  // ddp's all-reduce leaves every rank the whole sum: there is no owner to sum the quantized chunks in fp32.
+  if (s.kind == StrategyKind::ddp && s.quantize_reductions != ReductionQuantization::none)
+    refuse(option_name(Option::quantize_reductions), " is only for ", option_name(Option::strategy),
+           " zero1, zero2, zero3 or hybrid (ddp all-reduces: no rank owns a shard to sum)");
   if (s.kind != StrategyKind::hybrid && !s.shard_group.automatic())
     refuse(option_name(Option::shard_group), " is only for ", option_name(Option::strategy), " hybrid");
 }

@@ -49,6 +49,8 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
   ZS_CHECK(plan.max_inflight >= 1, "max_inflight must be >= 1, got ", plan.max_inflight);
   ZS_CHECK(params_sharded_ || !quantized_gathers_, "quantized gathers on ", strategy_name(plan.kind),
            ", which gathers no parameters");
+  ZS_CHECK(plan.kind != StrategyKind::ddp || plan.quantize_reductions == ReductionQuantization::none,
+           "quantized reductions on ddp, which reduce-scatters nothing");
   const Placement& placement = plan.placement;
   for (DType t : {placement.param_dtype, placement.reduce_dtype})
     ZS_CHECK(t == kF32 || t == DType::bf16, "parameters are kept and reduced in f32 or bf16, not ",

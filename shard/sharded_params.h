@@ -11,7 +11,8 @@
 //                   transient (zero2/3, hybrid), opened on the first call of a micro-step once the
 //                   reductions in flight fit the budget beside it (full_grads_budget_).
 //   grads_ready(u)  starts the unit's reduction at once, so it overlaps the rest of backward:
-//                   reduce-scatter in the shard group, then all-reduce across replicas, then the result
+//                   reduce-scatter in the shard group (quantized: shard/reduction_quantization.h),
+//                   then all-reduce across replicas, then the result
 //                   lands in the owned gradient shard. ddp and zero1 skip it until the last micro-step of
 //                   an accumulation (no_sync); zero2/3 and hybrid reduce every micro-step so that no full
 //                   gradient outlives its unit's backward.
@@ -158,8 +159,11 @@ class ShardedParams : public ParamContext {
     int unit;
     bool all_reduce_started;  // across groups (ddp, hybrid): work is the all-reduce, the reduce-scatter done
     comm::WorkPtr work;
-    Tensor send;     // the unit's gradient in the reduce dtype (the full gradient itself when they agree)
-    Tensor scratch;  // the reduced shard, in the reduce dtype
+    // The unit's gradient in the reduce dtype (the full gradient itself when they agree); quantized
+    // reductions: its G chunk records, i32 words, until the all-to-all is done.
+    Tensor send;
+    Tensor received;  // quantized reductions: every rank's record of this rank's chunk, until summed
+    Tensor scratch;   // the reduced shard, in the reduce dtype
     bool lands_in_place = false;  // scratch is the owned gradient shard itself
   };
 
@@ -185,6 +189,11 @@ class ShardedParams : public ParamContext {
   void finish_gather(Unit& u);
   void prefetch_after(size_t position);
   void free_gathered(Unit& u);
+  // Quantized reductions: quantizes u's gradient into r.send chunk by chunk and starts their all-to-all
+  // into r.received.
+  comm::WorkPtr exchange_quantized_chunks(const Unit& u, Reduction& r);
+  // Once that all-to-all is done: r.scratch := the sum of the received chunks (no-op otherwise).
+  void sum_received_chunks(Reduction& r);
   void start_all_reduce(Reduction& r);  // waits for r's reduce-scatter, then starts its all-reduce
   bool advance(Reduction& r, bool blocking);
   void finish_oldest_reduction();

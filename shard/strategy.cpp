@@ -46,6 +46,21 @@ GatherQuantization parse_gather_quantization(std::string_view name) {
 
 std::string_view gather_quantization_name(GatherQuantization q) { return q == GatherQuantization::int8 ? "int8" : "none"; }
 
+ReductionQuantization parse_reduction_quantization(std::string_view name) {
+  for (ReductionQuantization q : {ReductionQuantization::none, ReductionQuantization::int8, ReductionQuantization::int4})
+    if (name == reduction_quantization_name(q)) return q;
+  refuse(option_name(Option::quantize_reductions), ": unknown value '", name, "' (valid: none, int8, int4)");
+}
+
+std::string_view reduction_quantization_name(ReductionQuantization q) {
+  switch (q) {
+    case ReductionQuantization::none: return "none";
+    case ReductionQuantization::int8: return "int8";
+    case ReductionQuantization::int4: return "int4";
+  }
+  return "?";
+}
+
 bool params_sharded(StrategyKind kind) { return kind == StrategyKind::zero3 || kind == StrategyKind::hybrid; }
 
 bool grads_sharded(StrategyKind kind) {

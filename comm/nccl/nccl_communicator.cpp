@@ -257,7 +257,7 @@ void NcclCommunicator::synchronize() {
   stats_.seconds_waiting += seconds(Clock::now() - begin);
 }
 
-// What the four collectives share: the watchdog, ordering after the compute stream, the completion event,
+// What the collectives share: the watchdog, ordering after the compute stream, the completion event,
 // the byte count and the deadline. `issue` enqueues the NCCL call on the comm stream.
 template <class Issue>
 WorkPtr NcclCommunicator::start(Collective collective, size_t count, DType dtype, int reduce, int root,
@@ -274,8 +274,8 @@ WorkPtr NcclCommunicator::start(Collective collective, size_t count, DType dtype
   event->trace = trace;
   ZS_CUDA_CHECK(cudaEventRecord(event->handle, comm_stream_));
 
-  const bool per_rank_blocks =
-      collective == Collective::all_gather || collective == Collective::reduce_scatter;
+  const bool per_rank_blocks = collective == Collective::all_gather || collective == Collective::reduce_scatter ||
+                               collective == Collective::all_to_all;
   const int64_t buffer_bytes = int64_t(count * dtype_size(dtype)) * (per_rank_blocks ? size_ : 1);
   this->count(collective, bus_bytes(collective, size_, buffer_bytes));
   auto work = std::make_unique<NcclWork>(this, std::move(event));
@@ -322,6 +322,23 @@ WorkPtr NcclCommunicator::broadcast(void* buf, size_t count, DType dtype, int ro
       describe(Collective::broadcast, count, dtype, (" from root " + std::to_string(root)).c_str());
   return start(Collective::broadcast, count, dtype, -1, root, what,
                [&] { return ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, comm_stream_); });
+}
+
+WorkPtr NcclCommunicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
+  const std::string what = describe(Collective::all_to_all, count, dtype, "");
+  ZS_CHECK(send != recv, what, ": send and recv must be distinct buffers");
+  const size_t bytes = count * dtype_size(dtype);
+  return start(Collective::all_to_all, count, dtype, -1, -1, what, [&] {
+    ncclResult_t rc = ncclGroupStart();
+    for (int peer = 0; peer < size_ && rc == ncclSuccess; ++peer) {
+      rc = ncclSend(static_cast<const char*>(send) + size_t(peer) * bytes, bytes, ncclUint8, peer, comm_, comm_stream_);
+      if (rc == ncclSuccess)
+        rc = ncclRecv(static_cast<char*>(recv) + size_t(peer) * bytes, bytes, ncclUint8, peer, comm_, comm_stream_);
+    }
+    // A group once started must end, even after a failed call, or NCCL stays inside it.
+    const ncclResult_t end = ncclGroupEnd();
+    return rc != ncclSuccess ? rc : end;
+  });
 }
 
 // Not counted in the stats, as with the mpi backend.

@@ -58,6 +58,8 @@ class NcclCommunicator final : public Backend {
   WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
   WorkPtr all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
   WorkPtr broadcast(void* buf, size_t count, DType dtype, int root) override;
+  // Grouped ncclSend/ncclRecv, one pair per peer (NCCL has no all-to-all of its own).
+  WorkPtr all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
   // A one-element all-reduce, then synchronize(): returns when every rank got there.
   void barrier() override;
   // ncclCommSplit; collective over this communicator. Needs NCCL >= 2.18.

@@ -23,8 +23,8 @@ enum class CommBackend { mpi, nccl };
 namespace zshard::comm {
 
 enum class ReduceOp { sum, avg };
-enum class Collective { all_gather, reduce_scatter, all_reduce, broadcast };
-constexpr int kNumCollectives = 4;
+enum class Collective { all_gather, reduce_scatter, all_reduce, broadcast, all_to_all };
+constexpr int kNumCollectives = 5;
 
 std::string_view collective_name(Collective c);
 
@@ -50,8 +50,8 @@ class Work {
 };
 using WorkPtr = std::unique_ptr<Work>;
 
-// Bytes each rank moved, counted with the nccl-tests bus-bandwidth convention: all_gather and
-// reduce_scatter move (n-1)/n of the full buffer, all_reduce 2(n-1)/n, broadcast the buffer.
+// Bytes each rank moved, counted with the nccl-tests bus-bandwidth convention: all_gather, reduce_scatter
+// and all_to_all move (n-1)/n of the full buffer, all_reduce 2(n-1)/n, broadcast the buffer.
 struct CommStats {
   std::array<int64_t, kNumCollectives> bytes{};
   std::array<int64_t, kNumCollectives> calls{};
@@ -60,8 +60,8 @@ struct CommStats {
 };
 
 // The bus bytes of one collective in a group of `group_size` ranks, in integers (floor). `buffer_bytes` is
-// the full buffer: size()*count elements for all_gather and reduce_scatter, count for the others. A group
-// of one moves nothing, so every collective, broadcast included, counts 0 there.
+// the full buffer: size()*count elements for all_gather, reduce_scatter and all_to_all, count for the
+// others. A group of one moves nothing, so every collective, broadcast included, counts 0 there.
 int64_t bus_bytes(Collective c, int group_size, int64_t buffer_bytes);
 
 class Communicator {
@@ -82,6 +82,9 @@ class Communicator {
   // In place.
   virtual WorkPtr all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) = 0;
   virtual WorkPtr broadcast(void* buf, size_t count, DType dtype, int root) = 0;
+  // send and recv hold size()*count elements each: block r of send goes to rank r, and rank r's block for
+  // this rank lands at recv + r*count. Typeless (a move): every dtype travels. Not in place.
+  virtual WorkPtr all_to_all(const void* send, void* recv, size_t count, DType dtype) = 0;
   virtual void barrier() = 0;
 
   // Splits into sub-groups: ranks passing the same color form a group, ordered by key (c10d new_group,

@@ -50,6 +50,7 @@ struct ShardPlan {
   bool reshard_after_forward = true;
   int max_inflight = 2;
   GatherQuantization quantize_gathers = GatherQuantization::none;
+  ReductionQuantization quantize_reductions = ReductionQuantization::none;
   Placement placement;
   CommBackend comm = CommBackend::mpi;
   double comm_timeout_s = kDefaultCommTimeout;

@@ -54,12 +54,24 @@ enum class GatherQuantization { none, int8 };
 GatherQuantization parse_gather_quantization(std::string_view name);  // throws UsageError naming the valid ones
 std::string_view gather_quantization_name(GatherQuantization q);
 
+// How the gradients travel inside the shard group (--quantize-reductions): int8 and int4 are ZeRO++'s qgZ.
+// Each rank quantizes its unit gradient chunk by chunk, chunk r being rank r's shard (an fp32 absmax scale
+// per block of 256 elements), an all-to-all hands every owner its chunks from every rank, and the owner
+// dequantizes and sums them in fp32, so each gradient is quantized once, never a partial sum. For the
+// strategies that reduce-scatter (zero1, zero2, zero3, hybrid); hybrid's all-reduce across groups stays
+// in the reduce dtype.
+enum class ReductionQuantization { none, int8, int4 };
+
+ReductionQuantization parse_reduction_quantization(std::string_view name);  // throws UsageError naming the valid ones
+std::string_view reduction_quantization_name(ReductionQuantization q);
+
 struct StrategyOptions {
   StrategyKind kind = StrategyKind::ddp;
   ShardGroupRequest shard_group;      // hybrid only
   bool reshard_after_forward = true;  // zero3/hybrid: free gathered params after each unit's forward
   int max_inflight = 2;               // zero3/hybrid: gathered units alive at once (prefetch depth + 1)
   GatherQuantization quantize_gathers = GatherQuantization::none;  // zero3/hybrid
+  ReductionQuantization quantize_reductions = ReductionQuantization::none;  // zero1/2/3, hybrid
 };
 
 // The shard groups of a world: runs of consecutive ranks in rank order, of any sizes. Groups of one size

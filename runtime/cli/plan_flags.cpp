@@ -74,6 +74,18 @@ void add_plan_flags(CLI::App& app, PlanOptions& o) {
          },
          "zero3/hybrid: none, or int8: parameters gathered as int8 with an fp32 scale per block of 256 (ZeRO++ qwZ)")
       ->default_str(std::string(gather_quantization_name(o.strategy.quantize_gathers)));
+  app.add_option_function<std::string>(
+         "--quantize-reductions",
+         [&o](const std::string& name) {
+           try {
+             o.strategy.quantize_reductions = parse_reduction_quantization(name);
+           } catch (const UsageError& e) {
+             throw CLI::ValidationError(e.what());
+           }
+         },
+         "zero1/zero2/zero3/hybrid: none, int8 or int4: gradients reduced in the shard group as blocks of 256 with an "
+         "fp32 scale, summed in fp32 by their owner (ZeRO++ qgZ)")
+      ->default_str(std::string(reduction_quantization_name(o.strategy.quantize_reductions)));
   add_device_flag(app, o.placement.device,
                   "where to compute: cpu, or cuda (a GPU per rank: local rank modulo the visible GPUs)");
   const Choices<DType> dtypes = {{std::string(dtype_flag(DType::f32)), DType::f32},

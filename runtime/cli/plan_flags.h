@@ -1,6 +1,6 @@
 // The flags of the sharding plan (<zshard/plan.h>): --strategy, --shard-group, --reshard-after-forward,
-// --max-inflight, --quantize-gathers, --device, --param-dtype, --reduce-dtype, --comm, --offload, --comm-timeout. The plan checks
-// its own values (validate_plan_options, resolve_plan).
+// --max-inflight, --quantize-gathers, --quantize-reductions, --device, --param-dtype, --reduce-dtype, --comm,
+// --offload, --comm-timeout. The plan checks its own values (validate_plan_options, resolve_plan).
 #pragma once
 #include <string>
 

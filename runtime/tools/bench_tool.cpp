@@ -91,8 +91,8 @@ double replay_comm_ms(comm::Communicator& comm, Device device, const comm::CommS
   const int n = comm.size();
   if (n == 1) return 0;
   double total_ms = 0;
-  for (comm::Collective c : {comm::Collective::all_gather, comm::Collective::reduce_scatter,
-                             comm::Collective::all_reduce, comm::Collective::broadcast}) {
+  for (int i = 0; i < comm::kNumCollectives; ++i) {
+    const auto c = comm::Collective(i);
     const int64_t calls = per_run.calls[int(c)] / steps;
     if (calls == 0) continue;
     const double bus = double(per_run.bytes[int(c)]) / double(per_run.calls[int(c)]);
@@ -111,6 +111,7 @@ double replay_comm_ms(comm::Communicator& comm, Device device, const comm::CommS
           break;
         case comm::Collective::all_reduce: comm.all_reduce(a.data(), elems, DType::f32, comm::ReduceOp::sum)->wait(); break;
         case comm::Collective::broadcast: comm.broadcast(a.data(), elems, DType::f32, 0)->wait(); break;
+        case comm::Collective::all_to_all: comm.all_to_all(a.data(), b.data(), elems / n, DType::f32)->wait(); break;
       }
     }
     ops::synchronize(device);

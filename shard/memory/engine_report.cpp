@@ -65,7 +65,7 @@ MemoryReport measure_memory(ShardedParams& params, comm::Communicator& world, in
   rep.shard_group = groups.size_of_rank(0);
   rep.shard_group_sizes = groups.sizes();
   const Placement& placement = plan.placement;
-  const DtypePolicy dtypes = DtypePolicy::of(placement.param_dtype, plan.quantize_gathers);
+  const DtypePolicy dtypes = DtypePolicy::of(placement.param_dtype, plan.quantize_gathers, plan.quantize_reductions);
   std::vector<int64_t> gathered_sizes;  // what a gather of each unit holds, in bytes
   for (int u = 0; u < params.num_units(); ++u) {
     rep.params += params.layout(u).numel() + params.frozen_layout(u).numel();

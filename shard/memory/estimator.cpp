@@ -13,6 +13,7 @@
 #include "shard/flat_unit.h"
 #include "shard/frozen_params.h"
 #include "shard/gather_quantization.h"
+#include "shard/reduction_quantization.h"
 
 namespace zshard {
 
@@ -36,7 +37,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   e.device = device;
   e.shard_group = groups.size(group);
   const int G = e.shard_group;
-  const DtypePolicy d = DtypePolicy::of(plan.placement.param_dtype, plan.quantize_gathers);
+  const DtypePolicy d = DtypePolicy::of(plan.placement.param_dtype, plan.quantize_gathers, plan.quantize_reductions);
   if (!in.model) {
     e.params = in.params;
     e.model_states = predict_model_states(plan.kind, G, in.params, d, offload, device);
@@ -46,7 +47,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // Per-unit padding by the code that shards the units: a unit's trainable and frozen parameters are two
   // flat buffers (shard/frozen_params.h), gathered together, the trainable ones alone with gradients.
   // gathered_units are bytes: what a gather of the unit holds (with quantized gathers, the records too).
-  std::vector<int64_t> units, gathered_units;
+  std::vector<int64_t> units, gathered_units, reduction_records;
   std::vector<FlatLayout> layouts;
   int64_t padded_total = 0, frozen_total = 0, quantized_copy = 0, frozen_quantized_copy = 0;
   const bool quantized = d.quantized_gathers && plan.params_sharded();
@@ -64,6 +65,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     frozen_total += frozen_padded;
     if (quantized && layout.numel() > 0) quantized_copy += quantized_shard_bytes(layout.shard_numel());
     if (quantized && frozen_padded > 0) frozen_quantized_copy += quantized_shard_bytes(frozen.shard_numel());
+    if (d.quantized_reductions != ReductionQuantization::none && G > 1 && layout.numel() > 0)
+      reduction_records.push_back(2 * G * quantized_chunk_bytes(layout.shard_numel(), d.quantized_reductions));
   }
   if (in.checkpoint_snapshot) e.checkpoint_snapshot = checkpoint_snapshot_bytes(layouts, group);
   const int64_t shard_total = padded_total / G;
@@ -129,6 +132,9 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   } else if (G > 1) {
     e.comm_buffers = sum_of_largest(units, 2) / G * d.grad_bytes;
   }
+  // Quantized reductions: a reduction in flight also holds its chunk records, those it sends and those it
+  // receives, and two are in flight at most (a unit's, issued before the previous one's is finished).
+  e.comm_buffers += sum_of_largest(reduction_records, 2);
 
   const DType act = d.param_bytes == 2 ? DType::bf16 : DType::f32;
   e.activations = in.model->activation_bytes(std::max(1, in.rank_batch), in.seq, act);

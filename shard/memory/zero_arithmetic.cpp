@@ -51,7 +51,8 @@ int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int gro
                            .grad_accum = grad_accum,
                            .param_bytes = d.param_bytes,
                            .grad_bytes = d.grad_bytes,
-                           .quantized_gathers = d.quantized_gathers};
+                           .quantized_gathers = d.quantized_gathers,
+                           .quantized_reductions = d.quantized_reductions};
   return int64_t(comm_volume(shape).total());
 }
 

@@ -18,13 +18,18 @@ struct DtypePolicy {
   // zero3 and hybrid gather int8 (--quantize-gathers int8): each rank also keeps its shard quantized, the
   // record its gathers send (shard/gather_quantization.h), counted with the parameters (or the frozen ones).
   bool quantized_gathers = false;
+  // Gradients reduced inside the shard group as quantized chunks (--quantize-reductions,
+  // shard/reduction_quantization.h): what they move, and the records a reduction in flight holds.
+  ReductionQuantization quantized_reductions = ReductionQuantization::none;
   static DtypePolicy fp32() { return {4, 4, 8}; }
   static DtypePolicy mixed_bf16() { return {2, 2, 12}; }
-  // The policy of parameters (and gradients) kept in `param_dtype` and gathered as `gathers` says, as
-  // ShardedParams keeps them.
-  static DtypePolicy of(DType param_dtype, GatherQuantization gathers = GatherQuantization::none) {
+  // The policy of parameters (and gradients) kept in `param_dtype`, gathered and reduced as `gathers` and
+  // `reductions` say, as ShardedParams keeps them.
+  static DtypePolicy of(DType param_dtype, GatherQuantization gathers = GatherQuantization::none,
+                        ReductionQuantization reductions = ReductionQuantization::none) {
     DtypePolicy d = param_dtype == DType::bf16 ? mixed_bf16() : fp32();
     d.quantized_gathers = gathers == GatherQuantization::int8;
+    d.quantized_reductions = reductions;
     return d;
   }
 };

@@ -156,6 +156,12 @@ expect_failure "train --quantize-gathers with zero2" 2 "--quantize-gathers is on
 expect_one_line "train --quantize-gathers with zero2" "only for"
 expect_failure "train --quantize-gathers int4" 2 "--quantize-gathers int4: 4-bit parameter gathers are not supported" -- \
   "$TRAIN" --strategy zero3 --quantize-gathers int4
+# Quantized gradient reductions where no rank owns a shard to sum, or in a format zshard does not send.
+expect_failure "train --quantize-reductions with ddp" 2 "--quantize-reductions is only for --strategy zero1, zero2, zero3 or hybrid" -- \
+  "$TRAIN" --strategy ddp --quantize-reductions int8
+expect_one_line "train --quantize-reductions with ddp" "only for"
+expect_failure "train --quantize-reductions fp8" 2 "--quantize-reductions: unknown value 'fp8' [(]valid: none, int8, int4[)]" -- \
+  "$TRAIN" --strategy zero2 --quantize-reductions fp8
 expect_failure "mem --world 2,,4" 2 "--world: empty item in the list '2,,4'" -- "$BIN/zshard-mem" --model tiny --world 2,,4
 expect_failure "bench --strategies ddp,,zero3" 2 "--strategies: empty item in the list 'ddp,,zero3'" -- \
   "$BIN/zshard-bench" --strategies ddp,,zero3

@@ -106,4 +106,16 @@ void check_broadcast(Communicator& comm, const std::vector<int>& members, size_t
              "broadcast of " + std::to_string(count) + " from root " + std::to_string(root));
 }
 
+// Block d of a rank's send is value(its world rank, d*count + i): rank me receives, from each member s,
+// value(s, me*count + i) at block s.
+template <class T>
+void check_all_to_all(Communicator& comm, const std::vector<int>& members, size_t count) {
+  const int n = comm.size(), me = comm.rank();
+  const auto send = contribution<T>(members[me], n * count);
+  std::vector<T> recv(n * count, T(-1));
+  comm.all_to_all(send.data(), recv.data(), count, dtype_of<T>())->wait();
+  expect_all(recv, [&](size_t k) { return value(members[k / count], me * count + k % count); }, 0,
+             "all_to_all of " + std::to_string(count));
+}
+
 }  // namespace zshard::comm::test_checks

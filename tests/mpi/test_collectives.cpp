@@ -54,6 +54,10 @@ TYPED_TEST(Collectives, BroadcastFromEveryRoot) {
       check_broadcast<TypeParam>(world(), all_ranks(world().size()), count, root);
 }
 
+TYPED_TEST(Collectives, AllToAll) {
+  for (size_t count : kCounts) check_all_to_all<TypeParam>(world(), all_ranks(world().size()), count);
+}
+
 TEST(Communicator, IsMpiWithTheLaunchedWorld) {
   EXPECT_EQ(world().backend(), "mpi");
   EXPECT_GE(world().rank(), 0);
@@ -88,6 +92,7 @@ TEST(Communicator, SplitGroupsRunCollectivesWithinThemselves) {
       check_all_reduce<float>(*group, s.members, 1000, op);
     }
     for (int root = 0; root < group->size(); ++root) check_broadcast<double>(*group, s.members, 7, root);
+    check_all_to_all<float>(*group, s.members, 1000);
     group->barrier();
   }
 }
@@ -169,6 +174,22 @@ TEST(Communicator, StatsCountBusBytes) {
 
   comm->reset_stats();
   EXPECT_EQ(comm->stats().total_bytes(), 0);
+}
+
+// An all-to-all moves (n-1)/n of its buffer, as an all-gather of the same buffer does, and refuses to run
+// in place, before anything is issued.
+TEST(Communicator, AllToAllCountsBusBytesAndIsNotInPlace) {
+  auto comm = world().split(0, world().rank());
+  const int64_t n = comm->size(), k = 1000;
+  auto buf = contribution<float>(0, n * k);
+  std::vector<float> out(n * k);
+  comm->all_to_all(buf.data(), out.data(), k, DType::f32)->wait();
+  EXPECT_EQ(comm->stats().bytes[int(Collective::all_to_all)], (n - 1) * k * 4);
+  EXPECT_EQ(comm->stats().calls[int(Collective::all_to_all)], 1);
+  const std::string error = test::error_of([&] { comm->all_to_all(buf.data(), buf.data(), k, DType::f32); });
+  const std::string want = "all_to_all of 1000 f32 elements on rank " + std::to_string(comm->rank()) + " of " +
+                           std::to_string(n) + " (mpi): send and recv must be distinct buffers";
+  EXPECT_TRUE(error.ends_with(want)) << error;
 }
 
 // Every two-byte type moves as opaque words; u16 and f16 do not reduce (bf16 does: below).

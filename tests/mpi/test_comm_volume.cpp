@@ -4,7 +4,8 @@
 // Llama gathers its embedding and its head unit once each, and without resharding after forward every
 // unit is gathered once. An evaluation gathers what its forward reads. The report's gathered units in
 // flight are the estimator's (zshard-mem's). Quantized gathers (int8 with a scale per block) move and
-// hold what the theory says of them too.
+// hold what the theory says of them too, and so do quantized reductions (int8 or int4 chunks exchanged
+// by an all-to-all).
 // zshard-test-np: 1 2 4
 #include <gtest/gtest.h>
 
@@ -40,6 +41,13 @@ std::vector<StrategyOptions> strategies(int world) {
     quantized.quantize_gathers = GatherQuantization::int8;
     out.push_back(quantized);
   }
+  const auto reductions = [](StrategyOptions s, ReductionQuantization q) {
+    s.quantize_reductions = q;
+    return s;
+  };
+  out.push_back(reductions(out[1], ReductionQuantization::int8));  // zero1
+  out.push_back(reductions(out[2], ReductionQuantization::int4));  // zero2
+  out.push_back(reductions(out[5], ReductionQuantization::int8));  // hybrid
   return out;
 }
 
@@ -58,7 +66,8 @@ TEST(CommVolume, MeasuredBytesEqualTheTheoryForEveryModelAndStrategy) {
       o.plan.strategy = s;
       const bool quantized = s.quantize_gathers == GatherQuantization::int8;
       const std::string what = c.model + (c.tied ? " tied " : " ") + std::string(strategy_name(s.kind)) +
-                               (s.reshard_after_forward ? "" : " kept after forward") + (quantized ? " int8" : "");
+                               (s.reshard_after_forward ? "" : " kept after forward") + (quantized ? " int8" : "") +
+                               " reductions " + std::string(reduction_quantization_name(s.quantize_reductions));
       Trainer trainer(o, test::world());
       trainer.run(nullptr);
       const ShardedParams& params = EngineInternals::params(trainer.engine());

@@ -53,6 +53,11 @@ class DeviceBuffers final : public Communicator {
     return run(nullptr, 0, buf, bytes, bytes,
                [&](const void*, void* r) { return inner_.broadcast(r, count, dtype, root); });
   }
+  WorkPtr all_to_all(const void* send, void* recv, size_t count, DType dtype) override {
+    const size_t full = count * dtype_size(dtype) * size();
+    return run(send, full, recv, full, full,
+               [&](const void* s, void* r) { return inner_.all_to_all(s, r, count, dtype); });
+  }
   void barrier() override { inner_.barrier(); }
   std::unique_ptr<Communicator> split(int, int) override { fail("DeviceBuffers: no split"); }
 
@@ -109,6 +114,7 @@ TEST_F(DeviceCollectives, EveryCollectiveOnDeviceBuffers) {
     }
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) check_all_reduce<double>(comm, members, count, op);
     for (int root = 0; root < comm.size(); ++root) check_broadcast<float>(comm, members, count, root);
+    check_all_to_all<float>(comm, members, count);
   }
 }
 

@@ -13,6 +13,7 @@
 #include "runtime/cli/memory_flags.h"
 #include "shard/memory/estimator.h"
 #include "shard/flat_unit.h"
+#include "shard/reduction_quantization.h"
 
 namespace zshard {
 namespace {
@@ -222,6 +223,26 @@ TEST(MemoryEstimator, AccumulationScratchOpensBesideTheGradientItReduces) {
 // many tokens per rank as channels (2048) on. Untied, its units are the embedding, the layers and the
 // final unit (norm and lm_head). zero2 holds a kept gradient beside the two largest others; else the
 // gradients of two units, or the largest alone, whichever is more.
+// Quantized reductions add, to what the unquantized ones hold, the chunk records (sent and received) of the
+// two largest units' reductions, which may be in flight at once, on every strategy that reduce-scatters.
+TEST(MemoryEstimator, QuantizedReductionsHoldTheRecordsOfTwoReductions) {
+  const GPT2 model(two_layer_gpt2());
+  for (StrategyKind kind : {StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3}) {
+    for (ReductionQuantization q : {ReductionQuantization::int8, ReductionQuantization::int4}) {
+      EstimateInput in = zero3_on_4(model);
+      in.plan = plan(kind, 4);
+      const MemoryEstimate exact = estimate_memory(in);
+      in.plan.quantize_reductions = q;
+      std::vector<int64_t> records;
+      for (const UnitSpec& unit : model.units())
+        records.push_back(2 * 4 * quantized_chunk_bytes(FlatLayout(unit, 4).shard_numel(), q));
+      std::sort(records.rbegin(), records.rend());
+      EXPECT_EQ(estimate_memory(in).comm_buffers, exact.comm_buffers + records[0] + records[1])
+          << strategy_name(kind) << " " << reduction_quantization_name(q);
+    }
+  }
+}
+
 TEST(MemoryEstimator, LlamaKeepsTheTiedEmbeddingGradientOpenOnlyAtTheHead) {
   for (const bool tied : {false, true})
     for (const int seq : {64, 2048}) {

@@ -77,6 +77,15 @@ TEST(SelfCommunicator, CollectivesAreCopies) {
   EXPECT_THROW(self.broadcast(buf.data(), 7, DType::f32, 1), Error);
 }
 
+TEST(SelfCommunicator, AllToAllIsACopy) {
+  SelfCommunicator self;
+  const auto input = iota(7, 1.5f);
+  std::vector<float> out(7, 0);
+  self.all_to_all(input.data(), out.data(), 7, DType::f32)->wait();
+  EXPECT_EQ(out, input);
+  EXPECT_EQ(self.stats().calls[int(Collective::all_to_all)], 1);
+}
+
 TEST(SelfCommunicator, AcceptsEveryDtype) {
   SelfCommunicator self;
   std::vector<uint16_t> words{1, 2, 3}, out(3);
@@ -130,6 +139,7 @@ TEST(BusBytes, FollowsTheNcclTestsConvention) {
   EXPECT_EQ(bus_bytes(Collective::all_reduce, 4, 4000), 6000);
   EXPECT_EQ(bus_bytes(Collective::broadcast, 4, 4000), 4000);
   EXPECT_EQ(bus_bytes(Collective::all_reduce, 3, 4000), 5333);  // floor of 2*2/3*4000
+  EXPECT_EQ(bus_bytes(Collective::all_to_all, 4, 16000), 12000);
   for (int c = 0; c < kNumCollectives; ++c) EXPECT_EQ(bus_bytes(Collective(c), 1, 4000), 0);
 }
 
