@@ -30,7 +30,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-CATEGORIES = ["params", "grads", "optimizer", "activations", "comm", "workspace", "host"]
+CATEGORIES = ["params", "frozen", "grads", "optimizer", "activations", "comm", "workspace", "host"]
 
 
 def title_of(doc):

@@ -19,11 +19,11 @@ constexpr int kGPT2Vocab = 50257;
 constexpr int kGPT2Ctx = 1024;
 
 const std::array<NamedGPT2Config, 5> kGPT2Configs = {{
-    {"tiny", {2, 64, 4, 256, 128}},
-    {"gpt2", {12, 768, 12, kGPT2Vocab, kGPT2Ctx}},
-    {"gpt2-medium", {24, 1024, 16, kGPT2Vocab, kGPT2Ctx}},
-    {"gpt2-large", {36, 1280, 20, kGPT2Vocab, kGPT2Ctx}},
-    {"gpt2-xl", {48, 1600, 25, kGPT2Vocab, kGPT2Ctx}},
+    {"tiny", {2, 64, 4, 256, 128, {}}},
+    {"gpt2", {12, 768, 12, kGPT2Vocab, kGPT2Ctx, {}}},
+    {"gpt2-medium", {24, 1024, 16, kGPT2Vocab, kGPT2Ctx, {}}},
+    {"gpt2-large", {36, 1280, 20, kGPT2Vocab, kGPT2Ctx, {}}},
+    {"gpt2-xl", {48, 1600, 25, kGPT2Vocab, kGPT2Ctx, {}}},
 }};
 }  // namespace
 

@@ -41,9 +41,13 @@ void Engine::import_weights(const std::string& path) {
       }
       return full;
     };
+    // Which buffers the file sets, every one decided (and a mixed one refused) before any is changed.
+    std::vector<std::pair<bool, bool>> sets;  // per unit: the trainable buffer, the frozen one
+    for (int u = 0; u < params_->num_units(); ++u)
+      sets.emplace_back(taken(params_->layout(u)), taken(params_->frozen_layout(u)));
     for (int u = 0; u < params_->num_units(); ++u) {
-      if (taken(params_->layout(u))) params_->set_unit_params(u, read(params_->layout(u)).data());
-      if (taken(params_->frozen_layout(u))) params_->set_frozen_params(u, read(params_->frozen_layout(u)).data());
+      if (sets[size_t(u)].first) params_->set_unit_params(u, read(params_->layout(u)).data());
+      if (sets[size_t(u)].second) params_->set_frozen_params(u, read(params_->frozen_layout(u)).data());
     }
     frozen_changed = coverage != WeightsCoverage::adapters;
   });

@@ -53,7 +53,9 @@ void ShardedParams::grads_ready(int unit) {
   if (comms_.across_groups())
     for (Reduction& earlier : reductions_)
       if (!earlier.all_reduce_started) start_all_reduce(earlier);
-  Reduction r{unit, false, nullptr, u.full_grads};
+  Reduction r;
+  r.unit = unit;
+  r.send = u.full_grads;
   const Device device = plan_.placement.device;
   const DType reduce = plan_.placement.reduce_dtype;
   // With no collective at all (a world of one), a differing reduce dtype would only add two conversions.

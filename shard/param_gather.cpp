@@ -28,7 +28,8 @@ void ShardedParams::start_gather(int unit) {
   const Device device = plan_.placement.device;
   const DType dtype = u.resident.dtype();
   const comm::CollectiveLabel label(comm::trace::Purpose::params, unit);
-  // A unit with frozen parameters only keeps its (padding-only) trainable buffer: nothing to gather there.
+  // A unit with frozen parameters only has a padding-only trainable buffer: allocated (its definedness
+  // marks the unit gathered) but not gathered.
   u.gathered = Tensor::empty({u.layout.padded_numel()}, dtype, device, Category::comm);
   if (u.trainable() && !test_skips_gather(shard_index(), unit))
     u.gather_work = start_buffer_gather(u.layout, u.resident, u.quantized, u.gathered, u.received);

@@ -156,8 +156,8 @@ class ShardedParams : public ParamContext {
  private:
   struct Unit;
   struct Reduction {
-    int unit;
-    bool all_reduce_started;  // across groups (ddp, hybrid): work is the all-reduce, the reduce-scatter done
+    int unit = 0;
+    bool all_reduce_started = false;  // across groups (ddp, hybrid): work is the all-reduce, the reduce-scatter done
     comm::WorkPtr work;
     // The unit's gradient in the reduce dtype (the full gradient itself when they agree); quantized
     // reductions: its G chunk records, i32 words, until the all-to-all is done.

@@ -120,7 +120,7 @@ void add_recompute_flag(CLI::App& app, Recompute& mode) {
 void add_freeze_flag(CLI::App& app, std::vector<std::string>& patterns) {
   add_list_option(app, "--freeze", patterns,
                   "parameters to freeze, by name, '*' matching any characters: e.g. 'wte.weight,h.*.ln_*' (no "
-                  "gradient, master weight or optimizer state; still sharded and gathered)");
+                  "gradient, master weight or optimizer state; held and gathered as the compute copy is)");
 }
 
 void add_model_flags(CLI::App& app, ModelOptions& o) {
@@ -135,7 +135,7 @@ void add_model_flags(CLI::App& app, ModelOptions& o) {
         o.init_adapters = files.size() == 2 ? files[1] : "";
       },
       "initial weights (safetensors with the model's parameter names); BASE,ADAPTERS: a base model's weights "
-      "and LoRA adapters (PEFT's names) loaded over them");
+      "and LoRA adapters (PEFT's names) loaded over them (a path cannot hold a comma)");
   // An unsigned flag would take -1 as 2^64-1, and anything past 2^64-1 as 2^64-1.
   app.add_option("--seed", o.seed, "initialisation seed")
       ->check(CLI::Validator(

@@ -8,6 +8,7 @@
 # restart. A host killed in the middle of a save leaves the previous checkpoint, which the job resumes
 # from. Exit 77 (skipped) where the hosts cannot be made.
 # zshard-test-seconds: 70
+# zshard-test-serial
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 source "$(dirname "$0")/launcher_lib.sh"

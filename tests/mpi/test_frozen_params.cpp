@@ -1,7 +1,8 @@
 // Frozen parameters (ParamSpec::frozen, EngineOptions::freeze, --freeze) under every strategy: they keep
 // their bytes, the others train exactly as the single process does with the same parameters frozen, no
 // gradient or optimizer memory is kept for them (measured beside the prediction), and a checkpoint, which
-// names them rather than holding them, resumes on another world and strategy only beside the same ones.
+// names them rather than holding them, loads under another strategy only beside the same ones (another
+// world: tests/cli/test_freeze.sh).
 // zshard-test-np: 2 4
 #include <gtest/gtest.h>
 
@@ -53,8 +54,8 @@ std::vector<bool> frozen_mask(const TrainOptions& o) {
   return mask;
 }
 
-std::vector<float> initial_params(const TrainOptions& o) {
-  Trainer trainer(o, test::world());
+// Every parameter, trained and frozen, units in order. Collective.
+std::vector<float> params_of(Trainer& trainer) {
   ShardedParams& params = EngineInternals::params(trainer.engine());
   std::vector<float> out;
   for (int u = 0; u < params.num_units(); ++u) {
@@ -62,6 +63,11 @@ std::vector<float> initial_params(const TrainOptions& o) {
     out.insert(out.end(), whole.begin(), whole.begin() + params.layout(u).numel() + params.frozen_layout(u).numel());
   }
   return out;
+}
+
+std::vector<float> initial_params(const TrainOptions& o) {
+  Trainer trainer(o, test::world());
+  return params_of(trainer);
 }
 
 TEST(FrozenParams, KeepTheirBytesWhileTheOthersTrain) {
@@ -191,15 +197,18 @@ TEST(FrozenParams, CheckpointResumesOnlyBesideTheSameFrozenWeights) {
   const std::string dir = test::shared_dir(mine);
   TrainOptions o = frozen_options(kCases[0], 3);
   o.plan.strategy.kind = StrategyKind::zero3;
+  std::vector<float> saved;
   {
     Trainer trainer(o, test::world());
     trainer.run(nullptr);
     trainer.engine().save(dir + "/step");
+    saved = params_of(trainer);
   }
   o.plan.strategy.kind = StrategyKind::ddp;
   {
     Trainer trainer(o, test::world());
     EXPECT_EQ(trainer.engine().load(dir + "/step").step, 3);
+    EXPECT_EQ(params_of(trainer), saved) << "the trained parameters from the files, the frozen ones as they were";
   }
   o.model.seed += 1;
   Trainer other(o, test::world());

@@ -219,10 +219,6 @@ TEST(MemoryEstimator, AccumulationScratchOpensBesideTheGradientItReduces) {
   EXPECT_EQ(estimate_memory(in).total(), 676'147'968);
 }
 
-// Llama keeps a gradient open only with a tied head that adds its weight gradient at the head: from as
-// many tokens per rank as channels (2048) on. Untied, its units are the embedding, the layers and the
-// final unit (norm and lm_head). zero2 holds a kept gradient beside the two largest others; else the
-// gradients of two units, or the largest alone, whichever is more.
 // Quantized reductions add, to what the unquantized ones hold, the chunk records (sent and received) of the
 // two largest units' reductions, which may be in flight at once, on every strategy that reduce-scatters.
 TEST(MemoryEstimator, QuantizedReductionsHoldTheRecordsOfTwoReductions) {
@@ -243,6 +239,10 @@ TEST(MemoryEstimator, QuantizedReductionsHoldTheRecordsOfTwoReductions) {
   }
 }
 
+// Llama keeps a gradient open only with a tied head that adds its weight gradient at the head: from as
+// many tokens per rank as channels (2048) on. Untied, its units are the embedding, the layers and the
+// final unit (norm and lm_head). zero2 holds a kept gradient beside the two largest others; else the
+// gradients of two units, or the largest alone, whichever is more.
 TEST(MemoryEstimator, LlamaKeepsTheTiedEmbeddingGradientOpenOnlyAtTheHead) {
   for (const bool tied : {false, true})
     for (const int seq : {64, 2048}) {
