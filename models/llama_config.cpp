@@ -19,9 +19,9 @@ struct NamedLlamaConfig {
 
 // TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T and meta-llama/Llama-3.2-1B config.json.
 const std::array<NamedLlamaConfig, 3> kLlamaConfigs = {{
-    {"llama-tiny", {2, 64, 4, 2, 192, 256, 128, 10000, false}},
-    {"tinyllama-1.1b", {22, 2048, 32, 4, 5632, 32000, 2048, 10000, false}},
-    {"llama-3.2-1b", {16, 2048, 32, 8, 8192, 128256, 131072, 500000, true}},
+    {"llama-tiny", {2, 64, 4, 2, 192, 256, 128, 10000, false, {}}},
+    {"tinyllama-1.1b", {22, 2048, 32, 4, 5632, 32000, 2048, 10000, false, {}}},
+    {"llama-3.2-1b", {16, 2048, 32, 8, 8192, 128256, 131072, 500000, true, {}}},
 }};
 
 }  // namespace

@@ -124,11 +124,15 @@ void LoraPlan::adapt_block(std::vector<ParamDef>& defs, const std::string& prefi
     const std::string name = prefix + layer.name;
     const int64_t R = settings_.rank;
     // Decayed as matrices are: Hugging Face's Trainer decays every weight that is not a bias or a norm gain.
-    ParamDef a{{name + std::string(kASuffix), {R, layer.in}, true}, 0.0, 0.0};
+    // Appended rather than added with operator+, which GCC 12 warns about falsely here (-Wrestrict).
+    std::string a_name = name, b_name = name;
+    a_name += kASuffix;
+    b_name += kBSuffix;
+    ParamDef a{{a_name, {R, layer.in}, true}, 0.0, 0.0};
     a.init_bound = 1.0 / std::sqrt(double(layer.in));
     a.stream = kAdapterStreams + int64_t(i);
     defs.push_back(std::move(a));
-    defs.push_back({{name + std::string(kBSuffix), {layer.out, R}, true}, 0.0, 0.0});
+    defs.push_back({{b_name, {layer.out, R}, true}, 0.0, 0.0});
   }
 }
 
