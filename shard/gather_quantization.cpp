@@ -11,4 +11,9 @@ int64_t gathered_buffer_bytes(const FlatLayout& layout, int param_bytes, bool qu
   return layout.padded_numel() * param_bytes + records;
 }
 
+int64_t unit_gathered_bytes(const FlatLayout& trainable, const FlatLayout& frozen, int param_bytes, bool quantized) {
+  return gathered_buffer_bytes(trainable, param_bytes, quantized) +
+         (frozen.numel() > 0 ? gathered_buffer_bytes(frozen, param_bytes, quantized) : 0);
+}
+
 }  // namespace zshard

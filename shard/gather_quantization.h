@@ -33,5 +33,8 @@ int64_t quantized_shard_bytes(int64_t shard_numel);
 // an element) and, `quantized`, every rank's record, which it lands in before they are dequantized. A
 // buffer without parameters (a unit's trainable one when all of its parameters are frozen) sends nothing.
 int64_t gathered_buffer_bytes(const FlatLayout& layout, int param_bytes, bool quantized);
+// What a gather of a whole unit holds: its trainable buffer, always allocated (padding only when every
+// parameter is frozen), and its frozen one, which exists only where it holds parameters.
+int64_t unit_gathered_bytes(const FlatLayout& trainable, const FlatLayout& frozen, int param_bytes, bool quantized);
 
 }  // namespace zshard

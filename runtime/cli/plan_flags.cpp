@@ -46,6 +46,27 @@ void add_offload_flag(CLI::App& app, bool& offload_optimizer) {
                    "optimizer: keep the fp32 master and Adam state in host memory and step there (ZeRO-Offload)");
 }
 
+namespace {
+
+// A flag whose value the core parses: its UsageError, which names the flag and the valid values, is the
+// flag's message; --help shows the value's name.
+template <class E, class Parse, class Name>
+void add_parsed_flag(CLI::App& app, const std::string& flag, E& value, Parse parse, Name name, const std::string& help) {
+  app.add_option_function<std::string>(
+         flag,
+         [&value, parse](const std::string& text) {
+           try {
+             value = parse(text);
+           } catch (const UsageError& e) {
+             throw CLI::ValidationError(e.what());
+           }
+         },
+         help)
+      ->default_str(std::string(name(value)));
+}
+
+}  // namespace
+
 void add_plan_flags(CLI::App& app, PlanOptions& o) {
   app.add_option_function<std::string>(
          "--strategy",
@@ -63,29 +84,14 @@ void add_plan_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--reshard-after-forward", o.strategy.reshard_after_forward,
                  "zero3/hybrid: free gathered params after each unit's forward (true/false)");
   app.add_option("--max-inflight", o.strategy.max_inflight, "zero3/hybrid: gathered units alive at once");
-  app.add_option_function<std::string>(
-         "--quantize-gathers",
-         [&o](const std::string& name) {
-           try {
-             o.strategy.quantize_gathers = parse_gather_quantization(name);
-           } catch (const UsageError& e) {
-             throw CLI::ValidationError(e.what());
-           }
-         },
-         "zero3/hybrid: none, or int8: parameters gathered as int8 with an fp32 scale per block of 256 (ZeRO++ qwZ)")
-      ->default_str(std::string(gather_quantization_name(o.strategy.quantize_gathers)));
-  app.add_option_function<std::string>(
-         "--quantize-reductions",
-         [&o](const std::string& name) {
-           try {
-             o.strategy.quantize_reductions = parse_reduction_quantization(name);
-           } catch (const UsageError& e) {
-             throw CLI::ValidationError(e.what());
-           }
-         },
-         "zero1/zero2/zero3/hybrid: none, int8 or int4: gradients reduced in the shard group as blocks of 256 with an "
-         "fp32 scale, summed in fp32 by their owner (ZeRO++ qgZ)")
-      ->default_str(std::string(reduction_quantization_name(o.strategy.quantize_reductions)));
+  add_parsed_flag(app, "--quantize-gathers", o.strategy.quantize_gathers, parse_gather_quantization,
+                  gather_quantization_name,
+                  "zero3/hybrid: none, or int8: parameters gathered as int8 with an fp32 scale per block of 256 "
+                  "(ZeRO++ qwZ)");
+  add_parsed_flag(app, "--quantize-reductions", o.strategy.quantize_reductions, parse_reduction_quantization,
+                  reduction_quantization_name,
+                  "zero1/zero2/zero3/hybrid: none, int8 or int4: gradients reduced in the shard group as blocks of "
+                  "256 with an fp32 scale, summed in fp32 by their owner (ZeRO++ qgZ)");
   add_device_flag(app, o.placement.device,
                   "where to compute: cpu, or cuda (a GPU per rank: local rank modulo the visible GPUs)");
   const Choices<DType> dtypes = {{std::string(dtype_flag(DType::f32)), DType::f32},

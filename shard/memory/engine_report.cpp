@@ -70,9 +70,8 @@ MemoryReport measure_memory(ShardedParams& params, comm::Communicator& world, in
   for (int u = 0; u < params.num_units(); ++u) {
     rep.params += params.layout(u).numel() + params.frozen_layout(u).numel();
     rep.frozen_params += params.frozen_layout(u).numel();
-    const FlatLayout& frozen = params.frozen_layout(u);  // a buffer only where it holds parameters
-    const auto bytes = [&](const FlatLayout& l) { return gathered_buffer_bytes(l, dtypes.param_bytes, dtypes.quantized_gathers); };
-    gathered_sizes.push_back(bytes(params.layout(u)) + (frozen.numel() > 0 ? bytes(frozen) : 0));
+    gathered_sizes.push_back(unit_gathered_bytes(params.layout(u), params.frozen_layout(u), dtypes.param_bytes,
+                                                 dtypes.quantized_gathers));
   }
   const int64_t trainable = rep.params - rep.frozen_params;  // what has gradients to reduce
   rep.device = std::string(device_name(placement.device));

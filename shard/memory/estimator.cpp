@@ -59,8 +59,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     e.params += layout.numel() + frozen.numel();
     e.frozen_params += frozen.numel();
     units.push_back(layout.padded_numel());
-    gathered_units.push_back(gathered_buffer_bytes(layout, d.param_bytes, quantized) +
-                             (frozen_padded > 0 ? gathered_buffer_bytes(frozen, d.param_bytes, quantized) : 0));
+    gathered_units.push_back(unit_gathered_bytes(layout, frozen, d.param_bytes, quantized));
     padded_total += units.back();
     frozen_total += frozen_padded;
     if (quantized && layout.numel() > 0) quantized_copy += quantized_shard_bytes(layout.shard_numel());
