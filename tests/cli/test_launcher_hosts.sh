@@ -22,9 +22,9 @@ fi
 
 HOSTS=(hosta hostb hostc)
 # The kills come by step 9: the job is still running when they land, even on a loaded machine. Under
-# hybrid the last lands after a host is started again, while a job of tiny steps may run a dozen more
-# (17 did, once), so that job is longer (and not longer everywhere: 4 and 6 ranks sum in other orders, and
-# over many steps their losses drift past 1e-5).
+# hybrid the last lands after a host is started again, a few steps later still, so that job is longer
+# (and not longer everywhere: 4 and 6 ranks sum in other orders, and over many steps their losses drift
+# past 1e-5).
 STEPS=24
 FLAGS=(--batch 12 --seq 32 --log-every 1 --save-every 2 --comm-timeout 60)
 # The hosts and steps of the kills are random; ZSHARD_LAUNCHER_SEED repeats a run's.
