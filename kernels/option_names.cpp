@@ -12,13 +12,14 @@ struct Names {
 };
 
 // Indexed by Option, in its order.
-constexpr std::array<Names, 24> kNames = {{
+constexpr std::array<Names, 25> kNames = {{
     {"StrategyOptions::kind", "--strategy"},
     {"StrategyOptions::shard_group", "--shard-group"},
     {"StrategyOptions::max_inflight", "--max-inflight"},
     {"StrategyOptions::reshard_after_forward", "--reshard-after-forward"},
     {"StrategyOptions::quantize_gathers", "--quantize-gathers"},
     {"StrategyOptions::quantize_reductions", "--quantize-reductions"},
+    {"StrategyOptions::secondary_shard", "--secondary-shard"},
     {"Placement::device", "--device"},
     {"Placement::param_dtype", "--param-dtype"},
     {"Placement::reduce_dtype", "--reduce-dtype"},

@@ -15,6 +15,7 @@ enum class Option {
   reshard_after_forward,
   quantize_gathers,
   quantize_reductions,
+  secondary_shard,
   device,
   param_dtype,
   reduce_dtype,

@@ -28,8 +28,9 @@ CommVolume comm_volume(const CommShape& s) {
       break;
     case StrategyKind::zero3:
     case StrategyKind::hybrid:
-      v.gather = K * move(double(s.gathered), s.group,
+      v.gather = K * move(double(s.gathered - s.secondary_gathered), s.group,
                           s.quantized_gathers ? kQuantizedGatherBytesPerElement : double(s.param_bytes));
+      v.secondary = K * move(double(s.secondary_gathered), s.secondary_group, s.param_bytes);
       v.reduce = K * reduction(s.group);
       v.across = K * 2 * pass(s.replicas, s.grad_bytes) / s.group;
       break;

@@ -26,6 +26,10 @@ struct CommShape {
   // (--quantize-reductions): quantized_reduction_bytes_per_element an element rather than grad_bytes
   // (shard/reduction_quantization.h). Hybrid's all-reduce across groups keeps grad_bytes.
   ReductionQuantization quantized_reductions = ReductionQuantization::none;
+  // zero3 with secondary groups (--secondary-shard): of `gathered`, the elements gathered inside a
+  // secondary group of secondary_group ranks from the shares kept after forward, in the param dtype.
+  int64_t secondary_gathered = 0;
+  int secondary_group = 1;
 };
 
 // Bus bytes per optimizer step of one rank, by the collectives that move them.
@@ -33,8 +37,9 @@ struct CommVolume {
   double gather = 0;  // parameter all-gathers: zero1 and zero2 once after the step, zero3 and hybrid each micro-step
   double reduce = 0;  // gradients inside the group: ddp's all-reduce, the reduce-scatters of the others
   double across = 0;  // hybrid: each shard's all-reduce across the replicas, every micro-step
+  double secondary = 0;  // zero3 with secondary groups: the gathers inside them, every micro-step
   double in_group() const { return gather + reduce; }
-  double total() const { return gather + reduce + across; }
+  double total() const { return gather + reduce + across + secondary; }
 };
 
 // ddp 2Ψ(N-1)/N; zero1 the same, as a reduce-scatter and an all-gather; zero2 reduce-scatters every
@@ -42,7 +47,8 @@ struct CommVolume {
 // an all-reduce of its shard across the R groups, 2(Ψ/G)(R-1)/R (unequal groups reduce each piece of the
 // shard among R owners: the same volume). Quantized gathers move (1 + 4/256)/param_bytes of the gathers'
 // bytes; quantized reductions (bits/8 + 4/256)/grad_bytes of the in-group reductions' bytes, an all-to-all
-// moving what a reduce-scatter of as many bytes does.
+// moving what a reduce-scatter of as many bytes does. Secondary groups of h move the gathers from the
+// kept shares, (h-1)/h of them, unquantized, and the rest of the gathers stay in the shard group.
 CommVolume comm_volume(const CommShape& shape);
 
 }  // namespace zshard

@@ -39,8 +39,11 @@ void ShardedParams::end_micro_step() {
     u->grads_state = Unit::Grads::untouched;
   }
   while (!reductions_.empty()) finish_oldest_reduction();
-  for (auto& u : units_)
+  for (auto& u : units_) {
     if (u->gathered.defined()) free_gathered(*u);  // a prefetch the model did not use
+    u->secondary = Tensor();  // a share kept after forward that backward did not gather
+    u->frozen_secondary = Tensor();
+  }
   order_->recorded = true;
 }
 

@@ -68,12 +68,21 @@ std::vector<double> all_gather_scalar(comm::Communicator& comm, double value) {
 
 }  // namespace
 
-GroupComms::GroupComms(comm::Communicator& world, const ShardGroups& groups) : world_(world), groups_(groups) {
+GroupComms::GroupComms(comm::Communicator& world, const ShardGroups& groups,
+                       const std::optional<ShardGroups>& secondary_groups)
+    : world_(world), groups_(groups) {
   ZS_CHECK(groups.world_size() == world.size(), "shard groups of ", groups.world_size(), " ranks on a world of ",
            world.size());
   const int rank = world.rank(), group = groups.group_of(rank);
   shard_ = world.split(group, rank);
   comm::set_group_label(*shard_, "shard group " + std::to_string(group));
+  if (secondary_groups) {
+    ZS_CHECK(secondary_groups->world_size() == world.size(), "secondary groups of ", secondary_groups->world_size(),
+             " ranks on a world of ", world.size());
+    const int secondary = secondary_groups->group_of(rank);
+    secondary_ = world.split(secondary, rank);
+    comm::set_group_label(*secondary_, "secondary group " + std::to_string(secondary));
+  }
   if (!across_groups()) return;
   const int my_first_slot = (rank - groups.first_rank(group)) * (groups.pad_multiple() / groups.size(group));
   // Each split makes the communicators of pieces whose owners are disjoint (a rank is in at most one), so
@@ -139,12 +148,14 @@ comm::CommStats GroupComms::stats() const {
     total.seconds_waiting += c.stats().seconds_waiting;
   };
   add(*shard_);
+  if (secondary_) add(*secondary_);
   for (const Piece& p : pieces_) add(*p.comm);
   return total;
 }
 
 void GroupComms::reset_stats() {
   shard_->reset_stats();
+  if (secondary_) secondary_->reset_stats();
   for (Piece& p : pieces_) p.comm->reset_stats();
 }
 

@@ -7,12 +7,15 @@
 //            refinement of every group's shard boundaries, and each of its pieces is all-reduced among
 //            the ranks that own it, one per group. A rank of the group of 2 owns two pieces of a group of
 //            4's shards, so it reduces with two peers in turn.
+//   secondary  zero3 with secondary groups (ShardPlan::secondary_groups): this rank's, which backward's
+//            gathers run in.
 //
 // Every rank issues its pieces in offset order, and units in the order the program reduces them, so the
 // collectives of all piece communicators follow one global order: NCCL cannot deadlock on communicators
 // whose members issue them in different orders.
 #pragma once
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <zshard/communicator.h>
@@ -23,12 +26,14 @@ namespace zshard {
 class GroupComms {
  public:
   // Collective over `world`, which must outlive this object (the gradient norm reduces over it).
-  GroupComms(comm::Communicator& world, const ShardGroups& groups);
+  GroupComms(comm::Communicator& world, const ShardGroups& groups,
+             const std::optional<ShardGroups>& secondary_groups = std::nullopt);
 
   const ShardGroups& groups() const { return groups_; }
   int shard_index() const { return shard_->rank(); }
   int shard_group_size() const { return shard_->size(); }
   comm::Communicator& shard() { return *shard_; }
+  comm::Communicator* secondary() { return secondary_.get(); }  // null without secondary groups
   // Two or more groups: a shard's reduction does not end inside its group.
   bool across_groups() const { return groups_.count() > 1; }
 
@@ -53,6 +58,7 @@ class GroupComms {
   comm::Communicator& world_;
   ShardGroups groups_;
   std::unique_ptr<comm::Communicator> shard_;
+  std::unique_ptr<comm::Communicator> secondary_;
   std::vector<Piece> pieces_;  // this rank's, in offset order
 };
 

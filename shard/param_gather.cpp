@@ -28,19 +28,58 @@ void ShardedParams::start_gather(int unit) {
   const Device device = plan_.placement.device;
   const DType dtype = u.resident.dtype();
   const comm::CollectiveLabel label(comm::trace::Purpose::params, unit);
+  const bool from_secondary = u.kept_secondary();
+  // A gather from the secondary shares fills whole shares, which may reach past the padding.
+  const auto gathered_numel = [&](const FlatLayout& l) {
+    return from_secondary ? std::max(l.padded_numel(), secondary_share_numel(l) * comms_.secondary()->size())
+                          : l.padded_numel();
+  };
   // A unit with frozen parameters only has a padding-only trainable buffer: allocated (its definedness
   // marks the unit gathered) but not gathered.
-  u.gathered = Tensor::empty({u.layout.padded_numel()}, dtype, device, Category::comm);
-  if (u.trainable() && !test_skips_gather(shard_index(), unit))
+  u.gathered = Tensor::empty({gathered_numel(u.layout)}, dtype, device, Category::comm);
+  if (from_secondary && u.trainable())
+    u.gather_work = gather_secondary_shares(u.layout, u.secondary, u.gathered);
+  else if (u.trainable() && !test_skips_gather(shard_index(), unit))
     u.gather_work = start_buffer_gather(u.layout, u.resident, u.quantized, u.gathered, u.received);
   UnitTensors frozen;
   if (u.has_frozen()) {
-    u.frozen_gathered = Tensor::empty({u.frozen.padded_numel()}, dtype, device, Category::comm);
+    u.frozen_gathered = Tensor::empty({gathered_numel(u.frozen)}, dtype, device, Category::comm);
     u.frozen_gather_work =
-        start_buffer_gather(u.frozen, u.frozen_resident, u.frozen_quantized, u.frozen_gathered, u.frozen_received);
-    frozen = u.frozen.views(u.frozen_gathered);
+        from_secondary
+            ? gather_secondary_shares(u.frozen, u.frozen_secondary, u.frozen_gathered)
+            : start_buffer_gather(u.frozen, u.frozen_resident, u.frozen_quantized, u.frozen_gathered, u.frozen_received);
+    frozen = u.frozen.views(u.frozen_gathered.view(0, {u.frozen.padded_numel()}));
   }
-  u.param_views = in_unit_order(u.slots, u.layout.views(u.gathered), frozen);
+  u.param_views = in_unit_order(u.slots, u.layout.views(u.gathered.view(0, {u.layout.padded_numel()})), frozen);
+}
+
+int64_t ShardedParams::secondary_share_numel(const FlatLayout& layout) {
+  const int64_t h = comms_.secondary()->size();
+  return (layout.padded_numel() + h - 1) / h;
+}
+
+Tensor ShardedParams::secondary_share(const FlatLayout& layout, const Tensor& gathered) {
+  if (layout.numel() == 0) return Tensor();
+  const Device device = plan_.placement.device;
+  const int64_t n = secondary_share_numel(layout), begin = n * comms_.secondary()->rank();
+  const int64_t have = std::clamp<int64_t>(layout.padded_numel() - begin, 0, n);
+  // The tail past the unit's padding is never read as a parameter, but it crosses the wire: zeros.
+  Tensor share = have < n ? Tensor::zeros({n}, gathered.dtype(), device, Category::comm)
+                          : Tensor::empty({n}, gathered.dtype(), device, Category::comm);
+  const size_t element = dtype_size(gathered.dtype());
+  if (have > 0)
+    copy_bytes(share.raw(), device, static_cast<const char*>(gathered.raw()) + size_t(begin) * element, device,
+               size_t(have) * element);
+  return share;
+}
+
+comm::WorkPtr ShardedParams::gather_secondary_shares(const FlatLayout& layout, const Tensor& share,
+                                                     const Tensor& gathered) {
+  comm::Communicator& group = *comms_.secondary();
+  const int64_t n = secondary_share_numel(layout);
+  if (group.size() > 1) return group.all_gather(share.raw(), gathered.raw(), size_t(n), share.dtype());
+  copy_bytes(gathered.raw(), plan_.placement.device, share.raw(), plan_.placement.device, share.nbytes());
+  return nullptr;
 }
 
 void ShardedParams::finish_gather(Unit& u) {
@@ -50,6 +89,9 @@ void ShardedParams::finish_gather(Unit& u) {
   }
   dequantize_received(u.layout, u.received, u.gathered);
   dequantize_received(u.frozen, u.frozen_received, u.frozen_gathered);
+  // The shares' all-gather has read them: the unit is whole again until its release.
+  u.secondary = Tensor();
+  u.frozen_secondary = Tensor();
 }
 
 void ShardedParams::quantize_shard(const FlatLayout& layout, const Tensor& resident, const Tensor& quantized) {
@@ -113,7 +155,10 @@ const UnitTensors& ShardedParams::gather(int unit) {
   if (!order_->recorded) {
     order_->units.push_back(unit);
     // A unit still held (nested, or kept from forward for backward) costs no collective.
-    if (!u.used && !forward_only()) first_step_gathered_numel_ += u.layout.numel() + u.frozen.numel();
+    if (!u.used && !forward_only()) {
+      first_step_gathered_numel_ += u.layout.numel() + u.frozen.numel();
+      if (u.kept_secondary()) first_step_secondary_numel_ += u.layout.numel() + u.frozen.numel();
+    }
   }
   u.used = true;
   const size_t position = gather_position_++;
@@ -134,6 +179,12 @@ void ShardedParams::release(int unit) {
   if (--u.gather_refs > 0 || !params_sharded_) return;
   // Without resharding after forward, the gathered unit waits for its backward.
   if (!plan_.reshard_after_forward && !in_backward_) return;
+  // With secondary groups, this rank's share of it waits instead: backward gathers inside the group.
+  if (comms_.secondary() && !in_backward_ && !forward_only()) {
+    if (u.gathering()) finish_gather(u);
+    u.secondary = secondary_share(u.layout, u.gathered);
+    u.frozen_secondary = secondary_share(u.frozen, u.frozen_gathered);
+  }
   free_gathered(u);
 }
 

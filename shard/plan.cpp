@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -95,10 +96,53 @@ void check_runs_here(const PlanOptions& o) {
   if (const std::string why = device_unavailable(device); !why.empty()) refuse(option_name(Option::device), " ", device_name(device), ": ", why);
 }
 
-ShardPlan plan_with_groups(const PlanOptions& options, ShardGroups groups) {
+ShardPlan plan_with_groups(const PlanOptions& options, ShardGroups groups,
+                           std::optional<ShardGroups> secondary_groups = std::nullopt) {
   const StrategyOptions& s = options.strategy;
-  return {s.kind, s.shard_group, std::move(groups), s.reshard_after_forward, s.max_inflight, s.quantize_gathers,
-          s.quantize_reductions, options.placement, comm_backend(options), options.comm_timeout_s};
+  return {s.kind,          s.shard_group,       std::move(groups),         s.reshard_after_forward,
+          s.max_inflight,  s.quantize_gathers,  s.quantize_reductions,     std::move(secondary_groups),
+          options.placement, comm_backend(options), options.comm_timeout_s};
+}
+
+// zero3's secondary groups of N consecutive ranks (--secondary-shard N) on a world of n.
+ShardGroups secondary_groups_of_size(int size, int n) {
+  if (n % size != 0)
+    refuse(option_name(Option::secondary_shard), " ", size, " does not divide the world size ", n,
+           " (secondary groups are runs of N consecutive ranks)");
+  if (size == n)
+    refuse(option_name(Option::secondary_shard), " ", size, ": a secondary group of the whole world is the shard group "
+           "itself, which is ", option_setting(Option::reshard_after_forward, "true", "true"));
+  return ShardGroups(std::vector<int>(size_t(n / size), size));
+}
+
+// zero3's secondary groups on these hosts (--secondary-shard host): each host's ranks. On one host they
+// would be the shard group itself, so there are none: the run is plain zero3, as the same command on a
+// cluster's single node should be.
+std::optional<ShardGroups> secondary_groups_on(const Hosts& hosts) {
+  const std::string_view flag = option_name(Option::secondary_shard);
+  if (hosts.sizes.size() < 2) return std::nullopt;
+  if (!hosts.consecutive)
+    refuse(flag, " host: the hosts hold ", join_sizes(hosts.sizes), " ranks in interleaved rank order; secondary "
+           "groups need each host's ranks to be a run of consecutive ranks");
+  if (std::all_of(hosts.sizes.begin(), hosts.sizes.end(), [](int h) { return h == 1; }))
+    refuse(flag, " host: every host runs one rank, so each would keep whole units from forward to backward, which is ",
+           option_setting(Option::reshard_after_forward, "false", "false"));
+  check_group_sizes(hosts.sizes, "the hosts' ranks");
+  return ShardGroups(hosts.sizes);
+}
+
+// The secondary groups asked for, by arithmetic where a size was given, from `hosts` otherwise (null:
+// no hosts known, which refuses `host`).
+std::optional<ShardGroups> secondary_groups(const StrategyOptions& s, int n, const Hosts* hosts) {
+  switch (s.secondary_shard.kind) {
+    case SecondaryShard::Kind::none: return std::nullopt;
+    case SecondaryShard::Kind::size: return secondary_groups_of_size(s.secondary_shard.size, n);
+    case SecondaryShard::Kind::host: break;
+  }
+  if (!hosts)
+    refuse(option_name(Option::secondary_shard), " host: the hosts decide host groups, and this plan has none (give "
+           "the ranks per host, e.g. 8)");
+  return secondary_groups_on(*hosts);
 }
 
 }  // namespace
@@ -123,6 +167,16 @@ void validate_plan_options(const PlanOptions& o) {
     if (s.max_inflight != defaults.max_inflight) refuse(option_name(Option::max_inflight), only);
     if (s.reshard_after_forward != defaults.reshard_after_forward) refuse(option_name(Option::reshard_after_forward), only);
     if (s.quantize_gathers != defaults.quantize_gathers) refuse(option_name(Option::quantize_gathers), only);
+  }
+  if (s.secondary_shard.kind != SecondaryShard::Kind::none) {
+    const std::string_view flag = option_name(Option::secondary_shard);
+    if (s.kind == StrategyKind::hybrid)
+      refuse(flag, " is only for ", option_name(Option::strategy), " zero3 (hybrid's gathers already stay inside its "
+             "shard group: give ", option_name(Option::shard_group), " the secondary group's size instead)");
+    if (s.kind != StrategyKind::zero3) refuse(flag, " is only for ", option_name(Option::strategy), " zero3");
+    if (!s.reshard_after_forward)
+      refuse(flag, " needs ", option_setting(Option::reshard_after_forward, "true", "true"),
+             ": without resharding the whole unit is kept from forward to backward, and there is nothing to partition");
   }
   // ddp's all-reduce leaves every rank the whole sum: there is no owner to sum the quantized chunks in fp32.
   if (s.kind == StrategyKind::ddp && s.quantize_reductions != ReductionQuantization::none)
@@ -149,9 +203,16 @@ ShardPlan resolve_plan(const PlanOptions& options, comm::Communicator& world) {
   // Hybrid's groups depend on the hosts, except where one size was given.
   const ShardGroupRequest& asked = options.strategy.shard_group;
   const bool one_size = asked.kind() == ShardGroupRequest::Kind::sizes && asked.sizes().size() == 1;
-  ShardPlan plan = options.strategy.kind == StrategyKind::hybrid && !one_size
-                       ? plan_with_groups(options, hybrid_groups_on(gather_hosts(world), options.strategy, world.size()))
-                       : plan_for_world(options, world.size());
+  ShardPlan plan;
+  if (options.strategy.kind == StrategyKind::hybrid && !one_size) {
+    plan = plan_with_groups(options, hybrid_groups_on(gather_hosts(world), options.strategy, world.size()));
+  } else if (options.strategy.secondary_shard.kind == SecondaryShard::Kind::host) {
+    const Hosts hosts = gather_hosts(world);
+    plan = plan_with_groups(options, shard_groups(options.strategy, world.size()),
+                            secondary_groups(options.strategy, world.size(), &hosts));
+  } else {
+    plan = plan_for_world(options, world.size());
+  }
   if (device != Device::cpu) run_agreed(world, [&] { select_device(device, world); });
   return plan;
 }
@@ -160,13 +221,17 @@ ShardPlan plan_on_hosts(const PlanOptions& options, const std::vector<int>& host
   validate_plan_options(options);
   int world = 0;
   for (int h : host_sizes) world += h;
-  if (options.strategy.kind != StrategyKind::hybrid) return plan_for_world(options, world);
-  return plan_with_groups(options, hybrid_groups_on({host_sizes, true}, options.strategy, world));
+  const Hosts hosts{host_sizes, true};
+  if (options.strategy.kind == StrategyKind::hybrid)
+    return plan_with_groups(options, hybrid_groups_on(hosts, options.strategy, world));
+  return plan_with_groups(options, shard_groups(options.strategy, world),
+                          secondary_groups(options.strategy, world, &hosts));
 }
 
 ShardPlan plan_for_world(const PlanOptions& options, int world_size) {
   validate_plan_options(options);
-  return plan_with_groups(options, shard_groups(options.strategy, world_size));
+  return plan_with_groups(options, shard_groups(options.strategy, world_size),
+                          secondary_groups(options.strategy, world_size, nullptr));
 }
 
 }  // namespace zshard

@@ -41,7 +41,7 @@ void check_unit_specs(const std::vector<UnitSpec>& specs) {
 ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const ShardPlan& plan, uint64_t seed,
                              const std::vector<std::string>& freeze)
     : plan_(plan),
-      comms_(comm, plan.groups),
+      comms_(comm, plan.groups, plan.secondary_groups),
       params_sharded_(plan.params_sharded()),
       grads_sharded_(plan.grads_sharded()),
       quantized_gathers_(plan.quantize_gathers == GatherQuantization::int8) {

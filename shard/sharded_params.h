@@ -6,7 +6,8 @@
 //                   when one is in flight) and start the next unit's gather, in the order recorded on
 //                   the first micro-step; resident params: hand out views.
 //   release(u)      sharded params: free the gathered buffer (kept until backward when
-//                   reshard_after_forward is off).
+//                   reshard_after_forward is off; with secondary groups, zero3 keeps this rank's share of
+//                   it in its group, and the next gather of the unit runs inside that group).
 //   grads(u)        the full-size gradient buffer the model accumulates into: resident (ddp, zero1) or
 //                   transient (zero2/3, hybrid), opened on the first call of a micro-step once the
 //                   reductions in flight fit the budget beside it (full_grads_budget_).
@@ -149,6 +150,9 @@ class ShardedParams : public ParamContext {
   // resharding after forward, or for a model whose backward reuses a forward gather or needs none (an
   // embedding). Prefetches the model does not use are not in it.
   int64_t gathered_numel_per_micro_step() const { return first_step_gathered_numel_; }
+  // Of those, the elements gathered inside the secondary groups from the shares kept after forward (0
+  // without secondary groups).
+  int64_t secondary_gathered_numel_per_micro_step() const { return first_step_secondary_numel_; }
   // Bytes moved by this rank's communicators since the last reset.
   comm::CommStats comm_stats() const;
   void reset_comm_stats();
@@ -178,6 +182,13 @@ class ShardedParams : public ParamContext {
   comm::WorkPtr gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype);
   // Quantized gathers: `quantized` := the record of this rank's shard of `resident` (no-op otherwise).
   void quantize_shard(const FlatLayout& layout, const Tensor& resident, const Tensor& quantized);
+  // Secondary groups (ShardPlan::secondary_groups): the elements of a layout's share, its padded buffer cut
+  // into as many shares as the group has ranks (the last ones may reach past it); this rank's share of a
+  // gathered buffer (undefined for a layout without parameters); and the all-gather of the shares back
+  // into a buffer of at least padded_numel.
+  int64_t secondary_share_numel(const FlatLayout& layout);
+  Tensor secondary_share(const FlatLayout& layout, const Tensor& gathered);
+  comm::WorkPtr gather_secondary_shares(const FlatLayout& layout, const Tensor& share, const Tensor& gathered);
   // Starts the gather of one flat buffer into `gathered`: the compute shards, or the records into
   // `received` (allocated here).
   comm::WorkPtr start_buffer_gather(const FlatLayout& layout, const Tensor& resident, const Tensor& quantized,
@@ -236,6 +247,7 @@ class ShardedParams : public ParamContext {
   GatherOrder* order_ = &training_order_;  // the current micro-step's
   bool forward_only() const { return order_ == &forward_only_order_; }
   int64_t first_step_gathered_numel_ = 0;
+  int64_t first_step_secondary_numel_ = 0;
   size_t gather_position_ = 0;
 };
 
@@ -271,6 +283,10 @@ struct ShardedParams::Unit {
   // sends, i32 words; undefined for a buffer without parameters.
   Tensor quantized, frozen_quantized;
   Tensor received, frozen_received;  // every rank's records while the gather is in flight
+  // Secondary groups: this rank's share of the gathered buffers, kept from the unit's release in forward
+  // until the gather that makes it whole again (backward's, or a second use in forward).
+  Tensor secondary, frozen_secondary;
+  bool kept_secondary() const { return secondary.defined() || frozen_secondary.defined(); }
   comm::WorkPtr gather_work, frozen_gather_work;
   int gather_refs = 0;  // gathers not yet released, on every strategy (the protocol is checked on all)
   bool used = false;    // the model has gathered it since it was last freed (a prefetch is not yet used)

@@ -3,6 +3,7 @@
 #include <zshard/strategy.h>
 
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <cstdint>
 #include <numeric>
@@ -57,6 +58,28 @@ std::string_view reduction_quantization_name(ReductionQuantization q) {
     case ReductionQuantization::none: return "none";
     case ReductionQuantization::int8: return "int8";
     case ReductionQuantization::int4: return "int4";
+  }
+  return "?";
+}
+
+SecondaryShard parse_secondary_shard(std::string_view text) {
+  if (text == "none") return {};
+  if (text == "host") return {SecondaryShard::Kind::host, 0};
+  int size = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), size);
+  if (error != std::errc() || end != text.data() + text.size() || size < 1)
+    refuse(option_name(Option::secondary_shard), ": unknown value '", text, "' (valid: none, host, or a group size N >= 2)");
+  if (size == 1)
+    refuse(option_name(Option::secondary_shard), " 1: a secondary group of one rank keeps whole units from forward to "
+           "backward, which is ", option_setting(Option::reshard_after_forward, "false", "false"));
+  return {SecondaryShard::Kind::size, size};
+}
+
+std::string secondary_shard_text(const SecondaryShard& s) {
+  switch (s.kind) {
+    case SecondaryShard::Kind::none: return "none";
+    case SecondaryShard::Kind::host: return "host";
+    case SecondaryShard::Kind::size: return std::to_string(s.size);
   }
   return "?";
 }

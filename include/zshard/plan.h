@@ -51,6 +51,9 @@ struct ShardPlan {
   int max_inflight = 2;
   GatherQuantization quantize_gathers = GatherQuantization::none;
   ReductionQuantization quantize_reductions = ReductionQuantization::none;
+  // zero3 with --secondary-shard: the groups a unit's share is kept in after its forward, which its
+  // backward gathers in (each host's ranks, or groups of N); unset: backward gathers in the shard group.
+  std::optional<ShardGroups> secondary_groups;
   Placement placement;
   CommBackend comm = CommBackend::mpi;
   double comm_timeout_s = kDefaultCommTimeout;

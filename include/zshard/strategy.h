@@ -65,6 +65,23 @@ enum class ReductionQuantization { none, int8, int4 };
 ReductionQuantization parse_reduction_quantization(std::string_view name);  // throws UsageError naming the valid ones
 std::string_view reduction_quantization_name(ReductionQuantization q);
 
+// Where zero3 keeps a unit between its forward and its backward (--secondary-shard): ZeRO++'s hpZ. After a
+// unit's forward each rank keeps its share of the gathered unit within a smaller group (each host's ranks,
+// or groups of N consecutive ranks), so that backward's gather runs inside that group, in the compute
+// dtype, instead of across the world. It sits between --reshard-after-forward true (keep one world shard,
+// gather across the world again) and false (keep the whole unit); a secondary group of one rank would be
+// false and one of the world would be true, so those are refused under their own name. hybrid's gathers
+// already stay inside its shard group, so it is zero3's alone.
+struct SecondaryShard {
+  enum class Kind { none, host, size };
+  Kind kind = Kind::none;
+  int size = 0;  // Kind::size: ranks per secondary group
+  bool operator==(const SecondaryShard&) const = default;
+};
+
+SecondaryShard parse_secondary_shard(std::string_view text);  // none, host or N >= 2; throws UsageError
+std::string secondary_shard_text(const SecondaryShard& s);    // as the flag takes it
+
 struct StrategyOptions {
   StrategyKind kind = StrategyKind::ddp;
   ShardGroupRequest shard_group;      // hybrid only
@@ -72,6 +89,7 @@ struct StrategyOptions {
   int max_inflight = 2;               // zero3/hybrid: gathered units alive at once (prefetch depth + 1)
   GatherQuantization quantize_gathers = GatherQuantization::none;  // zero3/hybrid
   ReductionQuantization quantize_reductions = ReductionQuantization::none;  // zero1/2/3, hybrid
+  SecondaryShard secondary_shard{};  // zero3
 };
 
 // The shard groups of a world: runs of consecutive ranks in rank order, of any sizes. Groups of one size

@@ -92,6 +92,9 @@ void add_plan_flags(CLI::App& app, PlanOptions& o) {
                   reduction_quantization_name,
                   "zero1/zero2/zero3/hybrid: none, int8 or int4: gradients reduced in the shard group as blocks of "
                   "256 with an fp32 scale, summed in fp32 by their owner (ZeRO++ qgZ)");
+  add_parsed_flag(app, "--secondary-shard", o.strategy.secondary_shard, parse_secondary_shard, secondary_shard_text,
+                  "zero3: none; host: after a unit's forward keep each host's share of it, so that backward gathers "
+                  "inside the host (ZeRO++ hpZ); or N: the same in groups of N consecutive ranks");
   add_device_flag(app, o.placement.device,
                   "where to compute: cpu, or cuda (a GPU per rank: local rank modulo the visible GPUs)");
   const Choices<DType> dtypes = {{std::string(dtype_flag(DType::f32)), DType::f32},

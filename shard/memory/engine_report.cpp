@@ -84,9 +84,11 @@ MemoryReport measure_memory(ShardedParams& params, comm::Communicator& world, in
   DtypePolicy traffic = dtypes;  // gradients travel in the reduce dtype
   traffic.grad_bytes = int(dtype_size(placement.reduce_dtype));
 
-  // The model's own gather schedule where a step has recorded it, the paper's 2Ψ before.
-  const int64_t gathered =
-      params.gathered_numel_per_micro_step() > 0 ? params.gathered_numel_per_micro_step() : 2 * rep.params;
+  // The model's own gather schedule where a step has recorded it, the paper's 2Ψ before (with secondary
+  // groups, backward's Ψ inside them).
+  const bool recorded = params.gathered_numel_per_micro_step() > 0;
+  GatherSchedule gathers{recorded ? params.gathered_numel_per_micro_step() : 2 * rep.params};
+  if (plan.secondary_groups) gathers.secondary = recorded ? params.secondary_gathered_numel_per_micro_step() : rep.params;
   RankMemory mine;
   mine.stats = rank_memory(placement.device);
   for (const auto& [bytes, exposed_ms] : step_comm) {
@@ -103,8 +105,9 @@ MemoryReport measure_memory(ShardedParams& params, comm::Communicator& world, in
                                           placement.offload_optimizer, placement.device, rep.frozen_params);
     // Frozen parameters are gathered like the others, and have no gradient to reduce nor update to
     // re-gather: the gradient terms count the trainable ones.
+    if (plan.secondary_groups) gathers.secondary_group = plan.secondary_groups->size_of_rank(r);
     rank.predicted_comm_bytes =
-        predict_comm_bytes(plan.kind, groups, rank.shard_group, trainable, gathered, grad_accum, traffic);
+        predict_comm_bytes(plan.kind, groups, rank.shard_group, trainable, gathers, grad_accum, traffic);
   }
   rep.predicted = rep.ranks[0].predicted;
   rep.predicted_comm_bytes = rep.ranks[0].predicted_comm_bytes;

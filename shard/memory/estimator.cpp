@@ -47,7 +47,15 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // Per-unit padding by the code that shards the units: a unit's trainable and frozen parameters are two
   // flat buffers (shard/frozen_params.h), gathered together, the trainable ones alone with gradients.
   // gathered_units are bytes: what a gather of the unit holds (with quantized gathers, the records too).
-  std::vector<int64_t> units, gathered_units, reduction_records;
+  std::vector<int64_t> units, gathered_units, reduction_records, secondary_shares;
+  // Secondary groups: the share a rank keeps of each unit between its forward and backward, in the
+  // smallest group (the largest share).
+  int secondary_group = 0;
+  if (plan.secondary_groups)
+    for (int h : plan.secondary_groups->sizes()) secondary_group = secondary_group ? std::min(secondary_group, h) : h;
+  const auto share_bytes = [&](const FlatLayout& l) {
+    return l.numel() > 0 ? (l.padded_numel() + secondary_group - 1) / secondary_group * d.param_bytes : 0;
+  };
   std::vector<FlatLayout> layouts;
   int64_t padded_total = 0, frozen_total = 0, quantized_copy = 0, frozen_quantized_copy = 0;
   const bool quantized = d.quantized_gathers && plan.params_sharded();
@@ -60,6 +68,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     e.frozen_params += frozen.numel();
     units.push_back(layout.padded_numel());
     gathered_units.push_back(unit_gathered_bytes(layout, frozen, d.param_bytes, quantized));
+    if (secondary_group > 0) secondary_shares.push_back(share_bytes(layout) + share_bytes(frozen));
     padded_total += units.back();
     frozen_total += frozen_padded;
     if (quantized && layout.numel() > 0) quantized_copy += quantized_shard_bytes(layout.shard_numel());
@@ -106,12 +115,15 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     return units[u] + (units[u] + next <= open_bound ? next : 0);
   };
   if (p_sharded) {
-    int64_t backward = 0, held = 0;
+    int64_t backward = 0, held = 0, shares = 0;
     for (size_t u = 0; u < units.size(); ++u) {
       held += gathered_units[u];
       int64_t gathered = held;  // kept from forward: every unit from 0 to u
       if (plan.reshard_after_forward) {
-        gathered = 0;
+        // With secondary groups, the shares of every unit from 0 to u, kept from forward (a bound: u's
+        // goes once its gather lands).
+        shares += secondary_shares.empty() ? 0 : secondary_shares[u];
+        gathered = shares;
         for (size_t v = u; v >= 1 && u - v < size_t(std::max(1, plan.max_inflight)); --v) gathered += gathered_units[v];
       }
       const int64_t open = open_at(u);

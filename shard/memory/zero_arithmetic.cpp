@@ -40,19 +40,21 @@ ModelStateBytes predict_zero_offload(StrategyKind kind, int group, int64_t psi, 
   return m;
 }
 
-int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi, int64_t gathered,
-                           int grad_accum, const DtypePolicy& d) {
+int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi,
+                           const GatherSchedule& gathers, int grad_accum, const DtypePolicy& d) {
   const CommShape shape = {.kind = kind,
                            .world = groups.world_size(),
                            .group = group,
                            .replicas = groups.count(),
                            .psi = psi,
-                           .gathered = gathered,
+                           .gathered = gathers.gathered,
                            .grad_accum = grad_accum,
                            .param_bytes = d.param_bytes,
                            .grad_bytes = d.grad_bytes,
                            .quantized_gathers = d.quantized_gathers,
-                           .quantized_reductions = d.quantized_reductions};
+                           .quantized_reductions = d.quantized_reductions,
+                           .secondary_gathered = gathers.secondary,
+                           .secondary_group = gathers.secondary_group};
   return int64_t(comm_volume(shape).total());
 }
 

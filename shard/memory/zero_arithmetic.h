@@ -68,8 +68,13 @@ int64_t predict_gathered_bytes(const std::vector<int64_t>& unit_bytes, int max_i
 // micro-steps: comm_volume's total (shard/comm_volume.h) on `groups`. `gathered` is the elements zero3
 // and hybrid gather per micro-step: the paper's 2Ψ, or the model's own schedule
 // (ShardedParams::gathered_numel_per_micro_step), which gathers an untied Llama's embedding and head once
-// each.
-int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi, int64_t gathered,
-                           int grad_accum, const DtypePolicy& dtypes);
+// each; `secondary` of them are gathered inside a secondary group of `secondary_group` ranks.
+struct GatherSchedule {
+  int64_t gathered = 0;
+  int64_t secondary = 0;
+  int secondary_group = 1;
+};
+int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi,
+                           const GatherSchedule& gathers, int grad_accum, const DtypePolicy& dtypes);
 
 }  // namespace zshard
