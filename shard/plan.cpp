@@ -217,6 +217,20 @@ ShardPlan resolve_plan(const PlanOptions& options, comm::Communicator& world) {
   return plan;
 }
 
+StrategyOptions strategy_options_for(StrategyKind kind, StrategyOptions s) {
+  const StrategyOptions defaults;
+  s.kind = kind;
+  if (kind != StrategyKind::hybrid) s.shard_group = defaults.shard_group;
+  if (!params_sharded(kind)) {
+    s.max_inflight = defaults.max_inflight;
+    s.reshard_after_forward = defaults.reshard_after_forward;
+    s.quantize_gathers = defaults.quantize_gathers;
+  }
+  if (kind == StrategyKind::ddp) s.quantize_reductions = defaults.quantize_reductions;
+  if (kind != StrategyKind::zero3) s.secondary_shard = defaults.secondary_shard;
+  return s;
+}
+
 ShardPlan plan_on_hosts(const PlanOptions& options, const std::vector<int>& host_sizes) {
   validate_plan_options(options);
   int world = 0;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <zshard/dtype.h>
+#include <zshard/strategy.h>
 
 #include "shard/strategy_internals.h"
 
@@ -25,6 +26,11 @@ std::string_view dtype_flag(DType dtype);
 // Sets `world`'s deadline for every collective from now on to --comm-timeout (when valid; resolve_plan
 // refuses it otherwise). Issues none.
 void apply_comm_timeout(const PlanOptions& options, comm::Communicator& world);
+
+// `asked` as strategy `kind` takes it: the options of other strategies (hybrid's groups, the gathers'
+// depth and modes, the reductions' quantization, the secondary shard) back at their defaults, for tools
+// that run or estimate several strategies from one set of flags.
+StrategyOptions strategy_options_for(StrategyKind kind, StrategyOptions asked);
 
 // The plan that resolve_plan would make on hosts of `host_sizes` ranks each, in rank order, for a run that
 // is not launched yet (zshard-run sizing a relaunch): the hosts' groups for hybrid, no device.

@@ -67,6 +67,20 @@ void add_parsed_flag(CLI::App& app, const std::string& flag, E& value, Parse par
 
 }  // namespace
 
+void add_comm_mode_flags(CLI::App& app, StrategyOptions& s) {
+  add_parsed_flag(app, "--quantize-gathers", s.quantize_gathers, parse_gather_quantization,
+                  gather_quantization_name,
+                  "zero3/hybrid: none, or int8: parameters gathered as int8 with an fp32 scale per block of 256 "
+                  "(ZeRO++ qwZ)");
+  add_parsed_flag(app, "--quantize-reductions", s.quantize_reductions, parse_reduction_quantization,
+                  reduction_quantization_name,
+                  "zero1/zero2/zero3/hybrid: none, int8 or int4: gradients reduced in the shard group as blocks of "
+                  "256 with an fp32 scale, summed in fp32 by their owner (ZeRO++ qgZ)");
+  add_parsed_flag(app, "--secondary-shard", s.secondary_shard, parse_secondary_shard, secondary_shard_text,
+                  "zero3: none; host: after a unit's forward keep each host's share of it, so that backward gathers "
+                  "inside the host (ZeRO++ hpZ); or N: the same in groups of N consecutive ranks");
+}
+
 void add_plan_flags(CLI::App& app, PlanOptions& o) {
   app.add_option_function<std::string>(
          "--strategy",
@@ -84,17 +98,7 @@ void add_plan_flags(CLI::App& app, PlanOptions& o) {
   app.add_option("--reshard-after-forward", o.strategy.reshard_after_forward,
                  "zero3/hybrid: free gathered params after each unit's forward (true/false)");
   app.add_option("--max-inflight", o.strategy.max_inflight, "zero3/hybrid: gathered units alive at once");
-  add_parsed_flag(app, "--quantize-gathers", o.strategy.quantize_gathers, parse_gather_quantization,
-                  gather_quantization_name,
-                  "zero3/hybrid: none, or int8: parameters gathered as int8 with an fp32 scale per block of 256 "
-                  "(ZeRO++ qwZ)");
-  add_parsed_flag(app, "--quantize-reductions", o.strategy.quantize_reductions, parse_reduction_quantization,
-                  reduction_quantization_name,
-                  "zero1/zero2/zero3/hybrid: none, int8 or int4: gradients reduced in the shard group as blocks of "
-                  "256 with an fp32 scale, summed in fp32 by their owner (ZeRO++ qgZ)");
-  add_parsed_flag(app, "--secondary-shard", o.strategy.secondary_shard, parse_secondary_shard, secondary_shard_text,
-                  "zero3: none; host: after a unit's forward keep each host's share of it, so that backward gathers "
-                  "inside the host (ZeRO++ hpZ); or N: the same in groups of N consecutive ranks");
+  add_comm_mode_flags(app, o.strategy);
   add_device_flag(app, o.placement.device,
                   "where to compute: cpu, or cuda (a GPU per rank: local rank modulo the visible GPUs)");
   const Choices<DType> dtypes = {{std::string(dtype_flag(DType::f32)), DType::f32},

@@ -1,6 +1,6 @@
 // The flags of the sharding plan (<zshard/plan.h>): --strategy, --shard-group, --reshard-after-forward,
-// --max-inflight, --quantize-gathers, --quantize-reductions, --device, --param-dtype, --reduce-dtype, --comm,
-// --offload, --comm-timeout. The plan checks its own values (validate_plan_options, resolve_plan).
+// --max-inflight, --quantize-gathers, --quantize-reductions, --secondary-shard, --device, --param-dtype,
+// --reduce-dtype, --comm, --offload, --comm-timeout. The plan checks its own values (validate_plan_options, resolve_plan).
 #pragma once
 #include <string>
 
@@ -16,6 +16,9 @@ void add_shard_group_flag(CLI::App& app, ShardGroupRequest& request);
 void add_device_flag(CLI::App& app, Device& device, const std::string& help);
 // --offload none|optimizer: zshard-train, zshard-bench and zshard-mem.
 void add_offload_flag(CLI::App& app, bool& offload_optimizer);
+// --quantize-gathers, --quantize-reductions and --secondary-shard: how the strategies' collectives travel
+// (zshard-train, zshard-bench and zshard-mem).
+void add_comm_mode_flags(CLI::App& app, StrategyOptions& strategy);
 // All of them, --strategy by name.
 void add_plan_flags(CLI::App& app, PlanOptions& options);
 

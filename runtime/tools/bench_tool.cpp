@@ -313,9 +313,13 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
       }
       // Flags of some strategies only: refused when none of those runs, instead of doing nothing.
       const auto runs = [&](const char* s) { return std::find(to_run.begin(), to_run.end(), s) != to_run.end(); };
-      for (const char* flag : {"--max-inflight", "--reshard-after-forward"})
+      for (const char* flag : {"--max-inflight", "--reshard-after-forward", "--quantize-gathers"})
         if (app.count(flag) && !runs("zero3") && !runs("hybrid"))
           throw UsageError(std::string(flag) + " is only for zero3 and hybrid: add one to --strategies");
+      if (app.count("--quantize-reductions") && !runs("zero1") && !runs("zero2") && !runs("zero3") && !runs("hybrid"))
+        throw UsageError("--quantize-reductions is only for zero1, zero2, zero3 and hybrid: add one to --strategies");
+      if (app.count("--secondary-shard") && !runs("zero3"))
+        throw UsageError("--secondary-shard is only for zero3: add it to --strategies");
       if (bench.splits.empty()) throw UsageError("--rank-batches: name at least one of even, auto");
       if (std::find(bench.splits.begin(), bench.splits.end(), "auto") != bench.splits.end()) {
         TrainOptions auto_options = options;
@@ -341,12 +345,7 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
     json results = json::array();
     for (const std::string& s : to_run) {
       TrainOptions o = options;
-      StrategyOptions& strategy = o.plan.strategy;
-      if (s != "hybrid") strategy.shard_group = ShardGroupRequest();
-      if (!params_sharded(parse_strategy(s))) {  // nothing to gather
-        strategy.max_inflight = StrategyOptions{}.max_inflight;
-        strategy.reshard_after_forward = StrategyOptions{}.reshard_after_forward;
-      }
+      o.plan.strategy = strategy_options_for(parse_strategy(s), options.plan.strategy);
       for (const std::string& split : bench.splits) {
         results.push_back(run_strategy(s, split, o, bench, world));
         const json& r = results.back();

@@ -32,13 +32,10 @@ using nlohmann::json;
 
 namespace {
 
-// The plan of `kind` on `world` ranks: `base`'s placement, its groups for hybrid and its prefetch depth
-// where parameters are gathered.
+// The plan of `kind` on `world` ranks: `base`'s placement, and the strategy options `kind` takes.
 ShardPlan plan_of(const PlanOptions& base, StrategyKind kind, int world) {
   PlanOptions options = base;
-  options.strategy.kind = kind;
-  if (kind != StrategyKind::hybrid) options.strategy.shard_group = ShardGroupRequest();
-  if (!params_sharded(kind)) options.strategy.max_inflight = StrategyOptions{}.max_inflight;
+  options.strategy = strategy_options_for(kind, base.strategy);
   return plan_for_world(options, world);
 }
 
@@ -64,6 +61,7 @@ struct MemOptions {
   std::vector<int> worlds{1};
   std::vector<std::string> strategies{"ddp", "zero1", "zero2", "zero3"};
   ShardGroupRequest groups;  // hybrid's --shard-group
+  StrategyOptions comm_modes;  // --quantize-gathers, --quantize-reductions, --secondary-shard
   std::string dtype = "fp32";
   int batch = 8;
   int seq = 64;
@@ -213,6 +211,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   app.add_option("--grad-accum", o.grad_accum,
                  "micro-steps per optimizer step, as zshard-train's: the accumulation scratch joins comm");
   app.add_option("--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once");
+  add_comm_mode_flags(app, o.comm_modes);
   add_recompute_flag(app, o.recompute);
   add_offload_flag(app, o.offload_optimizer);
   app.add_flag("--async-saves", o.async_saves,
@@ -268,6 +267,11 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     if (app.count("--shard-group") && !has("hybrid")) throw UsageError("--shard-group is only for --strategy hybrid");
     if (app.count("--max-inflight") && !has("zero3") && !has("hybrid"))
       throw UsageError("--max-inflight is only for --strategy zero3 or hybrid");
+    if (app.count("--quantize-gathers") && !has("zero3") && !has("hybrid"))
+      throw UsageError("--quantize-gathers is only for --strategy zero3 or hybrid");
+    if (app.count("--quantize-reductions") && !has("zero1") && !has("zero2") && !has("zero3") && !has("hybrid"))
+      throw UsageError("--quantize-reductions is only for --strategy zero1, zero2, zero3 or hybrid");
+    if (app.count("--secondary-shard") && !has("zero3")) throw UsageError("--secondary-shard is only for --strategy zero3");
     if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
     if (o.seq < 1) throw UsageError("--seq must be >= 1, got " + std::to_string(o.seq));
     if (o.grad_accum < 1) throw UsageError("--grad-accum must be >= 1, got " + std::to_string(o.grad_accum));
@@ -277,6 +281,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
           throw UsageError(detail::concat("--batch ", o.batch, " is smaller than the world size ", world));
     if (o.max_inflight < 1) throw UsageError("--max-inflight must be >= 1");
     PlanOptions plan;
+    plan.strategy = o.comm_modes;
     plan.strategy.shard_group = o.groups;
     plan.strategy.max_inflight = o.max_inflight;
     plan.placement = {o.device, parse_dtype_policy(o.dtype), DType::f32, o.offload_optimizer};

@@ -1,6 +1,7 @@
 #include "shard/memory/estimator.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cctype>
 #include <cmath>
 #include <functional>
@@ -137,7 +138,9 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       backward = std::max({backward, gathered + (open + (open - units[u]) / G) * d.grad_bytes,
                            gathered - released + (open + open / G) * d.grad_bytes});
     }
-    e.comm_buffers = kept * d.grad_bytes + std::max<int64_t>(0, backward - e.gathered_in_flight);
+    // Forward's end holds every unit's share beside the gathers in flight (a tied head's, the largest).
+    const int64_t forward_shares = std::accumulate(secondary_shares.begin(), secondary_shares.end(), int64_t{0});
+    e.comm_buffers = kept * d.grad_bytes + std::max(forward_shares, backward - e.gathered_in_flight);
   } else if (g_sharded) {
     e.comm_buffers = (kept + accumulated_and_in_flight + in_flight_shards) * d.grad_bytes;
   } else if (G > 1) {

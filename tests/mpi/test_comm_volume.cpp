@@ -5,7 +5,7 @@
 // unit is gathered once. An evaluation gathers what its forward reads. The report's gathered units in
 // flight are the estimator's (zshard-mem's). Quantized gathers (int8 with a scale per block) move and
 // hold what the theory says of them too, and so do quantized reductions (int8 or int4 chunks exchanged
-// by an all-to-all).
+// by an all-to-all), and so do backward's gathers inside secondary groups (--secondary-shard).
 // zshard-test-np: 1 2 4
 #include <gtest/gtest.h>
 
@@ -48,6 +48,11 @@ std::vector<StrategyOptions> strategies(int world) {
   out.push_back(reductions(out[1], ReductionQuantization::int8));  // zero1
   out.push_back(reductions(out[2], ReductionQuantization::int4));  // zero2
   out.push_back(reductions(out[5], ReductionQuantization::int8));  // hybrid
+  if (world == 4)
+    for (StrategyOptions paired : {out[3], out[6]}) {  // zero3, unquantized and quantized gathers
+      paired.secondary_shard = {SecondaryShard::Kind::size, 2};
+      out.push_back(paired);
+    }
   return out;
 }
 
@@ -65,9 +70,8 @@ TEST(CommVolume, MeasuredBytesEqualTheTheoryForEveryModelAndStrategy) {
       TrainOptions o = options(c.model, c.tied);
       o.plan.strategy = s;
       const bool quantized = s.quantize_gathers == GatherQuantization::int8;
-      const std::string what = c.model + (c.tied ? " tied " : " ") + std::string(strategy_name(s.kind)) +
-                               (s.reshard_after_forward ? "" : " kept after forward") + (quantized ? " int8" : "") +
-                               " reductions " + std::string(reduction_quantization_name(s.quantize_reductions));
+      const std::string what = c.model + (c.tied ? " tied " : " ") + test::describe(s) +
+                               (s.reshard_after_forward ? "" : " kept after forward");
       Trainer trainer(o, test::world());
       trainer.run(nullptr);
       const ShardedParams& params = EngineInternals::params(trainer.engine());
@@ -82,6 +86,10 @@ TEST(CommVolume, MeasuredBytesEqualTheTheoryForEveryModelAndStrategy) {
           for (int u : c.gathered_once) want -= params.layout(u < 0 ? units + u : u).numel();
         }
         EXPECT_EQ(params.gathered_numel_per_micro_step(), want) << what;
+        // With secondary groups every gather after a unit's first comes from the shares its release kept.
+        EXPECT_EQ(params.secondary_gathered_numel_per_micro_step(),
+                  s.secondary_shard.kind == SecondaryShard::Kind::none ? 0 : want - psi)
+            << what;
       }
       const MemoryReport report = trainer.engine().memory_report();
       // Gathered units in flight, counted here: the max_inflight largest padded units (all of them when

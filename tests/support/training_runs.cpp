@@ -78,6 +78,9 @@ std::string describe(const StrategyOptions& s) {
   if (s.kind == StrategyKind::hybrid)
     d += " G=" + s.shard_group.text();
   if (!s.reshard_after_forward) d += " no-reshard";
+  if (s.quantize_gathers != GatherQuantization::none)
+    d += " gathers " + std::string(gather_quantization_name(s.quantize_gathers));
+  if (s.secondary_shard.kind != SecondaryShard::Kind::none) d += " secondary " + secondary_shard_text(s.secondary_shard);
   if (s.quantize_reductions != ReductionQuantization::none)
     d += " reductions " + std::string(reduction_quantization_name(s.quantize_reductions));
   return d;
