@@ -44,6 +44,7 @@ struct MemoryReport {
   int world = 1;
   int shard_group = 1;       // rank 0's group
   std::vector<int> shard_group_sizes;  // every group's, in rank order
+  std::vector<int> secondary_group_sizes;  // zero3 with --secondary-shard: every secondary group's; else empty
   int64_t params = 0;  // Ψ, frozen ones included
   int64_t frozen_params = 0;  // of which frozen: a compute copy each, no gradient or optimizer state
   ModelStateBytes predicted;  // for rank 0's group; each rank's in RankMemory

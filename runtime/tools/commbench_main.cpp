@@ -1,7 +1,7 @@
-// zshard-commbench: all_gather, reduce_scatter and all_reduce through zshard's communicator over a size
-// sweep, in the conventions of nccl-tests: size is the full buffer (all ranks' blocks), time the mean
+// zshard-commbench: all_gather, reduce_scatter, all_reduce and all_to_all through zshard's communicator over
+// a size sweep, in the conventions of nccl-tests: size is the full buffer (all ranks' blocks), time the mean
 // over ranks of one call, algbw = size / time, busbw = algbw * 2(n-1)/n for all_reduce and (n-1)/n for
-// all_gather and reduce_scatter. Every size is checked element by element. On the MPI backend a raw
+// all_gather, reduce_scatter and all_to_all (what quantized reductions exchange). Every size is checked element by element. On the MPI backend a raw
 // MPI column (the blocking collective) and a raw non-blocking one (the MPI_I* call zshard issues, then
 // MPI_Wait) run interleaved with zshard's, so a gap splits into MPI's algorithms and zshard's overhead.
 #include <algorithm>
@@ -66,6 +66,7 @@ class Case {
       case Collective::reduce_scatter:
         world_.reduce_scatter(send_.data(), recv_.data(), block, DType::f32, comm::ReduceOp::sum)->wait();
         break;
+      case Collective::all_to_all: world_.all_to_all(send_.data(), recv_.data(), block, DType::f32)->wait(); break;
       default: world_.all_reduce(recv_.data(), size_t(elems_), DType::f32, comm::ReduceOp::sum)->wait(); break;
     }
   }
@@ -83,6 +84,10 @@ class Case {
         ZS_MPI_CHECK(nonblocking
                          ? MPI_Ireduce_scatter_block(send_.data(), recv_.data(), block, MPI_FLOAT, MPI_SUM, c, &req)
                          : MPI_Reduce_scatter_block(send_.data(), recv_.data(), block, MPI_FLOAT, MPI_SUM, c));
+        break;
+      case Collective::all_to_all:
+        ZS_MPI_CHECK(nonblocking ? MPI_Ialltoall(send_.data(), block, MPI_FLOAT, recv_.data(), block, MPI_FLOAT, c, &req)
+                                 : MPI_Alltoall(send_.data(), block, MPI_FLOAT, recv_.data(), block, MPI_FLOAT, c));
         break;
       default:
         ZS_MPI_CHECK(nonblocking ? MPI_Iallreduce(MPI_IN_PLACE, recv_.data(), int(elems_), MPI_FLOAT, MPI_SUM, c, &req)
@@ -103,8 +108,8 @@ class Case {
       copy_bytes(send_.data(), world_.device(), host.data(), Device::cpu, size_t(block) * 4);
     } else {
       for (int64_t i = 0; i < elems_; ++i) host[size_t(i)] = input(r, i);
-      copy_bytes(op_ == Collective::reduce_scatter ? send_.data() : recv_.data(), world_.device(), host.data(),
-                 Device::cpu, size_t(elems_) * 4);
+      const bool in_send = op_ == Collective::reduce_scatter || op_ == Collective::all_to_all;
+      copy_bytes(in_send ? send_.data() : recv_.data(), world_.device(), host.data(), Device::cpu, size_t(elems_) * 4);
     }
     call();
     const int64_t out = op_ == Collective::reduce_scatter ? block : elems_;
@@ -116,6 +121,8 @@ class Case {
       switch (op_) {
         case Collective::all_gather: want = input(int(i / block), i % block); break;
         case Collective::reduce_scatter: want = ranks_sum * pattern(r * block + i); break;
+        // Block s of the result is rank s's block r: its input at r * block onwards.
+        case Collective::all_to_all: want = input(int(i / block), r * block + i % block); break;
         default: want = ranks_sum * pattern(i); break;
       }
       wrong += host[size_t(i)] != want;
@@ -181,9 +188,9 @@ std::string libnbc_iallreduce_algorithm() {
 }
 
 Collective parse_op(const std::string& name) {
-  for (Collective c : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce})
+  for (Collective c : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce, Collective::all_to_all})
     if (comm::collective_name(c) == name) return c;
-  throw UsageError("--ops: unknown collective '" + name + "' (all_gather, reduce_scatter, all_reduce)");
+  throw UsageError("--ops: unknown collective '" + name + "' (all_gather, reduce_scatter, all_reduce, all_to_all)");
 }
 
 }  // namespace

@@ -64,6 +64,7 @@ MemoryReport measure_memory(ShardedParams& params, comm::Communicator& world, in
   const ShardGroups& groups = plan.groups;
   rep.shard_group = groups.size_of_rank(0);
   rep.shard_group_sizes = groups.sizes();
+  if (plan.secondary_groups) rep.secondary_group_sizes = plan.secondary_groups->sizes();
   const Placement& placement = plan.placement;
   const DtypePolicy dtypes = DtypePolicy::of(placement.param_dtype, plan.quantize_gathers, plan.quantize_reductions);
   std::vector<int64_t> gathered_sizes;  // what a gather of each unit holds, in bytes

@@ -36,6 +36,7 @@ int64_t MemoryReport::measured_checkpoint_snapshot() const {
 
 void MemoryReport::print(std::ostream& out) const {
   out << "memory report: " << strategy << ", world " << world << ", shard group " << ShardGroups(shard_group_sizes).describe() << ", "
+      << (secondary_group_sizes.empty() ? "" : "secondary groups " + ShardGroups(secondary_group_sizes).describe() + ", ")
       << params << " parameters" << (frozen_params ? detail::concat(" (", frozen_params, " frozen)") : "") << ", " << device << " memory"
       << (device != "cpu" && predicted.host > 0 ? " (host: page-locked host memory)" : "") << ", " << param_dtype
       << " params, " << reduce_dtype << " reduce (MiB; live / peak per category)\n";
@@ -94,6 +95,7 @@ std::string MemoryReport::to_json(int indent) const {
   j["world"] = world;
   j["shard_group"] = shard_group;
   j["shard_group_sizes"] = shard_group_sizes;
+  if (!secondary_group_sizes.empty()) j["secondary_group_sizes"] = secondary_group_sizes;
   j["params"] = params;
   j["frozen_params"] = frozen_params;
   j["predicted"] = {{"params", predicted.params},

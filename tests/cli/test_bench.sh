@@ -90,6 +90,11 @@ for r in rows:
 # Open MPI: launch selects libnbc's ring Iallreduce (its default is several times slower); other MPIs: ''.
 assert d['libnbc_iallreduce_algorithm'] in ('ring', ''), d['libnbc_iallreduce_algorithm']
 "
+# The all-to-all that quantized reductions exchange through, on 3 ranks: each block lands at its rank.
+check "commbench all_to_all np 3" timeout 120 "${MPIRUN[@]}" -np 3 "$BIN/zshard-commbench" --ops all_to_all \
+  --min-size 12 --max-size 48KiB --factor 8 --round-ms 5 --rounds 1
+grep -q "wrong elements: 0" "$WORK/out" && grep -q "^# all_to_all" "$WORK/out" ||
+  { echo "FAIL commbench all_to_all: not run, or wrong elements"; failures=$((failures + 1)); }
 # A user's own choice of the algorithm wins over zshard's.
 if grep -q "libnbc iallreduce algorithm" "$WORK/comm.out"; then
   check "commbench user algorithm" timeout 120 env OMPI_MCA_coll_libnbc_iallreduce_algorithm=2 "${MPIRUN[@]}" \

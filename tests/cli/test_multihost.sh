@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Jobs across two hosts made on this machine (scripts/multihost.sh: namespaces on a private bridge, Open MPI
 # over TCP between them): MPI sees two nodes, and hybrid, zero3 and llama-tiny runs split over the hosts
-# have the single-process run's losses, with node groups of equal (3 + 3) and unequal (4 + 2) sizes. Exit 77 (skipped) where the hosts cannot be made.
+# have the single-process run's losses, with node groups of equal (3 + 3) and unequal (4 + 2) sizes, and zero3
+# with secondary groups on the hosts has plain zero3's. Exit 77 (skipped) where the hosts cannot be made.
 # zshard-test-seconds: 60
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
@@ -80,6 +81,25 @@ expect_failure "a list of groups across the hosts" 2 \
   "^zshard-train: error: --shard-group 3,3: a group spans two hosts \(the hosts hold 4,2 ranks" -- \
   "${MULTIHOST[@]}" --hosts 4,2 -- "$TRAIN" "${ARGS[@]}" --strategy hybrid --shard-group 3,3
 expect_one_line "a list of groups across the hosts" "error: --shard-group"
+
+# Secondary groups on the hosts (--secondary-shard host): backward gathers inside each host from the shares
+# its forward kept, so a zero3 run has plain zero3's losses exactly, on hosts of equal and unequal sizes
+# (4 + 2: shares of a quarter and a half), and moves what its theory says.
+for hosts in 3,3:3 4,2:4,2; do  # slots:the groups as the report writes them (one size for equal groups)
+  slots=${hosts%:*}
+  expect_ok "tiny zero3: hosts $slots" "${MULTIHOST[@]}" --hosts "$slots" -- "$TRAIN" "${ARGS[@]}" --strategy zero3 \
+    --log-json "$WORK/zero3.json"
+  expect_ok "tiny zero3, secondary shard host: hosts $slots" "${MULTIHOST[@]}" --hosts "$slots" -- "$TRAIN" \
+    "${ARGS[@]}" --strategy zero3 --secondary-shard host --log-json "$WORK/hpz.json"
+  expect_true "the secondary groups are the hosts' ranks, $slots" grep -q "secondary groups ${hosts#*:}," "$WORK/out"
+  same_losses "secondary shard host on hosts $slots: zero3's losses exactly" "$WORK/zero3.json" "$WORK/hpz.json" 0
+  expect_true "hosts $slots: the measured communication is the theory's" \
+    grep -Eq "^communication per step per rank: measured ([0-9.]+ [kM]iB), theory \1$" "$WORK/out"
+done
+expect_failure "a secondary shard on hosts of one rank" 2 \
+  "^zshard-train: error: --secondary-shard host: every host runs one rank" -- \
+  "${MULTIHOST[@]}" --hosts 1,1 -- "$TRAIN" "${ARGS[@]}" --strategy zero3 --secondary-shard host
+expect_one_line "a secondary shard on hosts of one rank" "error: --secondary-shard"
 
 # A stall on a remote host: hostb's last rank stopped at step 3 under zero3. The other ranks time out at
 # --comm-timeout and the job must be gone soon after, as on one host: the median of 5 trials within
