@@ -1,5 +1,6 @@
 #!/bin/bash
-# Step time and exposed communication of ddp, zero2, zero3 and hybrid (one shard group per host) across
+# Step time and exposed communication of ddp, zero2, zero3 and hybrid (one shard group per host), and of
+# zero3 with the slow-link modes (quantized gathers and reductions, a secondary shard in the host), across
 # hosts made on this machine (scripts/multihost.sh), for each topology and link rate, beside
 # zshard-project's prediction for the same topology and link; benchmarks/network_sweep_summary.py writes
 # OUT_DIR/summary.json and prints the table (benchmarks/RESULTS.md, "A network sweep").
@@ -7,7 +8,7 @@
 # Each strategy runs alone, so that the bytes each host's eth0 sent over the run (its kernel counter, read
 # by the host's first rank before and after) belong to that strategy. Environment: MODEL_FLAGS, STEPS
 # (timed, after WARMUP warm-up steps), TOPOLOGIES (multihost --hosts lists), LINKS (link rates, "none" for
-# an unshaped link), STRATEGIES; WORK_DIR keeps every run's JSON (default: a new directory under /tmp).
+# an unshaped link), STRATEGIES (variants as network_sweep_summary.py's VARIANTS name them); WORK_DIR keeps every run's JSON (default: a new directory under /tmp).
 set -euo pipefail
 if [ $# != 2 ] || [ ! -x "$1/zshard-bench" ]; then
   echo "usage: $0 BUILD_DIR OUT_DIR (BUILD_DIR with zshard-bench, zshard-project and zshard-commbench)" >&2
@@ -25,7 +26,7 @@ steps=${STEPS:-6}
 warmup=${WARMUP:-2}
 topologies=${TOPOLOGIES:-2,2 1,1,1,1}
 links=${LINKS:-none 10gbit 1gbit}
-strategies=${STRATEGIES:-ddp zero2 zero3 hybrid}
+strategies=${STRATEGIES:-ddp zero2 zero3 hybrid zero3+int8g+int4r zero3+hpz zero3+int8g+int4r+hpz}
 work=${WORK_DIR:-$(mktemp -d /tmp/network_sweep.XXXXXX)}
 mkdir -p "$work"
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
@@ -61,11 +62,11 @@ for hosts in $topologies; do
   done
 done
 
-# run_one TAG HOSTS LINK STRATEGY: one zshard-bench run on the hosts, with each host's eth0 counters.
+# run_one TAG HOSTS LINK VARIANT: one zshard-bench run on the hosts, with each host's eth0 counters.
 run_one() {
-  local tag=$1 hosts=$2 link=$3 strategy=$4 rate=() group=()
+  local tag=$1 hosts=$2 link=$3 variant=$4 rate=() flags
   [ "$link" = none ] || rate=(--link-rate "$link")
-  [ "$strategy" != hybrid ] || group=(--shard-group node)
+  read -ra flags <<<"$(python3 "$src/benchmarks/network_sweep_summary.py" bench-flags "$variant")"
   echo "$tag $(cut -d' ' -f1-3 /proc/loadavg)" >>"$work/loads.txt"
   # Each host's first rank reads its eth0's byte counters around the run; the other ranks just run.
   # shellcheck disable=SC2016,SC2086  # expanded by each rank's shell; model_flags splits into flags
@@ -83,18 +84,25 @@ run_one() {
       exit $code
     else
       exec "$@"
-    fi' sh "$work" "$tag" "$build/zshard-bench" $model_flags --strategies "$strategy" "${group[@]}" \
+    fi' sh "$work" "$tag" "$build/zshard-bench" $model_flags "${flags[@]}" \
     --steps "$steps" --warmup-steps "$warmup" --json "$work/$tag.json" >"$work/$tag.out" 2>&1
 }
 
 for hosts in $topologies; do
   for link in $links; do
     for strategy in $strategies; do
-      # A host of one rank would be a shard group of one, which hybrid refuses (it would be ddp).
-      if [ "$strategy" = hybrid ] && [[ ",$hosts," == *,1,* ]]; then
-        echo "a host of one rank: its shard group would be 1, which hybrid refuses" \
-          >"$work/${hosts//,/-}_${link}_$strategy.skipped"
-        continue
+      # A host of one rank would be a shard group of one, which hybrid refuses (it would be ddp), and a
+      # secondary group of one, which --secondary-shard host refuses (it would be no resharding).
+      if [[ ",$hosts," == *,1,* ]]; then
+        case $strategy in
+          hybrid*) why="its shard group would be 1, which hybrid refuses" ;;
+          *+hpz*) why="its secondary group would be 1, which --secondary-shard host refuses" ;;
+          *) why= ;;
+        esac
+        if [ -n "$why" ]; then
+          echo "a host of one rank: $why" >"$work/${hosts//,/-}_${link}_$strategy.skipped"
+          continue
+        fi
       fi
       run_one "${hosts//,/-}_${link}_$strategy" "$hosts" "$link" "$strategy"
     done

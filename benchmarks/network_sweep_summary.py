@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """The helper of benchmarks/network_sweep.sh:
 
+  network_sweep_summary.py bench-flags VARIANT
+      zshard-bench's flags for a variant of VARIANTS: its strategy and communication modes.
   network_sweep_summary.py project-flags WORK HOSTS LINK CORES
       zshard-project's flags for the topology HOSTS (e.g. 2,2) on LINK, one line per variant: "model"
       (as the projection models it, every rank its own device), "cores" (the single rank's compute
@@ -20,6 +22,19 @@ import argparse
 import glob
 import json
 import os
+
+# The variants a sweep runs: a strategy, and the communication modes it runs with (docs/training.md).
+VARIANTS = {
+    "ddp": ("ddp", []),
+    "zero2": ("zero2", []),
+    "zero3": ("zero3", []),
+    "hybrid": ("hybrid", ["--shard-group", "node"]),
+    "zero3+int8g+int4r": ("zero3", ["--quantize-gathers", "int8", "--quantize-reductions", "int4"]),
+    "zero3+int8g+int8r": ("zero3", ["--quantize-gathers", "int8", "--quantize-reductions", "int8"]),
+    "zero3+hpz": ("zero3", ["--secondary-shard", "host"]),
+    "zero3+int8g+int4r+hpz": ("zero3", ["--quantize-gathers", "int8", "--quantize-reductions", "int4",
+                                        "--secondary-shard", "host"]),
+}
 
 INTRA_ALPHA_US = 5
 INTER_ALPHA_US = 30
@@ -82,18 +97,37 @@ def wire_bytes(work, run, steps):
     return sent / ranks / steps if ranks else None
 
 
-def theory_split(result, sizes, params):
+# Bytes an element of the quantized collectives moves (shard/comm_volume.h): int8 and int4 with an fp32
+# scale per block of 256.
+QUANTIZED_BYTES = {"int8": 1 + 4 / 256, "int4": 0.5 + 4 / 256}
+
+
+def mode(variant, flag):
+    modes = VARIANTS[variant][1]
+    return modes[modes.index(flag) + 1] if flag in modes else None
+
+
+def theory_split(result, variant, sizes, params):
     """The strategy's bus bytes per rank and step (the memory report's theory) split into what crosses
     hosts and what stays inside one, for rings in rank order over hosts of consecutive ranks: of a ring
     over all N ranks, the H hops between hosts carry H/N of each rank's bytes on average; hybrid's
-    gathers and reduce-scatters stay in its host, its shards' all-reduce across the R hosts all crosses."""
+    gathers and reduce-scatters stay in its host, its shards' all-reduce across the R hosts all crosses.
+    An all-to-all (quantized reductions) sends (N - h)/(N - 1) of a rank's bytes to other hosts, and a
+    secondary shard's gathers (Ψ a micro-step, the compute dtype, fp32 here) stay in the host."""
     total = result["comm_bytes_per_step"]["theory"]
     hosts, world = len(sizes), sum(sizes)
     if result["strategy"] == "hybrid":
         group = result["shard_group"]
         across = 2 * 4 * params / group * (hosts - 1) / hosts
         return across, total - across
-    cross = total * hosts / world if hosts > 1 else 0
+    if hosts == 1:
+        return 0, total
+    h = sizes[0]  # the variants with per-host groups run on hosts of one size
+    secondary = 4 * params * (h - 1) / h if mode(variant, "--secondary-shard") else 0
+    reductions = mode(variant, "--quantize-reductions")
+    all_to_all = QUANTIZED_BYTES[reductions] * params * (world - 1) / world if reductions else 0
+    rings = total - secondary - all_to_all
+    cross = rings * hosts / world + all_to_all * (world - h) / (world - 1)
     return cross, total - cross
 
 
@@ -114,7 +148,7 @@ def summarise(args):
                                  "skipped": open(skipped).read().strip()})
                     continue
                 r = load(os.path.join(args.work, f"{run}.json"))["results"][0]
-                cross, intra = theory_split(r, sizes, params)
+                cross, intra = theory_split(r, strategy, sizes, params)
                 model, model_overlap = projected(args.work, tag, "model", strategy)
                 cores, cores_overlap = projected(args.work, tag, "cores", strategy)
                 collectives, collectives_overlap = projected(args.work, tag, "collectives", strategy)
@@ -176,6 +210,7 @@ def print_table(doc):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("bench-flags").add_argument("variant", choices=VARIANTS)
     flags = sub.add_parser("project-flags")
     flags.add_argument("work")
     flags.add_argument("hosts")
@@ -191,7 +226,10 @@ def main():
     s.add_argument("--warmup", type=int, required=True)
     s.add_argument("--cores", type=int, required=True)
     args = p.parse_args()
-    if args.command == "project-flags":
+    if args.command == "bench-flags":
+        strategy, modes = VARIANTS[args.variant]
+        print(" ".join(["--strategies", strategy, *modes]))
+    elif args.command == "project-flags":
         project_flags(args.work, args.hosts, args.link, args.cores)
     else:
         summarise(args)
