@@ -6,6 +6,7 @@
 #include <zshard/error.h>
 
 #include "shard/comm_volume.h"
+#include "shard/plan_internals.h"
 
 namespace zshard {
 
@@ -38,11 +39,23 @@ std::vector<std::string> link_profile_names() {
   return names;
 }
 
+StrategyOptions projected_strategy(StrategyKind kind, const ProjectionInput& in) {
+  StrategyOptions asked;
+  asked.quantize_gathers = in.quantize_gathers;
+  asked.quantize_reductions = in.quantize_reductions;
+  if (in.secondary_per_node) asked.secondary_shard.kind = SecondaryShard::Kind::host;
+  return strategy_options_for(kind, asked);
+}
+
 namespace {
 
 // The bytes of a projected step: one micro-step that gathers every parameter twice (forward, backward),
-// in shard groups of `group` ranks, `replicas` of them under hybrid (ddp and zero3 span the world).
-CommVolume step_volume(StrategyKind kind, int world, int group, int replicas, const ProjectionInput& in) {
+// in shard groups of `group` ranks, `replicas` of them under hybrid (ddp and zero3 span the world);
+// backward's gathers inside secondary groups of `secondary_group` ranks where there are any (> 1).
+CommVolume step_volume(StrategyKind kind, int world, int group, int replicas, int secondary_group,
+                       const ProjectionInput& in) {
+  const bool secondary = secondary_group > 1;
+  const StrategyOptions s = projected_strategy(kind, in);
   return comm_volume({.kind = kind,
                       .world = world,
                       .group = group,
@@ -50,13 +63,41 @@ CommVolume step_volume(StrategyKind kind, int world, int group, int replicas, co
                       .psi = in.params,
                       .gathered = 2 * in.params,
                       .param_bytes = in.elem_bytes,
-                      .grad_bytes = in.elem_bytes});
+                      .grad_bytes = in.elem_bytes,
+                      .quantized_gathers = s.quantize_gathers == GatherQuantization::int8,
+                      .quantized_reductions = s.quantize_reductions,
+                      .secondary_gathered = secondary ? in.params : 0,
+                      .secondary_group = secondary ? secondary_group : 1});
 }
 
-// zero3's collectives inside a group of G, moving `bytes`: two all-gathers (forward, backward) and a
-// reduce-scatter per unit.
-double in_group_ms(const LinkProfile& link, int G, double bytes, int U) {
-  return 3 * U * ring_ms(link, G, 1, bytes / (3 * U));
+LinkProfile at_bandwidth(LinkProfile link, double gbs) {
+  if (gbs > 0) link.bandwidth_gbs = gbs;
+  return link;
+}
+
+// The links of the collectives over a shard group: all the intra link inside one node; between nodes the
+// inter link, at each collective's own bandwidth where one was given.
+struct GroupLinks {
+  LinkProfile all_reduce, all_gather, reduce_scatter;
+};
+
+GroupLinks group_links(bool across_nodes, const ProjectionInput& in) {
+  if (!across_nodes) return {in.intra, in.intra, in.intra};
+  return {in.inter, at_bandwidth(in.inter, in.inter_all_gather_gbs),
+          at_bandwidth(in.inter, in.inter_reduce_scatter_gbs)};
+}
+
+// `calls` collectives of a group of n moving `bytes` in all, each paying its latency hops.
+double collectives_ms(const LinkProfile& link, int n, int calls, int hops_per_rank, double bytes) {
+  return calls * ring_ms(link, n, hops_per_rank, bytes / calls);
+}
+
+// zero3's collectives per unit in a group of G: the all-gathers (forward's and backward's, or forward's
+// alone where backward gathers inside secondary groups of h on the intra link) and the reduction.
+double sharded_ms(const GroupLinks& links, int G, const CommVolume& v, int h, const ProjectionInput& in) {
+  const int U = in.units;
+  return collectives_ms(links.all_gather, G, (h > 1 ? 1 : 2) * U, 1, v.gather) +
+         collectives_ms(in.intra, h, U, 1, v.secondary) + collectives_ms(links.reduce_scatter, G, U, 1, v.reduce);
 }
 
 // The all-reduce of each unit's shard across R groups, moving `bytes`, cut into `pieces` collectives (one
@@ -64,6 +105,15 @@ double in_group_ms(const LinkProfile& link, int G, double bytes, int U) {
 double across_groups_ms(const LinkProfile& link, int R, double bytes, int U, int pieces) {
   if (R <= 1) return 0;
   return U * (ring_ms(link, R, 2, bytes / U) + (pieces - 1) * 2 * (R - 1) * link.alpha_us / 1e3);
+}
+
+// The link of hybrid's all-reduce across groups: every rank of a host all-reduces its own shard at once,
+// so behind one NIC per host each has its share of the link.
+LinkProfile across_link(bool across_nodes, int ranks_per_host, const ProjectionInput& in) {
+  if (!across_nodes) return in.intra;
+  LinkProfile link = in.inter;
+  if (in.nic_per_host) link.bandwidth_gbs /= ranks_per_host;
+  return link;
 }
 
 ProjectedStep finish(ProjectedStep s, StrategyKind kind, int world, const ProjectionInput& in) {
@@ -76,46 +126,63 @@ ProjectedStep finish(ProjectedStep s, StrategyKind kind, int world, const Projec
   return s;
 }
 
-ProjectedStep flat_step(StrategyKind kind, int world, const LinkProfile& flat, const ProjectionInput& in) {
+// The step before its communication.
+ProjectedStep compute_only(int world, const ProjectionInput& in) {
   ProjectedStep s;
   s.compute_ms = in.compute_ms * (in.weak ? 1.0 : 1.0 / world);
-  const int U = in.units;
-  const double bytes = step_volume(kind, world, world, 1, in).in_group();
-  if (kind == StrategyKind::ddp) s.comm_ms = U * ring_ms(flat, world, 2, bytes / U);
-  else if (kind == StrategyKind::zero3) s.comm_ms = in_group_ms(flat, world, bytes, U);
+  return s;
+}
+
+// ddp and zero3 over the world; zero3's secondary groups of h ranks (1: none).
+ProjectedStep world_step(StrategyKind kind, int world, bool across_nodes, int h, const ProjectionInput& in) {
+  ProjectedStep s = compute_only(world, in);
+  const GroupLinks links = group_links(across_nodes, in);
+  s.volume = step_volume(kind, world, world, 1, h, in);
+  if (kind == StrategyKind::ddp) s.comm_ms = collectives_ms(links.all_reduce, world, in.units, 2, s.volume.reduce);
+  else if (kind == StrategyKind::zero3) s.comm_ms = sharded_ms(links, world, s.volume, h, in);
   else fail("project_step: only ddp, zero3 and hybrid are projected");
   return finish(s, kind, world, in);
+}
+
+// zero3's secondary groups where it keeps its shard per node: a node's ranks once the world spans nodes
+// (on one node there are none, and the run is plain zero3, as the runtime has it); 1: none.
+int secondary_group(StrategyKind kind, bool across_nodes, int node_ranks, const ProjectionInput& in) {
+  const bool per_node = projected_strategy(kind, in).secondary_shard.kind == SecondaryShard::Kind::host;
+  return per_node && across_nodes ? node_ranks : 1;
 }
 
 }  // namespace
 
 ProjectedStep project_step(StrategyKind kind, int world, const ProjectionInput& in) {
-  const LinkProfile& flat = world <= in.node_size ? in.intra : in.inter;
-  if (kind != StrategyKind::hybrid) return flat_step(kind, world, flat, in);
+  const bool across_nodes = world > in.node_size;
+  if (kind != StrategyKind::hybrid)
+    return world_step(kind, world, across_nodes, secondary_group(kind, across_nodes, in.node_size, in), in);
   // The zero3 volume inside a shard group (the tools' default group, within a node), then an all-reduce
   // of each shard across the N/G replicas, between nodes once the world spans several.
-  ProjectedStep s;
-  s.compute_ms = in.compute_ms * (in.weak ? 1.0 : 1.0 / world);
+  ProjectedStep s = compute_only(world, in);
   const int G = default_shard_group(world, in.node_size);
-  const CommVolume v = step_volume(kind, world, G, world / G, in);
-  s.comm_ms = in_group_ms(in.intra, G, v.in_group(), in.units) +
-              across_groups_ms(flat, world / G, v.across, in.units, 1);
+  s.volume = step_volume(kind, world, G, world / G, 1, in);
+  s.comm_ms = sharded_ms(group_links(false, in), G, s.volume, 1, in) +
+              across_groups_ms(across_link(across_nodes, in.node_size, in), world / G, s.volume.across, in.units, 1);
   return finish(s, kind, world, in);
 }
 
 ProjectedStep project_step(StrategyKind kind, const ShardGroups& nodes, const ProjectionInput& in) {
   const int world = nodes.world_size();
-  const LinkProfile& flat = nodes.count() > 1 ? in.inter : in.intra;
-  if (kind != StrategyKind::hybrid) return flat_step(kind, world, flat, in);
-  ProjectedStep s;
-  s.compute_ms = in.compute_ms * (in.weak ? 1.0 : 1.0 / world);
+  const bool across_nodes = nodes.count() > 1;
+  const int largest = *std::max_element(nodes.sizes().begin(), nodes.sizes().end());
+  // The largest node's ranks gather the most inside it.
+  if (kind != StrategyKind::hybrid)
+    return world_step(kind, world, across_nodes, secondary_group(kind, across_nodes, largest, in), in);
+  ProjectedStep s = compute_only(world, in);
   // Every rank waits for the slowest: the largest node's gathers and reduce-scatters (most hops, most
   // bytes), the smallest node's all-reduce (the largest shard, cut into the most pieces).
-  const int largest = *std::max_element(nodes.sizes().begin(), nodes.sizes().end());
   const int smallest = *std::min_element(nodes.sizes().begin(), nodes.sizes().end());
   const int R = nodes.count();
-  s.comm_ms = in_group_ms(in.intra, largest, step_volume(kind, world, largest, R, in).in_group(), in.units) +
-              across_groups_ms(flat, R, step_volume(kind, world, smallest, R, in).across, in.units,
+  s.volume = step_volume(kind, world, largest, R, 1, in);
+  s.volume.across = step_volume(kind, world, smallest, R, 1, in).across;
+  s.comm_ms = sharded_ms(group_links(false, in), largest, s.volume, 1, in) +
+              across_groups_ms(across_link(across_nodes, smallest, in), R, s.volume.across, in.units,
                                (largest + smallest - 1) / smallest);
   return finish(s, kind, world, in);
 }

@@ -3,13 +3,16 @@
 // (n-1) latency hops per all-gather or reduce-scatter, 2(n-1) per all-reduce, bus bytes as nccl-tests
 // count them). Communication is per unit, as zshard issues it. Without overlap a step is compute +
 // communication; with overlap the longer of the two plus one unit's communication, which has nothing
-// left to hide behind (ddp's last all-reduce, zero3's first gather).
+// left to hide behind (ddp's last all-reduce, zero3's first gather). The bytes are comm_volume's
+// (shard/comm_volume.h), with the communication modes the runtime would run.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <zshard/plan.h>
+
+#include "shard/comm_volume.h"
 
 namespace zshard {
 
@@ -33,7 +36,25 @@ struct ProjectionInput {
   int node_size = kDefaultNodeRanks;  // ranks on one intra link; bounds hybrid's default shard group
   LinkProfile intra;                  // links inside a node (all of ddp/zero3 when N <= node_size)
   LinkProfile inter;      // links between nodes
+  // Open MPI over TCP reaches a different fraction of a link in each collective: the bandwidths of the
+  // all-gathers and the in-group reductions between nodes (0: inter.bandwidth_gbs, which stands for the
+  // all-reduce's). The all-to-all of quantized reductions takes the reduce-scatter's.
+  double inter_all_gather_gbs = 0;
+  double inter_reduce_scatter_gbs = 0;
+  // Whether a host's ranks share one NIC (false: one per rank, as GPUs each with their own). Where all of
+  // a host's ranks cross at once (hybrid's all-reduce across groups) they share its bandwidth; a ring over
+  // the world in rank order crosses each host's link once each way whatever the ranks per host.
+  bool nic_per_host = false;
+  // The communication modes (--quantize-gathers, --quantize-reductions), and zero3's secondary shard kept
+  // per node (--secondary-shard host: once the world spans nodes, backward's gathers run inside each
+  // node, on the intra link), each for the strategies that take it.
+  GatherQuantization quantize_gathers = GatherQuantization::none;
+  ReductionQuantization quantize_reductions = ReductionQuantization::none;
+  bool secondary_per_node = false;
 };
+
+// The strategy options `kind` runs with: in's modes where it takes them (strategy_options_for).
+StrategyOptions projected_strategy(StrategyKind kind, const ProjectionInput& in);
 
 struct ProjectedStep {
   double compute_ms = 0;
@@ -42,6 +63,9 @@ struct ProjectedStep {
   double step_overlap_ms = 0;  // communication overlapped with compute
   double efficiency = 0;       // weak: t(1)/t(N); strong: t(1)/(N t(N)); without overlap
   double efficiency_overlap = 0;
+  // Bus bytes per rank and step, of the rank the step waits for in each term (hybrid on unequal nodes:
+  // the largest node's gathers and reductions, the smallest node's all-reduce across them).
+  CommVolume volume;
 };
 
 ProjectedStep project_step(StrategyKind kind, int world, const ProjectionInput& in);

@@ -22,13 +22,6 @@ constexpr double kCpuBytesPerMs = 2e6, kCpuMsPerCall = 0.05, kGpuMsPerCall = 0.0
 constexpr double kCpuOptimizerMsPerParam = 2e-6, kGpuOptimizerMsPerParam = 1e-8;
 constexpr double kNominalExposedFraction = 0.5;
 
-ShardGroups groups_of(const TuneProblem& p, const Candidate& c) {
-  StrategyOptions so;
-  so.kind = c.kind;
-  if (!c.groups.empty()) so.shard_group = ShardGroupRequest::list(c.groups);
-  return shard_groups(so, p.world);
-}
-
 // The smallest shard group's size: its ranks hold the largest shards, and the step waits for them.
 int smallest_group_size(const ShardGroups& g) { return *std::min_element(g.sizes().begin(), g.sizes().end()); }
 
@@ -39,13 +32,18 @@ struct CommLoad {
 };
 
 CommLoad comm_load(const TuneProblem& p, const Candidate& c) {
-  const ShardGroups groups = groups_of(p, c);
+  const ShardPlan plan = candidate_plan(p, c);
+  const ShardGroups& groups = plan.groups;
   const int K = c.grad_accum;
   const int64_t psi = num_params(*p.model);
   const double U = double(p.model->units().size());  // one collective per unit and pass
-  // GPT-2 gathers every unit for forward and again for backward; kept from forward, once.
+  // GPT-2 gathers every unit for forward and again for backward; kept from forward, once. With secondary
+  // groups backward's gathers run inside them, and the largest group's ranks move the most.
   const int gathers = c.reshard_after_forward ? 2 : 1;
-  const DtypePolicy dtypes = DtypePolicy::of(p.param_dtype);
+  int secondary_group = 1;
+  if (plan.secondary_groups)
+    for (int h : plan.secondary_groups->sizes()) secondary_group = std::max(secondary_group, h);
+  const DtypePolicy dtypes = DtypePolicy::of(p.param_dtype, c.quantize_gathers, c.quantize_reductions);
   const CommVolume volume = comm_volume({.kind = c.kind,
                                          .world = groups.world_size(),
                                          .group = smallest_group_size(groups),
@@ -54,7 +52,11 @@ CommLoad comm_load(const TuneProblem& p, const Candidate& c) {
                                          .gathered = gathers * psi,
                                          .grad_accum = K,
                                          .param_bytes = dtypes.param_bytes,
-                                         .grad_bytes = dtypes.grad_bytes});
+                                         .grad_bytes = dtypes.grad_bytes,
+                                         .quantized_gathers = dtypes.quantized_gathers,
+                                         .quantized_reductions = dtypes.quantized_reductions,
+                                         .secondary_gathered = plan.secondary_groups ? psi : 0,
+                                         .secondary_group = secondary_group});
   CommLoad v;
   v.bytes = volume.total();
   switch (c.kind) {
@@ -65,7 +67,7 @@ CommLoad comm_load(const TuneProblem& p, const Candidate& c) {
     case StrategyKind::hybrid: v.calls = K * (gathers + 2) * U; break;  // and an all-reduce across groups
   }
   if (params_sharded(c.kind) && c.max_inflight == 1) {
-    v.unprefetched_bytes = volume.gather;
+    v.unprefetched_bytes = volume.gather + volume.secondary;
     v.unprefetched_calls = double(K) * gathers * U;
   }
   return v;
@@ -73,7 +75,7 @@ CommLoad comm_load(const TuneProblem& p, const Candidate& c) {
 
 // Every strategy but ddp (whose groups are single ranks) shards the optimizer over its shard group.
 double owned_params(const TuneProblem& p, const Candidate& c) {
-  return std::ceil(double(num_params(*p.model)) / smallest_group_size(groups_of(p, c)));
+  return std::ceil(double(num_params(*p.model)) / smallest_group_size(candidate_plan(p, c).groups));
 }
 
 double compute_ms(const TuneProblem& p, const Candidate& c, const std::vector<double>& seconds_per_seq) {

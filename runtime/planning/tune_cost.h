@@ -5,9 +5,11 @@
 //   communication  the projection's alpha-beta terms: a latency per collective call (one per unit and
 //                  pass) plus the ZeRO volume of the strategy per step (shard/comm_volume.h: ddp and zero1
 //                  once per step, zero2, zero3 and hybrid every micro-step, zero3 gathering once per
-//                  micro-step when it keeps gathered units from forward to backward) over the bandwidth;
-//                  a fraction of it is exposed, and all of zero3's and hybrid's gathers when nothing
-//                  prefetches them (--max-inflight 1)
+//                  micro-step when it keeps gathered units from forward to backward; the candidate's
+//                  quantized gathers and reductions and secondary groups as the volume counts them) over
+//                  the bandwidth, one rate for every link (a secondary shard gains its bytes, not a faster
+//                  link); a fraction of it is exposed, and all of zero3's and hybrid's gathers when
+//                  nothing prefetches them (--max-inflight 1)
 //   optimizer      AdamW over the parameters the rank owns (all of them under ddp)
 // Before any run the rates are nominal; one short measured run of one candidate (zshard-bench's JSON)
 // calibrates every rate: each rank's seconds per sequence, the latency per call, the bytes per millisecond

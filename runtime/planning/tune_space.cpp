@@ -16,17 +16,9 @@ bool all_equal(const std::vector<int>& sizes) {
 }
 
 EstimateInput estimate_input(const TuneProblem& p, const Candidate& c) {
-  PlanOptions o;
-  o.strategy.kind = c.kind;
-  if (c.kind == StrategyKind::hybrid)
-    o.strategy.shard_group = all_equal(c.groups) ? ShardGroupRequest::equal(c.groups.front())
-                                                 : ShardGroupRequest::list(c.groups);
-  o.strategy.max_inflight = c.max_inflight;
-  o.strategy.reshard_after_forward = c.reshard_after_forward;
-  o.placement = {p.device, p.param_dtype, DType::f32, c.offload};
   EstimateInput in;
   in.model = p.model;
-  in.plan = plan_for_world(o, p.world);
+  in.plan = candidate_plan(p, c);
   in.rank_batch = c.auto_split ? c.max_rank_batch : c.batch / p.world;
   in.seq = p.seq;
   in.grad_accum = c.grad_accum;
@@ -46,6 +38,42 @@ auto in_mode(const TuneProblem& p, const Candidate& c, F f) {
     p.model->set_recompute(Recompute::none);
     throw;
   }
+}
+
+// Whether the runtime runs the candidate as it says: it refuses none of it, and a secondary shard it asks
+// for has groups (on one host it has none, and would be the candidate without it). Else its first refusal.
+std::string refusal(const TuneProblem& p, const Candidate& c) {
+  try {
+    const ShardPlan plan = candidate_plan(p, c);
+    if (c.secondary_shard.kind != SecondaryShard::Kind::none && !plan.secondary_groups)
+      return detail::concat("--secondary-shard ", secondary_shard_text(c.secondary_shard), ": all ", p.world,
+                            " ranks run on one host, where it would be plain zero3");
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The values of the dimensions a strategy has of its own, each once: the space's where it takes them
+// (strategy_options_for), the defaults elsewhere.
+std::vector<StrategyOptions> strategy_variants(StrategyKind kind, const TuneSpace& space) {
+  const auto same = [](const StrategyOptions& a, const StrategyOptions& b) {
+    return a.max_inflight == b.max_inflight && a.reshard_after_forward == b.reshard_after_forward &&
+           a.quantize_gathers == b.quantize_gathers && a.quantize_reductions == b.quantize_reductions &&
+           a.secondary_shard == b.secondary_shard;
+  };
+  std::vector<StrategyOptions> out;
+  for (int inflight : space.max_inflight)
+    for (bool reshard : space.reshard)
+      for (GatherQuantization gathers : space.quantize_gathers)
+        for (ReductionQuantization reductions : space.quantize_reductions)
+          for (const SecondaryShard& secondary : space.secondary_shard) {
+            const StrategyOptions v =
+                strategy_options_for(kind, {kind, {}, reshard, inflight, gathers, reductions, secondary});
+            if (std::none_of(out.begin(), out.end(), [&](const StrategyOptions& o) { return same(o, v); }))
+              out.push_back(v);
+          }
+  return out;
 }
 
 bool can_recompute(Model& model) {
@@ -70,6 +98,11 @@ std::string Candidate::label() const {
     if (max_inflight != StrategyOptions{}.max_inflight) s += detail::concat(" inflight", max_inflight);
     if (!reshard_after_forward) s += " keep";
   }
+  if (quantize_gathers != GatherQuantization::none)
+    s += detail::concat(" gathers-", gather_quantization_name(quantize_gathers));
+  if (quantize_reductions != ReductionQuantization::none)
+    s += detail::concat(" reductions-", reduction_quantization_name(quantize_reductions));
+  if (secondary_shard.kind != SecondaryShard::Kind::none) s += " secondary-" + secondary_shard_text(secondary_shard);
   if (auto_split) s += " auto";
   return s;
 }
@@ -84,8 +117,30 @@ std::vector<std::string> Candidate::train_flags() const {
     if (max_inflight != StrategyOptions{}.max_inflight) f.insert(f.end(), {"--max-inflight", std::to_string(max_inflight)});
     if (!reshard_after_forward) f.insert(f.end(), {"--reshard-after-forward", "false"});
   }
+  if (quantize_gathers != GatherQuantization::none)
+    f.insert(f.end(), {"--quantize-gathers", std::string(gather_quantization_name(quantize_gathers))});
+  if (quantize_reductions != ReductionQuantization::none)
+    f.insert(f.end(), {"--quantize-reductions", std::string(reduction_quantization_name(quantize_reductions))});
+  if (secondary_shard.kind != SecondaryShard::Kind::none)
+    f.insert(f.end(), {"--secondary-shard", secondary_shard_text(secondary_shard)});
   if (auto_split) f.insert(f.end(), {"--rank-batches", "auto", "--max-rank-batch", std::to_string(max_rank_batch)});
   return f;
+}
+
+ShardPlan candidate_plan(const TuneProblem& p, const Candidate& c) {
+  PlanOptions o;
+  StrategyOptions& s = o.strategy;
+  s.kind = c.kind;
+  if (c.kind == StrategyKind::hybrid)
+    s.shard_group =
+        all_equal(c.groups) ? ShardGroupRequest::equal(c.groups.front()) : ShardGroupRequest::list(c.groups);
+  s.max_inflight = c.max_inflight;
+  s.reshard_after_forward = c.reshard_after_forward;
+  s.quantize_gathers = c.quantize_gathers;
+  s.quantize_reductions = c.quantize_reductions;
+  s.secondary_shard = c.secondary_shard;
+  o.placement = {p.device, p.param_dtype, DType::f32, c.offload};
+  return plan_on_hosts(o, p.hosts.empty() ? std::vector<int>{p.world} : p.hosts);
 }
 
 std::vector<std::vector<int>> hybrid_groupings(const TuneProblem& p) {
@@ -112,24 +167,36 @@ std::vector<Candidate> enumerate_candidates(const TuneProblem& p, const TuneSpac
   if (modes.empty()) throw UsageError("--activation-checkpointing blocks: the model cannot recompute its blocks");
   std::vector<Candidate> out;
   for (StrategyKind kind : space.strategies) {
-    const bool sharded = params_sharded(kind);
     std::vector<std::vector<int>> groupings = {{}};
     if (kind == StrategyKind::hybrid) groupings = hybrid_groupings(p);
+    std::string first_refusal;
+    size_t kept = 0;
     for (const std::vector<int>& groups : groupings)
       for (int k : accums)
         for (Recompute mode : modes)
           for (bool offload : space.offload)
-            for (int inflight : sharded ? space.max_inflight : std::vector<int>{StrategyOptions{}.max_inflight})
-              for (bool reshard : sharded ? space.reshard : std::vector<bool>{true})
-                for (bool split : p.world > 1 ? space.auto_split : std::vector<bool>{false}) {
-                  Candidate c{kind, groups, p.world * (per_rank / k), k, mode, offload, inflight, reshard, split};
-                  if (split) {
-                    c.max_rank_batch = c.batch / p.world;  // for the search below, which starts at one sequence
-                    c.max_rank_batch = std::clamp(largest_fitting_rank_batch(p, c), c.batch / p.world,
-                                                  c.batch - p.world + 1);
-                  }
-                  out.push_back(c);
+            for (const StrategyOptions& v : strategy_variants(kind, space))
+              for (bool split : p.world > 1 ? space.auto_split : std::vector<bool>{false}) {
+                Candidate c{kind, groups, p.world * (per_rank / k), k, mode, offload, v.max_inflight,
+                            v.reshard_after_forward, split};
+                c.quantize_gathers = v.quantize_gathers;
+                c.quantize_reductions = v.quantize_reductions;
+                c.secondary_shard = v.secondary_shard;
+                if (const std::string why = refusal(p, c); !why.empty()) {
+                  if (first_refusal.empty()) first_refusal = why;
+                  continue;
                 }
+                if (split) {
+                  c.max_rank_batch = c.batch / p.world;  // for the search below, which starts at one sequence
+                  c.max_rank_batch = std::clamp(largest_fitting_rank_batch(p, c), c.batch / p.world,
+                                                c.batch - p.world + 1);
+                }
+                out.push_back(c);
+                ++kept;
+              }
+    if (kept == 0 && !first_refusal.empty())
+      throw UsageError(
+          detail::concat("--strategies ", strategy_name(kind), ": no candidate runs as asked: ", first_refusal));
   }
   return out;
 }

@@ -1,8 +1,8 @@
 // zshard-tune's search space: every configuration of one model on one set of ranks that trains the same
 // global batch (strategy, hybrid's shard groups, micro-batch with gradient accumulation, activation
-// checkpointing, optimizer offload, prefetch depth, resharding after forward, the batch's split over the
-// ranks), each with the memory estimator's peak per rank, so that those over the budget are pruned before
-// anything runs. Arithmetic only.
+// checkpointing, optimizer offload, prefetch depth, resharding after forward, the communication modes,
+// the batch's split over the ranks), each with the memory estimator's peak per rank, so that those over
+// the budget are pruned before anything runs. Arithmetic only.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -37,6 +37,11 @@ struct TuneSpace {
   std::vector<bool> offload = {false, true};
   std::vector<int> max_inflight = {2, 1};     // zero3 and hybrid only
   std::vector<bool> reshard = {true, false};  // zero3 and hybrid only
+  // The communication modes, the runtime's alone by default: int8 gathers for zero3 and hybrid, quantized
+  // reductions for all but ddp, the secondary shard for zero3.
+  std::vector<GatherQuantization> quantize_gathers = {GatherQuantization::none};
+  std::vector<ReductionQuantization> quantize_reductions = {ReductionQuantization::none};
+  std::vector<SecondaryShard> secondary_shard = {SecondaryShard{}};
   std::vector<bool> auto_split = {false};     // --rank-batches even (false) and/or auto (true)
 };
 
@@ -52,8 +57,12 @@ struct Candidate {
   bool auto_split = false;
   // --rank-batches auto: the most sequences one rank may take (--max-rank-batch), what fits the budget.
   int max_rank_batch = 0;
+  GatherQuantization quantize_gathers = GatherQuantization::none;
+  ReductionQuantization quantize_reductions = ReductionQuantization::none;
+  SecondaryShard secondary_shard{};
 
-  // "zero3 G4 8x2 blocks offload inflight 1 keep auto": what differs from the defaults.
+  // "zero3 G4 8x2 blocks offload inflight 1 keep gathers-int8 reductions-int4 secondary-host auto": what
+  // differs from the defaults.
   std::string label() const;
   // The zshard-train flags that select it (zshard-bench takes the same, with --strategies).
   std::vector<std::string> train_flags() const;
@@ -64,11 +73,19 @@ struct Candidate {
 // else every group size G with 1 < G < world dividing it.
 std::vector<std::vector<int>> hybrid_groupings(const TuneProblem& problem);
 
+// The plan the runtime would make for the candidate on `problem`'s hosts; throws UsageError where it
+// refuses it, in its words.
+ShardPlan candidate_plan(const TuneProblem& problem, const Candidate& c);
+
 // Every candidate of `space`, simplest first (strategies in the order given, fewest micro-steps first,
-// checkpointing, offload, prefetch depth and resharding in their lists' order). Throws UsageError when the
-// global batch cannot be cut as asked: not a multiple of the world, or a --grad-accum that does not divide
-// the sequences per rank, or checkpointing only for a model that cannot recompute. Candidates with an auto
-// split get their max_rank_batch from the budget.
+// checkpointing, offload, prefetch depth, resharding and the communication modes in their lists' order).
+// A mode applies to the strategies that take it (the others keep none); a candidate the runtime refuses
+// (a secondary shard without resharding, or of a size that does not divide the world) is skipped, and so
+// is a secondary shard whose plan has none (one host). Throws UsageError when the global batch cannot be
+// cut as asked: not a multiple of the world, or a --grad-accum that does not divide the sequences per
+// rank, or checkpointing only for a model that cannot recompute, or when every candidate of a strategy
+// is skipped (naming the first skip's reason). Candidates with an auto split get their max_rank_batch
+// from the budget.
 std::vector<Candidate> enumerate_candidates(const TuneProblem& problem, const TuneSpace& space);
 
 // The estimator's peak per rank for the candidate: the one call from the tuner into the estimator. For

@@ -1,8 +1,11 @@
 // zshard-project: projected step time and scaling efficiency of ddp, zero3 and hybrid for N = 1 to
 // --max-world, with and without overlap, beside the Amdahl curve of a serial fraction. The compute time
 // comes from a single-rank zshard-bench JSON (--bench) or --compute-ms; links from a profile (--link,
-// --inter-link) whose values --alpha-us / --bandwidth-gbs override. --check takes zshard-bench JSON
-// measured at several world sizes (same global batch) and prints the projection's error on each.
+// --inter-link) whose values --alpha-us / --bandwidth-gbs override, the inter link's per collective too.
+// The runtime's communication modes (--quantize-gathers, --quantize-reductions, --secondary-shard host)
+// apply to the strategies that take them, and are refused where the runtime would refuse them. --check
+// takes zshard-bench JSON measured at several world sizes (same global batch) and prints the
+// projection's error on each.
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
@@ -14,6 +17,7 @@
 #include "kernels/io/atomic_file.h"
 #include "runtime/cli/path_checks.h"
 #include "runtime/cli/json_input.h"
+#include "runtime/cli/plan_flags.h"
 #include "runtime/planning/scaling_projection.h"
 #include "runtime/tools/tool_runner.h"
 #include "runtime/cli/flags.h"
@@ -25,6 +29,49 @@ using nlohmann::json;
 namespace {
 
 constexpr int kMaxWorld = 1 << 20;
+const std::vector<std::string> kProjected = {"ddp", "zero3", "hybrid"};
+
+bool listed(const std::vector<std::string>& strategies, const std::string& name) {
+  return std::find(strategies.begin(), strategies.end(), name) != strategies.end();
+}
+
+// Refuses what the runtime would: a mode that none of the strategies takes (as zshard-bench and
+// zshard-mem do; in the words of the first one's refusal of it), and zero3's secondary groups on hosts
+// that cannot hold them: two nodes of --node-size (the table's worlds past one node), and --nodes.
+void check_modes(const std::vector<std::string>& strategies, const StrategyOptions& asked, const ProjectionInput& in,
+                 const std::vector<int>& nodes) {
+  StrategyOptions gathers, reductions, secondary;
+  gathers.quantize_gathers = asked.quantize_gathers;
+  reductions.quantize_reductions = asked.quantize_reductions;
+  secondary.secondary_shard = asked.secondary_shard;
+  for (const StrategyOptions& mode : {gathers, reductions, secondary}) {
+    const auto asked_of = [&](const std::string& name) {
+      PlanOptions o;
+      o.strategy = mode;
+      o.strategy.kind = parse_strategy(name);
+      return o;
+    };
+    const auto takes = [&](const std::string& name) {
+      try {
+        validate_plan_options(asked_of(name));
+        return true;
+      } catch (const UsageError&) {
+        return false;
+      }
+    };
+    if (std::none_of(strategies.begin(), strategies.end(), takes)) validate_plan_options(asked_of(strategies.front()));
+  }
+  if (!in.secondary_per_node) return;
+  PlanOptions zero3;
+  zero3.strategy = projected_strategy(StrategyKind::zero3, in);
+  plan_on_hosts(zero3, {in.node_size, in.node_size});
+  if (!nodes.empty()) plan_on_hosts(zero3, nodes);
+}
+
+// The bytes of a projected step, by the collectives that move them.
+json volume_json(const CommVolume& v) {
+  return {{"gather", v.gather}, {"reduce", v.reduce}, {"across", v.across}, {"secondary", v.secondary}};
+}
 
 double median_ms(const json& bench, const std::string& strategy) {
   for (const json& r : bench.at("results"))
@@ -34,7 +81,8 @@ double median_ms(const json& bench, const std::string& strategy) {
 
 // Predicted strong-scaling step time beside each measurement; the serial fraction (Karp-Flatt) of the
 // measured ddp speed-up at the largest world.
-double check(const std::vector<std::string>& paths, ProjectionInput in, json& out) {
+double check(const std::vector<std::string>& paths, const std::vector<std::string>& strategies, ProjectionInput in,
+             json& out) {
   in.weak = false;
   double serial = 0;
   std::cout << "\nprojection vs measured (strong scaling, global batch " << in.batch << "; error = predicted / "
@@ -44,9 +92,11 @@ double check(const std::vector<std::string>& paths, ProjectionInput in, json& ou
   for (const std::string& path : paths) {
     const json bench = read_json_file("--check", path);
     const int world = read_fields("--check", path, [&] { return bench.at("world").get<int>(); });
-    for (const char* name : {"ddp", "zero3", "hybrid"}) {
+    for (const std::string& name : kProjected) {
       const double measured = read_fields("--check", path, [&] { return median_ms(bench, name); });
       if (std::isnan(measured)) continue;
+      if (name == "ddp" && world > 1) serial = karp_flatt(in.compute_ms / measured, world);
+      if (!listed(strategies, name)) continue;
       const ProjectedStep p = project_step(parse_strategy(name), world, in);
       const double e0 = p.step_ms / measured - 1, e1 = p.step_overlap_ms / measured - 1;
       std::cout << std::setw(8) << name << std::setw(6) << world << std::fixed << std::setprecision(1)
@@ -54,27 +104,26 @@ double check(const std::vector<std::string>& paths, ProjectionInput in, json& ou
                 << std::setw(14) << p.step_overlap_ms << std::setw(8) << 100 * e1 << "%\n";
       out.push_back({{"strategy", name}, {"world", world}, {"measured_ms", measured}, {"predicted_ms", p.step_ms},
                      {"predicted_overlap_ms", p.step_overlap_ms}, {"error", e0}, {"error_overlap", e1}});
-      if (std::string(name) == "ddp" && world > 1) serial = karp_flatt(in.compute_ms / measured, world);
     }
   }
   return serial;
 }
 
-// --nodes: the three strategies on one cluster of nodes of the given sizes.
-json project_nodes(const ShardGroups& nodes, const ProjectionInput& in) {
+// --nodes: the strategies on one cluster of nodes of the given sizes.
+json project_nodes(const ShardGroups& nodes, const std::vector<std::string>& strategies, const ProjectionInput& in) {
   std::cout << "\ncluster of nodes " << join_sizes(nodes.sizes()) << " (" << nodes.world_size()
             << " ranks; hybrid shards inside each node)\n"
             << std::setw(8) << "strategy" << std::setw(12) << "step ms" << std::setw(12) << "overlap ms"
             << std::setw(12) << "comm ms" << std::setw(14) << "efficiency\n";
   json out = {{"sizes", nodes.sizes()}, {"rows", json::array()}};
-  for (const char* name : {"ddp", "zero3", "hybrid"}) {
+  for (const std::string& name : strategies) {
     const ProjectedStep p = project_step(parse_strategy(name), nodes, in);
     std::cout << std::setw(8) << name << std::fixed << std::setprecision(1) << std::setw(12) << p.step_ms
               << std::setw(12) << p.step_overlap_ms << std::setw(12) << p.comm_ms << std::setprecision(2)
               << std::setw(9) << p.efficiency << "/" << p.efficiency_overlap << "\n";
     out["rows"].push_back({{"strategy", name}, {"step_ms", p.step_ms}, {"step_overlap_ms", p.step_overlap_ms},
                            {"comm_ms", p.comm_ms}, {"efficiency", p.efficiency},
-                           {"efficiency_overlap", p.efficiency_overlap}});
+                           {"efficiency_overlap", p.efficiency_overlap}, {"comm_bytes", volume_json(p.volume)}});
   }
   return out;
 }
@@ -83,9 +132,11 @@ json project_nodes(const ShardGroups& nodes, const ProjectionInput& in) {
 
 int main(int argc, char** argv) {
   std::string bench_path, link = "nvlink", inter_link = "ib", scaling = "weak", json_path;
-  std::vector<std::string> check_paths;
+  std::vector<std::string> check_paths, strategies = kProjected;
   ProjectionInput in;
+  StrategyOptions modes;
   double alpha_us = 0, bandwidth = 0, inter_alpha_us = 0, inter_bandwidth = 0, serial = 0;
+  double inter_all_gather = 0, inter_reduce_scatter = 0;
   int max_world = 1024;
   std::vector<int> nodes;
   CLI::App app{"zshard-project: projected step time and scaling efficiency of ddp, zero3 and hybrid"};
@@ -111,6 +162,17 @@ int main(int argc, char** argv) {
   app.add_option("--bandwidth-gbs", bandwidth, "override the intra link's bus bandwidth (GB/s)")->default_str("--link's");
   app.add_option("--inter-alpha-us", inter_alpha_us, "override the inter link's latency (us)")->default_str("--inter-link's");
   app.add_option("--inter-bandwidth-gbs", inter_bandwidth, "override the inter link's bandwidth (GB/s)")->default_str("--inter-link's");
+  app.add_option("--inter-all-gather-gbs", inter_all_gather, "the inter link's bandwidth in all-gathers (GB/s)")
+      ->default_str("the inter link's");
+  app.add_option("--inter-reduce-scatter-gbs", inter_reduce_scatter,
+                 "the inter link's bandwidth in reduce-scatters and quantized reductions' all-to-alls (GB/s)")
+      ->default_str("the inter link's");
+  add_choice<bool>(app, "--nic-per", in.nic_per_host, {{"rank", false}, {"host", true}},
+                   "rank: each rank has its own inter link; host: a host's ranks share one, so hybrid's all-reduce "
+                   "across groups, which all of them run at once, gets a share each");
+  add_list_option(app, "--strategies", strategies, "strategies to project, of ddp, zero3 and hybrid", kProjected);
+  // zshard-train's flags, each for the strategies that take it; the secondary groups are the nodes (host).
+  add_comm_mode_flags(app, modes);
   app.add_option("--node-size", in.node_size,
                  "ranks per node; hybrid's shard group is the largest divisor of N up to it leaving two replicas");
   add_list_option(app, "--nodes", nodes,
@@ -157,7 +219,9 @@ int main(int argc, char** argv) {
     for (const auto& [flag, value] : {std::pair{"--alpha-us", alpha_us}, std::pair{"--inter-alpha-us", inter_alpha_us}})
       if (app.count(flag) && !(std::isfinite(value) && value >= 0))
         throw UsageError(detail::concat(flag, " must be a finite number >= 0, got ", value));
-    for (const auto& [flag, value] : {std::pair{"--bandwidth-gbs", bandwidth}, std::pair{"--inter-bandwidth-gbs", inter_bandwidth}})
+    for (const auto& [flag, value] : {std::pair{"--bandwidth-gbs", bandwidth}, std::pair{"--inter-bandwidth-gbs", inter_bandwidth},
+                                      std::pair{"--inter-all-gather-gbs", inter_all_gather},
+                                      std::pair{"--inter-reduce-scatter-gbs", inter_reduce_scatter}})
       if (app.count(flag) && !(std::isfinite(value) && value > 0))
         throw UsageError(detail::concat(flag, " must be a finite number > 0, got ", value));
     if (app.count("--serial-fraction") && !(serial >= 0 && serial <= 1))
@@ -171,30 +235,59 @@ int main(int argc, char** argv) {
     if (app.count("--bandwidth-gbs")) in.intra.bandwidth_gbs = bandwidth;
     if (app.count("--inter-alpha-us")) in.inter.alpha_us = inter_alpha_us;
     if (app.count("--inter-bandwidth-gbs")) in.inter.bandwidth_gbs = inter_bandwidth;
+    in.inter_all_gather_gbs = inter_all_gather;
+    in.inter_reduce_scatter_gbs = inter_reduce_scatter;
+    // The projection's links are a node's and the one between nodes: its secondary groups are the nodes.
+    if (modes.secondary_shard.kind == SecondaryShard::Kind::size)
+      throw UsageError(detail::concat("--secondary-shard ", modes.secondary_shard.size, ": zshard-project keeps the "
+                                      "secondary shard per node (--node-size, --nodes): give host"));
+    in.quantize_gathers = modes.quantize_gathers;
+    in.quantize_reductions = modes.quantize_reductions;
+    in.secondary_per_node = modes.secondary_shard.kind == SecondaryShard::Kind::host;
+    check_modes(strategies, modes, in, nodes);
 
     json doc = {{"tool", "zshard-project"}, {"compute_ms", in.compute_ms}, {"batch", in.batch},
                 {"params", in.params}, {"units", in.units}, {"scaling", scaling}, {"node_size", in.node_size},
                 {"intra", {{"name", in.intra.name}, {"alpha_us", in.intra.alpha_us}, {"bandwidth_gbs", in.intra.bandwidth_gbs}}},
-                {"inter", {{"name", in.inter.name}, {"alpha_us", in.inter.alpha_us}, {"bandwidth_gbs", in.inter.bandwidth_gbs}}},
+                {"inter", {{"name", in.inter.name}, {"alpha_us", in.inter.alpha_us}, {"bandwidth_gbs", in.inter.bandwidth_gbs},
+                           {"all_gather_gbs", inter_all_gather > 0 ? inter_all_gather : in.inter.bandwidth_gbs},
+                           {"reduce_scatter_gbs",
+                            inter_reduce_scatter > 0 ? inter_reduce_scatter : in.inter.bandwidth_gbs}}},
+                {"nic_per", in.nic_per_host ? "host" : "rank"},
+                {"strategies", strategies},
+                {"quantize_gathers", gather_quantization_name(in.quantize_gathers)},
+                {"quantize_reductions", reduction_quantization_name(in.quantize_reductions)},
+                {"secondary_shard", secondary_shard_text(modes.secondary_shard)},
                 {"check", json::array()}};
-    const double fitted = check_paths.empty() ? 0 : check(check_paths, in, doc["check"]);
+    const double fitted = check_paths.empty() ? 0 : check(check_paths, strategies, in, doc["check"]);
     if (!app.count("--serial-fraction")) serial = std::clamp(fitted, 0.0, 1.0);  // a slow-down (speed-up < 1) reads as all serial
     doc["serial_fraction"] = serial;
     std::cout << "\nprojection: " << in.params << " params, " << in.units << " units, compute " << in.compute_ms
               << " ms for " << in.batch << " sequences, " << scaling << " scaling; intra " << in.intra.name << " ("
               << in.intra.alpha_us << " us, " << in.intra.bandwidth_gbs << " GB/s), inter " << in.inter.name << " ("
               << in.inter.alpha_us << " us, " << in.inter.bandwidth_gbs << " GB/s), node " << in.node_size
-              << "; efficiency no overlap / overlap\n"
-              << std::setw(6) << "N";
-    for (const char* name : {"ddp", "zero3", "hybrid"}) std::cout << std::setw(26) << (std::string(name) + " ms   eff");
+              << "; efficiency no overlap / overlap\n";
+    if (inter_all_gather > 0 || inter_reduce_scatter > 0 || in.nic_per_host)
+      std::cout << "inter link per collective: all-gather " << doc["inter"]["all_gather_gbs"].get<double>()
+                << " GB/s, reduce-scatter " << doc["inter"]["reduce_scatter_gbs"].get<double>() << " GB/s, a NIC per "
+                << doc["nic_per"].get<std::string>() << "\n";
+    if (in.quantize_gathers != GatherQuantization::none || in.quantize_reductions != ReductionQuantization::none ||
+        in.secondary_per_node)
+      std::cout << "modes: --quantize-gathers " << gather_quantization_name(in.quantize_gathers)
+                << " --quantize-reductions " << reduction_quantization_name(in.quantize_reductions)
+                << " --secondary-shard " << secondary_shard_text(modes.secondary_shard)
+                << " (each for the strategies that take it)\n";
+    std::cout << std::setw(6) << "N";
+    for (const std::string& name : strategies) std::cout << std::setw(26) << (name + " ms   eff");
     std::cout << std::setw(14) << "Amdahl s=" << std::setprecision(3) << serial << "\n";
     for (int n = 1; n <= max_world; n *= 2) {
       json row = {{"world", n}, {"amdahl_efficiency", amdahl_efficiency(serial, n)}};
       std::cout << std::setw(6) << n;
-      for (const char* name : {"ddp", "zero3", "hybrid"}) {
+      for (const std::string& name : strategies) {
         const ProjectedStep p = project_step(parse_strategy(name), n, in);
         row[name] = {{"step_ms", p.step_ms}, {"step_overlap_ms", p.step_overlap_ms}, {"comm_ms", p.comm_ms},
-                     {"efficiency", p.efficiency}, {"efficiency_overlap", p.efficiency_overlap}};
+                     {"efficiency", p.efficiency}, {"efficiency_overlap", p.efficiency_overlap},
+                     {"comm_bytes", volume_json(p.volume)}};
         std::ostringstream cell;
         cell << std::fixed << std::setprecision(1) << p.step_ms << " " << std::setprecision(2) << p.efficiency << "/"
              << p.efficiency_overlap;
@@ -203,7 +296,7 @@ int main(int argc, char** argv) {
       std::cout << std::setw(14) << std::setprecision(3) << amdahl_efficiency(serial, n) << "\n";
       doc["rows"].push_back(row);
     }
-    if (!nodes.empty()) doc["nodes"] = project_nodes(ShardGroups(nodes), in);
+    if (!nodes.empty()) doc["nodes"] = project_nodes(ShardGroups(nodes), strategies, in);
     if (!json_path.empty()) write_file_atomically(json_path, doc.dump(2) + "\n");
     return 0;
   });

@@ -55,6 +55,9 @@ struct TuneOptions {
   std::vector<std::string> offload{"none", "optimizer"};
   std::vector<int> max_inflight{2, 1};
   std::vector<std::string> reshard{"true", "false"};
+  std::vector<std::string> quantize_gathers{"none"};
+  std::vector<std::string> quantize_reductions{"none"};
+  std::vector<std::string> secondary_shard{"none"};
   std::string rank_batches = "detect";
   int top = 3;
   int repeats = 2;
@@ -134,6 +137,15 @@ std::vector<T> parse_list(const std::vector<std::string>& given, const char* fla
   return out;
 }
 
+// Each value as the runtime's own parser reads it (its UsageError names the flag and the valid values).
+template <class Parse>
+auto parse_each(const std::vector<std::string>& given, const char* flag, Parse parse) {
+  std::vector<decltype(parse(std::string_view()))> out;
+  for (const std::string& g : given) out.push_back(parse(g));
+  if (out.empty()) throw UsageError(detail::concat(flag, ": give at least one value"));
+  return out;
+}
+
 TuneSpace space_of(const TuneOptions& o) {
   TuneSpace s;
   s.strategies.clear();
@@ -145,6 +157,9 @@ TuneSpace space_of(const TuneOptions& o) {
       {{"none", Recompute::none}, {"blocks", Recompute::blocks}});
   s.offload = parse_list<bool>(o.offload, "--offload", {{"none", false}, {"optimizer", true}});
   s.reshard = parse_list<bool>(o.reshard, "--reshard-after-forward", {{"true", true}, {"false", false}});
+  s.quantize_gathers = parse_each(o.quantize_gathers, "--quantize-gathers", parse_gather_quantization);
+  s.quantize_reductions = parse_each(o.quantize_reductions, "--quantize-reductions", parse_reduction_quantization);
+  s.secondary_shard = parse_each(o.secondary_shard, "--secondary-shard", parse_secondary_shard);
   s.max_inflight = o.max_inflight;
   for (int m : s.max_inflight)
     if (m < 1) throw UsageError(detail::concat("--max-inflight entries must be >= 1, got ", m));
@@ -269,6 +284,11 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
   add_list_option(app, "--offload", o.offload, "none, optimizer or both");
   add_list_option(app, "--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once, the values to search");
   add_list_option(app, "--reshard-after-forward", o.reshard, "zero3/hybrid: true, false or both");
+  add_list_option(app, "--quantize-gathers", o.quantize_gathers, "zero3/hybrid: none, int8 or both (ZeRO++ qwZ)");
+  add_list_option(app, "--quantize-reductions", o.quantize_reductions,
+                  "zero1/zero2/zero3/hybrid: any of none, int8, int4 (ZeRO++ qgZ)");
+  add_list_option(app, "--secondary-shard", o.secondary_shard,
+                  "zero3 with resharding: any of none, host, N (ZeRO++ hpZ); those the runtime refuses are skipped");
   app.add_option("--rank-batches", o.rank_batches,
                  "even, auto, even,auto, or detect: even, and auto too when the first run measures ranks of unequal "
                  "speed (more than 20% apart)");

@@ -2,7 +2,7 @@
 # JSON with every strategy the world allows, zshard-commbench finds no wrong element and writes valid JSON
 # (with Open MPI, the ring Iallreduce that zshard's launch selects, unless the user chose one),
 # zshard-mem prints the ZeRO table and checks the bench JSON (a tied Llama that defers its head's gradient:
-# exactly), zshard-project prints its table.
+# exactly), zshard-project prints its table, and projects the communication modes or refuses them.
 source "$(dirname "$0")/lib.sh"
 BIN="$ZSHARD_BIN"
 
@@ -122,6 +122,37 @@ grep -Eq "^hybrid +6 +4 .*124\.44 MB" "$WORK/out" && grep -Eq "^hybrid +6 +2 .*2
 check "project nodes 4,2" "$BIN/zshard-project" --compute-ms 100 --params 124000000 --units 14 --max-world 8 --nodes 4,2
 grep -Eq "^ +hybrid +[0-9.]+ " "$WORK/out" && grep -q "cluster of nodes 4,2 (6 ranks" "$WORK/out" ||
   { echo "FAIL project --nodes: no cluster table"; cat "$WORK/out"; failures=$((failures + 1)); }
+# The communication modes: zero3's bytes those of comm_volume (int8 gathers, int4 reductions) with
+# backward's gathers inside the nodes, at each link's bandwidth; a mode that no strategy listed takes, or
+# a secondary shard on nodes of one rank, refused in the runtime's words.
+check "project modes" "$BIN/zshard-project" --compute-ms 100 --params 1e9 --units 10 --max-world 16 \
+  --quantize-gathers int8 --quantize-reductions int4 --secondary-shard host --inter-all-gather-gbs 11 --nic-per host \
+  --json "$WORK/project_modes.json"
+check "project modes: comm_volume's bytes, backward's gathers on the intra link" python3 -c "
+import json
+d = json.load(open('$WORK/project_modes.json'))
+assert (d['quantize_gathers'], d['quantize_reductions'], d['secondary_shard'], d['nic_per']) == ('int8', 'int4', 'host', 'host'), d
+assert d['inter']['all_gather_gbs'] == 11 and d['inter']['reduce_scatter_gbs'] == 22, d['inter']
+row = d['rows'][4]
+assert row['world'] == 16  # two nodes of 8
+b, psi = row['zero3']['comm_bytes'], 1e9
+assert abs(b['gather'] - psi * (1 + 4 / 256) * 15 / 16) < 1, b  # forward's, int8 across the world
+assert abs(b['secondary'] - psi * 4 * 7 / 8) < 1, b  # backward's, fp32 inside a node
+assert abs(b['reduce'] - psi * (0.5 + 4 / 256) * 15 / 16) < 1, b
+# ib (10 us, 22 GB/s; all-gathers at 11) between the nodes, nvlink (3 us, 300 GB/s) inside: 10 units.
+ms = (b['gather'] / 11e9 + b['reduce'] / 22e9 + b['secondary'] / 300e9) * 1e3 + 2 * 10 * 15 * 0.010 + 10 * 7 * 0.003
+assert abs(row['zero3']['comm_ms'] - ms) < 1e-6, (row['zero3']['comm_ms'], ms)
+assert row['ddp']['comm_bytes']['gather'] == 0 and row['hybrid']['comm_bytes']['secondary'] == 0, row"
+expect_failure "project: a mode no strategy listed takes" 2 \
+  "^zshard-project: --quantize-reductions is only for --strategy zero1, zero2, zero3 or hybrid \(ddp all-reduces: no rank owns a shard to sum\)$" -- \
+  "$BIN/zshard-project" --compute-ms 100 --params 1e8 --strategies ddp --quantize-reductions int8
+expect_one_line "project: a mode no strategy listed takes" "."
+expect_failure "project --secondary-shard N" 2 "--secondary-shard 4: zshard-project keeps the secondary shard per node" -- \
+  "$BIN/zshard-project" --compute-ms 100 --params 1e8 --secondary-shard 4
+expect_failure "project --secondary-shard host on nodes of one rank" 2 \
+  "--secondary-shard host: every host runs one rank, so each would keep whole units" -- \
+  "$BIN/zshard-project" --compute-ms 100 --params 1e8 --nodes 1,1 --secondary-shard host
+expect_one_line "project --secondary-shard host on nodes of one rank" "."
 expect_failure "mem groups that do not hold the world" 2 "--shard-group 4,2: the groups hold 6 ranks, the world has 8" -- \
   "$BIN/zshard-mem" --model gpt2 --strategy hybrid --shard-group 4,2 --world 8
 expect_failure "mem bad size" 2 "--device-mem" -- "$BIN/zshard-mem" --model gpt2 --device-mem 80furlongs

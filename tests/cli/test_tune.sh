@@ -1,8 +1,8 @@
 # zshard-tune on tiny at np 2: a small search within a tight --time-budget picks a configuration whose
 # measured peak fits the budget, runs no candidate the estimate rules out, and prints a zshard-train
-# command line that trains. Bad input is one line and exit 2, a launcher that fails every run one line
-# naming it and exit 1; a run past its time is ended with every process it started, and so is the search
-# when the tool is told to stop.
+# command line that trains; candidates with communication modes run with them. Bad input is one line and
+# exit 2, a launcher that fails every run one line naming it and exit 1; a run past its time is ended with
+# every process it started, and so is the search when the tool is told to stop.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 TUNE="$ZSHARD_BIN/zshard-tune"
@@ -53,6 +53,28 @@ expect_ok "the winner's command line trains" sh -c "$cmd --steps 2 --log-every 1
 expect_true "... at the batch the search kept (8 sequences per step)" grep -Eq "batch [0-9]+x32( x[0-9]+)?, 2 steps" "$WORK/out"
 no_orphans "after the search"
 
+# The communication modes as dimensions: each candidate runs with its own (the bytes its run measured are
+# those of its plan, and int8 gathers move fewer); a secondary group of 2 on 2 ranks, which the runtime
+# refuses, is no candidate.
+expect_ok "tune with communication modes" "$TUNE" --model tiny --np 2 --global-batch 8 --seq 32 --strategies zero2,zero3 \
+  --grad-accum 1 --activation-checkpointing none --offload none --max-inflight 2 --reshard-after-forward true \
+  --quantize-gathers none,int8 --quantize-reductions int4 --secondary-shard none,2 --rank-batches even --exhaustive \
+  --repeats 1 --steps 1 --warmup-steps 0 --mem-budget 1GB --time-budget 100 --work-dir "$WORK/modes" \
+  --json "$WORK/modes.json" "${LAUNCH[@]}"
+expect_true "... each run with its candidate's modes" python3 -c "
+import json
+d = json.load(open('$WORK/modes.json'))
+labels = sorted(c['label'] for c in d['candidates'])
+assert labels == ['zero2 b8x1 reductions-int4', 'zero3 b8x1 gathers-int8 reductions-int4', 'zero3 b8x1 reductions-int4'], labels
+measured = {}
+for c in d['candidates']:
+    assert c['run']['status'] == 'ok' and ['--quantize-reductions', 'int4'] == c['flags'][-2:], c
+    b = json.load(open('$WORK/modes/' + c['run']['log'][:-len('.log')] + '.json'))['results'][0]['comm_bytes_per_step']
+    assert abs(b['measured'] - b['theory']) < 256, (c['label'], b)
+    measured[c['label']] = b['measured']
+assert measured['zero3 b8x1 gathers-int8 reductions-int4'] < 0.5 * measured['zero3 b8x1 reductions-int4'], measured"
+no_orphans "after the search with modes"
+
 # Bad input: one line, exit 2, nothing launched.
 expect_failure "budget too small" 2 "--mem-budget 1.00 MB fits no candidate: the smallest, [a-z0-9 ]+, needs [0-9.]+ MB" -- \
   "$TUNE" "${SEARCH[@]}" --mem-budget 1MB --steps 2 "${LAUNCH[@]}"
@@ -73,6 +95,12 @@ expect_failure "missing --data" 2 "--data $WORK/no/tokens.bin: no such file" -- 
   "$TUNE" --model tiny --np 2 --global-batch 4 --seq 16 --mem-budget 1GB --data "$WORK/no/tokens.bin"
 expect_failure "--work-dir under a file" 2 "--work-dir $WORK/file/runs: cannot create \(Not a directory\)" -- \
   "$TUNE" --model tiny --np 2 --global-batch 4 --seq 16 --mem-budget 1GB --work-dir "$WORK/file/runs"
+expect_failure "a mode no candidate can run" 2 \
+  "^zshard-tune: --strategies zero3: no candidate runs as asked: --secondary-shard 2: a secondary group of the whole world is the shard group itself" -- \
+  "$TUNE" --model tiny --np 2 --global-batch 8 --seq 32 --strategies zero3 --secondary-shard 2 --mem-budget 1GB
+expect_one_line "a mode no candidate can run" "."
+expect_failure "--quantize-gathers int4" 2 "--quantize-gathers int4: 4-bit parameter gathers are not supported" -- \
+  "$TUNE" --model tiny --np 2 --global-batch 8 --seq 32 --quantize-gathers none,int4 --mem-budget 1GB
 expect_failure "unknown model" 2 "--model" -- "$TUNE" --model nope --np 2 --global-batch 8
 expect_one_line "unknown model" "nope"
 expect_failure "bad time budget" 2 "--time-budget must be a positive duration" -- \

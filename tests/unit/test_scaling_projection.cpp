@@ -66,6 +66,104 @@ TEST(ScalingProjection, StrongScalingSplitsTheCompute) {
   EXPECT_NEAR(s.efficiency, 100 / (4 * s.step_ms), 1e-12);
 }
 
+// int8 gathers and int4 reductions: zero3 moves what comm_volume counts, at the link's bandwidth.
+TEST(ScalingProjection, QuantizedModesMoveCommVolumesBytes) {
+  ProjectionInput in = input();
+  in.quantize_gathers = GatherQuantization::int8;
+  in.quantize_reductions = ReductionQuantization::int4;
+  const ProjectedStep s = project_step(StrategyKind::zero3, 4, in);
+  const CommVolume want = comm_volume({.kind = StrategyKind::zero3,
+                                       .world = 4,
+                                       .group = 4,
+                                       .psi = in.params,
+                                       .gathered = 2 * in.params,
+                                       .param_bytes = 2,
+                                       .grad_bytes = 2,
+                                       .quantized_gathers = true,
+                                       .quantized_reductions = ReductionQuantization::int4});
+  EXPECT_DOUBLE_EQ(s.volume.gather, want.gather);
+  EXPECT_DOUBLE_EQ(s.volume.reduce, want.reduce);
+  EXPECT_DOUBLE_EQ(s.volume.total(), want.total());
+  // By hand: 2 GE gathered at 1 + 4/256 bytes each, 1 GE reduced at 1/2 + 4/256, 3/4 of each, at 100 GB/s.
+  EXPECT_NEAR(s.comm_ms, (2 * 1.015625 + 0.515625) * 0.75 * 1e9 / 100e9 * 1e3, 1e-9);
+  // hybrid's all-reduce across groups keeps the gradients' bytes: 16 ranks, groups of 8 inside nodes.
+  const ProjectedStep h = project_step(StrategyKind::hybrid, 16, in);
+  EXPECT_DOUBLE_EQ(h.volume.across, project_step(StrategyKind::hybrid, 16, input()).volume.across);
+  EXPECT_NEAR(h.comm_ms, (2 * 1.015625 + 0.515625) * 0.875 * 10 + 25, 1e-9);
+}
+
+// With a secondary shard per node, backward's gathers run inside each node: on 2 nodes of 8, zero3's
+// forward gathers and reduce-scatters cross the inter link as before, backward's gathers the intra link.
+TEST(ScalingProjection, SecondaryShardGathersBackwardOnTheIntraLink) {
+  ProjectionInput in = input();
+  in.intra.alpha_us = 3;
+  in.inter.alpha_us = 10;
+  in.secondary_per_node = true;
+  // Forward's gathers and the reduce-scatters: 1 GE of 2 bytes each, 15/16 of it, at 10 GB/s, and 10 units
+  // of 15 hops at 10 us; backward's: 1 GE, 7/8 of it, at 100 GB/s, and 10 units of 7 hops at 3 us.
+  const double over_world = 2 * (2e9 * 15 / 16 / 10e9 * 1e3 + 10 * 15 * 10e-3);
+  const double inside_nodes = 2e9 * 7 / 8 / 100e9 * 1e3 + 10 * 7 * 3e-3;
+  const ProjectedStep s = project_step(StrategyKind::zero3, 16, in);
+  EXPECT_NEAR(s.comm_ms, over_world + inside_nodes, 1e-9);
+  EXPECT_DOUBLE_EQ(s.volume.secondary, 2e9 * 7 / 8);
+  EXPECT_DOUBLE_EQ(s.volume.gather, 2e9 * 15 / 16);
+  in.secondary_per_node = false;
+  EXPECT_NEAR(project_step(StrategyKind::zero3, 16, in).comm_ms, 1.5 * over_world, 1e-9);
+  // The same two nodes by their sizes; one node has no secondary group but the world: plain zero3.
+  in.secondary_per_node = true;
+  EXPECT_NEAR(project_step(StrategyKind::zero3, ShardGroups({8, 8}), in).comm_ms, over_world + inside_nodes, 1e-9);
+  const ProjectedStep one_node = project_step(StrategyKind::zero3, 8, in);
+  in.secondary_per_node = false;
+  EXPECT_DOUBLE_EQ(one_node.comm_ms, project_step(StrategyKind::zero3, 8, in).comm_ms);
+  // Nodes of 4 and 2: the node of 4 gathers the most inside it, 3/4 of 1 GE.
+  in.secondary_per_node = true;
+  const double inside_4 = 2e9 * 3 / 4 / 100e9 * 1e3 + 10 * 3 * 3e-3;
+  EXPECT_NEAR(project_step(StrategyKind::zero3, ShardGroups({4, 2}), in).comm_ms,
+              2 * (2e9 * 5 / 6 / 10e9 * 1e3 + 10 * 5 * 10e-3) + inside_4, 1e-9);
+}
+
+// Each mode for the strategies that take it, as the runtime's tools apply one set of flags: ddp reduces
+// and gathers nothing quantized, hybrid keeps no secondary shard.
+TEST(ScalingProjection, ModesApplyWhereTheStrategyTakesThem) {
+  ProjectionInput in = input();
+  in.quantize_gathers = GatherQuantization::int8;
+  in.quantize_reductions = ReductionQuantization::int8;
+  in.secondary_per_node = true;
+  EXPECT_DOUBLE_EQ(project_step(StrategyKind::ddp, 16, in).comm_ms, project_step(StrategyKind::ddp, 16, input()).comm_ms);
+  const ProjectedStep hybrid = project_step(StrategyKind::hybrid, 16, in);
+  EXPECT_EQ(hybrid.volume.secondary, 0);
+  in.secondary_per_node = false;
+  EXPECT_DOUBLE_EQ(hybrid.comm_ms, project_step(StrategyKind::hybrid, 16, in).comm_ms);
+  EXPECT_LT(hybrid.comm_ms, project_step(StrategyKind::hybrid, 16, input()).comm_ms);
+}
+
+// Open MPI over TCP: each collective at its own fraction of the link between nodes.
+TEST(ScalingProjection, InterBandwidthPerCollective) {
+  ProjectionInput in = input();
+  in.inter_all_gather_gbs = 5;
+  in.inter_reduce_scatter_gbs = 2;
+  // zero3 on 2 nodes of 8: 2 GB gathered twice at 5 GB/s, reduce-scattered at 2 GB/s, 15/16 of each.
+  EXPECT_NEAR(project_step(StrategyKind::zero3, 16, in).comm_ms, (2 * 2.0 / 5 + 2.0 / 2) * 15 / 16 * 1e3, 1e-9);
+  // ddp's all-reduce keeps the link's bandwidth; inside one node, and hybrid's groups, the intra link.
+  for (int world : {4, 16})
+    for (StrategyKind k : {StrategyKind::ddp, StrategyKind::hybrid})
+      EXPECT_DOUBLE_EQ(project_step(k, world, in).comm_ms, project_step(k, world, input()).comm_ms);
+  EXPECT_DOUBLE_EQ(project_step(StrategyKind::zero3, 8, in).comm_ms, project_step(StrategyKind::zero3, 8, input()).comm_ms);
+}
+
+// One NIC per host: hybrid's all-reduce across groups, which all of a host's ranks run at once, shares it.
+TEST(ScalingProjection, ANicPerHostIsSharedByHybridsAllReduce) {
+  ProjectionInput in = input();
+  in.nic_per_host = true;
+  // 16 = 2 nodes of 8: the 25 ms all-reduce of one rank, 8 ranks behind one link.
+  EXPECT_NEAR(project_step(StrategyKind::hybrid, 16, in).comm_ms, 52.5 + 8 * 25, 1e-9);
+  // 4 + 2: the node of 2's 100 ms, 2 ranks behind one link.
+  EXPECT_NEAR(project_step(StrategyKind::hybrid, ShardGroups({4, 2}), in).comm_ms, 45 + 2 * 100, 1e-9);
+  // A ring over the world crosses each host's link once each way.
+  for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero3})
+    EXPECT_DOUBLE_EQ(project_step(k, 16, in).comm_ms, project_step(k, 16, input()).comm_ms);
+}
+
 TEST(ScalingProjection, AmdahlAndKarpFlattAreInverse) {
   EXPECT_DOUBLE_EQ(amdahl_efficiency(0, 64), 1);
   const double s = 0.1;

@@ -9,6 +9,7 @@
 #include <zshard/model_registry.h>
 
 #include "runtime/planning/tune_cost.h"
+#include "shard/comm_volume.h"
 
 namespace zshard {
 namespace {
@@ -85,6 +86,75 @@ TEST(TuneSpace, TrainFlagsSayEverythingThatIsNotTheDefault) {
                                       "--max-inflight", "1", "--reshard-after-forward", "false", "--rank-batches",
                                       "auto", "--max-rank-batch", "5"}));
   EXPECT_EQ(c.label(), "hybrid G4,2 b12x3 blocks offload inflight1 keep auto");
+}
+
+// The communication modes are dimensions of the space where the strategy takes them; the candidates
+// the runtime refuses are not in it.
+TEST(TuneSpace, CommunicationModesWhereTheRuntimeTakesThem) {
+  Tiny t(4, 16);
+  TuneSpace space;
+  space.grad_accums = {1};
+  space.checkpointing = {Recompute::none};
+  space.offload = {false};
+  space.max_inflight = {2};
+  space.quantize_gathers = {GatherQuantization::none, GatherQuantization::int8};
+  space.quantize_reductions = {ReductionQuantization::none, ReductionQuantization::int8, ReductionQuantization::int4};
+  const SecondaryShard two{SecondaryShard::Kind::size, 2}, three{SecondaryShard::Kind::size, 3};
+  space.secondary_shard = {SecondaryShard{}, two, three, {SecondaryShard::Kind::host, 0}};
+  const std::vector<Candidate> all = enumerate_candidates(t.problem, space);
+  const auto count = [&](StrategyKind k) {
+    return std::count_if(all.begin(), all.end(), [&](const Candidate& c) { return c.kind == k; });
+  };
+  // ddp takes none of the modes; zero1 and zero2 the reductions (3); hybrid the gathers too, resharding or
+  // not (2 x 3 x 2); zero3 those and a secondary shard of 2 when it reshards (12 + 6). Groups of 3 do not
+  // divide 4 ranks, a secondary shard needs resharding, and on one host `host` would be plain zero3.
+  EXPECT_EQ(count(StrategyKind::ddp), 1);
+  EXPECT_EQ(count(StrategyKind::zero1), 3);
+  EXPECT_EQ(count(StrategyKind::zero2), 3);
+  EXPECT_EQ(count(StrategyKind::hybrid), 12);
+  EXPECT_EQ(count(StrategyKind::zero3), 18);
+  std::set<std::vector<std::string>> distinct;
+  for (const Candidate& c : all) {
+    EXPECT_NO_THROW(candidate_plan(t.problem, c)) << c.label();
+    if (c.secondary_shard.kind != SecondaryShard::Kind::none)
+      EXPECT_TRUE(c.kind == StrategyKind::zero3 && c.secondary_shard == two && c.reshard_after_forward) << c.label();
+    if (c.quantize_gathers != GatherQuantization::none) EXPECT_TRUE(params_sharded(c.kind)) << c.label();
+    distinct.insert(c.train_flags());
+  }
+  EXPECT_EQ(distinct.size(), all.size());
+  // On two hosts of 2, `host` is the hosts' groups.
+  t.problem.hosts = {2, 2};
+  space.strategies = {StrategyKind::zero3};
+  space.secondary_shard = {{SecondaryShard::Kind::host, 0}};
+  const std::vector<Candidate> on_hosts = enumerate_candidates(t.problem, space);
+  EXPECT_EQ(on_hosts.size(), size_t(6));  // resharding only: 2 gathers x 3 reductions
+  EXPECT_EQ(candidate_plan(t.problem, on_hosts.at(0)).secondary_groups->sizes(), (std::vector<int>{2, 2}));
+}
+
+TEST(TuneSpace, AStrategyWithNoCandidateTheRuntimeTakesIsRefused) {
+  Tiny t(4, 16);
+  TuneSpace space;
+  space.strategies = {StrategyKind::zero2, StrategyKind::zero3};
+  space.secondary_shard = {{SecondaryShard::Kind::size, 3}};
+  try {
+    enumerate_candidates(t.problem, space);
+    FAIL() << "--secondary-shard 3 on 4 ranks";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--strategies zero3: no candidate runs as asked: --secondary-shard 3 does not divide the world size 4 "
+              "(secondary groups are runs of N consecutive ranks)");
+  }
+}
+
+TEST(TuneSpace, TrainFlagsCarryTheCommunicationModes) {
+  Candidate c{StrategyKind::zero3, {}, 16, 1};
+  c.quantize_gathers = GatherQuantization::int8;
+  c.quantize_reductions = ReductionQuantization::int4;
+  c.secondary_shard = {SecondaryShard::Kind::host, 0};
+  EXPECT_EQ(c.train_flags(),
+            (std::vector<std::string>{"--strategy", "zero3", "--batch", "16", "--grad-accum", "1", "--quantize-gathers",
+                                      "int8", "--quantize-reductions", "int4", "--secondary-shard", "host"}));
+  EXPECT_EQ(c.label(), "zero3 b16x1 gathers-int8 reductions-int4 secondary-host");
 }
 
 // The estimate of a candidate is the estimator's for the same settings, and leaves the model as it was.
@@ -191,6 +261,43 @@ TEST(TuneCost, TermsFollowTheStrategy) {
   // Checkpointing recomputes the blocks' forward.
   Candidate blocks{StrategyKind::zero2, {}, 16, 1, Recompute::blocks};
   EXPECT_NEAR(cost(blocks).compute_ms, zero2.compute_ms * recompute_factor(*t.model, 32), 1e-9);
+}
+
+// The bytes of a candidate with communication modes are comm_volume's with them: here every one of them
+// exposed and no latency, so the communication is the bytes over the bandwidth.
+TEST(TuneCost, CommunicationModesMoveCommVolumesBytes) {
+  Tiny t(4, 16);
+  t.problem.hosts = {2, 2};
+  Calibration rates = nominal_calibration(t.problem);
+  rates.comm_ms_per_call = 0;
+  rates.exposed_fraction = 1;
+  const int64_t psi = num_params(*t.model);
+  const auto volume = [&](bool quantized, int64_t secondary) {
+    return comm_volume({.kind = StrategyKind::zero3,
+                        .world = 4,
+                        .group = 4,
+                        .psi = psi,
+                        .gathered = 2 * psi,
+                        .quantized_gathers = quantized,
+                        .quantized_reductions = quantized ? ReductionQuantization::int4 : ReductionQuantization::none,
+                        .secondary_gathered = secondary,
+                        .secondary_group = 2});
+  };
+  Candidate c{StrategyKind::zero3, {}, 16, 1};
+  const double plain = predict_step(t.problem, c, rates).comm_ms;
+  EXPECT_DOUBLE_EQ(plain, volume(false, 0).total() / rates.comm_bytes_per_ms);
+  c.quantize_gathers = GatherQuantization::int8;
+  c.quantize_reductions = ReductionQuantization::int4;
+  EXPECT_DOUBLE_EQ(predict_step(t.problem, c, rates).comm_ms, volume(true, 0).total() / rates.comm_bytes_per_ms);
+  c.secondary_shard = {SecondaryShard::Kind::host, 0};
+  const CommVolume with_hosts = volume(true, psi);
+  EXPECT_GT(with_hosts.secondary, 0);
+  EXPECT_DOUBLE_EQ(predict_step(t.problem, c, rates).comm_ms, with_hosts.total() / rates.comm_bytes_per_ms);
+  // Without prefetch, backward's gathers inside the hosts are exposed with forward's.
+  rates.exposed_fraction = 0;
+  c.max_inflight = 1;
+  EXPECT_DOUBLE_EQ(predict_step(t.problem, c, rates).comm_ms,
+                   (with_hosts.gather + with_hosts.secondary) / rates.comm_bytes_per_ms);
 }
 
 // GPT-2: the blocks' forward is 2 FLOPs per block parameter and a third of attention's, per token.
