@@ -57,7 +57,7 @@ for hosts in $topologies; do
     rate=()
     [ "$link" = none ] || rate=(--link-rate "$link")
     bash "$src/scripts/multihost.sh" --hosts "$hosts" "${rate[@]}" -- "${commbench[@]}" \
-      --ops all_gather,reduce_scatter,all_reduce --min-size 16MiB --max-size 16MiB \
+      --ops all_gather,reduce_scatter,all_reduce,all_to_all --min-size 16MiB --max-size 16MiB \
       --json "$work/collectives_${hosts//,/-}_$link.json" >/dev/null
   done
 done
@@ -109,14 +109,16 @@ for hosts in $topologies; do
   done
 done
 
-# zshard-project on each topology and link: as it models them (every rank its own device); with the
-# compute of ranks sharing this machine's cores (--compute-ms scaled by ranks per core, at least 1); and
-# with that compute and, per strategy, the bandwidth its own collectives reached on the topology.
+# zshard-project on each topology and link, for each variant: as it models them (every rank its own
+# device); with the compute of ranks sharing this machine's cores (--compute-ms scaled by ranks per core,
+# at least 1); and with that compute, each collective at the bandwidth it reached on the topology, and
+# one NIC per host.
 cores=$(getconf _NPROCESSORS_ONLN)  # nproc would answer OMP_NUM_THREADS
 for hosts in $topologies; do
   for link in $links; do
+    # shellcheck disable=SC2086  # the list splits into one argument per variant
     python3 "$src/benchmarks/network_sweep_summary.py" project-flags "$work" "$hosts" "$link" "$cores" \
-      >"$work/project_args"
+      $strategies >"$work/project_args"
     while read -r name flags; do
       # shellcheck disable=SC2086
       "$build/zshard-project" $flags --json "$work/project_${hosts//,/-}_${link}_$name.json" >/dev/null

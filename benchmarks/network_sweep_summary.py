@@ -3,19 +3,18 @@
 
   network_sweep_summary.py bench-flags VARIANT
       zshard-bench's flags for a variant of VARIANTS: its strategy and communication modes.
-  network_sweep_summary.py project-flags WORK HOSTS LINK CORES
-      zshard-project's flags for the topology HOSTS (e.g. 2,2) on LINK, one line per variant: "model"
-      (as the projection models it, every rank its own device), "cores" (the single rank's compute
-      time scaled by the ranks sharing each of this machine's CORES) and "collectives_STRATEGY" (cores,
-      and as the inter link the bus bandwidth of the strategy's own collectives on HOSTS and LINK).
+  network_sweep_summary.py project-flags WORK HOSTS LINK CORES VARIANT...
+      zshard-project's flags for the topology HOSTS (e.g. 2,2) on LINK, three lines per variant that runs
+      there: "model_VARIANT" (as the projection models it, every rank its own device), "cores_VARIANT"
+      (the single rank's compute time scaled by the ranks sharing each of this machine's CORES) and
+      "collectives_VARIANT" (cores, each collective between hosts at the bus bandwidth it reached on HOSTS
+      and LINK, and one NIC per host).
   network_sweep_summary.py summarise WORK SUMMARY_JSON --topologies ... --links ... --strategies ...
       every run beside its projections into SUMMARY_JSON, and the markdown table on stdout.
 
 Links: the measured all-reduce bus bandwidth at 4 MiB (zshard-commbench) of two ranks on one host for
 the intra link, of two hosts of one rank each on LINK for the inter link; latency 5 us inside a host and
-30 us between hosts (a TCP round trip over the bridge is 20-40 us, docs/multihost.md). zshard-project
-has one bandwidth per link for every collective; the collectives variant gives each strategy the bus
-bandwidth its mix of collectives reached at 16 MiB on the topology (bus bytes over the summed times).
+30 us between hosts (a TCP round trip over the bridge is 20-40 us, docs/multihost.md).
 """
 
 import argparse
@@ -38,16 +37,6 @@ VARIANTS = {
 
 INTRA_ALPHA_US = 5
 INTER_ALPHA_US = 30
-# The share of each strategy's bus bytes by collective (shard/comm_volume.h): zero2 reduce-scatters its
-# gradients and all-gathers its parameters, the same bytes; zero3 gathers twice what it reduce-scatters.
-# Hybrid's bytes between hosts are its shards' all-reduce between two ranks of different hosts: the link's.
-COLLECTIVE_SHARES = {
-    "ddp": {"all_reduce": 1.0},
-    "zero2": {"reduce_scatter": 0.5, "all_gather": 0.5},
-    "zero3": {"reduce_scatter": 1 / 3, "all_gather": 2 / 3},
-}
-
-
 def load(path):
     with open(path) as f:
         return json.load(f)
@@ -57,31 +46,49 @@ def busbw(work, name):
     return load(os.path.join(work, f"link_{name}.json"))["rows"][0]["busbw"]
 
 
-def project_flags(work, hosts, link, cores):
+def runs_on(variant, sizes):
+    """Whether a variant runs on hosts of these sizes: on a host of one rank hybrid's group and a secondary
+    shard's would be one rank, which they refuse (network_sweep.sh skips those runs)."""
+    strategy, modes = VARIANTS[variant]
+    return min(sizes) > 1 or (strategy != "hybrid" and "--secondary-shard" not in modes)
+
+
+def project_flags(work, hosts, link, cores, variants):
+    """One line per projection kind and variant: "KIND_VARIANT FLAGS"."""
     sizes = [int(s) for s in hosts.split(",")]
     single = load(os.path.join(work, "single.json"))
     common = (f"--scaling strong --max-world 1 --nodes {hosts} --node-size {max(sizes)} --alpha-us {INTRA_ALPHA_US} "
-              f"--bandwidth-gbs {busbw(work, 'intra'):.4f} --inter-alpha-us {INTER_ALPHA_US} --inter-bandwidth-gbs")
-    print(f"model --bench {os.path.join(work, 'single.json')} {common} {busbw(work, link):.4f}")
+              f"--bandwidth-gbs {busbw(work, 'intra'):.4f} --inter-alpha-us {INTER_ALPHA_US}")
     compute = next(r for r in single["results"] if r["strategy"] == "ddp")["step_ms"]["median"]
     shared = max(1.0, sum(sizes) / cores)
-    cores = (f"--compute-ms {compute * shared:.3f} --params {single['model']['params']} "
-             f"--units {single['model']['units']} --batch {single['batch']}")
-    print(f"cores {cores} {common} {busbw(work, link):.4f}")
+    on_cores = (f"--compute-ms {compute * shared:.3f} --params {single['model']['params']} "
+                f"--units {single['model']['units']} --batch {single['batch']}")
     measured = {r["op"]: r["busbw"] for r in
                 load(os.path.join(work, f"collectives_{hosts.replace(',', '-')}_{link}.json"))["rows"]}
-    for strategy, shares in COLLECTIVE_SHARES.items():
-        bandwidth = 1 / sum(share / measured[op] for op, share in shares.items())
-        print(f"collectives_{strategy} {cores} {common} {bandwidth:.4f}")
+    for variant in variants:
+        if not runs_on(variant, sizes):
+            continue
+        strategy, modes = VARIANTS[variant]
+        what = " ".join(["--strategies", "ddp" if strategy == "zero2" else strategy,
+                         *(m for m in modes if m not in ("--shard-group", "node"))])
+        link_bw = f"--inter-bandwidth-gbs {busbw(work, link):.4f}"
+        print(f"model_{variant} --bench {os.path.join(work, 'single.json')} {common} {link_bw} {what}")
+        print(f"cores_{variant} {on_cores} {common} {link_bw} {what}")
+        # Each collective at the bus bandwidth it reached on the topology and link (the all-to-all of
+        # quantized reductions in the reduce-scatter's place), behind one NIC per host; hybrid's all-reduce
+        # across groups runs between ranks of different hosts, at the link's.
+        reduction = measured["all_to_all" if "--quantize-reductions" in modes else "reduce_scatter"]
+        all_reduce = busbw(work, link) if strategy == "hybrid" else measured["all_reduce"]
+        print(f"collectives_{variant} {on_cores} {common} --inter-bandwidth-gbs {all_reduce:.4f} "
+              f"--inter-all-gather-gbs {measured['all_gather']:.4f} --inter-reduce-scatter-gbs {reduction:.4f} "
+              f"--nic-per host {what}")
 
 
-def projected(work, tag, variant, strategy):
-    """zshard-project's step (no overlap, overlap) for the strategy; zero2 moves ddp's bytes (a
-    reduce-scatter and an all-gather are one all-reduce), so it reads ddp's. Hybrid has no collectives
-    variant of its own: its link between hosts is already the measured all-reduce's."""
-    if variant == "collectives":
-        variant = "cores" if strategy == "hybrid" else f"collectives_{strategy}"
-    rows = load(os.path.join(work, f"project_{tag}_{variant}.json"))["nodes"]["rows"]
+def projected(work, tag, kind, variant):
+    """zshard-project's step (no overlap, overlap) for the variant; zero2 moves ddp's bytes (a
+    reduce-scatter and an all-gather are one all-reduce), so it reads ddp's."""
+    strategy = VARIANTS[variant][0]
+    rows = load(os.path.join(work, f"project_{tag}_{kind}_{variant}.json"))["nodes"]["rows"]
     row = next(r for r in rows if r["strategy"] == ("ddp" if strategy == "zero2" else strategy))
     return row["step_ms"], row["step_overlap_ms"]
 
@@ -165,7 +172,7 @@ def summarise(args):
                     "projected_cores_ms": cores, "projected_cores_overlap_ms": cores_overlap,
                     "projected_collectives_ms": collectives,
                     "projected_collectives_overlap_ms": collectives_overlap,
-                    "projection_proxy": strategy == "zero2",
+                    "projection_proxy": VARIANTS[strategy][0] == "zero2",
                 })
     doc = {
         "model": single["model"], "batch": single["batch"], "seq": single["seq"],
@@ -216,6 +223,7 @@ def main():
     flags.add_argument("hosts")
     flags.add_argument("link")
     flags.add_argument("cores", type=int)
+    flags.add_argument("variants", nargs="+", choices=VARIANTS)
     s = sub.add_parser("summarise")
     s.add_argument("work")
     s.add_argument("summary")
@@ -230,7 +238,7 @@ def main():
         strategy, modes = VARIANTS[args.variant]
         print(" ".join(["--strategies", strategy, *modes]))
     elif args.command == "project-flags":
-        project_flags(args.work, args.hosts, args.link, args.cores)
+        project_flags(args.work, args.hosts, args.link, args.cores, args.variants)
     else:
         summarise(args)
 

@@ -123,7 +123,7 @@ def plot_network_sweep(doc, path):
             ax.bar(xs, [cell[s]["comm_exposed_ms"] for s in strategies], width, fill=False, hatch="//",
                    edgecolor="k", linewidth=0)
             ax.plot(xs, [cell[s]["projected_collectives_ms"] for s in strategies], "o", color="k", ms=4)
-        ax.set_xticks(range(len(strategies)), strategies)
+        ax.set_xticks(range(len(strategies)), strategies, rotation=30, ha="right", fontsize=7)
         ax.set_ylabel("step ms (hatched: exposed comm; dots: projected)", fontsize=8)
         ax.set_title(f"hosts {hosts}, {doc['model']['params'] / 1e6:.1f}M params, batch {doc['batch']}x{doc['seq']}",
                      fontsize=9)
