@@ -51,6 +51,9 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
            ", which gathers no parameters");
   ZS_CHECK(plan.kind != StrategyKind::ddp || plan.quantize_reductions == ReductionQuantization::none,
            "quantized reductions on ddp, which reduce-scatters nothing");
+  ZS_CHECK(!plan.secondary_groups || (plan.kind == StrategyKind::zero3 && plan.reshard_after_forward),
+           "secondary groups on ", strategy_name(plan.kind),
+           plan.reshard_after_forward ? "" : " without resharding after forward", ": they are zero3's, resharding");
   const Placement& placement = plan.placement;
   for (DType t : {placement.param_dtype, placement.reduce_dtype})
     ZS_CHECK(t == kF32 || t == DType::bf16, "parameters are kept and reduced in f32 or bf16, not ",
