@@ -1,7 +1,8 @@
 #!/bin/bash
 # Quantized communication (--quantize-gathers, --quantize-reductions: ZeRO++'s qwZ and qgZ) across two
 # hosts of two ranks made on this machine (scripts/multihost.sh): zero3's loss curves with each
-# quantization against none on an unshaped link, and on a shaped link the step time, the bytes that
+# quantization against none (and ddp's, the same sums rounded in another order) on an unshaped link, and
+# on a shaped link the step time, the bytes that
 # crossed hosts and the final loss of ddp, zero3 and quantized zero3; benchmarks/quantized_comm_summary.py
 # writes OUT_DIR/summary.json and prints the tables (benchmarks/RESULTS.md, "Quantized gathers and
 # reductions across hosts").
@@ -67,6 +68,9 @@ for model in tiny gpt2; do
     run "accuracy_${model}_${quantization%%|*}" accuracy "$model" none ${accuracy_flags[$model]} --strategy zero3 \
       ${quantization#*|}
   done
+  # ddp unquantized: zero3's sums in another order, so how far rounding alone moves a run's final loss.
+  # shellcheck disable=SC2086
+  run "accuracy_${model}_ddp" accuracy "$model" none ${accuracy_flags[$model]} --strategy ddp
 done
 # The last quantization again, for whether its losses repeat bit for bit.
 # shellcheck disable=SC2086

@@ -148,18 +148,19 @@ def summarise(args):
     print_tables(doc)
 
 
-def quantization(flags):
+def setting(flags):
+    """The strategy and the quantization flags of a run, e.g. "zero3 gathers int8, reductions int4"."""
     words = flags.split()
     named = [f"{w[len('--quantize-'):]} {words[i + 1]}" for i, w in enumerate(words) if w.startswith("--quantize-")]
-    return ", ".join(named) or "none"
+    return " ".join([words[words.index("--strategy") + 1], ", ".join(named)]).strip()
 
 
 def print_tables(doc):
-    print(f"| model | quantization | final loss: last step | mean of last {doc['final_steps']} | vs none "
+    print(f"| model | run | final loss: last step | mean of last {doc['final_steps']} | vs zero3 "
           "(last / mean) | step ms (p10-p90) | eth0 MiB sent |")
     print("|---|---|---|---|---|---|---|")
     for r in (r for r in doc["runs"] if r["part"] == "accuracy"):
-        print(f"| {r['model']} | {quantization(r['flags'])} | {r['final_loss']:.4f} | {r['final_loss_mean']:.4f} | "
+        print(f"| {r['model']} | {setting(r['flags'])} | {r['final_loss']:.4f} | {r['final_loss_mean']:.4f} | "
               f"{r['final_loss_vs_reference']:+.2%} / {r['final_loss_mean_vs_reference']:+.2%} | "
               f"{r['step_ms']:.0f} ({r['step_ms_p10']:.0f}-{r['step_ms_p90']:.0f}) | "
               f"{r['eth0_sent_bytes_per_step'] / MIB:.2f} |")
