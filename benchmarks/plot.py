@@ -138,7 +138,9 @@ def plot_network_sweep(doc, path):
 
 
 def moving_mean(values, n):
-    return [sum(values[max(0, i + 1 - n):i + 1]) / (i + 1 - max(0, i + 1 - n)) for i in range(len(values))]
+    """The mean of each value and the n - 1 before it (of fewer at the start)."""
+    windows = (values[max(0, i + 1 - n):i + 1] for i in range(len(values)))
+    return [sum(w) / len(w) for w in windows]
 
 
 def plot_quantized_comm(doc, path):
@@ -158,7 +160,7 @@ def plot_quantized_comm(doc, path):
         axes[0][col].set_title(f"zero3, hosts {doc['hosts']}: {flags}", fontsize=8)
         axes[0][col].set_ylabel("loss")
         axes[0][col].legend(fontsize=7)
-        axes[1][col].set_ylabel("loss - unquantized loss (10-step mean)", fontsize=8)
+        axes[1][col].set_ylabel("loss - unquantized zero3's (10-step mean)", fontsize=8)
         axes[1][col].set_xlabel("step")
     link = [r for r in runs if r["part"] == "link"]
     names = [r["tag"][len("link_"):].replace("+", "\n+") for r in link]
@@ -279,9 +281,8 @@ def main():
     p.add_argument("--quantized-comm", help="benchmarks/quantized_comm.sh output (summary.json)")
     p.add_argument("--out", default=".", help="directory for the PNGs")
     args = p.parse_args()
-    sources = [args.bench, args.commbench, args.projection, args.memory_sweep, args.tune, args.network_sweep,
-               args.quantized_comm]
-    if not any(sources):
+    if not any([args.bench, args.commbench, args.projection, args.memory_sweep, args.tune, args.network_sweep,
+                args.quantized_comm]):
         p.error("give at least one of --bench, --commbench, --projection, --memory-sweep, --tune, --network-sweep, "
                 "--quantized-comm")
     os.makedirs(args.out, exist_ok=True)

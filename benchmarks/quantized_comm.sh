@@ -24,10 +24,10 @@ out=$(cd "$2" && pwd)
 src=$(cd "$(dirname "$0")/.." && pwd)
 steps=${STEPS:-300}
 warmup=${WARMUP:-5}
-# Why these sizes: GPT-2 at its width (dim 768, 52.7M parameters with 2 layers) takes 1.6 s a step
-# unquantized and 3.5 s quantized here even at 4 x 8 or 4 x 16 tokens, as the gathers and the quantization
-# on the CPU scale with the parameters, not the tokens: 8-17 minutes a run of 300 steps. At the network
-# sweep's width (dim 256, 14.5M parameters) a run takes 3-5 minutes.
+# Why these sizes: GPT-2 at its width (dim 768, 53.6M parameters with 2 layers) takes 1.6 s a step here
+# unquantized at 4 x 8 tokens and 3.5 s quantized at 4 x 16, as the gathers and the quantization on the
+# CPU scale with the parameters, not the tokens: 8-17 minutes a run of 300 steps. At the network sweep's
+# width (dim 256, 14.7M parameters) a run takes 1.5-5 minutes.
 declare -A accuracy_flags=(
   [tiny]=${TINY_FLAGS:---model tiny --batch 8 --seq 64}
   [gpt2]=${GPT2_FLAGS:---model gpt2 --layers 2 --dim 256 --heads 4 --batch 4 --seq 32}
@@ -38,6 +38,7 @@ work=${WORK_DIR:-$(mktemp -d /tmp/quantized_comm.XXXXXX)}
 mkdir -p "$work"
 : >"$work/runs.tsv"
 : >"$work/loads.txt"
+git -C "$src" describe --always --dirty >"$work/commit"
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 echo "quantized_comm: runs in $work" >&2
 
@@ -48,10 +49,10 @@ run() {
   shift 4
   [ "$link" = none ] || rate=(--link-rate "$link")
   printf '%s\t%s\t%s\t%s\t%s\n' "$tag" "$part" "$model" "$link" "$*" >>"$work/runs.tsv"
-  echo "$tag before $(date -u +%T) $(cut -d' ' -f1-3 /proc/loadavg)" >>"$work/loads.txt"
+  echo "$tag before $(date -u +%FT%T) $(cut -d' ' -f1-3 /proc/loadavg)" >>"$work/loads.txt"
   bash "$src/scripts/multihost.sh" --hosts 2,2 "${rate[@]}" -- sh "$src/benchmarks/count_eth0.sh" "$work/$tag" \
     "$build/zshard-train" --steps "$steps" --log-json "$work/$tag.json" "$@" >"$work/$tag.out" 2>&1
-  echo "$tag after $(date -u +%T) $(cut -d' ' -f1-3 /proc/loadavg)" >>"$work/loads.txt"
+  echo "$tag after $(date -u +%FT%T) $(cut -d' ' -f1-3 /proc/loadavg)" >>"$work/loads.txt"
 }
 
 # Each quantization, as NAME|FLAGS.

@@ -5,7 +5,7 @@
       every run listed in WORK/runs.tsv (tag, part, model, link, flags) into SUMMARY_JSON, and the
       markdown tables on stdout.
 
-Per run, from zshard-train's --log-json: every step's loss (the curves); the final loss, as the last
+Per run, from zshard-train's --log-json: every step's loss (the curves) and time; the final loss, as the last
 step's and as the mean of the last FINAL_STEPS steps'; the step time over the steps after --warmup (median,
 p10 and p90, interpolated as zshard-bench does), the exposed communication and the step less it (medians);
 zshard's count of the bytes each rank's collectives sent a step. From count_eth0.sh, the bytes each host's
@@ -15,7 +15,6 @@ Each run's loss is compared with its reference: the unquantized zero3 run of the
 """
 
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -70,7 +69,7 @@ def summarise_run(work, tag, part, model, link, flags, loads, warmup, steps):
         "eth0_sent_bytes_per_step": wire_bytes(work, tag, steps),
         "started": loads[tag]["before"][0], "ended": loads[tag]["after"][0],
         "load_before": loads[tag]["before"][1], "load_after": loads[tag]["after"][1],
-        "losses": losses,
+        "losses": losses, "step_ms_all": [round(r["ms"], 1) for r in records],
     }
     bench = os.path.join(work, f"{tag}.bench.json")
     if os.path.exists(bench):
@@ -114,7 +113,7 @@ def determinism(runs):
     return out
 
 
-def machine(src):
+def machine(work):
     def first_line(cmd):
         try:
             return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()[0]
@@ -125,8 +124,7 @@ def machine(src):
     mem_kib = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_kib / 2**20, 1),
             "mpi": first_line(["mpirun", "--version"]),
-            "commit": first_line(["git", "-C", src, "rev-parse", "--short", "HEAD"]),
-            "tree_changed": bool(first_line(["git", "-C", src, "status", "--porcelain", "--untracked-files=no"]))}
+            "commit": open(os.path.join(work, "commit")).read().strip()}
 
 
 def summarise(args):
@@ -135,10 +133,8 @@ def summarise(args):
         rows = [line.rstrip("\n").split("\t") for line in f if line.strip()]
     runs = [summarise_run(args.work, *row, loads, args.warmup, args.steps) for row in rows]
     compare(runs)
-    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     doc = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "first_run": runs[0]["started"], "last_run": runs[-1]["ended"], "machine": machine(src),
+        "first_run": runs[0]["started"], "last_run": runs[-1]["ended"], "machine": machine(args.work),
         "steps": args.steps, "warmup_steps": args.warmup, "final_steps": FINAL_STEPS, "hosts": "2,2",
         "determinism": determinism(runs), "runs": runs,
     }
@@ -172,7 +168,7 @@ def print_tables(doc):
           f"final loss: last / mean of last {doc['final_steps']} | vs zero3 (last / mean) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in (r for r in doc["runs"] if r["part"] == "link"):
-        print(f"| {r['tag'][len('link_'):]} | {r['step_ms']:.0f} ({r['step_ms_p10']:.0f}-{r['step_ms_p90']:.0f}) | "
+        print(f"| {setting(r['flags'])} | {r['step_ms']:.0f} ({r['step_ms_p10']:.0f}-{r['step_ms_p90']:.0f}) | "
               f"{r['comm_exposed_ms']:.0f} | {r['step_less_exposed_ms']:.0f} | {r['bench_comm_replayed_ms']:.0f} | "
               f"{r['comm_bytes_per_step'] / MIB:.1f} | {r['eth0_sent_bytes_per_step'] / MIB:.1f} | "
               f"{r['eth0_bytes_reduction_vs_reference']:.2f}x | {r['speedup_vs_reference']:.2f}x / "
