@@ -62,29 +62,16 @@ for hosts in $topologies; do
   done
 done
 
-# run_one TAG HOSTS LINK VARIANT: one zshard-bench run on the hosts, with each host's eth0 counters.
+# run_one TAG HOSTS LINK VARIANT: one zshard-bench run on the hosts, with each host's eth0 counters
+# (count_eth0.sh).
 run_one() {
   local tag=$1 hosts=$2 link=$3 variant=$4 rate=() flags
   [ "$link" = none ] || rate=(--link-rate "$link")
   read -ra flags <<<"$(python3 "$src/benchmarks/network_sweep_summary.py" bench-flags "$variant")"
   echo "$tag $(cut -d' ' -f1-3 /proc/loadavg)" >>"$work/loads.txt"
-  # Each host's first rank reads its eth0's byte counters around the run; the other ranks just run.
-  # shellcheck disable=SC2016,SC2086  # expanded by each rank's shell; model_flags splits into flags
-  bash "$src/scripts/multihost.sh" --hosts "$hosts" "${rate[@]}" -- sh -c '
-    # /proc/net/dev shows the network namespace of the host, /sys/class/net that of the machine. Past 8
-    # digits a count runs into "eth0:": take what follows the colon.
-    counters() { sed -n "s/^ *eth0: *//p" /proc/net/dev | awk "{ print \$9, \$1 }"; }
-    wire=$1/$2.wire.$(hostname)
-    shift 2
-    if [ "$OMPI_COMM_WORLD_LOCAL_RANK" = 0 ]; then
-      before=$(counters)
-      code=0
-      "$@" || code=$?
-      echo "$OMPI_COMM_WORLD_LOCAL_SIZE $before $(counters)" >"$wire"
-      exit $code
-    else
-      exec "$@"
-    fi' sh "$work" "$tag" "$build/zshard-bench" $model_flags "${flags[@]}" \
+  # shellcheck disable=SC2086  # model_flags splits into flags
+  bash "$src/scripts/multihost.sh" --hosts "$hosts" "${rate[@]}" -- sh "$src/benchmarks/count_eth0.sh" \
+    "$work/$tag" "$build/zshard-bench" $model_flags "${flags[@]}" \
     --steps "$steps" --warmup-steps "$warmup" --json "$work/$tag.json" >"$work/$tag.out" 2>&1
 }
 

@@ -15,10 +15,16 @@
                           communication hatched) beside zshard-project's prediction with the ranks'
                           shared cores and each strategy's own collectives' bandwidth, no overlap (dots)
                           (benchmarks/network_sweep.sh's summary.json)
+  quantized_comm.png      per accuracy model: zero3's loss curves with each quantization, and their
+                          difference from the unquantized run (a 10-step moving mean); on the shaped link,
+                          the step time (exposed communication hatched, the collectives replayed alone as
+                          dots) and the bytes each rank's host sent (benchmarks/quantized_comm.sh's
+                          summary.json)
 
   /usr/bin/python3 benchmarks/plot.py --bench bench.json --commbench comm.json \
       --projection projection.json --memory-sweep memory_sweep.json --tune tune.json \
-      --network-sweep benchmarks/results/network_sweep/summary.json --out benchmarks/results
+      --network-sweep benchmarks/results/network_sweep/summary.json \
+      --quantized-comm benchmarks/results/quantized_comm/summary.json --out benchmarks/results
 """
 
 import argparse
@@ -131,6 +137,48 @@ def plot_network_sweep(doc, path):
     save(fig, path)
 
 
+def moving_mean(values, n):
+    """The mean of each value and the n - 1 before it (of fewer at the start)."""
+    windows = (values[max(0, i + 1 - n):i + 1] for i in range(len(values)))
+    return [sum(w) / len(w) for w in windows]
+
+
+def plot_quantized_comm(doc, path):
+    runs = doc["runs"]
+    models = list(dict.fromkeys(r["model"] for r in runs if r["part"] == "accuracy"))
+    fig, axes = plt.subplots(2, len(models) + 1, figsize=(5 * (len(models) + 1), 7), squeeze=False)
+    for col, model in enumerate(models):
+        curves = [r for r in runs if r["part"] == "accuracy" and r["model"] == model]
+        reference = next(r for r in curves if r["tag"] == curves[0]["reference"])
+        for i, r in enumerate(curves):
+            label = r["tag"].split("_", 2)[2]
+            steps = range(1, len(r["losses"]) + 1)
+            axes[0][col].plot(steps, r["losses"], color=f"C{i}", lw=0.7, label=label)
+            diff = [a - b for a, b in zip(r["losses"], reference["losses"])]
+            axes[1][col].plot(steps, moving_mean(diff, 10), color=f"C{i}", lw=0.9, label=label)
+        flags = " ".join(w for w in curves[0]["flags"].split() if w not in ("--strategy", "zero3"))
+        axes[0][col].set_title(f"zero3, hosts {doc['hosts']}: {flags}", fontsize=8)
+        axes[0][col].set_ylabel("loss")
+        axes[0][col].legend(fontsize=7)
+        axes[1][col].set_ylabel("loss - unquantized zero3's (10-step mean)", fontsize=8)
+        axes[1][col].set_xlabel("step")
+    link = [r for r in runs if r["part"] == "link"]
+    names = [r["tag"][len("link_"):].replace("+", "\n+") for r in link]
+    ax = axes[0][-1]
+    ax.bar(names, [r["step_ms"] for r in link], color=[f"C{i}" for i in range(len(link))])
+    ax.bar(names, [r["comm_exposed_ms"] for r in link], fill=False, hatch="//", edgecolor="k", linewidth=0)
+    ax.plot(names, [r["bench_comm_replayed_ms"] for r in link], "o", color="k", ms=4)
+    ax.set_ylabel("median step ms (hatched: exposed comm; dots: comm alone)", fontsize=8)
+    ax.set_title(f"link {link[0]['link']}, hosts {doc['hosts']}: " +
+                 " ".join(w for w in link[0]["flags"].split() if w not in ("--strategy", "ddp")), fontsize=7)
+    ax = axes[1][-1]
+    ax.bar(names, [r["eth0_sent_bytes_per_step"] / 2**20 for r in link], color=[f"C{i}" for i in range(len(link))])
+    ax.set_ylabel("MiB each rank's host sent a step (eth0)", fontsize=8)
+    for ax in axes[:, -1]:
+        ax.tick_params(axis="x", labelsize=6)
+    save(fig, path)
+
+
 def plot_memory_sweep(doc, path):
     rows = doc["rows"]
     models = list(dict.fromkeys(r["model"] for r in rows))
@@ -230,10 +278,13 @@ def main():
     p.add_argument("--memory-sweep", help="benchmarks/memory_sweep.py output (memory_sweep.json)")
     p.add_argument("--tune", help="zshard-tune --json output (every candidate timed: --exhaustive)")
     p.add_argument("--network-sweep", help="benchmarks/network_sweep.sh output (summary.json)")
+    p.add_argument("--quantized-comm", help="benchmarks/quantized_comm.sh output (summary.json)")
     p.add_argument("--out", default=".", help="directory for the PNGs")
     args = p.parse_args()
-    if not any([args.bench, args.commbench, args.projection, args.memory_sweep, args.tune, args.network_sweep]):
-        p.error("give at least one of --bench, --commbench, --projection, --memory-sweep, --tune, --network-sweep")
+    if not any([args.bench, args.commbench, args.projection, args.memory_sweep, args.tune, args.network_sweep,
+                args.quantized_comm]):
+        p.error("give at least one of --bench, --commbench, --projection, --memory-sweep, --tune, --network-sweep, "
+                "--quantized-comm")
     os.makedirs(args.out, exist_ok=True)
     # Each input and the pictures drawn from it.
     plots = [(args.bench, [("memory_by_strategy.png", plot_memory), ("throughput.png", plot_throughput)]),
@@ -241,7 +292,8 @@ def main():
              (args.projection, [("scaling.png", plot_scaling)]),
              (args.memory_sweep, [("memory_sweep.png", plot_memory_sweep)]),
              (args.tune, [("tune.png", plot_tune)]),
-             (args.network_sweep, [("network_sweep.png", plot_network_sweep)])]
+             (args.network_sweep, [("network_sweep.png", plot_network_sweep)]),
+             (args.quantized_comm, [("quantized_comm.png", plot_quantized_comm)])]
     written = []
     for source, pictures in plots:
         if not source:
