@@ -51,6 +51,11 @@ void ShardedParams::start_gather(int unit) {
     frozen = u.frozen.views(u.frozen_gathered.view(0, {u.frozen.padded_numel()}));
   }
   u.param_views = in_unit_order(u.slots, u.layout.views(u.gathered.view(0, {u.layout.padded_numel()})), frozen);
+  // A secondary group of one copied its share in place: nothing to finish, and the unit is whole again.
+  if (from_secondary && !u.gathering()) {
+    u.secondary = Tensor();
+    u.frozen_secondary = Tensor();
+  }
 }
 
 int64_t ShardedParams::secondary_share_numel(const FlatLayout& layout) {

@@ -299,7 +299,7 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
       };
       // The groups hybrid runs with: the plan's, on these hosts (collective).
       PlanOptions hybrid = options.plan;
-      hybrid.strategy.kind = StrategyKind::hybrid;
+      hybrid.strategy = strategy_options_for(StrategyKind::hybrid, options.plan.strategy);
       const bool hybrid_listed = listed("hybrid");
       if (app.count("--shard-group") && !hybrid_listed)
         throw UsageError("--shard-group is only for hybrid: add it to --strategies");

@@ -91,6 +91,12 @@ for r in rows:
 assert d['libnbc_iallreduce_algorithm'] in ('ring', ''), d['libnbc_iallreduce_algorithm']
 "
 # The all-to-all that quantized reductions exchange through, on 3 ranks: each block lands at its rank.
+# The communication modes reach the strategies that take them and leave the others (hybrid is checked with
+# its own options): zero3 alone moves backward's gathers inside pairs, the others' bytes are their own.
+check "bench --secondary-shard 2 with every strategy" timeout 120 "${MPIRUN[@]}" -np 4 "$BIN/zshard-bench" \
+  --model tiny --warmup-steps 0 --steps 1 --secondary-shard 2
+grep -Eq "^zero3 +4 +4 .* 0\.95/0\.95 " "$WORK/out" && grep -Eq "^ddp +4 +1 " "$WORK/out" ||
+  { echo "FAIL bench --secondary-shard 2: no zero3 row with its paired bytes"; cat "$WORK/out"; failures=$((failures + 1)); }
 check "commbench all_to_all np 3" timeout 120 "${MPIRUN[@]}" -np 3 "$BIN/zshard-commbench" --ops all_to_all \
   --min-size 12 --max-size 48KiB --factor 8 --round-ms 5 --rounds 1
 grep -q "wrong elements: 0" "$WORK/out" && grep -q "^# all_to_all" "$WORK/out" ||
