@@ -231,6 +231,30 @@ StrategyOptions strategy_options_for(StrategyKind kind, StrategyOptions s) {
   return s;
 }
 
+void check_modes_taken(const std::vector<StrategyKind>& kinds, const StrategyOptions& asked) {
+  StrategyOptions gathers, reductions, secondary;
+  gathers.quantize_gathers = asked.quantize_gathers;
+  reductions.quantize_reductions = asked.quantize_reductions;
+  secondary.secondary_shard = asked.secondary_shard;
+  for (const StrategyOptions& mode : {gathers, reductions, secondary}) {
+    const auto asked_of = [&](StrategyKind kind) {
+      PlanOptions o;
+      o.strategy = mode;
+      o.strategy.kind = kind;
+      return o;
+    };
+    const auto takes = [&](StrategyKind kind) {
+      try {
+        validate_plan_options(asked_of(kind));
+        return true;
+      } catch (const UsageError&) {
+        return false;
+      }
+    };
+    if (!kinds.empty() && std::none_of(kinds.begin(), kinds.end(), takes)) validate_plan_options(asked_of(kinds.front()));
+  }
+}
+
 ShardPlan plan_on_hosts(const PlanOptions& options, const std::vector<int>& host_sizes) {
   validate_plan_options(options);
   int world = 0;

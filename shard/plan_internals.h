@@ -32,6 +32,11 @@ void apply_comm_timeout(const PlanOptions& options, comm::Communicator& world);
 // that run or estimate several strategies from one set of flags.
 StrategyOptions strategy_options_for(StrategyKind kind, StrategyOptions asked);
 
+// Refuses a communication mode of `asked` (its quantize_gathers, quantize_reductions or secondary_shard)
+// that none of `kinds` takes, in validate_plan_options' words for the first of them: the tools that run
+// or estimate several strategies from one set of flags give each mode to those that take it.
+void check_modes_taken(const std::vector<StrategyKind>& kinds, const StrategyOptions& asked);
+
 // The plan that resolve_plan would make on hosts of `host_sizes` ranks each, in rank order, for a run that
 // is not launched yet (zshard-run sizing a relaunch): the hosts' groups for hybrid, no device.
 ShardPlan plan_on_hosts(const PlanOptions& options, const std::vector<int>& host_sizes);

@@ -313,13 +313,12 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
       }
       // Flags of some strategies only: refused when none of those runs, instead of doing nothing.
       const auto runs = [&](const char* s) { return std::find(to_run.begin(), to_run.end(), s) != to_run.end(); };
-      for (const char* flag : {"--max-inflight", "--reshard-after-forward", "--quantize-gathers"})
+      for (const char* flag : {"--max-inflight", "--reshard-after-forward"})
         if (app.count(flag) && !runs("zero3") && !runs("hybrid"))
           throw UsageError(std::string(flag) + " is only for zero3 and hybrid: add one to --strategies");
-      if (app.count("--quantize-reductions") && !runs("zero1") && !runs("zero2") && !runs("zero3") && !runs("hybrid"))
-        throw UsageError("--quantize-reductions is only for zero1, zero2, zero3 and hybrid: add one to --strategies");
-      if (app.count("--secondary-shard") && !runs("zero3"))
-        throw UsageError("--secondary-shard is only for zero3: add it to --strategies");
+      std::vector<StrategyKind> kinds;
+      for (const std::string& s : to_run) kinds.push_back(parse_strategy(s));
+      check_modes_taken(kinds, options.plan.strategy);
       if (bench.splits.empty()) throw UsageError("--rank-batches: name at least one of even, auto");
       if (std::find(bench.splits.begin(), bench.splits.end(), "auto") != bench.splits.end()) {
         TrainOptions auto_options = options;

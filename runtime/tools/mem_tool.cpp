@@ -267,11 +267,9 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     if (app.count("--shard-group") && !has("hybrid")) throw UsageError("--shard-group is only for --strategy hybrid");
     if (app.count("--max-inflight") && !has("zero3") && !has("hybrid"))
       throw UsageError("--max-inflight is only for --strategy zero3 or hybrid");
-    if (app.count("--quantize-gathers") && !has("zero3") && !has("hybrid"))
-      throw UsageError("--quantize-gathers is only for --strategy zero3 or hybrid");
-    if (app.count("--quantize-reductions") && !has("zero1") && !has("zero2") && !has("zero3") && !has("hybrid"))
-      throw UsageError("--quantize-reductions is only for --strategy zero1, zero2, zero3 or hybrid");
-    if (app.count("--secondary-shard") && !has("zero3")) throw UsageError("--secondary-shard is only for --strategy zero3");
+    std::vector<StrategyKind> kinds;
+    for (const std::string& s : o.strategies) kinds.push_back(parse_strategy(s));
+    check_modes_taken(kinds, o.comm_modes);
     if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
     if (o.seq < 1) throw UsageError("--seq must be >= 1, got " + std::to_string(o.seq));
     if (o.grad_accum < 1) throw UsageError("--grad-accum must be >= 1, got " + std::to_string(o.grad_accum));

@@ -35,32 +35,14 @@ bool listed(const std::vector<std::string>& strategies, const std::string& name)
   return std::find(strategies.begin(), strategies.end(), name) != strategies.end();
 }
 
-// Refuses what the runtime would: a mode that none of the strategies takes (as zshard-bench and
-// zshard-mem do; in the words of the first one's refusal of it), and zero3's secondary groups on hosts
-// that cannot hold them: two nodes of --node-size (the table's worlds past one node), and --nodes.
+// Refuses what the runtime would: a mode that none of the strategies takes (check_modes_taken, as
+// zshard-bench and zshard-mem do), and zero3's secondary groups on hosts that cannot hold them: two nodes
+// of --node-size (the table's worlds past one node), and --nodes.
 void check_modes(const std::vector<std::string>& strategies, const StrategyOptions& asked, const ProjectionInput& in,
                  const std::vector<int>& nodes) {
-  StrategyOptions gathers, reductions, secondary;
-  gathers.quantize_gathers = asked.quantize_gathers;
-  reductions.quantize_reductions = asked.quantize_reductions;
-  secondary.secondary_shard = asked.secondary_shard;
-  for (const StrategyOptions& mode : {gathers, reductions, secondary}) {
-    const auto asked_of = [&](const std::string& name) {
-      PlanOptions o;
-      o.strategy = mode;
-      o.strategy.kind = parse_strategy(name);
-      return o;
-    };
-    const auto takes = [&](const std::string& name) {
-      try {
-        validate_plan_options(asked_of(name));
-        return true;
-      } catch (const UsageError&) {
-        return false;
-      }
-    };
-    if (std::none_of(strategies.begin(), strategies.end(), takes)) validate_plan_options(asked_of(strategies.front()));
-  }
+  std::vector<StrategyKind> kinds;
+  for (const std::string& name : strategies) kinds.push_back(parse_strategy(name));
+  check_modes_taken(kinds, asked);
   if (!in.secondary_per_node) return;
   PlanOptions zero3;
   zero3.strategy = projected_strategy(StrategyKind::zero3, in);
