@@ -8,7 +8,8 @@
 # Each strategy runs alone, so that the bytes each host's eth0 sent over the run (its kernel counter, read
 # by the host's first rank before and after) belong to that strategy. Environment: MODEL_FLAGS, STEPS
 # (timed, after WARMUP warm-up steps), TOPOLOGIES (multihost --hosts lists), LINKS (link rates, "none" for
-# an unshaped link), STRATEGIES (variants as network_sweep_summary.py's VARIANTS name them); WORK_DIR keeps every run's JSON (default: a new directory under /tmp).
+# an unshaped link), STRATEGIES (variants as network_sweep_summary.py's VARIANTS name them); WORK_DIR keeps
+# every run's JSON (default: a new directory under /tmp).
 set -euo pipefail
 if [ $# != 2 ] || [ ! -x "$1/zshard-bench" ]; then
   echo "usage: $0 BUILD_DIR OUT_DIR (BUILD_DIR with zshard-bench, zshard-project and zshard-commbench)" >&2

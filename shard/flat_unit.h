@@ -32,6 +32,9 @@ class FlatLayout {
   int64_t shard_numel() const { return padded_ / group_size_; }
   int64_t offset(int param) const { return offsets_[param]; }
   int64_t shard_begin(int shard) const { return shard * shard_numel(); }
+  // The padded buffer cut into `shares` equal pieces, the last ones reaching past it where they must (a
+  // secondary group's, which need not divide the padding).
+  int64_t share_numel(int shares) const { return (padded_ + shares - 1) / shares; }
 
   // The parameter pieces inside flat range [begin, end); padding is skipped.
   std::vector<FlatSegment> segments(int64_t begin, int64_t end) const;

@@ -31,7 +31,7 @@ void ShardedParams::start_gather(int unit) {
   const bool from_secondary = u.kept_secondary();
   // A gather from the secondary shares fills whole shares, which may reach past the padding.
   const auto gathered_numel = [&](const FlatLayout& l) {
-    return from_secondary ? std::max(l.padded_numel(), secondary_share_numel(l) * comms_.secondary()->size())
+    return from_secondary ? std::max(l.padded_numel(), l.share_numel(comms_.secondary()->size()) * comms_.secondary()->size())
                           : l.padded_numel();
   };
   // A unit with frozen parameters only has a padding-only trainable buffer: allocated (its definedness
@@ -58,15 +58,10 @@ void ShardedParams::start_gather(int unit) {
   }
 }
 
-int64_t ShardedParams::secondary_share_numel(const FlatLayout& layout) {
-  const int64_t h = comms_.secondary()->size();
-  return (layout.padded_numel() + h - 1) / h;
-}
-
 Tensor ShardedParams::secondary_share(const FlatLayout& layout, const Tensor& gathered) {
   if (layout.numel() == 0) return Tensor();
   const Device device = plan_.placement.device;
-  const int64_t n = secondary_share_numel(layout), begin = n * comms_.secondary()->rank();
+  const int64_t n = layout.share_numel(comms_.secondary()->size()), begin = n * comms_.secondary()->rank();
   const int64_t have = std::clamp<int64_t>(layout.padded_numel() - begin, 0, n);
   // The tail past the unit's padding is never read as a parameter, but it crosses the wire: zeros.
   Tensor share = have < n ? Tensor::zeros({n}, gathered.dtype(), device, Category::comm)
@@ -81,7 +76,7 @@ Tensor ShardedParams::secondary_share(const FlatLayout& layout, const Tensor& ga
 comm::WorkPtr ShardedParams::gather_secondary_shares(const FlatLayout& layout, const Tensor& share,
                                                      const Tensor& gathered) {
   comm::Communicator& group = *comms_.secondary();
-  const int64_t n = secondary_share_numel(layout);
+  const int64_t n = layout.share_numel(group.size());
   if (group.size() > 1) return group.all_gather(share.raw(), gathered.raw(), size_t(n), share.dtype());
   copy_bytes(gathered.raw(), plan_.placement.device, share.raw(), plan_.placement.device, share.nbytes());
   return nullptr;

@@ -182,11 +182,9 @@ class ShardedParams : public ParamContext {
   comm::WorkPtr gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype);
   // Quantized gathers: `quantized` := the record of this rank's shard of `resident` (no-op otherwise).
   void quantize_shard(const FlatLayout& layout, const Tensor& resident, const Tensor& quantized);
-  // Secondary groups (ShardPlan::secondary_groups): the elements of a layout's share, its padded buffer cut
-  // into as many shares as the group has ranks (the last ones may reach past it); this rank's share of a
-  // gathered buffer (undefined for a layout without parameters); and the all-gather of the shares back
-  // into a buffer of at least padded_numel.
-  int64_t secondary_share_numel(const FlatLayout& layout);
+  // Secondary groups (ShardPlan::secondary_groups), whose shares are FlatLayout::share_numel of the group's
+  // size: this rank's share of a gathered buffer (undefined for a layout without parameters), and the
+  // all-gather of the shares back into a buffer of at least padded_numel.
   Tensor secondary_share(const FlatLayout& layout, const Tensor& gathered);
   comm::WorkPtr gather_secondary_shares(const FlatLayout& layout, const Tensor& share, const Tensor& gathered);
   // Starts the gather of one flat buffer into `gathered`: the compute shards, or the records into

@@ -55,7 +55,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   if (plan.secondary_groups)
     for (int h : plan.secondary_groups->sizes()) secondary_group = secondary_group ? std::min(secondary_group, h) : h;
   const auto share_bytes = [&](const FlatLayout& l) {
-    return l.numel() > 0 ? (l.padded_numel() + secondary_group - 1) / secondary_group * d.param_bytes : 0;
+    return l.numel() > 0 ? l.share_numel(secondary_group) * d.param_bytes : 0;
   };
   std::vector<FlatLayout> layouts;
   int64_t padded_total = 0, frozen_total = 0, quantized_copy = 0, frozen_quantized_copy = 0;
