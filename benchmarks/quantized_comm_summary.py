@@ -6,12 +6,14 @@
       markdown tables on stdout.
 
 Per run, from zshard-train's --log-json: every step's loss (the curves) and time; the final loss, as the last
-step's and as the mean of the last FINAL_STEPS steps'; the step time over the steps after --warmup (median,
+step's, as the mean of the last FINAL_STEPS steps' and as the evaluation after the last step; the step time over the steps after --warmup (median,
 p10 and p90, interpolated as zshard-bench does), the exposed communication and the step less it (medians);
 zshard's count of the bytes each rank's collectives sent a step. From count_eth0.sh, the bytes each host's
 eth0 sent per rank and per step of the run, set-up included (network_sweep_summary.py's wire_bytes). The
 shaped link's runs add zshard-bench's replay of their collectives (the link's time without the compute).
-Each run's loss is compared with its reference: the unquantized zero3 run of the same part and model.
+Each run's loss is compared with its reference: the unquantized zero3 run of the same part and model. The
+seeds: the link's model at each seed (the seedN parts, and the link part at the default seed), each
+setting's final evaluation against zero3's of the same seed, and the mean of those differences.
 """
 
 import argparse
@@ -62,6 +64,7 @@ def summarise_run(work, tag, part, model, link, flags, loads, warmup, steps):
     run = {
         "tag": tag, "part": part, "model": model, "link": link, "flags": flags, "steps": len(records),
         "final_loss": losses[-1], "final_loss_mean": statistics.fmean(losses[-FINAL_STEPS:]),
+        "final_eval_loss": next(r["eval_loss"] for r in reversed(records) if "eval_loss" in r),
         "step_ms": percentile(ms, 0.5), "step_ms_p10": percentile(ms, 0.1), "step_ms_p90": percentile(ms, 0.9),
         "comm_exposed_ms": percentile([r["comm_exposed_ms"] for r in timed], 0.5),
         "step_less_exposed_ms": percentile([r["ms"] - r["comm_exposed_ms"] for r in timed], 0.5),
@@ -94,6 +97,7 @@ def compare(runs):
         run["reference"] = ref["tag"]
         run["final_loss_vs_reference"] = run["final_loss"] / ref["final_loss"] - 1
         run["final_loss_mean_vs_reference"] = run["final_loss_mean"] / ref["final_loss_mean"] - 1
+        run["final_eval_loss_vs_reference"] = run["final_eval_loss"] / ref["final_eval_loss"] - 1
         if run["part"] == "link":
             run["eth0_bytes_reduction_vs_reference"] = ref["eth0_sent_bytes_per_step"] / run["eth0_sent_bytes_per_step"]
             run["speedup_vs_reference"] = ref["step_ms"] / run["step_ms"]
@@ -113,6 +117,27 @@ def determinism(runs):
     return out
 
 
+def seed_of(run):
+    flags = run["flags"].split()
+    return int(flags[flags.index("--seed") + 1]) if "--seed" in flags else None
+
+
+def across_seeds(runs):
+    """Per setting of the link's model (the seedN parts and the link part), each seed's final evaluation
+    against zero3's at the same seed, and their mean."""
+    out = {}
+    for run in (r for r in runs if r["part"] == "link" or r["part"].startswith("seed")):
+        entry = out.setdefault(setting(run["flags"]), {"seeds": {}})
+        seed = "the link's (default)" if run["part"] == "link" else str(seed_of(run))
+        entry["seeds"][seed] = {"eval_loss": run["final_eval_loss"],
+                                                          "vs_zero3": run["final_eval_loss_vs_reference"]}
+    for entry in out.values():
+        diffs = [s["vs_zero3"] for s in entry["seeds"].values()]
+        entry["mean_vs_zero3"] = statistics.fmean(diffs)
+        entry["largest_vs_zero3"] = max(diffs, key=abs)
+    return out
+
+
 def machine(work):
     def first_line(cmd):
         try:
@@ -124,7 +149,7 @@ def machine(work):
     mem_kib = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_kib / 2**20, 1),
             "mpi": first_line(["mpirun", "--version"]),
-            "commit": open(os.path.join(work, "commit")).read().strip()}
+            "commits": open(os.path.join(work, "commit")).read().split("\n")[:-1]}
 
 
 def summarise(args):
@@ -136,7 +161,7 @@ def summarise(args):
     doc = {
         "first_run": runs[0]["started"], "last_run": runs[-1]["ended"], "machine": machine(args.work),
         "steps": args.steps, "warmup_steps": args.warmup, "final_steps": FINAL_STEPS, "hosts": "2,2",
-        "determinism": determinism(runs), "runs": runs,
+        "determinism": determinism(runs), "across_seeds": across_seeds(runs), "runs": runs,
     }
     with open(args.summary, "w") as f:
         json.dump(doc, f, indent=1)
@@ -152,12 +177,13 @@ def setting(flags):
 
 
 def print_tables(doc):
-    print(f"| model | run | final loss: last step | mean of last {doc['final_steps']} | vs zero3 "
-          "(last / mean) | step ms (p10-p90) | eth0 MiB sent |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| model | run | final loss: last step | mean of last {doc['final_steps']} | evaluated | vs zero3 "
+          "(last / mean / evaluated) | step ms (p10-p90) | eth0 MiB sent |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in (r for r in doc["runs"] if r["part"] == "accuracy"):
         print(f"| {r['model']} | {setting(r['flags'])} | {r['final_loss']:.4f} | {r['final_loss_mean']:.4f} | "
-              f"{r['final_loss_vs_reference']:+.2%} / {r['final_loss_mean_vs_reference']:+.2%} | "
+              f"{r['final_eval_loss']:.4f} | {r['final_loss_vs_reference']:+.2%} / "
+              f"{r['final_loss_mean_vs_reference']:+.2%} / {r['final_eval_loss_vs_reference']:+.2%} | "
               f"{r['step_ms']:.0f} ({r['step_ms_p10']:.0f}-{r['step_ms_p90']:.0f}) | "
               f"{r['eth0_sent_bytes_per_step'] / MIB:.2f} |")
     for d in doc["determinism"]:
@@ -165,15 +191,25 @@ def print_tables(doc):
               f"({d['steps_differing']} steps differ)")
     print(f"\n| run | step ms (p10-p90) | exposed comm ms | step less exposed ms | replayed comm ms | "
           f"zshard MiB | eth0 MiB sent | fewer bytes than zero3 | speed-up vs zero3 / ddp | "
-          f"final loss: last / mean of last {doc['final_steps']} | vs zero3 (last / mean) |")
+          f"final loss: last / mean of last {doc['final_steps']} / evaluated | vs zero3 (last / mean / evaluated) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in (r for r in doc["runs"] if r["part"] == "link"):
         print(f"| {setting(r['flags'])} | {r['step_ms']:.0f} ({r['step_ms_p10']:.0f}-{r['step_ms_p90']:.0f}) | "
               f"{r['comm_exposed_ms']:.0f} | {r['step_less_exposed_ms']:.0f} | {r['bench_comm_replayed_ms']:.0f} | "
               f"{r['comm_bytes_per_step'] / MIB:.1f} | {r['eth0_sent_bytes_per_step'] / MIB:.1f} | "
               f"{r['eth0_bytes_reduction_vs_reference']:.2f}x | {r['speedup_vs_reference']:.2f}x / "
-              f"{r['speedup_vs_ddp']:.2f}x | {r['final_loss']:.4f} / {r['final_loss_mean']:.4f} | "
-              f"{r['final_loss_vs_reference']:+.2%} / {r['final_loss_mean_vs_reference']:+.2%} |")
+              f"{r['speedup_vs_ddp']:.2f}x | {r['final_loss']:.4f} / {r['final_loss_mean']:.4f} / "
+              f"{r['final_eval_loss']:.4f} | {r['final_loss_vs_reference']:+.2%} / "
+              f"{r['final_loss_mean_vs_reference']:+.2%} / {r['final_eval_loss_vs_reference']:+.2%} |")
+    seeds = sorted({s for e in doc["across_seeds"].values() for s in e["seeds"]})
+    if not seeds:
+        return
+    print(f"\n| run | " + " | ".join(f"seed {s}: evaluated (vs zero3)" for s in seeds) + " | mean vs zero3 |")
+    print("|---|" + "---|" * (len(seeds) + 1))
+    for name, e in doc["across_seeds"].items():
+        cells = [f"{e['seeds'][s]['eval_loss']:.4f} ({e['seeds'][s]['vs_zero3']:+.2%})" if s in e["seeds"] else ""
+                 for s in seeds]
+        print(f"| {name} | " + " | ".join(cells) + f" | {e['mean_vs_zero3']:+.2%} |")
 
 
 def main():
