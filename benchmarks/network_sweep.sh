@@ -11,14 +11,9 @@
 # an unshaped link), STRATEGIES (variants as network_sweep_summary.py's VARIANTS name them); WORK_DIR keeps
 # every run's JSON (default: a new directory under /tmp).
 set -euo pipefail
-if [ $# != 2 ] || [ ! -x "$1/zshard-bench" ]; then
-  echo "usage: $0 BUILD_DIR OUT_DIR (BUILD_DIR with zshard-bench, zshard-project and zshard-commbench)" >&2
-  exit 2
-fi
-build=$(cd "$1" && pwd)
-mkdir -p "$2"
-out=$(cd "$2" && pwd)
-src=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=benchmarks/build_out_dirs.sh
+source "$(dirname "$0")/build_out_dirs.sh"
+build_out_dirs zshard-bench "zshard-bench, zshard-project and zshard-commbench" "$@"
 # Why this size: 16.3M parameters (4 layers of dim 256 and GPT-2's 50257-token tied embedding) on 256
 # tokens a step, so that on 1gbit ddp's all-reduce (about 0.8 s) outlasts the 4 ranks' compute (about
 # 0.2 s on 2 cores), and unshaped takes about half as long as it.

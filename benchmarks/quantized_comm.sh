@@ -19,14 +19,9 @@
 # parts may run at different times: the link's step times want a quiet machine, the losses do not);
 # WORK_DIR keeps every run's output (default: a new directory under /tmp).
 set -euo pipefail
-if [ $# != 2 ] || [ ! -x "$1/zshard-train" ]; then
-  echo "usage: $0 BUILD_DIR OUT_DIR (BUILD_DIR with zshard-train and zshard-bench)" >&2
-  exit 2
-fi
-build=$(cd "$1" && pwd)
-mkdir -p "$2"
-out=$(cd "$2" && pwd)
-src=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=benchmarks/build_out_dirs.sh
+source "$(dirname "$0")/build_out_dirs.sh"
+build_out_dirs zshard-train "zshard-train and zshard-bench" "$@"
 steps=${STEPS:-300}
 warmup=${WARMUP:-5}
 # Why these sizes: GPT-2 at its width (dim 768, 53.6M parameters with 2 layers) takes 1.6 s a step here

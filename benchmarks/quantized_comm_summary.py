@@ -128,7 +128,7 @@ def across_seeds(runs):
     out = {}
     for run in (r for r in runs if r["part"] == "link" or r["part"].startswith("seed")):
         entry = out.setdefault(setting(run["flags"]), {"seeds": {}})
-        seed = "the link's (default)" if run["part"] == "link" else str(seed_of(run))
+        seed = "default seed (the link's runs)" if run["part"] == "link" else str(seed_of(run))
         entry["seeds"][seed] = {"eval_loss": run["final_eval_loss"],
                                                           "vs_zero3": run["final_eval_loss_vs_reference"]}
     for entry in out.values():
@@ -204,7 +204,7 @@ def print_tables(doc):
     seeds = sorted({s for e in doc["across_seeds"].values() for s in e["seeds"]})
     if not seeds:
         return
-    print(f"\n| run | " + " | ".join(f"seed {s}: evaluated (vs zero3)" for s in seeds) + " | mean vs zero3 |")
+    print(f"\n| run | " + " | ".join(f"{'seed ' + s if s.isdigit() else s}: evaluated (vs zero3)" for s in seeds) + " | mean vs zero3 |")
     print("|---|" + "---|" * (len(seeds) + 1))
     for name, e in doc["across_seeds"].items():
         cells = [f"{e['seeds'][s]['eval_loss']:.4f} ({e['seeds'][s]['vs_zero3']:+.2%})" if s in e["seeds"] else ""
