@@ -104,9 +104,9 @@ def wire_bytes(work, run, steps):
     return sent / ranks / steps if ranks else None
 
 
-# Bytes an element of the quantized collectives moves (shard/comm_volume.h): int8 and int4 with an fp32
-# scale per block of 256.
-QUANTIZED_BYTES = {"int8": 1 + 4 / 256, "int4": 0.5 + 4 / 256}
+# Bytes an element of the quantized collectives moves (shard/comm_volume.h): int8 with an fp32 scale per
+# block of 256, int4 per block of 64 (shard/reduction_quantization.h).
+QUANTIZED_BYTES = {"int8": 1 + 4 / 256, "int4": 0.5 + 4 / 64}
 
 
 def mode(variant, flag):

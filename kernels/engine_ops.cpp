@@ -84,38 +84,63 @@ void check_format(const char* op, QuantFormat f) {
   ZS_CHECK(f.bits == 8 || f.bits == 4, op, ": bits must be 8 or 4, not ", f.bits);
 }
 
-// The format, then every array of n > 0 elements given, by name.
-void check_quantized_arrays(const char* op, size_t n, QuantFormat f,
+// The format, the table's agreement with it, then every array of n > 0 elements given, by name.
+void check_quantized_arrays(const char* op, size_t n, QuantFormat f, BlockTable blocks,
                             std::initializer_list<std::pair<const char*, const void*>> arrays) {
   check_format(op, f);
+  ZS_CHECK(n == 0 || blocks.block == f.block, op, ": a block table cut for blocks of ", blocks.block,
+           " with a format of blocks of ", f.block);
   for (const auto& [name, pointer] : arrays) ZS_CHECK(n == 0 || pointer, op, ": ", name, " is null for n = ", n);
 }
 
 }  // namespace
 
+HostBlockTable::HostBlockTable(const std::vector<int64_t>& piece_begin, QuantFormat f)
+    : pieces_(int(piece_begin.size()) - 1), block_(f.block) {
+  check_format("block table", f);
+  ZS_CHECK(!piece_begin.empty() && piece_begin.front() == 0, "block table: the first piece must begin at 0");
+  entries_ = piece_begin;
+  int64_t blocks = 0;
+  for (int p = 0; p < pieces_; ++p) {
+    const int64_t length = piece_begin[size_t(p) + 1] - piece_begin[size_t(p)];
+    ZS_CHECK(length > 0, "block table: piece ", p, " begins at ", piece_begin[size_t(p)], " and ends at ",
+             piece_begin[size_t(p) + 1]);
+    entries_.push_back(blocks);
+    blocks += (length + f.block - 1) / f.block;
+  }
+  entries_.push_back(blocks);
+}
+
+QuantizedSize quantized_size(size_t n, int bits, size_t blocks) {
+  check_format("quantized_size", {1, bits});
+  return {quant::payload_bytes(n, bits), blocks};
+}
+
 QuantizedSize quantized_size(size_t n, QuantFormat f) {
   check_format("quantized_size", f);
-  return {quant::payload_bytes(n, f.bits), (n + size_t(f.block) - 1) / size_t(f.block)};
+  return quantized_size(n, f.bits, (n + size_t(f.block) - 1) / size_t(f.block));
 }
 
 template <class T>
-void quantize_blocks(Device d, int8_t* q, float* scales, const T* x, size_t n, QuantFormat f) {
-  check_quantized_arrays("quantize_blocks", n, f, {{"q", q}, {"scales", scales}, {"x", x}});
+void quantize_blocks(Device d, int8_t* q, float* scales, const T* x, size_t n, QuantFormat f, BlockTable blocks) {
+  check_quantized_arrays("quantize_blocks", n, f, blocks,
+                         {{"q", q}, {"scales", scales}, {"x", x}, {"block table", blocks.piece_begin}});
   if (on_cpu<T>(d, "quantize_blocks")) {
-    cpu::quantize_blocks(q, scales, x, n, f);
+    cpu::quantize_blocks(q, scales, x, n, f, blocks);
   } else {
-    ZS_ON_CUDA(T, cuda::quantize_blocks(q, scales, dev(x), n, f))
+    ZS_ON_CUDA(T, cuda::quantize_blocks(q, scales, dev(x), n, f, blocks))
   }
 }
 
 template <class T>
 void dequantize_blocks(Device d, T* out, const int8_t* q, const float* scales, size_t n, QuantFormat f,
-                       bool accumulate) {
-  check_quantized_arrays("dequantize_blocks", n, f, {{"out", out}, {"q", q}, {"scales", scales}});
+                       BlockTable blocks, bool accumulate) {
+  check_quantized_arrays("dequantize_blocks", n, f, blocks,
+                         {{"out", out}, {"q", q}, {"scales", scales}, {"block table", blocks.piece_begin}});
   if (on_cpu<T>(d, "dequantize_blocks")) {
-    cpu::dequantize_blocks(out, q, scales, n, f, accumulate);
+    cpu::dequantize_blocks(out, q, scales, n, f, blocks, accumulate);
   } else {
-    ZS_ON_CUDA(T, cuda::dequantize_blocks(dev(out), q, scales, n, f, accumulate))
+    ZS_ON_CUDA(T, cuda::dequantize_blocks(dev(out), q, scales, n, f, blocks, accumulate))
   }
 }
 
@@ -140,9 +165,9 @@ template void adamw_step<float>(Device, float*, const float*, float*, float*, si
 template void adamw_step<bf16>(Device, float*, const bf16*, float*, float*, size_t, const AdamWParams&,
                                bf16*);
 
-#define ZS_INSTANTIATE(T)                                                                         \
-  template void quantize_blocks<T>(Device, int8_t*, float*, const T*, size_t, QuantFormat);      \
-  template void dequantize_blocks<T>(Device, T*, const int8_t*, const float*, size_t, QuantFormat, bool);
+#define ZS_INSTANTIATE(T)                                                                                \
+  template void quantize_blocks<T>(Device, int8_t*, float*, const T*, size_t, QuantFormat, BlockTable);  \
+  template void dequantize_blocks<T>(Device, T*, const int8_t*, const float*, size_t, QuantFormat, BlockTable, bool);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(bf16)
 #undef ZS_INSTANTIATE

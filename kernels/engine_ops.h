@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include <zshard/dtype.h>
 
@@ -33,32 +34,61 @@ void axpy(Device d, T* y, const T* x, float alpha, size_t n);
 void convert(Device d, void* dst, DType dst_type, const void* src, DType src_type, size_t n);
 
 // Symmetric per-block absmax quantization, for weights gathered and gradients reduced in 8 or 4 bits over
-// slow links (ZeRO++'s qwZ and qgZ). Each block of f.block consecutive elements (the last one may be
-// shorter) gets scale = absmax / qmax in fp32 (qmax 127 for 8 bits, 7 for 4) and each element the integer
-// x / scale rounded to nearest, ties to even, so that it dequantizes to within scale / 2 of x (and a few
-// fp32 ulps). 8 bits: a byte an element; 4 bits: element 2i in the low nibble of byte i, 2i + 1 in the high
-// one, two's complement, the high nibble of an odd n's last byte 0. A block of zeros has scale 0 and
-// dequantizes to 0. A NaN or inf makes its block's scale NaN or inf and its integers 0, so the whole block
-// dequantizes to NaN: the step's non-finite check sees it, where a clamp would hide it. cpu and cuda give
-// the same bits (kernels/quantize_blocks.h) but for NaN payloads. T is float or bf16; q holds
-// quantized_size(n, f).payload_bytes bytes and scales its scale_count floats.
+// slow links (ZeRO++'s qwZ and qgZ). `blocks`, a HostBlockTable built for f (its host_table(), or its
+// table_at() a copy in the device's memory), cuts the n elements into pieces and each piece into blocks of
+// f.block consecutive elements from its own start, its last block shorter; the engine's pieces are the
+// parameters a chunk holds and its padding, so no block mixes two parameters' magnitudes. Each block gets
+// scale = absmax / qmax in fp32 (qmax 127 for 8 bits, 7 for 4) and each element the integer x / scale
+// rounded to nearest, ties to even, so that it dequantizes to within scale / 2 of x (and a few fp32 ulps).
+// The elements keep their places whatever the blocks: 8 bits, a byte an element; 4 bits, element 2i in
+// the low nibble of byte i, 2i + 1 in the high one, two's complement, the high nibble of an odd n's last
+// byte 0. A block of zeros has scale 0 and dequantizes to 0. A NaN or inf makes its block's scale NaN or
+// inf and its integers 0, so the whole block dequantizes to NaN: the step's non-finite check sees it,
+// where a clamp would hide it. cpu and cuda give the same bits (kernels/quantize_blocks.h) but for NaN
+// payloads. T is float or bf16; q holds quantized_size(n, f.bits, blocks.blocks).payload_bytes bytes and
+// scales blocks.blocks floats.
+using cpu::BlockTable;
 using cpu::QuantFormat;
 template <class T>
-void quantize_blocks(Device d, int8_t* q, float* scales, const T* x, size_t n, QuantFormat f);
+void quantize_blocks(Device d, int8_t* q, float* scales, const T* x, size_t n, QuantFormat f, BlockTable blocks);
 // out = the dequantized values, or, when `accumulate`, out += them, added in fp32 and rounded to T once (an
 // owner summing the chunks it receives).
 template <class T>
 void dequantize_blocks(Device d, T* out, const int8_t* q, const float* scales, size_t n, QuantFormat f,
-                       bool accumulate);
+                       BlockTable blocks, bool accumulate);
 
-// The size of n quantized elements, for buffers and communication accounting. In one buffer the scales
-// follow the payload at scales_offset(), aligned for float.
+// A chunk's block table, built on the host from where its pieces begin: 0, then each later piece's first
+// element, ascending, then the chunk's length. entries() is what a device copy holds (the pieces' starts,
+// then their first blocks' indices), in one array so that one copy moves it.
+class HostBlockTable {
+ public:
+  HostBlockTable(const std::vector<int64_t>& piece_begin, QuantFormat f);
+  int pieces() const { return pieces_; }
+  size_t blocks() const { return size_t(entries_.back()); }
+  size_t numel() const { return size_t(entries_[size_t(pieces_)]); }
+  const std::vector<int64_t>& entries() const { return entries_; }
+  BlockTable host_table() const { return table_at(entries_.data()); }
+  // The table read from `copy`, a copy of entries() in another memory (the device's).
+  BlockTable table_at(const int64_t* copy) const {
+    return {copy, copy + pieces_ + 1, pieces_, block_, blocks()};
+  }
+
+ private:
+  std::vector<int64_t> entries_;
+  int pieces_;
+  int block_;
+};
+
+// The size of n quantized elements in `blocks` blocks, for buffers and communication accounting. In one
+// buffer the scales follow the payload at scales_offset(), aligned for float.
 struct QuantizedSize {
   size_t payload_bytes;
   size_t scale_count;
   size_t scales_offset() const { return (payload_bytes + alignof(float) - 1) / alignof(float) * alignof(float); }
   size_t bytes() const { return scales_offset() + scale_count * sizeof(float); }
 };
+QuantizedSize quantized_size(size_t n, int bits, size_t blocks);
+// n elements in one piece: ceil(n / f.block) blocks.
 QuantizedSize quantized_size(size_t n, QuantFormat f);
 
 // Blocks the host until every op queued on the device has finished (nothing to do on cpu). Timers and

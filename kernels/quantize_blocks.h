@@ -5,6 +5,10 @@
 // a plain a * b + c) nor replaces under -prec-div=false; only -ftz (--use_fast_math, which cmake/Cuda.cmake
 // does not pass) would still change them, for subnormal values. The host has no FMA to fuse into at the
 // baseline x86-64 target, and GCC does not contract in ISO C++ mode (CMAKE_CXX_EXTENSIONS OFF).
+// Which elements share a scale is the chunk's block table's (cpu::BlockTable): the engine's pieces are the
+// parameters a chunk holds and its padding, each cut into blocks from its own start, so that a block never
+// spans two parameters; both sides find an element's block and a block's elements with the same lookups
+// (block_of, block_elements), a binary search over the few pieces.
 #pragma once
 #include <cfloat>
 #include <cmath>
@@ -17,6 +21,7 @@
 
 namespace zshard::quant {
 
+using cpu::BlockTable;
 using cpu::QuantFormat;
 
 ZS_HOST_DEVICE inline int qmax(int bits) { return bits == 8 ? 127 : 7; }
@@ -76,9 +81,37 @@ ZS_HOST_DEVICE int8_t payload_byte(size_t j, size_t n, int bits, Value value) {
 ZS_HOST_DEVICE inline size_t payload_bytes(size_t n, int bits) { return bits == 8 ? n : (n + 1) / 2; }
 
 // Element i in fp32: its integer times its block's scale.
-ZS_HOST_DEVICE inline float dequantize_value(const int8_t* q, const float* scales, size_t i, QuantFormat f) {
-  const int v = f.bits == 8 ? q[i] : unpack_nibble(q[i / 2], i % 2);
-  return mul_rn(float(v), scales[i / size_t(f.block)]);
+ZS_HOST_DEVICE inline float dequantize_value(const int8_t* q, float scale, size_t i, int bits) {
+  const int v = bits == 8 ? q[i] : unpack_nibble(q[i / 2], i % 2);
+  return mul_rn(float(v), scale);
+}
+
+// The last p of [0, count) with ascending[p] <= i, given ascending[0] <= i: a binary search, in as many
+// steps as log2 of the pieces a chunk has (one per parameter it holds, and its padding).
+ZS_HOST_DEVICE inline int last_at_or_below(const int64_t* ascending, int count, int64_t i) {
+  int lo = 0, hi = count;
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (ascending[mid] <= i ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+// Element i's block in table t.
+ZS_HOST_DEVICE inline size_t block_of(const BlockTable& t, size_t i) {
+  const int p = last_at_or_below(t.piece_begin, t.pieces, int64_t(i));
+  return size_t(t.first_block[p]) + (i - size_t(t.piece_begin[p])) / size_t(t.block);
+}
+
+// Block b's elements in table t: [begin, end).
+struct ElementRange {
+  size_t begin, end;
+};
+ZS_HOST_DEVICE inline ElementRange block_elements(const BlockTable& t, size_t b) {
+  const int p = last_at_or_below(t.first_block, t.pieces, int64_t(b));
+  const size_t begin = size_t(t.piece_begin[p]) + (b - size_t(t.first_block[p])) * size_t(t.block);
+  const size_t piece_end = size_t(t.piece_begin[p + 1]);
+  return {begin, begin + size_t(t.block) < piece_end ? begin + size_t(t.block) : piece_end};
 }
 
 }  // namespace zshard::quant

@@ -13,7 +13,10 @@ CommVolume comm_volume(const CommShape& s) {
   // The in-group reduction of the strategies that reduce-scatter, over a group of g.
   const auto reduction = [&](int g) {
     const ReductionQuantization q = s.quantized_reductions;
-    return move(double(s.psi), g, q != ReductionQuantization::none ? quantized_reduction_bytes_per_element(q) : s.grad_bytes);
+    return move(double(s.psi), g,
+                q != ReductionQuantization::none
+                    ? s.quantized_bytes.reduction.value_or(quantized_reduction_bytes_per_element(q))
+                    : s.grad_bytes);
   };
   CommVolume v;
   switch (s.kind) {
@@ -29,7 +32,8 @@ CommVolume comm_volume(const CommShape& s) {
     case StrategyKind::zero3:
     case StrategyKind::hybrid:
       v.gather = K * move(double(s.gathered - s.secondary_gathered), s.group,
-                          s.quantized_gathers ? kQuantizedGatherBytesPerElement : double(s.param_bytes));
+                          s.quantized_gathers ? s.quantized_bytes.gather.value_or(kQuantizedGatherBytesPerElement)
+                                              : double(s.param_bytes));
       v.secondary = K * move(double(s.secondary_gathered), s.secondary_group, s.param_bytes);
       v.reduce = K * reduction(s.group);
       v.across = K * 2 * pass(s.replicas, s.grad_bytes) / s.group;

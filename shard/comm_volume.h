@@ -4,10 +4,19 @@
 // (predict_comm_bytes), zshard-tune's cost model and zshard-project's projection all read it.
 #pragma once
 #include <cstdint>
+#include <optional>
 
 #include <zshard/plan.h>
 
 namespace zshard {
+
+// The bytes per element of the quantized gathers and reductions, scales included: a model's own where its
+// units are known (record_bytes_per_element, shard/chunk_blocks.h: each parameter's last block is short,
+// and the padding travels too), or unset, the figure of parameters much longer than a block
+// (kQuantizedGatherBytesPerElement, quantized_reduction_bytes_per_element).
+struct QuantizedBytes {
+  std::optional<double> gather, reduction;
+};
 
 struct CommShape {
   StrategyKind kind = StrategyKind::ddp;
@@ -19,13 +28,14 @@ struct CommShape {
   int grad_accum = 1;    // micro-steps per optimizer step
   int param_bytes = 4;   // per element of the parameters gathered and of the gradients reduced
   int grad_bytes = 4;
-  // zero3 and hybrid gather int8 with block scales (--quantize-gathers int8): kQuantizedGatherBytesPerElement
-  // an element rather than param_bytes (shard/gather_quantization.h).
+  // zero3 and hybrid gather int8 with block scales (--quantize-gathers int8): quantized_bytes.gather an
+  // element rather than param_bytes (shard/gather_quantization.h).
   bool quantized_gathers = false;
   // zero1, zero2, zero3 and hybrid reduce inside the shard group as quantized chunks
-  // (--quantize-reductions): quantized_reduction_bytes_per_element an element rather than grad_bytes
+  // (--quantize-reductions): quantized_bytes.reduction an element rather than grad_bytes
   // (shard/reduction_quantization.h). Hybrid's all-reduce across groups keeps grad_bytes.
   ReductionQuantization quantized_reductions = ReductionQuantization::none;
+  QuantizedBytes quantized_bytes = {};
   // zero3 with secondary groups (--secondary-shard): of `gathered`, the elements gathered inside a
   // secondary group of secondary_group ranks from the shares kept after forward, in the param dtype.
   int64_t secondary_gathered = 0;
@@ -46,9 +56,11 @@ struct CommVolume {
 // micro-step; zero3 3Ψ(G-1)/G per micro-step (gathering 2Ψ); hybrid zero3's volume inside its group plus
 // an all-reduce of its shard across the R groups, 2(Ψ/G)(R-1)/R (unequal groups reduce each piece of the
 // shard among R owners: the same volume). Quantized gathers move (1 + 4/256)/param_bytes of the gathers'
-// bytes; quantized reductions (bits/8 + 4/256)/grad_bytes of the in-group reductions' bytes, an all-to-all
-// moving what a reduce-scatter of as many bytes does. Secondary groups of h move the gathers from the
-// kept shares, (h-1)/h of them, unquantized, and the rest of the gathers stay in the shard group.
+// bytes; quantized reductions (bits/8 + 4/block)/grad_bytes of the in-group reductions' bytes (blocks of
+// 256 for int8, 64 for int4), an all-to-all moving what a reduce-scatter of as many bytes does; both a
+// little more for a model of short parameters, as its QuantizedBytes say. Secondary groups of h move the
+// gathers from the kept shares, (h-1)/h of them, unquantized, and the rest of the gathers stay in the
+// shard group.
 CommVolume comm_volume(const CommShape& shape);
 
 }  // namespace zshard

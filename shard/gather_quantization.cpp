@@ -1,13 +1,15 @@
 #include "shard/gather_quantization.h"
 
+#include "shard/chunk_blocks.h"
+
 namespace zshard {
 
-int64_t quantized_shard_bytes(int64_t shard_numel) {
-  return int64_t(ops::quantized_size(size_t(shard_numel), kGatherQuantFormat).bytes());
+int64_t quantized_shard_bytes(const FlatLayout& layout) {
+  return int64_t(chunk_record_size(layout, kGatherQuantFormat).bytes());
 }
 
 int64_t gathered_buffer_bytes(const FlatLayout& layout, int param_bytes, bool quantized) {
-  const int64_t records = quantized && layout.numel() > 0 ? layout.group_size() * quantized_shard_bytes(layout.shard_numel()) : 0;
+  const int64_t records = quantized && layout.numel() > 0 ? layout.group_size() * quantized_shard_bytes(layout) : 0;
   return layout.padded_numel() * param_bytes + records;
 }
 

@@ -5,7 +5,6 @@
 
 #include "comm/flight_recorder/recorder.h"
 #include "shard/optimizer_offload.h"
-#include "shard/reduction_quantization.h"
 
 namespace zshard {
 
@@ -97,9 +96,9 @@ void ShardedParams::grads_ready(int unit) {
 }
 
 comm::WorkPtr ShardedParams::exchange_quantized_chunks(const Unit& u, Reduction& r) {
-  const ops::QuantFormat format = reduction_quant_format(plan_.quantize_reductions);
+  const ChunkBlockTables& blocks = u.reduction_blocks;
   const int64_t shard = u.layout.shard_numel();
-  const ops::QuantizedSize size = ops::quantized_size(size_t(shard), format);
+  const ops::QuantizedSize& size = blocks.record();
   const int64_t words = int64_t(size.bytes() / sizeof(int32_t)), group = shard_group_size();
   const Device device = plan_.placement.device;
   r.send = Tensor::empty({group * words}, DType::i32, device, Category::comm);
@@ -108,7 +107,8 @@ comm::WorkPtr ShardedParams::exchange_quantized_chunks(const Unit& u, Reduction&
     for (int owner = 0; owner < group; ++owner) {
       auto* record = static_cast<int8_t*>(r.send.raw()) + size_t(owner) * size.bytes();
       ops::quantize_blocks(device, record, reinterpret_cast<float*>(record + size.scales_offset()),
-                           u.full_grads.data<T>() + u.layout.shard_begin(owner), size_t(shard), format);
+                           u.full_grads.data<T>() + u.layout.shard_begin(owner), size_t(shard), blocks.format(),
+                           blocks.chunk(owner));
     }
   });
   r.received = Tensor::empty({group * words}, DType::i32, device, Category::comm);
@@ -117,9 +117,10 @@ comm::WorkPtr ShardedParams::exchange_quantized_chunks(const Unit& u, Reduction&
 
 void ShardedParams::sum_received_chunks(Reduction& r) {
   if (!r.received.defined()) return;
-  const ops::QuantFormat format = reduction_quant_format(plan_.quantize_reductions);
-  const size_t shard = size_t(units_[r.unit]->layout.shard_numel());
-  const ops::QuantizedSize size = ops::quantized_size(shard, format);
+  const Unit& u = *units_[r.unit];
+  const ChunkBlockTables& blocks = u.reduction_blocks;
+  const size_t shard = size_t(u.layout.shard_numel());
+  const ops::QuantizedSize& size = blocks.record();
   const Device device = plan_.placement.device;
   // The sum is kept in fp32 whatever the reduce dtype, and rounded to it once, at the end.
   const Tensor sum =
@@ -127,7 +128,8 @@ void ShardedParams::sum_received_chunks(Reduction& r) {
   for (int source = 0; source < shard_group_size(); ++source) {
     const auto* record = static_cast<const int8_t*>(r.received.raw()) + size_t(source) * size.bytes();
     const auto* scales = reinterpret_cast<const float*>(record + size.scales_offset());
-    ops::dequantize_blocks(device, sum.data<float>(), record, scales, shard, format, source > 0);
+    ops::dequantize_blocks(device, sum.data<float>(), record, scales, shard, blocks.format(),
+                           blocks.chunk(shard_index()), source > 0);
   }
   if (sum.raw() != r.scratch.raw()) ops::convert(device, r.scratch.raw(), r.scratch.dtype(), sum.raw(), kF32, shard);
   r.received = Tensor();

@@ -71,7 +71,7 @@ void ShardedParams::optimizer_step(const ops::AdamWParams& hp) {
       for (const AdamWPiece& piece : pieces_of(i)) piece.run(0, piece.n);  // a device launch per segment
   }
   discard_gradients();
-  for (const auto& u : units_) quantize_shard(u->layout, u->resident, u->quantized);
+  for (const auto& u : units_) quantize_shard(u->layout, u->gather_blocks, u->resident, u->quantized);
   gather_resident_params();
 }
 

@@ -5,7 +5,6 @@
 #include "comm/flight_recorder/recorder.h"
 #include "kernels/device_memory.h"
 #include "kernels/test_hooks.h"
-#include "shard/gather_quantization.h"
 
 namespace zshard {
 
@@ -87,22 +86,23 @@ void ShardedParams::finish_gather(Unit& u) {
     if (*work) (*work)->wait();
     work->reset();
   }
-  dequantize_received(u.layout, u.received, u.gathered);
-  dequantize_received(u.frozen, u.frozen_received, u.frozen_gathered);
+  dequantize_received(u.layout, u.gather_blocks, u.received, u.gathered);
+  dequantize_received(u.frozen, u.frozen_gather_blocks, u.frozen_received, u.frozen_gathered);
   // The shares' all-gather has read them: the unit is whole again until its release.
   u.secondary = Tensor();
   u.frozen_secondary = Tensor();
 }
 
-void ShardedParams::quantize_shard(const FlatLayout& layout, const Tensor& resident, const Tensor& quantized) {
+void ShardedParams::quantize_shard(const FlatLayout& layout, const ChunkBlockTables& blocks, const Tensor& resident,
+                                  const Tensor& quantized) {
   if (!quantized.defined()) return;
-  const ops::QuantizedSize size = ops::quantized_size(size_t(layout.shard_numel()), kGatherQuantFormat);
+  const ops::QuantizedSize& size = blocks.record();
   auto* record = static_cast<int8_t*>(quantized.raw());
   with_element_type(resident.dtype(), [&](auto t) {
     using T = decltype(t);
     ops::quantize_blocks(plan_.placement.device, record, reinterpret_cast<float*>(record + size.scales_offset()),
                          owned_part(layout, shard_index(), resident).template data<T>(), size_t(layout.shard_numel()),
-                         kGatherQuantFormat);
+                         blocks.format(), blocks.chunk(shard_index()));
   });
 }
 
@@ -113,17 +113,18 @@ comm::WorkPtr ShardedParams::start_buffer_gather(const FlatLayout& layout, const
   return gather_shards(quantized.raw(), received.raw(), quantized.numel(), DType::i32);
 }
 
-void ShardedParams::dequantize_received(const FlatLayout& layout, Tensor& received, const Tensor& gathered) {
+void ShardedParams::dequantize_received(const FlatLayout& layout, const ChunkBlockTables& blocks, Tensor& received,
+                                       const Tensor& gathered) {
   if (!received.defined()) return;
   const size_t shard = size_t(layout.shard_numel());
-  const ops::QuantizedSize size = ops::quantized_size(shard, kGatherQuantFormat);
+  const ops::QuantizedSize& size = blocks.record();
   with_element_type(gathered.dtype(), [&](auto t) {
     using T = decltype(t);
     for (int r = 0; r < shard_group_size(); ++r) {
       const int8_t* record = static_cast<const int8_t*>(received.raw()) + size_t(r) * size.bytes();
       ops::dequantize_blocks(plan_.placement.device, gathered.data<T>() + size_t(r) * shard, record,
-                             reinterpret_cast<const float*>(record + size.scales_offset()), shard, kGatherQuantFormat,
-                             false);
+                             reinterpret_cast<const float*>(record + size.scales_offset()), shard, blocks.format(),
+                             blocks.chunk(r), false);
     }
   });
   received = Tensor();

@@ -2,11 +2,13 @@
 
 #include <zshard/error.h>
 
+#include "shard/chunk_blocks.h"
+
 namespace zshard {
 
 ops::QuantFormat reduction_quant_format(ReductionQuantization q) {
   ZS_CHECK(q != ReductionQuantization::none, "no quantization format for unquantized reductions");
-  return {256, q == ReductionQuantization::int8 ? 8 : 4};
+  return q == ReductionQuantization::int8 ? ops::QuantFormat{256, 8} : ops::QuantFormat{64, 4};
 }
 
 double quantized_reduction_bytes_per_element(ReductionQuantization q) {
@@ -14,8 +16,8 @@ double quantized_reduction_bytes_per_element(ReductionQuantization q) {
   return f.bits / 8.0 + double(sizeof(float)) / f.block;
 }
 
-int64_t quantized_chunk_bytes(int64_t shard_numel, ReductionQuantization q) {
-  return int64_t(ops::quantized_size(size_t(shard_numel), reduction_quant_format(q)).bytes());
+int64_t quantized_chunk_bytes(const FlatLayout& layout, ReductionQuantization q) {
+  return int64_t(chunk_record_size(layout, reduction_quant_format(q)).bytes());
 }
 
 }  // namespace zshard

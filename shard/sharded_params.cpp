@@ -9,6 +9,7 @@
 #include "kernels/device_memory.h"
 #include "shard/gather_quantization.h"
 #include "shard/optimizer_offload.h"
+#include "shard/reduction_quantization.h"
 
 namespace zshard {
 
@@ -77,12 +78,16 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
       u->frozen_resident =
           zeros(params_sharded_ ? u->frozen.shard_numel() : u->frozen.padded_numel(), compute, Category::frozen);
     if (quantized_gathers_) {
-      const auto record = [&](const FlatLayout& l, Category c) {
-        return zeros(quantized_shard_bytes(l.shard_numel()) / int64_t(sizeof(int32_t)), DType::i32, c);
+      const auto record = [&](const FlatLayout& l, ChunkBlockTables& blocks, Category c) {
+        blocks = ChunkBlockTables(l, kGatherQuantFormat, device, c);
+        return zeros(int64_t(blocks.record().bytes() / sizeof(int32_t)), DType::i32, c);
       };
-      if (u->trainable()) u->quantized = record(u->layout, Category::params);
-      if (u->has_frozen()) u->frozen_quantized = record(u->frozen, Category::frozen);
+      if (u->trainable()) u->quantized = record(u->layout, u->gather_blocks, Category::params);
+      if (u->has_frozen()) u->frozen_quantized = record(u->frozen, u->frozen_gather_blocks, Category::frozen);
     }
+    if (plan.quantize_reductions != ReductionQuantization::none && shard_group_size() > 1 && u->trainable())
+      u->reduction_blocks =
+          ChunkBlockTables(u->layout, reduction_quant_format(plan.quantize_reductions), device, Category::grads);
     const bool master_is_compute = compute == kF32 && !placement.offload_optimizer;
     const auto state = [&] { return Tensor::zeros({shard}, kF32, optimizer_device, optimizer); };
     u->master = master_is_compute ? owned_compute(*u) : state();
@@ -189,14 +194,14 @@ void ShardedParams::set_unit_params(int unit, const float* full) {
   const Tensor owned = upload(u.layout, u.resident, full);
   if (owned.raw() != u.master.raw())
     copy_bytes(u.master.raw(), u.master.device(), owned.raw(), plan_.placement.device, u.master.nbytes());
-  quantize_shard(u.layout, u.resident, u.quantized);
+  quantize_shard(u.layout, u.gather_blocks, u.resident, u.quantized);
 }
 
 void ShardedParams::set_frozen_params(int unit, const float* full) {
   Unit& u = *units_[unit];
   if (!u.has_frozen()) return;
   upload(u.frozen, u.frozen_resident, full);
-  quantize_shard(u.frozen, u.frozen_resident, u.frozen_quantized);
+  quantize_shard(u.frozen, u.frozen_gather_blocks, u.frozen_resident, u.frozen_quantized);
 }
 
 void ShardedParams::copy_master_to_compute(int unit) {
@@ -265,7 +270,7 @@ std::vector<float> ShardedParams::whole_unit_params(int unit) {
 void ShardedParams::sync_resident_params() {
   for (int i = 0; i < num_units(); ++i) {
     copy_master_to_compute(i);
-    quantize_shard(units_[i]->layout, units_[i]->resident, units_[i]->quantized);
+    quantize_shard(units_[i]->layout, units_[i]->gather_blocks, units_[i]->resident, units_[i]->quantized);
   }
   gather_resident_params();
 }

@@ -45,7 +45,8 @@
 // gather lands every rank's record, its own included, and dequantizes them all into the gathered buffer:
 // the owner too computes with the dequantized values rather than its exact ones, so every rank of every
 // group holds the same weights, as the gradients' reduction assumes and as a run of any world size with
-// the same shards reproduces. The records count as params (and frozen), the received ones as comm.
+// the same shards reproduces. The records and their block tables (shard/chunk_blocks.h) count as params
+// (and frozen), the received records as comm.
 #pragma once
 #include <deque>
 #include <memory>
@@ -56,6 +57,7 @@
 #include <zshard/plan.h>
 
 #include "kernels/engine_ops.h"
+#include "shard/chunk_blocks.h"
 #include "shard/flat_unit.h"
 #include "shard/frozen_params.h"
 #include "shard/group_comms.h"
@@ -180,8 +182,10 @@ class ShardedParams : public ParamContext {
   // all_gather over the shard group; a group of one is a device copy (null Work): it moves nothing,
   // and the self backend copies host memory only.
   comm::WorkPtr gather_shards(const void* send, void* recv, int64_t shard_numel, DType dtype);
-  // Quantized gathers: `quantized` := the record of this rank's shard of `resident` (no-op otherwise).
-  void quantize_shard(const FlatLayout& layout, const Tensor& resident, const Tensor& quantized);
+  // Quantized gathers: `quantized` := the record of this rank's shard of `resident`, in the blocks of
+  // `blocks` (no-op otherwise).
+  void quantize_shard(const FlatLayout& layout, const ChunkBlockTables& blocks, const Tensor& resident,
+                      const Tensor& quantized);
   // Secondary groups (ShardPlan::secondary_groups), whose shares are FlatLayout::share_numel of the group's
   // size: this rank's share of a gathered buffer (undefined for a layout without parameters), and the
   // all-gather of the shares back into a buffer of at least padded_numel.
@@ -192,7 +196,8 @@ class ShardedParams : public ParamContext {
   comm::WorkPtr start_buffer_gather(const FlatLayout& layout, const Tensor& resident, const Tensor& quantized,
                                     const Tensor& gathered, Tensor& received);
   // After its gather: every rank's record in `received` dequantized into `gathered`, and `received` freed.
-  void dequantize_received(const FlatLayout& layout, Tensor& received, const Tensor& gathered);
+  void dequantize_received(const FlatLayout& layout, const ChunkBlockTables& blocks, Tensor& received,
+                           const Tensor& gathered);
   void gather_resident_params();
   void start_gather(int unit);
   void finish_gather(Unit& u);
@@ -280,6 +285,10 @@ struct ShardedParams::Unit {
   // Quantized gathers: this rank's shard of `resident` (and of `frozen_resident`) as the record a gather
   // sends, i32 words; undefined for a buffer without parameters.
   Tensor quantized, frozen_quantized;
+  // Every chunk's blocks, on the device, for the quantized gathers of `layout` and of `frozen` (counted as
+  // params and frozen, beside the records) and for the quantized reductions of `layout` (counted as
+  // grads); empty where nothing is quantized.
+  ChunkBlockTables gather_blocks, frozen_gather_blocks, reduction_blocks;
   Tensor received, frozen_received;  // every rank's records while the gather is in flight
   // Secondary groups: this rank's share of the gathered buffers, kept from the unit's release in forward
   // until the gather that makes it whole again (backward's, or a second use in forward).

@@ -46,9 +46,10 @@ class ShardGroupRequest {
 };
 
 // How zero3 and hybrid send parameters to their gathers (--quantize-gathers). int8 is ZeRO++'s qwZ: each
-// rank sends its shard of the compute copy as int8 with an fp32 absmax scale per block of
-// kGatherQuantBlock elements, quantized once per update, and every rank, the owner included, computes
-// with the dequantized values, so all ranks hold identical weights. The fp32 master is never quantized.
+// rank sends its shard of the compute copy as int8 with an fp32 absmax scale per block of at most 256
+// elements, blocks cut at every parameter boundary so that none mixes two parameters, quantized once per
+// update, and every rank, the owner included, computes with the dequantized values, so all ranks hold
+// identical weights. The fp32 master is never quantized.
 enum class GatherQuantization { none, int8 };
 
 GatherQuantization parse_gather_quantization(std::string_view name);  // throws UsageError naming the valid ones
@@ -56,8 +57,9 @@ std::string_view gather_quantization_name(GatherQuantization q);
 
 // How the gradients travel inside the shard group (--quantize-reductions): int8 and int4 are ZeRO++'s qgZ.
 // Each rank quantizes its unit gradient chunk by chunk, chunk r being rank r's shard (an fp32 absmax scale
-// per block of 256 elements), an all-to-all hands every owner its chunks from every rank, and the owner
-// dequantizes and sums them in fp32, so each gradient is quantized once, never a partial sum. For the
+// per block of at most 256 elements in int8, 64 in int4, none mixing two parameters), an all-to-all
+// hands every owner its chunks from every rank, and the owner dequantizes and sums them in fp32, so
+// each gradient is quantized once, never a partial sum. For the
 // strategies that reduce-scatter (zero1, zero2, zero3, hybrid); hybrid's all-reduce across groups stays
 // in the reduce dtype.
 enum class ReductionQuantization { none, int8, int4 };

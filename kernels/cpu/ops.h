@@ -156,13 +156,26 @@ void axpy(T* y, const T* x, Compute<T> alpha, size_t n);
 // The caller has checked the format and the pointers. The arithmetic is kernels/quantize_blocks.h's,
 // shared with the CUDA kernels.
 struct QuantFormat {
-  int block;  // consecutive elements that share a scale
+  int block;  // the most consecutive elements that share a scale
   int bits;   // 8 or 4
 };
+// Where a chunk's blocks lie (kernels/engine_ops.h's HostBlockTable builds one): the chunk is cut into
+// pieces [piece_begin[p], piece_begin[p + 1]), piece_begin[0] = 0 and piece_begin[pieces] = n, and each
+// piece into blocks of `block` elements from its own start, its last block shorter; first_block[p] is
+// the index of piece p's first block, first_block[pieces] = blocks. The arrays are in the memory of the
+// device the op runs on; the counts are the host's, for the launch.
+struct BlockTable {
+  const int64_t* piece_begin = nullptr;  // pieces + 1 entries
+  const int64_t* first_block = nullptr;  // pieces + 1 entries
+  int pieces = 0;
+  int block = 0;  // what the table was cut for: the format's
+  size_t blocks = 0;
+};
 template <class T>
-void quantize_blocks(int8_t* q, float* scales, const T* x, size_t n, QuantFormat f);
+void quantize_blocks(int8_t* q, float* scales, const T* x, size_t n, QuantFormat f, BlockTable blocks);
 template <class T>
-void dequantize_blocks(T* out, const int8_t* q, const float* scales, size_t n, QuantFormat f, bool accumulate);
+void dequantize_blocks(T* out, const int8_t* q, const float* scales, size_t n, QuantFormat f, BlockTable blocks,
+                       bool accumulate);
 
 // bf16: every op reads bf16, computes in fp32 and rounds once where its CUDA twin (kernels/cuda) stores,
 // so that the cpu runs mixed precision through the same code above the kernels as a GPU and is the

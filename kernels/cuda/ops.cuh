@@ -23,6 +23,7 @@
 namespace zshard::cuda {
 
 using cpu::AdamWParams;
+using cpu::BlockTable;
 using cpu::QuantFormat;
 using ops::WeightLayout;
 using bf16 = __nv_bfloat16;
@@ -138,11 +139,13 @@ template <class Dst, class Src>
 void convert(Dst* dst, const Src* src, size_t n, cudaStream_t stream = nullptr);
 
 // Block quantization (kernels/engine_ops.h), the CPU reference's bits: a warp per block finds the scales,
-// then a thread per payload byte writes the integers, element by element as kernels/cpu/quantize.cpp does.
+// then a thread per payload byte writes the integers, element by element as kernels/cpu/quantize.cpp does;
+// the table's arrays are device memory. One launch per pass whatever the table's pieces.
 template <class T>
-void quantize_blocks(int8_t* q, float* scales, const T* x, size_t n, QuantFormat f, cudaStream_t stream = nullptr);
+void quantize_blocks(int8_t* q, float* scales, const T* x, size_t n, QuantFormat f, BlockTable blocks,
+                     cudaStream_t stream = nullptr);
 template <class T>
-void dequantize_blocks(T* out, const int8_t* q, const float* scales, size_t n, QuantFormat f, bool accumulate,
-                       cudaStream_t stream = nullptr);
+void dequantize_blocks(T* out, const int8_t* q, const float* scales, size_t n, QuantFormat f, BlockTable blocks,
+                       bool accumulate, cudaStream_t stream = nullptr);
 
 }  // namespace zshard::cuda

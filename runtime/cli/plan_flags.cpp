@@ -70,12 +70,13 @@ void add_parsed_flag(CLI::App& app, const std::string& flag, E& value, Parse par
 void add_comm_mode_flags(CLI::App& app, StrategyOptions& s) {
   add_parsed_flag(app, "--quantize-gathers", s.quantize_gathers, parse_gather_quantization,
                   gather_quantization_name,
-                  "zero3/hybrid: none, or int8: parameters gathered as int8 with an fp32 scale per block of 256 "
-                  "(ZeRO++ qwZ)");
+                  "zero3/hybrid: none, or int8: parameters gathered as int8 with an fp32 scale per block of at "
+                  "most 256 elements of one parameter (ZeRO++ qwZ)");
   add_parsed_flag(app, "--quantize-reductions", s.quantize_reductions, parse_reduction_quantization,
                   reduction_quantization_name,
                   "zero1/zero2/zero3/hybrid: none, int8 or int4: gradients reduced in the shard group as blocks of "
-                  "256 with an fp32 scale, summed in fp32 by their owner (ZeRO++ qgZ)");
+                  "at most 256 (int8) or 64 (int4) elements of one parameter with an fp32 scale, summed in fp32 by "
+                  "their owner (ZeRO++ qgZ)");
   add_parsed_flag(app, "--secondary-shard", s.secondary_shard, parse_secondary_shard, secondary_shard_text,
                   "zero3: none; host: after a unit's forward keep each host's share of it, so that backward gathers "
                   "inside the host (ZeRO++ hpZ); or N: the same in groups of N consecutive ranks");

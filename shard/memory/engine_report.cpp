@@ -1,11 +1,14 @@
 #include "shard/memory/engine_report.h"
 
+#include <map>
 #include <string>
 
 #include "kernels/allocator.h"
+#include "shard/chunk_blocks.h"
 #include "shard/gather_quantization.h"
 #include "shard/memory/zero_arithmetic.h"
 #include "shard/plan_internals.h"
+#include "shard/reduction_quantization.h"
 #include "shard/sharded_params.h"
 
 namespace zshard {
@@ -53,6 +56,24 @@ MemStats rank_memory(Device device) {
   return stats;
 }
 
+// What the quantized collectives of `params`' units move per element in a shard group of `group` ranks:
+// the records of every unit's chunks as that group cuts them.
+QuantizedBytes quantized_bytes(const ShardedParams& params, int group, const DtypePolicy& dtypes) {
+  QuantizedBytes out;
+  if (!dtypes.quantized_gathers && dtypes.quantized_reductions == ReductionQuantization::none) return out;
+  std::vector<FlatLayout> trainable, every;
+  const int pad_multiple = params.groups().pad_multiple();
+  for (int u = 0; u < params.num_units(); ++u) {
+    trainable.emplace_back(params.layout(u).spec(), group, pad_multiple);
+    every.push_back(trainable.back());
+    every.emplace_back(params.frozen_layout(u).spec(), group, pad_multiple);
+  }
+  if (dtypes.quantized_gathers) out.gather = record_bytes_per_element(every, kGatherQuantFormat);
+  if (dtypes.quantized_reductions != ReductionQuantization::none)
+    out.reduction = record_bytes_per_element(trainable, reduction_quant_format(dtypes.quantized_reductions));
+  return out;
+}
+
 }  // namespace
 
 MemoryReport measure_memory(ShardedParams& params, comm::Communicator& world, int grad_accum,
@@ -90,6 +111,7 @@ MemoryReport measure_memory(ShardedParams& params, comm::Communicator& world, in
   const bool recorded = params.gathered_numel_per_micro_step() > 0;
   GatherSchedule gathers{recorded ? params.gathered_numel_per_micro_step() : 2 * rep.params};
   if (plan.secondary_groups) gathers.secondary = recorded ? params.secondary_gathered_numel_per_micro_step() : rep.params;
+  std::map<int, QuantizedBytes> quantized_by_group;  // each group size's own cut of the units
   RankMemory mine;
   mine.stats = rank_memory(placement.device);
   for (const auto& [bytes, exposed_ms] : step_comm) {
@@ -107,8 +129,10 @@ MemoryReport measure_memory(ShardedParams& params, comm::Communicator& world, in
     // Frozen parameters are gathered like the others, and have no gradient to reduce nor update to
     // re-gather: the gradient terms count the trainable ones.
     if (plan.secondary_groups) gathers.secondary_group = plan.secondary_groups->size_of_rank(r);
-    rank.predicted_comm_bytes =
-        predict_comm_bytes(plan.kind, groups, rank.shard_group, trainable, gathers, grad_accum, traffic);
+    auto [figures, fresh] = quantized_by_group.try_emplace(rank.shard_group);
+    if (fresh) figures->second = quantized_bytes(params, rank.shard_group, dtypes);
+    rank.predicted_comm_bytes = predict_comm_bytes(plan.kind, groups, rank.shard_group, trainable, gathers, grad_accum,
+                                                   traffic, figures->second);
   }
   rep.predicted = rep.ranks[0].predicted;
   rep.predicted_comm_bytes = rep.ranks[0].predicted_comm_bytes;

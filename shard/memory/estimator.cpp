@@ -11,6 +11,7 @@
 #include <zshard/error.h>
 
 #include "shard/checkpoint_format.h"
+#include "shard/chunk_blocks.h"
 #include "shard/flat_unit.h"
 #include "shard/frozen_params.h"
 #include "shard/gather_quantization.h"
@@ -58,8 +59,14 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     return l.numel() > 0 ? l.share_numel(secondary_group) * d.param_bytes : 0;
   };
   std::vector<FlatLayout> layouts;
-  int64_t padded_total = 0, frozen_total = 0, quantized_copy = 0, frozen_quantized_copy = 0;
+  // With quantized gathers, each buffer's record of its own shard and its chunks' block tables; with
+  // quantized reductions, the trainable buffer's tables (shard/chunk_blocks.h), kept with the gradients.
+  int64_t padded_total = 0, frozen_total = 0, quantized_copy = 0, frozen_quantized_copy = 0, reduction_tables = 0;
   const bool quantized = d.quantized_gathers && plan.params_sharded();
+  const bool quantized_reductions = d.quantized_reductions != ReductionQuantization::none && G > 1;
+  const auto gather_record_and_tables = [](const FlatLayout& l) {
+    return quantized_shard_bytes(l) + ChunkBlockTables::bytes(l, kGatherQuantFormat);
+  };
   for (const UnitSpec& unit : freeze_matching(in.model->units(), in.freeze)) {
     const UnitSplit split = split_unit(unit);
     const FlatLayout& layout = layouts.emplace_back(split.trainable, G, groups.pad_multiple());
@@ -72,17 +79,19 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     if (secondary_group > 0) secondary_shares.push_back(share_bytes(layout) + share_bytes(frozen));
     padded_total += units.back();
     frozen_total += frozen_padded;
-    if (quantized && layout.numel() > 0) quantized_copy += quantized_shard_bytes(layout.shard_numel());
-    if (quantized && frozen_padded > 0) frozen_quantized_copy += quantized_shard_bytes(frozen.shard_numel());
-    if (d.quantized_reductions != ReductionQuantization::none && G > 1 && layout.numel() > 0)
-      reduction_records.push_back(2 * G * quantized_chunk_bytes(layout.shard_numel(), d.quantized_reductions));
+    if (quantized && layout.numel() > 0) quantized_copy += gather_record_and_tables(layout);
+    if (quantized && frozen_padded > 0) frozen_quantized_copy += gather_record_and_tables(frozen);
+    if (quantized_reductions && layout.numel() > 0) {
+      reduction_records.push_back(2 * G * quantized_chunk_bytes(layout, d.quantized_reductions));
+      reduction_tables += ChunkBlockTables::bytes(layout, reduction_quant_format(d.quantized_reductions));
+    }
   }
   if (in.checkpoint_snapshot) e.checkpoint_snapshot = checkpoint_snapshot_bytes(layouts, group);
   const int64_t shard_total = padded_total / G;
   const bool p_sharded = plan.params_sharded(), g_sharded = plan.grads_sharded();
   e.model_states.params = (p_sharded ? shard_total : padded_total) * d.param_bytes + quantized_copy;
   e.model_states.frozen = (p_sharded ? frozen_total / G : frozen_total) * d.param_bytes + frozen_quantized_copy;
-  e.model_states.grads = (g_sharded ? shard_total : padded_total) * d.grad_bytes;
+  e.model_states.grads = (g_sharded ? shard_total : padded_total) * d.grad_bytes + reduction_tables;
   (offload ? e.model_states.host : e.model_states.optimizer) =
       shard_total * (offload ? offloaded_bytes_per_param(d, device) : d.optimizer_bytes);
 

@@ -24,8 +24,12 @@ ModelStateBytes predict_model_states(StrategyKind kind, int group, int64_t psi, 
   m.params = params_sharded(kind) ? sharded_bytes(psi, d.param_bytes, group) : psi * d.param_bytes;
   m.frozen = params_sharded(kind) ? sharded_bytes(frozen_psi, d.param_bytes, group) : frozen_psi * d.param_bytes;
   if (params_sharded(kind) && d.quantized_gathers) {
-    m.params += quantized_shard_bytes(sharded_bytes(psi, 1, group));
-    if (frozen_psi > 0) m.frozen += quantized_shard_bytes(sharded_bytes(frozen_psi, 1, group));
+    // Without the units' layouts, the record of a shard in one piece (the estimator counts each unit's).
+    const auto record = [&](int64_t n) {
+      return int64_t(ops::quantized_size(size_t(sharded_bytes(n, 1, group)), kGatherQuantFormat).bytes());
+    };
+    m.params += record(psi);
+    if (frozen_psi > 0) m.frozen += record(frozen_psi);
   }
   m.grads = grads_sharded(kind) ? sharded_bytes(psi, d.grad_bytes, group) : psi * d.grad_bytes;
   if (offload_optimizer) m.host = sharded_bytes(psi, offloaded_bytes_per_param(d, device), group);
@@ -41,7 +45,8 @@ ModelStateBytes predict_zero_offload(StrategyKind kind, int group, int64_t psi, 
 }
 
 int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi,
-                           const GatherSchedule& gathers, int grad_accum, const DtypePolicy& d) {
+                           const GatherSchedule& gathers, int grad_accum, const DtypePolicy& d,
+                           const QuantizedBytes& quantized) {
   const CommShape shape = {.kind = kind,
                            .world = groups.world_size(),
                            .group = group,
@@ -53,6 +58,7 @@ int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int gro
                            .grad_bytes = d.grad_bytes,
                            .quantized_gathers = d.quantized_gathers,
                            .quantized_reductions = d.quantized_reductions,
+                           .quantized_bytes = quantized,
                            .secondary_gathered = gathers.secondary,
                            .secondary_group = gathers.secondary_group};
   return int64_t(comm_volume(shape).total());

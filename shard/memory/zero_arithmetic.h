@@ -9,6 +9,8 @@
 #include <zshard/memory_report.h>
 #include <zshard/plan.h>
 
+#include "shard/comm_volume.h"
+
 namespace zshard {
 
 struct DtypePolicy {
@@ -74,7 +76,9 @@ struct GatherSchedule {
   int64_t secondary = 0;
   int secondary_group = 1;
 };
+// `quantized` is the model's bytes per element of its quantized collectives, where it quantizes any.
 int64_t predict_comm_bytes(StrategyKind kind, const ShardGroups& groups, int group, int64_t psi,
-                           const GatherSchedule& gathers, int grad_accum, const DtypePolicy& dtypes);
+                           const GatherSchedule& gathers, int grad_accum, const DtypePolicy& dtypes,
+                           const QuantizedBytes& quantized = {});
 
 }  // namespace zshard

@@ -12,6 +12,7 @@
 #include <zshard/error.h>
 
 #include "kernels/cpu/ops.h"
+#include "shard/chunk_blocks.h"
 #include "shard/engine_internals.h"
 #include "shard/frozen_params.h"
 #include "shard/gather_quantization.h"
@@ -43,15 +44,16 @@ TrainOptions options(const StrategyOptions& strategy, DType param_dtype, int ste
 template <class T>
 std::vector<float> host_dequantized(const std::vector<float>& flat, const FlatLayout& layout) {
   const size_t shard = size_t(layout.shard_numel());
-  const ops::QuantizedSize size = ops::quantized_size(shard, kGatherQuantFormat);
   std::vector<float> out;
   for (int r = 0; r < layout.group_size(); ++r) {
+    const ops::HostBlockTable blocks = chunk_blocks(layout, r, kGatherQuantFormat);
     std::vector<T> x(shard), back(shard);
     for (size_t i = 0; i < shard; ++i) x[i] = T(flat[size_t(layout.shard_begin(r)) + i]);
-    std::vector<int8_t> payload(size.payload_bytes);
-    std::vector<float> scales(size.scale_count);
-    cpu::quantize_blocks(payload.data(), scales.data(), x.data(), shard, kGatherQuantFormat);
-    cpu::dequantize_blocks(back.data(), payload.data(), scales.data(), shard, kGatherQuantFormat, false);
+    std::vector<int8_t> payload(ops::quantized_size(shard, kGatherQuantFormat.bits, blocks.blocks()).payload_bytes);
+    std::vector<float> scales(blocks.blocks());
+    cpu::quantize_blocks(payload.data(), scales.data(), x.data(), shard, kGatherQuantFormat, blocks.host_table());
+    cpu::dequantize_blocks(back.data(), payload.data(), scales.data(), shard, kGatherQuantFormat, blocks.host_table(),
+                           false);
     for (const T& v : back) out.push_back(float(v));
   }
   return out;

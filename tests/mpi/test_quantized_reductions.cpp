@@ -12,7 +12,9 @@
 #include <zshard/error.h>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/quantize_blocks.h"
 #include "models/gpt2.h"
+#include "shard/chunk_blocks.h"
 #include "shard/reduction_quantization.h"
 #include "shard/sharded_params.h"
 #include "tests/support/test_support.h"
@@ -82,16 +84,16 @@ std::vector<float> host_group_sum(const FlatLayout& layout, int u, int first, in
                                   std::vector<double>& bound) {
   const ops::QuantFormat format = reduction_quant_format(q);
   const size_t shard = size_t(layout.shard_numel());
-  const ops::QuantizedSize size = ops::quantized_size(shard, format);
+  const ops::HostBlockTable blocks = chunk_blocks(layout, owner, format);
   std::vector<float> sum(shard, 0.f);
   for (int member = 0; member < layout.group_size(); ++member) {
     const std::vector<float> full = full_gradient(layout, first + member, u);
     const float* chunk = full.data() + layout.shard_begin(owner);
-    std::vector<int8_t> payload(size.payload_bytes);
-    std::vector<float> scales(size.scale_count);
-    cpu::quantize_blocks(payload.data(), scales.data(), chunk, shard, format);
-    cpu::dequantize_blocks(sum.data(), payload.data(), scales.data(), shard, format, member > 0);
-    for (size_t i = 0; i < shard; ++i) bound[i] += 0.5 * double(scales[i / size_t(format.block)]);
+    std::vector<int8_t> payload(ops::quantized_size(shard, format.bits, blocks.blocks()).payload_bytes);
+    std::vector<float> scales(blocks.blocks());
+    cpu::quantize_blocks(payload.data(), scales.data(), chunk, shard, format, blocks.host_table());
+    cpu::dequantize_blocks(sum.data(), payload.data(), scales.data(), shard, format, blocks.host_table(), member > 0);
+    for (size_t i = 0; i < shard; ++i) bound[i] += 0.5 * double(scales[quant::block_of(blocks.host_table(), i)]);
   }
   return sum;
 }

@@ -1,6 +1,7 @@
 // Block quantization on the cpu (kernels/engine_ops.h's quantize_blocks), through ops:: as the engine calls
 // it: exact results for hand-made blocks, the scale / 2 bound on random ones, zero and non-finite blocks,
-// short last blocks, odd n with 4 bits, round trips, accumulation and the argument checks.
+// short last blocks, odd n with 4 bits, round trips, accumulation, a table of uneven pieces against a
+// scalar reference, and the argument checks.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -27,21 +28,34 @@ struct Quantized {
   std::vector<float> scales;
 };
 
+// n elements in one piece: blocks of f.block from the first element.
+ops::HostBlockTable one_piece(size_t n, QuantFormat f) { return ops::HostBlockTable({0, int64_t(n)}, f); }
+
 // The payload starts as a pattern the op must overwrite, padding nibble included.
 template <class T>
-Quantized quantize(const std::vector<T>& x, QuantFormat f) {
-  const ops::QuantizedSize size = ops::quantized_size(x.size(), f);
+Quantized quantize(const std::vector<T>& x, QuantFormat f, const ops::HostBlockTable& table) {
+  const ops::QuantizedSize size = ops::quantized_size(x.size(), f.bits, table.blocks());
   Quantized out{std::vector<int8_t>(size.payload_bytes, int8_t(0x5a)), std::vector<float>(size.scale_count, -1.f)};
-  ops::quantize_blocks(Device::cpu, out.q.data(), out.scales.data(), x.data(), x.size(), f);
+  ops::quantize_blocks(Device::cpu, out.q.data(), out.scales.data(), x.data(), x.size(), f, table.host_table());
   return out;
+}
+template <class T>
+Quantized quantize(const std::vector<T>& x, QuantFormat f) {
+  return quantize(x, f, one_piece(x.size(), f));
 }
 
 template <class T>
+std::vector<T> dequantize(const Quantized& qz, size_t n, QuantFormat f, const ops::HostBlockTable& table,
+                          std::vector<T> out = {}, bool accumulate = false) {
+  out.resize(n, T(-1.f));
+  ops::dequantize_blocks(Device::cpu, out.data(), qz.q.data(), qz.scales.data(), n, f, table.host_table(),
+                         accumulate);
+  return out;
+}
+template <class T>
 std::vector<T> dequantize(const Quantized& qz, size_t n, QuantFormat f, std::vector<T> out = {},
                           bool accumulate = false) {
-  out.resize(n, T(-1.f));
-  ops::dequantize_blocks(Device::cpu, out.data(), qz.q.data(), qz.scales.data(), n, f, accumulate);
-  return out;
+  return dequantize(qz, n, f, one_piece(n, f), std::move(out), accumulate);
 }
 
 template <class T>
@@ -218,11 +232,79 @@ TEST(CpuQuantize, QuantizedSizeCountsPayloadAndScales) {
   EXPECT_EQ(ops::quantized_size(0, {64, 4}).bytes(), 0u);
 }
 
+// Pieces of 3, 7, 1, 29 and 5 elements, magnitudes 1e-3 to 1e2 apart, in blocks of at most 8: blocks of
+// 3 | 7 | 1 | 8, 8, 8, 5 | 5, each with a scale of its own, against a scalar reference that cuts the same
+// blocks by hand. Pieces that begin at odd elements put two blocks' elements into one 4-bit byte.
+template <class T>
+void check_uneven_table(int bits) {
+  SCOPED_TRACE(testing::Message() << bits << " bits");
+  const QuantFormat f{8, bits};
+  const ops::HostBlockTable table({0, 3, 10, 11, 40, 45}, f);
+  const std::vector<size_t> starts = {0, 3, 10, 11, 19, 27, 35, 40, 45};  // every block's, then the end
+  const std::vector<float> magnitude = {1e-3f, 1.f, 1e2f, 1e-2f, 10.f};    // each piece's
+  const std::vector<size_t> piece = {0, 1, 2, 3, 3, 3, 3, 4};              // each block's
+  ASSERT_EQ(table.blocks(), starts.size() - 1);
+  const size_t n = starts.back();
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> x(n);
+  for (size_t b = 0; b + 1 < starts.size(); ++b)
+    for (size_t i = starts[b]; i < starts[b + 1]; ++i) x[i] = dist(rng) * magnitude[piece[b]];
+  const std::vector<T> xt = values<T>(x);
+
+  const float qmax = bits == 8 ? 127 : 7;
+  std::vector<float> scales, want_back(n);
+  std::vector<int> integers(n);
+  for (size_t b = 0; b + 1 < starts.size(); ++b) {
+    float absmax = 0;
+    for (size_t i = starts[b]; i < starts[b + 1]; ++i) absmax = std::max(absmax, std::fabs(float(xt[i])));
+    scales.push_back(absmax / qmax);
+    for (size_t i = starts[b]; i < starts[b + 1]; ++i) {
+      integers[i] = int(std::rint(float(xt[i]) / scales.back()));
+      want_back[i] = float(T(float(integers[i]) * scales.back()));
+    }
+  }
+  std::vector<int8_t> payload;
+  for (size_t i = 0; i < n; i += bits == 8 ? 1 : 2)
+    payload.push_back(bits == 8 ? int8_t(integers[i])
+                                : int8_t((integers[i] & 0xf) | ((i + 1 < n ? integers[i + 1] : 0) << 4)));
+
+  const Quantized qz = quantize(xt, f, table);
+  EXPECT_EQ(qz.scales, scales);
+  EXPECT_EQ(qz.q, payload);
+  EXPECT_EQ(floats(dequantize<T>(qz, n, f, table)), want_back);
+}
+TEST(CpuQuantize, UnevenTableGivesEachBlockItsOwnScale) {
+  for (int bits : {8, 4}) {
+    check_uneven_table<float>(bits);
+    check_uneven_table<bf16>(bits);
+  }
+}
+
+TEST(CpuQuantize, TablesOfOtherBlocksAndEmptyPiecesAreRefused) {
+  std::vector<float> x(8), scales(8);
+  std::vector<int8_t> q(8);
+  const ops::HostBlockTable eights({0, 8}, {8, 8});
+  const auto quantize_in_fours = [&] {
+    ops::quantize_blocks(Device::cpu, q.data(), scales.data(), x.data(), 8, {4, 8}, eights.host_table());
+  };
+  EXPECT_THAT(error_of(quantize_in_fours),
+              HasSubstr("quantize_blocks: a block table cut for blocks of 8 with a format of blocks of 4"));
+  EXPECT_THAT(error_of([] { ops::HostBlockTable({0, 3, 3, 8}, {4, 8}); }),
+              HasSubstr("block table: piece 1 begins at 3 and ends at 3"));
+  EXPECT_THAT(error_of([] { ops::HostBlockTable({1, 8}, {4, 8}); }),
+              HasSubstr("block table: the first piece must begin at 0"));
+  EXPECT_THAT(error_of([] { ops::HostBlockTable({0, 8}, {0, 8}); }),
+              HasSubstr("block table: block must be at least 1, not 0"));
+}
+
 TEST(CpuQuantize, BadArgumentsNameTheOpAndTheValue) {
   std::vector<float> x(4), out(4), scales(4);
   std::vector<int8_t> q(4);
+  const ops::HostBlockTable four = one_piece(4, {4, 8});
+  const ops::BlockTable table = four.host_table();
   const auto quantize_with = [&](QuantFormat f, const float* from, size_t n) {
-    return error_of([&] { ops::quantize_blocks(Device::cpu, q.data(), scales.data(), from, n, f); });
+    return error_of([&] { ops::quantize_blocks(Device::cpu, q.data(), scales.data(), from, n, f, table); });
   };
   EXPECT_THAT(quantize_with({0, 8}, x.data(), 4), HasSubstr("quantize_blocks: block must be at least 1, not 0"));
   EXPECT_THAT(quantize_with({-3, 8}, x.data(), 0), HasSubstr("quantize_blocks: block must be at least 1, not -3"));
@@ -230,7 +312,7 @@ TEST(CpuQuantize, BadArgumentsNameTheOpAndTheValue) {
   EXPECT_THAT(quantize_with({4, 8}, nullptr, 3), HasSubstr("quantize_blocks: x is null for n = 3"));
   EXPECT_EQ(quantize_with({4, 8}, nullptr, 0), "(no error)");
   const auto dequantize_with = [&](QuantFormat f, const float* with_scales) {
-    return error_of([&] { ops::dequantize_blocks(Device::cpu, out.data(), q.data(), with_scales, 4, f, true); });
+    return error_of([&] { ops::dequantize_blocks(Device::cpu, out.data(), q.data(), with_scales, 4, f, table, true); });
   };
   EXPECT_THAT(dequantize_with({4, 8}, nullptr), HasSubstr("dequantize_blocks: scales is null for n = 4"));
   EXPECT_THAT(dequantize_with({4, 16}, scales.data()), HasSubstr("dequantize_blocks: bits must be 8 or 4, not 16"));

@@ -1,6 +1,7 @@
 // Block quantization on the GPU against the CPU reference, through ops:: as the engine calls it: the same
 // bits for the scales, the payload and the dequantized values, overwritten and accumulated (a NaN only has
-// to be a NaN: its payload is the hardware's). Without a GPU every test skips.
+// to be a NaN: its payload is the hardware's), in blocks of one piece and of many uneven ones. Without a
+// GPU every test skips.
 #include <gtest/gtest.h>
 
 #ifdef ZSHARD_WITH_CUDA
@@ -79,19 +80,25 @@ std::vector<T> inputs(size_t n, int bits) {
   return std::vector<T>(x.begin(), x.end());
 }
 
+// The n elements of inputs() in the pieces beginning at `piece_begin` (0 first, n last), quantized by both,
+// each reading the table from its own memory.
 template <class T>
-void check_matches_cpu(QuantFormat f) {
-  SCOPED_TRACE(testing::Message() << "block " << f.block << ", " << f.bits << " bits");
-  const size_t n = 100003;
+void check_matches_cpu(QuantFormat f, const std::vector<int64_t>& piece_begin) {
+  SCOPED_TRACE(testing::Message() << "block " << f.block << ", " << f.bits << " bits, " << piece_begin.size() - 1
+                                  << " pieces");
+  const size_t n = size_t(piece_begin.back());
+  const ops::HostBlockTable table(piece_begin, f);
+  const DeviceVector<int64_t> d_entries(table.entries());
+  const ops::BlockTable on_cpu = table.host_table(), on_cuda = table.table_at(d_entries.get());
   const std::vector<T> x = inputs<T>(n, f.bits);
-  const ops::QuantizedSize size = ops::quantized_size(n, f);
+  const ops::QuantizedSize size = ops::quantized_size(n, f.bits, table.blocks());
   std::vector<int8_t> q(size.payload_bytes);
   std::vector<float> scales(size.scale_count);
-  ops::quantize_blocks(Device::cpu, q.data(), scales.data(), x.data(), n, f);
+  ops::quantize_blocks(Device::cpu, q.data(), scales.data(), x.data(), n, f, on_cpu);
   DeviceVector<T> d_x(x);
   DeviceVector<int8_t> d_q(std::vector<int8_t>(q.size(), int8_t(0x5a)));
   DeviceVector<float> d_scales(std::vector<float>(scales.size(), -1.f));
-  ops::quantize_blocks(Device::cuda, d_q.get(), d_scales.get(), d_x.get(), n, f);
+  ops::quantize_blocks(Device::cuda, d_q.get(), d_scales.get(), d_x.get(), n, f, on_cuda);
   expect_same_bits(d_scales.host(), scales, "scale");
   expect_same_bits(d_q.host(), q, "payload byte");
 
@@ -101,19 +108,36 @@ void check_matches_cpu(QuantFormat f) {
   for (T& e : start) e = T(dist(rng));
   for (bool accumulate : {false, true}) {
     std::vector<T> out = start;
-    ops::dequantize_blocks(Device::cpu, out.data(), q.data(), scales.data(), n, f, accumulate);
+    ops::dequantize_blocks(Device::cpu, out.data(), q.data(), scales.data(), n, f, on_cpu, accumulate);
     DeviceVector<T> d_out(start);
-    ops::dequantize_blocks(Device::cuda, d_out.get(), d_q.get(), d_scales.get(), n, f, accumulate);
+    ops::dequantize_blocks(Device::cuda, d_out.get(), d_q.get(), d_scales.get(), n, f, on_cuda, accumulate);
     expect_same_bits(d_out.host(), out, accumulate ? "accumulated element" : "dequantized element");
   }
 }
+
+constexpr int64_t kElements = 100003;
 
 TEST(CudaQuantize, MatchesCpuBitForBit) {
   ZS_REQUIRE_GPU();
   for (QuantFormat f : {QuantFormat{64, 8}, QuantFormat{64, 4}, QuantFormat{7, 8}, QuantFormat{7, 4},
                         QuantFormat{4096, 8}, QuantFormat{1, 4}}) {
-    check_matches_cpu<float>(f);
-    check_matches_cpu<bf16>(f);
+    check_matches_cpu<float>(f, {0, kElements});
+    check_matches_cpu<bf16>(f, {0, kElements});
+  }
+}
+
+// Pieces of every length from 1 up, at odd and even starts, a long one, and a short last one: blocks that
+// end early wherever a piece does, 4-bit bytes shared by two pieces, and the search through many pieces.
+TEST(CudaQuantize, MatchesCpuBitForBitWithUnevenPieces) {
+  ZS_REQUIRE_GPU();
+  std::vector<int64_t> piece_begin = {0};
+  for (int64_t length = 1; piece_begin.back() + length < 20000; ++length)
+    piece_begin.push_back(piece_begin.back() + length);
+  piece_begin.push_back(kElements - 3);
+  piece_begin.push_back(kElements);
+  for (QuantFormat f : {QuantFormat{256, 8}, QuantFormat{64, 4}, QuantFormat{7, 4}}) {
+    check_matches_cpu<float>(f, piece_begin);
+    check_matches_cpu<bf16>(f, piece_begin);
   }
 }
 

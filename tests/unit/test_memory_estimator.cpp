@@ -231,7 +231,7 @@ TEST(MemoryEstimator, QuantizedReductionsHoldTheRecordsOfTwoReductions) {
       in.plan.quantize_reductions = q;
       std::vector<int64_t> records;
       for (const UnitSpec& unit : model.units())
-        records.push_back(2 * 4 * quantized_chunk_bytes(FlatLayout(unit, 4).shard_numel(), q));
+        records.push_back(2 * 4 * quantized_chunk_bytes(FlatLayout(unit, 4), q));
       std::sort(records.rbegin(), records.rend());
       EXPECT_EQ(estimate_memory(in).comm_buffers, exact.comm_buffers + records[0] + records[1])
           << strategy_name(kind) << " " << reduction_quantization_name(q);

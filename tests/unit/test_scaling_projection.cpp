@@ -84,12 +84,12 @@ TEST(ScalingProjection, QuantizedModesMoveCommVolumesBytes) {
   EXPECT_DOUBLE_EQ(s.volume.gather, want.gather);
   EXPECT_DOUBLE_EQ(s.volume.reduce, want.reduce);
   EXPECT_DOUBLE_EQ(s.volume.total(), want.total());
-  // By hand: 2 GE gathered at 1 + 4/256 bytes each, 1 GE reduced at 1/2 + 4/256, 3/4 of each, at 100 GB/s.
-  EXPECT_NEAR(s.comm_ms, (2 * 1.015625 + 0.515625) * 0.75 * 1e9 / 100e9 * 1e3, 1e-9);
+  // By hand: 2 GE gathered at 1 + 4/256 bytes each, 1 GE reduced at 1/2 + 4/64, 3/4 of each, at 100 GB/s.
+  EXPECT_NEAR(s.comm_ms, (2 * 1.015625 + 0.5625) * 0.75 * 1e9 / 100e9 * 1e3, 1e-9);
   // hybrid's all-reduce across groups keeps the gradients' bytes: 16 ranks, groups of 8 inside nodes.
   const ProjectedStep h = project_step(StrategyKind::hybrid, 16, in);
   EXPECT_DOUBLE_EQ(h.volume.across, project_step(StrategyKind::hybrid, 16, input()).volume.across);
-  EXPECT_NEAR(h.comm_ms, (2 * 1.015625 + 0.515625) * 0.875 * 10 + 25, 1e-9);
+  EXPECT_NEAR(h.comm_ms, (2 * 1.015625 + 0.5625) * 0.875 * 10 + 25, 1e-9);
 }
 
 // With a secondary shard per node, backward's gathers run inside each node: on 2 nodes of 8, zero3's
