@@ -35,8 +35,8 @@
 #                   need on every core (zshard-train, zshard-bench, zshard-mem, every tests/unit/
 #                   test_cuda_*, the one-rank NCCL test), sm_90, and the build goes to $OUT as
 #                   build-gpu.tar.gz.NN (16 MiB each)
-#   cuda-ops    45  every tests/test_cuda_* (every op and kernel, and GPT-2): fp32 and bf16 against the
-#                   CPU
+#   cuda-ops    45  every tests/test_cuda_* (every op and kernel, cuDNN's fused attention, and GPT-2): fp32
+#                   and bf16 against the CPU
 #   tiny        45  tiny model 20 steps, cuda against cpu: fp32 within 1e-4; bf16 (the CPU's bf16 kernels
 #                   round where the GPU's do) within twice what bf16 changes on the cpu (fp32 against bf16
 #                   there): each side is that far from fp32, so the two are at most twice as far apart.
@@ -399,8 +399,7 @@ bench_gpt2() {  # BATCH JSON [FLAGS...]: one zshard-bench run of gpt2 bf16 at T=
 # The switches of the training step measured on and off at both batches, ';' between them: their cost or
 # gain in tokens/s and memory on a GPU, each against the base run. A new switch goes here.
 export GPT2_SWITCHES="--activation-checkpointing blocks;--offload optimizer;--attention blocks"
-OOM_PATTERN='out of memory|MemoryAllocation|OUT_OF_MEMORY|ALLOC_FAILED|does not fit'
-export OOM_PATTERN
+export OOM_PATTERN='out of memory|MemoryAllocation|OUT_OF_MEMORY|ALLOC_FAILED|does not fit'
 
 step_gpt2() {
   with_build
@@ -432,12 +431,8 @@ import json; print(min(r.get('max_rank_batch', 0) for r in json.load(open('$LOGS
     for b in $( [ "$largest" -gt 8 ] && echo "$largest") 8; do
       bench_gpt2 "$b" "$LOGS/gpt2_b${b}_$slug.json" "${flags[@]}" >"$LOGS/gpt2_b${b}_$slug.out" 2>&1 && continue
       # A switch that holds more (blocks' scores) may not fit the batch the base fits: a result, not a failure.
-      if [ "$b" != 8 ] && grep -qiE "$OOM_PATTERN" "$LOGS/gpt2_b${b}_$slug.out"; then
-        note "batch $b $sw: does not fit"
-      else
-        rc=1
-        note "batch $b $sw failed: $(first_error "$LOGS/gpt2_b${b}_$slug.out")"
-      fi
+      if [ "$b" != 8 ] && grep -qiE "$OOM_PATTERN" "$LOGS/gpt2_b${b}_$slug.out"; then note "batch $b $sw: does not fit"
+      else rc=1; note "batch $b $sw failed: $(first_error "$LOGS/gpt2_b${b}_$slug.out")"; fi
     done
   done
   python3 - "$LOGS" "$largest" "$proposal" "${tried[*]}" "${slugs[@]}" <<'PY'
@@ -572,8 +567,7 @@ step_profile() {
 }
 export -f tiny_plan tiny_list tiny_train tiny_compare step_tiny_dry
 export -f step_cuda_ops step_nccl step_tiny step_mpi step_memcheck peak_tflops bench_gpt2 step_gpt2 step_gpt2_dry
-export -f step_torch_peer
-export -f step_profile step_llama step_async_save
+export -f step_torch_peer step_profile step_llama step_async_save
 
 # ---- the plan, in order of what it proves ----
 [ "$MODE" = dry ] && echo "dry run: the plan of one call, budget ${BUDGET}s; nothing runs on a GPU"
