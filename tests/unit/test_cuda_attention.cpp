@@ -15,6 +15,7 @@
 
 #include <zshard/error.h>
 #include <zshard/ops.h>
+#include <zshard/tensor.h>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/device_memory.h"
@@ -50,15 +51,17 @@ Tensor on_device(const std::vector<T>& host, DType dtype) {
   return t;
 }
 template <class T>
+std::vector<double> doubles(const std::vector<T>& x) {
+  std::vector<double> out;
+  for (T e : x) out.push_back(double(float(e)));
+  return out;
+}
+template <class T>
 std::vector<double> on_host(const Tensor& t) {
   std::vector<T> staged(size_t(t.numel()));
   copy_bytes(staged.data(), Device::cpu, t.raw(), Device::cuda, staged.size() * sizeof(T));
   ops::synchronize(Device::cuda);
-  return std::vector<double>(staged.begin(), staged.end());
-}
-template <class T>
-std::vector<double> doubles(const std::vector<T>& x) {
-  return std::vector<double>(x.begin(), x.end());
+  return doubles(staged);
 }
 
 struct Outputs {
