@@ -44,7 +44,8 @@ if(ZSHARD_HAVE_CUDA)
   find_path(ZSHARD_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
   if(ZSHARD_CUDNN_FRONTEND_INCLUDE AND ZSHARD_CUDNN_INCLUDE)
     set(ZSHARD_HAVE_CUDNN ON)
-    message(STATUS "zshard fused attention on cuda: cuDNN frontend ${ZSHARD_CUDNN_FRONTEND_INCLUDE}, cudnn.h ${ZSHARD_CUDNN_INCLUDE}")
+    message(STATUS "zshard fused attention on cuda: cuDNN frontend ${ZSHARD_CUDNN_FRONTEND_INCLUDE}, "
+                   "cudnn.h ${ZSHARD_CUDNN_INCLUDE}")
   else()
     message(STATUS "zshard fused attention on cuda: OFF (no cudnn_frontend.h: run scripts/install-deps.sh; "
                    "or no cudnn.h in the CUDA toolkit)")

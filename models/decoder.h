@@ -90,7 +90,8 @@ Activations& activations_for(std::unique_ptr<Activations>& acts, const Config& c
   if (!acts || !acts->fits(batch, dtype, device, mode, kernel) || acts->deferred_head != deferred_head) {
     acts.reset();  // free the old buffers (views included) before allocating the new ones
     acts = std::make_unique<Activations>();
-    acts->allocate(B, T, dtype, device, mode, kernel, decoder_buffers(*acts, c, B, T, dtype, mode, kernel, deferred_head));
+    acts->allocate(B, T, dtype, device, mode, kernel,
+                   decoder_buffers(*acts, c, B, T, dtype, mode, kernel, deferred_head));
     acts->cut_logits_region(B, T, c.vocab, dtype, deferred_head, acts->transients(c, B, T, dtype, mode, kernel));
   }
   acts->load_tokens(batch);

@@ -576,7 +576,7 @@ step build "$BUILD_LIMIT" step_build "the CUDA path compiles and links against t
 step cuda-ops 45 step_cuda_ops "every kernel, fp32 and bf16, matches the CPU op; GPT-2 on cuda matches cpu"
 step tiny 45 step_tiny "training on cuda matches the cpu, the optimizer offloaded too; checkpointing changes nothing; saves resume across devices"
 step memcheck 40 step_memcheck "no out-of-bounds or misaligned device access in the kernels, the runtime and the copy stream"
-step gpt2 90 step_gpt2 "gpt2 124M bf16 at T=1024, fused attention: tokens/s and MFU at the largest batch that fits and at 8, each switch on and off (blocks attention among them)"
+step gpt2 90 step_gpt2 "gpt2 124M bf16 at T=1024, fused attention: tokens/s and MFU at the largest batch that fits and at 8, each switch (blocks attention too) on and off"
 step torch-peer 150 step_torch_peer "PyTorch eager and torch.compile at the same batches on the same GPU: the ratios"
 step nccl 30 step_nccl "NCCL's collectives, in place and out of place, split, stream order and the watchdog's abort"
 step profile 90 step_profile "where one gpt2 step's device time goes, by kind of kernel (ncu), and the GPU's busy share"

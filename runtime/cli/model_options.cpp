@@ -182,7 +182,8 @@ ModelConfig resolve_model_config(const ModelOptions& o) { return model_config(o.
 AttentionKernel configure_model(Model& model, const ModelOptions& o, const Placement& placement, std::ostream* note) {
   model.set_recompute(o.recompute);
   std::string fallback;
-  const AttentionKernel kernel = choose_attention(model, o.attention, placement.device, placement.param_dtype, &fallback);
+  const AttentionKernel kernel =
+      choose_attention(model, o.attention, placement.device, placement.param_dtype, &fallback);
   if (note && !fallback.empty()) *note << "zshard: --attention auto: blocks, not fused (" << fallback << ")\n";
   return kernel;
 }

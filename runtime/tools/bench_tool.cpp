@@ -362,7 +362,8 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
     if (bench.json_path.empty()) return;
     run_agreed(world, [&] {
       if (rank == 0)
-        write_file_atomically(bench.json_path, report_json(results, options, config, *model, attention, bench, world).dump(2) + "\n");
+        write_file_atomically(bench.json_path,
+                              report_json(results, options, config, *model, attention, bench, world).dump(2) + "\n");
     });
   });
 }

@@ -63,7 +63,8 @@ PY
 expect_true "gpt2 lists its runs at batch 8: fused attention the base, blocks attention a switch measured against it" \
   python3 - "$WORK/plan" <<'PY'
 import re, sys
-runs = re.findall(r"^  \$BUILD/zshard-bench --model gpt2 .*--batch 8 .*--json \$LOGS/(\S+) (.*)$", open(sys.argv[1]).read(), re.M)
+text = open(sys.argv[1]).read()
+runs = re.findall(r"^  \$BUILD/zshard-bench --model gpt2 .*--batch 8 .*--json \$LOGS/(\S+) (.*)$", text, re.M)
 flags = dict(runs)
 assert flags["gpt2_b8.json"] == "--attention fused", runs
 assert flags["gpt2_b8_attention=blocks.json"] == "--attention blocks", runs
