@@ -1,5 +1,6 @@
 #include "runtime/cli/model_options.h"
 
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -184,7 +185,10 @@ AttentionKernel configure_model(Model& model, const ModelOptions& o, const Place
   std::string fallback;
   const AttentionKernel kernel =
       choose_attention(model, o.attention, placement.device, placement.param_dtype, &fallback);
-  if (note && !fallback.empty()) *note << "zshard: --attention auto: blocks, not fused (" << fallback << ")\n";
+  // Once per process: a run may build its model again (--batch auto's attempts, zshard-bench's strategies).
+  static std::atomic<bool> said{false};
+  if (note && !fallback.empty() && !said.exchange(true))
+    *note << "zshard: --attention auto: blocks, not fused (" << fallback << ")\n";
   return kernel;
 }
 

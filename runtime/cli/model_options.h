@@ -53,7 +53,8 @@ ModelConfig resolve_model_config(const ModelOptions& options);
 
 // Sets what `model` keeps for backward from `options`: its recompute mode, and its attention for computing
 // on `placement`'s device in its dtype (choose_attention: --attention fused where it cannot run throws
-// UsageError). Where auto keeps blocks for want of cuDNN, one line says so to `note` (when given).
+// UsageError). Where auto keeps blocks for want of cuDNN, one line says so to `note` (when given), once
+// per process.
 AttentionKernel configure_model(Model& model, const ModelOptions& options, const Placement& placement,
                                 std::ostream* note = nullptr);
 
