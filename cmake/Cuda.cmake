@@ -34,6 +34,24 @@ if(NOT ZSHARD_CUDA STREQUAL "OFF")
 endif()
 message(STATUS "zshard CUDA path: ${ZSHARD_HAVE_CUDA}")
 
+# Fused attention on cuda goes through cuDNN's SDPA, built from the cudnn-frontend headers that
+# scripts/install-deps.sh unpacks into .deps/ (ZSHARD_CUDNN_FRONTEND_INCLUDE elsewhere) and cudnn.h. libcudnn
+# itself is loaded at run time, never linked: without either header the build goes on without the fused
+# CUDA path (--attention auto keeps blocks on cuda).
+set(ZSHARD_HAVE_CUDNN OFF)
+if(ZSHARD_HAVE_CUDA)
+  find_path(ZSHARD_CUDNN_FRONTEND_INCLUDE cudnn_frontend.h HINTS ${PROJECT_SOURCE_DIR}/.deps/cudnn-frontend/include)
+  find_path(ZSHARD_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  if(ZSHARD_CUDNN_FRONTEND_INCLUDE AND ZSHARD_CUDNN_INCLUDE)
+    set(ZSHARD_HAVE_CUDNN ON)
+    message(STATUS "zshard fused attention on cuda: cuDNN frontend ${ZSHARD_CUDNN_FRONTEND_INCLUDE}, "
+                   "cudnn.h ${ZSHARD_CUDNN_INCLUDE}")
+  else()
+    message(STATUS "zshard fused attention on cuda: OFF (no cudnn_frontend.h: run scripts/install-deps.sh; "
+                   "or no cudnn.h in the CUDA toolkit)")
+  endif()
+endif()
+
 # Adds the CUDA sources (kernels/cuda/*.cu, *.cpp) to `target` when the CUDA path is on.
 function(zshard_add_cuda target)
   if(NOT ZSHARD_HAVE_CUDA)
@@ -56,4 +74,17 @@ function(zshard_add_cuda target)
   target_include_directories(${target} PRIVATE ${ZSHARD_NCCL_INCLUDE})
   target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt ${ZSHARD_NCCL_LIBRARY})
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>)
+  if(ZSHARD_HAVE_CUDNN)
+    file(GLOB cudnn_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/cuda/cudnn/*.cpp)
+    target_sources(${target} PRIVATE ${cudnn_sources})
+    # The frontend's headers (and the copy of nlohmann-json they carry) for these files only, as system
+    # headers (their warnings are not ours), each file compiled on its own: they are heavy, and define the
+    # library handle the shim resolves cuDNN through.
+    set_source_files_properties(${cudnn_sources} PROPERTIES
+      SKIP_UNITY_BUILD_INCLUSION ON
+      COMPILE_OPTIONS "-isystem;${ZSHARD_CUDNN_FRONTEND_INCLUDE};-isystem;${ZSHARD_CUDNN_INCLUDE}"
+      COMPILE_DEFINITIONS NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING)
+    target_compile_definitions(${target} PRIVATE ZSHARD_WITH_CUDNN=1)
+    target_link_libraries(${target} PRIVATE ${CMAKE_DL_LIBS})
+  endif()
 endfunction()

@@ -1,5 +1,8 @@
 #include <zshard/ops.h>
 
+#include <string>
+#include <type_traits>
+
 #include "kernels/op_dispatch.h"
 
 namespace zshard::ops {
@@ -198,6 +201,56 @@ void attention_backward(Device d, T* dqkv, const T* dout, const T* qkv, const T*
   }
 }
 
+std::string fused_attention_unavailable(Device device, DType dtype) {
+  if (device == Device::cpu) {
+    if (dtype == DType::f32 || dtype == DType::f64 || dtype == DType::bf16) return "";
+    return detail::concat("fused attention on cpu computes in f32, f64 or bf16, not ", dtype_name(dtype));
+  }
+#ifndef ZSHARD_WITH_CUDA
+  return "this zshard was built without the CUDA path";
+#else
+  // cuDNN's SDPA kernels take 16-bit inputs: fp32 keeps the blocks path (kernels/cuda/attention.cu).
+  if (dtype != DType::bf16) return detail::concat("fused attention on cuda is bf16 only, not ", dtype_name(dtype));
+#ifdef ZSHARD_WITH_CUDNN
+  return cuda::cudnn_unavailable();
+#else
+  return "this zshard was built without cuDNN's frontend headers (scripts/install-deps.sh fetches them)";
+#endif
+#endif
+}
+
+namespace {
+void check_fused_attention_runs(const char* op, Device d, DType dtype) {
+  if (const std::string why = fused_attention_unavailable(d, dtype); !why.empty()) fail(op, ": ", why);
+}
+}  // namespace
+
+template <class T>
+void fused_attention_forward(Device d, T* out, AttentionStat<T>* lse, const T* qkv, int B, int Tn, int C, int NH) {
+  if (on_cpu<T>(d, "fused_attention_forward")) {
+    ZS_ON_CPU(T, cpu::fused_attention_forward(out, lse, qkv, B, Tn, C, NH))
+    return;
+  }
+  check_fused_attention_runs("fused_attention_forward", d, dtype_of<T>());
+#if defined(ZSHARD_WITH_CUDA) && defined(ZSHARD_WITH_CUDNN)
+  if constexpr (std::is_same_v<T, bf16>) cuda::fused_attention_forward(dev(out), lse, dev(qkv), B, Tn, C, NH);
+#endif
+}
+
+template <class T>
+void fused_attention_backward(Device d, T* dqkv, const T* dout, const T* qkv, const T* out,
+                              const AttentionStat<T>* lse, int B, int Tn, int C, int NH) {
+  if (on_cpu<T>(d, "fused_attention_backward")) {
+    ZS_ON_CPU(T, cpu::fused_attention_backward(dqkv, dout, qkv, out, lse, B, Tn, C, NH))
+    return;
+  }
+  check_fused_attention_runs("fused_attention_backward", d, dtype_of<T>());
+#if defined(ZSHARD_WITH_CUDA) && defined(ZSHARD_WITH_CUDNN)
+  if constexpr (std::is_same_v<T, bf16>)
+    cuda::fused_attention_backward(dev(dqkv), dev(dout), dev(qkv), dev(out), lse, B, Tn, C, NH);
+#endif
+}
+
 template <class T>
 void gelu_forward(Device d, T* out, const T* inp, size_t n) {
   if (on_cpu<T>(d, "gelu_forward")) {
@@ -269,6 +322,9 @@ double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* 
                         int);                                                                              \
   template void attention_forward<T>(Device, T*, T*, const T*, int, int, int, int);                         \
   template void attention_backward<T>(Device, T*, const T*, const T*, const T*, int, int, int, int);        \
+  template void fused_attention_forward<T>(Device, T*, AttentionStat<T>*, const T*, int, int, int, int);  \
+  template void fused_attention_backward<T>(Device, T*, const T*, const T*, const T*, const AttentionStat<T>*, \
+                                            int, int, int, int);                                           \
   template void gelu_forward<T>(Device, T*, const T*, size_t);                                               \
   template void gelu_backward<T>(Device, T*, const T*, const T*, size_t);                                    \
   template void residual_forward<T>(Device, T*, const T*, const T*, size_t);                                 \

@@ -12,7 +12,7 @@ struct Names {
 };
 
 // Indexed by Option, in its order.
-constexpr std::array<Names, 25> kNames = {{
+constexpr std::array<Names, 26> kNames = {{
     {"StrategyOptions::kind", "--strategy"},
     {"StrategyOptions::shard_group", "--shard-group"},
     {"StrategyOptions::max_inflight", "--max-inflight"},
@@ -29,6 +29,7 @@ constexpr std::array<Names, 25> kNames = {{
     {"the model name", "--model"},
     {"the model's ModelConfig", "--config"},
     {"Model::set_recompute", "--activation-checkpointing"},
+    {"Model::set_attention", "--attention"},
     {"the flight recorder's directory", "--trace-dir"},
     {"the global batch", "--batch"},
     {"EngineOptions::grad_accum", "--grad-accum"},

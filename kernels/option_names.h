@@ -25,6 +25,7 @@ enum class Option {
   model,
   config,
   recompute,
+  attention,
   trace_dir,
   batch,
   grad_accum,

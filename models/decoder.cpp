@@ -1,5 +1,7 @@
 #include "models/decoder.h"
 
+#include <zshard/ops.h>
+
 namespace zshard {
 
 void DecoderBuffers::visit_stream(int B, int T, int64_t C, int64_t L, DType dtype, const BufferVisitor& f) {
@@ -11,11 +13,53 @@ void DecoderBuffers::visit_stream(int B, int T, int64_t C, int64_t L, DType dtyp
 }
 
 void DecoderBuffers::visit_attention(int B, int T, int64_t C, int64_t NH, int64_t S, DType dtype,
-                                     const BufferVisitor& f) {
+                                     AttentionKernel kernel, const BufferVisitor& f) {
   f(ln1, {S, B, T, C}, dtype);
   f(qkv, {S, B, T, 3 * C}, dtype);
-  f(att, {S, B, NH, T, T}, dtype);
+  if (kernel == AttentionKernel::blocks) f(att, {S, B, NH, T, T}, dtype);
   for (Tensor* t : {&atty, &residual2, &ln2}) f(*t, {S, B, T, C}, dtype);
 }
+
+void DecoderBuffers::visit_attention_stats(int B, int T, int64_t NH, int64_t S, DType dtype, AttentionKernel kernel,
+                                           const BufferVisitor& f) {
+  if (kernel == AttentionKernel::fused) f(att_lse, {S, B, NH, T}, ops::attention_stat_dtype(dtype));
+}
+
+template <class E>
+void DecoderBuffers::attention_forward(int s, int C, int NH) const {
+  E* out = slice<E>(atty, s);
+  const E* in = slice<E>(qkv, s);
+  if (attention == AttentionKernel::fused)
+    ops::fused_attention_forward(device, out, slice<ops::AttentionStat<E>>(att_lse, s), in, B, T, C, NH);
+  else
+    ops::attention_forward(device, out, slice<E>(att, s), in, B, T, C, NH);
+}
+
+template <class E>
+void DecoderBuffers::attention_backward(int s, Tensor& dqkv, const E* datty, int C, int NH) const {
+  const E* in = slice<E>(qkv, s);
+  if (attention == AttentionKernel::fused) {
+    // Writes dqkv whole: no zeroing first.
+    ops::fused_attention_backward(device, dqkv.data<E>(), datty, in, slice<E>(atty, s),
+                                  slice<ops::AttentionStat<E>>(att_lse, s), B, T, C, NH);
+    return;
+  }
+  dqkv.zero_();  // the blocks backward accumulates
+  ops::attention_backward(device, dqkv.data<E>(), datty, in, slice<E>(att, s), B, T, C, NH);
+}
+
+AttentionKernel decoder_attention(AttentionKernel kernel) {
+  ZS_CHECK(kernel != AttentionKernel::automatic,
+           "set_attention takes fused or blocks: choose_attention resolves automatic for a device and dtype");
+  return kernel;
+}
+
+#define ZS_INSTANTIATE(E)                                                              \
+  template void DecoderBuffers::attention_forward<E>(int, int, int) const;            \
+  template void DecoderBuffers::attention_backward<E>(int, Tensor&, const E*, int, int) const;
+ZS_INSTANTIATE(float)
+ZS_INSTANTIATE(double)
+ZS_INSTANTIATE(bf16)
+#undef ZS_INSTANTIATE
 
 }  // namespace zshard

@@ -24,7 +24,8 @@ struct DecoderBuffers : BatchBuffers, LogitsRegion {
   // The attention half of a pre-norm block, as every block keeps it: S slots (slots(recompute, L)) each.
   Tensor ln1;        // (S,B,T,C) the first norm's output
   Tensor qkv;        // (S,B,T,3C) q, k and v as attention reads them
-  Tensor att;        // (S,B,NH,T,T) softmax probabilities
+  Tensor att;        // (S,B,NH,T,T) softmax probabilities (blocks)
+  Tensor att_lse;    // (S,B,NH,T) in AttentionStat: each query row's log-sum-exp (fused), in att's place
   Tensor atty;       // (S,B,T,C) attention output before its projection
   Tensor residual2;  // (S,B,T,C) after the attention residual add
   Tensor ln2;        // (S,B,T,C) the second norm's output, the MLP's input
@@ -32,8 +33,19 @@ struct DecoderBuffers : BatchBuffers, LogitsRegion {
   // Visits the tokens (i32) and the stream's buffers, encoded to dln (in `dtype`), for C channels and L
   // blocks: the start of a decoder's activation list.
   void visit_stream(int B, int T, int64_t C, int64_t L, DType dtype, const BufferVisitor& f);
-  // Visits the attention half's intermediates (in `dtype`), S slots, NH heads.
-  void visit_attention(int B, int T, int64_t C, int64_t NH, int64_t S, DType dtype, const BufferVisitor& f);
+  // Visits the attention half's intermediates in `dtype`, S slots, NH heads, for attention computed by
+  // `kernel`. Fused attention's statistics, in a dtype of their own, are listed with what is kept, as the
+  // norms' statistics are, even with recomputation (a shared region holds one dtype): visit_attention_stats.
+  void visit_attention(int B, int T, int64_t C, int64_t NH, int64_t S, DType dtype, AttentionKernel kernel,
+                       const BufferVisitor& f);
+  void visit_attention_stats(int B, int T, int64_t NH, int64_t S, DType dtype, AttentionKernel kernel,
+                             const BufferVisitor& f);
+  // Attention of slot s's qkv into its atty, by the kernel these buffers were made for, and its backward
+  // from datty into dqkv (a (B,T,3C) scratch of the model's, whose old contents do not matter).
+  template <class E>
+  void attention_forward(int s, int C, int NH) const;
+  template <class E>
+  void attention_backward(int s, Tensor& dqkv, const E* datty, int C, int NH) const;
   // The residual stream entering block l (l == L: leaving the last block).
   template <class T>
   T* block_input(int l) const {
@@ -48,33 +60,39 @@ struct DecoderBuffers : BatchBuffers, LogitsRegion {
 // backward and get bytes of their own.
 template <class Activations, class Config>
 BufferList decoder_buffers(Activations& a, const Config& c, int B, int T, DType dtype, Recompute mode,
-                           bool deferred_head) {
-  return [&a, &c, B, T, dtype, mode, deferred_head](const BufferVisitor& f) {
+                           AttentionKernel kernel, bool deferred_head) {
+  return [&a, &c, B, T, dtype, mode, kernel, deferred_head](const BufferVisitor& f) {
     a.visit_stream(B, T, c.dim, c.layers, dtype, f);
-    a.kept(c, B, T, dtype, mode)(f);
-    a.visit_logits_region(B, T, c.vocab, dtype, deferred_head, a.transients(c, B, T, dtype, mode), f);
+    a.kept(c, B, T, dtype, mode, kernel)(f);
+    a.visit_logits_region(B, T, c.vocab, dtype, deferred_head, a.transients(c, B, T, dtype, mode, kernel), f);
   };
 }
 
-// Bytes of the activations' allocations for (B, T), `mode` and `deferred_head`, tokens included: what a
-// model's activation_bytes reports, and what activations_for allocates.
+// Bytes of the activations' allocations for (B, T), `mode`, `kernel` and `deferred_head`, tokens included:
+// what a model's activation_bytes reports, and what activations_for allocates.
 template <class Activations, class Config>
-int64_t decoder_activation_bytes(const Config& c, int B, int T, DType dtype, Recompute mode, bool deferred_head) {
+int64_t decoder_activation_bytes(const Config& c, int B, int T, DType dtype, Recompute mode, AttentionKernel kernel,
+                                 bool deferred_head) {
   Activations unused;
-  return buffer_bytes(decoder_buffers(unused, c, B, T, dtype, mode, deferred_head));
+  return buffer_bytes(decoder_buffers(unused, c, B, T, dtype, mode, kernel, deferred_head));
 }
+
+// What a decoder's set_attention stores: fused or blocks, never automatic, which only choose_attention
+// can resolve (it needs a device and a dtype).
+AttentionKernel decoder_attention(AttentionKernel kernel);
 
 // The model's activations for `batch` in `dtype` on `device`: `acts` as they are when they fit, else made
 // anew; the batch's tokens loaded either way.
 template <class Activations, class Config>
 Activations& activations_for(std::unique_ptr<Activations>& acts, const Config& c, const Batch& batch,
-                             DType dtype, Device device, Recompute mode, bool deferred_head) {
+                             DType dtype, Device device, Recompute mode, AttentionKernel kernel, bool deferred_head) {
   const int B = batch.B, T = batch.T;
-  if (!acts || !acts->fits(batch, dtype, device, mode) || acts->deferred_head != deferred_head) {
+  if (!acts || !acts->fits(batch, dtype, device, mode, kernel) || acts->deferred_head != deferred_head) {
     acts.reset();  // free the old buffers (views included) before allocating the new ones
     acts = std::make_unique<Activations>();
-    acts->allocate(B, T, dtype, device, mode, decoder_buffers(*acts, c, B, T, dtype, mode, deferred_head));
-    acts->cut_logits_region(B, T, c.vocab, dtype, deferred_head, acts->transients(c, B, T, dtype, mode));
+    acts->allocate(B, T, dtype, device, mode, kernel,
+                   decoder_buffers(*acts, c, B, T, dtype, mode, kernel, deferred_head));
+    acts->cut_logits_region(B, T, c.vocab, dtype, deferred_head, acts->transients(c, B, T, dtype, mode, kernel));
   }
   acts->load_tokens(batch);
   return *acts;

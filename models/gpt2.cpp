@@ -85,9 +85,12 @@ double GPT2::flops_per_token(int T) const {
 
 std::unique_ptr<GPT2> make_gpt2(const ModelConfig& config) { return std::make_unique<GPT2>(gpt2_config_from(config)); }
 
+void GPT2::set_attention(AttentionKernel kernel) { attention_ = decoder_attention(kernel); }
+
 int64_t GPT2::activation_bytes(int B, int T, DType dtype) const {
   ZS_CHECK(B > 0 && T > 0, "GPT-2 activation_bytes: B and T must be positive, got B=", B, " T=", T);
-  return decoder_activation_bytes<gpt2::Activations>(config_, B, T, dtype, recompute_, defers_head_gradient(B, T));
+  return decoder_activation_bytes<gpt2::Activations>(config_, B, T, dtype, recompute_, attention_,
+                                                          defers_head_gradient(B, T));
 }
 
 double GPT2::forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) {
@@ -106,7 +109,8 @@ double GPT2::run(ParamContext& ctx, const Batch& batch, bool backward, float los
 template <class T>
 double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
   const bool defer = defers_head_gradient(batch.B, batch.T);
-  gpt2::Activations& acts = activations_for(acts_, config_, batch, dtype_of<T>(), ctx.device(), recompute_, defer);
+  gpt2::Activations& acts = activations_for(acts_, config_, batch, dtype_of<T>(), ctx.device(), recompute_,
+                                            attention_, defer);
   const gpt2::Layers<T> layers{config_, lora_, acts};
   const int L = config_.layers, final_unit = L + 1;
 

@@ -12,8 +12,8 @@ namespace {
 // The blocks' intermediates in the compute dtype, S slots each. Their LayerNorm statistics (another
 // dtype, few bytes) are listed with what is kept.
 void visit_intermediates(Activations& a, const GPT2Config& c, int B, int T, int64_t S, DType dtype,
-                         const BufferVisitor& f) {
-  a.visit_attention(B, T, c.dim, c.heads, S, dtype, f);
+                         AttentionKernel kernel, const BufferVisitor& f) {
+  a.visit_attention(B, T, c.dim, c.heads, S, dtype, kernel, f);
   for (Tensor* t : {&a.fch, &a.fch_gelu}) f(*t, {S, B, T, 4 * int64_t(c.dim)}, dtype);
   c.lora_plan().visit_hidden(a.lora_hidden, B, T, S, dtype, f);
 }
@@ -21,10 +21,11 @@ void visit_intermediates(Activations& a, const GPT2Config& c, int B, int T, int6
 }  // namespace
 
 // The c_proj output, the backward's scratch and, with recomputation, the one slot of intermediates.
-BufferList Activations::transients(const GPT2Config& c, int B, int T, DType dtype, Recompute mode) {
-  return [this, &c, B, T, dtype, mode](const BufferVisitor& f) {
+BufferList Activations::transients(const GPT2Config& c, int B, int T, DType dtype, Recompute mode,
+                                   AttentionKernel kernel) {
+  return [this, &c, B, T, dtype, mode, kernel](const BufferVisitor& f) {
     const int64_t C = c.dim;
-    if (mode == Recompute::blocks) visit_intermediates(*this, c, B, T, 1, dtype, f);
+    if (mode == Recompute::blocks) visit_intermediates(*this, c, B, T, 1, dtype, kernel, f);
     const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
     g(proj, {B, T, C});
     g(datty, {B, T, C});
@@ -34,13 +35,14 @@ BufferList Activations::transients(const GPT2Config& c, int B, int T, DType dtyp
   };
 }
 
-BufferList Activations::kept(const GPT2Config& c, int B, int T, DType dtype, Recompute mode) {
-  return [this, &c, B, T, dtype, mode](const BufferVisitor& f) {
+BufferList Activations::kept(const GPT2Config& c, int B, int T, DType dtype, Recompute mode, AttentionKernel kernel) {
+  return [this, &c, B, T, dtype, mode, kernel](const BufferVisitor& f) {
     const int64_t S = slots(mode, c.layers);
     const DType stat = ops::norm_stat_dtype(dtype);
     for (Tensor* t : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) f(*t, {S, B, T}, stat);
     for (Tensor* t : {&lnf_mean, &lnf_rstd}) f(*t, {B, T}, stat);
-    if (mode == Recompute::none) visit_intermediates(*this, c, B, T, S, dtype, f);
+    visit_attention_stats(B, T, c.heads, S, dtype, kernel, f);
+    if (mode == Recompute::none) visit_intermediates(*this, c, B, T, S, dtype, kernel, f);
   };
 }
 
@@ -102,7 +104,7 @@ void Layers<T>::block_forward(int l, const UnitTensors& p) const {
   ops::layernorm_forward(d, ln1, slice<Stat>(a.ln1_mean, s), slice<Stat>(a.ln1_rstd, s), residual, w(kLn1Weight),
                          w(kLn1Bias), N, C);
   linear_forward(kQkv, s, p, qkv, ln1, C, 3 * C);
-  ops::attention_forward(d, atty, slice<T>(a.att, s), qkv, B, Tn, C, NH);
+  a.attention_forward<T>(s, C, NH);
   linear_forward(kAttnOut, s, p, proj, atty, C, C);
   ops::residual_forward(d, residual2, residual, proj, NC);
   // x = x + c_proj(gelu(c_fc(ln_2(x))))
@@ -143,8 +145,7 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   // Attention branch.
   a.datty.zero_();
   linear_backward(kAttnOut, s, p, g, datty, dresidual, slice<T>(a.atty, s), C, C);
-  a.dqkv.zero_();
-  ops::attention_backward(d, dqkv, datty, slice<T>(a.qkv, s), slice<T>(a.att, s), B, Tn, C, NH);
+  a.attention_backward(s, a.dqkv, datty, C, NH);
   a.dln.zero_();
   linear_backward(kQkv, s, p, g, dln, dqkv, slice<T>(a.ln1, s), C, 3 * C);
   ops::layernorm_backward(d, dresidual, dw(kLn1Weight), dw(kLn1Bias), dln, a.block_input<T>(l),

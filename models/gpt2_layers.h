@@ -44,9 +44,9 @@ struct Activations : DecoderBuffers {
 
   // The model's part of the activation list (models/decoder.h: decoder_buffers): the LayerNorm statistics and,
   // without recomputation, the blocks' intermediates.
-  BufferList kept(const GPT2Config& c, int B, int T, DType dtype, Recompute mode);
+  BufferList kept(const GPT2Config& c, int B, int T, DType dtype, Recompute mode, AttentionKernel kernel);
   // What lives only inside one block's forward or backward, cut from the logits' region.
-  BufferList transients(const GPT2Config& c, int B, int T, DType dtype, Recompute mode);
+  BufferList transients(const GPT2Config& c, int B, int T, DType dtype, Recompute mode, AttentionKernel kernel);
 };
 
 // GPT-2's computation in dtype T (float or bf16, and double on cpu) over one set of

@@ -71,9 +71,12 @@ void Llama::init_unit(int unit, const UnitTensors& params, uint64_t seed) const 
   init_params("Llama", param_defs(config_, lora_, unit), params, unit, seed);
 }
 
+void Llama::set_attention(AttentionKernel kernel) { attention_ = decoder_attention(kernel); }
+
 int64_t Llama::activation_bytes(int B, int T, DType dtype) const {
   ZS_CHECK(B > 0 && T > 0, "Llama activation_bytes: B and T must be positive, got B=", B, " T=", T);
-  return decoder_activation_bytes<llama::Activations>(config_, B, T, dtype, recompute_, defers_head_gradient(B, T));
+  return decoder_activation_bytes<llama::Activations>(config_, B, T, dtype, recompute_, attention_,
+                                                          defers_head_gradient(B, T));
 }
 
 double Llama::flops_per_token(int T) const {
@@ -102,7 +105,8 @@ double Llama::run(ParamContext& ctx, const Batch& batch, bool backward, float lo
 template <class T>
 double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float loss_scale) {
   const bool defer = defers_head_gradient(batch.B, batch.T);
-  llama::Activations& acts = activations_for(acts_, config_, batch, dtype_of<T>(), ctx.device(), recompute_, defer);
+  llama::Activations& acts = activations_for(acts_, config_, batch, dtype_of<T>(), ctx.device(), recompute_,
+                                             attention_, defer);
   const llama::Layers<T> layers{config_, lora_, acts};
   const int L = config_.layers, final_unit = L + 1;
   const bool tied = config_.tie_embeddings;

@@ -10,8 +10,8 @@ namespace {
 // The layers' intermediates in the compute dtype, S slots each. Their RMSNorm statistics (another dtype,
 // few bytes) are listed with what is kept.
 void visit_intermediates(Activations& a, const LlamaConfig& c, int B, int T, int64_t S, DType dtype,
-                         const BufferVisitor& f) {
-  a.visit_attention(B, T, c.dim, c.heads, S, dtype, f);
+                         AttentionKernel kernel, const BufferVisitor& f) {
+  a.visit_attention(B, T, c.dim, c.heads, S, dtype, kernel, f);
   for (Tensor* t : {&a.gate, &a.up, &a.swiglu}) f(*t, {S, B, T, c.ffn_dim}, dtype);
   c.lora_plan().visit_hidden(a.lora_hidden, B, T, S, dtype, f);
 }
@@ -20,10 +20,11 @@ void visit_intermediates(Activations& a, const LlamaConfig& c, int B, int T, int
 
 // Projections before they are packed or added, the backward's scratch and, with recomputation, the one
 // slot of intermediates.
-BufferList Activations::transients(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode) {
-  return [this, &c, B, T, dtype, mode](const BufferVisitor& f) {
+BufferList Activations::transients(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode,
+                                   AttentionKernel kernel) {
+  return [this, &c, B, T, dtype, mode, kernel](const BufferVisitor& f) {
     const int64_t C = c.dim, KV = c.kv_dim(), F = c.ffn_dim;
-    if (mode == Recompute::blocks) visit_intermediates(*this, c, B, T, 1, dtype, f);
+    if (mode == Recompute::blocks) visit_intermediates(*this, c, B, T, 1, dtype, kernel, f);
     const auto g = [&](Tensor& t, const Shape& shape) { f(t, shape, dtype); };
     for (Tensor* t : {&proj, &q, &dq, &datty}) g(*t, {B, T, C});
     for (Tensor* t : {&k, &v, &dk, &dv}) g(*t, {B, T, KV});
@@ -32,13 +33,14 @@ BufferList Activations::transients(const LlamaConfig& c, int B, int T, DType dty
   };
 }
 
-BufferList Activations::kept(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode) {
-  return [this, &c, B, T, dtype, mode](const BufferVisitor& f) {
+BufferList Activations::kept(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode, AttentionKernel kernel) {
+  return [this, &c, B, T, dtype, mode, kernel](const BufferVisitor& f) {
     const int64_t S = slots(mode, c.layers);
     const DType stat = ops::norm_stat_dtype(dtype);
     for (Tensor* t : {&ln1_rstd, &ln2_rstd}) f(*t, {S, B, T}, stat);
     f(lnf_rstd, {B, T}, stat);
-    if (mode == Recompute::none) visit_intermediates(*this, c, B, T, S, dtype, f);
+    visit_attention_stats(B, T, c.heads, S, dtype, kernel, f);
+    if (mode == Recompute::none) visit_intermediates(*this, c, B, T, S, dtype, kernel, f);
   };
 }
 
@@ -103,7 +105,7 @@ void Layers<T>::block_forward(int l, const UnitTensors& p) const {
   ops::rope_forward(d, q, B, Tn, NH, HS, theta);
   ops::rope_forward(d, k, B, Tn, NKV, HS, theta);
   ops::gqa_pack(d, qkv, q, k, v, B, Tn, NH, NKV, HS);
-  ops::attention_forward(d, atty, slice<T>(a.att, s), qkv, B, Tn, C, NH);
+  a.attention_forward<T>(s, C, NH);
   linear_forward(kOProj, s, p, proj, atty, C, C);
   ops::residual_forward(d, residual2, residual, proj, NC);
   // x = x + down(silu(gate(h)) * up(h)) with h = rmsnorm(x)
@@ -143,9 +145,7 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   // Attention branch.
   a.datty.zero_();
   linear_backward(kOProj, s, p, g, a.datty.data<T>(), dresidual, slice<T>(a.atty, s), C, C);
-  a.dqkv.zero_();
-  ops::attention_backward(d, a.dqkv.data<T>(), a.datty.data<T>(), slice<T>(a.qkv, s), slice<T>(a.att, s), B, Tn,
-                          C, NH);
+  a.attention_backward(s, a.dqkv, a.datty.data<T>(), C, NH);
   a.dq.zero_();
   a.dk.zero_();
   a.dv.zero_();

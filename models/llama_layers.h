@@ -38,9 +38,9 @@ struct Activations : DecoderBuffers {
 
   // The model's part of the activation list (models/decoder.h: decoder_buffers): the RMSNorm statistics and,
   // without recomputation, the layers' intermediates.
-  BufferList kept(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode);
+  BufferList kept(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode, AttentionKernel kernel);
   // What lives only inside one layer's forward or backward, cut from the logits' region.
-  BufferList transients(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode);
+  BufferList transients(const LlamaConfig& c, int B, int T, DType dtype, Recompute mode, AttentionKernel kernel);
 };
 
 template <class T>

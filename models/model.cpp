@@ -1,6 +1,7 @@
 #include <zshard/model.h>
 
 #include <zshard/error.h>
+#include <zshard/ops.h>
 
 #include "kernels/option_names.h"
 
@@ -21,6 +22,34 @@ void Model::set_recompute(Recompute mode) {
     throw UsageError(detail::concat(option_setting(Option::recompute, "blocks", "Recompute::blocks"),
                                     ": this model does not support recomputation (it does not override "
                                     "Model::set_recompute)"));
+}
+
+void Model::set_attention(AttentionKernel kernel) {
+  if (kernel == AttentionKernel::fused)
+    throw UsageError(detail::concat(option_setting(Option::attention, "fused", "AttentionKernel::fused"),
+                                    ": this model has no fused attention (it does not override "
+                                    "Model::set_attention)"));
+}
+
+AttentionKernel choose_attention(Model& model, AttentionKernel requested, Device device, DType dtype,
+                                 std::string* fallback) {
+  const std::string why = ops::fused_attention_unavailable(device, dtype);
+  if (fallback) fallback->clear();
+  if (requested == AttentionKernel::fused && !why.empty())
+    throw UsageError(detail::concat(option_setting(Option::attention, "fused", "AttentionKernel::fused"), ": ", why));
+  if (requested == AttentionKernel::automatic && why.empty()) {
+    try {
+      model.set_attention(AttentionKernel::fused);
+      return AttentionKernel::fused;
+    } catch (const UsageError&) {
+      // A model without a fused path: automatic means its own.
+    }
+  }
+  // fp32 on a GPU keeps blocks by design (--help says so); a bf16 run without cuDNN is worth a line.
+  if (fallback && requested == AttentionKernel::automatic && dtype == DType::bf16) *fallback = why;
+  const AttentionKernel kernel = requested == AttentionKernel::fused ? requested : AttentionKernel::blocks;
+  model.set_attention(kernel);
+  return kernel;
 }
 
 }  // namespace zshard

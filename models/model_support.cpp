@@ -161,18 +161,19 @@ void cut_buffers(const Tensor& region, const BufferList& list) {
   });
 }
 
-bool BatchBuffers::fits(const Batch& batch, DType type, Device dev, Recompute mode) const {
+bool BatchBuffers::fits(const Batch& batch, DType type, Device dev, Recompute mode, AttentionKernel kernel) const {
   return !storage.empty() && B == batch.B && T == batch.T && dtype == type && device == dev &&
-         recompute == mode;
+         recompute == mode && attention == kernel;
 }
 
-void BatchBuffers::allocate(int b, int t, DType type, Device dev, Recompute mode,
+void BatchBuffers::allocate(int b, int t, DType type, Device dev, Recompute mode, AttentionKernel kernel,
                             const BufferList& list) {
   B = b;
   T = t;
   dtype = type;
   device = dev;
   recompute = mode;
+  attention = kernel;
   storage = allocate_buffers(list, device);
   token_copies = CopyStream::make(device, 1);
   if (device != Device::cpu) staging = Tensor::empty({2, b, t}, DType::i32, Device::cpu, Category::host);

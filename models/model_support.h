@@ -79,6 +79,7 @@ struct BatchBuffers {
   DType dtype = DType::f32;
   Device device = Device::cpu;
   Recompute recompute = Recompute::none;
+  AttentionKernel attention = AttentionKernel::blocks;
   std::vector<Tensor> storage;
   Tensor inputs, targets;  // (B,T) i32
   // On a device: page-locked host memory the batch's tokens pass through (a copy from pageable memory
@@ -93,10 +94,10 @@ struct BatchBuffers {
   }
   // The slot of block `layer`'s intermediates.
   int slot(int layer) const { return recompute == Recompute::blocks ? 0 : layer; }
-  // True when these buffers serve `batch` in `type` on `dev` with `mode` as they are.
-  bool fits(const Batch& batch, DType type, Device dev, Recompute mode) const;
+  // True when these buffers serve `batch` in `type` on `dev` with `mode` and `kernel` as they are.
+  bool fits(const Batch& batch, DType type, Device dev, Recompute mode, AttentionKernel kernel) const;
   // Records the shape and allocates every buffer `list` visits (the tokens among them).
-  void allocate(int b, int t, DType type, Device dev, Recompute mode, const BufferList& list);
+  void allocate(int b, int t, DType type, Device dev, Recompute mode, AttentionKernel kernel, const BufferList& list);
   // Copies the batch's host tokens into inputs and targets without draining the compute stream: on a copy
   // stream, after the work queued so far (the last micro-step's kernels read the tokens), with the compute
   // stream waiting for the copies. On a device the host writes the staging only once the last copy out of

@@ -55,6 +55,9 @@ int main(int argc, char** argv) {
       refuse("--save: '", save, "' holds a checkpoint already");
     const auto model = zshard::build_model("tiny", zshard::model_config("tiny"));
     const auto plan = zshard::resolve_plan({.strategy = {zshard::parse_strategy(args["--strategy"])}}, world.comm());
+    // zshard-train's --attention auto: fused where it runs on the plan's device and dtype, else blocks.
+    zshard::choose_attention(*model, zshard::AttentionKernel::automatic, plan.placement.device,
+                             plan.placement.param_dtype);
     zshard::Engine engine(*model, world.comm(), plan, {.tokens_per_step = int64_t(B) * T});
     if (!init_from.empty()) engine.import_weights(init_from);  // Hugging Face's names
     const int at = resume.empty() ? 0 : engine.load(resume).step;  // a checkpoint of any world size

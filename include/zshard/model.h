@@ -78,6 +78,12 @@ enum class Recompute {
   blocks,  // each block's input only; the block's forward is recomputed right before its backward
 };
 
+// How a model computes causal attention (--attention). A model keeps for the backward either the softmax
+// probabilities, (B, heads, T, T) a block (blocks), or only each query row's log-sum-exp, (B, heads, T)
+// a block, recomputing the probabilities inside the backward (fused). automatic picks fused where it runs
+// (choose_attention). The results differ by rounding only.
+enum class AttentionKernel { automatic, fused, blocks };
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -102,6 +108,10 @@ class Model {
   // Applies to every later forward_backward and activation_bytes. The default accepts none only: a model
   // that recomputes nothing throws UsageError for blocks.
   virtual void set_recompute(Recompute mode);
+  // Applies to every later forward_backward and activation_bytes: fused or blocks (automatic is resolved by
+  // choose_attention, for a device and dtype, before it gets here). The default accepts blocks only, what
+  // a model of one's own computes (its attention, if any, its own way): fused throws UsageError.
+  virtual void set_attention(AttentionKernel kernel);
   // Token ids run from 0 to vocab_size() - 1; sequences are at most context_length() tokens.
   virtual int vocab_size() const = 0;
   virtual int context_length() const = 0;
@@ -112,5 +122,12 @@ class Model {
 
 // Parameter elements of all units.
 int64_t num_params(const Model& model);
+
+// Sets the attention `model` computes in `dtype` on `device` and returns it. fused is refused where it
+// cannot run there (UsageError naming why: ops::fused_attention_unavailable); automatic takes fused where
+// it runs and the model has it, else blocks, and writes to `fallback` (when given) why a bf16 run on a
+// device kept blocks (no cuDNN at run time), "" otherwise.
+AttentionKernel choose_attention(Model& model, AttentionKernel requested, Device device, DType dtype,
+                                 std::string* fallback = nullptr);
 
 }  // namespace zshard

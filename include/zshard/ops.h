@@ -4,11 +4,11 @@
 //
 // Conventions: arrays are contiguous and row-major (N = rows, B*T; C = channels; OC = output channels;
 // V = vocabulary; NH = heads). Backward ops ACCUMULATE (+=) into every gradient they write, activation
-// gradients included, so the caller zeroes; tied weights and gradient accumulation come free. A null
-// parameter gradient (linear's dweight and dbias, the norms' dweight and dbias, the embedding's dwte and
-// dwpe, each on its own) is a frozen parameter's (ParamContext::grads): the op skips it and still computes
-// the input gradient, the same bits as with it. Linear
-// weights use the Hugging Face GPT-2 Conv1D layout (in, out): out = inp @ W + b, unless an op takes a
+// gradients included, so the caller zeroes (fused_attention_backward, which writes, aside); tied weights
+// and gradient accumulation come free. A null parameter gradient (linear's dweight and dbias, the norms'
+// dweight and dbias, the embedding's dwte and dwpe, each on its own) is a frozen parameter's
+// (ParamContext::grads): the op skips it and still computes the input gradient, the same bits as with it.
+// Linear weights use the Hugging Face GPT-2 Conv1D layout (in, out): out = inp @ W + b, unless an op takes a
 // WeightLayout.
 //
 // Element types: float and bf16 on both devices, and double on cpu. Any other pairing throws, naming the op.
@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <type_traits>
 
 #include <zshard/dtype.h>
@@ -32,7 +33,8 @@ template <class T>
 void embedding_backward(Device d, T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn,
                         int C);
 // LayerNorm's saved mean and rstd are NormStat<T>: fp32 for bf16, since the backward rebuilds xhat from
-// them and an rstd rounded to bf16 would be off by up to 0.4%; the compute type otherwise.
+// them and an rstd rounded to bf16 would be off by up to 0.4%; the compute type otherwise. Fused
+// attention's log-sum-exp is kept the same way (AttentionStat).
 template <class T>
 using NormStat = std::conditional_t<std::is_same_v<T, bf16>, float, T>;
 inline DType norm_stat_dtype(DType compute) { return compute == DType::bf16 ? DType::f32 : compute; }
@@ -99,6 +101,22 @@ void attention_forward(Device d, T* out, T* att, const T* qkv, int B, int Tn, in
 template <class T>
 void attention_backward(Device d, T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C,
                         int NH);
+// Causal attention that never holds (B,NH,T,T): the forward saves each query row's log-sum-exp, lse
+// (B,NH,T) in AttentionStat<T>, and the backward recomputes the probabilities from qkv and lse, reading the
+// forward's output `out`. The backward WRITES dqkv (cuDNN's kernel has no accumulating form). On cuda in
+// bf16 only, through cuDNN loaded at run time; on cpu in every element type. fused_attention_unavailable
+// says why it cannot run where it cannot.
+template <class T>
+using AttentionStat = NormStat<T>;
+inline DType attention_stat_dtype(DType compute) { return norm_stat_dtype(compute); }
+template <class T>
+void fused_attention_forward(Device d, T* out, AttentionStat<T>* lse, const T* qkv, int B, int Tn, int C, int NH);
+template <class T>
+void fused_attention_backward(Device d, T* dqkv, const T* dout, const T* qkv, const T* out,
+                              const AttentionStat<T>* lse, int B, int Tn, int C, int NH);
+// Why fused attention cannot compute in `dtype` on `device` in this process ("" where it can): e.g. fp32
+// on cuda, or no libcudnn to load.
+std::string fused_attention_unavailable(Device device, DType dtype);
 template <class T>
 void gelu_forward(Device d, T* out, const T* inp, size_t n);
 template <class T>

@@ -1,16 +1,18 @@
-// bf16 causal attention as the CUDA twin computes it (kernels/cuda/attention.cu): the same plan of GEMMs and
-// softmax passes (kernels/causal_blocks.h), each GEMM a bf16 GEMM with fp32 accumulation, the scores,
-// probabilities and score gradients stored in bf16 between them, and the softmax passes in fp32 on the
-// stored values, each rounding once.
+// bf16 causal attention as the CUDA twins compute it. Blocks (kernels/cuda/attention.cu): the same plan of
+// GEMMs and softmax passes (kernels/causal_blocks.h), each GEMM a bf16 GEMM with fp32 accumulation, the
+// scores, probabilities and score gradients stored in bf16 between them, and the softmax passes in fp32 on
+// the stored values, each rounding once. Fused (cuDNN's SDPA, kernels/cuda/cudnn/): everything between the
+// bf16 inputs and the bf16 outputs in fp32, the fp32 op on fp32 copies rounded once.
 #include <algorithm>
 #include <cmath>
-
 
 #include "kernels/causal_blocks.h"
 #include "kernels/cpu/bf16_math.h"
 #include "kernels/cpu/ops.h"
 
 namespace zshard::cpu {
+
+using bf16_math::Fp32;
 
 namespace {
 
@@ -66,6 +68,23 @@ void attention_backward<bf16>(bf16* dqkv, const bf16* dout, const bf16* qkv, con
   Buffer scratch(size_t(chunk) * NH * Tn * Tn * sizeof(bf16), Device::cpu, Category::workspace);
   causal_blocks::attention_backward(grid_gemm, softmax_backward, static_cast<bf16*>(scratch.data()), dqkv, dout,
                                     qkv, att, B, Tn, C, NH);
+}
+
+template <>
+void fused_attention_forward<bf16>(bf16* out, float* lse, const bf16* qkv, int B, int Tn, int C, int NH) {
+  const size_t rows = size_t(B) * Tn;
+  const Fp32 qkv32(qkv, rows * 3 * C), out32(rows * C);
+  fused_attention_forward<float>(out32.get(), lse, qkv32.get(), B, Tn, C, NH);
+  out32.round_into(out);
+}
+
+template <>
+void fused_attention_backward<bf16>(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                                    int B, int Tn, int C, int NH) {
+  const size_t rows = size_t(B) * Tn;
+  const Fp32 qkv32(qkv, rows * 3 * C), dout32(dout, rows * C), out32(out, rows * C), dqkv32(rows * 3 * C);
+  fused_attention_backward<float>(dqkv32.get(), dout32.get(), qkv32.get(), out32.get(), lse, B, Tn, C, NH);
+  dqkv32.round_into(dqkv);
 }
 
 }  // namespace zshard::cpu

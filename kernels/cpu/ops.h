@@ -102,6 +102,14 @@ template <class T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int NH);
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int NH);
+// The same attention without the (B,NH,T,T) probabilities: the forward saves each query row's
+// log-sum-exp of its scaled scores, lse (B,NH,T); the backward recomputes the probabilities from qkv and
+// lse, reads the forward's output `out`, and WRITES dqkv (not accumulated: cuDNN's twin has no beta).
+template <class T>
+void fused_attention_forward(T* out, Compute<T>* lse, const T* qkv, int B, int Tn, int C, int NH);
+template <class T>
+void fused_attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const Compute<T>* lse, int B,
+                              int Tn, int C, int NH);
 
 // GELU, tanh approximation (Hugging Face "gelu_new").
 template <class T>
@@ -181,11 +189,12 @@ void dequantize_blocks(T* out, const int8_t* q, const float* scales, size_t n, Q
 // so that the cpu runs mixed precision through the same code above the kernels as a GPU and is the
 // reference for it: GEMMs take the bf16 values and accumulate in fp32 (out = bf16(alpha A B + beta C));
 // a linear layer's bias is added to the GEMM's rounded output and rounded again; attention stores its
-// scores, probabilities and score gradients in bf16 between its GEMMs and softmax passes; a backward adds
-// its fp32 result into the bf16 gradient with one rounding; the embedding backward sums each token's rows
-// in fp32 and adds once; cross-entropy's returned sum is of the fp32 row losses. Where an op's arithmetic
-// is the fp32 op's, it runs that op on fp32 copies (kernels/cpu/bf16_ops.cpp, bf16_attention.cpp).
-// gqa_pack is a copy, instantiated for bf16 as it is.
+// scores, probabilities and score gradients in bf16 between its GEMMs and softmax passes, while fused
+// attention keeps them in fp32, as cuDNN's kernel does, and rounds its output and qkv's gradient once; a
+// backward adds its fp32 result into the bf16 gradient with one rounding; the embedding backward sums each
+// token's rows in fp32 and adds once; cross-entropy's returned sum is of the fp32 row losses. Where an op's
+// arithmetic is the fp32 op's, it runs that op on fp32 copies (kernels/cpu/bf16_ops.cpp,
+// bf16_attention.cpp). gqa_pack is a copy, instantiated for bf16 as it is.
 template <> void embedding_forward<bf16>(bf16*, const int32_t*, const bf16*, const bf16*, int, int, int);
 template <> void embedding_backward<bf16>(bf16*, bf16*, const bf16*, const int32_t*, int, int, int);
 template <> void layernorm_forward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*, int,
@@ -207,6 +216,9 @@ template <> void gemm<bf16>(bool, bool, int, int, int, float, const bf16*, int, 
                             bf16*, int);
 template <> void attention_forward<bf16>(bf16*, bf16*, const bf16*, int, int, int, int);
 template <> void attention_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int, int, int, int);
+template <> void fused_attention_forward<bf16>(bf16*, float*, const bf16*, int, int, int, int);
+template <> void fused_attention_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const float*, int,
+                                                int, int, int);
 template <> void gelu_forward<bf16>(bf16*, const bf16*, size_t);
 template <> void gelu_backward<bf16>(bf16*, const bf16*, const bf16*, size_t);
 template <> void residual_forward<bf16>(bf16*, const bf16*, const bf16*, size_t);

@@ -93,17 +93,6 @@ __device__ float block_reduce(float x, float* scratch) {
   return kMax ? warp_max(r) : warp_sum(r);
 }
 
-// Scratch memory for an op on `stream`, from the tracking allocator (Category::workspace). The allocator
-// frees in order on the legacy default stream, which waits for the work of every blocking stream, so the
-// memory cannot be reused while the op's kernels still run; a non-blocking stream would break that and
-// is refused.
-inline Buffer workspace(size_t bytes, cudaStream_t stream) {
-  unsigned flags = 0;
-  if (stream) ZS_CUDA_CHECK(cudaStreamGetFlags(stream, &flags));
-  ZS_CHECK(!(flags & cudaStreamNonBlocking), "CUDA ops that take scratch memory run on blocking streams only");
-  return Buffer(bytes, Device::cuda, Category::workspace);
-}
-
 // Row-major C = alpha op(A) op(B) + beta C for each matrix of `grid`, matrix (b, h) of each operand at its
 // strides' offset (linear.cu).
 template <class T>

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "kernels/cpu/ops.h"
 
@@ -100,6 +101,15 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
                         cudaStream_t stream = nullptr);
 // Batch elements per pass of attention_backward: its (chunk, NH, T, T) score-gradient scratch is bounded.
 int attention_backward_chunk(int B, int Tn, int NH, size_t element_size);
+
+// <zshard/ops.h>'s fused attention through cuDNN's SDPA, bf16 with fp32 statistics (kernels/cuda/cudnn/,
+// compiled where cuDNN's frontend headers were found: ZSHARD_WITH_CUDNN). libcudnn is loaded at run time,
+// by the first call of cudnn_unavailable, which returns "" once it is loaded and else why it cannot be.
+std::string cudnn_unavailable();
+void fused_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int Tn, int C, int NH,
+                             cudaStream_t stream = nullptr);
+void fused_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                              int B, int Tn, int C, int NH, cudaStream_t stream = nullptr);
 
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t n, cudaStream_t stream = nullptr);

@@ -179,6 +179,13 @@ void wait_event(cudaEvent_t event) {
   }
 }
 
+Buffer workspace(size_t bytes, cudaStream_t stream) {
+  unsigned flags = 0;
+  if (stream) ZS_CUDA_CHECK(cudaStreamGetFlags(stream, &flags));
+  ZS_CHECK(!(flags & cudaStreamNonBlocking), "CUDA ops that take scratch memory run on blocking streams only");
+  return Buffer(bytes, Device::cuda, Category::workspace);
+}
+
 cublasHandle_t cublas_handle() {
   thread_local HandleHolder holder;
   if (!holder.handle) ZS_CUBLAS_CHECK(cublasCreate(&holder.handle));

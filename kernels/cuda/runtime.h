@@ -9,6 +9,8 @@
 #include <memory>
 #include <string_view>
 
+#include "kernels/allocator.h"
+
 namespace zshard {
 class CopyStream;
 }
@@ -51,6 +53,12 @@ void release_pool_memory() noexcept;
 
 // The cuBLAS handle of the current thread (created on first use, lives until the thread ends).
 cublasHandle_t cublas_handle();
+
+// Scratch memory for an op on `stream`, from the tracking allocator (Category::workspace). The allocator
+// frees in order on the legacy default stream, which waits for the work of every blocking stream, so the
+// memory cannot be reused while the op's kernels still run; a non-blocking stream would break that and
+// is refused.
+Buffer workspace(size_t bytes, cudaStream_t stream);
 
 // CopyStream::make for a GPU (kernels/copy_stream.h).
 std::unique_ptr<CopyStream> make_copy_stream(int marks);

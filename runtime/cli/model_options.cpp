@@ -1,8 +1,10 @@
 #include "runtime/cli/model_options.h"
 
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -117,6 +119,25 @@ void add_recompute_flag(CLI::App& app, Recompute& mode) {
              "(less activation memory, one more block forward per step, the same results)");
 }
 
+std::string_view attention_flag(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::fused: return "fused";
+    case AttentionKernel::blocks: return "blocks";
+    default: return "auto";
+  }
+}
+
+void add_attention_flag(CLI::App& app, AttentionKernel& kernel) {
+  Choices<AttentionKernel> kernels;
+  for (AttentionKernel k : {AttentionKernel::automatic, AttentionKernel::fused, AttentionKernel::blocks})
+    kernels.emplace_back(std::string(attention_flag(k)), k);
+  add_choice(app, "--attention", kernel, kernels,
+             "auto: fused where it runs, else blocks; fused: keep each query row's softmax statistics only and "
+             "recompute the probabilities in backward (on cpu in every dtype; on cuda in bf16 only, through "
+             "cuDNN loaded at run time, so fp32 on cuda keeps blocks); blocks: keep the (batch, heads, seq, seq) "
+             "probabilities. The same results but for rounding");
+}
+
 void add_freeze_flag(CLI::App& app, std::vector<std::string>& patterns) {
   add_list_option(app, "--freeze", patterns,
                   "parameters to freeze, by name, '*' matching any characters: e.g. 'wte.weight,h.*.ln_*' (no "
@@ -151,11 +172,24 @@ void add_model_flags(CLI::App& app, ModelOptions& o) {
           },
           "UINT"));
   add_recompute_flag(app, o.recompute);
+  add_attention_flag(app, o.attention);
   add_freeze_flag(app, o.freeze);
 }
 
 bool freezes_parameters(const ModelOptions& o) { return !o.freeze.empty() || o.overrides.count("lora_rank"); }
 
 ModelConfig resolve_model_config(const ModelOptions& o) { return model_config(o.name, o.overrides); }
+
+AttentionKernel configure_model(Model& model, const ModelOptions& o, const Placement& placement, std::ostream* note) {
+  model.set_recompute(o.recompute);
+  std::string fallback;
+  const AttentionKernel kernel =
+      choose_attention(model, o.attention, placement.device, placement.param_dtype, &fallback);
+  // Once per process: a run may build its model again (--batch auto's attempts, zshard-bench's strategies).
+  static std::atomic<bool> said{false};
+  if (note && !fallback.empty() && !said.exchange(true))
+    *note << "zshard: --attention auto: blocks, not fused (" << fallback << ")\n";
+  return kernel;
+}
 
 }  // namespace zshard

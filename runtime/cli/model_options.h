@@ -1,12 +1,14 @@
 // The model a run trains, and its flags: --model, --config and its shorthands, --init-from, --seed,
-// --activation-checkpointing.
+// --activation-checkpointing, --attention.
 #pragma once
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
 #include <zshard/model.h>
 #include <zshard/model_registry.h>
+#include <zshard/plan.h>
 
 #include "runtime/cli/cli_fwd.h"
 
@@ -20,6 +22,8 @@ struct ModelOptions {
   uint64_t seed = 1337;       // initial parameters, the same whatever the world
   // What the model keeps for backward; changes memory and compute, never the results.
   Recompute recompute = Recompute::none;
+  // How it computes attention; changes memory and speed, the results by rounding only.
+  AttentionKernel attention = AttentionKernel::automatic;
   std::vector<std::string> freeze;  // --freeze: parameter name patterns (EngineOptions::freeze)
 };
 
@@ -31,6 +35,10 @@ std::string_view recompute_flag(Recompute mode);
 void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides);
 // --activation-checkpointing none|blocks: the tools that run a model or size its activations.
 void add_recompute_flag(CLI::App& app, Recompute& mode);
+// How --attention spells a kernel: auto, fused, blocks.
+std::string_view attention_flag(AttentionKernel kernel);
+// --attention auto|fused|blocks: the tools that run a model or size its activations.
+void add_attention_flag(CLI::App& app, AttentionKernel& kernel);
 // --freeze PATTERN,...: the tools that train a model or size its memory.
 void add_freeze_flag(CLI::App& app, std::vector<std::string>& patterns);
 // All of the above with --init-from, --seed and --freeze.
@@ -42,5 +50,12 @@ bool freezes_parameters(const ModelOptions& options);
 
 // The registered configuration of the model with the overrides; UsageError naming the flag.
 ModelConfig resolve_model_config(const ModelOptions& options);
+
+// Sets what `model` keeps for backward from `options`: its recompute mode, and its attention for computing
+// on `placement`'s device in its dtype (choose_attention: --attention fused where it cannot run throws
+// UsageError). Where auto keeps blocks for want of cuDNN, one line says so to `note` (when given), once
+// per process.
+AttentionKernel configure_model(Model& model, const ModelOptions& options, const Placement& placement,
+                                std::ostream* note = nullptr);
 
 }  // namespace zshard

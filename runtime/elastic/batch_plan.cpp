@@ -27,7 +27,13 @@ TrainingRun read_training_flags(const std::vector<std::string>& command) {
   const ModelOptions& model = run.options.model;
   if (std::find(known.begin(), known.end(), model.name) != known.end()) {
     run.model = build_model(model.name, resolve_model_config(model));
-    run.model->set_recompute(model.recompute);
+    try {
+      configure_model(*run.model, model, run.options.plan.placement);
+    } catch (const UsageError&) {
+      // --attention fused that this host cannot run (no cuDNN here): the job's hosts decide. The
+      // probabilities kept, the plan is on the safe side.
+      run.model->set_attention(AttentionKernel::blocks);
+    }
   }
   return run;
 }

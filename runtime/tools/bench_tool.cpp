@@ -228,7 +228,7 @@ std::string hostname() {
 
 // The --json document: the run's set-up and every strategy's results.
 json report_json(const json& results, const TrainOptions& options, const ModelConfig& config, const Model& model,
-                 const BenchOptions& bench, const comm::Communicator& world) {
+                 AttentionKernel attention, const BenchOptions& bench, const comm::Communicator& world) {
   const DataOptions& data = options.data;
   return {{"tool", "zshard-bench"},
           {"machine", {{"host", hostname()}, {"hardware_threads", std::thread::hardware_concurrency()}}},
@@ -241,6 +241,7 @@ json report_json(const json& results, const TrainOptions& options, const ModelCo
           {"max_inflight", options.plan.strategy.max_inflight},
           {"offload", options.plan.placement.offload_optimizer ? "optimizer" : "none"},
           {"activation_checkpointing", recompute_flag(options.model.recompute)},
+          {"attention", attention_flag(attention)},
           {"warmup_steps", bench.warmup_steps},
           {"rank_batch_splits", bench.splits},
           {"rebalance_every", data.rebalance_interval()},
@@ -282,10 +283,13 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
     std::vector<std::string> to_run;
     ModelConfig config;
     std::unique_ptr<Model> model;
+    AttentionKernel attention = AttentionKernel::blocks;
     DataOptions& data = options.data;
     run_agreed(world, [&] {
       config = resolve_model_config(options.model);
       model = build_model(options.model.name, config);
+      // What each strategy's trainer will pick (its own line, if any, says why auto keeps blocks).
+      attention = configure_model(*model, options.model, options.plan.placement);
       if (data.auto_batch)
         throw UsageError("--batch auto is zshard-train's: zshard-bench runs every strategy on one given --batch");
       if (options.optimizer.steps < 1)
@@ -358,7 +362,8 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
     if (bench.json_path.empty()) return;
     run_agreed(world, [&] {
       if (rank == 0)
-        write_file_atomically(bench.json_path, report_json(results, options, config, *model, bench, world).dump(2) + "\n");
+        write_file_atomically(bench.json_path,
+                              report_json(results, options, config, *model, attention, bench, world).dump(2) + "\n");
     });
   });
 }

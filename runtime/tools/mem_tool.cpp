@@ -68,6 +68,7 @@ struct MemOptions {
   int grad_accum = 1;
   int max_inflight = 2;
   Recompute recompute = Recompute::none;
+  AttentionKernel attention = AttentionKernel::automatic;
   std::vector<std::string> freeze;
   bool offload_optimizer = false;
   bool async_saves = false;
@@ -109,9 +110,14 @@ bool check_against(const json& doc, const std::string& path) {
                                     mode, "'"));
   model->set_recompute(mode == "blocks" ? Recompute::blocks
                                                        : Recompute::none);
+  // Files written before the attention was recorded kept the probabilities.
+  const std::string attention = doc.value("attention", "blocks");
+  if (attention != "fused" && attention != "blocks")
+    throw UsageError(detail::concat("--check ", path, ": attention must be fused or blocks, got '", attention, "'"));
+  model->set_attention(attention == "fused" ? AttentionKernel::fused : AttentionKernel::blocks);
   std::cout << "estimate vs zshard-bench (" << path << "): " << m.at("name").get<std::string>() << ", world "
             << doc.at("world") << ", rank batch " << doc.at("rank_batch_max") << "x" << doc.at("seq")
-            << (mode == "blocks" ? ", activation checkpointing" : "") << "\n"
+            << (mode == "blocks" ? ", activation checkpointing" : "") << ", attention " << attention << "\n"
             << std::left << std::setw(9) << "strategy" << std::right << std::setw(14) << "states est"
             << std::setw(14) << "measured" << std::setw(8) << "ratio" << std::setw(14) << "peak est" << std::setw(14)
             << "measured" << std::setw(8) << "ratio" << "\n";
@@ -213,6 +219,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   app.add_option("--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once");
   add_comm_mode_flags(app, o.comm_modes);
   add_recompute_flag(app, o.recompute);
+  add_attention_flag(app, o.attention);
   add_offload_flag(app, o.offload_optimizer);
   app.add_flag("--async-saves", o.async_saves,
                "count the host snapshot of periodic asynchronous saves (zshard-train --save-every with the "
@@ -235,7 +242,8 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   // Flags that would be silently ignored: a bare count has no configuration and no activations, and --check
   // takes everything from its file.
   for (const char* model_only : {"--config", "--layers", "--dim", "--heads", "--vocab", "--ctx", "--kv-heads",
-                                 "--ffn-dim", "--rope-theta", "--tie-embeddings", "--activation-checkpointing"})
+                                 "--ffn-dim", "--rope-theta", "--tie-embeddings", "--activation-checkpointing",
+                                 "--attention"})
     app.get_option("--params")->excludes(app.get_option(model_only));
   for (CLI::Option* opt : app.get_options())
     if (opt != check && opt != app.get_help_ptr() && opt->get_name() != "--json") check->excludes(opt);
@@ -294,6 +302,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     } else {
       model = build_model(o.model, model_config(o.model, o.overrides));
       model->set_recompute(o.recompute);
+      choose_attention(*model, o.attention, plan.placement.device, plan.placement.param_dtype);
       if (o.seq > model->context_length())
         throw UsageError(detail::concat("--seq ", o.seq, " exceeds the model's context of ", model->context_length()));
       base.model = model.get();

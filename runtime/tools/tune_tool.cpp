@@ -316,6 +316,8 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
     const double time_budget = parse_seconds(o.time_budget);
     const int world = std::accumulate(o.hosts.begin(), o.hosts.end(), 0);
     const std::unique_ptr<Model> model = build_model(o.model, model_config(o.model, o.overrides));
+    // The candidates run with zshard-train's default attention: estimated as they will run.
+    choose_attention(*model, AttentionKernel::automatic, o.device, o.param_dtype == "bf16" ? DType::bf16 : DType::f32);
     if (o.seq > model->context_length())
       throw UsageError(detail::concat("--seq ", o.seq, " exceeds the model's context of ", model->context_length()));
     if (o.data != "default") {  // checked once here, not failed by every candidate in turn

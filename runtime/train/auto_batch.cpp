@@ -56,7 +56,7 @@ std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Commun
   int rank_batch = 0;
   run_agreed(world, [&] {
     const std::unique_ptr<Model> model = build_model(options.model.name, resolve_model_config(options.model));
-    model->set_recompute(options.model.recompute);
+    configure_model(*model, options.model, plan.placement);
     const BatchShape shape{data.batch, data.seq, data.grad_accum, true, options.saves.snapshots(), options.model.freeze};
     rank_batch = largest_rank_batch_fitting(plan, *model, shape, budget);
     if (rank_batch == 0) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <iomanip>
+#include <iostream>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
@@ -51,8 +52,8 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     validate_options(options_, world.size());
     config_ = resolve_model_config(options_.model);
     model_ = build_model(options_.model.name, config_);
-    // Before the memory check, which sizes activations for the mode set.
-    model_->set_recompute(options_.model.recompute);
+    // Before the memory check, which sizes activations for what the model keeps.
+    configure_model(*model_, options_.model, plan.placement, world.rank() == 0 ? &std::cerr : nullptr);
     if (data.seq > model_->context_length())
       refuse("--seq ", data.seq, " exceeds the model's context of ", model_->context_length(), " tokens");
     if (num_params(*model_) < world.size())

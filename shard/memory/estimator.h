@@ -2,10 +2,11 @@
 // that was never run, from the ZeRO model-state arithmetic (zero_arithmetic.h) plus what zshard's runtime
 // allocates around it: gathered units in flight, transient full-size gradient buffers, activations.
 // Works from any Model (every term: its units, padded by the flat-layout code that shards them, and its
-// activation_bytes in the recompute mode set on it) or from a bare parameter count (model states only:
-// without units there is nothing to size the other terms from). Left out: the short-lived scratch of the
-// CUDA ops (the report's `workspace`): attention's score gradients (up to 256 MiB, or one sequence's if
-// that is more) and a few bytes per token.
+// activation_bytes in the recompute mode and attention set on it: blocks attention's (B, heads, T, T)
+// probabilities, or fused attention's (B, heads, T) statistics) or from a bare parameter count (model states
+// only: without units there is nothing to size the other terms from). Left out: the short-lived scratch of
+// the ops (the report's `workspace`): blocks attention's score gradients (up to 256 MiB, or one sequence's if
+// that is more; fused attention has none), cuDNN's workspace and a few bytes per token.
 #pragma once
 #include <cstdint>
 #include <string>

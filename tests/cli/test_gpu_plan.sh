@@ -1,10 +1,11 @@
 # shellcheck shell=bash
 # The one-call plan for a lent GPU (scripts/gpu-acceptance.sh), tested where there is no GPU: its dry run
 # lists every step in order with its time limit within the budget, reports each GPU step SKIP, round-trips
-# a synthetic build through the archive code, lists where setup looks for the CUDA libraries and the tiny
-# step's runs and comparisons, which it runs on this build with cpu in place of cuda, writes the summary
-# and results files the device tool returns (at most 8 files), and exits 0; nothing is built. `prepare`
-# refuses a build archive of other sources than the tree that is sent. Its usage errors exit 2.
+# a synthetic build through the archive code, lists where setup looks for the CUDA libraries, the tiny
+# step's runs and comparisons, which it runs on this build with cpu in place of cuda, and the gpt2 step's
+# runs (fused attention the base, blocks a switch), writes the summary and results files the device tool
+# returns (at most 8 files), and exits 0; nothing is built. `prepare` refuses a build archive of other
+# sources than the tree that is sent. Its usage errors exit 2.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 PLAN="$ZSHARD_SRC/scripts/gpu-acceptance.sh"
@@ -58,6 +59,16 @@ assert compares["offloaded fp32 vs cpu"].startswith("losses $LOGS/tiny_gpu-offlo
 assert compares["checkpointed fp32 vs not"].startswith("losses $LOGS/tiny_gpu-recompute-fp32.jsonl $LOGS/tiny_gpu-fp32.jsonl"), compares
 assert compares["saved on cuda, resumed on cpu"] == "resumed $LOGS/tiny_resumed-on-cpu.jsonl $LOGS/tiny_cpu-fp32.jsonl 1e-4", compares
 assert compares["saved on cpu, resumed on cuda"] == "resumed $LOGS/tiny_resumed-on-gpu.jsonl $LOGS/tiny_gpu-fp32.jsonl 1e-4", compares
+PY
+expect_true "gpt2 lists its runs at batch 8: fused attention the base, blocks attention a switch measured against it" \
+  python3 - "$WORK/plan" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+runs = re.findall(r"^  \$BUILD/zshard-bench --model gpt2 .*--batch 8 .*--json \$LOGS/(\S+) (.*)$", text, re.M)
+flags = dict(runs)
+assert flags["gpt2_b8.json"] == "--attention fused", runs
+assert flags["gpt2_b8_attention=blocks.json"] == "--attention blocks", runs
+assert flags["gpt2_b8_offload=optimizer.json"] == "--attention fused --offload optimizer", runs
 PY
 expect_true "tiny's runs and comparisons, run on this build with cpu for cuda, all pass" python3 - "$WORK/out-dir/results.json" "$WORK/plan" <<'PY'
 import json, re, sys

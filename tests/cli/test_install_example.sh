@@ -89,6 +89,10 @@ d = json.load(open('$WORK/mem.json'))
 assert d['model'] == 'bigram' and len(d['rows']) == 6"
 expect_failure "own model refuses recomputation" 2 "--activation-checkpointing blocks: this model does not" -- \
   "$OWN" --activation-checkpointing blocks --steps 1
+# Its attention is its own: auto leaves it be (the runs above), fused is refused in one line on every rank.
+expect_failure "own model refuses fused attention" 2 "--attention fused: this model has no fused attention" -- \
+  "${MPIRUN[@]}" -np 2 "$OWN" --attention fused --steps 1
+expect_one_line "own model refuses fused attention" "--attention fused"
 check "own_model mem --check on its bench" "$OWN" mem --check "$WORK/bench.json"
 # Its tune mode times candidates with its own bench mode (zshard-bench has no bigram), without checkpointing
 # (the model cannot recompute), and prints its own command line.

@@ -1,6 +1,7 @@
 #include "tests/support/model_checks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -145,6 +146,43 @@ std::pair<int64_t, int64_t> expect_recompute_shrinks_activations(Model& model, c
   }
   EXPECT_LT(bytes[1], bytes[0]);
   return {bytes[0], bytes[1]};
+}
+
+void expect_fused_attention_matches_blocks(Model& model, const LocalParams& params, DType dtype,
+                                           const RandomTokens& data, double tol) {
+  const auto live = [] { return Allocator::of(Device::cpu).stats().live[int(Category::activations)]; };
+  const int64_t before = live();  // a model that has not run holds no activations
+  const std::vector<UnitSpec> units = model.units();
+  for (Recompute mode : {Recompute::none, Recompute::blocks}) {
+    SCOPED_TRACE(mode == Recompute::blocks ? "checkpointed" : "not checkpointed");
+    model.set_recompute(mode);
+    LocalParams blocks(model, dtype), fused(model, dtype);
+    blocks.copy_params_from(params);
+    fused.copy_params_from(params);
+    int64_t bytes[2] = {0, 0};
+    double losses[2] = {0, 0};
+    for (auto [ctx, kernel, i] : {std::tuple{&blocks, AttentionKernel::blocks, 0},
+                                  std::tuple{&fused, AttentionKernel::fused, 1}}) {
+      model.set_attention(kernel);
+      losses[i] = model.forward_backward(*ctx, data.batch(), 0.25f);
+      bytes[i] = model.activation_bytes(data.B, data.T, dtype);
+      EXPECT_EQ(live() - before, bytes[i]) << (i ? "fused" : "blocks");
+    }
+    EXPECT_LT(bytes[1], bytes[0]);
+    EXPECT_NEAR(losses[1], losses[0], tol * std::abs(losses[0]));
+    for (int u = 0; u < blocks.num_units(); ++u)
+      for (size_t i = 0; i < units[u].params.size(); ++i) {
+        const Tensor &a = blocks.grad_tensors(u)[i], &b = fused.grad_tensors(u)[i];
+        if (a.defined()) EXPECT_LE(max_rel_diff(to_doubles(b), to_doubles(a)), tol) << units[u].params[i].name;
+      }
+    ASSERT_EQ(blocks.events().size(), fused.events().size());
+    for (size_t e = 0; e < blocks.events().size(); ++e) {
+      EXPECT_EQ(blocks.events()[e].call, fused.events()[e].call) << "protocol call " << e;
+      EXPECT_EQ(blocks.events()[e].unit, fused.events()[e].unit) << "protocol call " << e;
+    }
+  }
+  model.set_recompute(Recompute::none);
+  model.set_attention(AttentionKernel::blocks);
 }
 
 }  // namespace zshard::test

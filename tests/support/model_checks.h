@@ -50,4 +50,12 @@ void expect_tied_gradient_opens(Model& model, const RandomTokens& data, bool def
 // activation_bytes; blocks needs fewer. Returns {none, blocks} bytes.
 std::pair<int64_t, int64_t> expect_recompute_shrinks_activations(Model& model, const RandomTokens& data);
 
+// On a model that has not run yet: forward_backward on `data` with blocks and then with fused attention,
+// with and without checkpointing, each in a fresh context of `dtype` holding `params`'s values: gtest
+// failures unless the losses agree to `tol` relative, every gradient to `tol` (max_rel_diff), the protocol
+// calls (so the collectives) are the same, and the activations the cpu allocator holds equal
+// activation_bytes, fewer with fused. Leaves `model` on blocks without checkpointing.
+void expect_fused_attention_matches_blocks(Model& model, const LocalParams& params, DType dtype,
+                                           const RandomTokens& data, double tol);
+
 }  // namespace zshard::test

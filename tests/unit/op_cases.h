@@ -185,6 +185,30 @@ struct AttentionCase {
   }
 };
 
+// The same attention fused: the forward saves each row's log-sum-exp (B,NH,T) instead of the probabilities,
+// and the backward, from qkv, the output and those statistics, WRITES its gradient, which the case adds to
+// fit the accumulating harness.
+struct FusedAttentionCase {
+  int B = 2, Tn = 5, C = 8, NH = 2;
+  std::vector<size_t> input_sizes() const { return {size_t(B) * Tn * 3 * C}; }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in, std::vector<Compute<T>>* lse = nullptr) const {
+    std::vector<T> out(size_t(B) * Tn * C);
+    std::vector<Compute<T>> stats(size_t(B) * NH * Tn);
+    fused_attention_forward(out.data(), stats.data(), in[0].data(), B, Tn, C, NH);
+    if (lse) *lse = stats;
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    std::vector<Compute<T>> lse;
+    const std::vector<T> out = forward(in, &lse);
+    std::vector<T> dqkv(in[0].size(), T(7));  // written whole: what was there does not matter
+    fused_attention_backward(dqkv.data(), dout.data(), in[0].data(), out.data(), lse.data(), B, Tn, C, NH);
+    for (size_t i = 0; i < dqkv.size(); ++i) add_into(g[0][i], dqkv[i]);
+  }
+};
+
 struct RmsNormCase {
   int N = 7, C = 13;
   std::vector<size_t> input_sizes() const { return {size_t(N) * C, size_t(C)}; }

@@ -107,6 +107,10 @@ const std::vector<Row>& table() {
       {"attention", {"attention_forward", "attention_backward"}, checks(AttentionCase{}), "", "CudaOps.Attention"},
       {"attention long", {"attention_forward", "attention_backward"}, checks(AttentionCase{1, 70, 8, 2}), "",
        "CudaOps.AttentionBackwardInPasses"},
+      {"fused attention", {"fused_attention_forward", "fused_attention_backward"}, checks(FusedAttentionCase{}), "",
+       "CudaFusedAttention.MatchesCpuGpt2Heads"},
+      {"fused attention long", {"fused_attention_forward", "fused_attention_backward"},
+       checks(FusedAttentionCase{1, 70, 8, 2}), "", "CudaFusedAttention.MatchesCpuAcrossRowBlocks"},
       {"gelu", {"gelu_forward", "gelu_backward"}, checks(GeluCase{37}), "", "CudaOps.Elementwise"},
       {"residual", {"residual_forward"}, checks(ResidualCase{}), "", "CudaOps.Elementwise"},
       {"cross entropy", {"cross_entropy_forward_backward"}, checks(CrossEntropyCase{}), "", "CudaOps.CrossEntropy"},
@@ -140,7 +144,8 @@ TEST(BackendOps, EveryOpHasARow) {
   const std::set<std::string> declared = find_in_sources({"include/zshard/ops.h", "kernels/engine_ops.h"}, R"(\b(?:void|double)\s+(\w+)\(Device\b)");
   ASSERT_GE(declared.size(), 20u) << "the ops headers were not read";
   const std::set<std::string> cuda_tests = find_in_sources(
-      {"tests/unit/test_cuda_ops.cpp", "tests/unit/test_cuda_model.cpp", "tests/unit/test_cuda_quantize.cpp"},
+      {"tests/unit/test_cuda_ops.cpp", "tests/unit/test_cuda_model.cpp", "tests/unit/test_cuda_quantize.cpp",
+       "tests/unit/test_cuda_attention.cpp"},
       R"(\bTEST\((Cuda\w+, \w+)\))");
   std::set<std::string> covered;
   for (const Row& row : table()) {

@@ -1,5 +1,6 @@
 // Causal multi-head attention: forward against a direct loop implementation, causality, backward against
-// finite differences, float against double. Sequences longer than 64 cross the kernel's row blocks.
+// finite differences, float against double, the fused form against the blocks form. Sequences longer than
+// 64 cross the kernel's row blocks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -61,8 +62,10 @@ TEST(CpuAttention, ForwardMatchesReference) {
   }
 }
 
-TEST(CpuAttention, IsCausal) {
-  const AttentionCase c{2, 70, 8, 2};
+// Changing token t0's q, k and v changes no earlier output, and no gradient from an earlier output reaches
+// qkv at t0 or later: blocks and fused alike.
+template <class Case>
+void expect_causal(const Case& c) {
   const int C3 = 3 * c.C;
   std::mt19937 rng(12);
   const Arrays<double> in = test::random_inputs(c, rng);
@@ -93,6 +96,56 @@ TEST(CpuAttention, IsCausal) {
     for (int b = 0; b < c.B; ++b)
       for (int t = t0; t < c.Tn; ++t)
         for (int j = 0; j < C3; ++j) ASSERT_EQ(grads[0][(size_t(b) * c.Tn + t) * C3 + j], 0.0);
+  }
+}
+
+
+TEST(CpuAttention, IsCausal) { expect_causal(AttentionCase{2, 70, 8, 2}); }
+TEST(CpuAttention, FusedIsCausal) { expect_causal(FusedAttentionCase{2, 70, 8, 2}); }
+
+// The fused form against the blocks form on the same inputs: its statistics are the log-sum-exp of the
+// reference's scaled scores, its output and gradients the blocks' but for rounding (double to 1e-12, float
+// to 1e-5: the probabilities recomputed from the statistics, and dO . O for sum(P dP)).
+template <class T>
+void expect_fused_matches_blocks(const AttentionCase& blocks, double tol) {
+  const FusedAttentionCase fused{blocks.B, blocks.Tn, blocks.C, blocks.NH};
+  std::mt19937 rng(13);
+  const Arrays<double> in64 = test::random_inputs(blocks, rng);
+  const Arrays<T> in = test::convert<T>(in64);
+  std::vector<Compute<T>> lse;
+  const std::vector<T> out_fused = fused.forward(in, &lse), out_blocks = blocks.forward(in);
+  EXPECT_LE(test::max_rel_diff(test::convert<double>(out_fused), test::convert<double>(out_blocks)), tol);
+  const int hs = blocks.C / blocks.NH, C3 = 3 * blocks.C;
+  for (int b = 0; b < blocks.B; ++b)
+    for (int h = 0; h < blocks.NH; ++h)
+      for (int t = 0; t < blocks.Tn; ++t) {
+        double mx = -INFINITY;
+        std::vector<double> scores;
+        for (int s = 0; s <= t; ++s) {
+          double dot = 0;
+          for (int d = 0; d < hs; ++d)
+            dot += in64[0][(size_t(b) * blocks.Tn + t) * C3 + size_t(h) * hs + d] *
+                   in64[0][(size_t(b) * blocks.Tn + s) * C3 + blocks.C + size_t(h) * hs + d];
+          scores.push_back(dot / std::sqrt(double(hs)));
+          mx = std::max(mx, scores.back());
+        }
+        double sum = 0;
+        for (double x : scores) sum += std::exp(x - mx);
+        const double want = mx + std::log(sum), got = lse[(size_t(b) * blocks.NH + h) * blocks.Tn + t];
+        ASSERT_NEAR(got, want, tol * std::max(1.0, std::abs(want))) << "b " << b << " h " << h << " t " << t;
+      }
+  const std::vector<T> dout = test::convert<T>(test::random_vector(out_blocks.size(), rng));
+  Arrays<T> g_fused = test::zeros_like(in), g_blocks = test::zeros_like(in);
+  fused.backward(in, dout, g_fused);
+  blocks.backward(in, dout, g_blocks);
+  EXPECT_LE(test::max_rel_diff(test::convert<double>(g_fused[0]), test::convert<double>(g_blocks[0])), tol);
+}
+
+TEST(CpuAttention, FusedMatchesBlocks) {
+  for (const AttentionCase& c : {AttentionCase{}, AttentionCase{2, 70, 8, 2}, AttentionCase{1, 130, 16, 2}}) {
+    SCOPED_TRACE(testing::Message() << "T=" << c.Tn);
+    expect_fused_matches_blocks<double>(c, 1e-12);
+    expect_fused_matches_blocks<float>(c, 1e-5);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include <zshard/error.h>
+#include <zshard/ops.h>
 #include <zshard/testing.h>
 
 #include "kernels/allocator.h"
@@ -433,6 +434,80 @@ TEST(GPT2, CheckpointingShrinksActivationsAsAllocated) {
   const auto [none, blocks] = test::expect_recompute_shrinks_activations(model, {2, 32, tiny.vocab, 20});
   // Six blocks' intermediates down to one block's: well over half of the bytes go.
   EXPECT_LT(blocks * 2, none);
+}
+
+// Fused attention keeps each query row's softmax statistics instead of the probabilities: the same losses
+// and gradients as blocks but for rounding (f64 to 1e-12, f32 to 1e-5), the same protocol, fewer
+// activation bytes. T = 70 crosses the CPU kernel's row blocks.
+TEST(GPT2, FusedAttentionMatchesBlocks) {
+  const GPT2Config tiny = deep_tiny();
+  for (const auto [dtype, tol] : {std::pair{DType::f64, 1e-12}, std::pair{DType::f32, 1e-5}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    GPT2 model(tiny);
+    LocalParams params(model, DType::f64);
+    test::randomize_params(params, 0.1, 25);
+    test::expect_fused_attention_matches_blocks(model, params, dtype, {2, 70, tiny.vocab, 26}, tol);
+  }
+}
+
+// Fused attention's statistics are kept with the norms' in every dtype, bf16's fp32 ones too: recomputed
+// blocks give the same bits.
+TEST(GPT2, FusedAttentionCheckpointingGivesTheSameBits) {
+  const GPT2Config tiny = deep_tiny();
+  GPT2 model(tiny);
+  model.set_attention(AttentionKernel::fused);
+  LocalParams params(model, DType::f64);
+  test::randomize_params(params, 0.1, 29);
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    test::expect_recompute_bit_identical(model, params, dtype, {2, 24, tiny.vocab, 30});
+  }
+}
+
+TEST(GPT2, FusedAttentionGradientsMatchFiniteDifferencesInDouble) {
+  GPT2 model(micro());
+  model.set_attention(AttentionKernel::fused);
+  LocalParams ctx(model, DType::f64);
+  test::randomize_params(ctx, 0.3, 27);
+  test::expect_gradients_match_finite_differences(model, ctx, {2, 5, micro().vocab, 28});
+}
+
+// automatic becomes fused where it runs (the cpu, every dtype) and the model has it; a model of one's own
+// keeps its attention; fused where it cannot run is refused naming why; a model never gets automatic.
+TEST(GPT2, ChooseAttentionResolvesAutomatic) {
+  GPT2 model(micro());
+  EXPECT_EQ(choose_attention(model, AttentionKernel::automatic, Device::cpu, DType::f32), AttentionKernel::fused);
+  EXPECT_EQ(choose_attention(model, AttentionKernel::blocks, Device::cpu, DType::bf16), AttentionKernel::blocks);
+  std::string fallback = "stale";
+  EXPECT_EQ(choose_attention(model, AttentionKernel::automatic, Device::cuda, DType::f32, &fallback),
+            AttentionKernel::blocks);
+  EXPECT_EQ(fallback, "") << "fp32 on cuda keeps blocks by design, without a line";
+  try {
+    choose_attention(model, AttentionKernel::fused, Device::cuda, DType::f32);
+    ADD_FAILURE() << "fused fp32 on cuda was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("attention"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(model.set_attention(AttentionKernel::automatic), Error);
+  // A bf16 run on a GPU that keeps blocks (no CUDA path here, or no cuDNN) says why, for its one line.
+  if (const std::string why = ops::fused_attention_unavailable(Device::cuda, DType::bf16); !why.empty()) {
+    EXPECT_EQ(choose_attention(model, AttentionKernel::automatic, Device::cuda, DType::bf16, &fallback),
+              AttentionKernel::blocks);
+    EXPECT_EQ(fallback, why);
+  }
+
+  // A model of one's own: the base class's set_attention.
+  struct Own final : Model {
+    std::vector<UnitSpec> units() const override { return {}; }
+    void init_unit(int, const UnitTensors&, uint64_t) const override {}
+    double forward_backward(ParamContext&, const Batch&, float) override { return 0; }
+    double forward(ParamContext&, const Batch&) override { return 0; }
+    int64_t activation_bytes(int, int, DType) const override { return 0; }
+    int vocab_size() const override { return 1; }
+    int context_length() const override { return 1; }
+  } own;
+  EXPECT_EQ(choose_attention(own, AttentionKernel::automatic, Device::cpu, DType::f32), AttentionKernel::blocks);
+  EXPECT_THROW(choose_attention(own, AttentionKernel::fused, Device::cpu, DType::f32), UsageError);
 }
 
 TEST(GPT2, BadBatchesFailBeforeAnyGather) {

@@ -281,5 +281,27 @@ TEST(Llama, CheckpointingShrinksActivationsAsAllocated) {
   EXPECT_LT(blocks * 2, none);
 }
 
+// Fused attention over the packed grouped-query heads: the same losses and gradients as blocks but for
+// rounding (f64 to 1e-12, f32 to 1e-5), the same protocol, fewer activation bytes. T = 70 crosses the CPU
+// kernel's row blocks.
+TEST(Llama, FusedAttentionMatchesBlocks) {
+  const LlamaConfig tiny = llama_config("llama-tiny");
+  for (const auto [dtype, tol] : {std::pair{DType::f64, 1e-12}, std::pair{DType::f32, 1e-5}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Llama model(tiny);
+    LocalParams params(model, DType::f64);
+    test::randomize_params(params, 0.1, 33);
+    test::expect_fused_attention_matches_blocks(model, params, dtype, {2, 70, tiny.vocab, 34}, tol);
+  }
+}
+
+TEST(Llama, FusedAttentionGradientsMatchFiniteDifferencesInDouble) {
+  Llama model(micro(false));
+  model.set_attention(AttentionKernel::fused);
+  LocalParams ctx(model, DType::f64);
+  test::randomize_params(ctx, 0.3, 35);
+  test::expect_gradients_match_finite_differences(model, ctx, {2, 5, micro(false).vocab, 36});
+}
+
 }  // namespace
 }  // namespace zshard
