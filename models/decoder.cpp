@@ -18,4 +18,11 @@ void DecoderBuffers::visit_attention(int B, int T, int64_t C, int64_t NH, int64_
   for (Tensor* t : {&atty, &residual2, &ln2}) f(*t, {S, B, T, C}, dtype);
 }
 
+bool uses_fused_epilogues(FusedEpilogues mode, Device device, DType dtype) {
+  if (mode != FusedEpilogues::automatic) return mode == FusedEpilogues::on;
+  // Where fused and separate give the same bits. On cuda the fused kernels wait for a GPU to have run their
+  // checks (scripts/gpu-acceptance.sh); the cpu's bf16, cuda's reference, rounds as cuda's default path does.
+  return device == Device::cpu && dtype != DType::bf16;
+}
+
 }  // namespace zshard

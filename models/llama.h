@@ -52,6 +52,7 @@ class Llama final : public Model, public LoraModel {
     return config_.tie_embeddings && !defers_head_gradient(B, T);
   }
   void set_recompute(Recompute mode) override { recompute_ = mode; }
+  void set_fused_epilogues(FusedEpilogues mode) override { fused_ = mode; }
   int vocab_size() const override { return config_.vocab; }
   int context_length() const override { return config_.ctx; }
   // 6 per parameter (the head's included when tied; 4 per frozen one, whose weight gradient is skipped:
@@ -74,6 +75,7 @@ class Llama final : public Model, public LoraModel {
   LlamaConfig config_;
   LoraPlan lora_;
   Recompute recompute_ = Recompute::none;
+  FusedEpilogues fused_ = FusedEpilogues::automatic;
   HeadGradient head_gradient_ = HeadGradient::by_tokens;
   // Reallocated only when (B, T), dtype, device or the head's deferral change.
   std::unique_ptr<llama::Activations> acts_;

@@ -23,4 +23,6 @@ void Model::set_recompute(Recompute mode) {
                                     "Model::set_recompute)"));
 }
 
+void Model::set_fused_epilogues(FusedEpilogues) {}
+
 }  // namespace zshard

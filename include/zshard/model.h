@@ -78,6 +78,16 @@ enum class Recompute {
   blocks,  // each block's input only; the block's forward is recomputed right before its backward
 };
 
+// Whether a model computes through the fused forms of its ops where it has them (--fused-epilogues,
+// <zshard/ops.h>): the linear layers' bias, GELU and bias gradient inside their GEMMs (cuBLASLt's
+// epilogues on cuda), a residual add inside the norm that follows it, and activation gradients set by
+// their first contribution rather than zeroed and then accumulated. Fewer kernels and bytes, the same
+// results on the cpu in f32 and f64 (the same operations in the same order); in bf16 a fused linear layer
+// rounds once where the separate ops round after the GEMM, the bias and the GELU. automatic: fused on the
+// cpu in f32 and f64; separate on cuda, until a GPU has run the fused kernels' checks, and in bf16 on the
+// cpu, which rounds as cuda's default path does.
+enum class FusedEpilogues { automatic, on, off };
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -102,6 +112,9 @@ class Model {
   // Applies to every later forward_backward and activation_bytes. The default accepts none only: a model
   // that recomputes nothing throws UsageError for blocks.
   virtual void set_recompute(Recompute mode);
+  // Applies to every later forward_backward and forward. The default ignores it: a model without fused
+  // forms computes as it always has.
+  virtual void set_fused_epilogues(FusedEpilogues mode);
   // Token ids run from 0 to vocab_size() - 1; sequences are at most context_length() tokens.
   virtual int vocab_size() const = 0;
   virtual int context_length() const = 0;

@@ -53,6 +53,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     model_ = build_model(options_.model.name, config_);
     // Before the memory check, which sizes activations for the mode set.
     model_->set_recompute(options_.model.recompute);
+    model_->set_fused_epilogues(options_.model.fused_epilogues);
     if (data.seq > model_->context_length())
       refuse("--seq ", data.seq, " exceeds the model's context of ", model_->context_length(), " tokens");
     if (num_params(*model_) < world.size())
