@@ -388,7 +388,7 @@ bench_gpt2() {  # BATCH JSON [FLAGS...]: one zshard-bench run of gpt2 bf16 at T=
 }
 # The switches of the training step measured on and off at both batches, ';' between them: their cost or
 # gain in tokens/s and memory on a GPU. A new switch goes here.
-export GPT2_SWITCHES="--activation-checkpointing blocks;--offload optimizer"
+export GPT2_SWITCHES="--activation-checkpointing blocks;--offload optimizer;--fused-epilogues on"
 
 step_gpt2() {
   with_build
