@@ -1,6 +1,6 @@
 // How an op picks its backend: the CPU reference op (kernels/cpu/ops.h) or its CUDA twin
-// (kernels/cuda/ops.cuh), by the Device its data lives on. Shared by the model ops (kernels/ops.cpp)
-// and the engine's (kernels/engine_ops.cpp); included by those two files only.
+// (kernels/cuda/ops.cuh), by the Device its data lives on. Shared by the model ops (kernels/ops.cpp,
+// fused_ops.cpp) and the engine's (kernels/engine_ops.cpp); included by those files only.
 #pragma once
 #include <type_traits>
 

@@ -115,11 +115,12 @@ void swiglu_forward(Device d, T* out, const T* gate, const T* up, size_t n) {
 }
 
 template <class T>
-void swiglu_backward(Device d, T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n) {
+void swiglu_backward(Device d, T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n,
+                     InputGrad mode) {
   if (on_cpu<T>(d, "swiglu_backward")) {
-    ZS_ON_CPU(T, cpu::swiglu_backward(dgate, dup, dout, gate, up, n))
+    ZS_ON_CPU(T, cpu::swiglu_backward(dgate, dup, dout, gate, up, n, mode))
   } else {
-    ZS_ON_CUDA(T, cuda::swiglu_backward(dev(dgate), dev(dup), dev(dout), dev(gate), dev(up), n))
+    ZS_ON_CUDA(T, cuda::swiglu_backward(dev(dgate), dev(dup), dev(dout), dev(gate), dev(up), n, mode))
   }
 }
 
@@ -311,7 +312,7 @@ double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* 
   template void gqa_pack<T>(Device, T*, const T*, const T*, const T*, int, int, int, int, int);             \
   template void gqa_pack_backward<T>(Device, T*, T*, T*, const T*, int, int, int, int, int);                \
   template void swiglu_forward<T>(Device, T*, const T*, const T*, size_t);                                   \
-  template void swiglu_backward<T>(Device, T*, T*, const T*, const T*, const T*, size_t);                    \
+  template void swiglu_backward<T>(Device, T*, T*, const T*, const T*, const T*, size_t, InputGrad);         \
   template void linear_forward<T>(Device, T*, const T*, const T*, const T*, int, int, int);                 \
   template void linear_backward<T>(Device, T*, T*, T*, const T*, const T*, const T*, int, int, int);        \
   template void lora_linear_forward<T>(Device, T*, T*, const T*, const T*, const T*, const T*, const T*, int, \

@@ -62,4 +62,11 @@ ZS_INSTANTIATE(double)
 ZS_INSTANTIATE(bf16)
 #undef ZS_INSTANTIATE
 
+bool uses_fused_epilogues(FusedEpilogues mode, Device device, DType dtype) {
+  if (mode != FusedEpilogues::automatic) return mode == FusedEpilogues::on;
+  // Where fused and separate give the same bits. On cuda the fused kernels wait for a GPU to have run their
+  // checks (scripts/gpu-acceptance.sh); the cpu's bf16, cuda's reference, rounds as cuda's default path does.
+  return device == Device::cpu && dtype != DType::bf16;
+}
+
 }  // namespace zshard

@@ -98,6 +98,9 @@ Activations& activations_for(std::unique_ptr<Activations>& acts, const Config& c
   return *acts;
 }
 
+// Whether a model set to `mode` runs the fused ops on `device` in `dtype` (FusedEpilogues, <zshard/model.h>).
+bool uses_fused_epilogues(FusedEpilogues mode, Device device, DType dtype);
+
 // The forward up to the final norm: the embedding, then every block, each unit released after its use.
 template <class Layers>
 void run_blocks_forward(ParamContext& ctx, const Layers& layers, int num_blocks) {

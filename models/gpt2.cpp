@@ -111,7 +111,7 @@ double GPT2::run_as(ParamContext& ctx, const Batch& batch, bool backward, float 
   const bool defer = defers_head_gradient(batch.B, batch.T);
   gpt2::Activations& acts = activations_for(acts_, config_, batch, dtype_of<T>(), ctx.device(), recompute_,
                                             attention_, defer);
-  const gpt2::Layers<T> layers{config_, lora_, acts};
+  const gpt2::Layers<T> layers{config_, lora_, acts, uses_fused_epilogues(fused_, ctx.device(), dtype_of<T>())};
   const int L = config_.layers, final_unit = L + 1;
 
   run_blocks_forward(ctx, layers, L);

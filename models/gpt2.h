@@ -54,6 +54,7 @@ class GPT2 final : public Model, public LoraModel {
   bool keeps_gradients_open(int B, int T) const override { return !defers_head_gradient(B, T); }
   void set_recompute(Recompute mode) override { recompute_ = mode; }
   void set_attention(AttentionKernel kernel) override;
+  void set_fused_epilogues(FusedEpilogues mode) override { fused_ = mode; }
   int vocab_size() const override { return config_.vocab; }
   int context_length() const override { return config_.ctx; }
   // 6 per parameter for the matmuls (the tied head included; 4 per frozen parameter, whose weight gradient
@@ -77,6 +78,7 @@ class GPT2 final : public Model, public LoraModel {
   LoraPlan lora_;
   Recompute recompute_ = Recompute::none;
   AttentionKernel attention_ = AttentionKernel::blocks;
+  FusedEpilogues fused_ = FusedEpilogues::automatic;
   HeadGradient head_gradient_ = HeadGradient::by_tokens;
   // Kept between steps; reallocated only when (B, T), dtype or device change.
   std::unique_ptr<gpt2::Activations> acts_;

@@ -59,28 +59,37 @@ void Layers<T>::embedding_backward(const UnitTensors& g) const {
 }
 
 template <class T>
-void Layers<T>::linear_forward(BlockLinear m, int s, const UnitTensors& p, T* out, const T* inp, int C, int OC) const {
+void Layers<T>::linear_forward(BlockLinear m, int s, const UnitTensors& p, T* out, T* pre, const T* inp, int C,
+                               int OC) const {
   const BlockParam w = kLinearWeight[m];
   const int adapter = lora.adapter(m), N = a.B * a.T;
+  const T *W = p[w].data<T>(), *b = p[w + 1].data<T>();
+  if (adapter < 0 && fused) return ops::linear_epilogue_forward(a.device, out, pre, inp, W, b, N, C, OC);
+  T* y = pre ? pre : out;
   if (adapter < 0)
-    return ops::linear_forward(a.device, out, inp, p[w].data<T>(), p[w + 1].data<T>(), N, C, OC);
-  ops::lora_linear_forward(a.device, out, slice<T>(a.lora_hidden[m], s), inp, p[w].data<T>(), p[w + 1].data<T>(),
-                           p[adapter].data<T>(), p[adapter + 1].data<T>(), N, C, OC, lora.rank(), lora.scale(),
-                           lora.layout());
+    ops::linear_forward(a.device, y, inp, W, b, N, C, OC);
+  else
+    ops::lora_linear_forward(a.device, y, slice<T>(a.lora_hidden[m], s), inp, W, b, p[adapter].data<T>(),
+                             p[adapter + 1].data<T>(), N, C, OC, lora.rank(), lora.scale(), lora.layout());
+  if (pre) ops::gelu_forward(a.device, out, pre, size_t(N) * OC);
 }
 
 template <class T>
-void Layers<T>::linear_backward(BlockLinear m, int s, const UnitTensors& p, const UnitTensors& g, T* dinp,
-                                const T* dout, const T* inp, int C, int OC) const {
+void Layers<T>::linear_backward(BlockLinear m, int s, const UnitTensors& p, const UnitTensors& g, Tensor& dinp,
+                                const T* dout, const T* inp, int C, int OC, bool with_bias) const {
   const BlockParam w = kLinearWeight[m];
   const int adapter = lora.adapter(m), N = a.B * a.T;
+  T* dx = dinp.data<T>();
+  T* dbias = with_bias ? grad_or_null<T>(g[w + 1]) : nullptr;
+  if (adapter < 0 && fused)
+    return ops::linear_epilogue_backward<T>(a.device, dx, grad_or_null<T>(g[w]), dbias, nullptr, dout, inp, nullptr,
+                                            p[w].data<T>(), N, C, OC);
+  dinp.zero_();  // the ops below add
   if (adapter < 0)
-    return ops::linear_backward(a.device, dinp, grad_or_null<T>(g[w]), grad_or_null<T>(g[w + 1]), dout, inp,
-                                p[w].data<T>(), N, C, OC);
-  ops::lora_linear_backward(a.device, dinp, grad_or_null<T>(g[adapter]), grad_or_null<T>(g[adapter + 1]), dout, inp,
+    return ops::linear_backward(a.device, dx, grad_or_null<T>(g[w]), dbias, dout, inp, p[w].data<T>(), N, C, OC);
+  ops::lora_linear_backward(a.device, dx, grad_or_null<T>(g[adapter]), grad_or_null<T>(g[adapter + 1]), dout, inp,
                             p[w].data<T>(), p[adapter].data<T>(), p[adapter + 1].data<T>(),
-                            slice<T>(a.lora_hidden[m], s), N, C, OC, lora.rank(), lora.scale(),
-                            lora.layout());
+                            slice<T>(a.lora_hidden[m], s), N, C, OC, lora.rank(), lora.scale(), lora.layout());
 }
 
 template <class T>
@@ -99,20 +108,25 @@ void Layers<T>::block_forward(int l, const UnitTensors& p) const {
   T* fch = slice<T>(a.fch, s);
   T* fch_gelu = slice<T>(a.fch_gelu, s);
   T* proj = a.proj.data<T>();
+  Stat *ln2_mean = slice<Stat>(a.ln2_mean, s), *ln2_rstd = slice<Stat>(a.ln2_rstd, s);
 
   // x = x + c_proj(attn(ln_1(x)))
   ops::layernorm_forward(d, ln1, slice<Stat>(a.ln1_mean, s), slice<Stat>(a.ln1_rstd, s), residual, w(kLn1Weight),
                          w(kLn1Bias), N, C);
-  linear_forward(kQkv, s, p, qkv, ln1, C, 3 * C);
+  linear_forward(kQkv, s, p, qkv, nullptr, ln1, C, 3 * C);
   a.attention_forward<T>(s, C, NH);
-  linear_forward(kAttnOut, s, p, proj, atty, C, C);
-  ops::residual_forward(d, residual2, residual, proj, NC);
+  linear_forward(kAttnOut, s, p, proj, nullptr, atty, C, C);
   // x = x + c_proj(gelu(c_fc(ln_2(x))))
-  ops::layernorm_forward(d, ln2, slice<Stat>(a.ln2_mean, s), slice<Stat>(a.ln2_rstd, s), residual2, w(kLn2Weight),
-                         w(kLn2Bias), N, C);
-  linear_forward(kFc, s, p, fch, ln2, C, 4 * C);
-  ops::gelu_forward(d, fch_gelu, fch, 4 * NC);
-  linear_forward(kFcOut, s, p, proj, fch_gelu, 4 * C, C);
+  if (fused) {
+    ops::layernorm_residual_forward(d, residual2, ln2, ln2_mean, ln2_rstd, residual, proj, w(kLn2Weight),
+                                    w(kLn2Bias), N, C);
+  } else {
+    ops::residual_forward(d, residual2, residual, proj, NC);
+    ops::layernorm_forward(d, ln2, ln2_mean, ln2_rstd, residual2, w(kLn2Weight), w(kLn2Bias), N, C);
+  }
+  linear_forward(kFc, s, p, fch_gelu, fch, ln2, C, 4 * C);
+  linear_forward(kFcOut, s, p, proj, nullptr, fch_gelu, 4 * C, C);
+  // The block's output is the next unit's input: the norm it feeds belongs to that unit, so this add stays.
   ops::residual_forward(d, slice<T>(a.residual3, l), residual2, proj, NC);
 }
 
@@ -128,26 +142,29 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   // c_proj output gradient as it is, and the LayerNorm backwards accumulate the branch into it.
   T* dresidual = a.dresidual.data<T>();
   T* dln = a.dln.data<T>();
-  T* datty = a.datty.data<T>();
   T* dqkv = a.dqkv.data<T>();
   T* dfch = a.dfch.data<T>();
-  T* dfch_gelu = a.dfch_gelu.data<T>();
+  const T *fch = slice<T>(a.fch, s), *fch_gelu = slice<T>(a.fch_gelu, s);
 
-  // MLP branch. The ops accumulate into activation gradients too, so each scratch is zeroed first.
-  a.dfch_gelu.zero_();
-  linear_backward(kFcOut, s, p, g, dfch_gelu, dresidual, slice<T>(a.fch_gelu, s), 4 * C, C);
-  a.dfch.zero_();
-  ops::gelu_backward(d, dfch, slice<T>(a.fch, s), dfch_gelu, 4 * NC);
-  a.dln.zero_();
-  linear_backward(kFc, s, p, g, dln, dfch, slice<T>(a.ln2, s), C, 4 * C);
+  // MLP branch. The fused backward of c_proj goes on through the GELU into dfch and takes c_fc's bias
+  // gradient on the way; otherwise c_proj's input gradient lands in dfch_gelu and the GELU's backward
+  // follows.
+  const bool through_gelu = fused && lora.adapter(kFcOut) < 0;
+  if (through_gelu) {
+    ops::linear_epilogue_backward(d, dfch, dw(kFcProjWeight), dw(kFcProjBias), dw(kFcBias), dresidual, fch_gelu,
+                                  fch, w(kFcProjWeight), N, 4 * C, C);
+  } else {
+    linear_backward(kFcOut, s, p, g, a.dfch_gelu, dresidual, fch_gelu, 4 * C, C);
+    a.dfch.zero_();
+    ops::gelu_backward(d, dfch, fch, a.dfch_gelu.data<T>(), 4 * NC);
+  }
+  linear_backward(kFc, s, p, g, a.dln, dfch, slice<T>(a.ln2, s), C, 4 * C, !through_gelu);
   ops::layernorm_backward(d, dresidual, dw(kLn2Weight), dw(kLn2Bias), dln, slice<T>(a.residual2, s),
                           w(kLn2Weight), slice<Stat>(a.ln2_mean, s), slice<Stat>(a.ln2_rstd, s), N, C);
-  // Attention branch.
-  a.datty.zero_();
-  linear_backward(kAttnOut, s, p, g, datty, dresidual, slice<T>(a.atty, s), C, C);
-  a.attention_backward(s, a.dqkv, datty, C, NH);
-  a.dln.zero_();
-  linear_backward(kQkv, s, p, g, dln, dqkv, slice<T>(a.ln1, s), C, 3 * C);
+  // Attention branch. The attention backward zeroes dqkv first where it adds (blocks).
+  linear_backward(kAttnOut, s, p, g, a.datty, dresidual, slice<T>(a.atty, s), C, C);
+  a.attention_backward(s, a.dqkv, a.datty.data<T>(), C, NH);
+  linear_backward(kQkv, s, p, g, a.dln, dqkv, slice<T>(a.ln1, s), C, 3 * C);
   ops::layernorm_backward(d, dresidual, dw(kLn1Weight), dw(kLn1Bias), dln, a.block_input<T>(l),
                           w(kLn1Weight), slice<Stat>(a.ln1_mean, s), slice<Stat>(a.ln1_rstd, s), N, C);
 }

@@ -57,6 +57,7 @@ struct Layers {
   const GPT2Config& c;
   const LoraPlan& lora;
   Activations& a;
+  bool fused;  // through the fused ops (uses_fused_epilogues)
 
   void embedding_forward(const UnitTensors& p) const;
   // Adds the residual-stream gradient into dwte and dwpe; reads no parameters.
@@ -68,10 +69,13 @@ struct Layers {
   // From a.dln = d(loss)/d(lnf) to a.dresidual = d(loss)/d(last block output).
   void final_norm_backward(const UnitTensors& p, const UnitTensors& g) const;
   // out = inp @ W + b for layer m of a block's params p, through its LoRA adapter when it has one (its
-  // hidden in slot s); its backward adds dinp and the gradients that g holds (a frozen one's is skipped).
-  void linear_forward(BlockLinear m, int s, const UnitTensors& p, T* out, const T* inp, int C, int OC) const;
-  void linear_backward(BlockLinear m, int s, const UnitTensors& p, const UnitTensors& g, T* dinp, const T* dout,
-                       const T* inp, int C, int OC) const;
+  // hidden in slot s); with `pre`, pre = inp @ W + b and out = gelu(pre) (the MLP's c_fc). Its backward
+  // makes dinp the gradient of the layer's input, set by the fused op or else zeroed and added to, and adds
+  // the gradients that g holds (a frozen one's is skipped); with_bias false: the bias gradient was taken
+  // already (by the fused backward of the layer after the GELU).
+  void linear_forward(BlockLinear m, int s, const UnitTensors& p, T* out, T* pre, const T* inp, int C, int OC) const;
+  void linear_backward(BlockLinear m, int s, const UnitTensors& p, const UnitTensors& g, Tensor& dinp, const T* dout,
+                       const T* inp, int C, int OC, bool with_bias = true) const;
   // The head, tied to wte.
   HeadSteps<T, Activations> head() const { return {a, c.dim, c.vocab}; }
 };

@@ -107,7 +107,7 @@ double Llama::run_as(ParamContext& ctx, const Batch& batch, bool backward, float
   const bool defer = defers_head_gradient(batch.B, batch.T);
   llama::Activations& acts = activations_for(acts_, config_, batch, dtype_of<T>(), ctx.device(), recompute_,
                                              attention_, defer);
-  const llama::Layers<T> layers{config_, lora_, acts};
+  const llama::Layers<T> layers{config_, lora_, acts, uses_fused_epilogues(fused_, ctx.device(), dtype_of<T>())};
   const int L = config_.layers, final_unit = L + 1;
   const bool tied = config_.tie_embeddings;
 

@@ -53,6 +53,7 @@ class Llama final : public Model, public LoraModel {
   }
   void set_recompute(Recompute mode) override { recompute_ = mode; }
   void set_attention(AttentionKernel kernel) override;
+  void set_fused_epilogues(FusedEpilogues mode) override { fused_ = mode; }
   int vocab_size() const override { return config_.vocab; }
   int context_length() const override { return config_.ctx; }
   // 6 per parameter (the head's included when tied; 4 per frozen one, whose weight gradient is skipped:
@@ -76,6 +77,7 @@ class Llama final : public Model, public LoraModel {
   LoraPlan lora_;
   Recompute recompute_ = Recompute::none;
   AttentionKernel attention_ = AttentionKernel::blocks;
+  FusedEpilogues fused_ = FusedEpilogues::automatic;
   HeadGradient head_gradient_ = HeadGradient::by_tokens;
   // Reallocated only when (B, T), dtype, device or the head's deferral change.
   std::unique_ptr<llama::Activations> acts_;

@@ -65,18 +65,20 @@ void Layers<T>::linear_forward(LayerLinear m, int s, const UnitTensors& p, T* y,
                               p[adapter + 1].data<T>(), N, C, OC, lora.rank(), lora.scale(), lora.layout());
 }
 
-// dx += dy @ W and dW += dy^T @ x (the ops' convention: backward accumulates), dW skipped when frozen.
+// dx += dy @ W (dx = with `first` and the fused ops) and dW += dy^T @ x, dW skipped when frozen.
 template <class T>
-void Layers<T>::linear_backward(LayerLinear m, int s, const UnitTensors& p, const UnitTensors& g, T* dx,
-                                const T* dy, const T* x, int C, int OC) const {
+void Layers<T>::linear_backward(LayerLinear m, int s, const UnitTensors& p, const UnitTensors& g, Tensor& dx,
+                                const T* dy, const T* x, int C, int OC, bool first) const {
   const T* W = p[kLinearWeight[m]].data<T>();
   const int adapter = lora.adapter(m), N = a.B * a.T;
   const Device d = a.device;
+  const bool set = first && fused && adapter < 0;
+  if (first && !set) dx.zero_();
   if (adapter >= 0)
-    return ops::lora_linear_backward(d, dx, grad_or_null<T>(g[adapter]), grad_or_null<T>(g[adapter + 1]), dy, x, W,
-                                     p[adapter].data<T>(), p[adapter + 1].data<T>(), slice<T>(a.lora_hidden[m], s),
-                                     N, C, OC, lora.rank(), lora.scale(), lora.layout());
-  ops::gemm(d, false, false, N, C, OC, 1.0f, dy, OC, W, C, 1.0f, dx, C);
+    return ops::lora_linear_backward(d, dx.data<T>(), grad_or_null<T>(g[adapter]), grad_or_null<T>(g[adapter + 1]),
+                                     dy, x, W, p[adapter].data<T>(), p[adapter + 1].data<T>(),
+                                     slice<T>(a.lora_hidden[m], s), N, C, OC, lora.rank(), lora.scale(), lora.layout());
+  ops::gemm(d, false, false, N, C, OC, 1.0f, dy, OC, W, C, set ? 0.0f : 1.0f, dx.data<T>(), C);
   if (T* dW = grad_or_null<T>(g[kLinearWeight[m]])) ops::gemm(d, true, false, OC, C, N, 1.0f, dy, OC, x, C, 1.0f, dW, C);
 }
 
@@ -107,13 +109,19 @@ void Layers<T>::block_forward(int l, const UnitTensors& p) const {
   ops::gqa_pack(d, qkv, q, k, v, B, Tn, NH, NKV, HS);
   a.attention_forward<T>(s, C, NH);
   linear_forward(kOProj, s, p, proj, atty, C, C);
-  ops::residual_forward(d, residual2, residual, proj, NC);
   // x = x + down(silu(gate(h)) * up(h)) with h = rmsnorm(x)
-  ops::rmsnorm_forward(d, ln2, slice<Stat>(a.ln2_rstd, s), residual2, w(kMlpNorm), N, C, kRmsNormEps);
+  if (fused) {
+    ops::rmsnorm_residual_forward(d, residual2, ln2, slice<Stat>(a.ln2_rstd, s), residual, proj, w(kMlpNorm), N, C,
+                                  kRmsNormEps);
+  } else {
+    ops::residual_forward(d, residual2, residual, proj, NC);
+    ops::rmsnorm_forward(d, ln2, slice<Stat>(a.ln2_rstd, s), residual2, w(kMlpNorm), N, C, kRmsNormEps);
+  }
   linear_forward(kGateProj, s, p, slice<T>(a.gate, s), ln2, C, F);
   linear_forward(kUpProj, s, p, slice<T>(a.up, s), ln2, C, F);
   ops::swiglu_forward(d, slice<T>(a.swiglu, s), slice<T>(a.gate, s), slice<T>(a.up, s), size_t(N) * F);
   linear_forward(kDownProj, s, p, proj, slice<T>(a.swiglu, s), F, C);
+  // The layer's output is the next unit's input: the norm it feeds belongs to that unit, so this add stays.
   ops::residual_forward(d, slice<T>(a.residual3, l), residual2, proj, NC);
 }
 
@@ -130,21 +138,21 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   T* dresidual = a.dresidual.data<T>();
   T* dln = a.dln.data<T>();
 
-  // MLP branch. The ops accumulate into activation gradients too, so each scratch is zeroed first.
-  a.dswiglu.zero_();
-  linear_backward(kDownProj, s, p, g, a.dswiglu.data<T>(), dresidual, slice<T>(a.swiglu, s), F, C);
-  a.dgate.zero_();
-  a.dup.zero_();
+  // MLP branch. Each scratch's first contribution sets it (or zeroes it first: linear_backward's `first`).
+  linear_backward(kDownProj, s, p, g, a.dswiglu, dresidual, slice<T>(a.swiglu, s), F, C, true);
+  if (!fused) {
+    a.dgate.zero_();
+    a.dup.zero_();
+  }
   ops::swiglu_backward(d, a.dgate.data<T>(), a.dup.data<T>(), a.dswiglu.data<T>(), slice<T>(a.gate, s),
-                       slice<T>(a.up, s), size_t(N) * F);
-  a.dln.zero_();
-  linear_backward(kGateProj, s, p, g, dln, a.dgate.data<T>(), slice<T>(a.ln2, s), C, F);
-  linear_backward(kUpProj, s, p, g, dln, a.dup.data<T>(), slice<T>(a.ln2, s), C, F);
+                       slice<T>(a.up, s), size_t(N) * F, fused ? ops::InputGrad::set : ops::InputGrad::accumulate);
+  linear_backward(kGateProj, s, p, g, a.dln, a.dgate.data<T>(), slice<T>(a.ln2, s), C, F, true);
+  linear_backward(kUpProj, s, p, g, a.dln, a.dup.data<T>(), slice<T>(a.ln2, s), C, F, false);
   ops::rmsnorm_backward(d, dresidual, dw(kMlpNorm), dln, slice<T>(a.residual2, s), w(kMlpNorm),
                         slice<Stat>(a.ln2_rstd, s), N, C);
-  // Attention branch.
-  a.datty.zero_();
-  linear_backward(kOProj, s, p, g, a.datty.data<T>(), dresidual, slice<T>(a.atty, s), C, C);
+  // Attention branch. The attention backward zeroes dqkv first where it adds (blocks); the packing's
+  // backward adds, into zeroed buffers.
+  linear_backward(kOProj, s, p, g, a.datty, dresidual, slice<T>(a.atty, s), C, C, true);
   a.attention_backward(s, a.dqkv, a.datty.data<T>(), C, NH);
   a.dq.zero_();
   a.dk.zero_();
@@ -152,11 +160,10 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   ops::gqa_pack_backward(d, a.dq.data<T>(), a.dk.data<T>(), a.dv.data<T>(), a.dqkv.data<T>(), B, Tn, NH, NKV, HS);
   ops::rope_backward(d, a.dq.data<T>(), B, Tn, NH, HS, theta);
   ops::rope_backward(d, a.dk.data<T>(), B, Tn, NKV, HS, theta);
-  a.dln.zero_();
   const T* ln1 = slice<T>(a.ln1, s);
-  linear_backward(kQProj, s, p, g, dln, a.dq.data<T>(), ln1, C, C);
-  linear_backward(kKProj, s, p, g, dln, a.dk.data<T>(), ln1, C, KV);
-  linear_backward(kVProj, s, p, g, dln, a.dv.data<T>(), ln1, C, KV);
+  linear_backward(kQProj, s, p, g, a.dln, a.dq.data<T>(), ln1, C, C, true);
+  linear_backward(kKProj, s, p, g, a.dln, a.dk.data<T>(), ln1, C, KV, false);
+  linear_backward(kVProj, s, p, g, a.dln, a.dv.data<T>(), ln1, C, KV, false);
   ops::rmsnorm_backward(d, dresidual, dw(kAttnNorm), dln, a.block_input<T>(l), w(kAttnNorm),
                         slice<Stat>(a.ln1_rstd, s), N, C);
 }

@@ -49,6 +49,7 @@ struct Layers {
   const LlamaConfig& c;
   const LoraPlan& lora;
   Activations& a;
+  bool fused;  // through the fused ops (uses_fused_epilogues)
 
   void embedding_forward(const UnitTensors& p) const;
   void embedding_backward(const UnitTensors& g) const;  // reads no parameters
@@ -61,10 +62,11 @@ struct Layers {
   void final_norm_backward(const UnitTensors& p, const UnitTensors& g) const;
   // y (N, OC) = x (N, C) @ W^T for projection m of a layer's params p (nn.Linear's (out, in) W), through its
   // LoRA adapter when it has one (its hidden in slot s); the backward adds dx and the gradients g holds (a
-  // frozen one's is skipped).
+  // frozen one's is skipped). The `first` projection into dx starts it: sets it with the fused ops (but
+  // through an adapter, which adds), else zeroes it and adds.
   void linear_forward(LayerLinear m, int s, const UnitTensors& p, T* y, const T* x, int C, int OC) const;
-  void linear_backward(LayerLinear m, int s, const UnitTensors& p, const UnitTensors& g, T* dx, const T* dy,
-                       const T* x, int C, int OC) const;
+  void linear_backward(LayerLinear m, int s, const UnitTensors& p, const UnitTensors& g, Tensor& dx, const T* dy,
+                       const T* x, int C, int OC, bool first) const;
   // The head: the final unit's lm_head, or tied, the embedding.
   HeadSteps<T, Activations> head() const { return {a, c.dim, c.vocab}; }
 };

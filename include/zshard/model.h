@@ -83,6 +83,15 @@ enum class Recompute {
 // a block, recomputing the probabilities inside the backward (fused). automatic picks fused where it runs
 // (choose_attention). The results differ by rounding only.
 enum class AttentionKernel { automatic, fused, blocks };
+// Whether a model computes through the fused forms of its ops where it has them (--fused-epilogues,
+// <zshard/ops.h>): the linear layers' bias, GELU and bias gradient inside their GEMMs (cuBLASLt's
+// epilogues on cuda), a residual add inside the norm that follows it, and activation gradients set by
+// their first contribution rather than zeroed and then accumulated. Fewer kernels and bytes, the same
+// results on the cpu in f32 and f64 (the same operations in the same order); in bf16 a fused linear layer
+// rounds once where the separate ops round after the GEMM, the bias and the GELU. automatic: fused on the
+// cpu in f32 and f64; separate on cuda, until a GPU has run the fused kernels' checks, and in bf16 on the
+// cpu, which rounds as cuda's default path does.
+enum class FusedEpilogues { automatic, on, off };
 
 class Model {
  public:
@@ -112,6 +121,9 @@ class Model {
   // choose_attention, for a device and dtype, before it gets here). The default accepts blocks only, what
   // a model of one's own computes (its attention, if any, its own way): fused throws UsageError.
   virtual void set_attention(AttentionKernel kernel);
+  // Applies to every later forward_backward and forward. The default ignores it: a model without fused
+  // forms computes as it always has.
+  virtual void set_fused_epilogues(FusedEpilogues mode);
   // Token ids run from 0 to vocab_size() - 1; sequences are at most context_length() tokens.
   virtual int vocab_size() const = 0;
   virtual int context_length() const = 0;

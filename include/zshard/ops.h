@@ -5,8 +5,10 @@
 // Conventions: arrays are contiguous and row-major (N = rows, B*T; C = channels; OC = output channels;
 // V = vocabulary; NH = heads). Backward ops ACCUMULATE (+=) into every gradient they write, activation
 // gradients included, so the caller zeroes (fused_attention_backward, which writes, aside); tied weights
-// and gradient accumulation come free. A null parameter gradient (linear's dweight and dbias, the norms'
-// dweight and dbias, the embedding's dwte and dwpe, each on its own) is a frozen parameter's
+// and gradient accumulation come free. The fused forms (Model::set_fused_epilogues) SET an activation
+// gradient that is a buffer's first contribution instead, where they say so, and spare the zeroing. A null
+// parameter gradient (linear's dweight and dbias, the norms' dweight and dbias, the embedding's dwte and
+// dwpe, each on its own) is a frozen parameter's
 // (ParamContext::grads): the op skips it and still computes the input gradient, the same bits as with it.
 // Linear weights use the Hugging Face GPT-2 Conv1D layout (in, out): out = inp @ W + b, unless an op takes a
 // WeightLayout.
@@ -45,12 +47,23 @@ void layernorm_forward(Device d, T* out, NormStat<T>* mean, NormStat<T>* rstd, c
 template <class T>
 void layernorm_backward(Device d, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                         const T* weight, const NormStat<T>* mean, const NormStat<T>* rstd, int N, int C);
+// The residual add fused into the norm after it: residual = a + b, then out = layernorm(residual) with its
+// statistics, one pass over the rows. residual is rounded to T before it is normalised, so both outputs
+// are residual_forward's and layernorm_forward's bits. Its backward is layernorm_backward adding into the
+// residual stream's gradient, which is both a's and b's.
+template <class T>
+void layernorm_residual_forward(Device d, T* residual, T* out, NormStat<T>* mean, NormStat<T>* rstd, const T* a,
+                                const T* b, const T* weight, const T* bias, int N, int C);
 // RMSNorm (Llama); rstd is a NormStat<T> like LayerNorm's.
 template <class T>
 void rmsnorm_forward(Device d, T* out, NormStat<T>* rstd, const T* inp, const T* weight, int N, int C, float eps);
 template <class T>
 void rmsnorm_backward(Device d, T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
                       const NormStat<T>* rstd, int N, int C);
+// residual = a + b, then out = rmsnorm(residual): layernorm_residual_forward's fusion for RMSNorm.
+template <class T>
+void rmsnorm_residual_forward(Device d, T* residual, T* out, NormStat<T>* rstd, const T* a, const T* b,
+                              const T* weight, int N, int C, float eps);
 // Rotary embedding in place (Hugging Face's rotate_half layout); the backward turns a gradient back in place.
 template <class T>
 void rope_forward(Device d, T* x, int B, int Tn, int NH, int HS, float theta);
@@ -63,8 +76,11 @@ template <class T>
 void gqa_pack_backward(Device d, T* dq, T* dk, T* dv, const T* dqkv, int B, int Tn, int NH, int NKV, int HS);
 template <class T>
 void swiglu_forward(Device d, T* out, const T* gate, const T* up, size_t n);
+// Whether a backward adds into its input gradients (the convention) or sets them: their first contribution.
+enum class InputGrad { accumulate, set };
 template <class T>
-void swiglu_backward(Device d, T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n);
+void swiglu_backward(Device d, T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n,
+                     InputGrad mode = InputGrad::accumulate);
 
 template <class T>
 void linear_forward(Device d, T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC);
@@ -91,6 +107,23 @@ template <class T>
 void lora_linear_backward(Device d, T* dinp, T* dlora_a, T* dlora_b, const T* dout, const T* inp,
                           const T* weight, const T* lora_a, const T* lora_b, const T* lora_hidden, int N, int C,
                           int OC, int R, float scale, WeightLayout layout);
+
+// The linear layer with its bias, a GELU after it and its bias gradients inside the GEMMs (on cuda,
+// cuBLASLt's epilogues; the plain GEMM and the separate kernels where cuBLASLt has no kernel for a shape).
+// What linear_forward, gelu_forward and linear_backward compute, but for the roundings in bf16: each output
+// is rounded once, where the separate ops round the GEMM's output, then the bias added to it, then its
+// GELU; a bias gradient is rounded to T before it is added. The forward: out = inp @ W + bias, or with
+// `pre`, pre = inp @ W + bias (kept for the backward) and out = gelu(pre). bias may be null.
+template <class T>
+void linear_epilogue_forward(Device d, T* out, T* pre, const T* inp, const T* weight, const T* bias, int N, int C,
+                             int OC);
+// linear_backward, but dinp is SET to dout @ W^T. With `pre`, the layer's input was gelu(pre)
+// (linear_epilogue_forward's out) and the gradient goes on through the GELU: dinp = gelu'(pre) * (dout @ W^T)
+// = d(pre), and pre_dbias, the bias gradient of the layer that made pre (null: none, or frozen), adds its
+// column sums.
+template <class T>
+void linear_epilogue_backward(Device d, T* dinp, T* dweight, T* dbias, T* pre_dbias, const T* dout, const T* inp,
+                              const T* pre, const T* weight, int N, int C, int OC);
 // Scalars (alpha and beta, axpy's alpha, cross-entropy's dloss, LoRA's scale) are fp32 whatever T is, down
 // to the kernels: a bf16 loss scale would be off by up to 0.4%.
 template <class T>

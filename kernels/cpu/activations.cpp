@@ -7,30 +7,14 @@
 
 namespace zshard::cpu {
 
-namespace {
-constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
-constexpr double kGeluCubic = 0.044715;
-}  // namespace
-
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t n) {
-  const T s = T(kSqrt2OverPi), a = T(kGeluCubic);
-  for (size_t i = 0; i < n; ++i) {
-    const T x = inp[i];
-    out[i] = T(0.5) * x * (T(1) + detail::tanh_approx(s * (x + a * x * x * x)));
-  }
+  for (size_t i = 0; i < n; ++i) out[i] = detail::gelu(inp[i]);
 }
 
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
-  const T s = T(kSqrt2OverPi), a = T(kGeluCubic);
-  for (size_t i = 0; i < n; ++i) {
-    const T x = inp[i];
-    const T th = detail::tanh_approx(s * (x + a * x * x * x));
-    const T sech2 = T(1) - th * th;
-    const T grad = T(0.5) * (T(1) + th) + T(0.5) * x * sech2 * s * (T(1) + T(3) * a * x * x);
-    dinp[i] += grad * dout[i];
-  }
+  for (size_t i = 0; i < n; ++i) dinp[i] += detail::gelu_grad(inp[i]) * dout[i];
 }
 
 template <class T>
@@ -56,18 +40,20 @@ void swiglu_forward(T* out, const T* gate, const T* up, size_t n) {
 }
 
 template <class T>
-void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n) {
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n, InputGrad mode) {
+  // Set: added to 0 rather than stored, so that a -0 comes out +0 as on zeroed buffers: the same bits.
+  const bool set = mode == InputGrad::set;
   for (size_t i = 0; i < n; ++i) {
     const T g = gate[i], sig = T(1) / (T(1) + std::exp(-g));
-    dup[i] += dout[i] * g * sig;
+    dup[i] = (set ? T(0) : dup[i]) + dout[i] * g * sig;
     // d silu / dg = sig * (1 + g * (1 - sig))
-    dgate[i] += dout[i] * up[i] * sig * (T(1) + g * (T(1) - sig));
+    dgate[i] = (set ? T(0) : dgate[i]) + dout[i] * up[i] * sig * (T(1) + g * (T(1) - sig));
   }
 }
 
 #define ZS_INSTANTIATE(T)                                                                               \
   template void swiglu_forward<T>(T*, const T*, const T*, size_t);                                      \
-  template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, size_t);                       \
+  template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, size_t, InputGrad);            \
   template void gelu_forward<T>(T*, const T*, size_t);                                                  \
   template void gelu_backward<T>(T*, const T*, const T*, size_t);                                       \
   template void residual_forward<T>(T*, const T*, const T*, size_t);                                    \

@@ -119,6 +119,14 @@ void layernorm_backward<bf16>(bf16* dinp, bf16* dweight, bf16* dbias, const bf16
   db.round_into(dbias);
 }
 
+// The separate ops' bits, as on cuda: the residual rounded to bf16, and normalised as stored.
+template <>
+void layernorm_residual_forward<bf16>(bf16* residual, bf16* out, float* mean, float* rstd, const bf16* a,
+                                      const bf16* b, const bf16* weight, const bf16* bias, int N, int C) {
+  residual_forward<bf16>(residual, a, b, size_t(N) * C);
+  layernorm_forward<bf16>(out, mean, rstd, residual, weight, bias, N, C);
+}
+
 template <>
 void rmsnorm_forward<bf16>(bf16* out, float* rstd, const bf16* inp, const bf16* weight, int N, int C, float eps) {
   const size_t n = size_t(N) * C;
@@ -135,6 +143,13 @@ void rmsnorm_backward<bf16>(bf16* dinp, bf16* dweight, const bf16* dout, const b
   rmsnorm_backward<float>(dx.get(), dw.get(), d.get(), x.get(), w.get(), rstd, N, C);
   dx.round_into(dinp);
   dw.round_into(dweight);
+}
+
+template <>
+void rmsnorm_residual_forward<bf16>(bf16* residual, bf16* out, float* rstd, const bf16* a, const bf16* b,
+                                    const bf16* weight, int N, int C, float eps) {
+  residual_forward<bf16>(residual, a, b, size_t(N) * C);
+  rmsnorm_forward<bf16>(out, rstd, residual, weight, N, C, eps);
 }
 
 template <>
@@ -172,9 +187,11 @@ void swiglu_forward<bf16>(bf16* out, const bf16* gate, const bf16* up, size_t n)
 }
 
 template <>
-void swiglu_backward<bf16>(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, size_t n) {
-  const Fp32 dg(dgate, n), du(dup, n), d(dout, n), g(gate, n), u(up, n);
-  swiglu_backward<float>(dg.get(), du.get(), d.get(), g.get(), u.get(), n);
+void swiglu_backward<bf16>(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, size_t n,
+                           InputGrad mode) {
+  const bool set = mode == InputGrad::set;  // then the fp32 op does not read the gradients' old values
+  const Fp32 dg = set ? Fp32(n) : Fp32(dgate, n), du = set ? Fp32(n) : Fp32(dup, n), d(dout, n), g(gate, n), u(up, n);
+  swiglu_backward<float>(dg.get(), du.get(), d.get(), g.get(), u.get(), n, mode);
   dg.round_into(dgate);
   du.round_into(dup);
 }

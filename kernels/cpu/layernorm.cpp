@@ -46,8 +46,21 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   }
 }
 
+// A row at a time, so that the row just summed is still in cache when it is normalised; each row is
+// residual_forward's and layernorm_forward's own arithmetic, so the bits are theirs.
+template <class T>
+void layernorm_residual_forward(T* residual, T* out, Compute<T>* mean, Compute<T>* rstd, const T* a, const T* b,
+                                const T* weight, const T* bias, int N, int C) {
+  for (int i = 0; i < N; ++i) {
+    const size_t row = size_t(i) * C;
+    residual_forward(residual + row, a + row, b + row, size_t(C));
+    layernorm_forward(out + row, mean + i, rstd + i, residual + row, weight, bias, 1, C);
+  }
+}
+
 #define ZS_INSTANTIATE(T)                                                                               \
   template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int);               \
+  template void layernorm_residual_forward<T>(T*, T*, T*, T*, const T*, const T*, const T*, const T*, int, int); \
   template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int, \
                                       int);
 ZS_INSTANTIATE(float)

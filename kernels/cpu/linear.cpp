@@ -5,6 +5,7 @@
 #include <zshard/memory.h>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/lora_linear.h"
 
 namespace zshard::cpu {
@@ -29,12 +30,7 @@ void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   ZS_CHECK(dinp, "linear_backward: dinp is required");
   gemm<T>(false, true, N, C, OC, T(1), dout, OC, weight, OC, T(1), dinp, C);     // dinp += dout @ W^T
   if (dweight) gemm<T>(true, false, C, OC, N, T(1), inp, C, dout, OC, T(1), dweight, OC);  // dW += inp^T @ dout
-  if (dbias) {
-    for (int i = 0; i < N; ++i) {
-      const T* d = dout + size_t(i) * OC;
-      for (int j = 0; j < OC; ++j) dbias[j] += d[j];
-    }
-  }
+  if (dbias) detail::add_column_sums(dbias, dout, N, OC);
 }
 
 #define ZS_INSTANTIATE(T)                                                                               \

@@ -6,7 +6,8 @@
 // - Arrays are contiguous and row-major. N = rows (B*T), C = channels, OC = output channels,
 //   V = vocabulary, NH = heads.
 // - Backward ops ACCUMULATE (+=) into every gradient they write, activation gradients included; the
-//   caller zeroes. This makes tied weights and gradient accumulation free.
+//   caller zeroes. This makes tied weights and gradient accumulation free. The fused forms set the
+//   activation gradients they say they set (<zshard/ops.h>).
 // - Linear weights use the Hugging Face GPT-2 Conv1D layout (in, out): out = inp @ W + b.
 #pragma once
 #include <cstddef>
@@ -18,6 +19,7 @@
 
 namespace zshard::cpu {
 
+using ops::InputGrad;
 using ops::WeightLayout;
 
 constexpr double kLayerNormEps = 1e-5;
@@ -42,6 +44,10 @@ void layernorm_forward(T* out, Compute<T>* mean, Compute<T>* rstd, const T* inp,
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const Compute<T>* mean, const Compute<T>* rstd, int N, int C);
+// residual = a + b, then out = layernorm(residual), row by row (<zshard/ops.h>).
+template <class T>
+void layernorm_residual_forward(T* residual, T* out, Compute<T>* mean, Compute<T>* rstd, const T* a, const T* b,
+                                const T* weight, const T* bias, int N, int C);
 
 // RMSNorm (Llama): out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps) per row, saved (N).
 template <class T>
@@ -49,6 +55,9 @@ void rmsnorm_forward(T* out, Compute<T>* rstd, const T* inp, const T* weight, in
 template <class T>
 void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const Compute<T>* rstd,
                       int N, int C);
+template <class T>
+void rmsnorm_residual_forward(T* residual, T* out, Compute<T>* rstd, const T* a, const T* b, const T* weight, int N,
+                              int C, float eps);
 
 // Rotary position embedding in place on x (B,T,NH,HS), Hugging Face's rotate_half layout: element i of a
 // head pairs with i + HS/2 and turns by t * theta^(-2i/HS) at position t. The backward turns a gradient
@@ -69,7 +78,8 @@ void gqa_pack_backward(T* dq, T* dk, T* dv, const T* dqkv, int B, int Tn, int NH
 template <class T>
 void swiglu_forward(T* out, const T* gate, const T* up, size_t n);
 template <class T>
-void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n);
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n,
+                     InputGrad mode = InputGrad::accumulate);
 
 // bias may be null (then dbias must be null too).
 template <class T>
@@ -77,6 +87,13 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
                      int C, int OC);
+// The linear layer with its epilogues (<zshard/ops.h>): in f32 and f64 linear_forward, gelu_forward and
+// linear_backward's own operations in their order; in bf16 cuBLASLt's roundings (kernels/cpu/linear_epilogues.cpp).
+template <class T>
+void linear_epilogue_forward(T* out, T* pre, const T* inp, const T* weight, const T* bias, int N, int C, int OC);
+template <class T>
+void linear_epilogue_backward(T* dinp, T* dweight, T* dbias, T* pre_dbias, const T* dout, const T* inp, const T* pre,
+                              const T* weight, int N, int C, int OC);
 
 // LoRA on the frozen linear layer (weight, bias) in `layout`; the arguments, what is saved and the gradients
 // are <zshard/ops.h>'s lora_linear_forward. Written over gemm<T> (kernels/lora_linear.h), so the bf16
@@ -188,30 +205,38 @@ void dequantize_blocks(T* out, const int8_t* q, const float* scales, size_t n, Q
 // bf16: every op reads bf16, computes in fp32 and rounds once where its CUDA twin (kernels/cuda) stores,
 // so that the cpu runs mixed precision through the same code above the kernels as a GPU and is the
 // reference for it: GEMMs take the bf16 values and accumulate in fp32 (out = bf16(alpha A B + beta C));
-// a linear layer's bias is added to the GEMM's rounded output and rounded again; attention stores its
-// scores, probabilities and score gradients in bf16 between its GEMMs and softmax passes, while fused
-// attention keeps them in fp32, as cuDNN's kernel does, and rounds its output and qkv's gradient once; a
-// backward adds its fp32 result into the bf16 gradient with one rounding; the embedding backward sums each
-// token's rows in fp32 and adds once; cross-entropy's returned sum is of the fp32 row losses. Where an op's
-// arithmetic is the fp32 op's, it runs that op on fp32 copies (kernels/cpu/bf16_ops.cpp,
-// bf16_attention.cpp). gqa_pack is a copy, instantiated for bf16 as it is.
+// a linear layer's bias is added to the GEMM's rounded output and rounded again (but in the fused
+// linear_epilogue ops, which round as cuBLASLt's epilogues: once); attention stores its scores,
+// probabilities and score gradients in bf16 between its GEMMs and softmax passes, while fused attention
+// keeps them in fp32, as cuDNN's kernel does, and rounds its output and qkv's gradient once; a backward adds
+// its fp32 result into the bf16 gradient with one rounding; the embedding backward sums each token's rows
+// in fp32 and adds once; cross-entropy's returned sum is of the fp32 row losses. Where an op's arithmetic
+// is the fp32 op's, it runs that op on fp32 copies (kernels/cpu/bf16_ops.cpp, bf16_attention.cpp).
+// gqa_pack is a copy, instantiated for bf16 as it is.
 template <> void embedding_forward<bf16>(bf16*, const int32_t*, const bf16*, const bf16*, int, int, int);
 template <> void embedding_backward<bf16>(bf16*, bf16*, const bf16*, const int32_t*, int, int, int);
 template <> void layernorm_forward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*, int,
                                          int);
 template <> void layernorm_backward<bf16>(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*,
                                           const float*, const float*, int, int);
+template <> void layernorm_residual_forward<bf16>(bf16*, bf16*, float*, float*, const bf16*, const bf16*,
+                                                  const bf16*, const bf16*, int, int);
 template <> void rmsnorm_forward<bf16>(bf16*, float*, const bf16*, const bf16*, int, int, float);
 template <> void rmsnorm_backward<bf16>(bf16*, bf16*, const bf16*, const bf16*, const bf16*, const float*,
                                         int, int);
+template <> void rmsnorm_residual_forward<bf16>(bf16*, bf16*, float*, const bf16*, const bf16*, const bf16*, int,
+                                                int, float);
 template <> void rope_forward<bf16>(bf16*, int, int, int, int, float);
 template <> void rope_backward<bf16>(bf16*, int, int, int, int, float);
 template <> void gqa_pack_backward<bf16>(bf16*, bf16*, bf16*, const bf16*, int, int, int, int, int);
 template <> void swiglu_forward<bf16>(bf16*, const bf16*, const bf16*, size_t);
-template <> void swiglu_backward<bf16>(bf16*, bf16*, const bf16*, const bf16*, const bf16*, size_t);
+template <> void swiglu_backward<bf16>(bf16*, bf16*, const bf16*, const bf16*, const bf16*, size_t, InputGrad);
 template <> void linear_forward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int, int, int);
 template <> void linear_backward<bf16>(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*, int, int,
                                        int);
+template <> void linear_epilogue_forward<bf16>(bf16*, bf16*, const bf16*, const bf16*, const bf16*, int, int, int);
+template <> void linear_epilogue_backward<bf16>(bf16*, bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*,
+                                                const bf16*, int, int, int);
 template <> void gemm<bf16>(bool, bool, int, int, int, float, const bf16*, int, const bf16*, int, float,
                             bf16*, int);
 template <> void attention_forward<bf16>(bf16*, bf16*, const bf16*, int, int, int, int);

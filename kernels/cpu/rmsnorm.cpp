@@ -35,8 +35,20 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
   }
 }
 
+// A row at a time, as layernorm_residual_forward: residual_forward's and rmsnorm_forward's bits.
+template <class T>
+void rmsnorm_residual_forward(T* residual, T* out, Compute<T>* rstd, const T* a, const T* b, const T* weight, int N,
+                              int C, float eps) {
+  for (int i = 0; i < N; ++i) {
+    const size_t row = size_t(i) * C;
+    residual_forward(residual + row, a + row, b + row, size_t(C));
+    rmsnorm_forward(out + row, rstd + i, residual + row, weight, 1, C, eps);
+  }
+}
+
 #define ZS_INSTANTIATE(T)                                                                 \
   template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int, int, float);          \
+  template void rmsnorm_residual_forward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, float); \
   template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int, int);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(double)

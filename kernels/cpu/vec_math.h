@@ -73,4 +73,30 @@ inline float tanh_approx(float u) {
 inline double exp_nonpositive(double x) { return std::exp(x); }
 inline double tanh_approx(double u) { return std::tanh(u); }
 
+// GELU, tanh approximation (Hugging Face "gelu_new"), and its derivative: one formula for the separate ops
+// and the fused linear layer, so that both give the same bits.
+constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
+constexpr double kGeluCubic = 0.044715;
+template <class T>
+inline T gelu(T x) {
+  const T s = T(kSqrt2OverPi), a = T(kGeluCubic);
+  return T(0.5) * x * (T(1) + tanh_approx(s * (x + a * x * x * x)));
+}
+template <class T>
+inline T gelu_grad(T x) {
+  const T s = T(kSqrt2OverPi), a = T(kGeluCubic);
+  const T th = tanh_approx(s * (x + a * x * x * x));
+  const T sech2 = T(1) - th * th;
+  return T(0.5) * (T(1) + th) + T(0.5) * x * sech2 * s * (T(1) + T(3) * a * x * x);
+}
+
+// sums[c] += x[r * cols + c], row after row: a bias gradient, added in the same order wherever it is taken.
+template <class T>
+inline void add_column_sums(T* sums, const T* x, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    const T* row = x + size_t(r) * cols;
+    for (int c = 0; c < cols; ++c) sums[c] += row[c];
+  }
+}
+
 }  // namespace zshard::cpu::detail

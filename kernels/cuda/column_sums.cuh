@@ -54,6 +54,14 @@ __global__ void finish_kernel(ColumnOutputs<K, T> out, const float* partials, in
 
 }  // namespace column_sums_detail
 
+// The bias gradient's term: the column sums of dout itself.
+template <class T>
+struct BiasTerm {
+  const T* dout;
+  int OC;
+  __device__ void operator()(int row, int c, float* acc) const { acc[0] += to_f32(dout[size_t(row) * OC + c]); }
+};
+
 // out[k][c] += sum over rows r < N of term(r, c, acc)[k], where `term` is a functor whose __device__
 // operator() adds row r's K values for column c into acc. The partial sums live in a workspace buffer.
 template <int K, class T, class Term>

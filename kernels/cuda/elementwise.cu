@@ -1,22 +1,11 @@
 // Element-wise ops: GELU (tanh approximation, as kernels/cpu), the residual add, axpy, and the f32/bf16
 // conversions of mixed precision.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gelu.cuh"
 
 namespace zshard::cuda {
 
 namespace {
-
-constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-constexpr float kGeluCubic = 0.044715f;
-
-__device__ __forceinline__ float gelu(float x) {
-  return 0.5f * x * (1.f + tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
-}
-__device__ __forceinline__ float gelu_grad(float x) {
-  const float th = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-  const float sech2 = 1.f - th * th;
-  return 0.5f * (1.f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.f + 3.f * kGeluCubic * x * x);
-}
 
 // The GELU kernels, the largest element-wise ones (4C per token), go kN elements a load (common.cuh's
 // Pack) over `packs` = n / kN.

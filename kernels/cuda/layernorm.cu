@@ -7,12 +7,11 @@ namespace zshard::cuda {
 
 namespace {
 
+// One row, x to o, by the calling warp; lane 0 stores the row's statistics.
 template <class T>
-__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight,
-                                         const T* bias, int N, int C) {
-  const int row = warp_row(), lane = threadIdx.x % kWarpSize;
-  if (row >= N) return;
-  const T* x = inp + size_t(row) * C;
+__device__ __forceinline__ void layernorm_row(T* o, float* mean, float* rstd, const T* x, const T* weight,
+                                              const T* bias, int C) {
+  const int lane = threadIdx.x % kWarpSize;
   float sum = 0;
   for (int c = lane; c < C; c += kWarpSize) sum += to_f32(x[c]);
   const float mu = warp_sum(sum) / C;
@@ -23,13 +22,34 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
     sq += d * d;
   }
   const float rs = rsqrtf(warp_sum(sq) / C + float(cpu::kLayerNormEps));
-  T* o = out + size_t(row) * C;
   for (int c = lane; c < C; c += kWarpSize)
     o[c] = from_f32<T>((to_f32(x[c]) - mu) * rs * to_f32(weight[c]) + to_f32(bias[c]));
   if (lane == 0) {
-    mean[row] = mu;
-    rstd[row] = rs;
+    *mean = mu;
+    *rstd = rs;
   }
+}
+
+template <class T>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                                         const T* bias, int N, int C) {
+  const int row = warp_row();
+  if (row >= N) return;
+  layernorm_row(out + size_t(row) * C, mean + row, rstd + row, inp + size_t(row) * C, weight, bias, C);
+}
+
+// The row's residual is written, then normalised as stored (rounded to T): residual_forward's and
+// layernorm_forward's bits, with the row read back from the cache rather than from memory. Each lane reads
+// back only the elements it wrote (c = lane + 32 k in both loops): no synchronisation is needed.
+template <class T>
+__global__ void layernorm_residual_forward_kernel(T* residual, T* out, float* mean, float* rstd, const T* a,
+                                                  const T* b, const T* weight, const T* bias, int N, int C) {
+  const int row = warp_row(), lane = threadIdx.x % kWarpSize;
+  if (row >= N) return;
+  const size_t start = size_t(row) * C;
+  for (int c = lane; c < C; c += kWarpSize)
+    residual[start + c] = from_f32<T>(to_f32(a[start + c]) + to_f32(b[start + c]));
+  layernorm_row(out + start, mean + row, rstd + row, residual + start, weight, bias, C);
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight; one warp per row, kN elements
@@ -93,6 +113,15 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 }
 
 template <class T>
+void layernorm_residual_forward(T* residual, T* out, float* mean, float* rstd, const T* a, const T* b,
+                                const T* weight, const T* bias, int N, int C, cudaStream_t stream) {
+  if (N == 0) return;
+  layernorm_residual_forward_kernel<<<row_blocks(N), kBlockSize, 0, stream>>>(residual, out, mean, rstd, a, b,
+                                                                              weight, bias, N, C);
+  ZS_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
   if (N == 0) return;
@@ -108,6 +137,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 #define ZS_INSTANTIATE(T)                                                                               \
   template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int, int,         \
                                      cudaStream_t);                                                     \
+  template void layernorm_residual_forward<T>(T*, T*, float*, float*, const T*, const T*, const T*, const T*, int, \
+                                              int, cudaStream_t);                                               \
   template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const float*, const float*, \
                                       int, int, cudaStream_t);
 ZS_INSTANTIATE(float)

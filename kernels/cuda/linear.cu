@@ -47,14 +47,6 @@ void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t stream) {
   ZS_CUDA_CHECK_LAUNCH();
 }
 
-// The bias gradient's term of column sums: dout itself.
-template <class T>
-struct BiasTerm {
-  const T* dout;
-  int OC;
-  __device__ void operator()(int row, int c, float* acc) const { acc[0] += to_f32(dout[size_t(row) * OC + c]); }
-};
-
 // Matrix i of the grid (head i % heads of batch element i / heads) of each operand: the pointer arrays of
 // cublasGemmBatchedEx, written on the device so that no host copy or synchronisation is needed.
 template <class T>

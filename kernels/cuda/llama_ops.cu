@@ -105,15 +105,16 @@ __global__ void swiglu_forward_kernel(T* out, const T* gate, const T* up, size_t
   }
 }
 
+// `set`: the gradients' first contribution, added to 0 rather than to what they held (never read).
 template <class T>
-__global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up,
-                                       size_t n) {
+__global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n,
+                                       bool set) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const float g = to_f32(gate[i]), d = to_f32(dout[i]);
     const float sig = 1.f / (1.f + expf(-g));
-    dup[i] = from_f32<T>(to_f32(dup[i]) + d * g * sig);
+    dup[i] = from_f32<T>((set ? 0.f : to_f32(dup[i])) + d * g * sig);
     // d silu / dg = sig * (1 + g * (1 - sig))
-    dgate[i] = from_f32<T>(to_f32(dgate[i]) + d * to_f32(up[i]) * sig * (1.f + g * (1.f - sig)));
+    dgate[i] = from_f32<T>((set ? 0.f : to_f32(dgate[i])) + d * to_f32(up[i]) * sig * (1.f + g * (1.f - sig)));
   }
 }
 
@@ -158,10 +159,11 @@ void swiglu_forward(T* out, const T* gate, const T* up, size_t n, cudaStream_t s
 }
 
 template <class T>
-void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n,
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n, ops::InputGrad mode,
                      cudaStream_t stream) {
   if (n == 0) return;
-  swiglu_backward_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(dgate, dup, dout, gate, up, n);
+  swiglu_backward_kernel<<<grid_for(n), kBlockSize, 0, stream>>>(dgate, dup, dout, gate, up, n,
+                                                                   mode == ops::InputGrad::set);
   ZS_CUDA_CHECK_LAUNCH();
 }
 
@@ -171,7 +173,7 @@ void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up
   template void gqa_pack<T>(T*, const T*, const T*, const T*, int, int, int, int, int, cudaStream_t);      \
   template void gqa_pack_backward<T>(T*, T*, T*, const T*, int, int, int, int, int, cudaStream_t);         \
   template void swiglu_forward<T>(T*, const T*, const T*, size_t, cudaStream_t);                           \
-  template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, size_t, cudaStream_t);
+  template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, size_t, ops::InputGrad, cudaStream_t);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(bf16)
 #undef ZS_INSTANTIATE

@@ -7,9 +7,9 @@
 // enqueues work on it, except the two that return a host value (cross_entropy_forward_backward without
 // a device loss sum, sum_squares), which synchronise that stream. Every launch is followed by a cudaGetLastError check.
 // Ops that need scratch (attention, the bias, LayerNorm and RMSNorm parameter gradients, the embedding
-// backward, the LoRA linear backward, the two reductions) take it from the tracking allocator as
-// `workspace`, so cuda_init (kernels/cuda/runtime.h) must have run, and they refuse non-blocking streams
-// (see common.cuh). Needs sm_80 or newer.
+// backward, the LoRA linear backward, the fused linear layer, the two reductions) take it from the tracking
+// allocator as `workspace`, so cuda_init (kernels/cuda/runtime.h) must have run, and they refuse non-blocking
+// streams (see common.cuh). Needs sm_80 or newer.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -45,6 +45,11 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const float* mean, const float* rstd, int N, int C, cudaStream_t stream = nullptr);
+// residual = a + b, rounded to T, then out = layernorm(residual): a warp per row writes the row's residual
+// and normalises it as layernorm_forward does, while the row is in its cache.
+template <class T>
+void layernorm_residual_forward(T* residual, T* out, float* mean, float* rstd, const T* a, const T* b,
+                                const T* weight, const T* bias, int N, int C, cudaStream_t stream = nullptr);
 
 // RMSNorm; rstd is fp32 for both T, as LayerNorm's statistics.
 template <class T>
@@ -53,6 +58,9 @@ void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int N, 
 template <class T>
 void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const float* rstd, int N,
                       int C, cudaStream_t stream = nullptr);
+template <class T>
+void rmsnorm_residual_forward(T* residual, T* out, float* rstd, const T* a, const T* b, const T* weight, int N, int C,
+                              float eps, cudaStream_t stream = nullptr);
 // Rotary embedding in place (forward), and its transpose in place on a gradient (backward).
 template <class T>
 void rope_forward(T* x, int B, int Tn, int NH, int HS, float theta, cudaStream_t stream = nullptr);
@@ -68,7 +76,7 @@ template <class T>
 void swiglu_forward(T* out, const T* gate, const T* up, size_t n, cudaStream_t stream = nullptr);
 template <class T>
 void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n,
-                     cudaStream_t stream = nullptr);
+                     ops::InputGrad mode = ops::InputGrad::accumulate, cudaStream_t stream = nullptr);
 
 // cuBLAS with fp32 accumulation (CUBLAS_COMPUTE_32F: no TF32 for fp32 inputs). Scalars (alpha, beta here,
 // dloss and axpy's alpha below) are fp32 for every T: rounding a factor like 1/96 to bf16 would bias every
@@ -82,6 +90,18 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
                      int C, int OC, cudaStream_t stream = nullptr);
+
+// <zshard/ops.h>'s linear_epilogue_forward and backward, through cuBLASLt's epilogues
+// (kernels/cuda/linear_epilogues.cu).
+template <class T>
+void linear_epilogue_forward(T* out, T* pre, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
+                             cudaStream_t stream = nullptr);
+template <class T>
+void linear_epilogue_backward(T* dinp, T* dweight, T* dbias, T* pre_dbias, const T* dout, const T* inp, const T* pre,
+                              const T* weight, int N, int C, int OC, cudaStream_t stream = nullptr);
+// The GEMMs this thread's fused linear layers have run with a cuBLASLt epilogue, rather than through the
+// plain GEMM and the separate kernels that stand in where cuBLASLt has none: what shows that they ran.
+size_t epilogue_gemms();
 
 // <zshard/ops.h>'s lora_linear_forward and backward.
 template <class T>

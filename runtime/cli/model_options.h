@@ -1,5 +1,5 @@
 // The model a run trains, and its flags: --model, --config and its shorthands, --init-from, --seed,
-// --activation-checkpointing, --attention.
+// --activation-checkpointing, --attention, --fused-epilogues.
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -24,11 +24,15 @@ struct ModelOptions {
   Recompute recompute = Recompute::none;
   // How it computes attention; changes memory and speed, the results by rounding only.
   AttentionKernel attention = AttentionKernel::automatic;
+  // Whether it computes through its fused ops; the same results in f32 (Model::set_fused_epilogues).
+  FusedEpilogues fused_epilogues = FusedEpilogues::automatic;
   std::vector<std::string> freeze;  // --freeze: parameter name patterns (EngineOptions::freeze)
 };
 
 // How --activation-checkpointing spells a mode: none, blocks.
 std::string_view recompute_flag(Recompute mode);
+// How --fused-epilogues spells a mode: auto, on, off.
+std::string_view fused_epilogues_flag(FusedEpilogues mode);
 
 // --model (a registry name), --config KEY=VALUE,... and the shorthands --layers --dim --heads --vocab --ctx
 // --kv-heads --ffn-dim --rope-theta --tie-embeddings --lora-rank --lora-alpha --lora-targets.
@@ -41,7 +45,7 @@ std::string_view attention_flag(AttentionKernel kernel);
 void add_attention_flag(CLI::App& app, AttentionKernel& kernel);
 // --freeze PATTERN,...: the tools that train a model or size its memory.
 void add_freeze_flag(CLI::App& app, std::vector<std::string>& patterns);
-// All of the above with --init-from, --seed and --freeze.
+// All of the above with --init-from, --seed, --freeze and --fused-epilogues.
 void add_model_flags(CLI::App& app, ModelOptions& options);
 
 // Whether the run freezes parameters (--freeze, or LoRA's base): its checkpoints then hold the trained ones
@@ -51,8 +55,8 @@ bool freezes_parameters(const ModelOptions& options);
 // The registered configuration of the model with the overrides; UsageError naming the flag.
 ModelConfig resolve_model_config(const ModelOptions& options);
 
-// Sets what `model` keeps for backward from `options`: its recompute mode, and its attention for computing
-// on `placement`'s device in its dtype (choose_attention: --attention fused where it cannot run throws
+// Sets what `model` keeps for backward and how it computes from `options`: its recompute mode, its fused
+// epilogues, and its attention for computing on `placement`'s device in its dtype (choose_attention: --attention fused where it cannot run throws
 // UsageError). Where auto keeps blocks for want of cuDNN, one line says so to `note` (when given), once
 // per process.
 AttentionKernel configure_model(Model& model, const ModelOptions& options, const Placement& placement,

@@ -59,6 +59,7 @@ expect_failure "unknown checkpointing" 2 "--activation-checkpointing: layers not
 expect_one_line "unknown checkpointing" "--activation-checkpointing"
 expect_failure "unknown attention" 2 "--attention: flash not in" -- "$TRAIN" --attention flash
 expect_one_line "unknown attention" "--attention"
+expect_failure "unknown fused epilogues" 2 "--fused-epilogues: yes not in" -- "$TRAIN" --fused-epilogues yes
 expect_failure "unknown dtype" 2 "--param-dtype: fp16 not in" -- "$TRAIN" --param-dtype fp16
 expect_failure "nccl on cpu" 2 "--comm nccl needs --device cuda" -- "$TRAIN" --comm nccl
 

@@ -267,6 +267,7 @@ struct GqaPackCase {
 
 struct SwigluCase {
   size_t n = 37;
+  InputGrad mode = InputGrad::accumulate;  // set: the op writes arrays of its own, which the case adds
   std::vector<size_t> input_sizes() const { return {n, n}; }
   template <class T>
   std::vector<T> forward(const Arrays<T>& in) const {
@@ -276,9 +277,118 @@ struct SwigluCase {
   }
   template <class T>
   void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
-    swiglu_backward(g[0].data(), g[1].data(), dout.data(), in[0].data(), in[1].data(), n);
+    if (mode == InputGrad::accumulate)
+      return swiglu_backward(g[0].data(), g[1].data(), dout.data(), in[0].data(), in[1].data(), n);
+    std::vector<T> dgate(n, T(7)), dup(n, T(7));  // stale values, which setting must not keep
+    swiglu_backward(dgate.data(), dup.data(), dout.data(), in[0].data(), in[1].data(), n, mode);
+    for (size_t i = 0; i < n; ++i) {
+      add_into(g[0][i], dgate[i]);
+      add_into(g[1][i], dup[i]);
+    }
   }
 };
+
+// The linear layer with its epilogues, no GELU. Its backward sets dinp: the case passes an array of stale
+// values, which must not survive, and adds the result to the gradient.
+struct LinearEpilogueCase {
+  bool with_bias = true;
+  int N = 10, C = 8, OC = 6;
+  std::vector<size_t> input_sizes() const {
+    std::vector<size_t> sizes = {size_t(N) * C, size_t(C) * OC};
+    if (with_bias) sizes.push_back(OC);
+    return sizes;
+  }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in) const {
+    std::vector<T> out(size_t(N) * OC);
+    linear_epilogue_forward(out.data(), static_cast<T*>(nullptr), in[0].data(), in[1].data(),
+                            with_bias ? in[2].data() : nullptr, N, C, OC);
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    std::vector<T> dinp(in[0].size(), T(7));
+    linear_epilogue_backward(dinp.data(), grad_or_null(g[1]), with_bias ? grad_or_null(g[2]) : nullptr,
+                             static_cast<T*>(nullptr), dout.data(), in[0].data(), static_cast<const T*>(nullptr),
+                             in[1].data(), N, C, OC);
+    for (size_t i = 0; i < dinp.size(); ++i) add_into(g[0][i], dinp[i]);
+  }
+};
+
+// GPT-2's MLP through the epilogues: out = gelu(x @ W1 + b1) @ W2 + b2, inputs x, W1, b1, W2, b2. The second
+// layer's backward goes through the GELU and takes b1's gradient; the first's is a plain one without bias.
+struct GeluMlpCase {
+  int N = 10, C = 8, H = 16, OC = 6;
+  std::vector<size_t> input_sizes() const {
+    return {size_t(N) * C, size_t(C) * H, size_t(H), size_t(H) * OC, size_t(OC)};
+  }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in, std::vector<T>* hidden = nullptr, std::vector<T>* pre = nullptr) const {
+    std::vector<T> h(size_t(N) * H), p(h.size()), out(size_t(N) * OC);
+    linear_epilogue_forward(h.data(), p.data(), in[0].data(), in[1].data(), in[2].data(), N, C, H);
+    linear_epilogue_forward(out.data(), static_cast<T*>(nullptr), h.data(), in[3].data(), in[4].data(), N, H, OC);
+    if (hidden) *hidden = h;
+    if (pre) *pre = p;
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    std::vector<T> h, pre;
+    forward(in, &h, &pre);
+    std::vector<T> dpre(pre.size(), T(7)), dx(in[0].size(), T(7));  // set by the ops: stale values first
+    linear_epilogue_backward(dpre.data(), grad_or_null(g[3]), grad_or_null(g[4]), grad_or_null(g[2]), dout.data(),
+                             h.data(), pre.data(), in[3].data(), N, H, OC);
+    linear_epilogue_backward(dx.data(), grad_or_null(g[1]), static_cast<T*>(nullptr), static_cast<T*>(nullptr),
+                             dpre.data(), in[0].data(), static_cast<const T*>(nullptr), in[1].data(), N, C, H);
+    for (size_t i = 0; i < dx.size(); ++i) add_into(g[0][i], dx[i]);
+  }
+};
+
+// The residual add inside a norm: the output is [residual | normalised], and a and b share the residual's
+// gradient, which is its own plus what the norm's backward adds.
+template <bool kRms>
+struct NormResidualCase {
+  int N = 7, C = 13;
+  size_t rows() const { return size_t(N) * C; }
+  std::vector<size_t> input_sizes() const {
+    std::vector<size_t> sizes = {rows(), rows(), size_t(C)};
+    if (!kRms) sizes.push_back(C);
+    return sizes;
+  }
+  template <class T>
+  std::vector<T> forward(const Arrays<T>& in, std::vector<Compute<T>>* mean = nullptr,
+                         std::vector<Compute<T>>* rstd = nullptr) const {
+    std::vector<T> out(2 * rows());
+    std::vector<Compute<T>> mu(N), rs(N);
+    if constexpr (kRms)
+      rmsnorm_residual_forward(out.data(), out.data() + rows(), rs.data(), in[0].data(), in[1].data(), in[2].data(), N,
+                               C, 1e-5f);
+    else
+      layernorm_residual_forward(out.data(), out.data() + rows(), mu.data(), rs.data(), in[0].data(), in[1].data(),
+                                 in[2].data(), in[3].data(), N, C);
+    if (mean) *mean = mu;
+    if (rstd) *rstd = rs;
+    return out;
+  }
+  template <class T>
+  void backward(const Arrays<T>& in, const std::vector<T>& dout, Arrays<T>& g) const {
+    std::vector<Compute<T>> mean, rstd;
+    const std::vector<T> out = forward(in, &mean, &rstd);
+    std::vector<T> dres(dout.begin(), dout.begin() + rows());
+    const T* dnorm = dout.data() + rows();
+    if constexpr (kRms)
+      rmsnorm_backward(dres.data(), grad_or_null(g[2]), dnorm, out.data(), in[2].data(), rstd.data(), N, C);
+    else
+      layernorm_backward(dres.data(), grad_or_null(g[2]), grad_or_null(g[3]), dnorm, out.data(), in[2].data(),
+                         mean.data(), rstd.data(), N, C);
+    for (size_t i = 0; i < rows(); ++i) {
+      add_into(g[0][i], dres[i]);
+      add_into(g[1][i], dres[i]);
+    }
+  }
+};
+using LayerNormResidualCase = NormResidualCase<false>;
+using RmsNormResidualCase = NormResidualCase<true>;
 
 struct TokenEmbeddingCase {  // no position table
   int B = 2, Tn = 5, C = 7, V = 11;

@@ -93,12 +93,29 @@ const std::vector<Row>& table() {
       {"rope long", {"rope_forward", "rope_backward"}, checks(RopeCase{1, 67, 2, 10, 500000}), "", "CudaOps.RopeLongSequence"},
       {"gqa pack", {"gqa_pack", "gqa_pack_backward"}, checks(GqaPackCase{}), "", "CudaOps.GqaPack"},
       {"swiglu", {"swiglu_forward", "swiglu_backward"}, checks(SwigluCase{}), "", "CudaOps.SwiGlu"},
+      {"swiglu, gradients set", {"swiglu_backward"}, checks(SwigluCase{37, InputGrad::set}), "", "CudaFused.SwiGluSet"},
+      {"layernorm with the residual add", {"layernorm_residual_forward"}, checks(LayerNormResidualCase{}), "",
+       "CudaFused.LayerNormResidual"},
+      {"rmsnorm with the residual add", {"rmsnorm_residual_forward"}, checks(RmsNormResidualCase{}), "",
+       "CudaFused.RmsNormResidual"},
       {"linear", {"linear_forward", "linear_backward"}, checks(LinearCase{true, 9, 13, 7}), "", "CudaOps.Linear"},
       {"linear no bias", {"linear_forward", "linear_backward"}, checks(LinearCase{false}), "", "CudaOps.Linear"},
       {"linear, frozen weight", {"linear_backward"}, frozen_checks(LinearCase{true, 9, 13, 7}, {1}), "",
        "CudaOps.LinearFrozen"},
       {"linear, frozen weight and bias", {"linear_backward"}, frozen_checks(LinearCase{}, {1, 2}), "",
        "CudaOps.LinearFrozen"},
+      {"linear epilogue", {"linear_epilogue_forward", "linear_epilogue_backward"},
+       checks(LinearEpilogueCase{true, 9, 13, 7}), "", "CudaFused.LinearEpilogue"},
+      {"linear epilogue no bias", {"linear_epilogue_forward", "linear_epilogue_backward"},
+       checks(LinearEpilogueCase{false}), "", "CudaFused.LinearEpilogue"},
+      {"linear epilogue, frozen weight", {"linear_epilogue_backward"},
+       frozen_checks(LinearEpilogueCase{true, 9, 13, 7}, {1}), "", "CudaFused.LinearEpilogueFrozen"},
+      {"mlp through the gelu epilogue", {"linear_epilogue_forward", "linear_epilogue_backward"},
+       checks(GeluMlpCase{}), "", "CudaFused.GeluMlp"},
+      {"mlp through the gelu epilogue, frozen second weight", {"linear_epilogue_backward"},
+       frozen_checks(GeluMlpCase{}, {3}), "", "CudaFused.GeluMlpFrozen"},
+      {"mlp through the gelu epilogue, frozen first bias and weight", {"linear_epilogue_backward"},
+       frozen_checks(GeluMlpCase{}, {1, 2}), "", "CudaFused.GeluMlpFrozen"},
       {"lora linear", {"lora_linear_forward", "lora_linear_backward"}, checks(LoraLinearCase{}), "",
        "CudaOps.LoraLinear"},
       {"lora linear, nn.Linear layout", {"lora_linear_forward", "lora_linear_backward"},
@@ -144,8 +161,8 @@ TEST(BackendOps, EveryOpHasARow) {
   const std::set<std::string> declared = find_in_sources({"include/zshard/ops.h", "kernels/engine_ops.h"}, R"(\b(?:void|double)\s+(\w+)\(Device\b)");
   ASSERT_GE(declared.size(), 20u) << "the ops headers were not read";
   const std::set<std::string> cuda_tests = find_in_sources(
-      {"tests/unit/test_cuda_ops.cpp", "tests/unit/test_cuda_model.cpp", "tests/unit/test_cuda_quantize.cpp",
-       "tests/unit/test_cuda_attention.cpp"},
+      {"tests/unit/test_cuda_ops.cpp", "tests/unit/test_cuda_fused.cpp", "tests/unit/test_cuda_model.cpp",
+       "tests/unit/test_cuda_quantize.cpp", "tests/unit/test_cuda_attention.cpp"},
       R"(\bTEST\((Cuda\w+, \w+)\))");
   std::set<std::string> covered;
   for (const Row& row : table()) {

@@ -1,13 +1,6 @@
 // Every CUDA op against its CPU reference (kernels/cpu) on random inputs. Plain C++: the kernels are
 // reached through the zshard::cuda API and data moves with cudaMemcpy. Without a GPU every test skips.
-//
-// Tolerances, as max_rel_diff (max abs error over the reference's max abs value):
-// - fp32: 1e-5. Both sides compute in fp32; only summation order and libm-vs-CUDA math differ.
-// - bf16: kBf16Tolerance = 3e-2. Inputs are rounded to bf16 first and the CPU reference runs in fp32 on
-//   those same values, so input rounding is shared. The GPU then rounds outputs and the intermediates it
-//   stores in T (attention scores, probabilities and score gradients) to an 8-bit mantissa, unit
-//   roundoff 2^-8 ~ 4e-3; a few such roundings in a chain give ~1e-2. An indexing bug gives O(1). What
-//   stays fp32 is held to fp32 (LayerNorm mean/rstd, the loss sum) or to one rounding (dwte).
+// The tolerances: tests/support/cuda_arrays.h.
 #include <gtest/gtest.h>
 
 #ifdef ZSHARD_WITH_CUDA
@@ -23,74 +16,14 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/runtime.h"
+#include "tests/support/cuda_arrays.h"
 #include "tests/support/gpu_test.h"
 #include "tests/support/test_support.h"
 
 namespace zshard::cuda {
 namespace {
 
-using Vec = std::vector<float>;
-constexpr double kF32Tolerance = 1e-5;
-constexpr double kBf16Tolerance = 3e-2;
-
-template <class T>
-constexpr double tolerance() {
-  return std::is_same_v<T, float> ? kF32Tolerance : kBf16Tolerance;
-}
-
-float to_float(float x) { return x; }
-float to_float(bf16 x) { return __bfloat162float(x); }
-template <class T>
-T from_float(float x) {
-  if constexpr (std::is_same_v<T, float>) return x;
-  else return __float2bfloat16(x);
-}
-
-// The values T can hold: what both sides of a comparison start from.
-template <class T>
-Vec rounded(Vec x) {
-  for (float& e : x) e = to_float(from_float<T>(e));
-  return x;
-}
-
-Vec zeros(size_t n) { return Vec(n, 0.f); }
-
-template <class T>
-Vec random_vec(size_t n, std::mt19937& rng, float lo = -2.f, float hi = 2.f) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Vec x(n);
-  for (float& e : x) e = dist(rng);
-  return rounded<T>(x);
-}
-
-// A device array of T filled from floats; get() reads it back as floats.
-template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(const Vec& host) : n_(host.size()) {
-    ZS_CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
-    std::vector<T> staged(n_);
-    for (size_t i = 0; i < n_; ++i) staged[i] = from_float<T>(host[i]);
-    ZS_CUDA_CHECK(cudaMemcpy(ptr_, staged.data(), bytes(), cudaMemcpyHostToDevice));
-  }
-  ~DeviceArray() { cudaFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() const { return ptr_; }
-  Vec host() const {
-    std::vector<T> staged(n_);
-    ZS_CUDA_CHECK(cudaMemcpy(staged.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
-    Vec out(n_);
-    for (size_t i = 0; i < n_; ++i) out[i] = to_float(staged[i]);
-    return out;
-  }
-
- private:
-  size_t bytes() const { return n_ * sizeof(T); }
-  T* ptr_ = nullptr;
-  size_t n_;
-};
+using namespace arrays;
 
 class DeviceInts {
  public:
@@ -107,23 +40,6 @@ class DeviceInts {
   int32_t* ptr_ = nullptr;
   size_t n_;
 };
-
-void expect_close(const Vec& got, const Vec& want, double tol, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  EXPECT_LE(test::max_rel_diff(got, want), tol) << what;
-}
-
-// Which parameter gradients a check passes null on the GPU, as a frozen parameter's (bit i: the op's i-th
-// parameter gradient): the GPU must still match the CPU's full op in every other gradient, dinp included.
-using FrozenGrads = unsigned;
-template <class T>
-T* unless_frozen(FrozenGrads frozen, int i, const DeviceArray<T>& grad) {
-  return frozen & (1u << i) ? nullptr : grad.get();
-}
-void expect_close_unless_frozen(FrozenGrads frozen, int i, const Vec& got, const Vec& want, double tol,
-                                const char* what) {
-  if (!(frozen & (1u << i))) expect_close(got, want, tol, what);
-}
 
 std::vector<int32_t> random_ints(size_t n, int hi, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> dist(0, hi - 1);

@@ -308,6 +308,25 @@ TEST(TrainOptions, DeviceFlagsParseByName) {
   }
 }
 
+TEST(TrainOptions, FusedEpiloguesParseByName) {
+  TrainOptions o;
+  CLI::App app;
+  add_train_flags(app, o);
+  EXPECT_EQ(o.model.fused_epilogues, FusedEpilogues::automatic);
+  for (const auto& [name, mode] : {std::pair{"on", FusedEpilogues::on}, std::pair{"off", FusedEpilogues::off},
+                                   std::pair{"auto", FusedEpilogues::automatic}}) {
+    app.parse(std::string("--fused-epilogues ") + name);
+    EXPECT_EQ(o.model.fused_epilogues, mode) << name;
+    EXPECT_EQ(fused_epilogues_flag(mode), name);
+  }
+  try {
+    app.parse("--fused-epilogues yes");
+    ADD_FAILURE() << "yes accepted";
+  } catch (const CLI::Error& e) {
+    EXPECT_THAT(cli_error_line(e), HasSubstr("--fused-epilogues"));
+  }
+}
+
 TEST(TrainOptions, BatchIsANumberOrAuto) {
   TrainOptions o;
   CLI::App app;
