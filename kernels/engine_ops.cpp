@@ -7,37 +7,66 @@
 #include "kernels/device_memory.h"
 #include "kernels/op_dispatch.h"
 #include "kernels/quantize_blocks.h"
+#include "kernels/test_hooks.h"
 
 namespace zshard::ops {
 
 using namespace dispatch;
 
 template <class G>
-void adamw_step(Device d, float* param, const G* grad, float* m, float* v, size_t n, const AdamWParams& hp,
-                bf16* param_bf16) {
+void adamw_step(Device d, float* param, const G* grad, float* m, float* v, std::span<const ShardSegment> segments,
+                const AdamWParams& hp, const StepScalars* step, bf16* param_bf16) {
   // The host steps bf16 gradients too: --offload optimizer brings them from a device in the compute dtype.
-  if (d == Device::cpu) return cpu::adamw_step(param, grad, m, v, n, hp, param_bf16);
+  if (d == Device::cpu) {
+    if (step->skip) return;
+    AdamWParams scaled = hp;
+    scaled.grad_scale = float(step->grad_scale);
+    for (const ShardSegment& s : segments) {
+      AdamWParams segment_hp = scaled;
+      if (!s.weight_decay) segment_hp.weight_decay = 0;
+      cpu::adamw_step(param + s.begin, grad + s.begin, m + s.begin, v + s.begin, s.count, segment_hp,
+                      param_bf16 ? param_bf16 + s.begin : nullptr);
+    }
+    return;
+  }
   on_cpu<G>(d, "adamw_step");
-  ZS_ON_CUDA(G, cuda::adamw_step(param, dev(grad), m, v, n, hp, dev(param_bf16)))
+  ZS_ON_CUDA(G, cuda::adamw_step(param, dev(grad), m, v, segments, hp, step, dev(param_bf16)))
 }
 
 template <class T>
-double sum_squares(Device d, std::span<const std::span<const T>> parts) {
+void sum_squares(Device d, double* sum, std::span<const std::span<const T>> parts) {
   if (on_cpu<T>(d, "sum_squares")) {
     ZS_ON_CPU(T, {
-      double sum = 0;
-      for (std::span<const T> part : parts) sum += cpu::sum_squares(part.data(), part.size());
-      return sum;
+      for (std::span<const T> part : parts) *sum += cpu::sum_squares(part.data(), part.size());
     })
   } else {
     ZS_ON_CUDA(T, {
       using U = std::remove_pointer_t<decltype(dev(static_cast<const T*>(nullptr)))>;
       std::vector<std::span<U>> device_parts;
       for (std::span<const T> part : parts) device_parts.emplace_back(dev(part.data()), part.size());
-      return cuda::sum_squares<std::remove_const_t<U>>(device_parts, nullptr);
+      cuda::sum_squares<std::remove_const_t<U>>(sum, device_parts);
     })
   }
-  fail("sum_squares: no backend for ", dtype_name(dtype_of<T>()));
+}
+
+void sum_in_order(Device d, double* sum, const double* values, size_t n, double first) {
+  if (on_cpu<float>(d, "sum_in_order")) {  // the device check; the values are doubles on either side
+    *sum = cpu::sum_in_order(values, n, first);
+    return;
+  }
+#ifdef ZSHARD_WITH_CUDA
+  cuda::sum_in_order(sum, values, n, first);
+#endif
+}
+
+void clip_grad_norm(Device d, StepScalars* step, float max_norm) {
+  if (on_cpu<float>(d, "clip_grad_norm")) {
+    cpu::clip_grad_norm(*step, max_norm);
+    return;
+  }
+#ifdef ZSHARD_WITH_CUDA
+  cuda::clip_grad_norm(step, max_norm);
+#endif
 }
 
 template <class T>
@@ -145,6 +174,7 @@ void dequantize_blocks(Device d, T* out, const int8_t* q, const float* scales, s
 }
 
 void synchronize(Device d) {
+  count_device_wait();
   if (d == Device::cpu) return;
   on_cpu<float>(d, "synchronize");
 #ifdef ZSHARD_WITH_CUDA
@@ -152,18 +182,26 @@ void synchronize(Device d) {
 #endif
 }
 
-#define ZS_INSTANTIATE(T)                                                         \
-  template double sum_squares<T>(Device, std::span<const std::span<const T>>); \
+void read_back(Device d, void* host, const void* src, size_t bytes) {
+  count_device_wait();
+  // A copy to the host polls the compute stream first (copy_bytes), like synchronize().
+  copy_bytes(host, Device::cpu, src, d, bytes);
+}
+
+#define ZS_INSTANTIATE(T)                                                                    \
+  template void sum_squares<T>(Device, double*, std::span<const std::span<const T>>); \
   template void axpy<T>(Device, T*, const T*, float, size_t);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(double)
 ZS_INSTANTIATE(bf16)
 #undef ZS_INSTANTIATE
 
-template void adamw_step<float>(Device, float*, const float*, float*, float*, size_t, const AdamWParams&,
-                                bf16*);
-template void adamw_step<bf16>(Device, float*, const bf16*, float*, float*, size_t, const AdamWParams&,
-                               bf16*);
+#define ZS_INSTANTIATE(G)                                                                                  \
+  template void adamw_step<G>(Device, float*, const G*, float*, float*, std::span<const ShardSegment>, \
+                              const AdamWParams&, const StepScalars*, bf16*);
+ZS_INSTANTIATE(float)
+ZS_INSTANTIATE(bf16)
+#undef ZS_INSTANTIATE
 
 #define ZS_INSTANTIATE(T)                                                                                \
   template void quantize_blocks<T>(Device, int8_t*, float*, const T*, size_t, QuantFormat, BlockTable);  \

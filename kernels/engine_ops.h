@@ -1,6 +1,11 @@
 // The ops the sharding engine calls and a model never does: AdamW on owned shards, the gradient norm's
-// sum of squares, accumulation, dtype conversion, block quantization and the host's wait for the device.
-// Dispatched on the device like the model ops (<zshard/ops.h>), whose conventions they share.
+// sum of squares and the step's other scalars, accumulation, dtype conversion, block quantization and the
+// host's wait for the device. Dispatched on the device like the model ops (<zshard/ops.h>), whose
+// conventions they share.
+//
+// A training step keeps its scalars (StepScalars: the loss and norm sums, the clip factor) in device
+// memory: the ops below add to them and read them there, so the host queues a whole step without waiting
+// for the device, and reads them once, at the step's end (read_back).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -14,17 +19,29 @@
 namespace zshard::ops {
 
 using cpu::AdamWParams;
+using cpu::ShardSegment;
+using cpu::StepScalars;
 
-// AdamW on an fp32 master shard with gradients G (float or bf16). param_bf16, when given, receives the
-// bf16 compute copy of the updated parameters in the same pass (on cpu it may alias grad: kernels/cpu/ops.h).
+// AdamW on the segments of an fp32 master shard with gradients G (float or bf16), all in one pass (one
+// launch on cuda): a segment decays by hp.weight_decay where it says so, and an element in no segment (the
+// padding) is left as it is. The gradient is scaled by step->grad_scale, and nothing is written when
+// step->skip is set: `step` is in d's memory, where clip_grad_norm wrote it, so the host never reads it
+// first; hp.grad_scale is not read. param_bf16, when given, receives the bf16 compute copy of the updated
+// parameters in the same pass (on cpu it may alias grad: kernels/cpu/ops.h). The result is the CPU
+// reference's per segment, bit for bit (cpu::adamw_step).
 template <class G>
-void adamw_step(Device d, float* param, const G* grad, float* m, float* v, size_t n, const AdamWParams& hp,
-                bf16* param_bf16 = nullptr);
-// Sum of squares of every element of every part, accumulated in double. On cuda the parts are reduced
-// one after another on the device and the host waits once, for all of them (the gradient norm sums over
-// every parameter of every unit).
+void adamw_step(Device d, float* param, const G* grad, float* m, float* v, std::span<const ShardSegment> segments,
+                const AdamWParams& hp, const StepScalars* step, bf16* param_bf16 = nullptr);
+// Adds to *sum, a double in d's memory, the sum of squares of every element of every part: each part's sum
+// in double, added to *sum in part order. One launch on cuda (per 64 parts); nothing waits.
 template <class T>
-double sum_squares(Device d, std::span<const std::span<const T>> parts);
+void sum_squares(Device d, double* sum, std::span<const std::span<const T>> parts);
+// *sum = first + values[0] + ... + values[n - 1], in that order (kernels/step_scalars.h); doubles in d's
+// memory, `first` from the host. One thread on cuda; nothing waits.
+void sum_in_order(Device d, double* sum, const double* values, size_t n, double first = 0);
+// torch's clip_grad_norm_ on step->norm_squares, in d's memory (kernels/step_scalars.h): the norm, the
+// factor AdamW scales by (max_norm 0: 1) and whether the step must be skipped. One thread on cuda.
+void clip_grad_norm(Device d, StepScalars* step, float max_norm);
 // y += alpha * x
 template <class T>
 void axpy(Device d, T* y, const T* x, float alpha, size_t n);
@@ -91,8 +108,12 @@ QuantizedSize quantized_size(size_t n, int bits, size_t blocks);
 // n elements in one piece: ceil(n / f.block) blocks.
 QuantizedSize quantized_size(size_t n, QuantFormat f);
 
-// Blocks the host until every op queued on the device has finished (nothing to do on cpu). Timers and
-// host reads of device results go through here.
+// Blocks the host until every op queued on the device has finished (nothing to do on cpu). Timers go
+// through here.
 void synchronize(Device d);
+// Copies `bytes` of results at src, in d's memory, to the host, once the device has finished everything
+// queued before them: how the host reads what the device computed. Each call and each synchronize() is a
+// wait for the device, which ZSHARD_TEST_COUNT_DEVICE_WAITS counts (kernels/test_hooks.h), on cpu too.
+void read_back(Device d, void* host, const void* src, size_t bytes);
 
 }  // namespace zshard::ops

@@ -1,5 +1,6 @@
 #include "kernels/test_hooks.h"
 
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -97,6 +98,8 @@ TestHooks read_environment() {
   if (const auto v = hook("ZSHARD_TEST_SLOW_SLICES", "MS")) h.slow_slices_ms = v->fields(1, 1).whole<int64_t>(0);
   if (const auto v = hook("ZSHARD_TEST_PAUSE_IN_SAVE", "MS"))
     h.pause_in_save_ms = v->fields(1, 1).whole<int64_t>(0);
+  if (const auto v = hook("ZSHARD_TEST_COUNT_DEVICE_WAITS", "0|1"))
+    h.count_device_waits = v->fields(1, 1).on_off(0);
   if (const auto v = hook("ZSHARD_POLL_BACKOFF", "0|1")) h.poll_backoff = v->fields(1, 1).on_off(0);
   return h;
 }
@@ -106,9 +109,18 @@ TestHooks& stored() {
   return hooks;
 }
 
+// Atomic: a wait may come from any thread.
+std::atomic<int64_t> device_waits{0};
+
 }  // namespace
 
 const TestHooks& test_hooks() { return stored(); }
+
+int64_t device_waits_counted() { return device_waits.load(); }
+
+void count_device_wait() {
+  if (stored().count_device_waits) device_waits.fetch_add(1);
+}
 
 void reload_test_hooks() { stored() = read_environment(); }
 

@@ -92,6 +92,11 @@ struct TestHooks {
   // and the manifest of a save, so that a test can kill the job in the middle of one.
   int64_t pause_in_save_ms = 0;
 
+  // ZSHARD_TEST_COUNT_DEVICE_WAITS=0|1 (kernels/engine_ops.cpp): every wait of the host for the device
+  // (ops::synchronize, ops::read_back) adds one to device_waits_counted(), on the cpu too, where nothing
+  // waits, so that a test can check how often a training step would drain a GPU.
+  bool count_device_waits = false;
+
   // ZSHARD_POLL_BACKOFF=0|1 (comm/launch.cpp, comm/polling_work.h): no test hook but an override of a
   // measured choice, for A/B runs: whether waits back off to short sleeps, whatever the host's ranks and
   // cores. Unset: the choice is made from them.
@@ -101,6 +106,11 @@ struct TestHooks {
 // The hooks this process was started with (or reloaded), read on the first call; throws zshard::Error on
 // a malformed value.
 const TestHooks& test_hooks();
+
+// Under ZSHARD_TEST_COUNT_DEVICE_WAITS, what count_device_wait() has counted in this process so far (0
+// otherwise). count_device_wait is called by the ops that wait, and costs a field read with the hook off.
+int64_t device_waits_counted();
+void count_device_wait();
 
 // Reads the environment again, for a test that sets a hook in its own process: between runs only, never
 // while one is in flight (its threads may be reading the hooks). A malformed value throws and keeps the

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "comm/agreed_failure.h"
@@ -9,11 +11,32 @@
 #include "comm/launch.h"
 #include "kernels/engine_ops.h"
 #include "shard/device_setup.h"
+#include "shard/engine_internals.h"
 #include "shard/frozen_fingerprint.h"
 #include "shard/memory/engine_report.h"
 #include "shard/sharded_params.h"
 
 namespace zshard {
+
+namespace {
+
+// Engine::step_sums_, on the device: [StepScalars | a loss sum per micro-step | this rank's squared norm |
+// every rank's]. The first two are what the step's end reads back, in one copy.
+constexpr size_t kScalarDoubles = sizeof(ops::StepScalars) / sizeof(double);
+static_assert(sizeof(ops::StepScalars) % sizeof(double) == 0, "the scalars are read back as doubles");
+
+ops::StepScalars* scalars_in(const Tensor& sums) { return reinterpret_cast<ops::StepScalars*>(sums.data<double>()); }
+double* micro_step_sums_in(const Tensor& sums) { return sums.data<double>() + kScalarDoubles; }
+
+// The scalars at the front of what Engine::read_step_sums read.
+static_assert(std::is_trivially_copyable_v<ops::StepScalars>, "read back as bytes");
+ops::StepScalars scalars_read(const std::vector<double>& read) {
+  ops::StepScalars s;
+  std::memcpy(static_cast<void*>(&s), read.data(), sizeof s);
+  return s;
+}
+
+}  // namespace
 
 Engine::Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, const EngineOptions& options)
     : model_(model), world_(world), plan_(plan), options_(options) {
@@ -25,6 +48,10 @@ Engine::Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, c
   params_ = std::make_unique<ShardedParams>(model, device_comm_ ? *device_comm_ : world_, plan, options.seed,
                                             options.freeze);
   frozen_source_ = detail::concat("seed ", options.seed);
+  const int K = options.grad_accum;
+  step_sums_ = Tensor::zeros({int64_t(kScalarDoubles) + K + 1 + world.size()}, DType::f64, plan.placement.device,
+                             Category::workspace);
+  returned_losses_.assign(size_t(K), 0.0);
 }
 
 const std::string& Engine::frozen_fingerprint() {
@@ -56,25 +83,39 @@ Engine::~Engine() {
   // Device memory first, in the order the members would go, so that the allocator's pool can give it
   // back for whatever runs next in this process (zshard-bench runs one engine per strategy).
   params_.reset();
+  step_sums_ = Tensor();
   device_comm_.reset();
   release_cached_memory(plan_.placement.device);
 }
 
-double Engine::forward_backward(const Batch& batch) {
+MicroStepLoss Engine::forward_backward(const Batch& batch) {
   ZS_CHECK(micro_steps_ < options_.grad_accum, "forward_backward: the step already has its ", options_.grad_accum,
            " micro-step(s); call step() first");
   check_batch("forward_backward", batch);
   if (micro_steps_ == 0) step_start_ = params_->comm_stats();
-  params_->begin_micro_step(/*sync_grads=*/micro_steps_ == options_.grad_accum - 1);
-  double loss = model_.forward_backward(*params_, batch, float(1.0 / double(options_.tokens_per_step)));
+  const int k = micro_steps_;
+  // The model adds its losses to the micro-step's own sum on the device, in stream order: nothing here
+  // waits for the device.
+  params_->begin_micro_step(/*sync_grads=*/k == options_.grad_accum - 1, micro_step_sums_in(step_sums_) + k);
+  const float loss_scale = float(1.0 / double(options_.tokens_per_step));
+  returned_losses_[size_t(k)] = model_.forward_backward(*params_, batch, loss_scale);
   params_->end_micro_step();
-  // Read after the whole micro-step is queued: the model added to the device's sum in stream order, so
-  // the host did not wait between forward and backward.
-  loss += params_->take_loss_sum();
   ++micro_steps_;
   step_tokens_ += int64_t(batch.B) * batch.T;
-  step_loss_sum_ += loss;
-  return loss;
+  return MicroStepLoss(*this, steps_ended_, k);
+}
+
+double MicroStepLoss::value() const { return engine_->micro_step_loss(step_, micro_step_); }
+
+double Engine::micro_step_loss(int64_t step, int micro_step) {
+  const size_t k = size_t(micro_step);
+  if (step == read_step_) return read_sums_[kScalarDoubles + k];
+  if (step != steps_ended_)
+    refuse("MicroStepLoss: a micro-step's loss is kept until the end of the step after its own (or until a load "
+           "drops its step); read it before then");
+  double added = 0;
+  ops::read_back(plan_.placement.device, &added, micro_step_sums_in(step_sums_) + k, sizeof added);
+  return returned_losses_[k] + added;
 }
 
 double Engine::forward(const Batch& batch) {
@@ -99,57 +140,108 @@ double Engine::finish_eval() {
 }
 
 double Engine::grad_norm() {
-  if (micro_steps_ != options_.grad_accum)
-    fail("grad_norm() or step() after ", micro_steps_, " of the step's ", options_.grad_accum,
-         " forward_backward call(s) (EngineOptions::grad_accum): call forward_backward first");
-  if (step_norm_ >= 0) return step_norm_;
-  agree_on_step();
-  step_norm_ = params_->grad_norm();
-  return step_norm_;
+  queue_step_sums();
+  if (read_step_ != steps_ended_) {
+    ops::clip_grad_norm(plan_.placement.device, scalars_in(step_sums_), 0);  // the norm alone: step() clips
+    read_step_sums();
+  }
+  return scalars_read(read_sums_).norm;
 }
 
 void Engine::agree_on_step() {
   // The gradient is scaled by 1 / tokens_per_step as each micro-step runs: a count that is not the ranks'
-  // tokens would scale the whole step wrong, silently. Two scalars, the tokens and the loss, beside the
-  // step's gradient traffic.
-  double sums[2] = {double(step_tokens_), step_loss_sum_};
+  // tokens would scale the whole step wrong, silently. One scalar of the host's, beside the step's gradient
+  // traffic.
+  double tokens = double(step_tokens_);
   {
     const comm::CollectiveLabel label(comm::trace::Purpose::step_tokens);
-    world_.all_reduce(sums, 2, DType::f64, comm::ReduceOp::sum)->wait();
+    world_.all_reduce(&tokens, 1, DType::f64, comm::ReduceOp::sum)->wait();
   }
-  if (int64_t(sums[0]) != options_.tokens_per_step)
-    throw AgreedFailure(detail::concat("step ", steps_done_ + 1, ": the ranks' micro-batches held ", int64_t(sums[0]),
+  if (int64_t(tokens) != options_.tokens_per_step)
+    throw AgreedFailure(detail::concat("step ", steps_done_ + 1, ": the ranks' micro-batches held ", int64_t(tokens),
                                        " tokens (B x T summed over ranks and micro-steps), but "
                                        "EngineOptions::tokens_per_step is ", options_.tokens_per_step,
                                        ": the gradient would not be their mean; stopped before the optimizer step"),
                         1, world_.rank() == 0);
-  step_loss_ = sums[1] / double(options_.tokens_per_step);
+}
+
+void Engine::queue_step_sums() {
+  if (micro_steps_ != options_.grad_accum)
+    fail("grad_norm() or step() after ", micro_steps_, " of the step's ", options_.grad_accum,
+         " forward_backward call(s) (EngineOptions::grad_accum): call forward_backward first");
+  if (sums_queued_) return;
+  agree_on_step();
+  const Device device = plan_.placement.device;
+  // This rank's losses in micro-step order: what the model returned (a model that adds on the device
+  // returns 0), then the device's sums, each added once.
+  double returned = 0;
+  for (double loss : returned_losses_) returned += loss;
+  const size_t K = size_t(options_.grad_accum);
+  ops::StepScalars* scalars = scalars_in(step_sums_);
+  double* micro_step_sums = micro_step_sums_in(step_sums_);
+  ops::sum_in_order(device, &scalars->loss_sum, micro_step_sums, K, returned);
+  {
+    // On the device's memory, by the communicator that takes it (NCCL's on GPUs): nothing is read back.
+    const comm::CollectiveLabel label(comm::trace::Purpose::step_loss);
+    comm::Communicator& world = EngineInternals::collective_world(*this);
+    world.all_reduce(&scalars->loss_sum, 1, DType::f64, comm::ReduceOp::sum)->wait();
+  }
+  double* own_norm_squares = micro_step_sums + K;
+  params_->grad_norm_squares(own_norm_squares, own_norm_squares + 1, &scalars->norm_squares);
+  sums_queued_ = true;
+}
+
+void Engine::read_step_sums() {
+  const size_t K = size_t(options_.grad_accum);
+  read_sums_.resize(kScalarDoubles + K);
+  ops::read_back(plan_.placement.device, read_sums_.data(), step_sums_.raw(), read_sums_.size() * sizeof(double));
+  // Each micro-step's loss as forward_backward's callers read it: what the model returned, plus its sum.
+  for (size_t k = 0; k < K; ++k) read_sums_[kScalarDoubles + k] = returned_losses_[k] + read_sums_[kScalarDoubles + k];
+  read_step_ = steps_ended_;
+}
+
+void Engine::stop_if_not_finite() {
+  const ops::StepScalars s = scalars_read(read_sums_);
+  if (!s.skip) return;
+  // Both are all-reduced, so every rank stops here alike, and AdamW skipped the step on the device (the
+  // offloaded one is not run): nothing of it reaches the weights, the optimizer state or a checkpoint.
+  const double loss = s.loss_sum / double(options_.tokens_per_step);
+  const std::string what =
+      detail::concat("step ", steps_done_ + 1, ": non-finite ", std::isfinite(loss) ? "gradient norm" : "loss",
+                     " (loss ", loss, ", gradient norm ", s.norm,
+                     "); stopped before the optimizer step; nothing of this step is saved");
+  discard_step();
+  throw AgreedFailure(what, 1, world_.rank() == 0);
 }
 
 StepStats Engine::step(const AdamW& hp) {
   check_adamw(hp);
-  const double norm = grad_norm();
-  const StepStats stats{.loss = step_loss_, .grad_norm = norm, .tokens = options_.tokens_per_step};
-  // Both are all-reduced, so every rank stops here alike, before AdamW would spread the damage into the
-  // weights and the optimizer state (and from there into a checkpoint).
-  if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm))
-    throw AgreedFailure(detail::concat("step ", steps_done_ + 1, ": non-finite ",
-                                       std::isfinite(stats.loss) ? "gradient norm" : "loss", " (loss ", stats.loss,
-                                       ", gradient norm ", stats.grad_norm,
-                                       "); stopped before the optimizer step; nothing of this step is saved"),
-                        1, world_.rank() == 0);
-  // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
-  float clip_scale = 1.0f;
-  if (hp.grad_clip > 0) {
-    const double coef = hp.grad_clip / (norm + 1e-6);
-    if (coef < 1.0) clip_scale = float(coef);
+  queue_step_sums();
+  const Device device = plan_.placement.device;
+  ops::clip_grad_norm(device, scalars_in(step_sums_), hp.grad_clip);
+  const ops::AdamWParams adamw{hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, steps_done_ + 1};
+  if (plan_.placement.offload_optimizer) {
+    // The host runs AdamW (ZeRO-Offload), so it reads the clip factor first, and stops before the update.
+    read_step_sums();
+    stop_if_not_finite();
+    const ops::StepScalars on_host = scalars_read(read_sums_);
+    params_->optimizer_step(adamw, &on_host);
+    ops::synchronize(device);  // the uploads and the re-gather are queued, not yet done
+  } else {
+    // AdamW reads the clip factor on the device and skips a non-finite step there; the host reads the
+    // step's sums once its whole work is queued, which waits for it to be done.
+    params_->optimizer_step(adamw, scalars_in(step_sums_));
+    read_step_sums();
+    stop_if_not_finite();
   }
-  params_->optimizer_step({hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, steps_done_ + 1, clip_scale});
-  ops::synchronize(plan_.placement.device);  // the step's device work is queued, not yet done
+  const ops::StepScalars sums = scalars_read(read_sums_);
+  const StepStats stats{.loss = sums.loss_sum / double(options_.tokens_per_step),
+                        .grad_norm = sums.norm,
+                        .tokens = options_.tokens_per_step};
   const comm::CommStats after = params_->comm_stats();
   last_step_comm_bytes_ = after.total_bytes() - step_start_.total_bytes();
   // Exposed communication: the host blocked in Work::wait() (mpi), or the compute stream stalled on a
-  // collective, timed on the GPU (nccl; complete here since the device was synchronised above).
+  // collective, timed on the GPU (nccl; complete here since the device finished the step above).
   last_step_exposed_ms_ = (after.seconds_waiting - step_start_.seconds_waiting) * 1e3;
   step_comm_.emplace_back(last_step_comm_bytes_, last_step_exposed_ms_);
   ++steps_done_;
@@ -160,8 +252,10 @@ StepStats Engine::step(const AdamW& hp) {
 void Engine::end_step() {
   micro_steps_ = 0;
   step_tokens_ = 0;
-  step_loss_sum_ = 0;
-  step_norm_ = -1;
+  sums_queued_ = false;
+  std::fill(returned_losses_.begin(), returned_losses_.end(), 0.0);
+  step_sums_.zero_();  // queued on the device behind the step's reads
+  ++steps_ended_;
 }
 
 void Engine::discard_step() {

@@ -11,11 +11,14 @@
 //     next micro-step starts a new step.
 #include "shard/sharded_params.h"
 
+#include "shard/optimizer_offload.h"
+
 namespace zshard {
 
 using namespace sharded;
 
-void ShardedParams::begin_micro_step(bool sync_grads) {
+void ShardedParams::begin_micro_step(bool sync_grads, double* loss_sum) {
+  loss_target_ = loss_sum ? loss_sum : loss_sum_.data<double>();
   first_micro_step_ = !accumulated_;
   accumulated_ = true;
   sync_grads_ = sync_grads;
@@ -25,6 +28,7 @@ void ShardedParams::begin_micro_step(bool sync_grads) {
 }
 
 void ShardedParams::begin_forward_only() {
+  loss_target_ = loss_sum_.data<double>();
   in_backward_ = false;
   gather_position_ = 0;
   order_ = &forward_only_order_;
@@ -48,6 +52,7 @@ void ShardedParams::end_micro_step() {
 }
 
 void ShardedParams::discard_gradients() {
+  if (offload_) offload_->drop_gradients();  // and those on their way to the host
   for (auto& u : units_) u->grad_store.zero_();
   accumulated_ = false;
 }

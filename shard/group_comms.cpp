@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <set>
 
-#include <zshard/tensor.h>
-
 #include "comm/flight_recorder/recorder.h"
-#include "kernels/device_memory.h"
+#include "kernels/engine_ops.h"
 
 namespace zshard {
 
@@ -48,22 +46,6 @@ std::vector<RefinedPiece> common_refinement(const ShardGroups& groups) {
     pieces.push_back(std::move(p));
   }
   return pieces;
-}
-
-// Values of `value` from every rank of `comm`, in rank order. Device communicators (nccl) take device
-// buffers, so the scalars make a round trip.
-std::vector<double> all_gather_scalar(comm::Communicator& comm, double value) {
-  std::vector<double> all(size_t(comm.size()));
-  if (comm.device() == Device::cpu) {
-    comm.all_gather(&value, all.data(), 1, DType::f64)->wait();
-    return all;
-  }
-  const Tensor buf = Tensor::empty({comm.size()}, DType::f64, comm.device(), Category::workspace);
-  double* mine = buf.data<double>() + comm.rank();
-  copy_bytes(mine, comm.device(), &value, Device::cpu, sizeof value);
-  comm.all_gather(mine, buf.raw(), 1, DType::f64)->wait();
-  copy_bytes(all.data(), Device::cpu, buf.raw(), comm.device(), all.size() * sizeof(double));
-  return all;
 }
 
 }  // namespace
@@ -124,17 +106,11 @@ comm::WorkPtr GroupComms::all_reduce_across_groups(void* shard, int64_t shard_nu
   return std::make_unique<WorkList>(std::move(works));
 }
 
-double GroupComms::sum_of_partition(double part) {
-  if (groups_.equal()) {
-    if (shard_->size() == 1) return part;
-    double sum = 0;
-    for (double v : all_gather_scalar(*shard_, part)) sum += v;
-    return sum;
-  }
-  const std::vector<double> parts = all_gather_scalar(world_, part);
-  double sum = 0;
-  for (int r = 0; r < groups_.size(0); ++r) sum += parts[size_t(r)];
-  return sum;
+void GroupComms::sum_of_partition(Device device, const double* part, double* gathered, double* sum) {
+  comm::Communicator& holders = groups_.equal() ? *shard_ : world_;
+  const size_t parts = size_t(groups_.equal() ? shard_->size() : groups_.size(0));
+  if (holders.size() > 1) holders.all_gather(part, gathered, 1, DType::f64)->wait();
+  ops::sum_in_order(device, sum, holders.size() > 1 ? gathered : part, parts);
 }
 
 comm::CommStats GroupComms::stats() const {

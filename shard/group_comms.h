@@ -41,10 +41,12 @@ class GroupComms {
   // groups, in place: every piece's owners end with the same bits. Null when nothing crosses groups.
   comm::WorkPtr all_reduce_across_groups(void* shard, int64_t shard_numel, DType dtype);
 
-  // The sum over the world of one value that every rank of a group holds a part of, computed alike on
-  // every rank: the shard group's sum for equal groups (replicas hold the same parts), else the first
-  // group's parts summed in rank order (unequal groups round differently, and every rank must clip alike).
-  double sum_of_partition(double part);
+  // *sum := the sum over the world of one value that every rank of a group holds a part of, computed alike
+  // on every rank: the shard group's parts for equal groups (replicas hold the same parts), else the first
+  // group's (unequal groups round differently, and every rank must clip alike), added in rank order.
+  // `part` and `sum` are doubles on `device`, the run's, and `gathered` room for a part of every rank there:
+  // the communicators take them as they are, so the host never reads them.
+  void sum_of_partition(Device device, const double* part, double* gathered, double* sum);
 
   comm::CommStats stats() const;  // every communicator above, this rank's bytes
   void reset_stats();

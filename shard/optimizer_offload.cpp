@@ -119,6 +119,14 @@ void OptimizerOffload::step(const std::function<std::vector<AdamWPiece>(int unit
   copies_->compute_waits(all);
 }
 
+void OptimizerOffload::drop_gradients() {
+  for (int i : landed_order_) {
+    copies_->host_waits(i);
+    units_[size_t(i)].landed = false;
+  }
+  landed_order_.clear();
+}
+
 void OptimizerOffload::upload(int unit) {
   Unit& u = units_[size_t(unit)];
   ZS_CHECK(!u.landed, "the parameters of a unit whose gradients are on their way to the host cannot be replaced");

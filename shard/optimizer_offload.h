@@ -62,6 +62,9 @@ class OptimizerOffload {
   // Makes the unit's compute copy its master's (after the masters were written directly: loading). Waits
   // for the copy.
   void upload(int unit);
+  // The step's gradients are dropped (a non-finite step, a load): waits for their copies to the host, which
+  // an upload would race, and forgets them.
+  void drop_gradients();
 
  private:
   struct Unit : UnitBuffers {

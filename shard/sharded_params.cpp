@@ -94,6 +94,11 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
     u->grad_store = zeros(grads_sharded_ ? shard : padded, compute, Category::grads);
     u->m = state();
     u->v = state();
+    // What AdamW and the norm cover of the owned shard, each parameter's piece with its weight decay.
+    const int64_t base = u->layout.shard_begin(shard_index());
+    for (const FlatSegment& seg : u->layout.shard_segments(shard_index()))
+      u->owned_segments.push_back({size_t(seg.flat_begin - base), size_t(seg.count),
+                                   u->layout.spec().params[size_t(seg.param)].weight_decay});
     if (!params_sharded_)
       u->param_views = in_unit_order(u->slots, u->layout.views(u->resident),
                                      u->has_frozen() ? u->frozen.views(u->frozen_resident) : UnitTensors{});
@@ -128,11 +133,12 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
   std::sort(sizes.rbegin(), sizes.rend());
   full_grads_budget_ = std::max(sizes[0], 2 * sizes[1]);
   loss_sum_ = Tensor::zeros({1}, DType::f64, device, Category::workspace);
+  loss_target_ = loss_sum_.data<double>();
 }
 
 double ShardedParams::take_loss_sum() {
   double sum = 0;
-  copy_bytes(&sum, Device::cpu, loss_sum_.raw(), plan_.placement.device, sizeof sum);
+  ops::read_back(plan_.placement.device, &sum, loss_sum_.raw(), sizeof sum);
   loss_sum_.zero_();
   return sum;
 }

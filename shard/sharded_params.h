@@ -93,18 +93,27 @@ class ShardedParams : public ParamContext {
   void grads_ready(int unit) override;
   Device device() const override { return plan_.placement.device; }
   DType compute_dtype() const override { return plan_.placement.param_dtype; }
-  double* loss_sum() override { return loss_sum_.data<double>(); }
-  // What the model added to loss_sum() since the last call, read back (a device wait) and reset.
+  double* loss_sum() override { return loss_target_; }
+  // What the model added to its own sum since the last call (a forward-only micro-step's, or a micro-step's
+  // given no sum of the caller's), read back (a device wait) and reset.
   double take_loss_sum();
 
   // Step protocol, driven by the engine: the micro-step's life is in shard/grad_accumulation.cpp.
-  void begin_micro_step(bool sync_grads);  // sync_grads false = accumulate locally (ddp/zero1 no_sync)
+  // sync_grads false = accumulate locally (ddp/zero1 no_sync). The model adds its token losses to
+  // `loss_sum`, a double on the device, when given (the engine keeps a step's sums there until its end),
+  // else to the sum take_loss_sum reads.
+  void begin_micro_step(bool sync_grads, double* loss_sum = nullptr);
   // A forward-only micro-step (Model::forward, for evaluation): gathers and releases only; grads() is
   // refused. The gradients and the optimizer state are left as they are.
   void begin_forward_only();
   void end_micro_step();  // after either; waits for every reduction still in flight
-  double grad_norm();                      // global L2 norm of the reduced gradient (one all-reduce)
-  void optimizer_step(const ops::AdamWParams& hp);  // AdamW on owned shards, re-gather, zero grads
+  // The step's end, in device memory, with nothing read back (shard/optimizer_step.cpp): *own := this rank's
+  // sum of squares of its owned gradients (one launch per unit, the padding left out), then *norm_squares
+  // := the world's (GroupComms::sum_of_partition, through `gathered`). Collective.
+  void grad_norm_squares(double* own, double* gathered, double* norm_squares);
+  // AdamW on the owned shards (one launch per unit), scaled and skipped as `step` says, then zero grads and
+  // re-gather. `step` is where AdamW runs: the device's memory, or the host's with offload_optimizer.
+  void optimizer_step(const ops::AdamWParams& hp, const ops::StepScalars* step);
   void discard_gradients();  // zero, and the next micro-step starts a step: after a step, or instead of one
 
   // Layout and owned state, for checkpoints, exports and reports.
@@ -225,6 +234,7 @@ class ShardedParams : public ParamContext {
   std::unique_ptr<OptimizerOffload> offload_;  // with plan_.placement.offload_optimizer
   UpdateGuard* update_guard_ = nullptr;
   Tensor loss_sum_;  // one double on the device: the token losses since take_loss_sum()
+  double* loss_target_ = nullptr;  // where the model adds its losses now: loss_sum_, or the engine's
   // Sharded gradients: the elements of full unit gradients that the reductions in flight and the one
   // being opened may hold together, max(largest unit, 2 x second largest). Two ordinary units always fit
   // (one accumulated while the other's reduction overlaps it), so a model of like units keeps that
@@ -305,6 +315,7 @@ struct ShardedParams::Unit {
   Tensor full_grads;    // what the model accumulates into: grad_store, or a transient full buffer
   UnitTensors grad_views;  // UnitSpec order; a frozen parameter's is undefined
   Tensor m, v;          // AdamW state of the owned shard
+  std::vector<ops::ShardSegment> owned_segments;  // its parameters' pieces, in flat order: no padding
 };
 
 namespace sharded {

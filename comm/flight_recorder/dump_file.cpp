@@ -38,6 +38,7 @@ std::string_view purpose_name(Purpose p) {
     case Purpose::grad_norm: return "grad norm";
     case Purpose::check: return "collective check";
     case Purpose::step_tokens: return "step tokens";
+    case Purpose::step_loss: return "step loss";
   }
   return "?";
 }
@@ -69,7 +70,7 @@ bool valid_record(const Record& r, uint32_t groups) {
   return r.seq > 0 && r.group_seq > 0 && r.group >= 0 && uint32_t(r.group) < groups && r.unit >= -1 &&
          r.root >= -1 && r.op < kNumCollectives && r.dtype <= uint8_t(DType::u16) &&
          (r.reduce == kNoReduce || r.reduce <= uint8_t(ReduceOp::avg)) &&
-         r.purpose <= uint8_t(Purpose::step_tokens) && r.state >= uint8_t(State::in_flight) &&
+         r.purpose <= uint8_t(Purpose::step_loss) && r.state >= uint8_t(State::in_flight) &&
          r.state <= uint8_t(State::waiting);
 }
 

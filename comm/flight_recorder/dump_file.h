@@ -33,7 +33,7 @@ enum class State : uint8_t { in_flight = 1, completed = 2, timed_out = 3, failed
 enum class Reason : uint8_t { request = 1, abort = 2, fatal_signal = 3, terminated = 4 };
 // What the engine issued a collective for (comm::CollectiveLabel); other: not labelled.
 enum class Purpose : uint8_t {
-  other = 0, params = 1, grads = 2, grads_across = 3, grad_norm = 4, check = 5, step_tokens = 6
+  other = 0, params = 1, grads = 2, grads_across = 3, grad_norm = 4, check = 5, step_tokens = 6, step_loss = 7
 };
 inline constexpr uint8_t kNoReduce = 0xff;  // Record::reduce of the collectives that do not reduce
 

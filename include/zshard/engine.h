@@ -27,6 +27,7 @@
 #include <zshard/memory_report.h>
 #include <zshard/model.h>
 #include <zshard/plan.h>
+#include <zshard/tensor.h>
 
 namespace zshard {
 
@@ -73,6 +74,27 @@ struct CheckpointInfo {
 };
 
 class Engine;
+
+// This rank's token-loss sum of one micro-step, as Engine::forward_backward returns it. The device adds it
+// up while the host goes on queueing work; reading it (value(), or a conversion to double: what callers of
+// a forward_backward that returned a double get) waits for the device to finish the micro-step, as torch's
+// loss.item() does. A loop that never reads it runs the whole step without the host waiting for the device
+// until step(), which reads the step's sums once, at its end. Readable until the end of the step after its
+// own (its value is then kept on the host); the engine must outlive it.
+class MicroStepLoss {
+ public:
+  double value() const;
+  operator double() const { return value(); }
+
+ private:
+  friend class Engine;
+  MicroStepLoss(Engine& engine, int64_t step, int micro_step)
+      : engine_(&engine), step_(step), micro_step_(micro_step) {}
+
+  Engine* engine_;
+  int64_t step_;  // the engine's count of ended steps when it ran
+  int micro_step_;
+};
 
 // A checkpoint being written by Engine::save_async: each rank of the first shard group writes its file on
 // a thread of its own while training goes on, and the manifest, the commit point, is written last, once
@@ -124,10 +146,12 @@ class Engine {
 
   // One micro-step: forward and backward over this rank's micro-batch, adding d(sum of its token
   // losses)/d(params) / tokens_per_step into the gradients. Returns the sum of this rank's token losses
-  // (step() returns the whole batch's mean). Throws, on this rank only, on a batch with a null inputs or
-  // targets pointer: like any error of one rank's own, the loop must then end the job (World::abort), or
-  // its peers wait until the deadline. Collective.
-  double forward_backward(const Batch& batch);
+  // (step() returns the whole batch's mean) as a MicroStepLoss: it converts to the double it always was,
+  // and a loop that does not read it never makes the host wait for the device between micro-steps, on a
+  // GPU the difference between a busy device and one idle while the host catches up. Throws, on this rank
+  // only, on a batch with a null inputs or targets pointer: like any error of one rank's own, the loop
+  // must then end the job (World::abort), or its peers wait until the deadline. Collective.
+  MicroStepLoss forward_backward(const Batch& batch);
   // Forward only (evaluation): the sum of this rank's token losses; gradients and optimizer state are left
   // as they are. Collective.
   double forward(const Batch& batch);
@@ -135,13 +159,18 @@ class Engine {
   // engine was made), the same on every rank; the next evaluation starts empty. Collective.
   double finish_eval();
   // The global L2 norm of the step's gradient, once grad_accum micro-steps have run; every rank returns
-  // the same value. Collective (the first call of a step). The first call also checks that the ranks'
-  // micro-batches held tokens_per_step tokens in all, and throws on every rank alike when they did not.
+  // the same value. Reading it waits for the device, which step() alone would not do before its end: call
+  // it to know the norm before the update. Collective (the first call of a step). The first call also
+  // checks that the ranks' micro-batches held tokens_per_step tokens in all, and throws on every rank
+  // alike when they did not.
   double grad_norm();
   // Ends the step: clips to hp.grad_clip by the global norm, then AdamW on the shards this rank owns, and
-  // re-gathers what the strategy keeps whole. Returns the step's loss, norm and tokens. Throws Error on
-  // every rank alike, before anything is updated, when the loss or the norm is not finite. Refuses
-  // hyper-parameters out of range (a NaN or negative lr, betas outside [0, 1), ...). Collective.
+  // re-gathers what the strategy keeps whole. Returns the step's loss, norm and tokens. The norm, the clip
+  // factor and the loss stay on the device until the step's work is queued, then the host reads them
+  // once (with offload_optimizer the host steps AdamW itself, and reads them first). Throws Error on every
+  // rank alike when the loss or the norm is not finite, with the weights and the optimizer state as they
+  // were and the step's gradients dropped. Refuses hyper-parameters out of range (a NaN or negative lr,
+  // betas outside [0, 1), ...). Collective.
   StepStats step(const AdamW& hp);
   int steps_done() const { return steps_done_; }  // optimizer steps taken (AdamW's bias correction)
 
@@ -198,11 +227,17 @@ class Engine {
 
  private:
   friend class AsyncSave;
+  friend class MicroStepLoss;
   friend struct EngineInternals;  // zshard's own tools and tests (shard/engine_internals.h)
 
   void check_batch(const char* call, const Batch& batch) const;
   static void check_adamw(const AdamW& hp);
   void agree_on_step();  // collective
+  // The step's sums, queued once per step after its micro-steps: the loss, the norm. Collective.
+  void queue_step_sums();
+  void read_step_sums();  // the host's wait for the device
+  void stop_if_not_finite();  // after read_step_sums: every rank alike
+  double micro_step_loss(int64_t step, int micro_step);
   void end_step();
   void discard_step();  // its gradients too
   void give_up_save_in_flight();  // the engine is going: its save is not committed
@@ -221,10 +256,16 @@ class Engine {
   AsyncCheckpoint* save_in_flight_ = nullptr;  // owned by its AsyncSave
   int micro_steps_ = 0;  // of the step in progress
   int64_t step_tokens_ = 0;  // this rank's B x T of the step in progress
-  double step_loss_sum_ = 0;  // this rank's token losses of the step in progress
   int steps_done_ = 0;
-  double step_norm_ = -1;  // the step's norm once computed (grad_norm), else negative
-  double step_loss_ = 0;   // the step's global mean loss, once its norm is computed
+  int64_t steps_ended_ = 0;  // steps taken or dropped (a load): which step a MicroStepLoss is of
+  // On the device (shard/engine.cpp): the step's scalars, each micro-step's loss sum, this rank's part of
+  // the squared norm and every rank's.
+  Tensor step_sums_;
+  std::vector<double> returned_losses_;  // per micro-step, what the model returned (0 where it added on the device)
+  bool sums_queued_ = false;
+  // The scalars and each micro-step's loss as last read back, and which step they are of (-1: none yet).
+  std::vector<double> read_sums_;
+  int64_t read_step_ = -1;
   double eval_loss_sum_ = 0;  // this rank's forward() token losses since the last finish_eval()
   int64_t eval_tokens_ = 0;
   comm::CommStats step_start_;

@@ -17,6 +17,8 @@
 #include <zshard/dtype.h>
 #include <zshard/ops.h>
 
+#include "kernels/step_scalars.h"
+
 namespace zshard::cpu {
 
 using ops::InputGrad;

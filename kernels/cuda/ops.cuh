@@ -4,8 +4,8 @@
 // and round once on store.
 //
 // Streams: every op takes a trailing `cudaStream_t stream` (default: the legacy default stream) and only
-// enqueues work on it, except the two that return a host value (cross_entropy_forward_backward without
-// a device loss sum, sum_squares), which synchronise that stream. Every launch is followed by a cudaGetLastError check.
+// enqueues work on it, except cross_entropy_forward_backward without a device loss sum, which returns a
+// host value and so synchronises that stream. Every launch is followed by a cudaGetLastError check.
 // Ops that need scratch (attention, the bias, LayerNorm and RMSNorm parameter gradients, the embedding
 // backward, the LoRA linear backward, the fused linear layer, the two reductions) take it from the tracking
 // allocator as `workspace`, so cuda_init (kernels/cuda/runtime.h) must have run, and they refuse non-blocking
@@ -26,6 +26,8 @@ namespace zshard::cuda {
 using cpu::AdamWParams;
 using cpu::BlockTable;
 using cpu::QuantFormat;
+using cpu::ShardSegment;
+using cpu::StepScalars;
 using ops::WeightLayout;
 using bf16 = __nv_bfloat16;
 
@@ -148,16 +150,24 @@ double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, co
                                       int V, int ld, float dloss, double* loss_sum = nullptr,
                                       cudaStream_t stream = nullptr);
 
-// AdamW on the fp32 master shard (param, m, v) with gradients G = float or bf16. When `param_bf16` is not
-// null the kernel also writes the bf16 compute copy of the updated parameters, in the same pass.
+// AdamW on the segments of the fp32 master shard (param, m, v) with gradients G = float or bf16
+// (kernels/engine_ops.h): one launch per 64 segments, each decayed as it says, the padding untouched, the
+// gradient scaled by step->grad_scale and nothing written when step->skip is set (`step` in device memory).
+// When `param_bf16` is not null the kernel also writes the bf16 compute copy of the updated parameters, in
+// the same pass.
 template <class G>
-void adamw_step(float* param, const G* grad, float* m, float* v, size_t n, const AdamWParams& hp,
-                bf16* param_bf16 = nullptr, cudaStream_t stream = nullptr);
+void adamw_step(float* param, const G* grad, float* m, float* v, std::span<const ShardSegment> segments,
+                const AdamWParams& hp, const StepScalars* step, bf16* param_bf16 = nullptr,
+                cudaStream_t stream = nullptr);
 
-// Sum of squares of every element of every part, accumulated in double (CUB DeviceReduce, one per part,
-// all queued before the host waits). Synchronises `stream` once.
+// Adds to *sum (device) the sum of squares of every element of every part: each part's sum in double, in a
+// fixed order, added in part order. One launch per 64 parts; nothing waits.
 template <class T>
-double sum_squares(std::span<const std::span<const T>> parts, cudaStream_t stream = nullptr);
+void sum_squares(double* sum, std::span<const std::span<const T>> parts, cudaStream_t stream = nullptr);
+// The step's scalars (kernels/step_scalars.h), one thread each: *sum = first + values[0] + ... in order;
+// torch's clip_grad_norm_ on step->norm_squares.
+void sum_in_order(double* sum, const double* values, size_t n, double first, cudaStream_t stream = nullptr);
+void clip_grad_norm(StepScalars* step, float max_norm, cudaStream_t stream = nullptr);
 
 // y += alpha * x
 template <class T>

@@ -1,5 +1,7 @@
-// Reductions to a host double: the sum of squares for the global gradient norm and the loss sum, both with
-// CUB's DeviceReduce, accumulating in double; temporary storage comes from the tracking allocator.
+// Reductions in double: the loss sum with CUB's DeviceReduce, to a host double or added to a device one;
+// the sum of squares for the global gradient norm, a unit's parameters in one launch, added to a device
+// double; and the step's one-thread scalar ops (kernels/step_scalars.h). Temporary storage comes from the
+// tracking allocator.
 #include <cub/device/device_reduce.cuh>
 
 #include <algorithm>
@@ -11,10 +13,6 @@ namespace zshard::cuda {
 
 namespace {
 
-struct Square {
-  __device__ double operator()(float x) const { return double(x) * double(x); }
-  __device__ double operator()(bf16 x) const { return double(to_f32(x)) * double(to_f32(x)); }
-};
 struct Widen {
   __device__ double operator()(float x) const { return double(x); }
 };
@@ -69,11 +67,6 @@ double transform_sum(std::span<const std::span<const T>> parts, Transform transf
 
 }  // namespace
 
-template <class T>
-double sum_squares(std::span<const std::span<const T>> parts, cudaStream_t stream) {
-  return transform_sum(parts, Square{}, stream);
-}
-
 double sum_as_double(const float* x, size_t n, cudaStream_t stream) {
   const std::span<const float> whole(x, n);
   return transform_sum(std::span(&whole, 1), Widen{}, stream);
@@ -93,7 +86,108 @@ void add_sum_as_double(const float* x, size_t n, double* into, cudaStream_t stre
   });
 }
 
-template double sum_squares<float>(std::span<const std::span<const float>>, cudaStream_t);
-template double sum_squares<bf16>(std::span<const std::span<const bf16>>, cudaStream_t);
+namespace {
+
+// Up to kMaxParts parts, passed by value in the kernel's parameters: block b sums the squares of chunk
+// b - first_chunk[p] of part p into partials[b]; the last block to finish adds the parts up.
+constexpr int kMaxParts = 64;
+constexpr size_t kSquaresChunk = size_t(kBlockSize) * 16;
+template <class T>
+struct SquareParts {
+  const T* data[kMaxParts];
+  size_t count[kMaxParts];
+  unsigned first_chunk[kMaxParts + 1];
+  int n;
+};
+
+// Every thread gets the block's sum, added in a fixed order: the same bits on every run. `scratch` holds
+// kWarpSize doubles; the leading sync lets callers reuse it back to back.
+__device__ double block_sum(double x, double* scratch) {
+  for (int o = kWarpSize / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  __syncthreads();
+  if (threadIdx.x % kWarpSize == 0) scratch[threadIdx.x / kWarpSize] = x;
+  __syncthreads();
+  x = threadIdx.x < blockDim.x / kWarpSize ? scratch[threadIdx.x] : 0.0;
+  for (int o = kWarpSize / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// One launch for the whole sum: every block writes its chunk's sum, and the last one to finish (the
+// ticket counts them; threadFenceReduction in CUDA's samples) sums each part's chunks in chunk order and
+// adds the parts to *sum in part order, so nothing waits for a second launch or for the host.
+template <class T>
+__global__ void sum_squares_kernel(SquareParts<T> parts, double* partials, unsigned* ticket, double* sum) {
+  __shared__ double scratch[kWarpSize];
+  __shared__ bool last;
+  int p = 0;
+  while (blockIdx.x >= parts.first_chunk[p + 1]) ++p;
+  const size_t begin = size_t(blockIdx.x - parts.first_chunk[p]) * kSquaresChunk;
+  const size_t end = parts.count[p] - begin < kSquaresChunk ? parts.count[p] : begin + kSquaresChunk;
+  double acc = 0;
+  for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double x = to_f32(parts.data[p][i]);
+    acc += x * x;
+  }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = acc;
+    __threadfence();  // the partial is seen by every block before the ticket is
+    last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  for (int q = 0; q < parts.n; ++q) {
+    double part = 0;
+    for (unsigned c = parts.first_chunk[q] + threadIdx.x; c < parts.first_chunk[q + 1]; c += blockDim.x)
+      part += __ldcg(partials + c);  // from L2: other blocks wrote them
+    part = block_sum(part, scratch);
+    if (threadIdx.x == 0) *sum += part;
+  }
+}
+
+__global__ void sum_in_order_kernel(double* sum, const double* values, size_t n, double first) {
+  *sum = cpu::sum_in_order(values, n, first);
+}
+
+__global__ void clip_grad_norm_kernel(StepScalars* step, float max_norm) { cpu::clip_grad_norm(*step, max_norm); }
+
+}  // namespace
+
+template <class T>
+void sum_squares(double* sum, std::span<const std::span<const T>> parts, cudaStream_t stream) {
+  for (size_t first = 0; first < parts.size(); first += kMaxParts) {
+    SquareParts<T> batch{};
+    batch.n = int(std::min(parts.size() - first, size_t(kMaxParts)));
+    for (int k = 0; k < batch.n; ++k) {
+      const std::span<const T> part = parts[first + size_t(k)];
+      batch.data[k] = part.data();
+      batch.count[k] = part.size();
+      batch.first_chunk[k + 1] = batch.first_chunk[k] + unsigned((part.size() + kSquaresChunk - 1) / kSquaresChunk);
+    }
+    for (int k = batch.n; k < kMaxParts; ++k) batch.first_chunk[k + 1] = batch.first_chunk[batch.n];
+    const unsigned blocks = batch.first_chunk[batch.n];
+    if (blocks == 0) continue;  // empty parts add nothing
+    // The partials, then the ticket, zeroed on the stream before the kernel takes one.
+    Buffer buffer = workspace(blocks * sizeof(double) + sizeof(unsigned), stream);
+    auto* partials = static_cast<double*>(buffer.data());
+    auto* ticket = reinterpret_cast<unsigned*>(partials + blocks);
+    ZS_CUDA_CHECK(cudaMemsetAsync(ticket, 0, sizeof(unsigned), stream));
+    sum_squares_kernel<<<blocks, kBlockSize, 0, stream>>>(batch, partials, ticket, sum);
+    ZS_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void sum_in_order(double* sum, const double* values, size_t n, double first, cudaStream_t stream) {
+  sum_in_order_kernel<<<1, 1, 0, stream>>>(sum, values, n, first);
+  ZS_CUDA_CHECK_LAUNCH();
+}
+
+void clip_grad_norm(StepScalars* step, float max_norm, cudaStream_t stream) {
+  clip_grad_norm_kernel<<<1, 1, 0, stream>>>(step, max_norm);
+  ZS_CUDA_CHECK_LAUNCH();
+}
+
+template void sum_squares<float>(double*, std::span<const std::span<const float>>, cudaStream_t);
+template void sum_squares<bf16>(double*, std::span<const std::span<const bf16>>, cudaStream_t);
 
 }  // namespace zshard::cuda

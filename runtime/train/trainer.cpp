@@ -13,6 +13,7 @@
 #include "comm/agreed_failure.h"
 #include "comm/flight_recorder/recorder.h"
 #include "comm/launch.h"
+#include "kernels/device_timer.h"
 #include "kernels/io/atomic_file.h"
 #include "kernels/test_hooks.h"
 #include "shard/memory/fit_check.h"
@@ -98,6 +99,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
   engine_ = std::make_unique<Engine>(*model_, world, plan,
                                      EngineOptions{options_.model.seed, data.grad_accum, tokens_per_step,
                                                    options_.model.freeze});
+  batch_timer_ = std::make_unique<DeviceTimer>(plan.placement.device);
   if (options_.output.check_collectives) collective_check_ = std::make_unique<comm::CollectiveCheck>(world);
   if (!options_.model.init_from.empty()) engine_->import_weights(options_.model.init_from);
   if (!options_.model.init_adapters.empty()) engine_->import_weights(options_.model.init_adapters);
@@ -105,6 +107,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
 
 Trainer::~Trainer() {
   // The engine's device memory before the model's.
+  batch_timer_.reset();
   engine_.reset();
   model_.reset();
 }
@@ -167,16 +170,17 @@ StepResult Trainer::step() {
   r.step = steps_done() + 1;
   maybe_inject_fault(r.step);
 
+  // The part of the step that the split changes is timed on the device, which the host never waits for
+  // here: the optimizer's cost does not depend on the batch and would make a rank with few sequences look
+  // slow per sequence. The waits are those the host has seen by the end of the micro-steps (all of them on
+  // the mpi backend; nccl's stalls still in flight then count as compute).
+  batch_timer_->start();
   for (int m = 0; m < K; ++m) {
     const int64_t micro_step = int64_t(steps_done()) * K + m;
     data_.fill_batch(micro_step, B, T, rank_offset_, rank_batch_, inputs_.data(), targets_.data());
     engine_->forward_backward({inputs_.data(), targets_.data(), rank_batch_, T});
   }
-  engine_->grad_norm();
-  // The part of the step that the split changes ends here (the norm is on the host, so the device is
-  // done): the optimizer's cost does not depend on the batch and would make a rank with few sequences
-  // look slow per sequence.
-  const double batch_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  batch_timer_->stop();
   const double batch_waited_ms = (engine_->comm_stats().seconds_waiting - before.seconds_waiting) * 1e3;
   const AdamW hp = options_.optimizer.adamw(steps_done());
   r.lr = hp.lr;
@@ -189,7 +193,7 @@ StepResult Trainer::step() {
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   r.tokens_per_s = double(stats.tokens) / (r.ms / 1e3);
   r.rank_batches = rank_batches_;
-  measure_speed(batch_ms, batch_waited_ms);
+  measure_speed(batch_timer_->elapsed_ms(), batch_waited_ms);  // the step waited for the device
   r.resplit_seq_per_s = maybe_rebalance();
   const EvalOptions& eval = options_.eval;
   if (eval.every > 0 && (r.step % eval.every == 0 || r.step == options_.optimizer.steps)) r.eval_loss = evaluate();

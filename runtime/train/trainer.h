@@ -23,6 +23,8 @@
 
 namespace zshard {
 
+class DeviceTimer;
+
 struct StepResult {
   int step = 0;        // 1-based index of the optimizer step just taken
   double loss = 0;     // global mean token loss over the step's whole batch
@@ -79,8 +81,8 @@ class Trainer {
  private:
   void maybe_inject_fault(int step);
   void log_step(const StepResult& r, std::ostream* out);
-  // Folds this step's compute time per sequence into the average: the micro-steps and the gradient
-  // reduction (`batch_ms`) less the time blocked in collectives.
+  // Folds this step's compute time per sequence into the average: the micro-steps and their gradient
+  // reductions on the device (`batch_ms`) less the time blocked in collectives.
   void measure_speed(double batch_ms, double waited_ms);
   // --rank-batches auto, every --rebalance-every steps: the split every rank computes from the gathered
   // speeds. Returns the gathered throughputs when the split changed (empty otherwise). Collective.
@@ -97,6 +99,7 @@ class Trainer {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<comm::CollectiveCheck> collective_check_;  // --check-collectives
+  std::unique_ptr<DeviceTimer> batch_timer_;  // each step's micro-steps
   std::vector<int> rank_batches_;
   std::vector<int> rank_batch_caps_;  // auto only
   int rank_batch_ = 0;

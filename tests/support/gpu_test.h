@@ -1,7 +1,10 @@
 // What the GPU tests share (tests/unit/test_cuda_*.cpp, test_nccl_one_rank.cpp): device 0 selected once,
-// and the skip where there is no GPU. For CUDA builds only.
+// the skip where there is no GPU, and device copies of host vectors. For CUDA builds only.
 #pragma once
 #include <gtest/gtest.h>
+
+#include <cstddef>
+#include <vector>
 
 #include "kernels/cuda/runtime.h"
 
@@ -16,6 +19,29 @@ inline bool gpu_ready() {
   }();
   return ready;
 }
+
+// A device copy of a host vector; host() reads it back.
+template <class T>
+class DeviceVector {
+ public:
+  explicit DeviceVector(const std::vector<T>& host) : n_(host.size()) {
+    ZS_CUDA_CHECK(cudaMalloc(&ptr_, n_ * sizeof(T)));
+    ZS_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  ~DeviceVector() { cudaFree(ptr_); }
+  DeviceVector(const DeviceVector&) = delete;
+  DeviceVector& operator=(const DeviceVector&) = delete;
+  T* get() const { return ptr_; }
+  std::vector<T> host() const {
+    std::vector<T> out(n_);
+    ZS_CUDA_CHECK(cudaMemcpy(out.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return out;
+  }
+
+ private:
+  size_t n_;
+  T* ptr_ = nullptr;
+};
 
 }  // namespace zshard::test
 

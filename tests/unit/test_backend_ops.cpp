@@ -132,8 +132,13 @@ const std::vector<Row>& table() {
       {"residual", {"residual_forward"}, checks(ResidualCase{}), "", "CudaOps.Elementwise"},
       {"cross entropy", {"cross_entropy_forward_backward"}, checks(CrossEntropyCase{}), "", "CudaOps.CrossEntropy"},
       {"adamw", {"adamw_step"}, nullptr, "CpuAdamW.MatchesTwoStepReference", "CudaOps.AdamW"},
+      {"adamw over a shard's segments", {"adamw_step"}, nullptr, "OpsDispatch.AdamWStepsEachSegmentOrSkipsTheStep",
+       "CudaOps.AdamWSegments"},
       {"sum of squares, axpy", {"sum_squares", "axpy"}, nullptr, "CpuReductions.SumSquaresAndAxpy",
        "CudaOps.SumSquares"},
+      {"the step's scalars", {"sum_squares", "sum_in_order", "clip_grad_norm"}, nullptr,
+       "OpsDispatch.StepScalarsStayInDeviceMemory", "CudaOps.StepSums"},
+      {"read back", {"read_back"}, nullptr, "OpsDispatch.ReadBackIsACountedWait", "CudaOps.ReadBack"},
       {"convert", {"convert"}, nullptr, "OpsDispatch.ConvertsBetweenF32AndBf16OnCpu", "CudaModel.Bf16MatchesCpuFp32"},
       {"block quantization", {"quantize_blocks", "dequantize_blocks"}, nullptr,
        "CpuQuantize.EveryElementWithinHalfAScale", "CudaQuantize.MatchesCpuBitForBit"},
@@ -162,7 +167,7 @@ TEST(BackendOps, EveryOpHasARow) {
   ASSERT_GE(declared.size(), 20u) << "the ops headers were not read";
   const std::set<std::string> cuda_tests = find_in_sources(
       {"tests/unit/test_cuda_ops.cpp", "tests/unit/test_cuda_fused.cpp", "tests/unit/test_cuda_model.cpp",
-       "tests/unit/test_cuda_quantize.cpp", "tests/unit/test_cuda_attention.cpp"},
+       "tests/unit/test_cuda_quantize.cpp", "tests/unit/test_cuda_attention.cpp", "tests/unit/test_cuda_step_ops.cpp"},
       R"(\bTEST\((Cuda\w+, \w+)\))");
   std::set<std::string> covered;
   for (const Row& row : table()) {

@@ -355,7 +355,14 @@ void check_adamw() {
   DeviceArray<float> d_param(param), d_m(m), d_v(v);
   DeviceArray<G> d_grad(grad);
   DeviceArray<bf16> d_copy(zeros(n));
-  adamw_step(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), n, hp, d_copy.get());
+  // The whole array as one decayed segment, scaled by hp.grad_scale read from device memory.
+  const ShardSegment all{0, n, true};
+  const StepScalars scale{.grad_scale = hp.grad_scale};
+  StepScalars* d_scale = nullptr;
+  ZS_CUDA_CHECK(cudaMalloc(&d_scale, sizeof scale));
+  ZS_CUDA_CHECK(cudaMemcpy(d_scale, &scale, sizeof scale, cudaMemcpyHostToDevice));
+  adamw_step(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), std::span(&all, 1), hp, d_scale, d_copy.get());
+  cudaFree(d_scale);
   cpu::adamw_step(param.data(), grad.data(), m.data(), v.data(), n, hp);
   // The same bits as the host's step (the offloaded optimizer's): no operation is fused on either side.
   expect_close(d_param.host(), param, 0, "fp32 master");
@@ -372,11 +379,17 @@ void check_sum_squares() {
   const Vec x = random_vec<T>(n, rng);
   DeviceArray<T> d_x(x);
   const double want = cpu::sum_squares(x.data(), n);
-  // Uneven parts, an empty one among them, each reduced into its own slot before the one wait.
+  // Uneven parts, an empty one among them, in one launch, added to a device double.
   const T* p = d_x.get();
   const std::vector<std::span<const T>> parts{{p, 7}, {p + 7, 0}, {p + 7, n - 1007}, {p + n - 1000, 1000}};
+  double *d_sum = nullptr, sum = 0;
+  ZS_CUDA_CHECK(cudaMalloc(&d_sum, sizeof sum));
+  ZS_CUDA_CHECK(cudaMemset(d_sum, 0, sizeof sum));
+  sum_squares<T>(d_sum, parts);
+  ZS_CUDA_CHECK(cudaMemcpy(&sum, d_sum, sizeof sum, cudaMemcpyDeviceToHost));
+  cudaFree(d_sum);
   // Exact inputs and double accumulation on both sides: only the summation order differs.
-  EXPECT_NEAR(sum_squares<T>(parts), want, 1e-12 * want);
+  EXPECT_NEAR(sum, want, 1e-12 * want);
 }
 
 TEST(CudaOps, Embedding) { ZS_REQUIRE_GPU(); check_embedding<float>(3, 7, 13); }

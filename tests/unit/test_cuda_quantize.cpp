@@ -21,29 +21,7 @@ namespace zshard {
 namespace {
 
 using ops::QuantFormat;
-
-// A device copy of a host vector; host() reads it back.
-template <class T>
-class DeviceVector {
- public:
-  explicit DeviceVector(const std::vector<T>& host) : n_(host.size()) {
-    ZS_CUDA_CHECK(cudaMalloc(&ptr_, n_ * sizeof(T)));
-    ZS_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~DeviceVector() { cudaFree(ptr_); }
-  DeviceVector(const DeviceVector&) = delete;
-  DeviceVector& operator=(const DeviceVector&) = delete;
-  T* get() const { return ptr_; }
-  std::vector<T> host() const {
-    std::vector<T> out(n_);
-    ZS_CUDA_CHECK(cudaMemcpy(out.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return out;
-  }
-
- private:
-  size_t n_;
-  T* ptr_ = nullptr;
-};
+using test::DeviceVector;
 
 float widen(float x) { return x; }
 float widen(bf16 x) { return float(x); }

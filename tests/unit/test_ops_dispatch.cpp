@@ -1,6 +1,6 @@
-// The device-dispatched ops (<zshard/ops.h>) without a GPU: the host bf16 type, that ops:: on cpu is
-// exactly the CPU reference, the f32<->bf16 conversion on cpu, bf16 on the cpu rounding where the CUDA
-// kernels store, and the errors for pairings that cannot run.
+// The device-dispatched ops (<zshard/ops.h>, kernels/engine_ops.h) without a GPU: the host bf16 type, that
+// ops:: on cpu is exactly the CPU reference, the f32<->bf16 conversion on cpu, bf16 on the cpu rounding
+// where the CUDA kernels store, the optimizer step's ops, and the errors for pairings that cannot run.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/ops.h"
 #include "kernels/engine_ops.h"
+#include "kernels/test_hooks.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {
@@ -111,13 +112,102 @@ TEST(OpsDispatch, ConvertsBetweenF32AndBf16OnCpu) {
               HasSubstr("convert: f32 and bf16 only, not f32 -> f64"));
 }
 
+// What ops::sum_squares adds to a double that starts at 0.
+template <class T>
+double sum_squares(std::span<const std::span<const T>> parts) {
+  double sum = 0;
+  ops::sum_squares<T>(Device::cpu, &sum, parts);
+  return sum;
+}
+
 TEST(OpsDispatch, SumSquaresAddsEveryPart) {
   std::vector<double> x(10);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5 * double(i) - 2.0;
   const std::span<const double> all(x);
   const std::vector<std::span<const double>> parts{all.subspan(0, 3), all.subspan(3, 0), all.subspan(3)};
-  EXPECT_EQ(ops::sum_squares<double>(Device::cpu, parts), cpu::sum_squares(x.data(), x.size()));
-  EXPECT_EQ(ops::sum_squares<double>(Device::cpu, {}), 0.0);
+  EXPECT_EQ(sum_squares<double>(parts), cpu::sum_squares(x.data(), x.size()));
+  EXPECT_EQ(sum_squares<double>({}), 0.0);
+}
+
+// A unit's owned shard: segments with padding between them and after, every other one decayed.
+TEST(OpsDispatch, AdamWStepsEachSegmentOrSkipsTheStep) {
+  const std::vector<ops::ShardSegment> segments = {{2, 5, true}, {7, 300, false}, {310, 0, true}, {311, 9, true}};
+  const size_t n = 324;
+  const std::vector<float> param0 = random_values<float>(n, 16), m0 = random_values<float>(n, 17);
+  std::vector<float> v0 = random_values<float>(n, 18), grad = random_values<float>(n, 19);
+  for (float& x : v0) x *= x;
+  const ops::AdamWParams hp{.lr = 1e-2f, .weight_decay = 0.1f, .step = 2};
+  ops::StepScalars scalars{.grad_scale = 0.25};
+  std::vector<float> param = param0, m = m0, v = v0;
+  std::vector<bf16> copy(n, bf16(9.0f));
+  ops::adamw_step(Device::cpu, param.data(), grad.data(), m.data(), v.data(), segments, hp, &scalars, copy.data());
+  // The CPU kernel segment by segment, with the step's scale and each segment's decay; the rest untouched.
+  std::vector<float> want_param = param0, want_m = m0, want_v = v0;
+  for (const ops::ShardSegment& s : segments) {
+    ops::AdamWParams segment_hp = hp;
+    segment_hp.grad_scale = 0.25f;
+    if (!s.weight_decay) segment_hp.weight_decay = 0;
+    cpu::adamw_step(want_param.data() + s.begin, grad.data() + s.begin, want_m.data() + s.begin,
+                    want_v.data() + s.begin, s.count, segment_hp);
+  }
+  EXPECT_EQ(param, want_param);
+  EXPECT_EQ(m, want_m);
+  EXPECT_EQ(v, want_v);
+  for (size_t i : {size_t(0), size_t(1), size_t(307), size_t(320), n - 1}) {
+    EXPECT_EQ(param[i], param0[i]) << "padding " << i;
+    EXPECT_EQ(copy[i].bits, bf16(9.0f).bits) << "padding " << i;
+  }
+  EXPECT_EQ(copy[100].bits, bf16(param[100]).bits);
+  // A non-finite step: nothing is written.
+  scalars.skip = 1;
+  const std::vector<float> before = param;
+  ops::adamw_step(Device::cpu, param.data(), grad.data(), m.data(), v.data(), segments, hp, &scalars, copy.data());
+  EXPECT_EQ(param, before);
+}
+
+// The step's scalars where the device keeps them: the sums in order, then torch's clip_grad_norm_.
+TEST(OpsDispatch, StepScalarsStayInDeviceMemory) {
+  const std::vector<float> g = {3.0f, 4.0f};
+  const std::vector<std::span<const float>> parts{g};
+  double own = 1;
+  ops::sum_squares<float>(Device::cpu, &own, parts);
+  EXPECT_EQ(own, 26.0) << "added to what was there";
+  const std::vector<double> ranks = {0.1, 0.2, 0.3};
+  ops::StepScalars s{.loss_sum = 12};
+  ops::sum_in_order(Device::cpu, &s.norm_squares, ranks.data(), ranks.size());
+  EXPECT_EQ(s.norm_squares, (0.1 + 0.2) + 0.3);
+  s.norm_squares = 4;
+  ops::clip_grad_norm(Device::cpu, &s, 1.0f);
+  EXPECT_EQ(s.norm, 2.0);
+  EXPECT_EQ(s.grad_scale, double(float(1.0 / (2.0 + 1e-6))));
+  EXPECT_EQ(s.skip, 0);
+  ops::clip_grad_norm(Device::cpu, &s, 3.0f);
+  EXPECT_EQ(s.grad_scale, 1.0) << "a norm below the bound is not scaled";
+  ops::clip_grad_norm(Device::cpu, &s, 0.0f);
+  EXPECT_EQ(s.grad_scale, 1.0) << "0: no clipping";
+  s.loss_sum = std::numeric_limits<double>::quiet_NaN();
+  ops::clip_grad_norm(Device::cpu, &s, 1.0f);
+  EXPECT_EQ(s.skip, 1);
+  s = ops::StepScalars{.loss_sum = 1, .norm_squares = std::numeric_limits<double>::infinity()};
+  ops::clip_grad_norm(Device::cpu, &s, 1.0f);
+  EXPECT_EQ(s.skip, 1);
+}
+
+// Under ZSHARD_TEST_COUNT_DEVICE_WAITS every read back and synchronize counts, on the cpu too.
+TEST(OpsDispatch, ReadBackIsACountedWait) {
+  const std::vector<double> device = {1.5, -2.5};
+  std::vector<double> host(2);
+  {
+    const test::ScopedHook count("ZSHARD_TEST_COUNT_DEVICE_WAITS", "1");
+    const int64_t before = device_waits_counted();
+    ops::read_back(Device::cpu, host.data(), device.data(), 2 * sizeof(double));
+    ops::synchronize(Device::cpu);
+    EXPECT_EQ(device_waits_counted() - before, 2);
+  }
+  EXPECT_EQ(host, device);
+  const int64_t before = device_waits_counted();
+  ops::synchronize(Device::cpu);
+  EXPECT_EQ(device_waits_counted(), before) << "nothing counted with the hook off";
 }
 
 std::vector<bf16> to_bf16(const std::vector<float>& x) { return std::vector<bf16>(x.begin(), x.end()); }
@@ -163,7 +253,7 @@ TEST(OpsDispatch, Bf16OnCpuRoundsWhereTheCudaKernelsStore) {
   const std::vector<std::span<const bf16>> parts{x};
   double squares = 0;
   for (bf16 v : x) squares += double(float(v)) * double(float(v));
-  EXPECT_NEAR(ops::sum_squares<bf16>(Device::cpu, parts), squares, 1e-12 * squares);
+  EXPECT_NEAR(sum_squares<bf16>(parts), squares, 1e-12 * squares);
   EXPECT_NO_THROW(ops::synchronize(Device::cpu));
 }
 

@@ -27,6 +27,7 @@ TEST(TestHooks, OffUnlessSet) {
                h.poll_backoff);
   EXPECT_EQ(h.copy_stream_skip_wait + h.slow_writer_ms + h.slow_slices_ms + h.pause_in_save_ms, 0);
   EXPECT_FALSE(h.offload_copies);
+  EXPECT_FALSE(h.count_device_waits);
 }
 
 TEST(TestHooks, EveryHookReadsItsFields) {
@@ -52,6 +53,7 @@ TEST(TestHooks, EveryHookReadsItsFields) {
     const test::ScopedHook copies("ZSHARD_TEST_OFFLOAD_COPIES", "1");
     const test::ScopedHook skip("ZSHARD_TEST_COPY_STREAM_SKIP_WAIT", "7");
     const test::ScopedHook backoff("ZSHARD_POLL_BACKOFF", "0");
+    const test::ScopedHook waits("ZSHARD_TEST_COUNT_DEVICE_WAITS", "1");
     const TestHooks& h = test_hooks();
     EXPECT_EQ(h.slow_writer_ms, 3000);
     EXPECT_EQ(h.slow_slices_ms, 5);
@@ -59,6 +61,7 @@ TEST(TestHooks, EveryHookReadsItsFields) {
     EXPECT_TRUE(h.offload_copies);
     EXPECT_EQ(h.copy_stream_skip_wait, 7);
     EXPECT_EQ(h.poll_backoff, false);
+    EXPECT_TRUE(h.count_device_waits);
   }
   EXPECT_EQ(test_hooks().slow_writer_ms, 0) << "the hook is off again once its scope ends";
 }
@@ -107,6 +110,7 @@ TEST(TestHooks, AMalformedValueIsRefusedWithOneMessage) {
       {"ZSHARD_TEST_SLOW_SLICES", "+5", "MS"},
       {"ZSHARD_TEST_PAUSE_IN_SAVE", "2.5", "MS"},
       {"ZSHARD_POLL_BACKOFF", "2", "0|1"},
+      {"ZSHARD_TEST_COUNT_DEVICE_WAITS", "on", "0|1"},
   };
   for (const auto& c : cases)
     EXPECT_EQ(error_with(c.name, c.value),
