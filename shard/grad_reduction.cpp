@@ -101,7 +101,9 @@ comm::WorkPtr ShardedParams::exchange_quantized_chunks(const Unit& u, Reduction&
   const ops::QuantizedSize& size = blocks.record();
   const int64_t words = int64_t(size.bytes() / sizeof(int32_t)), group = shard_group_size();
   const Device device = plan_.placement.device;
-  r.send = Tensor::empty({group * words}, DType::i32, device, Category::comm);
+  // Zeroed: a chunk with fewer blocks than the record holds leaves scale slots unwritten, and what goes on
+  // the wire should not be whatever the allocator held.
+  r.send = Tensor::zeros({group * words}, DType::i32, device, Category::comm);
   with_element_type(u.full_grads.dtype(), [&](auto t) {
     using T = decltype(t);
     for (int owner = 0; owner < group; ++owner) {

@@ -4,8 +4,10 @@
 // the layer's own bias gradient from its weight-gradient GEMM (BGRADA: dout is that GEMM's A in cuBLASLt's
 // column-major view). Each saves a pass over an (N, OC) or (N, 4C) matrix that a separate kernel would
 // read and write. Where cuBLASLt has no kernel for a shape (its heuristic finds none, or the
-// pre-activation's rows are not a multiple of 8 elements, which GELU's epilogue needs), the plain GEMM and
-// the separate kernels compute the same, rounding in bf16 as they do.
+// pre-activation's rows are not a multiple of 8 elements, which GELU's epilogue needs, or a bias or
+// pre-activation is not 16-byte aligned), the plain GEMM and the separate kernels compute the same up to
+// bf16 rounding: they round the GEMM's output before the bias, the GELU's derivative and the bias
+// gradient, where the epilogue rounds once.
 #include <cublasLt.h>
 
 #include <map>
@@ -60,12 +62,21 @@ struct MatrixLayout {
     if (layout) cublasLtMatrixLayoutDestroy(layout);
   }
 };
+// The heuristic assumes 256-byte aligned matrices unless told: weights are views at any offset of a flat
+// unit, so it is told each operand's alignment (cuBLASLt's A, B and C/D).
 struct Preference {
   cublasLtMatmulPreference_t preference = nullptr;
-  Preference() {
+  Preference(uint32_t align_a, uint32_t align_b, uint32_t align_c) {
     ZS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-    ZS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                         &kLtMaxWorkspace, sizeof(kLtMaxWorkspace)));
+    set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kLtMaxWorkspace);
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c);
+  }
+  template <class V>
+  void set(cublasLtMatmulPreferenceAttributes_t attr, const V& value) {
+    ZS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attr, &value, sizeof(value)));
   }
   ~Preference() {
     if (preference) cublasLtMatmulPreferenceDestroy(preference);
@@ -112,6 +123,9 @@ thread_local size_t epilogue_gemm_count = 0;
 template <class T>
 bool lt_matmul(const LtGemm<T>& g, cudaStream_t stream) {
   if (g.aux && g.ldc % 8) return false;  // the pre-activation's rows: a multiple of 8 elements
+  // The epilogue's vectors are read and written in 16-byte pieces; a bias or pre-activation view at
+  // another offset of its flat unit takes the separate kernels.
+  if (alignment(g.bias) < 16 || alignment(g.aux) < 16) return false;
   constexpr cudaDataType_t type = lt_type<T>();
   MatmulDesc desc;
   ZS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -138,7 +152,7 @@ bool lt_matmul(const LtGemm<T>& g, cudaStream_t stream) {
   const ChoiceKey key{g.M, g.N, g.K, op_a, op_b, g.lda, g.ldb, g.ldc, int(type), uint32_t(g.epilogue), aligned};
   auto it = choices.find(key);
   if (it == choices.end()) {
-    Preference preference;
+    Preference preference(alignment(g.B), alignment(g.A), alignment(g.C));  // cuBLASLt's A is this B
     cublasLtMatmulHeuristicResult_t result{};
     int count = 0;
     const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(lt_handle(), desc.desc, a.layout, b.layout, c.layout,

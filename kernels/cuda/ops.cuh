@@ -9,7 +9,7 @@
 // Ops that need scratch (attention, the bias, LayerNorm and RMSNorm parameter gradients, the embedding
 // backward, the LoRA linear backward, the fused linear layer, the two reductions) take it from the tracking
 // allocator as `workspace`, so cuda_init (kernels/cuda/runtime.h) must have run, and they refuse non-blocking
-// streams (see common.cuh). Needs sm_80 or newer.
+// streams (see runtime.h). Needs sm_80 or newer.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

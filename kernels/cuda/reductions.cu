@@ -100,8 +100,8 @@ struct SquareParts {
   int n;
 };
 
-// Every thread gets the block's sum, added in a fixed order: the same bits on every run. `scratch` holds
-// kWarpSize doubles; the leading sync lets callers reuse it back to back.
+// Warp 0's threads get the block's sum (the callers read thread 0's), added in a fixed order: the same
+// bits on every run. `scratch` holds kWarpSize doubles; the leading sync lets callers reuse it back to back.
 __device__ double block_sum(double x, double* scratch) {
   for (int o = kWarpSize / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
   __syncthreads();

@@ -56,9 +56,9 @@ bool freezes_parameters(const ModelOptions& options);
 ModelConfig resolve_model_config(const ModelOptions& options);
 
 // Sets what `model` keeps for backward and how it computes from `options`: its recompute mode, its fused
-// epilogues, and its attention for computing on `placement`'s device in its dtype (choose_attention: --attention fused where it cannot run throws
-// UsageError). Where auto keeps blocks for want of cuDNN, one line says so to `note` (when given), once
-// per process.
+// epilogues, and its attention for computing on `placement`'s device in its dtype (choose_attention:
+// --attention fused where it cannot run throws UsageError). Where auto keeps blocks for want of cuDNN, one
+// line says so to `note` (when given), once per process.
 AttentionKernel configure_model(Model& model, const ModelOptions& options, const Placement& placement,
                                 std::ostream* note = nullptr);
 

@@ -43,10 +43,23 @@ BatchShape batch_shape(const TrainOptions& o) {
   return {d.batch, d.seq, d.grad_accum, d.rank_batches.empty(), o.saves.snapshots(), o.model.freeze};
 }
 
+// --attention auto resolves on each rank from what that rank can load (cuDNN): ranks that differ would
+// size and compute attention differently, so fused runs only where every rank took it.
+void agree_on_attention(comm::Communicator& world, Model& model, AttentionKernel taken) {
+  double fused = taken == AttentionKernel::fused ? 1 : 0;
+  comm::all_reduce_sum(world, &fused, 1);
+  if (taken != AttentionKernel::fused || int(fused) == world.size()) return;
+  model.set_attention(AttentionKernel::blocks);
+  if (world.rank() == 0)
+    std::cerr << "zshard: --attention auto: blocks on every rank: " << world.size() - int(fused)
+              << " rank(s) cannot run fused\n";
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : options_(options), world_(world) {
   ShardPlan plan;
+  AttentionKernel attention = AttentionKernel::blocks;
   const DataOptions& data = options_.data;
   run_agreed(world, [&] {
     plan = resolve_plan(options_.plan, world);  // sets the timeout, then its collectives: the first of the run
@@ -54,7 +67,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     config_ = resolve_model_config(options_.model);
     model_ = build_model(options_.model.name, config_);
     // Before the memory check, which sizes activations for what the model keeps.
-    configure_model(*model_, options_.model, plan.placement, world.rank() == 0 ? &std::cerr : nullptr);
+    attention = configure_model(*model_, options_.model, plan.placement, world.rank() == 0 ? &std::cerr : nullptr);
     if (data.seq > model_->context_length())
       refuse("--seq ", data.seq, " exceeds the model's context of ", model_->context_length(), " tokens");
     if (num_params(*model_) < world.size())
@@ -74,6 +87,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     if (world.rank() == 0) check_outputs(options_);
     if (!options_.output.trace_dir.empty()) comm::check_trace_dir(options_.output.trace_dir);
   });
+  agree_on_attention(world, *model_, attention);
   // The batch buffers are allocated once the memory check has passed: a --batch far too large is refused.
   const std::vector<int> split = split_batch(data, world.size());
   MemoryBudget budget;  // unknown with --mem-check off: nothing is checked or limited
