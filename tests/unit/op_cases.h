@@ -290,14 +290,7 @@ struct SwigluCase {
 
 // The linear layer with its epilogues, no GELU. Its backward sets dinp: the case passes an array of stale
 // values, which must not survive, and adds the result to the gradient.
-struct LinearEpilogueCase {
-  bool with_bias = true;
-  int N = 10, C = 8, OC = 6;
-  std::vector<size_t> input_sizes() const {
-    std::vector<size_t> sizes = {size_t(N) * C, size_t(C) * OC};
-    if (with_bias) sizes.push_back(OC);
-    return sizes;
-  }
+struct LinearEpilogueCase : LinearCase {  // LinearCase's shape and inputs
   template <class T>
   std::vector<T> forward(const Arrays<T>& in) const {
     std::vector<T> out(size_t(N) * OC);

@@ -25,22 +25,6 @@ namespace {
 
 using namespace arrays;
 
-class DeviceInts {
- public:
-  explicit DeviceInts(const std::vector<int32_t>& host) : n_(host.size()) {
-    ZS_CUDA_CHECK(cudaMalloc(&ptr_, n_ * sizeof(int32_t)));
-    ZS_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(int32_t), cudaMemcpyHostToDevice));
-  }
-  ~DeviceInts() { cudaFree(ptr_); }
-  DeviceInts(const DeviceInts&) = delete;
-  DeviceInts& operator=(const DeviceInts&) = delete;
-  const int32_t* get() const { return ptr_; }
-
- private:
-  int32_t* ptr_ = nullptr;
-  size_t n_;
-};
-
 std::vector<int32_t> random_ints(size_t n, int hi, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> dist(0, hi - 1);
   std::vector<int32_t> x(n);
@@ -58,7 +42,7 @@ void check_embedding(int B, int Tn, int V, bool positions = true, FrozenGrads fr
   const Vec wte = random_vec<T>(size_t(V) * C, rng), wpe = random_vec<T>(size_t(Tn) * C, rng);
   const Vec dout = random_vec<T>(size_t(B) * Tn * C, rng);
   Vec dwte = random_vec<T>(wte.size(), rng), dwpe = random_vec<T>(wpe.size(), rng);  // backward accumulates
-  DeviceInts d_tokens(tokens);
+  test::DeviceVector<int32_t> d_tokens(tokens);
   DeviceArray<T> d_wte(wte), d_wpe(wpe), d_dout(dout), d_out(zeros(dout.size())), d_dwte(dwte), d_dwpe(dwpe);
   embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(), positions ? d_wpe.get() : nullptr, B, Tn, C);
   embedding_backward(unless_frozen(frozen, 0, d_dwte), positions ? unless_frozen(frozen, 1, d_dwpe) : nullptr,
@@ -317,7 +301,7 @@ void check_cross_entropy(bool in_place, int ld_pad = 12, bool masked = false) {
       targets[r] = 100 + r;
     }
   const float dloss = 1.f / N;
-  DeviceInts d_targets(targets);
+  test::DeviceVector<int32_t> d_targets(targets);
   DeviceArray<T> d_logits(logits), d_losses(zeros(N)), d_dlogits(zeros(logits.size()));
   T* dl = in_place ? d_logits.get() : d_dlogits.get();
   const double total = cross_entropy_forward_backward(dl, d_losses.get(), d_logits.get(), d_targets.get(), N,
