@@ -20,6 +20,8 @@ import sys
 
 # First match wins; a kernel's name is matched lower-cased.
 KINDS = [
+    # First: cuDNN's attention kernels carry sm90_ and wgmma in their names, as cuBLAS's do.
+    ("attention (cuDNN)", r"sdpa|flash_|cudnn::"),
     ("matmul (cuBLAS)", r"gemm|nvjet|xmma|cutlass|sm90_|sm80_|splitk|gemv"),
     ("attention softmax", r"softmax"),
     ("norms", r"layernorm|rmsnorm"),

@@ -48,7 +48,8 @@
 #   gpt2        90  gpt2 124M bf16 at T=1024 with --attention fused: tokens/s and MFU at the largest batch
 #                   that fits (no cap: fused holds no (B, H, T, T) scores), and at 8, each of GPT2_SWITCHES
 #                   on and off, --attention blocks among them (at the largest batch it may not fit: noted)
-#   torch-peer 150  the PyTorch peer at the same batches, eager and torch.compile: the ratios
+#   torch-peer 180  the PyTorch peer, eager and torch.compile, at 8 and at the largest batch each fits
+#                   (from its peak at 8, at most zshard's largest), zshard at the same batches: the ratios
 #   nccl        30  tests/test_nccl_one_rank: every collective of the NCCL backend, split, the watchdog
 #   profile     90  one gpt2 step under ncu: device time by kind of kernel, and busy share of the step
 #   mpi         60  np 2 and 4 on the one GPU through --comm mpi, fp32 and bf16 (bf16 reductions), ddp,
@@ -58,11 +59,10 @@
 #   async-save 150  only when ZSHARD_GPU_STEPS names it; not a GPU check: gpt2 np 2 --save-every 1 on the
 #                   cpu device (benchmarks/async_save.sh), step time with async, sync and no saves, on the
 #                   machine's many cores
-# The default plan's limits add up to 655 s, 955 s with the build's: what the steps may take. On the last
-# H200 call they took 222 s, the build unpacked, before tiny compared the offload, checkpointing and
-# resumes and gpt2 measured its switches (about 30 s more). With the build unpacked the steps up to gpt2 get their whole limits; a step that runs long
-# takes the later ones' time: llama is skipped first, then mpi, profile and nccl. A build that compiles
-# leaves time for cuda-ops and tiny only.
+# The default plan's limits add up to 685 s, 985 s with the build's: what the steps may take. On the H100
+# call of 2026-11-28 they took 314 s, the build unpacked (torch-peer 120 s of it). With the build unpacked
+# the steps up to gpt2 get their whole limits; a step that runs long takes the later ones' time: llama is
+# skipped first, then mpi, profile and nccl. A build that compiles leaves time for cuda-ops and tiny only.
 #
 # Output in $OUT (the device tool's folder; out/gpu, which git ignores, when unset): summary.txt (one line
 # per step), results.json (with each step's metrics), logs.tar.gz, and the build archive: at most 8
@@ -398,7 +398,7 @@ bench_gpt2() {  # BATCH JSON [FLAGS...]: one zshard-bench run of gpt2 bf16 at T=
 }
 # The switches of the training step measured on and off at both batches, ';' between them: their cost or
 # gain in tokens/s and memory on a GPU, each against the base run. A new switch goes here.
-export GPT2_SWITCHES="--activation-checkpointing blocks;--offload optimizer;--attention blocks;--fused-epilogues on"
+export GPT2_SWITCHES="--activation-checkpointing blocks;--offload optimizer;--attention blocks;--fused-epilogues off"
 export OOM_PATTERN='out of memory|MemoryAllocation|OUT_OF_MEMORY|ALLOC_FAILED|does not fit'
 
 step_gpt2() {
@@ -508,17 +508,30 @@ step_async_save() {
   exit "$rc"
 }
 
+# torch's batch beside zshard's largest: torch holds more per sequence (eager and compile differ), so each
+# mode runs at 8 and then at the largest batch its own peak at 8 says fits (peak/8 per sequence, static
+# memory included: an underestimate of the batch, never an out-of-memory spent), at most zshard's largest;
+# zshard runs at that batch too, so that every ratio is taken at one batch.
+torch_peer_run() {  # MODE BATCH: one PyTorch run, its JSON in torch_MODE_bBATCH.json; 1 when it failed
+  local flags=(--mode plain --batch "$2" --seq 1024 --warmup 2 --steps 5 --json "$LOGS/torch_${1}_b$2.json")
+  [ "$1" = compile ] && flags+=(--compile)
+  LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH python3 benchmarks/peers/gpt2_torch_gpu.py "${flags[@]}" \
+    >"$LOGS/torch_${1}_b$2.out" 2>&1 || { note "torch $1 batch $2: $(first_error "$LOGS/torch_${1}_b$2.out")"; return 1; }
+}
 step_torch_peer() {
   with_build
-  local largest b mode rc=0
+  local largest mem_mib b mode rc=0
   largest=$(cat "$LOGS/gpt2_largest" 2>/dev/null || echo 0)
-  for b in 8 $([ "$largest" -gt 8 ] && echo "$largest"); do
-    for mode in eager compile; do
-      local flags=(--mode plain --batch "$b" --seq 1024 --warmup 2 --steps 5 --json "$LOGS/torch_${mode}_b$b.json")
-      [ $mode = compile ] && flags+=(--compile)
-      LD_LIBRARY_PATH=$ORIG_LD_LIBRARY_PATH python3 benchmarks/peers/gpt2_torch_gpu.py "${flags[@]}" \
-        >"$LOGS/torch_${mode}_b$b.out" 2>&1 || { rc=1; note "torch $mode batch $b: $(first_error "$LOGS/torch_${mode}_b$b.out")"; }
-    done
+  mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | tr -dc 0-9)
+  for mode in eager compile; do
+    torch_peer_run $mode 8 || { rc=1; continue; }
+    [ "$largest" -gt 8 ] || continue
+    b=$(python3 -c "import json; p = json.load(open('$LOGS/torch_${mode}_b8.json'))['peak_mem_bytes']
+print(min($largest, int(0.9 * ${mem_mib:-0} * 2**20 / (p / 8)) // 8 * 8))")
+    [ "$b" -gt 8 ] || { note "torch $mode: no batch above 8 fits"; continue; }
+    torch_peer_run $mode "$b" || rc=1
+    [ -f "$LOGS/gpt2_b$b.json" ] || bench_gpt2 "$b" "$LOGS/gpt2_b$b.json" >"$LOGS/gpt2_b$b.out" 2>&1 ||
+      { rc=1; note "zshard batch $b: $(first_error "$LOGS/gpt2_b$b.out")"; }
   done
   python3 - "$LOGS" <<'PY'
 import glob, json, os, re, sys
@@ -533,6 +546,7 @@ for path in sorted(glob.glob(os.path.join(logs, "torch_*_b*.json"))):
     z = json.load(open(os.path.join(logs, f"gpt2_b{b}.json")))["results"][0] if os.path.exists(os.path.join(logs, f"gpt2_b{b}.json")) else None
     ratio = t["tokens_per_s"] / z["tokens_per_s"] if z else None
     out[f"{mode}_b{b}"] = {"tokens_per_s": t["tokens_per_s"], "mfu": t["mfu"], "torch": t["torch"], "device": t["device"],
+                           "peak_mem_bytes": t["peak_mem_bytes"], "zshard_tokens_per_s": z and z["tokens_per_s"],
                            "torch_over_zshard": ratio}
     parts.append(f"{mode} b{b} {t['tokens_per_s']:.0f} tok/s" + (f" ({ratio:.2f}x zshard)" if ratio else ""))
 json.dump(out, open(os.path.join(logs, "torch-peer.json"), "w"))
@@ -567,7 +581,7 @@ step_profile() {
 }
 export -f tiny_plan tiny_list tiny_train tiny_compare step_tiny_dry
 export -f step_cuda_ops step_nccl step_tiny step_mpi step_memcheck peak_tflops bench_gpt2 step_gpt2 step_gpt2_dry
-export -f step_torch_peer step_profile step_llama step_async_save
+export -f torch_peer_run step_torch_peer step_profile step_llama step_async_save
 
 # ---- the plan, in order of what it proves ----
 [ "$MODE" = dry ] && echo "dry run: the plan of one call, budget ${BUDGET}s; nothing runs on a GPU"
@@ -577,7 +591,7 @@ step cuda-ops 45 step_cuda_ops "every kernel, fp32 and bf16, matches the CPU op;
 step tiny 45 step_tiny "training on cuda matches the cpu, the optimizer offloaded too; checkpointing changes nothing; saves resume across devices"
 step memcheck 40 step_memcheck "no out-of-bounds or misaligned device access in the kernels, the runtime and the copy stream"
 step gpt2 90 step_gpt2 "gpt2 124M bf16 at T=1024, fused attention: tokens/s and MFU at the largest batch that fits and at 8, each switch (blocks attention too) on and off"
-step torch-peer 150 step_torch_peer "PyTorch eager and torch.compile at the same batches on the same GPU: the ratios"
+step torch-peer 180 step_torch_peer "PyTorch eager and torch.compile at the same batches on the same GPU: the ratios"
 step nccl 30 step_nccl "NCCL's collectives, in place and out of place, split, stream order and the watchdog's abort"
 step profile 90 step_profile "where one gpt2 step's device time goes, by kind of kernel (ncu), and the GPU's busy share"
 step mpi 60 step_mpi "ddp, zero3 and hybrid at np 2 and 4 over mpi with device buffers, fp32 and bf16, match one process"

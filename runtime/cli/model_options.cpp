@@ -185,8 +185,8 @@ void add_model_flags(CLI::App& app, ModelOptions& o) {
              "auto, on or off: the linear layers' bias, GELU and bias gradient inside their GEMMs (cuBLASLt on "
              "cuda), the residual add inside the norm after it, activation gradients set rather than zeroed "
              "and added to. The same results in f32; in bf16 a fused layer rounds once where the separate ops "
-             "round up to three times. auto: on for the cpu in f32; off on cuda, until a GPU has run its "
-             "checks, and for bf16 on the cpu");
+             "round up to three times. auto: on, except in bf16 on the cpu (the reference of cuda's "
+             "rounding)");
 }
 
 bool freezes_parameters(const ModelOptions& o) { return !o.freeze.empty() || o.overrides.count("lora_rank"); }

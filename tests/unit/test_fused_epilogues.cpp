@@ -121,12 +121,12 @@ TEST(FusedEpilogues, NormsWithTheResidualAndSwigluSetGiveTheSeparateOpsBits) {
   expect_norms_and_swiglu_match_separate_ops<double>();
 }
 
-TEST(FusedEpilogues, AutomaticIsFusedOnTheCpuOutsideBf16Only) {
+TEST(FusedEpilogues, AutomaticIsFusedEverywhereButInBf16OnTheCpu) {
   EXPECT_TRUE(uses_fused_epilogues(FusedEpilogues::automatic, Device::cpu, DType::f32));
   EXPECT_TRUE(uses_fused_epilogues(FusedEpilogues::automatic, Device::cpu, DType::f64));
   EXPECT_FALSE(uses_fused_epilogues(FusedEpilogues::automatic, Device::cpu, DType::bf16));
-  EXPECT_FALSE(uses_fused_epilogues(FusedEpilogues::automatic, Device::cuda, DType::f32));
-  EXPECT_FALSE(uses_fused_epilogues(FusedEpilogues::automatic, Device::cuda, DType::bf16));
+  EXPECT_TRUE(uses_fused_epilogues(FusedEpilogues::automatic, Device::cuda, DType::f32));
+  EXPECT_TRUE(uses_fused_epilogues(FusedEpilogues::automatic, Device::cuda, DType::bf16));
   for (Device d : {Device::cpu, Device::cuda})
     for (DType t : {DType::f32, DType::bf16}) {
       EXPECT_TRUE(uses_fused_epilogues(FusedEpilogues::on, d, t));
