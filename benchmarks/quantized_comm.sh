@@ -15,7 +15,8 @@
 # whether a quantization's difference outlasts it) and link (the shaped comparison). Environment: STEPS
 # (every training run's), WARMUP (its first steps, left out of the step times), TINY_FLAGS and GPT2_FLAGS
 # (the accuracy runs' models), LINK_FLAGS and LINK (the comparison's model and link rate), SEEDS,
-# EVAL_BATCHES, PARTS (default "accuracy seeds link"; runs already in WORK_DIR stay in the summary, so the
+# SEED_RUNS (which of the link's runs the seeds part makes: ddp zero3 zero3+gathers-int8+reductions-int4
+# zero3+gathers-int8+reductions-int8), EVAL_BATCHES, PARTS (default "accuracy seeds link"; runs already in WORK_DIR stay in the summary, so the
 # parts may run at different times: the link's step times want a quiet machine, the losses do not);
 # WORK_DIR keeps every run's output (default: a new directory under /tmp).
 set -euo pipefail
@@ -35,6 +36,7 @@ declare -A accuracy_flags=(
 link_flags=${LINK_FLAGS:---model gpt2 --layers 4 --dim 256 --heads 4 --batch 8 --seq 32}
 link=${LINK:-1gbit}
 seeds=${SEEDS:-1 2 3}
+seed_runs=${SEED_RUNS:-ddp zero3 zero3+gathers-int8+reductions-int4 zero3+gathers-int8+reductions-int8}
 eval_batches=${EVAL_BATCHES:-16}
 parts=" ${PARTS:-accuracy seeds link} "
 work=${WORK_DIR:-$(mktemp -d /tmp/quantized_comm.XXXXXX)}
@@ -101,6 +103,7 @@ for seed in $seeds; do
   [[ $parts == *" seeds "* ]] || break
   for comparison in "${comparisons[@]}"; do
     IFS='|' read -r name strategy quantization <<<"$comparison"
+    [[ " $seed_runs " == *" $name "* ]] || continue
     # shellcheck disable=SC2086
     run "seed${seed}_$name" "seed$seed" gpt2 none $link_flags --seed "$seed" --strategy "$strategy" $quantization
   done

@@ -54,7 +54,8 @@ void convert(Device d, void* dst, DType dst_type, const void* src, DType src_typ
 // slow links (ZeRO++'s qwZ and qgZ). `blocks`, a HostBlockTable built for f (its host_table(), or its
 // table_at() a copy in the device's memory), cuts the n elements into pieces and each piece into blocks of
 // f.block consecutive elements from its own start, its last block shorter; the engine's pieces are the
-// parameters a chunk holds and its padding, so no block mixes two parameters' magnitudes. Each block gets
+// parameters a chunk holds (shard/chunk_blocks.h: on each one's own grid of blocks) and its padding, so
+// no block mixes two parameters' magnitudes. Each block gets
 // scale = absmax / qmax in fp32 (qmax 127 for 8 bits, 7 for 4) and each element the integer x / scale
 // rounded to nearest, ties to even, so that it dequantizes to within scale / 2 of x (and a few fp32 ulps).
 // The elements keep their places whatever the blocks: 8 bits, a byte an element; 4 bits, element 2i in

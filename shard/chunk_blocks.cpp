@@ -31,9 +31,18 @@ size_t entries_bytes(const std::vector<ops::HostBlockTable>& chunks) {
 ops::HostBlockTable chunk_blocks(const FlatLayout& layout, int shard, ops::QuantFormat f) {
   const int64_t begin = layout.shard_begin(shard), end = begin + layout.shard_numel();
   std::vector<int64_t> piece_begin = {0};
-  // Parameters are contiguous in the flat buffer: a new piece wherever one begins inside the chunk.
-  for (const FlatSegment& s : layout.segments(begin, end))
+  for (const FlatSegment& s : layout.segments(begin, end)) {
+    // Parameters are contiguous in the flat buffer: a new piece wherever one begins inside the chunk.
     if (s.flat_begin > begin) piece_begin.push_back(s.flat_begin - begin);
+    // A parameter begun in an earlier chunk keeps its own grid of blocks (f.block elements from its first),
+    // the chunk's start taking a short block to the next line of that grid: a block then holds the same
+    // elements at any world size and, where a row's length is a multiple of f.block (GPT-2's and Llama's
+    // widths), one row only. Blocks cut from the chunk's start would straddle rows: an embedding's rare
+    // token rounded on a frequent neighbour's scale.
+    const int64_t into_block = s.param_offset % f.block;
+    if (into_block != 0 && f.block - into_block < s.count)
+      piece_begin.push_back(s.flat_begin - begin + f.block - into_block);
+  }
   if (layout.numel() > begin && layout.numel() < end) piece_begin.push_back(layout.numel() - begin);
   piece_begin.push_back(end - begin);
   return ops::HostBlockTable(piece_begin, f);

@@ -1,11 +1,13 @@
 // The blocks quantized collectives (--quantize-gathers, --quantize-reductions) cut a flat buffer's chunks
 // into, one chunk being one shard of the buffer. A chunk is cut into pieces at every parameter boundary
 // inside it and where its padding starts, and each piece into blocks of at most f.block elements from the
-// piece's own start (ops::HostBlockTable). A block then never holds two parameters, so a parameter of
-// small values (a LayerNorm weight's gradient, 0.02-scale weights beside a LayerNorm's 1.0) is rounded
-// on its own scale, never on a large neighbour's, and every element is within half its own parameter's
-// block scale. The price: each piece's last block is short, up to one more scale per parameter a chunk
-// holds. The chunks of a buffer are exchanged by collectives that take one count, so every chunk travels
+// piece's own start (ops::HostBlockTable); a parameter begun in an earlier chunk first takes a short piece
+// up to the next multiple of f.block counted from its own first element. A block then never holds two
+// parameters, so a parameter of small values (a LayerNorm weight's gradient, 0.02-scale weights beside a
+// LayerNorm's 1.0) is rounded on its own scale, never on a large neighbour's, and every element is within
+// half its own parameter's block scale; and a parameter's blocks lie on its own grid at any world size,
+// one row each where a row's length is a multiple of f.block. The price: each piece's last block is
+// short, up to two more scales per parameter a chunk holds. The chunks of a buffer are exchanged by collectives that take one count, so every chunk travels
 // in the record of the buffer's largest block count (its last scales unused in the others).
 #pragma once
 #include <cstdint>

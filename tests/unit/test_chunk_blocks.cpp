@@ -1,7 +1,8 @@
 // The blocks quantized collectives cut a flat buffer's chunks into (shard/chunk_blocks.h): for a unit of
 // long, short and empty parameters, in groups of 1 to 7 ranks and padded further for groups of other
 // sizes, each chunk's blocks cover it exactly, in order, none longer than the format's block; none holds
-// elements of two parameters, or of a parameter and the padding; and they are as few as that allows. The
+// elements of two parameters, or of a parameter and the padding; each parameter's blocks lie on its own
+// grid of the format's block, whatever the chunk's edges; and they are as few as that allows. The
 // record every chunk travels in has the scales of the chunk with the most blocks.
 #include <gtest/gtest.h>
 
@@ -54,11 +55,19 @@ void check_chunks(const FlatLayout& layout, ops::QuantFormat f) {
       next = r.end;
     }
     EXPECT_EQ(next, size_t(shard));
-    // As few as that allows: each run of one owner's elements in blocks of f.block from its start.
+    // Exactly where a block must begin: at the chunk's start, at a new owner, and at every f.block-th
+    // element of a parameter counted from the parameter's own first element (the padding's from where it
+    // begins in the chunk), so that a block is the same elements whatever the chunk's edges.
     size_t fewest = 0;
     for (int64_t i = 0, run = 0; i < shard; ++i) {
-      run = i > 0 && owner(layout, base + i) == owner(layout, base + i - 1) ? run + 1 : 0;
-      fewest += run % f.block == 0;
+      const int o = owner(layout, base + i);
+      run = i > 0 && o == owner(layout, base + i - 1) ? run + 1 : 0;
+      const int64_t grid = o >= 0 ? base + i - layout.offset(o) : run;
+      const bool begins = run == 0 || grid % f.block == 0;
+      fewest += begins;
+      if (i > 0)
+        ASSERT_EQ(quant::block_of(table, size_t(i)), quant::block_of(table, size_t(i - 1)) + (begins ? 1 : 0))
+            << "element " << i;
     }
     EXPECT_EQ(blocks.blocks(), fewest);
     most_blocks = std::max(most_blocks, blocks.blocks());
@@ -68,7 +77,7 @@ void check_chunks(const FlatLayout& layout, ops::QuantFormat f) {
   EXPECT_EQ(record.payload_bytes, size_t(f.bits == 8 ? shard : (shard + 1) / 2));
 }
 
-TEST(ChunkBlocks, BlocksCoverEachChunkAndStopAtEveryParameterAndThePadding) {
+TEST(ChunkBlocks, BlocksCoverEachChunkStopAtEveryParameterAndKeepTheParametersGrid) {
   for (ops::QuantFormat f : {ops::QuantFormat{256, 8}, ops::QuantFormat{64, 4}, ops::QuantFormat{5, 8}})
     for (int group = 1; group <= 7; ++group)
       for (int pad_multiple : {group, 12 * group}) check_chunks(FlatLayout(kUnit, group, pad_multiple), f);
