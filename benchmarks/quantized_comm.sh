@@ -16,8 +16,9 @@
 # (every training run's), WARMUP (its first steps, left out of the step times), TINY_FLAGS and GPT2_FLAGS
 # (the accuracy runs' models), LINK_FLAGS and LINK (the comparison's model and link rate), SEEDS,
 # SEED_RUNS (which of the link's runs the seeds part makes: ddp zero3 zero3+gathers-int8+reductions-int4
-# zero3+gathers-int8+reductions-int8), EVAL_BATCHES, PARTS (default "accuracy seeds link"; runs already in WORK_DIR stay in the summary, so the
-# parts may run at different times: the link's step times want a quiet machine, the losses do not);
+# zero3+gathers-int8+reductions-int8), EVAL_BATCHES, PARTS (default "accuracy seeds link"; runs already
+# in WORK_DIR stay in the summary, so the parts may run at different times: the link's step times want a
+# quiet machine, the losses do not);
 # WORK_DIR keeps every run's output (default: a new directory under /tmp).
 set -euo pipefail
 # shellcheck source=benchmarks/build_out_dirs.sh

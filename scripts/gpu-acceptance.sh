@@ -398,13 +398,14 @@ bench_gpt2() {  # BATCH JSON [FLAGS...]: one zshard-bench run of gpt2 bf16 at T=
 }
 # The switches of the training step measured on and off at both batches, ';' between them: their cost or
 # gain in tokens/s and memory on a GPU, each against the base run. A new switch goes here.
+gpu_mem_mib() { nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | tr -dc 0-9; }
 export GPT2_SWITCHES="--activation-checkpointing blocks;--offload optimizer;--attention blocks;--fused-epilogues off"
 export OOM_PATTERN='out of memory|MemoryAllocation|OUT_OF_MEMORY|ALLOC_FAILED|does not fit'
 
 step_gpt2() {
   with_build
   local mem_mib gib proposal=0 b tried=()
-  mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | tr -dc 0-9)
+  mem_mib=$(gpu_mem_mib)
   gib=$(( ${mem_mib:-0} * 9 / 10 / 1024 ))  # headroom for the CUDA context, cuBLAS workspaces, fragmentation
   # shellcheck disable=SC2086 # the base's flags, word by word
   "$BUILD/zshard-mem" --model gpt2 --dtype mixed --seq 1024 --world 1 --strategy ddp --device-mem "${gib}GiB" \
@@ -522,7 +523,7 @@ step_torch_peer() {
   with_build
   local largest mem_mib b mode rc=0
   largest=$(cat "$LOGS/gpt2_largest" 2>/dev/null || echo 0)
-  mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | tr -dc 0-9)
+  mem_mib=$(gpu_mem_mib)
   for mode in eager compile; do
     torch_peer_run $mode 8 || { rc=1; continue; }
     [ "$largest" -gt 8 ] || continue
@@ -580,7 +581,7 @@ step_profile() {
   done
 }
 export -f tiny_plan tiny_list tiny_train tiny_compare step_tiny_dry
-export -f step_cuda_ops step_nccl step_tiny step_mpi step_memcheck peak_tflops bench_gpt2 step_gpt2 step_gpt2_dry
+export -f step_cuda_ops step_nccl step_tiny step_mpi step_memcheck peak_tflops bench_gpt2 gpu_mem_mib step_gpt2 step_gpt2_dry
 export -f torch_peer_run step_torch_peer step_profile step_llama step_async_save
 
 # ---- the plan, in order of what it proves ----

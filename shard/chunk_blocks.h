@@ -7,8 +7,9 @@
 // LayerNorm's 1.0) is rounded on its own scale, never on a large neighbour's, and every element is within
 // half its own parameter's block scale; and a parameter's blocks lie on its own grid at any world size,
 // one row each where a row's length is a multiple of f.block. The price: each piece's last block is
-// short, up to two more scales per parameter a chunk holds. The chunks of a buffer are exchanged by collectives that take one count, so every chunk travels
-// in the record of the buffer's largest block count (its last scales unused in the others).
+// short, up to one more scale per parameter a chunk holds and one for the short block at its start. The
+// chunks of a buffer are exchanged by collectives that take one count, so every chunk travels in the
+// record of the buffer's largest block count (its last scales unused in the others).
 #pragma once
 #include <cstdint>
 #include <memory>
