@@ -29,6 +29,11 @@ Device pointer_device(const void* ptr) {
   return query && query(ptr) ? Device::cuda : Device::cpu;
 }
 
+bool page_locked(const void* ptr) {
+  const auto query = device_ops().is_page_locked;
+  return query && query(ptr);
+}
+
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;
   if (dst_device == Device::cpu && src_device == Device::cpu) {

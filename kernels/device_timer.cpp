@@ -37,14 +37,14 @@ DeviceTimer::~DeviceTimer() {
 void DeviceTimer::start() {
   start_ = std::chrono::steady_clock::now();
 #ifdef ZSHARD_WITH_CUDA
-  if (device_ != Device::cpu) ZS_CUDA_CHECK(cudaEventRecord(event(events_[0]), nullptr));  // the compute stream
+  if (device_ != Device::cpu) ZS_CUDA_CHECK(cudaEventRecord(event(events_[0]), cuda::compute_stream()));
 #endif
 }
 
 void DeviceTimer::stop() {
   stop_ = std::chrono::steady_clock::now();
 #ifdef ZSHARD_WITH_CUDA
-  if (device_ != Device::cpu) ZS_CUDA_CHECK(cudaEventRecord(event(events_[1]), nullptr));
+  if (device_ != Device::cpu) ZS_CUDA_CHECK(cudaEventRecord(event(events_[1]), cuda::compute_stream()));
 #endif
 }
 

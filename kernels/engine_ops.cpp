@@ -15,22 +15,28 @@ using namespace dispatch;
 
 template <class G>
 void adamw_step(Device d, float* param, const G* grad, float* m, float* v, std::span<const ShardSegment> segments,
-                const AdamWParams& hp, const StepScalars* step, bf16* param_bf16) {
+                const StepScalars* step, bf16* param_bf16) {
   // The host steps bf16 gradients too: --offload optimizer brings them from a device in the compute dtype.
   if (d == Device::cpu) {
     if (step->skip) return;
-    AdamWParams scaled = hp;
-    scaled.grad_scale = float(step->grad_scale);
-    for (const ShardSegment& s : segments) {
-      AdamWParams segment_hp = scaled;
-      if (!s.weight_decay) segment_hp.weight_decay = 0;
-      cpu::adamw_step(param + s.begin, grad + s.begin, m + s.begin, v + s.begin, s.count, segment_hp,
-                      param_bf16 ? param_bf16 + s.begin : nullptr);
-    }
+    for (const ShardSegment& s : segments)
+      cpu::adamw_update(param + s.begin, grad + s.begin, m + s.begin, v + s.begin, s.count, step->adamw,
+                        s.weight_decay, float(step->grad_scale), param_bf16 ? param_bf16 + s.begin : nullptr);
     return;
   }
   on_cpu<G>(d, "adamw_step");
-  ZS_ON_CUDA(G, cuda::adamw_step(param, dev(grad), m, v, segments, hp, step, dev(param_bf16)))
+  ZS_ON_CUDA(G, cuda::adamw_step(param, dev(grad), m, v, segments, step, dev(param_bf16)))
+}
+
+void set_adamw_factors(Device d, StepScalars* step, const cpu::AdamWFactors<float>* factors) {
+  if (on_cpu<float>(d, "set_adamw_factors")) {
+    step->adamw = *factors;
+    return;
+  }
+#ifdef ZSHARD_WITH_CUDA
+  ZS_CUDA_CHECK(cudaMemcpyAsync(&step->adamw, factors, sizeof *factors, cudaMemcpyHostToDevice,
+                                cuda::compute_stream()));
+#endif
 }
 
 template <class T>
@@ -178,7 +184,7 @@ void synchronize(Device d) {
   if (d == Device::cpu) return;
   on_cpu<float>(d, "synchronize");
 #ifdef ZSHARD_WITH_CUDA
-  cuda::synchronize_stream(nullptr);  // the compute stream, which waited for every collective it used
+  cuda::synchronize_stream(cuda::compute_stream());  // which waited for every collective it used
 #endif
 }
 
@@ -198,7 +204,7 @@ ZS_INSTANTIATE(bf16)
 
 #define ZS_INSTANTIATE(G)                                                                                  \
   template void adamw_step<G>(Device, float*, const G*, float*, float*, std::span<const ShardSegment>, \
-                              const AdamWParams&, const StepScalars*, bf16*);
+                              const StepScalars*, bf16*);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(bf16)
 #undef ZS_INSTANTIATE

@@ -23,15 +23,19 @@ using cpu::ShardSegment;
 using cpu::StepScalars;
 
 // AdamW on the segments of an fp32 master shard with gradients G (float or bf16), all in one pass (one
-// launch on cuda): a segment decays by hp.weight_decay where it says so, and an element in no segment (the
-// padding) is left as it is. The gradient is scaled by step->grad_scale, and nothing is written when
-// step->skip is set: `step` is in d's memory, where clip_grad_norm wrote it, so the host never reads it
-// first; hp.grad_scale is not read. param_bf16, when given, receives the bf16 compute copy of the updated
-// parameters in the same pass (on cpu it may alias grad: kernels/cpu/ops.h). The result is the CPU
-// reference's per segment, bit for bit (cpu::adamw_step).
+// launch on cuda), with the factors in step->adamw (set_adamw_factors): a segment decays where it says so,
+// and an element in no segment (the padding) is left as it is. The gradient is scaled by
+// step->grad_scale, and nothing is written when step->skip is set: `step` is in d's memory, where
+// clip_grad_norm wrote it, so the host never reads it first. param_bf16, when given, receives the bf16
+// compute copy of the updated parameters in the same pass (on cpu it may alias grad: kernels/cpu/ops.h).
+// The result is the CPU reference's per segment, bit for bit (cpu::adamw_step).
 template <class G>
 void adamw_step(Device d, float* param, const G* grad, float* m, float* v, std::span<const ShardSegment> segments,
-                const AdamWParams& hp, const StepScalars* step, bf16* param_bf16 = nullptr);
+                const StepScalars* step, bf16* param_bf16 = nullptr);
+// step->adamw = *factors (cpu::adamw_factors), in d's memory. On cuda a copy queued on the compute stream:
+// `factors` must stay as they are until it is done, in page-locked host memory so that the copy is
+// asynchronous (and so that a CUDA graph that recorded it copies from there again when replayed).
+void set_adamw_factors(Device d, StepScalars* step, const cpu::AdamWFactors<float>* factors);
 // Adds to *sum, a double in d's memory, the sum of squares of every element of every part: each part's sum
 // in double, added to *sum in part order. One launch on cuda (per 64 parts); nothing waits.
 template <class T>

@@ -35,6 +35,7 @@ enum class Option {
   lora_rank,
   lora_alpha,
   lora_targets,
+  cuda_graphs,
 };
 
 // The option's name under the naming in force: "StrategyOptions::max_inflight" or "--max-inflight".

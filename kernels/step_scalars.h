@@ -20,14 +20,26 @@ struct ShardSegment {
   bool weight_decay = false;
 };
 
+// AdamW's factors for one step, from AdamWParams in double and each rounded once to T (cpu::adamw_factors):
+// decay[1] multiplies a decayed parameter, decay[0] (1) any other.
+template <class T>
+struct AdamWFactors {
+  T decay[2];
+  T step_size, inv_sqrt_bc2, b1, b2, one_minus_b1, one_minus_b2, eps;
+};
+
 // The step's scalars, on the device from the micro-steps to the step's end: the sums the step adds up there
 // and what clip_grad_norm makes of them, read by AdamW where they are and by the host once, at the end.
+// AdamW's factors live here too, copied from the host each step (ops::set_adamw_factors), so that a step
+// replayed as a CUDA graph reads the step's learning rate and bias corrections, not its capture's.
 struct StepScalars {
   double loss_sum = 0;      // the token losses of every rank's micro-steps
   double norm_squares = 0;  // the squared L2 norm of the whole gradient, padding left out
   double norm = 0;
   double grad_scale = 1;    // what AdamW multiplies the gradient by: torch's clip_grad_norm_ factor, or 1
   int64_t skip = 0;         // 1: the loss or the norm is not finite, and AdamW leaves every state as it is
+  AdamWFactors<float> adamw{};
+  float padding = 0;  // to a whole number of doubles: the host reads the scalars back as doubles
 };
 
 // first + values[0] + ... + values[n - 1], added in that order: every rank that adds the same values in

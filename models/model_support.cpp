@@ -96,17 +96,6 @@ void check_model_size(const std::string& what, int layers, double params) {
   if (params > kMaxParams) fail(what, ": ", params, " parameters, more than ", kMaxParams);
 }
 
-void check_batch(const std::string& model, const Batch& batch, int vocab, int ctx) {
-  ZS_CHECK(batch.B > 0 && batch.T > 0, model, " batch: B and T must be positive, got B=", batch.B, " T=", batch.T);
-  ZS_CHECK(batch.T <= ctx, model, " batch: sequence length T=", batch.T, " exceeds the context ", ctx);
-  ZS_CHECK(batch.inputs && batch.targets, model, " batch: inputs and targets must both be given");
-  const int64_t n = int64_t(batch.B) * batch.T;
-  for (const auto& [tokens, what] : {std::pair{batch.inputs, "input"}, std::pair{batch.targets, "target"}})
-    for (int64_t i = 0; i < n; ++i)
-      ZS_CHECK(tokens[i] >= 0 && tokens[i] < vocab, model, " batch: ", what, " token ", tokens[i], " at position ",
-               i, " is outside the vocabulary [0, ", vocab, ")");
-}
-
 double parameter_flops(const std::vector<UnitSpec>& units) {
   double flops = 0;
   for (const UnitSpec& unit : units)
@@ -185,7 +174,10 @@ void BatchBuffers::load_tokens(const Batch& batch) {
   const size_t n = size_t(B) * T;
   const int32_t* in = batch.inputs;
   const int32_t* out = batch.targets;
-  if (staging.defined()) {
+  // Tokens already in page-locked memory are copied from where they are: an engine that replays its steps
+  // as CUDA graphs (shard/step_graph.h) rewrites those buffers between replays, and a replay copies from
+  // the addresses its capture saw.
+  if (staging.defined() && !(page_locked(in) && page_locked(out))) {
     token_copies->host_waits(0);
     int32_t* staged = staging.data<int32_t>();
     std::copy(batch.inputs, batch.inputs + n, staged);

@@ -41,8 +41,6 @@ std::vector<UnitSpec> units_from_defs(int num_units, const std::function<std::st
 // with `what` ("GPT-2 config").
 void check_model_size(const std::string& what, int layers, double params);
 
-// Every token of the batch inside [0, vocab), T within the context; errors name the model.
-void check_batch(const std::string& model, const Batch& batch, int vocab, int ctx);
 
 // Calls run(T{}) with T the context's compute type: float, double (cpu only) or bf16.
 template <class Run>
@@ -101,7 +99,7 @@ struct BatchBuffers {
   // Copies the batch's host tokens into inputs and targets without draining the compute stream: on a copy
   // stream, after the work queued so far (the last micro-step's kernels read the tokens), with the compute
   // stream waiting for the copies. On a device the host writes the staging only once the last copy out of
-  // it is done; on the cpu the batch itself is the source, and the host (the cpu's compute stream) waits.
+  // it is done; on the cpu, or from page-locked memory, the batch itself is the source.
   void load_tokens(const Batch& batch);
 };
 

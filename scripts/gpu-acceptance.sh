@@ -399,7 +399,7 @@ bench_gpt2() {  # BATCH JSON [FLAGS...]: one zshard-bench run of gpt2 bf16 at T=
 # The switches of the training step measured on and off at both batches, ';' between them: their cost or
 # gain in tokens/s and memory on a GPU, each against the base run. A new switch goes here.
 gpu_mem_mib() { nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | tr -dc 0-9; }
-export GPT2_SWITCHES="--activation-checkpointing blocks;--offload optimizer;--attention blocks;--fused-epilogues off"
+export GPT2_SWITCHES="--activation-checkpointing blocks;--offload optimizer;--attention blocks;--fused-epilogues off;--cuda-graphs on"
 export OOM_PATTERN='out of memory|MemoryAllocation|OUT_OF_MEMORY|ALLOC_FAILED|does not fit'
 
 step_gpt2() {

@@ -15,6 +15,7 @@
 #include "shard/frozen_fingerprint.h"
 #include "shard/memory/engine_report.h"
 #include "shard/sharded_params.h"
+#include "shard/step_graph.h"
 
 namespace zshard {
 
@@ -44,7 +45,14 @@ Engine::Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, c
   ZS_CHECK(options.grad_accum >= 1, "grad_accum must be >= 1, got ", options.grad_accum);
   ZS_CHECK(options.tokens_per_step >= 1, "tokens_per_step must be >= 1, got ", options.tokens_per_step);
   comm::maybe_stall_in_set_up(world.rank(), "engine");
-  device_comm_ = open_device_comm(plan.comm, world);
+  // First: its stream becomes the compute stream for all of the engine's work.
+  if (options.cuda_graphs) {
+    check_cuda_graphs(plan.placement, world.size());
+    graph_ = std::make_unique<StepGraph>(model, options.grad_accum);
+  }
+  // A recorded step's collectives are the self communicator's (one rank: copies at most, queued on the
+  // compute stream), also under --comm mpi, whose world would pass device buffers through the host.
+  device_comm_ = open_device_comm(graph_ ? CommBackend::nccl : plan.comm, world);
   params_ = std::make_unique<ShardedParams>(model, device_comm_ ? *device_comm_ : world_, plan, options.seed,
                                             options.freeze);
   frozen_source_ = detail::concat("seed ", options.seed);
@@ -52,6 +60,9 @@ Engine::Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, c
   step_sums_ = Tensor::zeros({int64_t(kScalarDoubles) + K + 1 + world.size()}, DType::f64, plan.placement.device,
                              Category::workspace);
   returned_losses_.assign(size_t(K), 0.0);
+  if (plan.placement.device != Device::cpu)
+    adamw_factors_ = Tensor::empty({int64_t(sizeof(cpu::AdamWFactors<float>) / sizeof(float))}, DType::f32, Device::cpu,
+                                   Category::host);
 }
 
 const std::string& Engine::frozen_fingerprint() {
@@ -85,6 +96,7 @@ Engine::~Engine() {
   params_.reset();
   step_sums_ = Tensor();
   device_comm_.reset();
+  graph_.reset();  // last: the compute stream it set goes with it
   release_cached_memory(plan_.placement.device);
 }
 
@@ -94,15 +106,29 @@ MicroStepLoss Engine::forward_backward(const Batch& batch) {
   check_batch("forward_backward", batch);
   if (micro_steps_ == 0) step_start_ = params_->comm_stats();
   const int k = micro_steps_;
+  if (graph_) {
+    const Batch staged = graph_->stage(k, batch);
+    if (k == 0) graph_->begin_step();
+    if (!graph_->replaying()) run_micro_step(k, staged);
+  } else {
+    run_micro_step(k, batch);
+  }
+  ++micro_steps_;
+  step_tokens_ += int64_t(batch.B) * batch.T;
+  return MicroStepLoss(*this, steps_ended_, k);
+}
+
+void Engine::run_micro_step(int k, const Batch& batch) {
   // The model adds its losses to the micro-step's own sum on the device, in stream order: nothing here
   // waits for the device.
   params_->begin_micro_step(/*sync_grads=*/k == options_.grad_accum - 1, micro_step_sums_in(step_sums_) + k);
   const float loss_scale = float(1.0 / double(options_.tokens_per_step));
   returned_losses_[size_t(k)] = model_.forward_backward(*params_, batch, loss_scale);
   params_->end_micro_step();
-  ++micro_steps_;
-  step_tokens_ += int64_t(batch.B) * batch.T;
-  return MicroStepLoss(*this, steps_ended_, k);
+  // A replay adds nothing on the host.
+  if (graph_ && returned_losses_[size_t(k)] != 0)
+    refuse(option_setting(Option::cuda_graphs, "on", "true"),
+           ": the model returns its loss to the host (it does not add it to ParamContext::loss_sum())");
 }
 
 double MicroStepLoss::value() const { return engine_->micro_step_loss(step_, micro_step_); }
@@ -113,6 +139,8 @@ double Engine::micro_step_loss(int64_t step, int micro_step) {
   if (step != steps_ended_)
     refuse("MicroStepLoss: a micro-step's loss is kept until the end of the step after its own (or until a load "
            "drops its step); read it before then");
+  if (graph_ && graph_->deferred())
+    refuse("MicroStepLoss: with CUDA graphs the step's work runs in step(); read its losses after it");
   double added = 0;
   ops::read_back(plan_.placement.device, &added, micro_step_sums_in(step_sums_) + k, sizeof added);
   return returned_losses_[k] + added;
@@ -120,6 +148,7 @@ double Engine::micro_step_loss(int64_t step, int micro_step) {
 
 double Engine::forward(const Batch& batch) {
   check_batch("forward", batch);
+  if (graph_) graph_->drop();  // the model may size its buffers anew for this batch
   params_->begin_forward_only();
   double loss = model_.forward(*params_, batch);
   params_->end_micro_step();
@@ -140,6 +169,8 @@ double Engine::finish_eval() {
 }
 
 double Engine::grad_norm() {
+  if (graph_ && graph_->deferred())
+    refuse("grad_norm(): with CUDA graphs the step's work runs in step(); read StepStats::grad_norm");
   queue_step_sums();
   if (read_step_ != steps_ended_) {
     ops::clip_grad_norm(plan_.placement.device, scalars_in(step_sums_), 0);  // the norm alone: step() clips
@@ -165,10 +196,14 @@ void Engine::agree_on_step() {
                         1, world_.rank() == 0);
 }
 
-void Engine::queue_step_sums() {
+void Engine::check_micro_steps() const {
   if (micro_steps_ != options_.grad_accum)
     fail("grad_norm() or step() after ", micro_steps_, " of the step's ", options_.grad_accum,
          " forward_backward call(s) (EngineOptions::grad_accum): call forward_backward first");
+}
+
+void Engine::queue_step_sums() {
+  check_micro_steps();
   if (sums_queued_) return;
   agree_on_step();
   const Device device = plan_.placement.device;
@@ -216,24 +251,39 @@ void Engine::stop_if_not_finite() {
 
 StepStats Engine::step(const AdamW& hp) {
   check_adamw(hp);
-  queue_step_sums();
   const Device device = plan_.placement.device;
-  ops::clip_grad_norm(device, scalars_in(step_sums_), hp.grad_clip);
-  const ops::AdamWParams adamw{hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, steps_done_ + 1};
-  if (plan_.placement.offload_optimizer) {
-    // The host runs AdamW (ZeRO-Offload), so it reads the clip factor first, and stops before the update.
-    read_step_sums();
-    stop_if_not_finite();
-    const ops::StepScalars on_host = scalars_read(read_sums_);
-    params_->optimizer_step(adamw, &on_host);
-    ops::synchronize(device);  // the uploads and the re-gather are queued, not yet done
+  cpu::AdamWFactors<float> host_factors;
+  auto* factors = adamw_factors_.defined() ? reinterpret_cast<cpu::AdamWFactors<float>*>(adamw_factors_.data<float>())
+                                           : &host_factors;
+  *factors = cpu::adamw_factors<float>({hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, steps_done_ + 1});
+  if (graph_ && graph_->replaying()) {
+    // The recording queued all of what the else branch queues; the factors it copies are those just written.
+    check_micro_steps();
+    agree_on_step();
   } else {
+    queue_step_sums();
+    ops::clip_grad_norm(device, scalars_in(step_sums_), hp.grad_clip);
+    ops::set_adamw_factors(device, scalars_in(step_sums_), factors);
+    if (plan_.placement.offload_optimizer) {
+      // The host runs AdamW (ZeRO-Offload), so it reads the clip factor first, and stops before the update.
+      read_step_sums();
+      stop_if_not_finite();
+      const ops::StepScalars on_host = scalars_read(read_sums_);
+      params_->optimizer_step(&on_host);
+      ops::synchronize(device);  // the uploads and the re-gather are queued, not yet done
+      return end_taken_step();
+    }
     // AdamW reads the clip factor on the device and skips a non-finite step there; the host reads the
     // step's sums once its whole work is queued, which waits for it to be done.
-    params_->optimizer_step(adamw, scalars_in(step_sums_));
-    read_step_sums();
-    stop_if_not_finite();
+    params_->optimizer_step(scalars_in(step_sums_));
   }
+  if (graph_) graph_->end_step();  // replays the step (a recording has not run yet either)
+  read_step_sums();
+  stop_if_not_finite();
+  return end_taken_step();
+}
+
+StepStats Engine::end_taken_step() {
   const ops::StepScalars sums = scalars_read(read_sums_);
   const StepStats stats{.loss = sums.loss_sum / double(options_.tokens_per_step),
                         .grad_norm = sums.norm,
@@ -259,6 +309,8 @@ void Engine::end_step() {
 }
 
 void Engine::discard_step() {
+  // A load or an import may put other buffers where the recording reads.
+  if (graph_) graph_->drop();
   params_->discard_gradients();
   end_step();
 }

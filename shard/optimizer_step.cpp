@@ -30,7 +30,7 @@ void ShardedParams::grad_norm_squares(double* own, double* gathered, double* nor
   comms_.sum_of_partition(device, own, gathered, norm_squares);
 }
 
-void ShardedParams::optimizer_step(const ops::AdamWParams& hp, const ops::StepScalars* step) {
+void ShardedParams::optimizer_step(const ops::StepScalars* step) {
   // AdamW over some segments of unit i's owned shard. On the device, with bf16 parameters the op writes
   // the owned part of the compute copy in the same pass (with fp32 the master is that part). Offloaded, it
   // runs on the host from the host copy of the gradients, over which it writes the bf16 copy that goes back
@@ -44,7 +44,7 @@ void ShardedParams::optimizer_step(const ops::AdamWParams& hp, const ops::StepSc
     with_element_type(grads.dtype(), [&](auto t) {
       using T = decltype(t);
       ops::adamw_step(device, u.master.data<float>(), grads.data<T>(), u.m.data<float>(), u.v.data<float>(),
-                      segments, hp, step, copy);
+                      segments, step, copy);
     });
   };
   if (offload_) {

@@ -113,7 +113,7 @@ class ShardedParams : public ParamContext {
   void grad_norm_squares(double* own, double* gathered, double* norm_squares);
   // AdamW on the owned shards (one launch per unit), scaled and skipped as `step` says, then zero grads and
   // re-gather. `step` is where AdamW runs: the device's memory, or the host's with offload_optimizer.
-  void optimizer_step(const ops::AdamWParams& hp, const ops::StepScalars* step);
+  void optimizer_step(const ops::StepScalars* step);
   void discard_gradients();  // zero, and the next micro-step starts a step: after a step, or instead of one
 
   // Layout and owned state, for checkpoints, exports and reports.

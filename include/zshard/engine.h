@@ -33,6 +33,7 @@ namespace zshard {
 
 class AsyncCheckpoint;
 class ShardedParams;
+class StepGraph;
 struct EngineInternals;
 
 struct EngineOptions {
@@ -48,6 +49,9 @@ struct EngineOptions {
   // gradient, master weight or Adam state. A pattern that matches nothing, or that leaves nothing to
   // train, is refused.
   std::vector<std::string> freeze;
+  // Replays each step as one CUDA graph once a plain step has run (shard/step_graph.h): cuda, one rank and
+  // no offloaded optimizer only. The host then reads a micro-step's loss and the norm after step() only.
+  bool cuda_graphs = false;
 };
 
 // AdamW's hyper-parameters for one step (PyTorch's AdamW, with torch.nn.utils.clip_grad_norm_ before it).
@@ -232,11 +236,14 @@ class Engine {
 
   void check_batch(const char* call, const Batch& batch) const;
   static void check_adamw(const AdamW& hp);
+  void run_micro_step(int k, const Batch& batch);  // the model's forward and backward
+  void check_micro_steps() const;  // all of the step's, before it ends
   void agree_on_step();  // collective
   // The step's sums, queued once per step after its micro-steps: the loss, the norm. Collective.
   void queue_step_sums();
   void read_step_sums();  // the host's wait for the device
   void stop_if_not_finite();  // after read_step_sums: every rank alike
+  StepStats end_taken_step();  // once read_step_sums read a step that was taken
   double micro_step_loss(int64_t step, int micro_step);
   void end_step();
   void discard_step();  // its gradients too
@@ -251,6 +258,7 @@ class Engine {
   EngineOptions options_;
   std::unique_ptr<comm::Communicator> device_comm_;  // nccl: what params_'s groups split from (outlives them)
   std::unique_ptr<ShardedParams> params_;
+  std::unique_ptr<StepGraph> graph_;  // with EngineOptions::cuda_graphs
   std::string frozen_source_;       // where the frozen parameters came from: "seed N", or a weights file
   std::string frozen_fingerprint_;  // empty until computed
   AsyncCheckpoint* save_in_flight_ = nullptr;  // owned by its AsyncSave
@@ -262,6 +270,9 @@ class Engine {
   // the squared norm and every rank's.
   Tensor step_sums_;
   std::vector<double> returned_losses_;  // per micro-step, what the model returned (0 where it added on the device)
+  // AdamW's factors for the step, where ops::set_adamw_factors copies them from: page-locked host memory
+  // on a device (empty on cpu, which sets them directly).
+  Tensor adamw_factors_;
   bool sums_queued_ = false;
   // The scalars and each micro-step's loss as last read back, and which step they are of (-1: none yet).
   std::vector<double> read_sums_;

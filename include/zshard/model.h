@@ -19,6 +19,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <zshard/tensor.h>
@@ -64,7 +65,9 @@ class ParamContext {
   virtual double* loss_sum() { return nullptr; }
 };
 
-// One micro-batch on this rank: B sequences of T tokens, inputs and targets (B*T each, host memory).
+// One micro-batch on this rank: B sequences of T tokens, inputs and targets (B*T each, host memory). The
+// caller may reuse the memory once forward_backward returns, except page-locked memory (cudaHostAlloc),
+// which the device reads from where it is, later: keep that until the step's end.
 struct Batch {
   const int32_t* inputs = nullptr;
   const int32_t* targets = nullptr;
@@ -134,6 +137,10 @@ class Model {
 
 // Parameter elements of all units.
 int64_t num_params(const Model& model);
+
+// Refuses a batch with B or T not positive, T beyond the context `ctx`, a null pointer or a token outside
+// [0, vocab): what a model checks before it reads one. Errors begin with `model`.
+void check_batch(std::string_view model, const Batch& batch, int vocab, int ctx);
 
 // Sets the attention `model` computes in `dtype` on `device` and returns it. fused is refused where it
 // cannot run there (UsageError naming why: ops::fused_attention_unavailable); automatic takes fused where

@@ -170,6 +170,14 @@ struct AdamWParams {
 // then the bf16 parameters that go back to the device).
 template <class T, class G = T>
 void adamw_step(T* param, const G* grad, T* m, T* v, size_t n, const AdamWParams& hp, bf16* param_bf16 = nullptr);
+// The scalars adamw_step computes from hp (hp.grad_scale aside), and the step itself from them: `decayed`
+// picks decay[1] (hp.weight_decay) or decay[0] (none). The engine's step (kernels/engine_ops.h) takes
+// them from StepScalars, where the CUDA kernel reads the same bits.
+template <class T>
+AdamWFactors<T> adamw_factors(const AdamWParams& hp);
+template <class T, class G = T>
+void adamw_update(T* param, const G* grad, T* m, T* v, size_t n, const AdamWFactors<T>& f, bool decayed, T grad_scale,
+                  bf16* param_bf16 = nullptr);
 
 // Sum of squares in double (for the global gradient norm).
 template <class T>

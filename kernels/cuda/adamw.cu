@@ -4,19 +4,12 @@
 // its own (the _rn intrinsics, which nvcc never fuses into multiply-adds), as the host loop does: the
 // offloaded optimizer's host step and this kernel give the same bits.
 #include <algorithm>
-#include <cmath>
 
 #include "kernels/cuda/common.cuh"
 
 namespace zshard::cuda {
 
 namespace {
-
-// Scalars computed once on the host in double, then rounded to float, as the CPU op does; `decay` for a
-// segment with weight decay and for one without (the CPU op's weight_decay 0).
-struct AdamWScalars {
-  float decay[2], step_size, inv_sqrt_bc2, b1, b2, one_minus_b1, one_minus_b2, eps;
-};
 
 // Up to kMaxSegments segments, passed by value in the kernel's parameters (no table to copy to the device
 // first): block b steps chunk b - first_chunk[s] of segment s.
@@ -30,11 +23,14 @@ struct Segments {
   int n;
 };
 
+// The factors come from device memory (StepScalars::adamw, rewritten by the host each step), not the
+// kernel's parameters: a CUDA graph replays the parameters its capture saw.
 template <class G>
-__global__ void adamw_kernel(float* param, const G* grad, float* m, float* v, Segments segs, AdamWScalars s,
-                             const StepScalars* step, bf16* param_bf16) {
+__global__ void adamw_kernel(float* param, const G* grad, float* m, float* v, Segments segs, const StepScalars* step,
+                             bf16* param_bf16) {
   if (step->skip) return;  // a non-finite step: every state stays as it is
   const float grad_scale = float(step->grad_scale);
+  const cpu::AdamWFactors<float> s = step->adamw;
   int seg = 0;
   while (blockIdx.x >= segs.first_chunk[seg + 1]) ++seg;
   const float decay = s.decay[(segs.decayed >> seg) & 1u];
@@ -58,18 +54,7 @@ __global__ void adamw_kernel(float* param, const G* grad, float* m, float* v, Se
 
 template <class G>
 void adamw_step(float* param, const G* grad, float* m, float* v, std::span<const ShardSegment> segments,
-                const AdamWParams& hp, const StepScalars* step, bf16* param_bf16, cudaStream_t stream) {
-  ZS_CHECK(hp.step >= 1, "adamw: step is 1-based, got ", hp.step);
-  const double bc1 = 1.0 - std::pow(double(hp.beta1), hp.step);
-  const double bc2 = 1.0 - std::pow(double(hp.beta2), hp.step);
-  const AdamWScalars s{{1.0f, float(1.0 - double(hp.lr) * double(hp.weight_decay))},
-                       float(double(hp.lr) / bc1),
-                       float(1.0 / std::sqrt(bc2)),
-                       hp.beta1,
-                       hp.beta2,
-                       float(1.0 - double(hp.beta1)),
-                       float(1.0 - double(hp.beta2)),
-                       hp.eps};
+                const StepScalars* step, bf16* param_bf16, cudaStream_t stream) {
   for (size_t first = 0; first < segments.size(); first += kMaxSegments) {
     Segments segs{};
     segs.n = int(std::min(segments.size() - first, size_t(kMaxSegments)));
@@ -83,14 +68,14 @@ void adamw_step(float* param, const G* grad, float* m, float* v, std::span<const
     for (int k = segs.n; k < kMaxSegments; ++k) segs.first_chunk[k + 1] = segs.first_chunk[segs.n];
     const unsigned blocks = segs.first_chunk[segs.n];
     if (blocks == 0) continue;
-    adamw_kernel<<<blocks, kBlockSize, 0, stream>>>(param, grad, m, v, segs, s, step, param_bf16);
+    adamw_kernel<<<blocks, kBlockSize, 0, stream>>>(param, grad, m, v, segs, step, param_bf16);
     ZS_CUDA_CHECK_LAUNCH();
   }
 }
 
 template void adamw_step<float>(float*, const float*, float*, float*, std::span<const ShardSegment>,
-                                const AdamWParams&, const StepScalars*, bf16*, cudaStream_t);
+                                const StepScalars*, bf16*, cudaStream_t);
 template void adamw_step<bf16>(float*, const bf16*, float*, float*, std::span<const ShardSegment>,
-                               const AdamWParams&, const StepScalars*, bf16*, cudaStream_t);
+                               const StepScalars*, bf16*, cudaStream_t);
 
 }  // namespace zshard::cuda

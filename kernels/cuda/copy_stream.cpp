@@ -14,7 +14,7 @@ namespace {
 class DeviceCopies final : public CopyStream {
  public:
   explicit DeviceCopies(int marks) {
-    // Non-blocking: the compute stream is the legacy default stream, which every blocking stream
+    // Non-blocking: the compute stream may be the legacy default stream, which every blocking stream
     // synchronises with, and the copies are there to run while compute goes on.
     ZS_CUDA_CHECK(cudaStreamCreateWithFlags(&h_.stream, cudaStreamNonBlocking));
     h_.events.reserve(size_t(marks) + 1);
@@ -26,7 +26,7 @@ class DeviceCopies final : public CopyStream {
   }
 
   void follow_compute() override {
-    ZS_CUDA_CHECK(cudaEventRecord(h_.events[0], nullptr));
+    ZS_CUDA_CHECK(cudaEventRecord(h_.events[0], compute_stream()));
     ZS_CUDA_CHECK(cudaStreamWaitEvent(h_.stream, h_.events[0], 0));
   }
 
@@ -41,7 +41,7 @@ class DeviceCopies final : public CopyStream {
 
   void set_mark(int i) override { ZS_CUDA_CHECK(cudaEventRecord(mark(i), h_.stream)); }
   void host_waits(int i) override { wait_event(mark(i)); }
-  void compute_waits(int i) override { ZS_CUDA_CHECK(cudaStreamWaitEvent(nullptr, mark(i), 0)); }
+  void compute_waits(int i) override { ZS_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(), mark(i), 0)); }
 
  private:
   cudaEvent_t mark(int i) const {

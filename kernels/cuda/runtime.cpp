@@ -40,20 +40,22 @@ bool cuda_available() {
 
 namespace {
 
-// Stream-ordered allocation on the compute stream (the legacy default stream) from the device's pool:
-// cudaFree would synchronise the whole device on every transient buffer (gathered units, gradient and
-// reduction buffers), which ends any overlap of communication with compute. Ordering is safe because
-// every buffer a collective uses is released only after Work::wait() made the compute stream wait for
-// it, or after test() saw it complete.
+thread_local cudaStream_t current_compute_stream = nullptr;
+
+// Stream-ordered allocation on the compute stream from the device's pool: cudaFree would synchronise the
+// whole device on every transient buffer (gathered units, gradient and reduction buffers), which ends any
+// overlap of communication with compute. Ordering is safe because every buffer a collective uses is
+// released only after Work::wait() made the compute stream wait for it, or after test() saw it complete.
+// Inside a graph capture the pair become the graph's own allocation and free nodes.
 void* device_allocate(size_t bytes) {
   void* ptr = nullptr;
-  ZS_CUDA_CHECK(cudaMallocAsync(&ptr, bytes, nullptr));
+  ZS_CUDA_CHECK(cudaMallocAsync(&ptr, bytes, current_compute_stream));
   return ptr;
 }
 
 // Called from destructors: report, never throw.
 void device_release(void* ptr) {
-  if (cudaError_t rc = cudaFreeAsync(ptr, nullptr); rc != cudaSuccess && rc != cudaErrorCudartUnloading)
+  if (cudaError_t rc = cudaFreeAsync(ptr, current_compute_stream); rc != cudaSuccess && rc != cudaErrorCudartUnloading)
     std::fprintf(stderr, "zshard: cudaFreeAsync failed: %s\n", cudaGetErrorString(rc));
 }
 
@@ -100,7 +102,7 @@ void release_pool_memory() noexcept {
   // The frees just queued finish at once on an idle stream; a busy one (a stuck kernel) is left alone.
   int device = 0;
   cudaMemPool_t pool = nullptr;
-  if (!became_idle(nullptr, std::chrono::seconds(1)) || cudaGetDevice(&device) != cudaSuccess ||
+  if (!became_idle(current_compute_stream, std::chrono::seconds(1)) || cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess)
     return;
   cudaMemPoolTrimTo(pool, 0);
@@ -108,15 +110,22 @@ void release_pool_memory() noexcept {
 
 namespace {
 
-void device_memset(void* ptr, int value, size_t bytes) { ZS_CUDA_CHECK(cudaMemset(ptr, value, bytes)); }
+void device_memset(void* ptr, int value, size_t bytes) {
+  ZS_CUDA_CHECK(cudaMemsetAsync(ptr, value, bytes, current_compute_stream));
+}
 
 // A copy that involves the host waits for the compute stream first (polling, see synchronize_stream), so
-// the blocking cudaMemcpy itself can no longer wait on a stuck collective.
+// the blocking cudaMemcpy itself can no longer wait on a stuck collective. One within the device is queued
+// on the compute stream, as cudaMemcpy would queue it on the legacy one.
 void device_copy(void* dst, const void* src, size_t bytes, int kind) {
   constexpr cudaMemcpyKind kKinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                        cudaMemcpyDeviceToDevice};
   ZS_CHECK(kind >= 0 && kind < 3, "copy_bytes: bad copy kind ", kind);
-  if (kKinds[kind] != cudaMemcpyDeviceToDevice) synchronize_stream(nullptr);
+  if (kKinds[kind] == cudaMemcpyDeviceToDevice) {
+    ZS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kKinds[kind], current_compute_stream));
+    return;
+  }
+  synchronize_stream(current_compute_stream);
   ZS_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kKinds[kind]));
 }
 
@@ -126,14 +135,16 @@ std::function<void()>& wait_hook() {
 }
 
 // Called for every buffer handed to the mpi backend: a failed query means "not CUDA's", never an error.
-bool device_pointer(const void* ptr) {
+cudaMemoryType memory_type(const void* ptr) {
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
     cudaGetLastError();
-    return false;
+    return cudaMemoryTypeUnregistered;
   }
-  return attributes.type == cudaMemoryTypeDevice;
+  return attributes.type;
 }
+bool device_pointer(const void* ptr) { return memory_type(ptr) == cudaMemoryTypeDevice; }
+bool page_locked_pointer(const void* ptr) { return memory_type(ptr) == cudaMemoryTypeHost; }
 
 struct HandleHolder {
   cublasHandle_t handle = nullptr;
@@ -154,10 +165,13 @@ void cuda_init(int device) {
   keep_pool_memory(device);
   Allocator::of(Device::cuda).set_raw({device_allocate, device_release});
   Allocator::of(Device::cpu).set_host_category_raw({pinned_allocate, pinned_release});
-  set_device_memory_ops({device_memset, device_copy, device_pointer});
+  set_device_memory_ops({device_memset, device_copy, device_pointer, page_locked_pointer});
 }
 
 void set_wait_hook(std::function<void()> hook) { wait_hook() = std::move(hook); }
+
+cudaStream_t compute_stream() { return current_compute_stream; }
+void set_compute_stream(cudaStream_t stream) { current_compute_stream = stream; }
 
 void synchronize_stream(cudaStream_t stream) {
   struct Done {
@@ -181,7 +195,7 @@ void wait_event(cudaEvent_t event) {
 
 Buffer workspace(size_t bytes, cudaStream_t stream) {
   unsigned flags = 0;
-  if (stream) ZS_CUDA_CHECK(cudaStreamGetFlags(stream, &flags));
+  if (stream && stream != current_compute_stream) ZS_CUDA_CHECK(cudaStreamGetFlags(stream, &flags));
   ZS_CHECK(!(flags & cudaStreamNonBlocking), "CUDA ops that take scratch memory run on blocking streams only");
   return Buffer(bytes, Device::cuda, Category::workspace);
 }

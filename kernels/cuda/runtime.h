@@ -27,10 +27,17 @@ namespace zshard::cuda {
 bool cuda_available();
 
 // Selects `device` for this thread and installs the raw allocator (stream-ordered cudaMallocAsync/
-// cudaFreeAsync on the legacy default stream, the compute stream) and the device memset/copy ops, so that Buffer(…, Device::cuda, …) and copy_bytes work. Call once per process before
-// any device allocation. Host buffers of Category::host become page-locked (cudaHostAlloc), for the
-// offloaded optimizer's asynchronous copies.
+// cudaFreeAsync on the compute stream) and the device memset/copy ops, so that Buffer(…, Device::cuda, …)
+// and copy_bytes work. Call once per process before any device allocation. Host buffers of Category::host
+// become page-locked (cudaHostAlloc), for the offloaded optimizer's asynchronous copies.
 void cuda_init(int device);
+
+// The stream this thread's ops, allocations, memsets and device copies go to when no other is named: the
+// legacy default stream (null) unless set. A CUDA graph cannot capture the legacy stream, so an engine that
+// replays its steps as graphs (shard/step_graph.h) sets a stream of its own, a blocking one, which still
+// waits for anything left on the legacy stream outside a capture.
+cudaStream_t compute_stream();
+void set_compute_stream(cudaStream_t stream);
 
 // Blocks the host until the work queued on `stream` so far is done, by polling an event rather than in the
 // driver, and runs the wait hook between polls. Every host wait on device work goes through here or
@@ -55,9 +62,9 @@ void release_pool_memory() noexcept;
 cublasHandle_t cublas_handle();
 
 // Scratch memory for an op on `stream`, from the tracking allocator (Category::workspace). The allocator
-// frees in order on the legacy default stream, which waits for the work of every blocking stream, so the
-// memory cannot be reused while the op's kernels still run; a non-blocking stream would break that and
-// is refused.
+// frees in order on the compute stream, which is `stream` or, for the legacy default stream, waits for the
+// work of every blocking stream, so the memory cannot be reused while the op's kernels still run; a
+// non-blocking stream other than the compute stream would break that and is refused.
 Buffer workspace(size_t bytes, cudaStream_t stream);
 
 // CopyStream::make for a GPU (kernels/copy_stream.h).

@@ -187,6 +187,10 @@ void add_model_flags(CLI::App& app, ModelOptions& o) {
              "and added to. The same results in f32; in bf16 a fused layer rounds once where the separate ops "
              "round up to three times. auto: on, except in bf16 on the cpu (the reference of cuda's "
              "rounding)");
+  add_choice<bool>(app, "--cuda-graphs", o.cuda_graphs, {{"on", true}, {"off", false}},
+                   "on or off: after one plain step, record a step as a CUDA graph and replay it, one launch a "
+                   "step instead of hundreds (cuda, one rank, no --offload; an evaluation or a load records "
+                   "anew). The same results");
 }
 
 bool freezes_parameters(const ModelOptions& o) { return !o.freeze.empty() || o.overrides.count("lora_rank"); }

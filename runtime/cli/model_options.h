@@ -27,6 +27,7 @@ struct ModelOptions {
   // Whether it computes through its fused ops; the same results in f32 (Model::set_fused_epilogues).
   FusedEpilogues fused_epilogues = FusedEpilogues::automatic;
   std::vector<std::string> freeze;  // --freeze: parameter name patterns (EngineOptions::freeze)
+  bool cuda_graphs = false;         // --cuda-graphs: each step replayed as one CUDA graph (EngineOptions)
 };
 
 // How --activation-checkpointing spells a mode: none, blocks.

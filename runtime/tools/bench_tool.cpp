@@ -243,6 +243,7 @@ json report_json(const json& results, const TrainOptions& options, const ModelCo
           {"activation_checkpointing", recompute_flag(options.model.recompute)},
           {"attention", attention_flag(attention)},
           {"fused_epilogues", fused_epilogues_flag(options.model.fused_epilogues)},
+          {"cuda_graphs", options.model.cuda_graphs},
           {"warmup_steps", bench.warmup_steps},
           {"rank_batch_splits", bench.splits},
           {"rebalance_every", data.rebalance_interval()},

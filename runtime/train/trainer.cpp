@@ -23,6 +23,7 @@
 #include "runtime/train/weights_export.h"
 #include "shard/engine_internals.h"
 #include "shard/plan_internals.h"
+#include "shard/step_graph.h"
 
 namespace zshard {
 
@@ -64,6 +65,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
   run_agreed(world, [&] {
     plan = resolve_plan(options_.plan, world);  // sets the timeout, then its collectives: the first of the run
     validate_options(options_, world.size());
+    if (options_.model.cuda_graphs) check_cuda_graphs(plan.placement, world.size());
     config_ = resolve_model_config(options_.model);
     model_ = build_model(options_.model.name, config_);
     // Before the memory check, which sizes activations for what the model keeps.
@@ -112,8 +114,10 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
   const int64_t tokens_per_step = int64_t(data.batch) * data.seq * data.grad_accum;
   engine_ = std::make_unique<Engine>(*model_, world, plan,
                                      EngineOptions{options_.model.seed, data.grad_accum, tokens_per_step,
-                                                   options_.model.freeze});
-  batch_timer_ = std::make_unique<DeviceTimer>(plan.placement.device);
+                                                   options_.model.freeze, options_.model.cuda_graphs});
+  // A replayed step's micro-steps queue nothing to time on the device; the host's clock stands in (the
+  // speed it measures splits the batch among ranks, and a graph runs on one).
+  batch_timer_ = std::make_unique<DeviceTimer>(options_.model.cuda_graphs ? Device::cpu : plan.placement.device);
   if (options_.output.check_collectives) collective_check_ = std::make_unique<comm::CollectiveCheck>(world);
   if (!options_.model.init_from.empty()) engine_->import_weights(options_.model.init_from);
   if (!options_.model.init_adapters.empty()) engine_->import_weights(options_.model.init_adapters);

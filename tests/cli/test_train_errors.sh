@@ -60,6 +60,9 @@ expect_one_line "unknown checkpointing" "--activation-checkpointing"
 expect_failure "unknown attention" 2 "--attention: flash not in" -- "$TRAIN" --attention flash
 expect_one_line "unknown attention" "--attention"
 expect_failure "unknown fused epilogues" 2 "--fused-epilogues: yes not in" -- "$TRAIN" --fused-epilogues yes
+expect_failure "cuda graphs on cpu" 2 "--cuda-graphs on: CUDA graphs record GPU work; this run is on the cpu" -- \
+  "$TRAIN" --cuda-graphs on
+expect_one_line "cuda graphs on cpu" "--cuda-graphs"
 expect_failure "unknown dtype" 2 "--param-dtype: fp16 not in" -- "$TRAIN" --param-dtype fp16
 expect_failure "nccl on cpu" 2 "--comm nccl needs --device cuda" -- "$TRAIN" --comm nccl
 

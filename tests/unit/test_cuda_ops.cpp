@@ -341,11 +341,12 @@ void check_adamw() {
   DeviceArray<bf16> d_copy(zeros(n));
   // The whole array as one decayed segment, scaled by hp.grad_scale read from device memory.
   const ShardSegment all{0, n, true};
-  const StepScalars scale{.grad_scale = hp.grad_scale};
+  StepScalars scale{.grad_scale = hp.grad_scale};
+  scale.adamw = cpu::adamw_factors<float>(hp);
   StepScalars* d_scale = nullptr;
   ZS_CUDA_CHECK(cudaMalloc(&d_scale, sizeof scale));
   ZS_CUDA_CHECK(cudaMemcpy(d_scale, &scale, sizeof scale, cudaMemcpyHostToDevice));
-  adamw_step(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), std::span(&all, 1), hp, d_scale, d_copy.get());
+  adamw_step(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), std::span(&all, 1), d_scale, d_copy.get());
   cudaFree(d_scale);
   cpu::adamw_step(param.data(), grad.data(), m.data(), v.data(), n, hp);
   // The same bits as the host's step (the offloaded optimizer's): no operation is fused on either side.

@@ -65,16 +65,19 @@ void check_adamw_segments(bool skip) {
   const std::vector<G> grad = random_values<G>(n, rng, -2, 2);
   const std::vector<bf16> copy(n, bf16(7.0f));
   const ops::AdamWParams hp{.lr = 1e-2f, .weight_decay = 0.1f, .step = 3};
-  const StepScalars scalars{.grad_scale = 0.5, .skip = skip};
+  StepScalars scalars{.grad_scale = 0.5, .skip = skip};
   DeviceVector<float> d_param(param), d_m(m), d_v(v);
   DeviceVector<G> d_grad(grad);
   DeviceVector<bf16> d_copy(copy);
   DeviceVector<StepScalars> d_scalars({scalars});
-  ops::adamw_step(Device::cuda, d_param.get(), d_grad.get(), d_m.get(), d_v.get(), segments, hp, d_scalars.get(),
+  const cpu::AdamWFactors<float> factors = cpu::adamw_factors<float>(hp);
+  ops::set_adamw_factors(Device::cuda, d_scalars.get(), &factors);
+  ops::set_adamw_factors(Device::cpu, &scalars, &factors);
+  ops::adamw_step(Device::cuda, d_param.get(), d_grad.get(), d_m.get(), d_v.get(), segments, d_scalars.get(),
                   d_copy.get());
   std::vector<float> want_param = param, want_m = m, want_v = v;
   std::vector<bf16> want_copy = copy;
-  ops::adamw_step(Device::cpu, want_param.data(), grad.data(), want_m.data(), want_v.data(), segments, hp, &scalars,
+  ops::adamw_step(Device::cpu, want_param.data(), grad.data(), want_m.data(), want_v.data(), segments, &scalars,
                   want_copy.data());
   // The host's bits (no operation fused on either side), and the padding as it was on both.
   EXPECT_EQ(d_param.host(), want_param);

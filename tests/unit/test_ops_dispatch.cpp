@@ -138,9 +138,11 @@ TEST(OpsDispatch, AdamWStepsEachSegmentOrSkipsTheStep) {
   for (float& x : v0) x *= x;
   const ops::AdamWParams hp{.lr = 1e-2f, .weight_decay = 0.1f, .step = 2};
   ops::StepScalars scalars{.grad_scale = 0.25};
+  const cpu::AdamWFactors<float> factors = cpu::adamw_factors<float>(hp);
+  ops::set_adamw_factors(Device::cpu, &scalars, &factors);
   std::vector<float> param = param0, m = m0, v = v0;
   std::vector<bf16> copy(n, bf16(9.0f));
-  ops::adamw_step(Device::cpu, param.data(), grad.data(), m.data(), v.data(), segments, hp, &scalars, copy.data());
+  ops::adamw_step(Device::cpu, param.data(), grad.data(), m.data(), v.data(), segments, &scalars, copy.data());
   // The CPU kernel segment by segment, with the step's scale and each segment's decay; the rest untouched.
   std::vector<float> want_param = param0, want_m = m0, want_v = v0;
   for (const ops::ShardSegment& s : segments) {
@@ -161,7 +163,7 @@ TEST(OpsDispatch, AdamWStepsEachSegmentOrSkipsTheStep) {
   // A non-finite step: nothing is written.
   scalars.skip = 1;
   const std::vector<float> before = param;
-  ops::adamw_step(Device::cpu, param.data(), grad.data(), m.data(), v.data(), segments, hp, &scalars, copy.data());
+  ops::adamw_step(Device::cpu, param.data(), grad.data(), m.data(), v.data(), segments, &scalars, copy.data());
   EXPECT_EQ(param, before);
 }
 

@@ -14,6 +14,7 @@
 #include "runtime/cli/train_options.h"
 #include "runtime/train/trainer.h"
 #include "shard/device_setup.h"
+#include "shard/step_graph.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {
@@ -325,6 +326,20 @@ TEST(TrainOptions, FusedEpiloguesParseByName) {
   } catch (const CLI::Error& e) {
     EXPECT_THAT(cli_error_line(e), HasSubstr("--fused-epilogues"));
   }
+}
+
+// A step is one graph only where nothing but the device runs inside it: cuda, one rank, no host AdamW.
+TEST(TrainOptions, CudaGraphsNeedOneRankOnCudaWithoutOffload) {
+  TrainOptions o;
+  o.model.cuda_graphs = true;
+  EXPECT_THAT(setup_error(o, 1), HasSubstr("2: --cuda-graphs on: CUDA graphs record GPU work; this run is on the cpu"));
+  Placement placement{.device = Device::cuda};
+  EXPECT_NO_THROW(check_cuda_graphs(placement, 1));
+  EXPECT_THAT(error_of([&] { check_cuda_graphs(placement, 2); }),
+              HasSubstr("on one rank only; this run has 2"));
+  placement.offload_optimizer = true;
+  EXPECT_THAT(error_of([&] { check_cuda_graphs(placement, 1); }),
+              HasSubstr("--cuda-graphs on: the offloaded optimizer steps on the host, inside the step (--offload)"));
 }
 
 TEST(TrainOptions, BatchIsANumberOrAuto) {

@@ -1,0 +1,60 @@
+// An engine's steps replayed as CUDA graphs (EngineOptions::cuda_graphs): the host's hundreds of launches a
+// step (every micro-step's forward and backward, the norm, the clip, AdamW) become one graph launch, so a
+// GPU that finishes small kernels faster than the host queues them no longer waits for the host.
+//
+// A step is recorded once a plain step has built what every step reuses (the model's activation buffers,
+// cuBLASLt's and cuDNN's plans), and replayed from then on: forward_backward then runs no model code and
+// only stages the micro-batch's tokens, and step() launches the graph. What a replay must see anew lives
+// where the recorded copies read it: the tokens in page-locked buffers kept here, AdamW's learning rate
+// and bias corrections in the engine's page-locked factors (ops::set_adamw_factors). Anything that may
+// move a buffer the recording reads (an evaluation, a load) drops it, and the step after the next plain
+// one records again.
+#pragma once
+#include <cstdint>
+
+#include <zshard/model.h>
+#include <zshard/plan.h>
+#include <zshard/tensor.h>
+
+#include "kernels/graph_capture.h"
+
+namespace zshard {
+
+// Refuses (UsageError) a run whose steps cannot be one graph each: one on the cpu, or on more than one rank
+// or with the offloaded optimizer, whose collectives and host AdamW run between the device's pieces of a
+// step. The engine checks; the tools check first, at set-up.
+void check_cuda_graphs(const Placement& placement, int world_size);
+
+class StepGraph {
+ public:
+  StepGraph(const Model& model, int grad_accum);
+
+  // Micro-step k's batch as the model reads it: its tokens checked against the model's vocabulary and
+  // context (a replay runs no model code that would) and copied to page-locked buffers the device reads
+  // from. A batch of another shape than the recording's drops it.
+  Batch stage(int k, const Batch& batch);
+  // At micro-step 0: what this step is. Recording starts here when the step is due for it.
+  void begin_step();
+  // True between begin_step and end_step when the step is a replay: forward_backward runs no model code,
+  // step() queues nothing of its own.
+  bool replaying() const { return phase_ == Phase::replaying; }
+  // True while the step's device work is not queued yet (recorded or to be replayed): nothing may read
+  // the device until end_step.
+  bool deferred() const { return phase_ != Phase::plain; }
+  // After the step's work is queued: ends a recording (refusing one whose buffers outlive it) and
+  // replays it, or replays the recording.
+  void end_step();
+  void drop();  // the next plain step is followed by a recording
+
+ private:
+  enum class Phase { plain, recording, replaying };
+  const Model& model_;
+  int grad_accum_;
+  Tensor tokens_;  // (grad_accum, 2, B, T) i32, page-locked: inputs then targets of each micro-step
+  int plain_steps_ = 0;  // since the recording was last dropped
+  Phase phase_ = Phase::plain;
+  int64_t live_at_begin_ = 0;  // device bytes live when the recording began
+  CapturedWork work_;
+};
+
+}  // namespace zshard
