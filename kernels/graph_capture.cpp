@@ -15,8 +15,16 @@ struct CapturedWork::Handles {
   cudaStream_t previous = nullptr;  // the thread's compute stream before this one
   cudaGraphExec_t graph = nullptr;
   bool recording = false;
-  // Called from the destructor too: never throws. A replay still running reads the graph's memory.
+  // Called from the destructor too: never throws. A recording left open by an error is ended unused; a
+  // replay still running reads the graph's memory.
   void drop() noexcept {
+    if (recording) {
+      cudaGraph_t abandoned = nullptr;
+      cudaStreamEndCapture(stream, &abandoned);
+      if (abandoned) cudaGraphDestroy(abandoned);
+      cudaGetLastError();
+      recording = false;
+    }
     if (!graph) return;
     cuda::became_idle(stream, std::chrono::seconds(10));
     cudaGraphExecDestroy(graph);
@@ -33,11 +41,6 @@ CapturedWork::CapturedWork() : h_(std::make_unique<Handles>()) {
 }
 
 CapturedWork::~CapturedWork() {
-  if (h_->recording) {
-    cudaGraph_t abandoned = nullptr;
-    cudaStreamEndCapture(h_->stream, &abandoned);
-    if (abandoned) cudaGraphDestroy(abandoned);
-  }
   h_->drop();
   cuda::became_idle(h_->stream, std::chrono::seconds(10));
   cuda::set_compute_stream(h_->previous);
@@ -47,8 +50,9 @@ CapturedWork::~CapturedWork() {
 void CapturedWork::begin() {
   ZS_CHECK(!h_->recording, "CapturedWork::begin: already recording");
   drop();
-  // Thread-local: another thread's legacy-stream work (a checkpoint writer's copies) neither joins the
-  // recording nor invalidates it.
+  // Thread-local: only this thread's calls that are unsafe while recording (cudaMalloc, a synchronous
+  // copy) end it. Any thread's work on the legacy stream still would, as the recorded stream is a blocking
+  // one; zshard's other threads (checkpoint writers) use streams of their own.
   ZS_CUDA_CHECK(cudaStreamBeginCapture(h_->stream, cudaStreamCaptureModeThreadLocal));
   h_->recording = true;
 }

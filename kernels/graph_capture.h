@@ -5,8 +5,8 @@
 //
 // The legacy default stream cannot be captured, so a CapturedWork owns a blocking stream of its own and
 // makes it this thread's compute stream (kernels/cuda/runtime.h) for its lifetime: eager work and
-// recorded work then share one queue, and anything still issued on the legacy stream waits for it (and
-// fails a capture, which end() reports).
+// recorded work then share one queue, and anything still issued on the legacy stream waits for it (and,
+// from any thread, fails a recording, which end() reports). Made, used and destroyed on one thread.
 #pragma once
 #include <memory>
 #include <string>
@@ -27,7 +27,8 @@ class CapturedWork {
   void replay();  // queues the recorded work on the compute stream
   bool recorded() const;
   bool recording() const;
-  // Forgets the recording (its memory goes back to the driver once the device is done with it).
+  // Forgets the recording (its memory goes back to the driver once the device is done with it), and ends
+  // one still open, unused.
   void drop();
 
  private:

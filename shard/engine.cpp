@@ -91,6 +91,7 @@ void Engine::check_adamw(const AdamW& hp) {
 
 Engine::~Engine() {
   give_up_save_in_flight();
+  if (graph_) graph_->drop();  // a recording an error left open would refuse the frees below
   // Device memory first, in the order the members would go, so that the allocator's pool can give it
   // back for whatever runs next in this process (zshard-bench runs one engine per strategy).
   params_.reset();
@@ -107,15 +108,26 @@ MicroStepLoss Engine::forward_backward(const Batch& batch) {
   if (micro_steps_ == 0) step_start_ = params_->comm_stats();
   const int k = micro_steps_;
   if (graph_) {
-    const Batch staged = graph_->stage(k, batch);
-    if (k == 0) graph_->begin_step();
-    if (!graph_->replaying()) run_micro_step(k, staged);
+    try {
+      const Batch staged = graph_->stage(k, batch);
+      if (k == 0) graph_->begin_step();
+      if (!graph_->replaying()) run_micro_step(k, staged);
+    } catch (...) {
+      drop_deferred_step();
+      throw;
+    }
   } else {
     run_micro_step(k, batch);
   }
   ++micro_steps_;
   step_tokens_ += int64_t(batch.B) * batch.T;
   return MicroStepLoss(*this, steps_ended_, k);
+}
+
+void Engine::drop_deferred_step() {
+  if (!graph_->deferred()) return;
+  graph_->drop();
+  discard_step();
 }
 
 void Engine::run_micro_step(int k, const Batch& batch) {
@@ -148,9 +160,14 @@ double Engine::micro_step_loss(int64_t step, int micro_step) {
 
 double Engine::forward(const Batch& batch) {
   check_batch("forward", batch);
-  if (graph_) graph_->drop();  // the model may size its buffers anew for this batch
+  Batch model_batch = batch;
+  if (graph_) {
+    if (graph_->deferred()) refuse("forward(): with CUDA graphs, evaluate between steps, not inside one");
+    graph_->drop();  // the model may size its buffers anew for this batch
+    model_batch = graph_->stage_evaluation(batch);
+  }
   params_->begin_forward_only();
-  double loss = model_.forward(*params_, batch);
+  double loss = model_.forward(*params_, model_batch);
   params_->end_micro_step();
   loss += params_->take_loss_sum();
   eval_loss_sum_ += loss;
@@ -251,6 +268,17 @@ void Engine::stop_if_not_finite() {
 
 StepStats Engine::step(const AdamW& hp) {
   check_adamw(hp);
+  if (!graph_) return take_step(hp);
+  try {
+    graph_->settle_clip(hp.grad_clip);
+    return take_step(hp);
+  } catch (...) {
+    drop_deferred_step();
+    throw;
+  }
+}
+
+StepStats Engine::take_step(const AdamW& hp) {
   const Device device = plan_.placement.device;
   cpu::AdamWFactors<float> host_factors;
   auto* factors = adamw_factors_.defined() ? reinterpret_cast<cpu::AdamWFactors<float>*>(adamw_factors_.data<float>())

@@ -5,6 +5,7 @@
 #include <zshard/engine.h>
 
 #include "shard/sharded_params.h"
+#include "shard/step_graph.h"
 
 namespace zshard {
 
@@ -17,6 +18,8 @@ struct EngineInternals {
   static comm::Communicator& collective_world(Engine& engine) {
     return engine.device_comm_ ? *engine.device_comm_ : engine.world_;
   }
+  // Steps replayed as CUDA graphs so far (EngineOptions::cuda_graphs; 0 without).
+  static int64_t graph_replays(const Engine& engine) { return engine.graph_ ? engine.graph_->replays() : 0; }
 };
 
 }  // namespace zshard

@@ -19,6 +19,21 @@ int64_t device_bytes_live() {
   return live;
 }
 
+bool holds(const Tensor& buffer, const Batch& batch) {
+  return buffer.defined() && buffer.shape()[1] == batch.B && buffer.shape()[2] == batch.T;
+}
+
+// The batch's tokens in `buffer`, (2, B, T) in page-locked memory, made anew for another shape. The device
+// read the buffer last in an earlier step or evaluation, which the host waited for at its end.
+Batch copy_tokens(Tensor& buffer, const Batch& batch) {
+  if (!holds(buffer, batch)) buffer = Tensor::empty({2, batch.B, batch.T}, DType::i32, Device::cpu, Category::host);
+  const int64_t n = int64_t(batch.B) * batch.T;
+  int32_t* inputs = buffer.data<int32_t>();
+  std::copy(batch.inputs, batch.inputs + n, inputs);
+  std::copy(batch.targets, batch.targets + n, inputs + n);
+  return {inputs, inputs + n, batch.B, batch.T};
+}
+
 }  // namespace
 
 void check_cuda_graphs(const Placement& placement, int world_size) {
@@ -29,64 +44,63 @@ void check_cuda_graphs(const Placement& placement, int world_size) {
     refuse(flag, ": the offloaded optimizer steps on the host, inside the step (", option_name(Option::offload), ")");
 }
 
-StepGraph::StepGraph(const Model& model, int grad_accum) : model_(model), grad_accum_(grad_accum) {}
+StepGraph::StepGraph(const Model& model, int grad_accum) : model_(model), tokens_(size_t(grad_accum)) {}
 
 Batch StepGraph::stage(int k, const Batch& batch) {
   check_batch("forward_backward", batch, model_.vocab_size(), model_.context_length());
-  const int64_t n = int64_t(batch.B) * batch.T;
-  if (!tokens_.defined() || tokens_.shape()[2] != batch.B || tokens_.shape()[3] != batch.T) {
-    if (k > 0)
-      fail("forward_backward: micro-step ", k, "'s batch is ", batch.B, " x ", batch.T, ", the step's first was ",
-           tokens_.shape()[2], " x ", tokens_.shape()[3], ": with CUDA graphs a step's micro-batches have one shape");
-    drop();
-    tokens_ = Tensor::empty({grad_accum_, 2, batch.B, batch.T}, DType::i32, Device::cpu, Category::host);
-  }
-  // The device read this micro-step's buffers in the last step, which the host waited for at its end.
-  int32_t* inputs = tokens_.data<int32_t>() + size_t(k) * 2 * size_t(n);
-  int32_t* targets = inputs + n;
-  std::copy(batch.inputs, batch.inputs + n, inputs);
-  std::copy(batch.targets, batch.targets + n, targets);
-  return {inputs, targets, batch.B, batch.T};
+  if (k > 0 && !holds(tokens_[0], batch))
+    fail("forward_backward: micro-step ", k, "'s batch is ", batch.B, " x ", batch.T, ", the step's first was ",
+         tokens_[0].shape()[1], " x ", tokens_[0].shape()[2], ": with CUDA graphs a step's micro-batches have one shape");
+  if (k == 0 && tokens_[0].defined() && !holds(tokens_[0], batch)) drop();
+  return copy_tokens(tokens_[size_t(k)], batch);
 }
+
+Batch StepGraph::stage_evaluation(const Batch& batch) { return copy_tokens(evaluation_tokens_, batch); }
 
 void StepGraph::begin_step() {
   if (work_.recorded()) {
     phase_ = Phase::replaying;
   } else if (plain_steps_ >= 1) {
-    phase_ = Phase::recording;
     live_at_begin_ = device_bytes_live();
     work_.begin();
+    phase_ = Phase::recording;
   } else {
     phase_ = Phase::plain;
   }
 }
 
+void StepGraph::settle_clip(float grad_clip) {
+  if (phase_ == Phase::recording) recorded_clip_ = grad_clip;
+  if (phase_ == Phase::replaying && grad_clip != recorded_clip_)
+    refuse("step: AdamW::grad_clip = ", grad_clip, " where the recorded step had ", recorded_clip_,
+           ": with CUDA graphs the clip bound stays as recorded");
+}
+
 void StepGraph::end_step() {
-  const Phase phase = phase_;
-  phase_ = Phase::plain;
-  if (phase == Phase::plain) {
+  if (phase_ == Phase::plain) {
     ++plain_steps_;
     return;
   }
-  if (phase == Phase::recording) {
+  if (phase_ == Phase::recording) {
     work_.end();
     // The graph frees what it allocates: a buffer it made that lived on would be freed outside it, and
     // the next replay would make it again.
-    if (const int64_t grew = device_bytes_live() - live_at_begin_; grew != 0) {
-      drop();
+    if (const int64_t grew = device_bytes_live() - live_at_begin_; grew != 0)
       fail("CUDA graphs: ", grew, " bytes of device memory allocated while the step was recorded outlive it; "
            "run without CUDA graphs");
-    }
     // The graph holds its step's buffers in memory of its own: what the pool kept from the plain steps'
     // goes back, or the device would hold both.
     release_cached_memory(Device::cuda);
   }
   work_.replay();
+  ++replays_;
+  phase_ = Phase::plain;
 }
 
 void StepGraph::drop() {
   work_.drop();
   plain_steps_ = 0;
+  phase_ = Phase::plain;
 }
 
 }  // namespace zshard

@@ -11,6 +11,7 @@
 // one records again.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include <zshard/model.h>
 #include <zshard/plan.h>
@@ -31,8 +32,12 @@ class StepGraph {
 
   // Micro-step k's batch as the model reads it: its tokens checked against the model's vocabulary and
   // context (a replay runs no model code that would) and copied to page-locked buffers the device reads
-  // from. A batch of another shape than the recording's drops it.
+  // from. At micro-step 0 a batch of another shape than the recording's drops it; later micro-steps of a
+  // step must have the first one's shape.
   Batch stage(int k, const Batch& batch);
+  // An evaluation's batch, copied to page-locked memory of its own: the model then never waits on the
+  // token copies' host marks, which a recording leaves unreadable.
+  Batch stage_evaluation(const Batch& batch);
   // At micro-step 0: what this step is. Recording starts here when the step is due for it.
   void begin_step();
   // True between begin_step and end_step when the step is a replay: forward_backward runs no model code,
@@ -41,19 +46,26 @@ class StepGraph {
   // True while the step's device work is not queued yet (recorded or to be replayed): nothing may read
   // the device until end_step.
   bool deferred() const { return phase_ != Phase::plain; }
+  // The clip bound is a kernel's argument: a replay refuses (UsageError) another than its recording's.
+  void settle_clip(float grad_clip);
   // After the step's work is queued: ends a recording (refusing one whose buffers outlive it) and
   // replays it, or replays the recording.
   void end_step();
-  void drop();  // the next plain step is followed by a recording
+  // Forgets the recording, and a step being recorded or staged for a replay with it (the caller drops
+  // that step's micro-steps); the next plain step is followed by a recording.
+  void drop();
+  int64_t replays() const { return replays_; }
 
  private:
   enum class Phase { plain, recording, replaying };
   const Model& model_;
-  int grad_accum_;
-  Tensor tokens_;  // (grad_accum, 2, B, T) i32, page-locked: inputs then targets of each micro-step
+  std::vector<Tensor> tokens_;  // per micro-step: (2, B, T) i32, page-locked, inputs then targets
+  Tensor evaluation_tokens_;
   int plain_steps_ = 0;  // since the recording was last dropped
   Phase phase_ = Phase::plain;
   int64_t live_at_begin_ = 0;  // device bytes live when the recording began
+  float recorded_clip_ = 0;
+  int64_t replays_ = 0;
   CapturedWork work_;
 };
 

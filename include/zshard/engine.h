@@ -50,7 +50,10 @@ struct EngineOptions {
   // train, is refused.
   std::vector<std::string> freeze;
   // Replays each step as one CUDA graph once a plain step has run (shard/step_graph.h): cuda, one rank and
-  // no offloaded optimizer only. The host then reads a micro-step's loss and the norm after step() only.
+  // no offloaded optimizer only, the engine called from the thread that made it. The host then reads a
+  // micro-step's loss and the norm after step() only, evaluates between steps, and keeps AdamW::grad_clip
+  // as it was; a model setting changed between steps (set_attention, ...) needs an evaluation or a load
+  // first, which record the step anew.
   bool cuda_graphs = false;
 };
 
@@ -237,6 +240,10 @@ class Engine {
   void check_batch(const char* call, const Batch& batch) const;
   static void check_adamw(const AdamW& hp);
   void run_micro_step(int k, const Batch& batch);  // the model's forward and backward
+  // After an error in a step whose work a CUDA graph defers (recorded, or staged for a replay): none of it
+  // ran, so the step is dropped, micro-steps and recording with it.
+  void drop_deferred_step();
+  StepStats take_step(const AdamW& hp);  // step() once hp is checked
   void check_micro_steps() const;  // all of the step's, before it ends
   void agree_on_step();  // collective
   // The step's sums, queued once per step after its micro-steps: the loss, the norm. Collective.

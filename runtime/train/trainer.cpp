@@ -115,8 +115,9 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
   engine_ = std::make_unique<Engine>(*model_, world, plan,
                                      EngineOptions{options_.model.seed, data.grad_accum, tokens_per_step,
                                                    options_.model.freeze, options_.model.cuda_graphs});
-  // A replayed step's micro-steps queue nothing to time on the device; the host's clock stands in (the
-  // speed it measures splits the batch among ranks, and a graph runs on one).
+  // A replayed step's micro-steps run inside step(), the optimizer with them, where no event can mark
+  // them: the host's clock times the whole step instead (what it measures splits the batch among ranks,
+  // and a graph runs on one).
   batch_timer_ = std::make_unique<DeviceTimer>(options_.model.cuda_graphs ? Device::cpu : plan.placement.device);
   if (options_.output.check_collectives) collective_check_ = std::make_unique<comm::CollectiveCheck>(world);
   if (!options_.model.init_from.empty()) engine_->import_weights(options_.model.init_from);
@@ -198,11 +199,13 @@ StepResult Trainer::step() {
     data_.fill_batch(micro_step, B, T, rank_offset_, rank_batch_, inputs_.data(), targets_.data());
     engine_->forward_backward({inputs_.data(), targets_.data(), rank_batch_, T});
   }
-  batch_timer_->stop();
+  const bool graphs = options_.model.cuda_graphs;
+  if (!graphs) batch_timer_->stop();
   const double batch_waited_ms = (engine_->comm_stats().seconds_waiting - before.seconds_waiting) * 1e3;
   const AdamW hp = options_.optimizer.adamw(steps_done());
   r.lr = hp.lr;
   const StepStats stats = engine_->step(hp);
+  if (graphs) batch_timer_->stop();
   r.loss = stats.loss;
   r.grad_norm = stats.grad_norm;
   r.comm_bytes = engine_->last_step_comm_bytes();

@@ -1,8 +1,9 @@
 // Steps replayed as CUDA graphs (EngineOptions::cuda_graphs, shard/step_graph.h) against the same steps
-// run plainly: every loss and norm the same bits, through two micro-steps a step, a learning rate that
-// changes every step (AdamW's factors come from memory the host rewrites), an evaluation between steps
-// (which drops the recording) and the steps after it. Also what a replay still checks on the host: the
-// tokens, and reads of the device before step(). The refusal on the cpu runs everywhere.
+// run plainly: every loss and norm the same bits, through a learning rate that changes every step (AdamW's
+// factors come from memory the host rewrites), an evaluation between steps (which drops the recording)
+// and the steps after it, for ddp in bf16 with two micro-steps a step and zero3 in fp32 with one. Also
+// what a replay still checks on the host, and a step that fails while it is recorded. The refusal on the
+// cpu runs everywhere.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 
 #include "comm/self_communicator.h"
 #include "models/gpt2.h"
+#include "shard/engine_internals.h"
 #include "tests/support/test_support.h"
 
 #ifdef ZSHARD_WITH_CUDA
@@ -26,71 +28,97 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int kB = 2, kT = 32, kAccum = 2;
+constexpr int kB = 2, kT = 32;
 
 GPT2Config small() { return {.layers = 2, .dim = 64, .heads = 4, .vocab = 256, .ctx = 64}; }
 
 struct Tokens {
   std::vector<int32_t> inputs, targets;
-  explicit Tokens(int salt) {
-    for (int i = 0; i < kB * kT; ++i) {
+  explicit Tokens(int salt, int T = kT) {
+    for (int i = 0; i < kB * T; ++i) {
       inputs.push_back((7 * i + 31 * salt + 3) % 256);
       targets.push_back((5 * i + 17 * salt + 10) % 256);
     }
   }
-  Batch batch() const { return {inputs.data(), targets.data(), kB, kT}; }
+  Batch batch() const { return {inputs.data(), targets.data(), kB, int(inputs.size()) / kB}; }
 };
 
-// One rank's engine over `model` in bf16 on `device`.
-Engine make_engine(GPT2& model, comm::Communicator& world, Device device, bool graphs) {
-  const Placement placement{.device = device, .param_dtype = device == Device::cuda ? DType::bf16 : DType::f32};
-  return Engine(model, world, plan_for_world({.strategy = {}, .placement = placement}, 1),
-                EngineOptions{.seed = 5, .grad_accum = kAccum, .tokens_per_step = int64_t(kAccum) * kB * kT,
+struct Setup {
+  Device device = Device::cuda;
+  StrategyKind strategy = StrategyKind::ddp;
+  DType dtype = DType::bf16;
+  int grad_accum = 2;
+};
+
+// One rank's engine over `model`.
+Engine make_engine(GPT2& model, comm::Communicator& world, const Setup& s, bool graphs) {
+  const Placement placement{.device = s.device, .param_dtype = s.dtype};
+  return Engine(model, world, plan_for_world({.strategy = {.kind = s.strategy}, .placement = placement}, 1),
+                EngineOptions{.seed = 5, .grad_accum = s.grad_accum, .tokens_per_step = int64_t(s.grad_accum) * kB * kT,
                               .cuda_graphs = graphs});
 }
 
 TEST(CudaGraphs, RefusedOnTheCpu) {
   comm::SelfCommunicator world;
   GPT2 model(small());
-  EXPECT_THAT(test::error_of([&] { make_engine(model, world, Device::cpu, true); }),
+  EXPECT_THAT(test::error_of([&] { make_engine(model, world, {.device = Device::cpu, .dtype = DType::f32}, true); }),
               HasSubstr("CUDA graphs record GPU work; this run is on the cpu"));
 }
 
 #ifdef ZSHARD_WITH_CUDA
 
-// Every step's loss and norm, each micro-step's loss read after its step, and the evaluations; with
-// cuDNN's attention where it loads, and the fused epilogues (cuda's default).
-std::vector<double> run(bool graphs) {
+struct Seen {
+  std::vector<double> values;  // every step's loss and norm, each micro-step's loss, the evaluation
+  int64_t replays = 0;
+};
+
+// 7 steps with an evaluation after the fourth; cuDNN's attention where it loads, and the fused epilogues
+// (cuda's default).
+Seen run(const Setup& s, bool graphs) {
   comm::SelfCommunicator world;
   GPT2 model(small());
-  choose_attention(model, AttentionKernel::automatic, Device::cuda, DType::bf16);
-  Engine engine = make_engine(model, world, Device::cuda, graphs);
-  std::vector<double> seen;
+  choose_attention(model, AttentionKernel::automatic, Device::cuda, s.dtype);
+  Engine engine = make_engine(model, world, s, graphs);
+  Seen seen;
   for (int step = 0; step < 7; ++step) {
     std::vector<MicroStepLoss> losses;
-    for (int k = 0; k < kAccum; ++k) losses.push_back(engine.forward_backward(Tokens(step * kAccum + k).batch()));
+    for (int k = 0; k < s.grad_accum; ++k)
+      losses.push_back(engine.forward_backward(Tokens(step * s.grad_accum + k).batch()));
     const StepStats stats = engine.step({.lr = 1e-3f * float(step + 1), .weight_decay = 0.1f});
-    seen.insert(seen.end(), {stats.loss, stats.grad_norm});
-    for (const MicroStepLoss& loss : losses) seen.push_back(loss.value());
-    if (step == 3) seen.push_back(engine.forward(Tokens(100).batch()));
+    seen.values.insert(seen.values.end(), {stats.loss, stats.grad_norm});
+    for (const MicroStepLoss& loss : losses) seen.values.push_back(loss.value());
+    if (step == 3) seen.values.push_back(engine.forward(Tokens(100).batch()));
   }
+  seen.replays = EngineInternals::graph_replays(engine);
   return seen;
+}
+
+void expect_replays_give_plain_bits(const Setup& s) {
+  const Seen plain = run(s, false), replayed = run(s, true);
+  // Plain, recorded, replayed twice, the evaluation; plain, recorded, replayed.
+  EXPECT_EQ(replayed.replays, 5);
+  ASSERT_EQ(plain.values.size(), replayed.values.size());
+  for (size_t i = 0; i < plain.values.size(); ++i) EXPECT_EQ(replayed.values[i], plain.values[i]) << "value " << i;
 }
 
 TEST(CudaGraphs, ReplayedStepsGiveThePlainStepsBits) {
   if (!test::gpu_ready()) GTEST_SKIP() << "no usable GPU";
-  const std::vector<double> plain = run(false), replayed = run(true);
-  ASSERT_EQ(plain.size(), replayed.size());
-  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(replayed[i], plain[i]) << "value " << i;
+  expect_replays_give_plain_bits({});
 }
 
-TEST(CudaGraphs, AReplayStillChecksTheTokensAndWaitsForStep) {
+TEST(CudaGraphs, ReplayedZero3Fp32StepsGiveThePlainStepsBits) {
+  if (!test::gpu_ready()) GTEST_SKIP() << "no usable GPU";
+  expect_replays_give_plain_bits({.strategy = StrategyKind::zero3, .dtype = DType::f32, .grad_accum = 1});
+}
+
+TEST(CudaGraphs, AReplayStillChecksWhatTheHostGives) {
   if (!test::gpu_ready()) GTEST_SKIP() << "no usable GPU";
   comm::SelfCommunicator world;
   GPT2 model(small());
-  Engine engine = make_engine(model, world, Device::cuda, true);
+  Engine engine = make_engine(model, world, {}, true);
   const auto take_step = [&] {
-    for (int k = 0; k < kAccum; ++k) engine.forward_backward(Tokens(k).batch());
+    engine.forward_backward(Tokens(0).batch());
+    engine.forward_backward(Tokens(1).batch());
     return engine.step({});
   };
   take_step();  // plain
@@ -99,13 +127,42 @@ TEST(CudaGraphs, AReplayStillChecksTheTokensAndWaitsForStep) {
   bad.targets[5] = 256;
   EXPECT_THAT(test::error_of([&] { engine.forward_backward(bad.batch()); }),
               HasSubstr("target token 256 at position 5 is outside the vocabulary [0, 256)"));
-  const MicroStepLoss first = engine.forward_backward(Tokens(0).batch());
+  const MicroStepLoss first = engine.forward_backward(Tokens(0).batch());  // to be replayed
   EXPECT_THAT(test::error_of([&] { (void)first.value(); }), HasSubstr("read its losses after it"));
+  EXPECT_THAT(test::error_of([&] { engine.forward(Tokens(2).batch()); }), HasSubstr("evaluate between steps"));
   engine.forward_backward(Tokens(1).batch());
   EXPECT_THAT(test::error_of([&] { engine.grad_norm(); }), HasSubstr("read StepStats::grad_norm"));
-  const StepStats stats = engine.step({});
-  EXPECT_TRUE(std::isfinite(stats.loss));
-  EXPECT_GT(first.value(), 0);
+  // Refused at step(): the step is dropped, and with it the recording.
+  EXPECT_THAT(test::error_of([&] { engine.step({.grad_clip = 0.5f}); }), HasSubstr("the clip bound stays as recorded"));
+  take_step();  // plain
+  take_step();  // recorded, then replayed
+  engine.forward_backward(Tokens(0).batch());
+  EXPECT_THAT(test::error_of([&] { engine.forward_backward(Tokens(1, kT / 2).batch()); }),
+              HasSubstr("micro-step 1's batch is 2 x 16, the step's first was 2 x 32"));
+  EXPECT_TRUE(std::isfinite(take_step().loss));
+  EXPECT_EQ(EngineInternals::graph_replays(engine), 2);
+}
+
+// A micro-step that fails while its step is recorded ends the recording unused and drops the step; the
+// steps after it are plain, then recorded again, with the plain run's bits.
+TEST(CudaGraphs, AStepThatFailsWhileRecordedIsDropped) {
+  if (!test::gpu_ready()) GTEST_SKIP() << "no usable GPU";
+  comm::SelfCommunicator world;
+  GPT2 plain_model(small()), graph_model(small());
+  Engine plain = make_engine(plain_model, world, {}, false);
+  Engine graphs = make_engine(graph_model, world, {}, true);
+  const auto take_step = [](Engine& engine, int salt) {
+    engine.forward_backward(Tokens(salt).batch());
+    engine.forward_backward(Tokens(salt + 1).batch());
+    return engine.step({.lr = 1e-3f * float(salt + 1)});
+  };
+  EXPECT_EQ(take_step(graphs, 0).loss, take_step(plain, 0).loss);
+  graphs.forward_backward(Tokens(2).batch());  // recorded
+  Tokens bad(3);
+  bad.inputs[0] = -1;
+  EXPECT_THAT(test::error_of([&] { graphs.forward_backward(bad.batch()); }), HasSubstr("input token -1"));
+  for (int salt = 4; salt < 10; salt += 2) EXPECT_EQ(take_step(graphs, salt).loss, take_step(plain, salt).loss);
+  EXPECT_EQ(EngineInternals::graph_replays(graphs), 2);
 }
 
 #endif
