@@ -49,8 +49,8 @@ StrategyOptions projected_strategy(StrategyKind kind, const ProjectionInput& in)
 
 namespace {
 
-// The bytes of a projected step: one micro-step that gathers every parameter twice (forward, backward),
-// in shard groups of `group` ranks, `replicas` of them under hybrid (ddp and zero3 span the world);
+// The bytes of a projected step: one micro-step that gathers every parameter twice (forward, backward)
+// and reduces the gradients of the trainable ones, in shard groups of `group` ranks, `replicas` of them under hybrid (ddp and zero3 span the world);
 // backward's gathers inside secondary groups of `secondary_group` ranks where there are any (> 1).
 CommVolume step_volume(StrategyKind kind, int world, int group, int replicas, int secondary_group,
                        const ProjectionInput& in) {
@@ -60,7 +60,7 @@ CommVolume step_volume(StrategyKind kind, int world, int group, int replicas, in
                       .world = world,
                       .group = group,
                       .replicas = replicas,
-                      .psi = in.params,
+                      .psi = in.params - in.frozen_params,
                       .gathered = 2 * in.params,
                       .param_bytes = in.elem_bytes,
                       .grad_bytes = in.elem_bytes,

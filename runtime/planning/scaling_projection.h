@@ -31,6 +31,7 @@ struct ProjectionInput {
   int batch = 1;          // sequences that compute_ms covers
   bool weak = true;       // weak: every rank keeps `batch`; strong: the global batch is `batch`
   int64_t params = 0;     // Ψ
+  int64_t frozen_params = 0;  // of Ψ, frozen: gathered like the others, with no gradient to reduce
   int units = 1;          // collectives per pass (one per unit)
   int elem_bytes = 4;
   int node_size = kDefaultNodeRanks;  // ranks on one intra link; bounds hybrid's default shard group

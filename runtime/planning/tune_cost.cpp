@@ -8,6 +8,7 @@
 #include "runtime/planning/rank_balancer.h"
 #include "runtime/planning/scaling_projection.h"
 #include "shard/comm_volume.h"
+#include "shard/frozen_params.h"
 
 namespace zshard {
 
@@ -25,6 +26,10 @@ constexpr double kNominalExposedFraction = 0.5;
 // The smallest shard group's size: its ranks hold the largest shards, and the step waits for them.
 int smallest_group_size(const ShardGroups& g) { return *std::min_element(g.sizes().begin(), g.sizes().end()); }
 
+// The model's parameters split as the run would freeze them (ParamSpec::frozen, --freeze): a frozen one is
+// gathered like any other, but has no gradient to reduce, no update to re-gather and no AdamW.
+ParamCounts problem_params(const TuneProblem& p) { return count_params(freeze_matching(p.model->units(), p.freeze)); }
+
 // Bytes and collective calls per step of a rank, and of those the gathers nothing prefetches (--max-inflight 1).
 struct CommLoad {
   double bytes = 0, calls = 0;
@@ -35,7 +40,7 @@ CommLoad comm_load(const TuneProblem& p, const Candidate& c) {
   const ShardPlan plan = candidate_plan(p, c);
   const ShardGroups& groups = plan.groups;
   const int K = c.grad_accum;
-  const int64_t psi = num_params(*p.model);
+  const ParamCounts params = problem_params(p);
   const double U = double(p.model->units().size());  // one collective per unit and pass
   // GPT-2 gathers every unit for forward and again for backward; kept from forward, once. With secondary
   // groups backward's gathers run inside them, and the largest group's ranks move the most.
@@ -48,14 +53,14 @@ CommLoad comm_load(const TuneProblem& p, const Candidate& c) {
                                          .world = groups.world_size(),
                                          .group = smallest_group_size(groups),
                                          .replicas = groups.count(),
-                                         .psi = psi,
-                                         .gathered = gathers * psi,
+                                         .psi = params.trainable,
+                                         .gathered = gathers * params.total(),
                                          .grad_accum = K,
                                          .param_bytes = dtypes.param_bytes,
                                          .grad_bytes = dtypes.grad_bytes,
                                          .quantized_gathers = dtypes.quantized_gathers,
                                          .quantized_reductions = dtypes.quantized_reductions,
-                                         .secondary_gathered = plan.secondary_groups ? psi : 0,
+                                         .secondary_gathered = plan.secondary_groups ? params.total() : 0,
                                          .secondary_group = secondary_group});
   CommLoad v;
   v.bytes = volume.total();
@@ -75,7 +80,7 @@ CommLoad comm_load(const TuneProblem& p, const Candidate& c) {
 
 // Every strategy but ddp (whose groups are single ranks) shards the optimizer over its shard group.
 double owned_params(const TuneProblem& p, const Candidate& c) {
-  return std::ceil(double(num_params(*p.model)) / smallest_group_size(candidate_plan(p, c).groups));
+  return std::ceil(double(problem_params(p).trainable) / smallest_group_size(candidate_plan(p, c).groups));
 }
 
 double compute_ms(const TuneProblem& p, const Candidate& c, const std::vector<double>& seconds_per_seq) {

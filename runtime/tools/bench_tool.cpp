@@ -28,6 +28,7 @@
 #include "runtime/cli/train_options.h"
 #include "runtime/train/trainer.h"
 #include "shard/engine_internals.h"
+#include "shard/frozen_params.h"
 #include "shard/plan_internals.h"
 
 namespace zshard {
@@ -233,7 +234,7 @@ json report_json(const json& results, const TrainOptions& options, const ModelCo
   return {{"tool", "zshard-bench"},
           {"machine", {{"host", hostname()}, {"hardware_threads", std::thread::hardware_concurrency()}}},
           {"model", {{"name", options.model.name}, {"config", config}, {"params", num_params(model)},
-                     {"units", model.units().size()}}},
+                     {"frozen_params", count_params(freeze_matching(model.units(), options.model.freeze)).frozen}, {"units", model.units().size()}}},
           {"batch", data.batch},
           {"seq", data.seq},
           {"grad_accum", data.grad_accum},

@@ -180,6 +180,7 @@ int main(int argc, char** argv) {
           throw UsageError("--bench " + bench_path + ": needs a single-rank run, it has world " + b.at("world").dump());
         in.compute_ms = median_ms(b, "ddp");
         in.params = b.at("model").at("params");
+        in.frozen_params = b.at("model").value("frozen_params", int64_t(0));  // older files do not say: none
         in.units = b.at("model").at("units");
         in.batch = b.at("batch");
       });
@@ -229,7 +230,7 @@ int main(int argc, char** argv) {
     check_modes(strategies, modes, in, nodes);
 
     json doc = {{"tool", "zshard-project"}, {"compute_ms", in.compute_ms}, {"batch", in.batch},
-                {"params", in.params}, {"units", in.units}, {"scaling", scaling}, {"node_size", in.node_size},
+                {"params", in.params}, {"frozen_params", in.frozen_params}, {"units", in.units}, {"scaling", scaling}, {"node_size", in.node_size},
                 {"intra", {{"name", in.intra.name}, {"alpha_us", in.intra.alpha_us}, {"bandwidth_gbs", in.intra.bandwidth_gbs}}},
                 {"inter", {{"name", in.inter.name}, {"alpha_us", in.inter.alpha_us}, {"bandwidth_gbs", in.inter.bandwidth_gbs},
                            {"all_gather_gbs", inter_all_gather > 0 ? inter_all_gather : in.inter.bandwidth_gbs},

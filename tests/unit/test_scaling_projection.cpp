@@ -66,6 +66,16 @@ TEST(ScalingProjection, StrongScalingSplitsTheCompute) {
   EXPECT_NEAR(s.efficiency, 100 / (4 * s.step_ms), 1e-12);
 }
 
+// A frozen half of the parameters (a LoRA run's base): gathered as before, with no gradient to reduce.
+TEST(ScalingProjection, FrozenParametersAreGatheredNotReduced) {
+  ProjectionInput in = input();
+  in.frozen_params = in.params / 2;
+  // ddp: half of the 30 ms all-reduce; zero3: 2 * 2 GB gathered and 1 GB reduce-scattered, 3/4 of each at
+  // 100 GB/s.
+  EXPECT_NEAR(project_step(StrategyKind::ddp, 4, in).comm_ms, 15, 1e-9);
+  EXPECT_NEAR(project_step(StrategyKind::zero3, 4, in).comm_ms, 37.5, 1e-9);
+}
+
 // int8 gathers and int4 reductions: zero3 moves what comm_volume counts, at the link's bandwidth.
 TEST(ScalingProjection, QuantizedModesMoveCommVolumesBytes) {
   ProjectionInput in = input();

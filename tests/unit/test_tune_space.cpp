@@ -10,6 +10,7 @@
 
 #include "runtime/planning/tune_cost.h"
 #include "shard/comm_volume.h"
+#include "shard/frozen_params.h"
 
 namespace zshard {
 namespace {
@@ -329,6 +330,29 @@ TEST(TuneCost, AutoSplitFollowsMeasuredSpeeds) {
               16.0 / 12, 1e-9);
   m.seq_per_s = {100, 95, 110};
   EXPECT_FALSE(unequal_speeds(calibrate(t.problem, even, m)));
+}
+
+// A frozen parameter is gathered like the others, but has no gradient to reduce, no update to re-gather
+// and no AdamW: the bytes are comm_volume's with the trainable parameters reduced and every one gathered,
+// as the memory report predicts them, and the optimizer's time is the trainable parameters'.
+TEST(TuneCost, FrozenParametersAreGatheredButNeitherReducedNorStepped) {
+  Tiny t(4, 16);
+  Calibration rates = nominal_calibration(t.problem);
+  rates.comm_ms_per_call = 0;
+  rates.exposed_fraction = 1;
+  const Candidate ddp{StrategyKind::ddp, {}, 16, 1}, zero3{StrategyKind::zero3, {}, 16, 1};
+  const StepCost all_trained = predict_step(t.problem, ddp, rates);
+  t.problem.freeze = {"wte.weight"};
+  const ParamCounts counts = count_params(freeze_matching(t.model->units(), t.problem.freeze));
+  ASSERT_GT(counts.frozen, 0);
+  const auto bytes = [&](StrategyKind kind) {
+    return comm_volume({.kind = kind, .world = 4, .group = 4, .psi = counts.trainable, .gathered = 2 * counts.total()})
+        .total();
+  };
+  EXPECT_DOUBLE_EQ(predict_step(t.problem, ddp, rates).comm_ms, bytes(StrategyKind::ddp) / rates.comm_bytes_per_ms);
+  EXPECT_DOUBLE_EQ(predict_step(t.problem, zero3, rates).comm_ms, bytes(StrategyKind::zero3) / rates.comm_bytes_per_ms);
+  EXPECT_NEAR(predict_step(t.problem, ddp, rates).optimizer_ms / all_trained.optimizer_ms,
+              double(counts.trainable) / double(counts.total()), 1e-9);
 }
 
 }  // namespace
