@@ -84,7 +84,6 @@ void CapturedWork::replay() {
 }
 
 bool CapturedWork::recorded() const { return h_->graph != nullptr; }
-bool CapturedWork::recording() const { return h_->recording; }
 void CapturedWork::drop() { h_->drop(); }
 
 #else
@@ -99,7 +98,6 @@ void CapturedWork::begin() {}
 void CapturedWork::end() {}
 void CapturedWork::replay() {}
 bool CapturedWork::recorded() const { return false; }
-bool CapturedWork::recording() const { return false; }
 void CapturedWork::drop() {}
 
 #endif

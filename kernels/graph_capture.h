@@ -26,7 +26,6 @@ class CapturedWork {
   void end();
   void replay();  // queues the recorded work on the compute stream
   bool recorded() const;
-  bool recording() const;
   // Forgets the recording (its memory goes back to the driver once the device is done with it), and ends
   // one still open, unused.
   void drop();
