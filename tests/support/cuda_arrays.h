@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cuda/runtime.h"
+#include "tests/support/gpu_test.h"
 #include "tests/support/test_support.h"
 
 namespace zshard::cuda::arrays {
@@ -58,33 +59,24 @@ Vec random_vec(size_t n, std::mt19937& rng, float lo = -2.f, float hi = 2.f) {
   return rounded<T>(x);
 }
 
-// A device array of T filled from floats; get() reads it back as floats.
+// A device array of T filled from floats; host() reads it back as floats.
 template <class T>
-class DeviceArray {
+class DeviceArray : public test::DeviceVector<T> {
  public:
-  explicit DeviceArray(const Vec& host) : n_(host.size()) {
-    ZS_CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
-    std::vector<T> staged(n_);
-    for (size_t i = 0; i < n_; ++i) staged[i] = from_float<T>(host[i]);
-    ZS_CUDA_CHECK(cudaMemcpy(ptr_, staged.data(), bytes(), cudaMemcpyHostToDevice));
-  }
-  ~DeviceArray() { cudaFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() const { return ptr_; }
+  explicit DeviceArray(const Vec& host) : test::DeviceVector<T>(converted(host)) {}
   Vec host() const {
-    std::vector<T> staged(n_);
-    ZS_CUDA_CHECK(cudaMemcpy(staged.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
-    Vec out(n_);
-    for (size_t i = 0; i < n_; ++i) out[i] = to_float(staged[i]);
+    const std::vector<T> exact = test::DeviceVector<T>::host();
+    Vec out(exact.size());
+    for (size_t i = 0; i < exact.size(); ++i) out[i] = to_float(exact[i]);
     return out;
   }
 
  private:
-  size_t bytes() const { return n_ * sizeof(T); }
-  T* ptr_ = nullptr;
-  size_t n_;
+  static std::vector<T> converted(const Vec& host) {
+    std::vector<T> exact(host.size());
+    for (size_t i = 0; i < host.size(); ++i) exact[i] = from_float<T>(host[i]);
+    return exact;
+  }
 };
 
 inline void expect_close(const Vec& got, const Vec& want, double tol, const char* what) {
