@@ -20,7 +20,7 @@ void adamw_step(Device d, float* param, const G* grad, float* m, float* v, std::
   if (d == Device::cpu) {
     if (step->skip) return;
     for (const ShardSegment& s : segments)
-      cpu::adamw_update(param + s.begin, grad + s.begin, m + s.begin, v + s.begin, s.count, step->adamw,
+      cpu::adamw_update(param + s.begin, grad + s.begin, m + s.begin, v + s.begin, s.count, step->settings.adamw,
                         s.weight_decay, float(step->grad_scale), param_bf16 ? param_bf16 + s.begin : nullptr);
     return;
   }
@@ -28,13 +28,13 @@ void adamw_step(Device d, float* param, const G* grad, float* m, float* v, std::
   ZS_ON_CUDA(G, cuda::adamw_step(param, dev(grad), m, v, segments, step, dev(param_bf16)))
 }
 
-void set_adamw_factors(Device d, StepScalars* step, const cpu::AdamWFactors<float>* factors) {
-  if (on_cpu<float>(d, "set_adamw_factors")) {
-    step->adamw = *factors;
+void set_step_settings(Device d, StepScalars* step, const cpu::StepSettings* settings) {
+  if (on_cpu<float>(d, "set_step_settings")) {
+    step->settings = *settings;
     return;
   }
 #ifdef ZSHARD_WITH_CUDA
-  ZS_CUDA_CHECK(cudaMemcpyAsync(&step->adamw, factors, sizeof *factors, cudaMemcpyHostToDevice,
+  ZS_CUDA_CHECK(cudaMemcpyAsync(&step->settings, settings, sizeof *settings, cudaMemcpyHostToDevice,
                                 cuda::compute_stream()));
 #endif
 }
@@ -65,13 +65,13 @@ void sum_in_order(Device d, double* sum, const double* values, size_t n, double 
 #endif
 }
 
-void clip_grad_norm(Device d, StepScalars* step, float max_norm) {
+void clip_grad_norm(Device d, StepScalars* step) {
   if (on_cpu<float>(d, "clip_grad_norm")) {
-    cpu::clip_grad_norm(*step, max_norm);
+    cpu::clip_grad_norm(*step);
     return;
   }
 #ifdef ZSHARD_WITH_CUDA
-  cuda::clip_grad_norm(step, max_norm);
+  cuda::clip_grad_norm(step);
 #endif
 }
 

@@ -23,8 +23,8 @@ using cpu::ShardSegment;
 using cpu::StepScalars;
 
 // AdamW on the segments of an fp32 master shard with gradients G (float or bf16), all in one pass (one
-// launch on cuda), with the factors in step->adamw (set_adamw_factors): a segment decays where it says so,
-// and an element in no segment (the padding) is left as it is. The gradient is scaled by
+// launch on cuda), with the factors in step->settings.adamw (set_step_settings): a segment decays where it
+// says so, and an element in no segment (the padding) is left as it is. The gradient is scaled by
 // step->grad_scale, and nothing is written when step->skip is set: `step` is in d's memory, where
 // clip_grad_norm wrote it, so the host never reads it first. param_bf16, when given, receives the bf16
 // compute copy of the updated parameters in the same pass (on cpu it may alias grad: kernels/cpu/ops.h).
@@ -32,10 +32,11 @@ using cpu::StepScalars;
 template <class G>
 void adamw_step(Device d, float* param, const G* grad, float* m, float* v, std::span<const ShardSegment> segments,
                 const StepScalars* step, bf16* param_bf16 = nullptr);
-// step->adamw = *factors (cpu::adamw_factors), in d's memory. On cuda a copy queued on the compute stream:
-// `factors` must stay as they are until it is done, in page-locked host memory so that the copy is
-// asynchronous (and so that a CUDA graph that recorded it copies from there again when replayed).
-void set_adamw_factors(Device d, StepScalars* step, const cpu::AdamWFactors<float>* factors);
+// step->settings = *settings (AdamW's factors from cpu::adamw_factors, the clip bound), in d's memory. On
+// cuda a copy queued on the compute stream: `settings` must stay as they are until it is done, in
+// page-locked host memory so that the copy is asynchronous (and so that a CUDA graph that recorded it
+// copies from there again when replayed).
+void set_step_settings(Device d, StepScalars* step, const cpu::StepSettings* settings);
 // Adds to *sum, a double in d's memory, the sum of squares of every element of every part: each part's sum
 // in double, added to *sum in part order. One launch on cuda (per 64 parts); nothing waits.
 template <class T>
@@ -43,9 +44,10 @@ void sum_squares(Device d, double* sum, std::span<const std::span<const T>> part
 // *sum = first + values[0] + ... + values[n - 1], in that order (kernels/step_scalars.h); doubles in d's
 // memory, `first` from the host. One thread on cuda; nothing waits.
 void sum_in_order(Device d, double* sum, const double* values, size_t n, double first = 0);
-// torch's clip_grad_norm_ on step->norm_squares, in d's memory (kernels/step_scalars.h): the norm, the
-// factor AdamW scales by (max_norm 0: 1) and whether the step must be skipped. One thread on cuda.
-void clip_grad_norm(Device d, StepScalars* step, float max_norm);
+// torch's clip_grad_norm_ on step->norm_squares with step->settings.max_norm, in d's memory
+// (kernels/step_scalars.h): the norm, the factor AdamW scales by (max_norm 0: 1) and whether the step must
+// be skipped. One thread on cuda.
+void clip_grad_norm(Device d, StepScalars* step);
 // y += alpha * x
 template <class T>
 void axpy(Device d, T* y, const T* x, float alpha, size_t n);

@@ -28,18 +28,23 @@ struct AdamWFactors {
   T step_size, inv_sqrt_bc2, b1, b2, one_minus_b1, one_minus_b2, eps;
 };
 
+// What the host sets for a step and the device reads where it is: copied in one piece each step
+// (ops::set_step_settings), so that a step replayed as a CUDA graph reads the step's learning rate, bias
+// corrections and clip bound, not its capture's.
+struct StepSettings {
+  AdamWFactors<float> adamw{};
+  float max_norm = 0;  // clip_grad_norm's bound; 0: the norm alone, no clipping
+};
+
 // The step's scalars, on the device from the micro-steps to the step's end: the sums the step adds up there
 // and what clip_grad_norm makes of them, read by AdamW where they are and by the host once, at the end.
-// AdamW's factors live here too, copied from the host each step (ops::set_adamw_factors), so that a step
-// replayed as a CUDA graph reads the step's learning rate and bias corrections, not its capture's.
 struct StepScalars {
   double loss_sum = 0;      // the token losses of every rank's micro-steps
   double norm_squares = 0;  // the squared L2 norm of the whole gradient, padding left out
   double norm = 0;
   double grad_scale = 1;    // what AdamW multiplies the gradient by: torch's clip_grad_norm_ factor, or 1
   int64_t skip = 0;         // 1: the loss or the norm is not finite, and AdamW leaves every state as it is
-  AdamWFactors<float> adamw{};
-  float padding = 0;  // to a whole number of doubles: the host reads the scalars back as doubles
+  StepSettings settings{};
 };
 
 // first + values[0] + ... + values[n - 1], added in that order: every rank that adds the same values in
@@ -50,10 +55,12 @@ ZS_HOST_DEVICE inline double sum_in_order(const double* values, size_t n, double
   return sum;
 }
 
-// torch.nn.utils.clip_grad_norm_: the gradient is scaled by max_norm / (norm + 1e-6) when that is below 1
-// (max_norm 0: never), the factor rounded to float as AdamW takes it. x - x is 0 for a finite x and NaN for
-// an infinite or NaN one: a finiteness test with no library call, the same on both sides.
-ZS_HOST_DEVICE inline void clip_grad_norm(StepScalars& s, float max_norm) {
+// torch.nn.utils.clip_grad_norm_ with s.settings.max_norm: the gradient is scaled by max_norm / (norm +
+// 1e-6) when that is below 1 (max_norm 0: never), the factor rounded to float as AdamW takes it. x - x is 0
+// for a finite x and NaN for an infinite or NaN one: a finiteness test with no library call, the same on
+// both sides.
+ZS_HOST_DEVICE inline void clip_grad_norm(StepScalars& s) {
+  const float max_norm = s.settings.max_norm;
   s.norm = sqrt(s.norm_squares);
   double scale = 1.0;
   if (max_norm > 0) {

@@ -61,7 +61,7 @@ Engine::Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, c
                              Category::workspace);
   returned_losses_.assign(size_t(K), 0.0);
   if (plan.placement.device != Device::cpu)
-    adamw_factors_ = Tensor::empty({int64_t(sizeof(cpu::AdamWFactors<float>) / sizeof(float))}, DType::f32, Device::cpu,
+    step_settings_ = Tensor::empty({int64_t(sizeof(cpu::StepSettings) / sizeof(float))}, DType::f32, Device::cpu,
                                    Category::host);
 }
 
@@ -190,7 +190,8 @@ double Engine::grad_norm() {
     refuse("grad_norm(): with CUDA graphs the step's work runs in step(); read StepStats::grad_norm");
   queue_step_sums();
   if (read_step_ != steps_ended_) {
-    ops::clip_grad_norm(plan_.placement.device, scalars_in(step_sums_), 0);  // the norm alone: step() clips
+    // The settings are 0 until step() sets them: max_norm 0, the norm alone.
+    ops::clip_grad_norm(plan_.placement.device, scalars_in(step_sums_));
     read_step_sums();
   }
   return scalars_read(read_sums_).norm;
@@ -270,7 +271,6 @@ StepStats Engine::step(const AdamW& hp) {
   check_adamw(hp);
   if (!graph_) return take_step(hp);
   try {
-    graph_->settle_clip(hp.grad_clip);
     return take_step(hp);
   } catch (...) {
     drop_deferred_step();
@@ -280,18 +280,19 @@ StepStats Engine::step(const AdamW& hp) {
 
 StepStats Engine::take_step(const AdamW& hp) {
   const Device device = plan_.placement.device;
-  cpu::AdamWFactors<float> host_factors;
-  auto* factors = adamw_factors_.defined() ? reinterpret_cast<cpu::AdamWFactors<float>*>(adamw_factors_.data<float>())
-                                           : &host_factors;
-  *factors = cpu::adamw_factors<float>({hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, steps_done_ + 1});
+  cpu::StepSettings host_settings;
+  auto* settings = step_settings_.defined() ? reinterpret_cast<cpu::StepSettings*>(step_settings_.data<float>())
+                                            : &host_settings;
+  *settings = {cpu::adamw_factors<float>({hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, steps_done_ + 1}),
+               hp.grad_clip};
   if (graph_ && graph_->replaying()) {
-    // The recording queued all of what the else branch queues; the factors it copies are those just written.
+    // The recording queued all of what the else branch queues; the settings it copies are those just written.
     check_micro_steps();
     agree_on_step();
   } else {
     queue_step_sums();
-    ops::clip_grad_norm(device, scalars_in(step_sums_), hp.grad_clip);
-    ops::set_adamw_factors(device, scalars_in(step_sums_), factors);
+    ops::set_step_settings(device, scalars_in(step_sums_), settings);
+    ops::clip_grad_norm(device, scalars_in(step_sums_));
     if (plan_.placement.offload_optimizer) {
       // The host runs AdamW (ZeRO-Offload), so it reads the clip factor first, and stops before the update.
       read_step_sums();

@@ -69,13 +69,6 @@ void StepGraph::begin_step() {
   }
 }
 
-void StepGraph::settle_clip(float grad_clip) {
-  if (phase_ == Phase::recording) recorded_clip_ = grad_clip;
-  if (phase_ == Phase::replaying && grad_clip != recorded_clip_)
-    refuse("step: AdamW::grad_clip = ", grad_clip, " where the recorded step had ", recorded_clip_,
-           ": with CUDA graphs the clip bound stays as recorded");
-}
-
 void StepGraph::end_step() {
   if (phase_ == Phase::plain) {
     ++plain_steps_;

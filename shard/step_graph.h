@@ -6,7 +6,7 @@
 // cuBLASLt's and cuDNN's plans), and replayed from then on: forward_backward then runs no model code and
 // only stages the micro-batch's tokens, and step() launches the graph. What a replay must see anew lives
 // where the recorded copies read it: the tokens in page-locked buffers kept here, AdamW's learning rate
-// and bias corrections in the engine's page-locked factors (ops::set_adamw_factors). Anything that may
+// and bias corrections and the clip bound in the engine's page-locked settings (ops::set_step_settings). Anything that may
 // move a buffer the recording reads (an evaluation, a load) drops it, and the step after the next plain
 // one records again.
 #pragma once
@@ -46,8 +46,6 @@ class StepGraph {
   // True while the step's device work is not queued yet (recorded or to be replayed): nothing may read
   // the device until end_step.
   bool deferred() const { return phase_ != Phase::plain; }
-  // The clip bound is a kernel's argument: a replay refuses (UsageError) another than its recording's.
-  void settle_clip(float grad_clip);
   // After the step's work is queued: ends a recording (refusing one whose buffers outlive it) and
   // replays it, or replays the recording.
   void end_step();
@@ -64,7 +62,6 @@ class StepGraph {
   int plain_steps_ = 0;  // since the recording was last dropped
   Phase phase_ = Phase::plain;
   int64_t live_at_begin_ = 0;  // device bytes live when the recording began
-  float recorded_clip_ = 0;
   int64_t replays_ = 0;
   CapturedWork work_;
 };

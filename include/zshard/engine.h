@@ -51,9 +51,8 @@ struct EngineOptions {
   std::vector<std::string> freeze;
   // Replays each step as one CUDA graph once a plain step has run (shard/step_graph.h): cuda, one rank and
   // no offloaded optimizer only, the engine called from the thread that made it. The host then reads a
-  // micro-step's loss and the norm after step() only, evaluates between steps, and keeps AdamW::grad_clip
-  // as it was; a model setting changed between steps (set_attention, ...) needs an evaluation or a load
-  // first, which record the step anew.
+  // micro-step's loss and the norm after step() only, and evaluates between steps; a model setting changed
+  // between steps (set_attention, ...) needs an evaluation or a load first, which record the step anew.
   bool cuda_graphs = false;
 };
 
@@ -277,9 +276,9 @@ class Engine {
   // the squared norm and every rank's.
   Tensor step_sums_;
   std::vector<double> returned_losses_;  // per micro-step, what the model returned (0 where it added on the device)
-  // AdamW's factors for the step, where ops::set_adamw_factors copies them from: page-locked host memory
-  // on a device (empty on cpu, which sets them directly).
-  Tensor adamw_factors_;
+  // The step's settings (AdamW's factors, the clip bound), where ops::set_step_settings copies them from:
+  // page-locked host memory on a device (empty on cpu, which sets them directly).
+  Tensor step_settings_;
   bool sums_queued_ = false;
   // The scalars and each micro-step's loss as last read back, and which step they are of (-1: none yet).
   std::vector<double> read_sums_;

@@ -23,14 +23,14 @@ struct Segments {
   int n;
 };
 
-// The factors come from device memory (StepScalars::adamw, rewritten by the host each step), not the
+// The factors come from device memory (StepScalars::settings, rewritten by the host each step), not the
 // kernel's parameters: a CUDA graph replays the parameters its capture saw.
 template <class G>
 __global__ void adamw_kernel(float* param, const G* grad, float* m, float* v, Segments segs, const StepScalars* step,
                              bf16* param_bf16) {
   if (step->skip) return;  // a non-finite step: every state stays as it is
   const float grad_scale = float(step->grad_scale);
-  const cpu::AdamWFactors<float> s = step->adamw;
+  const cpu::AdamWFactors<float> s = step->settings.adamw;
   int seg = 0;
   while (blockIdx.x >= segs.first_chunk[seg + 1]) ++seg;
   const float decay = s.decay[(segs.decayed >> seg) & 1u];

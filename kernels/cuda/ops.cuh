@@ -154,7 +154,7 @@ double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, co
 // AdamW on the segments of the fp32 master shard (param, m, v) with gradients G = float or bf16
 // (kernels/engine_ops.h): one launch per 64 segments, each decayed as it says, the padding untouched, the
 // gradient scaled by step->grad_scale and nothing written when step->skip is set, the factors from
-// step->adamw (`step` in device memory). When `param_bf16` is not null the kernel also writes the bf16
+// step->settings.adamw (`step` in device memory). When `param_bf16` is not null the kernel also writes the bf16
 // compute copy of the updated parameters, in the same pass.
 template <class G>
 void adamw_step(float* param, const G* grad, float* m, float* v, std::span<const ShardSegment> segments,
@@ -167,7 +167,7 @@ void sum_squares(double* sum, std::span<const std::span<const T>> parts, cudaStr
 // The step's scalars (kernels/step_scalars.h), one thread each: *sum = first + values[0] + ... in order;
 // torch's clip_grad_norm_ on step->norm_squares.
 void sum_in_order(double* sum, const double* values, size_t n, double first, cudaStream_t stream = compute_stream());
-void clip_grad_norm(StepScalars* step, float max_norm, cudaStream_t stream = compute_stream());
+void clip_grad_norm(StepScalars* step, cudaStream_t stream = compute_stream());
 
 // y += alpha * x
 template <class T>

@@ -149,7 +149,7 @@ __global__ void sum_in_order_kernel(double* sum, const double* values, size_t n,
   *sum = cpu::sum_in_order(values, n, first);
 }
 
-__global__ void clip_grad_norm_kernel(StepScalars* step, float max_norm) { cpu::clip_grad_norm(*step, max_norm); }
+__global__ void clip_grad_norm_kernel(StepScalars* step) { cpu::clip_grad_norm(*step); }
 
 }  // namespace
 
@@ -182,8 +182,8 @@ void sum_in_order(double* sum, const double* values, size_t n, double first, cud
   ZS_CUDA_CHECK_LAUNCH();
 }
 
-void clip_grad_norm(StepScalars* step, float max_norm, cudaStream_t stream) {
-  clip_grad_norm_kernel<<<1, 1, 0, stream>>>(step, max_norm);
+void clip_grad_norm(StepScalars* step, cudaStream_t stream) {
+  clip_grad_norm_kernel<<<1, 1, 0, stream>>>(step);
   ZS_CUDA_CHECK_LAUNCH();
 }
 

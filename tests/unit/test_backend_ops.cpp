@@ -132,7 +132,7 @@ const std::vector<Row>& table() {
       {"residual", {"residual_forward"}, checks(ResidualCase{}), "", "CudaOps.Elementwise"},
       {"cross entropy", {"cross_entropy_forward_backward"}, checks(CrossEntropyCase{}), "", "CudaOps.CrossEntropy"},
       {"adamw", {"adamw_step"}, nullptr, "CpuAdamW.MatchesTwoStepReference", "CudaOps.AdamW"},
-      {"adamw over a shard's segments", {"set_adamw_factors", "adamw_step"}, nullptr,
+      {"adamw over a shard's segments", {"set_step_settings", "adamw_step"}, nullptr,
        "OpsDispatch.AdamWStepsEachSegmentOrSkipsTheStep", "CudaOps.AdamWSegments"},
       {"sum of squares, axpy", {"sum_squares", "axpy"}, nullptr, "CpuReductions.SumSquaresAndAxpy",
        "CudaOps.SumSquares"},

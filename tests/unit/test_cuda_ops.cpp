@@ -342,7 +342,7 @@ void check_adamw() {
   // The whole array as one decayed segment, scaled by hp.grad_scale read from device memory.
   const ShardSegment all{0, n, true};
   StepScalars scale{.grad_scale = hp.grad_scale};
-  scale.adamw = cpu::adamw_factors<float>(hp);
+  scale.settings.adamw = cpu::adamw_factors<float>(hp);
   StepScalars* d_scale = nullptr;
   ZS_CUDA_CHECK(cudaMalloc(&d_scale, sizeof scale));
   ZS_CUDA_CHECK(cudaMemcpy(d_scale, &scale, sizeof scale, cudaMemcpyHostToDevice));

@@ -70,9 +70,9 @@ void check_adamw_segments(bool skip) {
   DeviceVector<G> d_grad(grad);
   DeviceVector<bf16> d_copy(copy);
   DeviceVector<StepScalars> d_scalars({scalars});
-  const cpu::AdamWFactors<float> factors = cpu::adamw_factors<float>(hp);
-  ops::set_adamw_factors(Device::cuda, d_scalars.get(), &factors);
-  ops::set_adamw_factors(Device::cpu, &scalars, &factors);
+  const cpu::StepSettings settings{cpu::adamw_factors<float>(hp)};
+  ops::set_step_settings(Device::cuda, d_scalars.get(), &settings);
+  ops::set_step_settings(Device::cpu, &scalars, &settings);
   ops::adamw_step(Device::cuda, d_param.get(), d_grad.get(), d_m.get(), d_v.get(), segments, d_scalars.get(),
                   d_copy.get());
   std::vector<float> want_param = param, want_m = m, want_v = v;
@@ -130,10 +130,12 @@ TEST(CudaOps, StepSums) {
   for (const StepScalars start : {StepScalars{.loss_sum = 3, .norm_squares = 17.3}, StepScalars{.norm_squares = 0.01},
                                   StepScalars{.loss_sum = inf, .norm_squares = 2}, StepScalars{.norm_squares = nan}}) {
     for (float max_norm : {0.0f, 1.0f}) {
-      DeviceVector<StepScalars> d_step({start});
-      ops::clip_grad_norm(Device::cuda, d_step.get(), max_norm);
-      StepScalars want_step = start;
-      ops::clip_grad_norm(Device::cpu, &want_step, max_norm);
+      StepScalars bounded = start;
+      bounded.settings.max_norm = max_norm;
+      DeviceVector<StepScalars> d_step({bounded});
+      ops::clip_grad_norm(Device::cuda, d_step.get());
+      StepScalars want_step = bounded;
+      ops::clip_grad_norm(Device::cpu, &want_step);
       const StepScalars got = d_step.host()[0];
       SCOPED_TRACE(testing::Message() << "norm squares " << start.norm_squares << ", max norm " << max_norm);
       expect_same(got.norm, want_step.norm);

@@ -138,8 +138,8 @@ TEST(OpsDispatch, AdamWStepsEachSegmentOrSkipsTheStep) {
   for (float& x : v0) x *= x;
   const ops::AdamWParams hp{.lr = 1e-2f, .weight_decay = 0.1f, .step = 2};
   ops::StepScalars scalars{.grad_scale = 0.25};
-  const cpu::AdamWFactors<float> factors = cpu::adamw_factors<float>(hp);
-  ops::set_adamw_factors(Device::cpu, &scalars, &factors);
+  const cpu::StepSettings settings{cpu::adamw_factors<float>(hp)};
+  ops::set_step_settings(Device::cpu, &scalars, &settings);
   std::vector<float> param = param0, m = m0, v = v0;
   std::vector<bf16> copy(n, bf16(9.0f));
   ops::adamw_step(Device::cpu, param.data(), grad.data(), m.data(), v.data(), segments, &scalars, copy.data());
@@ -179,19 +179,25 @@ TEST(OpsDispatch, StepScalarsStayInDeviceMemory) {
   ops::sum_in_order(Device::cpu, &s.norm_squares, ranks.data(), ranks.size());
   EXPECT_EQ(s.norm_squares, (0.1 + 0.2) + 0.3);
   s.norm_squares = 4;
-  ops::clip_grad_norm(Device::cpu, &s, 1.0f);
+  // The clip bound as step() sets it, in the scalars' memory.
+  const auto clip = [&](float max_norm) {
+    const cpu::StepSettings settings{.max_norm = max_norm};
+    ops::set_step_settings(Device::cpu, &s, &settings);
+    ops::clip_grad_norm(Device::cpu, &s);
+  };
+  clip(1.0f);
   EXPECT_EQ(s.norm, 2.0);
   EXPECT_EQ(s.grad_scale, double(float(1.0 / (2.0 + 1e-6))));
   EXPECT_EQ(s.skip, 0);
-  ops::clip_grad_norm(Device::cpu, &s, 3.0f);
+  clip(3.0f);
   EXPECT_EQ(s.grad_scale, 1.0) << "a norm below the bound is not scaled";
-  ops::clip_grad_norm(Device::cpu, &s, 0.0f);
+  clip(0.0f);
   EXPECT_EQ(s.grad_scale, 1.0) << "0: no clipping";
   s.loss_sum = std::numeric_limits<double>::quiet_NaN();
-  ops::clip_grad_norm(Device::cpu, &s, 1.0f);
+  clip(1.0f);
   EXPECT_EQ(s.skip, 1);
   s = ops::StepScalars{.loss_sum = 1, .norm_squares = std::numeric_limits<double>::infinity()};
-  ops::clip_grad_norm(Device::cpu, &s, 1.0f);
+  clip(1.0f);
   EXPECT_EQ(s.skip, 1);
 }
 
