@@ -46,4 +46,8 @@ ParamCounts count_params(const std::vector<UnitSpec>& units) {
   return counts;
 }
 
+ParamCounts count_params(const Model& model, const std::vector<std::string>& freeze) {
+  return count_params(freeze_matching(model.units(), freeze));
+}
+
 }  // namespace zshard

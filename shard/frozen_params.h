@@ -42,5 +42,7 @@ struct ParamCounts {
   int64_t total() const { return trainable + frozen; }
 };
 ParamCounts count_params(const std::vector<UnitSpec>& units);
+// The model's, with `freeze`'s patterns frozen beside what ParamSpec::frozen marks (freeze_matching).
+ParamCounts count_params(const Model& model, const std::vector<std::string>& freeze);
 
 }  // namespace zshard

@@ -50,7 +50,8 @@ Batch StepGraph::stage(int k, const Batch& batch) {
   check_batch("forward_backward", batch, model_.vocab_size(), model_.context_length());
   if (k > 0 && !holds(tokens_[0], batch))
     fail("forward_backward: micro-step ", k, "'s batch is ", batch.B, " x ", batch.T, ", the step's first was ",
-         tokens_[0].shape()[1], " x ", tokens_[0].shape()[2], ": with CUDA graphs a step's micro-batches have one shape");
+         tokens_[0].shape()[1], " x ", tokens_[0].shape()[2],
+         ": with CUDA graphs a step's micro-batches have one shape");
   if (k == 0 && tokens_[0].defined() && !holds(tokens_[0], batch)) drop();
   return copy_tokens(tokens_[size_t(k)], batch);
 }
@@ -60,7 +61,7 @@ Batch StepGraph::stage_evaluation(const Batch& batch) { return copy_tokens(evalu
 void StepGraph::begin_step() {
   if (work_.recorded()) {
     phase_ = Phase::replaying;
-  } else if (plain_steps_ >= 1) {
+  } else if (plain_step_ran_) {
     live_at_begin_ = device_bytes_live();
     work_.begin();
     phase_ = Phase::recording;
@@ -71,7 +72,7 @@ void StepGraph::begin_step() {
 
 void StepGraph::end_step() {
   if (phase_ == Phase::plain) {
-    ++plain_steps_;
+    plain_step_ran_ = true;
     return;
   }
   if (phase_ == Phase::recording) {
@@ -92,7 +93,7 @@ void StepGraph::end_step() {
 
 void StepGraph::drop() {
   work_.drop();
-  plain_steps_ = 0;
+  plain_step_ran_ = false;
   phase_ = Phase::plain;
 }
 

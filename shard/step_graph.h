@@ -6,9 +6,9 @@
 // cuBLASLt's and cuDNN's plans), and replayed from then on: forward_backward then runs no model code and
 // only stages the micro-batch's tokens, and step() launches the graph. What a replay must see anew lives
 // where the recorded copies read it: the tokens in page-locked buffers kept here, AdamW's learning rate
-// and bias corrections and the clip bound in the engine's page-locked settings (ops::set_step_settings). Anything that may
-// move a buffer the recording reads (an evaluation, a load) drops it, and the step after the next plain
-// one records again.
+// and bias corrections and the clip bound in the engine's page-locked settings (ops::set_step_settings).
+// Anything that may move a buffer the recording reads (an evaluation, a load) drops it, and the step after
+// the next plain one records again.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -59,7 +59,7 @@ class StepGraph {
   const Model& model_;
   std::vector<Tensor> tokens_;  // per micro-step: (2, B, T) i32, page-locked, inputs then targets
   Tensor evaluation_tokens_;
-  int plain_steps_ = 0;  // since the recording was last dropped
+  bool plain_step_ran_ = false;  // since the recording was last dropped: the next step may be recorded
   Phase phase_ = Phase::plain;
   int64_t live_at_begin_ = 0;  // device bytes live when the recording began
   int64_t replays_ = 0;

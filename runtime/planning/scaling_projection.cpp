@@ -50,7 +50,8 @@ StrategyOptions projected_strategy(StrategyKind kind, const ProjectionInput& in)
 namespace {
 
 // The bytes of a projected step: one micro-step that gathers every parameter twice (forward, backward)
-// and reduces the gradients of the trainable ones, in shard groups of `group` ranks, `replicas` of them under hybrid (ddp and zero3 span the world);
+// and reduces the gradients of the trainable ones, in shard groups of `group` ranks, `replicas` of them
+// under hybrid (ddp and zero3 span the world);
 // backward's gathers inside secondary groups of `secondary_group` ranks where there are any (> 1).
 CommVolume step_volume(StrategyKind kind, int world, int group, int replicas, int secondary_group,
                        const ProjectionInput& in) {

@@ -28,7 +28,7 @@ int smallest_group_size(const ShardGroups& g) { return *std::min_element(g.sizes
 
 // The model's parameters split as the run would freeze them (ParamSpec::frozen, --freeze): a frozen one is
 // gathered like any other, but has no gradient to reduce, no update to re-gather and no AdamW.
-ParamCounts problem_params(const TuneProblem& p) { return count_params(freeze_matching(p.model->units(), p.freeze)); }
+ParamCounts problem_params(const TuneProblem& p) { return count_params(*p.model, p.freeze); }
 
 // Bytes and collective calls per step of a rank, and of those the gathers nothing prefetches (--max-inflight 1).
 struct CommLoad {

@@ -322,7 +322,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
 
     json rows = json::array();
     // Frozen parameters (--freeze, LoRA's base) get a column of their own: a compute copy, nothing else.
-    const bool frozen = base.model && count_params(freeze_matching(base.model->units(), o.freeze)).frozen > 0;
+    const bool frozen = base.model && count_params(*base.model, o.freeze).frozen > 0;
     std::cout << "zshard-mem: " << (o.model.empty() ? "" : o.model + ", ") << "dtype " << o.dtype
               << (base.model ? ", global batch " + std::to_string(o.batch) + "x" + std::to_string(o.seq) : "")
               << " (per rank; GB = 1e9 bytes" << (o.device == Device::cpu ? "" : "; total: the GPU's, host apart")

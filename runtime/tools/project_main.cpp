@@ -230,7 +230,8 @@ int main(int argc, char** argv) {
     check_modes(strategies, modes, in, nodes);
 
     json doc = {{"tool", "zshard-project"}, {"compute_ms", in.compute_ms}, {"batch", in.batch},
-                {"params", in.params}, {"frozen_params", in.frozen_params}, {"units", in.units}, {"scaling", scaling}, {"node_size", in.node_size},
+                {"params", in.params}, {"frozen_params", in.frozen_params}, {"units", in.units}, {"scaling", scaling},
+                {"node_size", in.node_size},
                 {"intra", {{"name", in.intra.name}, {"alpha_us", in.intra.alpha_us}, {"bandwidth_gbs", in.intra.bandwidth_gbs}}},
                 {"inter", {{"name", in.inter.name}, {"alpha_us", in.inter.alpha_us}, {"bandwidth_gbs", in.inter.bandwidth_gbs},
                            {"all_gather_gbs", inter_all_gather > 0 ? inter_all_gather : in.inter.bandwidth_gbs},
