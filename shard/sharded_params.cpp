@@ -109,18 +109,18 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
     units_.push_back(std::move(u));
     // Every rank initialises the whole unit from the seed, on the host, and keeps its part, so the
     // initial values do not depend on the world size, strategy, device or what is frozen.
+    // The model writes each parameter in place, in its flat buffer's layout.
     const Unit& made = *units_.back();
-    Tensor whole = Tensor::zeros({made.whole.padded_numel()}, kF32, Device::cpu, Category::workspace);
-    model.init_unit(int(i), made.whole.views(whole), seed);
-    std::vector<float> trainable(size_t(made.layout.padded_numel())), frozen(size_t(made.frozen.padded_numel()));
-    for (size_t p = 0; p < made.slots.size(); ++p) {
-      const ParamSlot& slot = made.slots[p];
-      const FlatLayout& to = slot.frozen ? made.frozen : made.layout;
-      const float* from = whole.data<float>() + made.whole.offset(int(p));
-      std::copy_n(from, specs[i].params[p].numel(), (slot.frozen ? frozen : trainable).data() + to.offset(slot.index));
-    }
-    set_unit_params(int(i), trainable.data());
-    set_frozen_params(int(i), frozen.data());
+    const Tensor trainable = Tensor::zeros({made.layout.padded_numel()}, kF32, Device::cpu, Category::workspace);
+    const Tensor frozen = made.has_frozen()
+                              ? Tensor::zeros({made.frozen.padded_numel()}, kF32, Device::cpu, Category::workspace)
+                              : Tensor();
+    model.init_unit(int(i),
+                    in_unit_order(made.slots, made.layout.views(trainable),
+                                  made.has_frozen() ? made.frozen.views(frozen) : UnitTensors{}),
+                    seed);
+    set_unit_params(int(i), trainable.data<float>());
+    if (made.has_frozen()) set_frozen_params(int(i), frozen.data<float>());
   }
   if (placement.offload_optimizer) {
     std::vector<OptimizerOffload::UnitBuffers> buffers;
@@ -180,26 +180,25 @@ Tensor ShardedParams::owned_grads(int unit) const {
   return owned_part(u.layout, shard_index(), u.grad_store);
 }
 
-Tensor ShardedParams::upload(const FlatLayout& layout, const Tensor& resident, const float* full) {
+void ShardedParams::upload(const FlatLayout& layout, const Tensor& resident, const float* full) {
   const Device device = plan_.placement.device;
-  // The part of the buffer this rank keeps, copied to the device in fp32: into the compute copy itself
-  // when that is fp32, else into a staging buffer that the bf16 copy is made from.
   const int64_t begin = params_sharded_ ? layout.shard_begin(shard_index()) : 0, n = resident.numel();
-  const Tensor staged =
-      resident.dtype() == kF32 ? resident : Tensor::empty({n}, kF32, device, Category::workspace);
+  if (resident.dtype() == kF32) return copy_bytes(resident.raw(), device, full + begin, Device::cpu, resident.nbytes());
+  if (device == Device::cpu) return ops::convert(device, resident.raw(), resident.dtype(), full + begin, kF32, size_t(n));
+  // A GPU converts its own memory: the fp32 values go there first.
+  const Tensor staged = Tensor::empty({n}, kF32, device, Category::workspace);
   copy_bytes(staged.raw(), device, full + begin, Device::cpu, staged.nbytes());
-  if (staged.raw() != resident.raw())
-    ops::convert(device, resident.raw(), resident.dtype(), staged.raw(), kF32, size_t(n));
-  return staged.view(layout.shard_begin(shard_index()) - begin, {layout.shard_numel()});
+  ops::convert(device, resident.raw(), resident.dtype(), staged.raw(), kF32, size_t(n));
 }
 
 void ShardedParams::set_unit_params(int unit, const float* full) {
   before_owned_change(unit);
   Unit& u = *units_[unit];
+  upload(u.layout, u.resident, full);
   // The master, where it is a buffer of its own, takes its owned part.
-  const Tensor owned = upload(u.layout, u.resident, full);
-  if (owned.raw() != u.master.raw())
-    copy_bytes(u.master.raw(), u.master.device(), owned.raw(), plan_.placement.device, u.master.nbytes());
+  if (u.master.raw() != owned_compute(u).raw())
+    copy_bytes(u.master.raw(), u.master.device(), full + u.layout.shard_begin(shard_index()), Device::cpu,
+               u.master.nbytes());
   quantize_shard(u.layout, u.gather_blocks, u.resident, u.quantized);
 }
 

@@ -183,9 +183,8 @@ class ShardedParams : public ParamContext {
   };
 
   Tensor owned_compute(const Unit& u) const;  // this rank's part of the compute copy
-  // Writes this rank's part of a compute-copy buffer (full, or the shard) from a full flat host buffer;
-  // returns the owned shard's values in fp32 on the device (a view of `resident` when that is fp32).
-  Tensor upload(const FlatLayout& layout, const Tensor& resident, const float* full);
+  // Writes this rank's part of a compute-copy buffer (full, or the shard) from a full flat host buffer.
+  void upload(const FlatLayout& layout, const Tensor& resident, const float* full);
   std::vector<float> full_frozen_params(int unit);  // frozen_layout's padded_numel, fp32, host; collective
   void copy_master_to_compute(int unit);  // where the master is a buffer of its own
   // all_gather over the shard group; a group of one is a device copy (null Work): it moves nothing,

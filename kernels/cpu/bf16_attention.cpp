@@ -13,6 +13,7 @@
 namespace zshard::cpu {
 
 using bf16_math::Fp32;
+using bf16_math::in_blocks;
 
 namespace {
 
@@ -72,19 +73,25 @@ void attention_backward<bf16>(bf16* dqkv, const bf16* dout, const bf16* qkv, con
 
 template <>
 void fused_attention_forward<bf16>(bf16* out, float* lse, const bf16* qkv, int B, int Tn, int C, int NH) {
-  const size_t rows = size_t(B) * Tn;
-  const Fp32 qkv32(qkv, rows * 3 * C), out32(rows * C);
-  fused_attention_forward<float>(out32.get(), lse, qkv32.get(), B, Tn, C, NH);
-  out32.round_into(out);
+  const size_t row = size_t(Tn) * C, stats = size_t(NH) * Tn;  // a sequence's (T, C) and (heads, T)
+  in_blocks(size_t(B), 4 * row * sizeof(float), [&](size_t first, size_t count) {
+    const Fp32 qkv32(qkv + first * 3 * row, count * 3 * row), out32(count * row);
+    fused_attention_forward<float>(out32.get(), lse + first * stats, qkv32.get(), int(count), Tn, C, NH);
+    out32.round_into(out + first * row);
+  });
 }
 
 template <>
 void fused_attention_backward<bf16>(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                                     int B, int Tn, int C, int NH) {
-  const size_t rows = size_t(B) * Tn;
-  const Fp32 qkv32(qkv, rows * 3 * C), dout32(dout, rows * C), out32(out, rows * C), dqkv32(rows * 3 * C);
-  fused_attention_backward<float>(dqkv32.get(), dout32.get(), qkv32.get(), out32.get(), lse, B, Tn, C, NH);
-  dqkv32.round_into(dqkv);
+  const size_t row = size_t(Tn) * C, stats = size_t(NH) * Tn;  // as in the forward
+  in_blocks(size_t(B), 8 * row * sizeof(float), [&](size_t first, size_t count) {
+    const Fp32 qkv32(qkv + first * 3 * row, count * 3 * row), dout32(dout + first * row, count * row),
+        out32(out + first * row, count * row), dqkv32(count * 3 * row);
+    fused_attention_backward<float>(dqkv32.get(), dout32.get(), qkv32.get(), out32.get(), lse + first * stats,
+                                    int(count), Tn, C, NH);
+    dqkv32.round_into(dqkv + first * 3 * row);
+  });
 }
 
 }  // namespace zshard::cpu

@@ -1,6 +1,7 @@
 // What the bf16 CPU ops share (kernels/cpu/bf16_ops.cpp, bf16_attention.cpp): fp32 working copies of bf16
 // arrays, from the tracking allocator, and the GEMM's argument checks.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 
 #include <zshard/dtype.h>
@@ -8,16 +9,30 @@
 
 namespace zshard::cpu::bf16_math {
 
+// The most an op's fp32 copies take at once: each op copies its arrays a block of rows (or sequences, or
+// tiles) at a time, so that its scratch does not grow with the batch. Whole copies would cost twice the
+// bf16 bytes of the largest arrays at once: an LM head's logits, a layer's activations.
+inline constexpr size_t kOpScratchBytes = size_t(64) << 20;
+
+// op(first, count) over [0, items) in blocks whose fp32 copies, `bytes_per_item` an item, fit
+// kOpScratchBytes: at least one item a block, and one block where all fit.
+template <class Op>
+void in_blocks(size_t items, size_t bytes_per_item, Op&& op) {
+  const size_t block = std::max<size_t>(1, kOpScratchBytes / std::max<size_t>(bytes_per_item, 1));
+  for (size_t first = 0; first < items; first += block) op(first, std::min(block, items - first));
+}
+
 // An fp32 copy of a bf16 array for the length of one op (Category::workspace). Made from a null pointer
 // it is null too, so that an op's optional array (a bias, a position table) stays absent.
 class Fp32 {
  public:
   explicit Fp32(size_t n);             // uninitialised: an output the op sets
   Fp32(const bf16* values, size_t n);  // the values, widened exactly
-  // `rows` rows of `cols` elements, `ld` apart, in the same layout; the elements between rows are 0.
+  // `rows` rows of `cols` elements, `ld` apart, copied `cols` apart.
   Fp32(const bf16* values, int rows, int cols, int ld);
   float* get() const { return absent_ ? nullptr : static_cast<float*>(buffer_.data()); }
-  // The one rounding of an op's result: dst[i] = bf16(get()[i]), over the whole array or its rows.
+  // The one rounding of an op's result: dst[i] = bf16(get()[i]), over the whole array, or its `rows` rows
+  // of `cols` into rows `ld` apart.
   void round_into(bf16* dst) const;
   void round_rows_into(bf16* dst, int rows, int cols, int ld) const;
 

@@ -25,12 +25,10 @@ Fp32::Fp32(const bf16* values, size_t n) : Fp32(n) {
   for (size_t i = 0; i < n; ++i) out[i] = float(values[i]);
 }
 
-Fp32::Fp32(const bf16* values, int rows, int cols, int ld)
-    : Fp32(rows > 0 ? size_t(rows - 1) * size_t(ld) + size_t(cols) : 0) {
+Fp32::Fp32(const bf16* values, int rows, int cols, int ld) : Fp32(size_t(rows) * size_t(cols)) {
   float* out = get();
-  std::fill(out, out + n_, 0.f);
   for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) out[size_t(r) * ld + c] = float(values[size_t(r) * ld + c]);
+    for (int c = 0; c < cols; ++c) out[size_t(r) * cols + c] = float(values[size_t(r) * ld + c]);
 }
 
 void Fp32::round_into(bf16* dst) const {
@@ -42,12 +40,13 @@ void Fp32::round_into(bf16* dst) const {
 void Fp32::round_rows_into(bf16* dst, int rows, int cols, int ld) const {
   const float* in = get();
   for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) dst[size_t(r) * ld + c] = bf16(in[size_t(r) * ld + c]);
+    for (int c = 0; c < cols; ++c) dst[size_t(r) * ld + c] = bf16(in[size_t(r) * cols + c]);
 }
 
 }  // namespace bf16_math
 
 using bf16_math::Fp32;
+using bf16_math::in_blocks;
 
 namespace {
 float wide(bf16 x) { return float(x); }
@@ -102,19 +101,27 @@ void embedding_backward<bf16>(bf16* dwte, bf16* dwpe, const bf16* dout, const in
 template <>
 void layernorm_forward<bf16>(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
                              const bf16* bias, int N, int C) {
-  const size_t n = size_t(N) * C;
-  const Fp32 x(inp, n), w(weight, size_t(C)), b(bias, size_t(C)), o(n);
-  layernorm_forward<float>(o.get(), mean, rstd, x.get(), w.get(), b.get(), N, C);
-  o.round_into(out);
+  const Fp32 w(weight, size_t(C)), b(bias, size_t(C));
+  in_blocks(size_t(N), 2 * C * sizeof(float), [&](size_t first, size_t rows) {
+    const size_t at = first * C, n = rows * C;
+    const Fp32 x(inp + at, n), o(n);
+    layernorm_forward<float>(o.get(), mean + first, rstd + first, x.get(), w.get(), b.get(), int(rows), C);
+    o.round_into(out + at);
+  });
 }
 
 template <>
 void layernorm_backward<bf16>(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout, const bf16* inp,
                               const bf16* weight, const float* mean, const float* rstd, int N, int C) {
-  const size_t n = size_t(N) * C;
-  const Fp32 dx(dinp, n), dw(dweight, size_t(C)), db(dbias, size_t(C)), d(dout, n), x(inp, n), w(weight, size_t(C));
-  layernorm_backward<float>(dx.get(), dw.get(), db.get(), d.get(), x.get(), w.get(), mean, rstd, N, C);
-  dx.round_into(dinp);
+  // The gain's and bias's gradients sum over every block in fp32, row after row, and round once.
+  const Fp32 dw(dweight, size_t(C)), db(dbias, size_t(C)), w(weight, size_t(C));
+  in_blocks(size_t(N), 3 * C * sizeof(float), [&](size_t first, size_t rows) {
+    const size_t at = first * C, n = rows * C;
+    const Fp32 dx(dinp + at, n), d(dout + at, n), x(inp + at, n);
+    layernorm_backward<float>(dx.get(), dw.get(), db.get(), d.get(), x.get(), w.get(), mean + first, rstd + first,
+                              int(rows), C);
+    dx.round_into(dinp + at);
+  });
   dw.round_into(dweight);
   db.round_into(dbias);
 }
@@ -129,19 +136,25 @@ void layernorm_residual_forward<bf16>(bf16* residual, bf16* out, float* mean, fl
 
 template <>
 void rmsnorm_forward<bf16>(bf16* out, float* rstd, const bf16* inp, const bf16* weight, int N, int C, float eps) {
-  const size_t n = size_t(N) * C;
-  const Fp32 x(inp, n), w(weight, size_t(C)), o(n);
-  rmsnorm_forward<float>(o.get(), rstd, x.get(), w.get(), N, C, eps);
-  o.round_into(out);
+  const Fp32 w(weight, size_t(C));
+  in_blocks(size_t(N), 2 * C * sizeof(float), [&](size_t first, size_t rows) {
+    const size_t at = first * C, n = rows * C;
+    const Fp32 x(inp + at, n), o(n);
+    rmsnorm_forward<float>(o.get(), rstd + first, x.get(), w.get(), int(rows), C, eps);
+    o.round_into(out + at);
+  });
 }
 
 template <>
 void rmsnorm_backward<bf16>(bf16* dinp, bf16* dweight, const bf16* dout, const bf16* inp, const bf16* weight,
                             const float* rstd, int N, int C) {
-  const size_t n = size_t(N) * C;
-  const Fp32 dx(dinp, n), dw(dweight, size_t(C)), d(dout, n), x(inp, n), w(weight, size_t(C));
-  rmsnorm_backward<float>(dx.get(), dw.get(), d.get(), x.get(), w.get(), rstd, N, C);
-  dx.round_into(dinp);
+  const Fp32 dw(dweight, size_t(C)), w(weight, size_t(C));  // dw as layernorm_backward's
+  in_blocks(size_t(N), 3 * C * sizeof(float), [&](size_t first, size_t rows) {
+    const size_t at = first * C, n = rows * C;
+    const Fp32 dx(dinp + at, n), d(dout + at, n), x(inp + at, n);
+    rmsnorm_backward<float>(dx.get(), dw.get(), d.get(), x.get(), w.get(), rstd + first, int(rows), C);
+    dx.round_into(dinp + at);
+  });
   dw.round_into(dweight);
 }
 
@@ -154,16 +167,22 @@ void rmsnorm_residual_forward<bf16>(bf16* residual, bf16* out, float* rstd, cons
 
 template <>
 void rope_forward<bf16>(bf16* x, int B, int Tn, int NH, int HS, float theta) {
-  const Fp32 v(x, size_t(B) * Tn * NH * HS);
-  rope_forward<float>(v.get(), B, Tn, NH, HS, theta);
-  v.round_into(x);
+  const size_t sequence = size_t(Tn) * NH * HS;
+  in_blocks(size_t(B), sequence * sizeof(float), [&](size_t first, size_t count) {
+    const Fp32 v(x + first * sequence, count * sequence);
+    rope_forward<float>(v.get(), int(count), Tn, NH, HS, theta);
+    v.round_into(x + first * sequence);
+  });
 }
 
 template <>
 void rope_backward<bf16>(bf16* dx, int B, int Tn, int NH, int HS, float theta) {
-  const Fp32 v(dx, size_t(B) * Tn * NH * HS);
-  rope_backward<float>(v.get(), B, Tn, NH, HS, theta);
-  v.round_into(dx);
+  const size_t sequence = size_t(Tn) * NH * HS;
+  in_blocks(size_t(B), sequence * sizeof(float), [&](size_t first, size_t count) {
+    const Fp32 v(dx + first * sequence, count * sequence);
+    rope_backward<float>(v.get(), int(count), Tn, NH, HS, theta);
+    v.round_into(dx + first * sequence);
+  });
 }
 
 template <>
@@ -171,43 +190,55 @@ void gqa_pack_backward<bf16>(bf16* dq, bf16* dk, bf16* dv, const bf16* dqkv, int
                              int HS) {
   ZS_CHECK(NKV > 0 && NH % NKV == 0, "gqa_pack_backward: ", NH, " query heads do not share ", NKV,
            " kv heads evenly");
-  const size_t rows = size_t(B) * Tn, q = rows * NH * HS, kv = rows * NKV * HS;
-  const Fp32 gq(dq, q), gk(dk, kv), gv(dv, kv), in(dqkv, 3 * q);
-  gqa_pack_backward<float>(gq.get(), gk.get(), gv.get(), in.get(), B, Tn, NH, NKV, HS);
-  gq.round_into(dq);
-  gk.round_into(dk);
-  gv.round_into(dv);
+  const size_t q = size_t(Tn) * NH * HS, kv = size_t(Tn) * NKV * HS;  // a sequence's
+  in_blocks(size_t(B), (4 * q + 2 * kv) * sizeof(float), [&](size_t first, size_t count) {
+    const Fp32 gq(dq + first * q, count * q), gk(dk + first * kv, count * kv), gv(dv + first * kv, count * kv),
+        in(dqkv + first * 3 * q, count * 3 * q);
+    gqa_pack_backward<float>(gq.get(), gk.get(), gv.get(), in.get(), int(count), Tn, NH, NKV, HS);
+    gq.round_into(dq + first * q);
+    gk.round_into(dk + first * kv);
+    gv.round_into(dv + first * kv);
+  });
 }
 
 template <>
 void swiglu_forward<bf16>(bf16* out, const bf16* gate, const bf16* up, size_t n) {
-  const Fp32 g(gate, n), u(up, n), o(n);
-  swiglu_forward<float>(o.get(), g.get(), u.get(), n);
-  o.round_into(out);
+  in_blocks(n, 3 * sizeof(float), [&](size_t first, size_t count) {
+    const Fp32 g(gate + first, count), u(up + first, count), o(count);
+    swiglu_forward<float>(o.get(), g.get(), u.get(), count);
+    o.round_into(out + first);
+  });
 }
 
 template <>
 void swiglu_backward<bf16>(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, size_t n,
                            InputGrad mode) {
   const bool set = mode == InputGrad::set;  // then the fp32 op does not read the gradients' old values
-  const Fp32 dg = set ? Fp32(n) : Fp32(dgate, n), du = set ? Fp32(n) : Fp32(dup, n), d(dout, n), g(gate, n), u(up, n);
-  swiglu_backward<float>(dg.get(), du.get(), d.get(), g.get(), u.get(), n, mode);
-  dg.round_into(dgate);
-  du.round_into(dup);
+  in_blocks(n, 5 * sizeof(float), [&](size_t first, size_t count) {
+    const Fp32 dg = set ? Fp32(count) : Fp32(dgate + first, count), du = set ? Fp32(count) : Fp32(dup + first, count),
+               d(dout + first, count), g(gate + first, count), u(up + first, count);
+    swiglu_backward<float>(dg.get(), du.get(), d.get(), g.get(), u.get(), count, mode);
+    dg.round_into(dgate + first);
+    du.round_into(dup + first);
+  });
 }
 
 template <>
 void gelu_forward<bf16>(bf16* out, const bf16* inp, size_t n) {
-  const Fp32 x(inp, n), o(n);
-  gelu_forward<float>(o.get(), x.get(), n);
-  o.round_into(out);
+  in_blocks(n, 2 * sizeof(float), [&](size_t first, size_t count) {
+    const Fp32 x(inp + first, count), o(count);
+    gelu_forward<float>(o.get(), x.get(), count);
+    o.round_into(out + first);
+  });
 }
 
 template <>
 void gelu_backward<bf16>(bf16* dinp, const bf16* inp, const bf16* dout, size_t n) {
-  const Fp32 dx(dinp, n), x(inp, n), d(dout, n);
-  gelu_backward<float>(dx.get(), x.get(), d.get(), n);
-  dx.round_into(dinp);
+  in_blocks(n, 3 * sizeof(float), [&](size_t first, size_t count) {
+    const Fp32 dx(dinp + first, count), x(inp + first, count), d(dout + first, count);
+    gelu_backward<float>(dx.get(), x.get(), d.get(), count);
+    dx.round_into(dinp + first);
+  });
 }
 
 template <>
@@ -222,19 +253,6 @@ void residual_backward<bf16>(bf16* da, bf16* db, const bf16* dout, size_t n) {
     da[i] = bf16(wide(da[i]) + d);
     db[i] = bf16(wide(db[i]) + d);
   }
-}
-
-// cuBLAS's bf16 GEMM with fp32 compute: the bf16 operands exactly, fp32 products and sums, C read and
-// written in bf16, one rounding per element.
-template <>
-void gemm<bf16>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
-                const bf16* B, int ldb, float beta, bf16* C, int ldc) {
-  bf16_math::check_gemm_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
-  if (M == 0 || N == 0) return;
-  const Fp32 a(A, trans_a ? K : M, trans_a ? M : K, lda), b(B, trans_b ? N : K, trans_b ? K : N, ldb);
-  const Fp32 c(C, M, N, ldc);
-  gemm<float>(trans_a, trans_b, M, N, K, alpha, a.get(), lda, b.get(), ldb, beta, c.get(), ldc);
-  c.round_rows_into(C, M, N, ldc);
 }
 
 // The bias is added to the GEMM's rounded output, and the sum rounded again, as the CUDA twin's bias kernel
@@ -260,18 +278,34 @@ void linear_backward<bf16>(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* d
 }
 
 // Each row's loss and logits gradient in fp32 from the bf16 logits, each rounded once; the returned sum is
-// of the fp32 losses, as the CUDA twin's. dlogits may alias logits.
+// of the fp32 losses in row order, as the CUDA twin's. dlogits may alias logits. The rows go in blocks whose
+// fp32 copy stays within kOpScratchBytes: all rows at once would take four bytes a logit.
+namespace {
+int64_t cross_entropy_block_rows(int64_t N, int V) {
+  return std::clamp<int64_t>(int64_t(bf16_math::kOpScratchBytes / (size_t(V) * sizeof(float))), 1, std::max<int64_t>(N, 1));
+}
+}  // namespace
+
+int64_t bf16_cross_entropy_scratch_bytes(int64_t N, int V) {
+  return (cross_entropy_block_rows(N, V) * V + std::max<int64_t>(N, 1)) * int64_t(sizeof(float));
+}
+
 template <>
 double cross_entropy_forward_backward<bf16>(bf16* dlogits, bf16* losses, const bf16* logits,
                                             const int32_t* targets, int N, int V, int ld, float dloss) {
   ZS_CHECK(ld >= V, "cross_entropy: row stride ", ld, " below the row length ", V);
-  const bool in_place = dlogits == logits;
-  const size_t extent = N > 0 ? size_t(N - 1) * size_t(ld) + size_t(V) : 0;
-  const Fp32 x(logits, N, V, ld), loss(static_cast<size_t>(N)), separate(dlogits && !in_place ? extent : 0);
-  float* d = !dlogits ? nullptr : in_place ? x.get() : separate.get();
-  const double total = cross_entropy_forward_backward<float>(d, loss.get(), x.get(), targets, N, V, ld, dloss);
+  const Fp32 loss(static_cast<size_t>(N));
+  const int block = int(cross_entropy_block_rows(N, V));
+  for (int first = 0; first < N; first += block) {
+    const int rows = std::min(block, N - first);
+    const Fp32 x(logits + size_t(first) * ld, rows, V, ld);  // the gradient overwrites it
+    cross_entropy_forward_backward<float>(dlogits ? x.get() : nullptr, loss.get() + first, x.get(), targets + first,
+                                          rows, V, V, dloss);
+    if (dlogits) x.round_rows_into(dlogits + size_t(first) * ld, rows, V, ld);
+  }
+  double total = 0;
+  for (int i = 0; i < N; ++i) total += double(loss.get()[i]);
   loss.round_into(losses);
-  if (dlogits) (in_place ? x : separate).round_rows_into(dlogits, N, V, ld);
   return total;
 }
 

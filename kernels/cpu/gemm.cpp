@@ -1,4 +1,4 @@
-// GEMM through OpenBLAS (row-major CBLAS).
+// GEMM through OpenBLAS (row-major CBLAS); the bf16 GEMM over fp32 copies of tiles of its operands.
 #include <cblas.h>
 
 #include <algorithm>
@@ -40,6 +40,55 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, Compute<T> alpha, con
   bf16_math::check_gemm_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   blas_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// The tiles of the bf16 GEMM: C's rows and columns and the sum's depth, halved, the largest first, until the
+// fp32 copies of an A, a B and a C tile fit kOpScratchBytes. A problem that fits is one tile, so that small
+// GEMMs are a single sgemm; an LM head's is several, where whole copies of its weight and logits would take
+// gigabytes for a large vocabulary.
+namespace {
+struct GemmTiles {
+  int m, n, k;
+};
+GemmTiles gemm_tiles(int M, int N, int K) {
+  constexpr int kSmallest = 256;  // below this sgemm loses its speed, and the copies are small anyway
+  GemmTiles t{M, N, std::max(K, 1)};
+  const auto bytes = [&t] {
+    return sizeof(float) * (size_t(t.m) * t.k + size_t(t.k) * t.n + size_t(t.m) * t.n);
+  };
+  while (bytes() > bf16_math::kOpScratchBytes) {
+    int& largest = t.m >= t.n && t.m >= t.k ? t.m : t.n >= t.k ? t.n : t.k;
+    if (largest <= kSmallest) break;
+    largest = (largest + 1) / 2;
+  }
+  return t;
+}
+}  // namespace
+
+// cuBLAS's bf16 GEMM with fp32 compute: the bf16 operands exactly, fp32 products and sums (a C tile sums
+// its depth tiles in fp32), C read and written in bf16, one rounding per element.
+template <>
+void gemm<bf16>(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+                const bf16* B, int ldb, float beta, bf16* C, int ldc) {
+  using bf16_math::Fp32;
+  bf16_math::check_gemm_args(trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  const GemmTiles t = gemm_tiles(M, N, K);
+  for (int i = 0; i < M; i += t.m)
+    for (int j = 0; j < N; j += t.n) {
+      const int m = std::min(t.m, M - i), n = std::min(t.n, N - j);
+      bf16* c_tile = C + size_t(i) * ldc + j;
+      const Fp32 c(c_tile, m, n, ldc);
+      for (int p = 0; p < K || p == 0; p += t.k) {
+        const int k = std::min(t.k, K - p);
+        // op(A)'s rows i.. and columns p.., op(B)'s rows p.. and columns j.., each copied dense.
+        const Fp32 a = trans_a ? Fp32(A + size_t(p) * lda + i, k, m, lda) : Fp32(A + size_t(i) * lda + p, m, k, lda);
+        const Fp32 b = trans_b ? Fp32(B + size_t(j) * ldb + p, n, k, ldb) : Fp32(B + size_t(p) * ldb + j, k, n, ldb);
+        gemm<float>(trans_a, trans_b, m, n, k, alpha, a.get(), std::max(1, trans_a ? m : k), b.get(),
+                    std::max(1, trans_b ? k : n), p == 0 ? beta : 1.f, c.get(), n);
+      }
+      c.round_rows_into(c_tile, m, n, ldc);
+    }
 }
 
 template void gemm<float>(bool, bool, int, int, int, float, const float*, int, const float*, int, float,

@@ -47,47 +47,69 @@ template void linear_epilogue_backward<double>(double*, double*, double*, double
 namespace {
 
 using bf16_math::Fp32;
+using bf16_math::in_blocks;
 
-// sums[c] += bf16(the fp32 sum of column c of x (rows, cols)): the epilogue's bias gradient, added once more.
-void add_rounded_column_sums(bf16* sums, const float* x, int rows, int cols) {
-  std::vector<float> column(size_t(cols), 0.f);
-  detail::add_column_sums(column.data(), x, rows, cols);
-  for (int c = 0; c < cols; ++c) sums[c] = bf16(float(sums[c]) + float(bf16(column[c])));
-}
+// A bias gradient's fp32 column sums over the row blocks of an (N, cols) matrix, then added to the bf16
+// gradient once, rounded to bf16 first: the epilogue's bias gradient, added once more. Null: no gradient.
+class RoundedColumnSums {
+ public:
+  RoundedColumnSums(bf16* gradient, int cols) : gradient_(gradient), sums_(gradient ? size_t(cols) : 0, 0.f) {}
+  void add(const float* x, size_t rows) {
+    if (gradient_) detail::add_column_sums(sums_.data(), x, int(rows), int(sums_.size()));
+  }
+  void add_to_gradient() const {
+    for (size_t c = 0; c < sums_.size(); ++c) gradient_[c] = bf16(float(gradient_[c]) + float(bf16(sums_[c])));
+  }
+
+ private:
+  bf16* gradient_;
+  std::vector<float> sums_;
+};
 
 }  // namespace
 
+// The rows go in blocks whose fp32 copies fit bf16_math::kOpScratchBytes; the weight is copied once.
 template <>
 void linear_epilogue_forward<bf16>(bf16* out, bf16* pre, const bf16* inp, const bf16* weight, const bf16* bias, int N,
                                    int C, int OC) {
-  const size_t n = size_t(N) * OC;
-  const Fp32 x(inp, size_t(N) * C), w(weight, size_t(C) * OC), acc(n);
-  gemm<float>(false, false, N, OC, C, 1.f, x.get(), C, w.get(), OC, 0.f, acc.get(), OC);
-  float* z = acc.get();
-  if (bias)
-    for (size_t i = 0; i < n; ++i) z[i] += float(bias[i % size_t(OC)]);
-  if (pre)
-    for (size_t i = 0; i < n; ++i) {
-      pre[i] = bf16(z[i]);
-      z[i] = detail::gelu(z[i]);
-    }
-  acc.round_into(out);
+  const Fp32 w(weight, size_t(C) * OC);
+  in_blocks(size_t(N), size_t(C + OC) * sizeof(float), [&](size_t first, size_t rows) {
+    const size_t n = rows * OC, at = first * OC;
+    const Fp32 x(inp + first * C, rows * C), acc(n);
+    gemm<float>(false, false, int(rows), OC, C, 1.f, x.get(), C, w.get(), OC, 0.f, acc.get(), OC);
+    float* z = acc.get();
+    if (bias)
+      for (size_t i = 0; i < n; ++i) z[i] += float(bias[i % size_t(OC)]);
+    if (pre)
+      for (size_t i = 0; i < n; ++i) {
+        pre[at + i] = bf16(z[i]);
+        z[i] = detail::gelu(z[i]);
+      }
+    acc.round_into(out + at);
+  });
 }
 
 template <>
 void linear_epilogue_backward<bf16>(bf16* dinp, bf16* dweight, bf16* dbias, bf16* pre_dbias, const bf16* dout,
                                     const bf16* inp, const bf16* pre, const bf16* weight, int N, int C, int OC) {
   ZS_CHECK(dinp, "linear_epilogue_backward: dinp is required");
-  const Fp32 d(dout, size_t(N) * OC), w(weight, size_t(C) * OC), g(size_t(N) * C);
-  gemm<float>(false, true, N, C, OC, 1.f, d.get(), OC, w.get(), OC, 0.f, g.get(), C);
-  if (pre) {
-    float* v = g.get();
-    for (size_t i = 0; i < size_t(N) * C; ++i) v[i] *= detail::gelu_grad(float(pre[i]));
-    if (pre_dbias) add_rounded_column_sums(pre_dbias, v, N, C);
-  }
-  g.round_into(dinp);
+  const Fp32 w(weight, size_t(C) * OC);
+  RoundedColumnSums pre_bias_grad(pre ? pre_dbias : nullptr, C), bias_grad(dbias, OC);
+  in_blocks(size_t(N), size_t(C + OC) * sizeof(float), [&](size_t first, size_t rows) {
+    const size_t at = first * C;
+    const Fp32 d(dout + first * OC, rows * OC), g(rows * C);
+    gemm<float>(false, true, int(rows), C, OC, 1.f, d.get(), OC, w.get(), OC, 0.f, g.get(), C);
+    if (pre) {
+      float* v = g.get();
+      for (size_t i = 0; i < rows * C; ++i) v[i] *= detail::gelu_grad(float(pre[at + i]));
+      pre_bias_grad.add(v, rows);
+    }
+    g.round_into(dinp + at);
+    bias_grad.add(d.get(), rows);
+  });
+  pre_bias_grad.add_to_gradient();
   if (dweight) gemm<bf16>(true, false, C, OC, N, 1.f, inp, C, dout, OC, 1.f, dweight, OC);
-  if (dbias) add_rounded_column_sums(dbias, d.get(), N, OC);
+  bias_grad.add_to_gradient();
 }
 
 }  // namespace zshard::cpu

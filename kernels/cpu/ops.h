@@ -149,6 +149,9 @@ void residual_backward(T* da, T* db, const T* dout, size_t n);
 template <class T>
 double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
                                       int V, int ld, Compute<T> dloss);
+// The fp32 copies the bf16 cross-entropy holds at once for N rows of V logits: the rows a block at a time,
+// within kernels/cpu/bf16_math.h's bound, and every row's loss. The memory estimator counts them.
+int64_t bf16_cross_entropy_scratch_bytes(int64_t N, int V);
 
 struct AdamWParams {
   float lr = 1e-3f;

@@ -93,6 +93,7 @@ json to_json(const MemoryEstimate& e) {
           {"gathered_in_flight_bytes", e.gathered_in_flight},
           {"comm_buffer_bytes", e.comm_buffers},
           {"activation_bytes", e.activations},
+          {"op_scratch_bytes", e.op_scratch},
           {"checkpoint_snapshot_bytes", e.checkpoint_snapshot},
           {"total_bytes", e.total()}};
 }
@@ -323,6 +324,8 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     json rows = json::array();
     // Frozen parameters (--freeze, LoRA's base) get a column of their own: a compute copy, nothing else.
     const bool frozen = base.model && count_params(*base.model, o.freeze).frozen > 0;
+    // The ops' scratch is counted where it is large: the cpu's bf16 ops copy their arrays to fp32.
+    const bool scratch = base.model && plan.placement.device == Device::cpu && plan.placement.param_dtype == DType::bf16;
     std::cout << "zshard-mem: " << (o.model.empty() ? "" : o.model + ", ") << "dtype " << o.dtype
               << (base.model ? ", global batch " + std::to_string(o.batch) + "x" + std::to_string(o.seq) : "")
               << " (per rank; GB = 1e9 bytes" << (o.device == Device::cpu ? "" : "; total: the GPU's, host apart")
@@ -331,7 +334,8 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
               << std::setw(12) << "params" << std::setw(frozen ? 12 : 0) << (frozen ? "frozen" : "") << std::setw(12)
               << "grads" << std::setw(12) << "optimizer"
               << std::setw(12) << "host" << std::setw(12) << "states" << std::setw(12) << "in flight"
-              << std::setw(12) << "comm" << std::setw(12) << "activations" << std::setw(o.async_saves ? 12 : 0)
+              << std::setw(12) << "comm" << std::setw(12) << "activations" << std::setw(scratch ? 12 : 0)
+              << (scratch ? "scratch" : "") << std::setw(o.async_saves ? 12 : 0)
               << (o.async_saves ? "snapshot" : "") << std::setw(12) << "total"
               << (device ? "  max batch/rank" : "") << "\n";
     for (const std::string& s : o.strategies) {
@@ -348,6 +352,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
           if (frozen) columns.push_back(e.model_states.frozen);
           columns.insert(columns.end(), {e.model_states.grads, e.model_states.optimizer, e.model_states.host,
                                          e.model_states.total(), e.gathered_in_flight, e.comm_buffers, e.activations});
+          if (scratch) columns.push_back(e.op_scratch);
           if (o.async_saves) columns.push_back(e.checkpoint_snapshot);
           columns.push_back(e.total());
           for (int64_t v : columns)

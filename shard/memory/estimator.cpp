@@ -10,6 +10,7 @@
 
 #include <zshard/error.h>
 
+#include "kernels/cpu/ops.h"
 #include "shard/checkpoint_format.h"
 #include "shard/chunk_blocks.h"
 #include "shard/flat_unit.h"
@@ -161,6 +162,10 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
 
   const DType act = d.param_bytes == 2 ? DType::bf16 : DType::f32;
   e.activations = in.model->activation_bytes(std::max(1, in.rank_batch), in.seq, act);
+  if (device == Device::cpu && act == DType::bf16) {
+    const int64_t tokens = int64_t(std::max(1, in.rank_batch)) * in.seq;
+    e.op_scratch = cpu::bf16_cross_entropy_scratch_bytes(tokens, in.model->vocab_size());
+  }
   return e;
 }
 

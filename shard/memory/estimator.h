@@ -4,9 +4,10 @@
 // Works from any Model (every term: its units, padded by the flat-layout code that shards them, and its
 // activation_bytes in the recompute mode and attention set on it: blocks attention's (B, heads, T, T)
 // probabilities, or fused attention's (B, heads, T) statistics) or from a bare parameter count (model states
-// only: without units there is nothing to size the other terms from). Left out: the short-lived scratch of
-// the ops (the report's `workspace`): blocks attention's score gradients (up to 256 MiB, or one sequence's if
-// that is more; fused attention has none), cuDNN's workspace and a few bytes per token.
+// only: without units there is nothing to size the other terms from). Of the ops' short-lived scratch (the
+// report's `workspace`) it counts the cpu's bf16 ops' fp32 copies, as the cross-entropy's block of logits
+// (op_scratch). Left out: blocks attention's score gradients (up to 256 MiB, or one sequence's if that is
+// more; fused attention has none), cuDNN's workspace and a few bytes per token.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -45,6 +46,10 @@ struct MemoryEstimate {
   int64_t gathered_in_flight = 0;  // full parameter units alive at once (zero3/hybrid)
   int64_t comm_buffers = 0;        // transient full-size gradients and reduce-scatter outputs
   int64_t activations = 0;
+  // On the cpu in bf16, the fp32 copies an op makes of its arrays, a block at a time: at the head, the
+  // cross-entropy's block of logits, the largest where the vocabulary is more than three times as wide as
+  // the MLP (GPT-2's and Llama's; the tiny test models' MLP backward copies more, 1.5 MiB against 0.5).
+  int64_t op_scratch = 0;
   // Asynchronous saves: the fp32 master and Adam m and v a rank of the first shard group copies into host
   // memory (page-locked on a GPU) for its writer, at most: state already in host memory is copied only
   // where training overtakes the writer. The other groups' ranks write nothing.
@@ -53,7 +58,8 @@ struct MemoryEstimate {
   int64_t host_apart() const { return device == Device::cpu ? 0 : model_states.host + checkpoint_snapshot; }
   // The device's peak, what budgets are checked against (on the cpu, host bytes included).
   int64_t total() const {
-    return model_states.total() + checkpoint_snapshot - host_apart() + gathered_in_flight + comm_buffers + activations;
+    return model_states.total() + checkpoint_snapshot - host_apart() + gathered_in_flight + comm_buffers + activations +
+           op_scratch;
   }
 };
 
