@@ -6,11 +6,13 @@
 #   benchmarks/lora_memory.sh BUILD_DIR OUT_DIR
 # Environment: MODEL_FLAGS ("--model llama-3.2-1b --layers 2"), LORA ("--lora-rank 16 --lora-targets
 # q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"), STRATEGIES (ddp zero1 zero2 zero3 hybrid),
-# MODES (full lora), BATCH (4), SEQ (64), STEPS (2).
+# MODES (full lora), BATCH (4), SEQ (64), STEPS (2), BLAS_THREADS (1: OpenBLAS threads per rank, for a host
+# with cores to spare).
 set -euo pipefail
 build=$(realpath "$1") out=$(realpath -m "$2")
 mkdir -p "$out"
 source "$(dirname "$0")/../scripts/mpi-env.sh"
+export OPENBLAS_NUM_THREADS=${BLAS_THREADS:-1}
 model_flags=${MODEL_FLAGS:---model llama-3.2-1b --layers 2}
 lora=${LORA:---lora-rank 16 --lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj}
 echo "| mode | strategy | states MiB measured / predicted | frozen MiB | peak MiB | step s | comm MiB/step measured / theory |"

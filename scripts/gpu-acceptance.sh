@@ -8,7 +8,8 @@
 #                                          more call with fixes)
 #                                          (ZSHARD_GPU_STEPS="tiny gpt2 ..." runs only those, with setup
 #                                          and build: a second call finishing what the first ran out of,
-#                                          or async-save, which is not in the default plan)
+#                                          or async-save or finetune-host, which are not in the default
+#                                          plan)
 #   scripts/gpu-acceptance.sh --dry-run    anywhere (CI): the plan with every step's time limit, each GPU
 #                                          step reported SKIP; builds and runs nothing heavy, but round-
 #                                          trips a small synthetic build through the archive code, lists
@@ -59,6 +60,9 @@
 #   async-save 150  only when ZSHARD_GPU_STEPS names it; not a GPU check: gpt2 np 2 --save-every 1 on the
 #                   cpu device (benchmarks/async_save.sh), step time with async, sync and no saves, on the
 #                   machine's many cores
+#   finetune-host 420  only when ZSHARD_GPU_STEPS names it; not a GPU check: llama-3.2-1b full fine-tuning at
+#                   16 layers, np 4, every strategy on the cpu device (benchmarks/lora_memory.sh), which
+#                   needs about 80 GB of host memory (full ddp); with ZSHARD_GPU_BUDGET_S=520
 # The default plan's limits add up to 685 s, 985 s with the build's: what the steps may take. On the H100
 # call of 2026-11-28 they took 314 s, the build unpacked (torch-peer 120 s of it). With the build unpacked
 # the steps up to gpt2 get their whole limits; a step that runs long takes the later ones' time: llama is
@@ -396,6 +400,7 @@ step profile 90 step_profile "where one gpt2 step's device time goes, by kind of
 step mpi 60 step_mpi "ddp, zero3 and hybrid at np 2 and 4 over mpi with device buffers, fp32 and bf16, match one process"
 step llama 60 step_llama "llama-3.2-1b bf16 at T=1024, batch 8: tokens/s and MFU (no peer)"
 step async-save 150 step_async_save "issue #26's async checkpoint cost at np 2 with cores to spare (cpu device, the machine's cores)" optional
+step finetune-host 420 step_finetune_host "llama-3.2-1b full fine-tuning at 16 layers, np 4, every strategy (cpu device, the machine's host memory)" optional
 [ "$MODE" = dry ] && echo "dry run: the limits add up to ${LIMITS}s, the budget is ${BUDGET}s"
 
 # ---- summary, results, logs ----

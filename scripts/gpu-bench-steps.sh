@@ -138,6 +138,19 @@ step_async_save() {
   exit "$rc"
 }
 
+# Not a GPU check either: full fine-tuning of llama-3.2-1b at its 16 layers, 4 ranks on the cpu device, every
+# strategy, for the fine-tuning figures (benchmarks/RESULTS.md, "The 16-layer model under LoRA, every
+# strategy"): full ddp holds about 80 GB of host memory, which the build machine lacks and this one has.
+step_finetune_host() {
+  with_build
+  MODEL_FLAGS="--model llama-3.2-1b" MODES=full STEPS=1 BLAS_THREADS=$((NPROC / 4)) \
+    bash benchmarks/lora_memory.sh "$BUILD" "$LOGS/finetune" | tee "$LOGS/finetune_host.txt"
+  local rc=${PIPESTATUS[0]}
+  note "llama-3.2-1b full fine-tuning, np 4 on the cpu, $NPROC cores: $(grep -E '^\| full ' "$LOGS/finetune_host.txt" |
+    awk -F'|' '{for (i = 2; i <= 8; i++) gsub(/^ +| +$/, "", $i); printf "%s states %s peak %s MiB, %s s, comm %s; ", $3, $4, $6, $7, $8}')"
+  exit "$rc"
+}
+
 # torch's batch beside zshard's largest: torch holds more per sequence (eager and compile differ), so each
 # mode runs at 8 and then at the largest batch its own peak at 8 says fits (peak/8 per sequence, static
 # memory included: an underestimate of the batch, never an out-of-memory spent), at most zshard's largest;
@@ -210,4 +223,4 @@ step_profile() {
   done
 }
 export -f peak_tflops bench_gpt2 gpu_mem_mib step_gpt2 step_gpt2_dry
-export -f torch_peer_run step_torch_peer step_profile step_llama step_async_save
+export -f torch_peer_run step_torch_peer step_profile step_llama step_async_save step_finetune_host

@@ -90,6 +90,15 @@ expect_true "the summary has a line per step" test "$(grep -cE '^[a-z0-9-]+ +SKI
 OUT="$WORK/out-named" ZSHARD_GPU_STEPS=async-save expect_ok "a dry run naming async-save" bash "$PLAN" --dry-run
 expect_true "async-save is in the plan only when named, last" \
   test "$(grep -oE '^---- \S+' "$WORK/out" | tail -1)" = "---- async-save"
+OUT="$WORK/out-host" ZSHARD_GPU_STEPS=finetune-host expect_ok "a dry run naming finetune-host" bash "$PLAN" --dry-run
+expect_true "finetune-host is in the plan only when named, last, the others left out" \
+  python3 - "$WORK/out" "$WORK/plan" <<'PY'
+import re, sys
+named, plain = (open(p).read() for p in sys.argv[1:])
+assert re.findall(r"^---- (\S+)", named, re.M)[-1] == "finetune-host", named
+assert "finetune-host" not in re.findall(r"^---- (\S+)", plain, re.M), plain
+assert re.search(r"^tiny\s+OMIT", named, re.M), named
+PY
 expect_failure "unknown argument" 2 "usage: .*--dry-run" -- bash "$PLAN" --bogus
 expect_failure "a budget that is no number" 2 "ZSHARD_GPU_BUDGET_S: not a whole number of seconds: 7m" -- \
   env ZSHARD_GPU_BUDGET_S=7m bash "$PLAN" --dry-run
