@@ -26,9 +26,12 @@ constexpr cudaDataType_t lt_type() {
   return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
 }
 
-// The most scratch cuBLASLt may ask for: its epilogue kernels do not split K, so they need little, and a
-// chosen kernel's scratch comes from the tracking allocator only as large as it asks.
-constexpr size_t kLtMaxWorkspace = size_t(4) << 20;
+// The most scratch cuBLASLt may ask for: cuBLAS's own default on Hopper. With less its heuristic passes
+// over the kernels that need scratch (those that split the sum, or sum a bias gradient across thread
+// blocks); at 4 MiB the epilogue GEMMs ran slower than the plain GEMMs they replace (the H100 profile in
+// benchmarks/RESULTS.md). A chosen kernel's scratch comes from the tracking allocator only as large as it
+// asks.
+constexpr size_t kLtMaxWorkspace = size_t(32) << 20;
 
 struct LtHandle {
   cublasLtHandle_t handle = nullptr;
