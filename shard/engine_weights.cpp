@@ -57,9 +57,14 @@ void Engine::import_weights(const std::string& path) {
   }
 }
 
+// Every rank takes part in each unit's gather; rank 0 alone, which writes the file, keeps the units: every
+// rank keeping them would hold the whole model once per rank on a host.
 void Engine::export_weights(const std::string& path) {
-  std::vector<std::vector<float>> units;
-  for (int u = 0; u < params_->num_units(); ++u) units.push_back(params_->whole_unit_params(u));
+  std::vector<std::vector<float>> units(size_t(params_->num_units()));
+  for (int u = 0; u < params_->num_units(); ++u) {
+    std::vector<float> whole = params_->whole_unit_params(u);
+    if (world_.rank() == 0) units[size_t(u)] = std::move(whole);
+  }
   run_agreed(world_, [&] {
     if (world_.rank() == 0) save_consolidated(path, model_.units(), units);
   });
@@ -69,8 +74,10 @@ void Engine::export_adapters(const std::string& path) {
   const std::vector<UnitSpec> specs = model_.units();
   std::vector<std::vector<float>> units(specs.size());
   for (int u = 0; u < params_->num_units(); ++u)
-    if (std::any_of(specs[u].params.begin(), specs[u].params.end(), [](const ParamSpec& p) { return is_adapter(p.name); }))
-      units[size_t(u)] = params_->whole_unit_params(u);
+    if (std::any_of(specs[u].params.begin(), specs[u].params.end(), [](const ParamSpec& p) { return is_adapter(p.name); })) {
+      std::vector<float> whole = params_->whole_unit_params(u);  // as export_weights: rank 0's to keep
+      if (world_.rank() == 0) units[size_t(u)] = std::move(whole);
+    }
   run_agreed(world_, [&] {
     if (world_.rank() == 0) save_adapters(path, specs, units);
   });
