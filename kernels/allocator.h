@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <vector>
 
 #include <zshard/memory.h>
 
@@ -46,6 +47,23 @@ class Allocator {
   bool keeps_freed_memory_ = false;
   mutable std::mutex mutex_;
   MemStats stats_;
+};
+
+// The allocator of a host container that holds a large buffer (whole units gathered for a file, say), so
+// that the memory report counts it under `C` as it counts a Buffer.
+template <class T, Category C>
+struct TrackedHost {
+  using value_type = T;
+  template <class U>
+  struct rebind {
+    using other = TrackedHost<U, C>;
+  };
+  TrackedHost() = default;
+  template <class U>
+  TrackedHost(const TrackedHost<U, C>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(Allocator::of(Device::cpu).allocate(n * sizeof(T), C)); }
+  void deallocate(T* p, size_t n) { Allocator::of(Device::cpu).release(p, n * sizeof(T), C); }
+  friend bool operator==(const TrackedHost&, const TrackedHost&) { return true; }
 };
 
 }  // namespace zshard

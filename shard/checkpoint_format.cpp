@@ -357,7 +357,7 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& save_dir) {
 }
 
 void save_consolidated(const std::string& path, const std::vector<UnitSpec>& units,
-                       const std::vector<std::vector<float>>& flat_units) {
+                       const std::vector<FlatValues>& flat_units) {
   std::vector<SafetensorsArray> arrays;
   for (size_t u = 0; u < units.size(); ++u) {
     const FlatLayout layout(units[u], 1);
@@ -370,10 +370,10 @@ void save_consolidated(const std::string& path, const std::vector<UnitSpec>& uni
   save_safetensors(path, arrays, {{"format", "pt"}, {"producer", "zshard"}});
 }
 
-std::vector<std::vector<float>> read_checkpoint_params(const std::string& dir, const Manifest& manifest) {
+std::vector<FlatValues> read_checkpoint_params(const std::string& dir, const Manifest& manifest) {
   for (const CheckpointFile& f : manifest.files) verify_file(dir, f, /*full=*/true);
   CheckpointReader reader(dir, manifest);
-  std::vector<std::vector<float>> flat_units;
+  std::vector<FlatValues> flat_units;
   for (size_t u = 0; u < manifest.units.size(); ++u) {
     flat_units.emplace_back(size_t(manifest.units[u].numel()));
     reader.read(int(u), "params", 0, manifest.units[u].numel(), flat_units.back().data());

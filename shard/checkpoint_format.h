@@ -120,10 +120,10 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& save_dir);
 
 // Writes every parameter (the model's names and shapes, F32) from full flat unit buffers.
 void save_consolidated(const std::string& path, const std::vector<UnitSpec>& units,
-                       const std::vector<std::vector<float>>& flat_units);
+                       const std::vector<FlatValues>& flat_units);
 // The parameters a checkpoint holds, once every rank file's checksum is verified: a full flat buffer per
 // unit of manifest.units (FlatLayout(unit, 1)). Only the params tensors are read, never the Adam state.
-std::vector<std::vector<float>> read_checkpoint_params(const std::string& dir, const Manifest& manifest);
+std::vector<FlatValues> read_checkpoint_params(const std::string& dir, const Manifest& manifest);
 // Writes the parameters the checkpoint holds consolidated (read_checkpoint_params, save_consolidated).
 void export_checkpoint(const std::string& dir, const std::string& out_path);
 

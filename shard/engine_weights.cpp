@@ -34,7 +34,7 @@ void Engine::import_weights(const std::string& path) {
       return in_file > 0;
     };
     const auto read = [&](const FlatLayout& layout) {
-      std::vector<float> full(size_t(layout.padded_numel()), 0.0f);
+      FlatValues full(size_t(layout.padded_numel()), 0.0f);
       for (size_t i = 0; i < layout.spec().params.size(); ++i) {
         const ParamSpec& p = layout.spec().params[i];
         file.read_f32(resolve_name(file, p.name), full.data() + layout.offset(int(i)), p.shape);
@@ -60,9 +60,9 @@ void Engine::import_weights(const std::string& path) {
 // Every rank takes part in each unit's gather; rank 0 alone, which writes the file, keeps the units: every
 // rank keeping them would hold the whole model once per rank on a host.
 void Engine::export_weights(const std::string& path) {
-  std::vector<std::vector<float>> units(size_t(params_->num_units()));
+  std::vector<FlatValues> units(size_t(params_->num_units()));
   for (int u = 0; u < params_->num_units(); ++u) {
-    std::vector<float> whole = params_->whole_unit_params(u);
+    FlatValues whole = params_->whole_unit_params(u);
     if (world_.rank() == 0) units[size_t(u)] = std::move(whole);
   }
   run_agreed(world_, [&] {
@@ -72,10 +72,10 @@ void Engine::export_weights(const std::string& path) {
 
 void Engine::export_adapters(const std::string& path) {
   const std::vector<UnitSpec> specs = model_.units();
-  std::vector<std::vector<float>> units(specs.size());
+  std::vector<FlatValues> units(specs.size());
   for (int u = 0; u < params_->num_units(); ++u)
     if (std::any_of(specs[u].params.begin(), specs[u].params.end(), [](const ParamSpec& p) { return is_adapter(p.name); })) {
-      std::vector<float> whole = params_->whole_unit_params(u);  // as export_weights: rank 0's to keep
+      FlatValues whole = params_->whole_unit_params(u);  // as export_weights: rank 0's to keep
       if (world_.rank() == 0) units[size_t(u)] = std::move(whole);
     }
   run_agreed(world_, [&] {

@@ -220,9 +220,9 @@ void ShardedParams::copy_master_to_compute(int unit) {
     ops::convert(plan_.placement.device, compute.raw(), compute.dtype(), u.master.raw(), kF32, size_t(compute.numel()));
 }
 
-std::vector<float> ShardedParams::full_unit_params(int unit) {
+FlatValues ShardedParams::full_unit_params(int unit) {
   Unit& u = *units_[unit];
-  std::vector<float> out(u.layout.padded_numel());
+  FlatValues out(size_t(u.layout.padded_numel()));
   // Collectives on a device take device buffers: gather there, then copy to the host.
   Tensor staging;
   if (plan_.placement.device != Device::cpu)
@@ -239,9 +239,9 @@ std::vector<float> ShardedParams::full_unit_params(int unit) {
   return out;
 }
 
-std::vector<float> ShardedParams::full_frozen_params(int unit) {
+FlatValues ShardedParams::full_frozen_params(int unit) {
   const Unit& u = *units_[unit];
-  std::vector<float> out(size_t(u.frozen.padded_numel()));
+  FlatValues out(size_t(u.frozen.padded_numel()));
   if (!u.has_frozen()) return out;
   const Device device = plan_.placement.device;
   Tensor full = u.frozen_resident;
@@ -260,10 +260,10 @@ std::vector<float> ShardedParams::full_frozen_params(int unit) {
   return out;
 }
 
-std::vector<float> ShardedParams::whole_unit_params(int unit) {
+FlatValues ShardedParams::whole_unit_params(int unit) {
   const Unit& u = *units_[unit];
-  const std::vector<float> trainable = full_unit_params(unit), frozen = full_frozen_params(unit);
-  std::vector<float> out(size_t(u.whole.padded_numel()));
+  const FlatValues trainable = full_unit_params(unit), frozen = full_frozen_params(unit);
+  FlatValues out(size_t(u.whole.padded_numel()));
   for (size_t p = 0; p < u.slots.size(); ++p) {
     const ParamSlot& slot = u.slots[p];
     const float* from = (slot.frozen ? frozen : trainable).data() + (slot.frozen ? u.frozen : u.layout).offset(slot.index);

@@ -152,10 +152,10 @@ class ShardedParams : public ParamContext {
   // Sets its frozen parameters the same way (frozen_layout's padded_numel floats).
   void set_frozen_params(int unit, const float* full);
   // Full flat fp32 master parameters of a unit (padded_numel, host), all-gathered. Collective.
-  std::vector<float> full_unit_params(int unit);
+  FlatValues full_unit_params(int unit);
   // Every parameter of a unit, trainable and frozen, in UnitSpec order (FlatLayout(spec, 1), host, fp32;
   // frozen ones as their compute copy holds them). Collective.
-  std::vector<float> whole_unit_params(int unit);
+  FlatValues whole_unit_params(int unit);
   // Sharded params: the elements a micro-step all-gathers for the model, as the first micro-step recorded
   // them (0 before it). 2Ψ where every unit is gathered for forward and again for backward; less without
   // resharding after forward, or for a model whose backward reuses a forward gather or needs none (an
@@ -185,7 +185,7 @@ class ShardedParams : public ParamContext {
   Tensor owned_compute(const Unit& u) const;  // this rank's part of the compute copy
   // Writes this rank's part of a compute-copy buffer (full, or the shard) from a full flat host buffer.
   void upload(const FlatLayout& layout, const Tensor& resident, const float* full);
-  std::vector<float> full_frozen_params(int unit);  // frozen_layout's padded_numel, fp32, host; collective
+  FlatValues full_frozen_params(int unit);  // frozen_layout's padded_numel, fp32, host; collective
   void copy_master_to_compute(int unit);  // where the master is a buffer of its own
   // all_gather over the shard group; a group of one is a device copy (null Work): it moves nothing,
   // and the self backend copies host memory only.

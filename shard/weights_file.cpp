@@ -76,7 +76,7 @@ WeightsCoverage weights_coverage(const SafetensorsFile& file, const std::vector<
 }
 
 void save_adapters(const std::string& path, const std::vector<UnitSpec>& units,
-                   const std::vector<std::vector<float>>& flat_units) {
+                   const std::vector<FlatValues>& flat_units) {
   std::vector<SafetensorsArray> arrays;
   for (size_t u = 0; u < units.size(); ++u) {
     const FlatLayout layout(units[u], 1);

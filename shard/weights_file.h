@@ -10,6 +10,7 @@
 #include <zshard/model.h>
 
 #include "kernels/io/safetensors.h"
+#include "shard/flat_unit.h"
 
 namespace zshard {
 
@@ -36,7 +37,7 @@ WeightsCoverage weights_coverage(const SafetensorsFile& file, const std::vector<
 // without adapters may have none) under PEFT's names, "base_model.model." in front of the model's: the
 // adapter_model.safetensors of PEFT's save_pretrained.
 void save_adapters(const std::string& path, const std::vector<UnitSpec>& units,
-                   const std::vector<std::vector<float>>& flat_units);
+                   const std::vector<FlatValues>& flat_units);
 
 // Reads the header of `path` and checks that it holds the parameters of `model` (every one, or a base
 // or adapter file's share) with their shapes and nothing from another model: the errors a load would

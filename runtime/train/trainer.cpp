@@ -173,7 +173,7 @@ void Trainer::maybe_inject_fault(int step) {
   const TestHooks& hooks = test_hooks();
   if (hooks.nan_step == step) {
     ShardedParams& params = EngineInternals::params(*engine_);
-    std::vector<float> unit = params.full_unit_params(0);
+    FlatValues unit = params.full_unit_params(0);
     unit[0] = std::numeric_limits<float>::quiet_NaN();
     params.set_unit_params(0, unit.data());
   }

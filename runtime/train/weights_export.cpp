@@ -64,7 +64,7 @@ std::vector<NamedWeight> gathered_weights(Engine& engine, const Model& model) {
   const std::vector<UnitSpec> units = model.units();
   std::vector<NamedWeight> weights;
   for (int u = 0; u < params.num_units(); ++u) {
-    const std::vector<float> whole = params.whole_unit_params(u);
+    const FlatValues whole = params.whole_unit_params(u);
     const FlatLayout layout(units[size_t(u)], 1);
     for (size_t i = 0; i < units[size_t(u)].params.size(); ++i) {
       const ParamSpec& p = units[size_t(u)].params[i];

@@ -34,7 +34,7 @@ Outcome run_job(const TrainOptions& o, comm::Communicator& comm, const std::stri
   Outcome out;
   for (const StepResult& r : trainer.history()) out.losses.push_back(r.loss);
   for (int u = 0; u < EngineInternals::params(trainer.engine()).num_units(); ++u) {
-    const std::vector<float> full = EngineInternals::params(trainer.engine()).full_unit_params(u);
+    const FlatValues full = EngineInternals::params(trainer.engine()).full_unit_params(u);
     out.params.insert(out.params.end(), full.begin(), full.begin() + EngineInternals::params(trainer.engine()).layout(u).numel());
   }
   return out;

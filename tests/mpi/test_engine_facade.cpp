@@ -85,7 +85,7 @@ TEST(EngineFacade, AnEvaluationsMeanIsOverEveryRanksTokens) {
 TEST(EngineFacade, ANonFiniteLossStopsTheStepBeforeTheOptimizer) {
   const std::unique_ptr<Engine> engine = zero3_engine();
   ShardedParams& params = EngineInternals::params(*engine);
-  std::vector<float> unit = params.full_unit_params(0);
+  FlatValues unit = params.full_unit_params(0);
   unit[0] = std::numeric_limits<float>::quiet_NaN();
   params.set_unit_params(0, unit.data());
   engine->forward_backward(Tokens().batch());

@@ -59,7 +59,7 @@ std::vector<float> params_of(Trainer& trainer) {
   ShardedParams& params = EngineInternals::params(trainer.engine());
   std::vector<float> out;
   for (int u = 0; u < params.num_units(); ++u) {
-    const std::vector<float> whole = params.whole_unit_params(u);
+    const FlatValues whole = params.whole_unit_params(u);
     out.insert(out.end(), whole.begin(), whole.begin() + params.layout(u).numel() + params.frozen_layout(u).numel());
   }
   return out;

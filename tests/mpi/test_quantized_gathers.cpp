@@ -42,7 +42,7 @@ TrainOptions options(const StrategyOptions& strategy, DType param_dtype, int ste
 // A flat buffer's values as a gather of it must deliver them: each shard of `layout` in the compute dtype,
 // quantized and dequantized on the host.
 template <class T>
-std::vector<float> host_dequantized(const std::vector<float>& flat, const FlatLayout& layout) {
+std::vector<float> host_dequantized(const FlatValues& flat, const FlatLayout& layout) {
   const size_t shard = size_t(layout.shard_numel());
   std::vector<float> out;
   for (int r = 0; r < layout.group_size(); ++r) {
@@ -61,11 +61,11 @@ std::vector<float> host_dequantized(const std::vector<float>& flat, const FlatLa
 
 // A unit's two flat buffers in fp32, as the fp32 master and the frozen compute copy hold them. Collective.
 struct UnitFlats {
-  std::vector<float> trainable, frozen;
+  FlatValues trainable, frozen;
 };
 UnitFlats unit_flats(ShardedParams& params, const UnitSpec& unit, int u) {
-  UnitFlats flats{params.full_unit_params(u), std::vector<float>(size_t(params.frozen_layout(u).padded_numel()))};
-  const std::vector<float> every = params.whole_unit_params(u);
+  UnitFlats flats{params.full_unit_params(u), FlatValues(size_t(params.frozen_layout(u).padded_numel()))};
+  const FlatValues every = params.whole_unit_params(u);
   const FlatLayout whole(unit, 1);
   const UnitSplit split = split_unit(unit);
   for (size_t p = 0; p < split.slots.size(); ++p)
@@ -121,7 +121,7 @@ TEST(QuantizedGathers, GatheredParamsAreTheHostsDequantizedShards) {
 }
 
 // The sum of squares of what quantizing `flat`'s shards changes: ||delta||^2 of the weights the model sees.
-double squared_quantization_error(const std::vector<float>& flat, const FlatLayout& layout) {
+double squared_quantization_error(const FlatValues& flat, const FlatLayout& layout) {
   const std::vector<float> back = host_dequantized<float>(flat, layout);
   double sum = 0;
   for (size_t i = 0; i < back.size(); ++i) sum += std::pow(double(back[i]) - double(flat[i]), 2);

@@ -55,7 +55,7 @@ TEST(ShardedPlacement, Bf16ComputeCopyIsTheRoundedFp32Master) {
     EXPECT_EQ(p.compute_dtype(), DType::bf16);
     p.begin_micro_step(true);
     for (int u = 0; u < p.num_units(); ++u) {
-      const std::vector<float> master = p.full_unit_params(u), want = reference.full_unit_params(u);
+      const FlatValues master = p.full_unit_params(u), want = reference.full_unit_params(u);
       const int64_t numel = p.layout(u).numel();  // the padding depends on the group size
       EXPECT_TRUE(std::equal(want.begin(), want.begin() + numel, master.begin()))
           << strategy_name(k) << " unit " << u;

@@ -64,7 +64,7 @@ struct Run {
 std::vector<float> all_params(ShardedParams& p) {
   std::vector<float> all;
   for (int u = 0; u < p.num_units(); ++u) {
-    const std::vector<float> unit = p.full_unit_params(u);
+    const FlatValues unit = p.full_unit_params(u);
     all.insert(all.end(), unit.begin(), unit.end());
   }
   return all;
@@ -226,8 +226,8 @@ TEST(StepSums, ANonFiniteStepLeavesWeightsAndAdamStateAsTheyWere) {
     ShardedParams& params = EngineInternals::params(*engine);
     for (int k = 0; k < kMicroSteps; ++k) engine->forward_backward(Tokens(0, k).batch());
     engine->step(hyper_parameters(0));  // Adam state worth keeping
-    const std::vector<float> good = params.full_unit_params(0);
-    std::vector<float> poisoned = good;
+    const FlatValues good = params.full_unit_params(0);
+    FlatValues poisoned = good;
     poisoned[0] = std::numeric_limits<float>::quiet_NaN();
     params.set_unit_params(0, poisoned.data());
     const std::vector<float> weights = all_params(params);

@@ -38,7 +38,7 @@ RunResult train(const TrainOptions& options, comm::Communicator& comm) {
   }
   for (int u = 0; u < EngineInternals::params(trainer.engine()).num_units(); ++u) {
     ShardedParams& params = EngineInternals::params(trainer.engine());
-    const std::vector<float> full = params.whole_unit_params(u);  // frozen parameters too, in UnitSpec order
+    const FlatValues full = params.whole_unit_params(u);  // frozen parameters too, in UnitSpec order
     r.params.insert(r.params.end(), full.begin(), full.begin() + params.layout(u).numel() + params.frozen_layout(u).numel());
   }
   return r;
