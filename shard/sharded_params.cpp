@@ -262,7 +262,13 @@ FlatValues ShardedParams::full_frozen_params(int unit) {
 
 FlatValues ShardedParams::whole_unit_params(int unit) {
   const Unit& u = *units_[unit];
-  const FlatValues trainable = full_unit_params(unit), frozen = full_frozen_params(unit);
+  FlatValues trainable = full_unit_params(unit);
+  // Without frozen parameters the trainable buffer is the unit in UnitSpec order already, its padding apart.
+  if (!u.has_frozen()) {
+    trainable.resize(size_t(u.whole.padded_numel()));
+    return trainable;
+  }
+  const FlatValues frozen = full_frozen_params(unit);
   FlatValues out(size_t(u.whole.padded_numel()));
   for (size_t p = 0; p < u.slots.size(); ++p) {
     const ParamSlot& slot = u.slots[p];
