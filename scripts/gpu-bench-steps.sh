@@ -143,7 +143,7 @@ step_async_save() {
 # strategy"): full ddp holds about 80 GB of host memory, which the build machine lacks and this one has.
 step_finetune_host() {
   with_build
-  MODEL_FLAGS="--model llama-3.2-1b" MODES=full STEPS=1 BLAS_THREADS=$((NPROC / 4)) \
+  MODEL_FLAGS="--model llama-3.2-1b" MODES=full STEPS=1 BLAS_THREADS=$((NPROC >= 8 ? NPROC / 4 : 1)) \
     bash benchmarks/lora_memory.sh "$BUILD" "$LOGS/finetune" | tee "$LOGS/finetune_host.txt"
   local rc=${PIPESTATUS[0]}
   note "llama-3.2-1b full fine-tuning, np 4 on the cpu, $NPROC cores: $(grep -E '^\| full ' "$LOGS/finetune_host.txt" |

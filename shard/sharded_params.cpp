@@ -109,18 +109,19 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
     units_.push_back(std::move(u));
     // Every rank initialises the whole unit from the seed, on the host, and keeps its part, so the
     // initial values do not depend on the world size, strategy, device or what is frozen.
-    // The model writes each parameter in place, in its flat buffer's layout.
+    // The model writes each parameter where its flat buffer keeps it, so that set-up holds a unit's values
+    // once on the host, not in a copy of the unit in its own order beside them.
     const Unit& made = *units_.back();
+    const bool any_frozen = std::any_of(made.slots.begin(), made.slots.end(), [](const ParamSlot& s) { return s.frozen; });
     const Tensor trainable = Tensor::zeros({made.layout.padded_numel()}, kF32, Device::cpu, Category::workspace);
-    const Tensor frozen = made.has_frozen()
-                              ? Tensor::zeros({made.frozen.padded_numel()}, kF32, Device::cpu, Category::workspace)
-                              : Tensor();
+    const Tensor frozen =
+        any_frozen ? Tensor::zeros({made.frozen.padded_numel()}, kF32, Device::cpu, Category::workspace) : Tensor();
     model.init_unit(int(i),
                     in_unit_order(made.slots, made.layout.views(trainable),
-                                  made.has_frozen() ? made.frozen.views(frozen) : UnitTensors{}),
+                                  any_frozen ? made.frozen.views(frozen) : UnitTensors{}),
                     seed);
     set_unit_params(int(i), trainable.data<float>());
-    if (made.has_frozen()) set_frozen_params(int(i), frozen.data<float>());
+    if (any_frozen) set_frozen_params(int(i), frozen.data<float>());
   }
   if (placement.offload_optimizer) {
     std::vector<OptimizerOffload::UnitBuffers> buffers;

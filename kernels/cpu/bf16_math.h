@@ -7,18 +7,18 @@
 #include <zshard/dtype.h>
 #include <zshard/tensor.h>
 
+#include "kernels/cpu/ops.h"
+
 namespace zshard::cpu::bf16_math {
 
-// The most an op's fp32 copies take at once: each op copies its arrays a block of rows (or sequences, or
-// tiles) at a time, so that its scratch does not grow with the batch. Whole copies would cost twice the
-// bf16 bytes of the largest arrays at once: an LM head's logits, a layer's activations.
-inline constexpr size_t kOpScratchBytes = size_t(64) << 20;
-
 // op(first, count) over [0, items) in blocks whose fp32 copies, `bytes_per_item` an item, fit
-// kOpScratchBytes: at least one item a block, and one block where all fit.
+// kOpScratchBytes (kernels/cpu/ops.h): one block where all fit, at least one item a block, and blocks of
+// even size, so that none is a sliver of a few rows (for which sgemm may take another kernel).
 template <class Op>
 void in_blocks(size_t items, size_t bytes_per_item, Op&& op) {
-  const size_t block = std::max<size_t>(1, kOpScratchBytes / std::max<size_t>(bytes_per_item, 1));
+  if (items == 0) return;
+  const size_t most = std::max<size_t>(1, kOpScratchBytes / std::max<size_t>(bytes_per_item, 1));
+  const size_t blocks = (items + most - 1) / most, block = (items + blocks - 1) / blocks;
   for (size_t first = 0; first < items; first += block) op(first, std::min(block, items - first));
 }
 

@@ -148,7 +148,7 @@ void rmsnorm_forward<bf16>(bf16* out, float* rstd, const bf16* inp, const bf16* 
 template <>
 void rmsnorm_backward<bf16>(bf16* dinp, bf16* dweight, const bf16* dout, const bf16* inp, const bf16* weight,
                             const float* rstd, int N, int C) {
-  const Fp32 dw(dweight, size_t(C)), w(weight, size_t(C));  // dw as layernorm_backward's
+  const Fp32 dw(dweight, size_t(C)), w(weight, size_t(C));  // dw sums over the blocks, as in layernorm_backward
   in_blocks(size_t(N), 3 * C * sizeof(float), [&](size_t first, size_t rows) {
     const size_t at = first * C, n = rows * C;
     const Fp32 dx(dinp + at, n), d(dout + at, n), x(inp + at, n);
@@ -282,7 +282,8 @@ void linear_backward<bf16>(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* d
 // fp32 copy stays within kOpScratchBytes: all rows at once would take four bytes a logit.
 namespace {
 int64_t cross_entropy_block_rows(int64_t N, int V) {
-  return std::clamp<int64_t>(int64_t(bf16_math::kOpScratchBytes / (size_t(V) * sizeof(float))), 1, std::max<int64_t>(N, 1));
+  ZS_CHECK(V > 0, "cross_entropy: ", V, " logits a row");
+  return std::clamp<int64_t>(int64_t(kOpScratchBytes / (size_t(V) * sizeof(float))), 1, std::max<int64_t>(N, 1));
 }
 }  // namespace
 
@@ -294,6 +295,7 @@ template <>
 double cross_entropy_forward_backward<bf16>(bf16* dlogits, bf16* losses, const bf16* logits,
                                             const int32_t* targets, int N, int V, int ld, float dloss) {
   ZS_CHECK(ld >= V, "cross_entropy: row stride ", ld, " below the row length ", V);
+  if (N == 0) return 0;
   const Fp32 loss(static_cast<size_t>(N));
   const int block = int(cross_entropy_block_rows(N, V));
   for (int first = 0; first < N; first += block) {

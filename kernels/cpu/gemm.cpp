@@ -42,10 +42,11 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, Compute<T> alpha, con
   blas_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-// The tiles of the bf16 GEMM: C's rows and columns and the sum's depth, halved, the largest first, until the
-// fp32 copies of an A, a B and a C tile fit kOpScratchBytes. A problem that fits is one tile, so that small
-// GEMMs are a single sgemm; an LM head's is several, where whole copies of its weight and logits would take
-// gigabytes for a large vocabulary.
+// The tiles of the bf16 GEMM, whose fp32 copies of an A, a B and a C tile fit kOpScratchBytes: C's rows and
+// columns halved, the larger first, down to kSmallest, and only then the sum's depth. A problem that fits
+// is one tile, a single sgemm; tiles of C give each element the sum it had whole, where depth tiles add
+// partial sums in fp32 (an LM head's input gradient, whose depth is the vocabulary, or a weight gradient
+// over more than about 30k tokens).
 namespace {
 struct GemmTiles {
   int m, n, k;
@@ -56,10 +57,11 @@ GemmTiles gemm_tiles(int M, int N, int K) {
   const auto bytes = [&t] {
     return sizeof(float) * (size_t(t.m) * t.k + size_t(t.k) * t.n + size_t(t.m) * t.n);
   };
-  while (bytes() > bf16_math::kOpScratchBytes) {
-    int& largest = t.m >= t.n && t.m >= t.k ? t.m : t.n >= t.k ? t.n : t.k;
-    if (largest <= kSmallest) break;
-    largest = (largest + 1) / 2;
+  while (bytes() > kOpScratchBytes) {
+    int& wider = t.m >= t.n ? t.m : t.n;
+    int& halved = wider > kSmallest ? wider : t.k;
+    if (halved <= kSmallest) break;
+    halved = (halved + 1) / 2;
   }
   return t;
 }

@@ -68,7 +68,7 @@ class RoundedColumnSums {
 
 }  // namespace
 
-// The rows go in blocks whose fp32 copies fit bf16_math::kOpScratchBytes; the weight is copied once.
+// The rows go in blocks whose fp32 copies fit kOpScratchBytes; the weight is copied once.
 template <>
 void linear_epilogue_forward<bf16>(bf16* out, bf16* pre, const bf16* inp, const bf16* weight, const bf16* bias, int N,
                                    int C, int OC) {

@@ -149,8 +149,13 @@ void residual_backward(T* da, T* db, const T* dout, size_t n);
 template <class T>
 double cross_entropy_forward_backward(T* dlogits, T* losses, const T* logits, const int32_t* targets, int N,
                                       int V, int ld, Compute<T> dloss);
-// The fp32 copies the bf16 cross-entropy holds at once for N rows of V logits: the rows a block at a time,
-// within kernels/cpu/bf16_math.h's bound, and every row's loss. The memory estimator counts them.
+// The most a bf16 op's fp32 copies take at once: each op copies its arrays a block of rows (or sequences,
+// or tiles) at a time (kernels/cpu/bf16_math.h), so that its scratch does not grow with the batch. Whole
+// copies would cost twice the bf16 bytes of the largest arrays: an LM head's weight and logits, a layer's
+// activations. The memory estimator counts the bound.
+inline constexpr size_t kOpScratchBytes = size_t(64) << 20;
+// The fp32 copies the bf16 cross-entropy holds at once for N rows of V logits: a block of rows within
+// kOpScratchBytes, and every row's loss.
 int64_t bf16_cross_entropy_scratch_bytes(int64_t N, int V);
 
 struct AdamWParams {

@@ -28,9 +28,10 @@ constexpr cudaDataType_t lt_type() {
 
 // The most scratch cuBLASLt may ask for: cuBLAS's own default on Hopper. With less its heuristic passes
 // over the kernels that need scratch (those that split the sum, or sum a bias gradient across thread
-// blocks); at 4 MiB the epilogue GEMMs ran slower than the plain GEMMs they replace (the H100 profile in
-// benchmarks/RESULTS.md). A chosen kernel's scratch comes from the tracking allocator only as large as it
-// asks.
+// blocks). At 4 MiB the epilogue GEMMs ran slower than the plain GEMMs they replace (the H100 profile in
+// benchmarks/RESULTS.md); whether scratch was the cause, the next GPU run's A/B of the epilogues says. A
+// kernel that splits the sum adds in another order. A chosen kernel's scratch comes from the tracking
+// allocator only as large as it asks.
 constexpr size_t kLtMaxWorkspace = size_t(32) << 20;
 
 struct LtHandle {

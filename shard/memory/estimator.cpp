@@ -164,7 +164,12 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   e.activations = in.model->activation_bytes(std::max(1, in.rank_batch), in.seq, act);
   if (device == Device::cpu && act == DType::bf16) {
     const int64_t tokens = int64_t(std::max(1, in.rank_batch)) * in.seq;
-    e.op_scratch = cpu::bf16_cross_entropy_scratch_bytes(tokens, in.model->vocab_size());
+    // An op whose copies reach the bound holds the bound at most (its blocks even); the cross-entropy keeps
+    // every row's loss beside its block.
+    const int vocab = in.model->vocab_size();
+    const bool one_block = tokens * vocab * int64_t(sizeof(float)) <= int64_t(cpu::kOpScratchBytes);
+    e.op_scratch = one_block ? cpu::bf16_cross_entropy_scratch_bytes(tokens, vocab)
+                             : int64_t(cpu::kOpScratchBytes) + tokens * int64_t(sizeof(float));
   }
   return e;
 }

@@ -5,9 +5,11 @@
 // activation_bytes in the recompute mode and attention set on it: blocks attention's (B, heads, T, T)
 // probabilities, or fused attention's (B, heads, T) statistics) or from a bare parameter count (model states
 // only: without units there is nothing to size the other terms from). Of the ops' short-lived scratch (the
-// report's `workspace`) it counts the cpu's bf16 ops' fp32 copies, as the cross-entropy's block of logits
-// (op_scratch). Left out: blocks attention's score gradients (up to 256 MiB, or one sequence's if that is
-// more; fused attention has none), cuDNN's workspace and a few bytes per token.
+// report's `workspace`) it counts the cpu's bf16 ops' fp32 copies (op_scratch). Left out: blocks
+// attention's score gradients (up to 256 MiB, or one sequence's if that is more; fused attention has none),
+// cuDNN's and cuBLASLt's workspace (up to 32 MiB), the weight a cpu bf16 fused epilogue copies whole beside
+// its block, a few bytes per token, and what a save holds: rank 0 keeps every unit whole on the host, 4
+// bytes a parameter, until it has written them.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -46,9 +48,10 @@ struct MemoryEstimate {
   int64_t gathered_in_flight = 0;  // full parameter units alive at once (zero3/hybrid)
   int64_t comm_buffers = 0;        // transient full-size gradients and reduce-scatter outputs
   int64_t activations = 0;
-  // On the cpu in bf16, the fp32 copies an op makes of its arrays, a block at a time: at the head, the
-  // cross-entropy's block of logits, the largest where the vocabulary is more than three times as wide as
-  // the MLP (GPT-2's and Llama's; the tiny test models' MLP backward copies more, 1.5 MiB against 0.5).
+  // On the cpu in bf16, the fp32 copies an op makes of its arrays, a block at a time: the cross-entropy's
+  // where its logits fit one block, else the bound of any op's block (kernels/cpu/ops.h's kOpScratchBytes)
+  // and the cross-entropy's losses. Where the vocabulary is narrower than three times the MLP and all fits
+  // (the tiny test models), the MLP's backward copies more: 1.5 MiB against the 0.5 counted.
   int64_t op_scratch = 0;
   // Asynchronous saves: the fp32 master and Adam m and v a rank of the first shard group copies into host
   // memory (page-locked on a GPU) for its writer, at most: state already in host memory is copied only
