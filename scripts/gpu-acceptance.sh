@@ -48,7 +48,8 @@
 #                   optimizer offloaded (the copy stream)
 #   gpt2        90  gpt2 124M bf16 at T=1024 with --attention fused: tokens/s and MFU at the largest batch
 #                   that fits (no cap: fused holds no (B, H, T, T) scores), and at 8, each of GPT2_SWITCHES
-#                   on and off, --attention blocks among them (at the largest batch it may not fit: noted)
+#                   on and off, --attention blocks among them (at the largest batch it may not fit: noted);
+#                   the peaks at 8, 96 and the largest batch beside zshard-mem's predictions
 #   torch-peer 180  the PyTorch peer, eager and torch.compile, at 8 and at the largest batch each fits
 #                   (from its peak at 8, at most zshard's largest), zshard at the same batches: the ratios
 #   nccl        30  tests/test_nccl_one_rank: every collective of the NCCL backend, split, the watchdog
