@@ -112,7 +112,7 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
     // The model writes each parameter where its flat buffer keeps it, so that set-up holds a unit's values
     // once on the host, not in a copy of the unit in its own order beside them.
     const Unit& made = *units_.back();
-    const bool any_frozen = std::any_of(made.slots.begin(), made.slots.end(), [](const ParamSlot& s) { return s.frozen; });
+    const bool any_frozen = !made.frozen.spec().params.empty();  // of any size: has_frozen() needs elements
     const Tensor trainable = Tensor::zeros({made.layout.padded_numel()}, kF32, Device::cpu, Category::workspace);
     const Tensor frozen =
         any_frozen ? Tensor::zeros({made.frozen.padded_numel()}, kF32, Device::cpu, Category::workspace) : Tensor();
