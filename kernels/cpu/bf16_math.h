@@ -11,19 +11,14 @@
 
 namespace zshard::cpu::bf16_math {
 
-// The items of a block whose fp32 copies, `bytes_per_item` an item, fit kOpScratchBytes (kernels/cpu/ops.h):
-// all of them where they fit, at least one, and blocks of even size, so that none is a sliver of a few rows
-// (for which sgemm may take another kernel).
-inline size_t block_items(size_t items, size_t bytes_per_item) {
-  const size_t most = std::max<size_t>(1, kOpScratchBytes / std::max<size_t>(bytes_per_item, 1));
-  const size_t blocks = std::max<size_t>(1, (items + most - 1) / most);
-  return std::max<size_t>(1, (items + blocks - 1) / blocks);
-}
-
-// op(first, count) over [0, items) in blocks of block_items(items, bytes_per_item).
+// op(first, count) over [0, items) in blocks whose fp32 copies, `bytes_per_item` an item, fit
+// kOpScratchBytes (kernels/cpu/ops.h): one block where all fit, at least one item a block, and blocks of
+// even size, so that none is a sliver of a few rows (for which sgemm may take another kernel).
 template <class Op>
 void in_blocks(size_t items, size_t bytes_per_item, Op&& op) {
-  const size_t block = block_items(items, bytes_per_item);
+  if (items == 0) return;
+  const size_t most = std::max<size_t>(1, kOpScratchBytes / std::max<size_t>(bytes_per_item, 1));
+  const size_t blocks = (items + most - 1) / most, block = (items + blocks - 1) / blocks;
   for (size_t first = 0; first < items; first += block) op(first, std::min(block, items - first));
 }
 

@@ -280,22 +280,31 @@ void linear_backward<bf16>(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* d
 // Each row's loss and logits gradient in fp32 from the bf16 logits, each rounded once; the returned sum is
 // of the fp32 losses in row order, as the CUDA twin's. dlogits may alias logits. The rows go in blocks whose
 // fp32 copy stays within kOpScratchBytes: all rows at once would take four bytes a logit.
+namespace {
+int64_t cross_entropy_block_rows(int64_t N, int V) {
+  ZS_CHECK(V > 0, "cross_entropy: ", V, " logits a row");
+  return std::clamp<int64_t>(int64_t(kOpScratchBytes / (size_t(V) * sizeof(float))), 1, std::max<int64_t>(N, 1));
+}
+}  // namespace
+
 int64_t bf16_cross_entropy_scratch_bytes(int64_t N, int V) {
-  const size_t row = size_t(V) * sizeof(float);
-  return int64_t(bf16_math::block_items(size_t(N), row) * row) + std::max<int64_t>(N, 1) * int64_t(sizeof(float));
+  return (cross_entropy_block_rows(N, V) * V + std::max<int64_t>(N, 1)) * int64_t(sizeof(float));
 }
 
 template <>
 double cross_entropy_forward_backward<bf16>(bf16* dlogits, bf16* losses, const bf16* logits,
                                             const int32_t* targets, int N, int V, int ld, float dloss) {
   ZS_CHECK(ld >= V, "cross_entropy: row stride ", ld, " below the row length ", V);
+  if (N == 0) return 0;
   const Fp32 loss(static_cast<size_t>(N));
-  in_blocks(size_t(N), size_t(V) * sizeof(float), [&](size_t first, size_t rows) {
-    const Fp32 x(logits + first * ld, int(rows), V, ld);  // the gradient overwrites it
+  const int block = int(cross_entropy_block_rows(N, V));
+  for (int first = 0; first < N; first += block) {
+    const int rows = std::min(block, N - first);
+    const Fp32 x(logits + size_t(first) * ld, rows, V, ld);  // the gradient overwrites it
     cross_entropy_forward_backward<float>(dlogits ? x.get() : nullptr, loss.get() + first, x.get(), targets + first,
-                                          int(rows), V, V, dloss);
-    if (dlogits) x.round_rows_into(dlogits + first * ld, int(rows), V, ld);
-  });
+                                          rows, V, V, dloss);
+    if (dlogits) x.round_rows_into(dlogits + size_t(first) * ld, rows, V, ld);
+  }
   double total = 0;
   for (int i = 0; i < N; ++i) total += double(loss.get()[i]);
   loss.round_into(losses);
