@@ -69,4 +69,8 @@ bool operator==(const TrackedHost<T, C>&, const TrackedHost<U, C>&) {
   return true;  // stateless: any one frees what another allocated
 }
 
+// fp32 values on the host held whole for a file: a unit gathered from its shards or read from one, or a
+// model's named weights. Category::comm, as the device's gathered units.
+using TrackedFloats = std::vector<float, TrackedHost<float, Category::comm>>;
+
 }  // namespace zshard

@@ -13,6 +13,7 @@
 #include <zshard/ops.h>
 #include <zshard/tensor.h>
 
+#include "kernels/allocator.h"
 #include "models/model_support.h"
 
 namespace zshard {
@@ -44,7 +45,7 @@ void add_lora_config(ModelConfig& config, const LoraSettings& lora);
 struct NamedWeight {
   std::string name;
   Shape shape;
-  std::vector<float> values;
+  TrackedFloats values;
 };
 
 // Which of a block's linear layers the settings adapt, and where each adapter's two parameters sit in the

@@ -14,8 +14,7 @@
 namespace zshard {
 
 // A unit's flat buffer of values on the host, whole: gathered from the shards for a file, or read from one.
-// Category::comm, as the device's gathered units.
-using FlatValues = std::vector<float, TrackedHost<float, Category::comm>>;
+using FlatValues = TrackedFloats;
 
 // Part of a flat range that falls inside one parameter: the unit of work for AdamW (each parameter
 // has its own weight-decay flag) and for the gradient norm (padding is never counted).

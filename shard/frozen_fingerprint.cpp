@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "comm/agreed_failure.h"
+#include "kernels/allocator.h"
 #include "kernels/device_memory.h"
 #include "kernels/engine_ops.h"
 #include "shard/sharded_params.h"
@@ -29,8 +30,9 @@ std::string frozen_fingerprint(const ShardedParams& params, comm::Communicator& 
   if (frozen == 0) return "";
   // A sum of per-element hashes does not depend on which rank holds which element. The first shard group
   // covers each element once (the others are its replicas and add nothing); its ranks sum their owned
-  // shards in four 16-bit lanes, each exact in a double below 2^37 elements. The values come to the host
-  // a chunk at a time, so that a rank holding the whole frozen model needs no second copy of it.
+  // shards in four 16-bit lanes, each exact in a double below 2^37 elements. A device's values come to the
+  // host a chunk at a time, and the host's are read in place, so that a rank holding the whole frozen model
+  // needs no second copy of it.
   constexpr int64_t kChunk = int64_t(1) << 24;
   std::array<double, 4> lanes{};
   run_agreed(world, [&] {
@@ -42,7 +44,8 @@ std::string frozen_fingerprint(const ShardedParams& params, comm::Communicator& 
       const int64_t begin = layout.shard_begin(params.shard_index());
       const int64_t real = std::min<int64_t>(owned.numel(), std::max<int64_t>(0, layout.numel() - begin));
       const int64_t chunk = std::min(kChunk, std::max<int64_t>(real, 1));
-      std::vector<float> values(static_cast<size_t>(chunk));
+      const bool on_host = owned.device() == Device::cpu;
+      TrackedFloats copied(on_host ? 0 : size_t(chunk));
       const Tensor staging = owned.dtype() == DType::f32
                                  ? Tensor()
                                  : Tensor::empty({chunk}, DType::f32, owned.device(), Category::workspace);
@@ -54,10 +57,14 @@ std::string frozen_fingerprint(const ShardedParams& params, comm::Communicator& 
           ops::convert(owned.device(), staging.raw(), DType::f32, part.raw(), owned.dtype(), size_t(n));
           f32 = staging.raw();
         }
-        copy_bytes(values.data(), Device::cpu, f32, owned.device(), size_t(n) * sizeof(float));
+        if (!on_host) {
+          copy_bytes(copied.data(), Device::cpu, f32, owned.device(), size_t(n) * sizeof(float));
+          f32 = copied.data();
+        }
+        const float* values = static_cast<const float*>(f32);
         for (int64_t i = 0; i < n; ++i) {
           const uint64_t where = uint64_t(u) << 40 | uint64_t(begin + at + i);
-          const uint64_t h = mix(mix(where) ^ bf16(values[size_t(i)]).bits);
+          const uint64_t h = mix(mix(where) ^ bf16(values[i]).bits);
           for (int lane = 0; lane < 4; ++lane) lanes[size_t(lane)] += double((h >> (16 * lane)) & 0xffff);
         }
       }

@@ -69,7 +69,7 @@ std::vector<NamedWeight> gathered_weights(Engine& engine, const Model& model) {
     for (size_t i = 0; i < units[size_t(u)].params.size(); ++i) {
       const ParamSpec& p = units[size_t(u)].params[i];
       const auto begin = whole.begin() + layout.offset(int(i));
-      weights.push_back({p.name, p.shape, std::vector<float>(begin, begin + p.numel())});
+      weights.push_back({p.name, p.shape, TrackedFloats(begin, begin + p.numel())});
     }
   }
   return weights;
