@@ -87,6 +87,18 @@ void add_lora_config(ModelConfig& config, const LoraSettings& lora) {
   config[kTargetsKey] = lora.targets;
 }
 
+ModelConfig with_target_set(ModelConfig config) {
+  const auto targets = config.find(kTargetsKey);
+  if (targets == config.end() || !targets->second.is_text()) return config;
+  std::vector<std::string> names = split_targets(targets->second.text());
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::string text;
+  for (const std::string& name : names) text += (text.empty() ? "" : ",") + name;
+  targets->second = ConfigValue(text);
+  return config;
+}
+
 LoraPlan::LoraPlan(const LoraSettings& settings, std::vector<Layer> layers, int block_params, ops::WeightLayout layout,
                    const std::string& model)
     : settings_(settings), layers_(std::move(layers)), layout_(layout) {

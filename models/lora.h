@@ -40,6 +40,9 @@ ModelConfig lora_config_defaults(std::string_view default_targets);
 LoraSettings lora_settings_from(const ModelConfig& config);
 // Adds the keys to `config` when the settings adapt anything.
 void add_lora_config(ModelConfig& config, const LoraSettings& lora);
+// `config` with its LoRA targets named once each, sorted: PEFT's target_modules is a set, so configurations
+// naming the same targets in another order are the same model.
+ModelConfig with_target_set(ModelConfig config);
 
 // A parameter's name, shape and values (fp32, in its saved layout).
 struct NamedWeight {

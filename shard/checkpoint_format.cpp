@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <set>
 
 #include "kernels/io/atomic_file.h"
 #include "kernels/io/checksum.h"
@@ -271,16 +272,34 @@ void verify_file(const std::string& dir, const CheckpointFile& file, bool full) 
 
 void check_units(const std::string& dir, const Manifest& manifest, const std::vector<UnitSpec>& units) {
   const std::string path = join(dir, kManifestFile);
+  // The units hold the trained parameters only: another model, or the same one with other parameters
+  // frozen (--freeze, LoRA), which is bad input rather than a damaged file.
   if (manifest.units.size() != units.size())
-    fail(path, ": ", manifest.units.size(), " units, the model has ", units.size());
+    refuse(path, ": ", manifest.units.size(), " units, the model has ", units.size());
+  const auto names = [](const UnitSpec& unit) {
+    std::set<std::string> out;
+    for (const ParamSpec& p : unit.params) out.insert(p.name);
+    return out;
+  };
   for (size_t u = 0; u < units.size(); ++u) {
     const UnitSpec& saved = manifest.units[u];
     const UnitSpec& want = units[u];
     bool same = saved.name == want.name && saved.params.size() == want.params.size();
     for (size_t i = 0; same && i < want.params.size(); ++i)
       same = saved.params[i].name == want.params[i].name && saved.params[i].shape == want.params[i].shape;
-    if (!same)
-      fail(path, ": unit ", u, " (", saved.name, ") has other parameters than the model's ", want.name);
+    if (same) continue;
+    if (saved.name == want.name) {
+      const std::set<std::string> trained = names(saved), trains = names(want);
+      for (const ParamSpec& p : saved.params)
+        if (!trains.count(p.name))
+          refuse(path, ": the checkpoint trained ", p.name, ", which this run freezes (--freeze and the LoRA ",
+                 "flags must be as when it was saved)");
+      for (const ParamSpec& p : want.params)
+        if (!trained.count(p.name))
+          refuse(path, ": this run trains ", p.name, ", which the checkpoint froze (--freeze and the LoRA flags ",
+                 "must be as when it was saved)");
+    }
+    refuse(path, ": unit ", u, " (", saved.name, ") has other parameters than the model's ", want.name);
   }
 }
 

@@ -125,9 +125,17 @@ int64_t commit_step_dir(Engine& engine, comm::Communicator& world, const std::st
     }
     m.run = std::move(run);
     maybe_pause_in_save();
-    sync_dir(dir);
-    commit_manifest(dir, m);
-    sync_dir(parent_dir(dir));  // the step directory's own name (made, or renamed from a spare) too
+    try {
+      sync_dir(dir);
+      commit_manifest(dir, m);
+      sync_dir(parent_dir(dir));  // the step directory's own name (made, or renamed from a spare) too
+    } catch (...) {
+      // A manifest that could not be written (a full disk) leaves rank files no checkpoint owns: they go,
+      // as after a rank file's failure. A committed one stays, though its directory's name is not durable.
+      std::error_code ignored;
+      if (!is_committed(dir)) fs::remove_all(dir, ignored);
+      throw;
+    }
   });
   return total_bytes;
 }

@@ -14,6 +14,7 @@
 #include "comm/abort.h"
 #include "kernels/io/atomic_file.h"
 #include "models/config_json.h"
+#include "models/lora.h"
 #include "shard/memory/estimator.h"
 #include "shard/async_checkpoint.h"
 #include "shard/checkpoint_format.h"
@@ -44,6 +45,8 @@ void check_resume_dir(const std::string& dir) {
   const fs::file_type type = fs::status(dir, ec).type();
   if (type == fs::file_type::not_found) refuse("--resume ", dir, ": no such directory");
   if (ec) refuse("--resume ", dir, ": cannot read (", ec.message(), ")");
+  if (type != fs::file_type::directory)
+    refuse("--resume ", dir, ": not a directory (a checkpoint is the directory that holds its manifest.json)");
   if (!fs::exists(manifest_path(dir), ec) && fs::is_directory(dir, ec))
     for (const CheckpointEntry& e : list_checkpoints(dir))
       if (e.committed)
@@ -158,7 +161,11 @@ std::vector<std::string> SavePolicy::compare_with_flags(const std::string& dir, 
   const json now = run_state(m.step);
   try {
     const json& saved = m.run;
-    if (saved_model(saved) != want)
+    const auto comparable = [](json model) {
+      model["config"] = with_target_set(model.at("config").get<ModelConfig>());
+      return model;
+    };
+    if (comparable(saved_model(saved)) != comparable(want))
       refuse(manifest_path(dir), ": the checkpoint holds model ", describe_model(saved_model(saved)),
              ", the flags ask for ", describe_model(want));
     const json& s = saved.at("strategy");

@@ -18,6 +18,7 @@
 #include "runtime/train/save_policy.h"
 #include "shard/checkpoint_format.h"
 #include "shard/engine_internals.h"
+#include "shard/plan_internals.h"
 #include "shard/sharded_params.h"
 #include "shard/weights_file.h"
 
@@ -56,6 +57,14 @@ std::optional<uint64_t> frozen_seed(const Manifest& manifest) {
   constexpr std::string_view kSeed = "seed ";
   if (!manifest.frozen.source.starts_with(kSeed)) return std::nullopt;
   return std::stoull(manifest.frozen.source.substr(kSeed.size()));
+}
+
+// What the run held its parameters in (fp32 for a checkpoint that does not say). A frozen parameter has no
+// fp32 master: it lives in this dtype alone, so the run's --save wrote it rounded to it, and so does an
+// export.
+DType saved_param_dtype(const Manifest& manifest) {
+  const nlohmann::json flags = manifest.run.value("flags", nlohmann::json::object());
+  return flags.is_object() && flags.value("param-dtype", "") == dtype_flag(DType::bf16) ? DType::bf16 : DType::f32;
 }
 
 // Every parameter of the engine's model with its values, in the model's order.
@@ -149,7 +158,9 @@ std::vector<std::string> export_weights(const ExportRequest& r) {
            ", which it does not hold: give them as --init-from");
   if (!r.init_from.empty()) check_init_from(r.init_from, *model);
   comm::SelfCommunicator self;
-  Engine engine(*model, self, resolve_plan({}, self), {seed.value_or(EngineOptions{}.seed), 1, 1, frozen_here});
+  PlanOptions plan;
+  plan.placement.param_dtype = saved_param_dtype(manifest);
+  Engine engine(*model, self, resolve_plan(plan, self), {seed.value_or(EngineOptions{}.seed), 1, 1, frozen_here});
   if (!r.init_from.empty()) engine.import_weights(r.init_from);
   engine.load(r.checkpoint);
   if (!r.merge_lora) return save_weights(engine, *model, self, r.output);

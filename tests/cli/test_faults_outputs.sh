@@ -10,7 +10,7 @@ source "$(dirname "$0")/checkpoint_lib.sh"
 BIN="$ZSHARD_BIN"
 RO="$WORK/ro" FULL="$WORK/full"
 mkdir -p "$RO" "$FULL"
-trap 'umount "$RO" "$FULL" 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'umount "$RO" "$FULL" "$WORK/tight" 2>/dev/null; rm -rf "$WORK"' EXIT
 
 # expect_clean_failure NAME DIR REGEX -- COMMAND...: non-zero exit, stderr one line matching REGEX, and
 # nothing in DIR but what was there before (a full disk keeps its filler).
@@ -107,6 +107,27 @@ if mount -t tmpfs -o size=256k tmpfs "$FULL" 2>"$WORK/mount.err"; then
   run_outputs "full disk" "$FULL" "(No space left on device|cannot create)"
 else
   echo "skip full disk: cannot mount a small tmpfs ($(cat "$WORK/mount.err"))"
+fi
+
+# ---- a manifest that cannot be written takes its step's rank files with it ----
+# The disk is filled to leave the pages of one more save's rank files (the same sizes as step 2's), so
+# that they are written and the manifest after them is not.
+TIGHT="$WORK/tight"
+mkdir -p "$TIGHT"
+if mount -t tmpfs -o size=4m tmpfs "$TIGHT" 2>"$WORK/mount.err"; then
+  "${MPIRUN[@]}" -np 2 "$TRAIN" "${ARGS[@]}" --strategy zero3 --steps 2 --save-dir "$TIGHT/ck" --save-every 2 \
+    --save-mode sync >/dev/null
+  pages=0
+  for f in "$TIGHT"/ck/step-00000002/rank-*.safetensors; do pages=$((pages + ($(stat -c %s "$f") + 4095) / 4096)); done
+  dd if=/dev/zero of="$TIGHT/fill" bs=4k count=$(($(stat -f -c %a "$TIGHT") - pages)) 2>/dev/null
+  expect_every_rank_fails "the manifest of step 4 meets a full disk" 1 \
+    "step-00000004/manifest.json: cannot write \(No space left on device\)" \
+    -- "${ARGS[@]}" --strategy zero3 --steps 4 --save-dir "$TIGHT/ck" --save-every 2 --save-mode sync --resume latest
+  expect_true "step 4's rank files are gone with it" test "$(ls "$TIGHT/ck")" = step-00000002
+  expect_ok "step 2 still resumes" "$TRAIN" "${ARGS[@]}" --steps 3 --resume "$TIGHT/ck/step-00000002"
+  umount "$TIGHT"
+else
+  echo "skip a manifest on a full disk: cannot mount a small tmpfs ($(cat "$WORK/mount.err"))"
 fi
 
 # ---- a tool never writes over its inputs ----

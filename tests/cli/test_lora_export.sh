@@ -1,8 +1,8 @@
 # LoRA weights files through the binaries, for GPT-2 and Llama: --save and zshard-export write the adapters
 # alone under PEFT's names with adapter_config.json beside them; zshard-export --merge-lora's weights give the
 # model without LoRA the adapted model's eval loss; the adapters load back beside the base from the seed,
-# and an export finds the base from a file; a checkpoint saved at np 4 zero3 resumes at np 2 ddp with the
-# uninterrupted run's losses; bad input: one line, exit 2, on every rank.
+# and an export finds the base from a file; a checkpoint saved at np 4 zero3 resumes at np 2 ddp, its
+# targets named in another order, with the uninterrupted run's losses; bad input: one line, exit 2, on every rank.
 # zshard-test-seconds: 40
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
@@ -33,6 +33,8 @@ tensor_names() {
 for model in tiny llama-tiny; do
   if [ $model = tiny ]; then targets=c_attn,c_proj; else targets=q_proj,o_proj,down_proj; fi
   LORA=(--model $model --lora-rank 2 --lora-alpha 4 --lora-targets $targets)
+  # The same targets named in another order (PEFT's target_modules is a set): the resume below takes them.
+  REORDERED=(--model $model --lora-rank 2 --lora-alpha 4 --lora-targets "$(echo $targets | tr , '\n' | tac | paste -sd,)")
   D="$WORK/$model"
   mkdir -p "$D/adapters" "$D/exported"
   expect_ok "$model: LoRA, zero3 np 4, a checkpoint every 2 steps" "${MPIRUN[@]}" -np 4 "$TRAIN" --strategy zero3 \
@@ -60,8 +62,8 @@ for model in tiny llama-tiny; do
     --lr 0 --init-from "$D/adapters/adapter_model.safetensors" --eval-every 1 "${EVAL[@]}" --log-json "$D/back.json"
   same_eval "$model: the same eval loss" "$D/full.json" "$D/back.json"
 
-  expect_ok "$model: resume step 2 as ddp np 2" "${MPIRUN[@]}" -np 2 "$TRAIN" --strategy ddp "${ARGS[@]}" \
-    "${LORA[@]}" --steps 4 --lr 1e-2 --resume "$D/ck/step-00000002" --eval-every 4 "${EVAL[@]}" \
+  expect_ok "$model: resume step 2 as ddp np 2, its targets reordered" "${MPIRUN[@]}" -np 2 "$TRAIN" --strategy ddp \
+    "${ARGS[@]}" "${REORDERED[@]}" --steps 4 --lr 1e-2 --resume "$D/ck/step-00000002" --eval-every 4 "${EVAL[@]}" \
     --log-json "$D/resumed.json"
   same_losses "$model: every later loss the uninterrupted run's (within 1e-6)" "$D/full.json" "$D/resumed.json" 1e-6
 done
