@@ -63,14 +63,17 @@ ModelConfig model_config(const std::string& name, const ModelConfig& overrides) 
   ModelConfig config = entry.defaults;
   for (const auto& [key, value] : overrides)
     if (entry.optional.count(key)) config.insert(entry.optional.begin(), entry.optional.end());
-  for (const auto& [key, value] : overrides) {
-    const auto it = config.find(key);
-    if (it == config.end()) {
+  // Every key is checked before any is applied, so that the listing shows the model's own values rather
+  // than some of the overrides.
+  for (const auto& [key, value] : overrides)
+    if (!config.count(key)) {
       ModelConfig known = config;
       known.insert(entry.optional.begin(), entry.optional.end());
-      throw UsageError(detail::concat(option_name(Option::config), ": model '", name, "' has no '", key, "' (it has ",
-                                      config_text(known), ")"));
+      throw UsageError(detail::concat(option_name(Option::config), ": model '", name, "' has no '", key,
+                                      "' (it has, by default: ", config_text(known), ")"));
     }
+  for (const auto& [key, value] : overrides) {
+    const auto it = config.find(key);
     if (it->second.is_text()) {
       it->second = ConfigValue(value.text());
       continue;

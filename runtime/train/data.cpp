@@ -117,6 +117,13 @@ void TokenDataset::check_seq_len(int T) const {
               " needed for one sequence of ", T, " plus its target");
 }
 
+void TokenDataset::check_holds(int64_t sequences, int T, const std::string& reader) const {
+  const int64_t needed = sequences * T + 1;
+  if (size() < needed)
+    refuse(flag_, " ", source_, ": has ", size(), " tokens, fewer than the ", needed, " that ", reader,
+           " reads; it would read some twice");
+}
+
 void TokenDataset::fill_batch(int64_t micro_step, int B, int T, int k0, int b, int32_t* inputs,
                               int32_t* targets) const {
   check_seq_len(T);

@@ -41,6 +41,9 @@ class TokenDataset {
   void check_vocab(int vocab) const;
   // ... or when the stream is shorter than the T + 1 tokens one sequence with its targets needs.
   void check_seq_len(int T) const;
+  // UsageError when the stream is shorter than `sequences` sequences of T tokens one after the other, with
+  // the last one's target: what `reader` (a flag and its value) reads, each token once.
+  void check_holds(int64_t sequences, int T, const std::string& reader) const;
 
   // Fills sequences [k0, k0 + b) of the B sequences of global micro-step `micro_step`: b*T inputs and
   // b*T targets (the next token of each input), row-major.

@@ -82,7 +82,14 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
       return d;
     };
     data_ = load(data.source, "--data");
-    if (!options_.eval.source.empty()) eval_data_ = load(options_.eval.source, "--eval-data");
+    if (!options_.eval.source.empty()) {
+      eval_data_ = load(options_.eval.source, "--eval-data");
+      // The evaluation's batches are the data's first tokens, each read once: an average over repeats
+      // would pass for a held-out loss.
+      eval_data_.check_holds(int64_t(options_.eval.batches) * data.batch, data.seq,
+                             detail::concat("--eval-batches ", options_.eval.batches, " of ", data.batch, "x",
+                                            data.seq));
+    }
     // Before any rank allocates; the engine's import checks again, finding the same.
     if (!options_.model.init_from.empty()) check_init_from(options_.model.init_from, *model_);
     if (!options_.model.init_adapters.empty()) check_init_from(options_.model.init_adapters, *model_);

@@ -30,5 +30,9 @@ expect_every_rank_fails "eval data alone" 2 "--eval-data is only for --eval-ever
 expect_every_rank_fails "eval every without data" 2 "--eval-every needs --eval-data" -- "${ARGS[@]}" --eval-every 2
 expect_every_rank_fails "eval batches 0" 2 "--eval-batches must be >= 1, got 0" -- \
   "${ARGS[@]}" --eval-every 2 --eval-data default --eval-batches 0
+head -c 600 "$(dirname "$0")/../../README.md" >"$WORK/short.txt"
+expect_every_rank_fails "eval data shorter than its batches" 2 \
+  "error: --eval-data file .*short.txt: has 600 tokens, fewer than the 1025 that --eval-batches 4 of 8x32 reads; it would read some twice$" \
+  -- "${ARGS[@]}" --eval-every 2 --eval-data "$WORK/short.txt"
 expect_failure "bench refuses eval" 2 "--eval-every" -- "$ZSHARD_BIN/zshard-bench" --eval-every 2
 finish

@@ -102,6 +102,10 @@ TEST(TrainOptions, BadValuesNameTheirFlag) {
                         "divisible by heads 5"));
   EXPECT_THAT(with([](TrainOptions& o) { o.model.overrides["experts"] = 8; }),
               HasSubstr("2: --config: model 'tiny' has no 'experts'"));
+  // Beside a key it has, the listing still shows the model's own values (ctx=128), not the override.
+  EXPECT_THAT(with([](TrainOptions& o) { o.model.overrides = {{"ctx", 64}, {"kv_heads", 2}}; }),
+              HasSubstr("2: --config: model 'tiny' has no 'kv_heads' (it has, by default: ctx=128, dim=64, heads=4, "
+                        "layers=2, "));
   EXPECT_THAT(with([](TrainOptions& o) { o.model.overrides = {{"lora_rank", 4}, {"lora_targets", "c_atn"}}; }),
               HasSubstr("2: --lora-targets: GPT-2 has no layer 'c_atn' (valid: c_attn, c_proj, c_fc,"));
   EXPECT_THAT(with([](TrainOptions& o) { o.model.name = "gpt5"; }), HasSubstr("2: --model: unknown model 'gpt5' (known: "));
