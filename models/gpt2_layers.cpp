@@ -54,7 +54,7 @@ void Layers<T>::embedding_forward(const UnitTensors& p) const {
 
 template <class T>
 void Layers<T>::embedding_backward(const UnitTensors& g) const {
-  ops::embedding_backward(a.device, grad_or_null<T>(g[kWte]), grad_or_null<T>(g[kWpe]), a.dresidual.data<T>(),
+  ops::embedding_backward(a.device, g[kWte].data<T>(), g[kWpe].data<T>(), a.dresidual.data<T>(),
                           a.inputs.data<int32_t>(), a.B, a.T, c.dim);
 }
 
@@ -80,14 +80,14 @@ void Layers<T>::linear_backward(BlockLinear m, int s, const UnitTensors& p, cons
   const BlockParam w = kLinearWeight[m];
   const int adapter = lora.adapter(m), N = a.B * a.T;
   T* dx = dinp.data<T>();
-  T* dbias = with_bias ? grad_or_null<T>(g[w + 1]) : nullptr;
+  T* dbias = with_bias ? g[w + 1].data<T>() : nullptr;
   if (adapter < 0 && fused)
-    return ops::linear_epilogue_backward<T>(a.device, dx, grad_or_null<T>(g[w]), dbias, nullptr, dout, inp, nullptr,
+    return ops::linear_epilogue_backward<T>(a.device, dx, g[w].data<T>(), dbias, nullptr, dout, inp, nullptr,
                                             p[w].data<T>(), N, C, OC);
   dinp.zero_();  // the ops below add
   if (adapter < 0)
-    return ops::linear_backward(a.device, dx, grad_or_null<T>(g[w]), dbias, dout, inp, p[w].data<T>(), N, C, OC);
-  ops::lora_linear_backward(a.device, dx, grad_or_null<T>(g[adapter]), grad_or_null<T>(g[adapter + 1]), dout, inp,
+    return ops::linear_backward(a.device, dx, g[w].data<T>(), dbias, dout, inp, p[w].data<T>(), N, C, OC);
+  ops::lora_linear_backward(a.device, dx, g[adapter].data<T>(), g[adapter + 1].data<T>(), dout, inp,
                             p[w].data<T>(), p[adapter].data<T>(), p[adapter + 1].data<T>(),
                             slice<T>(a.lora_hidden[m], s), N, C, OC, lora.rank(), lora.scale(), lora.layout());
 }
@@ -137,7 +137,7 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   const size_t NC = size_t(N) * C;
   const Device d = a.device;
   const auto w = [&](BlockParam i) { return p[i].data<T>(); };
-  const auto dw = [&](BlockParam i) { return grad_or_null<T>(g[i]); };
+  const auto dw = [&](BlockParam i) { return g[i].data<T>(); };
   // A residual add passes its output gradient to both inputs unchanged, so dresidual serves as the
   // c_proj output gradient as it is, and the LayerNorm backwards accumulate the branch into it.
   T* dresidual = a.dresidual.data<T>();
@@ -179,7 +179,7 @@ void Layers<T>::final_norm_forward(const UnitTensors& p) const {
 template <class T>
 void Layers<T>::final_norm_backward(const UnitTensors& p, const UnitTensors& g) const {
   a.dresidual.zero_();
-  ops::layernorm_backward(a.device, a.dresidual.data<T>(), grad_or_null<T>(g[kLnfWeight]), grad_or_null<T>(g[kLnfBias]),
+  ops::layernorm_backward(a.device, a.dresidual.data<T>(), g[kLnfWeight].data<T>(), g[kLnfBias].data<T>(),
                           a.dln.data<T>(), a.block_input<T>(c.layers), p[kLnfWeight].data<T>(),
                           a.lnf_mean.data<Stat>(), a.lnf_rstd.data<Stat>(), a.B * a.T, c.dim);
 }

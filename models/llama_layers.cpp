@@ -52,7 +52,7 @@ void Layers<T>::embedding_forward(const UnitTensors& p) const {
 
 template <class T>
 void Layers<T>::embedding_backward(const UnitTensors& g) const {
-  ops::embedding_backward<T>(a.device, grad_or_null<T>(g[kEmbed]), nullptr, a.dresidual.data<T>(),
+  ops::embedding_backward<T>(a.device, g[kEmbed].data<T>(), nullptr, a.dresidual.data<T>(),
                              a.inputs.data<int32_t>(), a.B, a.T, c.dim);
 }
 
@@ -75,11 +75,11 @@ void Layers<T>::linear_backward(LayerLinear m, int s, const UnitTensors& p, cons
   const bool set = first && fused && adapter < 0;
   if (first && !set) dx.zero_();
   if (adapter >= 0)
-    return ops::lora_linear_backward(d, dx.data<T>(), grad_or_null<T>(g[adapter]), grad_or_null<T>(g[adapter + 1]),
+    return ops::lora_linear_backward(d, dx.data<T>(), g[adapter].data<T>(), g[adapter + 1].data<T>(),
                                      dy, x, W, p[adapter].data<T>(), p[adapter + 1].data<T>(),
                                      slice<T>(a.lora_hidden[m], s), N, C, OC, lora.rank(), lora.scale(), lora.layout());
   ops::gemm(d, false, false, N, C, OC, 1.0f, dy, OC, W, C, set ? 0.0f : 1.0f, dx.data<T>(), C);
-  if (T* dW = grad_or_null<T>(g[kLinearWeight[m]])) ops::gemm(d, true, false, OC, C, N, 1.0f, dy, OC, x, C, 1.0f, dW, C);
+  if (T* dW = g[kLinearWeight[m]].data<T>()) ops::gemm(d, true, false, OC, C, N, 1.0f, dy, OC, x, C, 1.0f, dW, C);
 }
 
 template <class T>
@@ -133,7 +133,7 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   const Device d = a.device;
   const float theta = float(c.rope_theta);
   const auto w = [&](LayerParam i) { return p[i].data<T>(); };
-  const auto dw = [&](LayerParam i) { return grad_or_null<T>(g[i]); };
+  const auto dw = [&](LayerParam i) { return g[i].data<T>(); };
   // dresidual is the gradient of both residual-add inputs; the RMSNorm backwards add the branches into it.
   T* dresidual = a.dresidual.data<T>();
   T* dln = a.dln.data<T>();
@@ -177,7 +177,7 @@ void Layers<T>::final_norm_forward(const UnitTensors& p) const {
 template <class T>
 void Layers<T>::final_norm_backward(const UnitTensors& p, const UnitTensors& g) const {
   a.dresidual.zero_();
-  ops::rmsnorm_backward(a.device, a.dresidual.data<T>(), grad_or_null<T>(g[kFinalNorm]), a.dln.data<T>(),
+  ops::rmsnorm_backward(a.device, a.dresidual.data<T>(), g[kFinalNorm].data<T>(), a.dln.data<T>(),
                         a.block_input<T>(c.layers), p[kFinalNorm].data<T>(), a.lnf_rstd.data<Stat>(), a.B * a.T,
                         c.dim);
 }

@@ -1,6 +1,7 @@
 #include "models/lora.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <map>
 #include <set>
@@ -54,6 +55,10 @@ std::string valid_targets(const std::vector<LoraPlan::Layer>& layers) {
 }
 
 }  // namespace
+
+std::string adapter_config_path(const std::string& weights_path) {
+  return (std::filesystem::path(weights_path).parent_path() / "adapter_config.json").string();
+}
 
 ModelConfig lora_config_defaults(std::string_view default_targets) {
   return {{kRankKey, 0}, {kAlphaKey, LoraSettings{}.alpha}, {kTargetsKey, std::string(default_targets)}};
@@ -189,6 +194,29 @@ void LoraPlan::merge(std::vector<NamedWeight>& weights) const {
       }
   }
   std::erase_if(weights, [](const NamedWeight& p) { return p.name.ends_with(kASuffix) || p.name.ends_with(kBSuffix); });
+}
+
+void LoraPlan::check_peft_config(const nlohmann::json& config, const std::string& path) const {
+  const auto differ = [&](Option option, const char* key, const std::string& says, const std::string& gives) {
+    throw UsageError(detail::concat(option_name(option), ": ", path, " says ", key, " ", says, ", the run gives ",
+                                    gives, " (the adapters must be loaded as they were trained)"));
+  };
+  try {
+    if (const auto r = config.find("r"); r != config.end() && r->get<int64_t>() != settings_.rank)
+      differ(Option::lora_rank, "r", r->dump(), std::to_string(settings_.rank));
+    if (const auto alpha = config.find("lora_alpha"); alpha != config.end() && alpha->get<double>() != settings_.alpha)
+      differ(Option::lora_alpha, "lora_alpha", alpha->dump(), nlohmann::json(settings_.alpha).dump());
+    if (const auto targets = config.find("target_modules"); targets != config.end()) {
+      std::vector<std::string> saved = targets->get<std::vector<std::string>>();
+      std::string text;
+      for (const std::string& t : saved) text += (text.empty() ? "" : ",") + t;
+      const ModelConfig as_saved = with_target_set({{kTargetsKey, ConfigValue(text)}});
+      const ModelConfig as_run = with_target_set({{kTargetsKey, ConfigValue(settings_.targets)}});
+      if (as_saved != as_run) differ(Option::lora_targets, "target_modules", text, settings_.targets);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(detail::concat(path, ": not PEFT's adapter_config.json (", e.what(), ")"));
+  }
 }
 
 std::string LoraPlan::peft_config() const {

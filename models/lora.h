@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include <zshard/model_config.h>
 #include <zshard/ops.h>
 #include <zshard/tensor.h>
@@ -50,6 +52,9 @@ struct NamedWeight {
   Shape shape;
   TrackedFloats values;
 };
+
+// The adapter_config.json in the directory of adapter file `weights_path`: PEFT loads a directory.
+std::string adapter_config_path(const std::string& weights_path);
 
 // Which of a block's linear layers the settings adapt, and where each adapter's two parameters sit in the
 // block unit: after the block's own parameters, lora_A.weight (R, in) then lora_B.weight (out, R), in the
@@ -96,6 +101,10 @@ class LoraPlan {
   // PEFT's adapter_config.json of these adapters (peft_type, r, lora_alpha, target_modules, fan_in_fan_out
   // for an (in, out) layout, bias): what PeftModel.from_pretrained reads beside adapter_model.safetensors.
   std::string peft_config() const;
+  // UsageError naming the flag when PEFT's adapter_config.json `config`, read from `path`, describes other
+  // adapters than these: another r, lora_alpha or set of target_modules (a key it lacks is not checked).
+  // Another alpha would scale loaded adapters silently.
+  void check_peft_config(const nlohmann::json& config, const std::string& path) const;
 
  private:
   LoraSettings settings_;

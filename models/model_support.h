@@ -103,13 +103,6 @@ struct BatchBuffers {
   void load_tokens(const Batch& batch);
 };
 
-// A backward op's pointer to a parameter's gradient: null for a frozen parameter, whose ParamContext::grads
-// entry is undefined, and which the op then skips.
-template <class T>
-T* grad_or_null(const Tensor& grad) {
-  return grad.defined() ? grad.data<T>() : nullptr;
-}
-
 // Model FLOPs of the parameters' matmuls per token, forward and backward: 6 per trained parameter, 4 per
 // frozen one, whose weight-gradient matmul backward skips (it still passes the input gradient on).
 double parameter_flops(const std::vector<UnitSpec>& units);

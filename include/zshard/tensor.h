@@ -31,11 +31,17 @@ class Tensor {
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
   DType dtype() const { return dtype_; }
   Device device() const { return buffer_ ? buffer_->device() : Device::cpu; }
-  Category category() const { return buffer_->category(); }
+  Category category() const {
+    ZS_CHECK(buffer_, "category() of an undefined tensor");
+    return buffer_->category();
+  }
 
-  void* raw() const { return static_cast<char*>(buffer_->data()) + offset_bytes_; }
+  // An undefined tensor holds no memory: null, of any type. A frozen parameter's ParamContext::grads entry
+  // is one, so that a backward op handed grads()[i].data<T>() gets the null pointer it skips.
+  void* raw() const { return buffer_ ? static_cast<char*>(buffer_->data()) + offset_bytes_ : nullptr; }
   template <class T>
   T* data() const {
+    if (!buffer_) return nullptr;
     ZS_CHECK(dtype_of<T>() == dtype_, "tensor holds ", dtype_name(dtype_), ", accessed as ",
              dtype_name(dtype_of<T>()));
     return static_cast<T*>(raw());

@@ -79,6 +79,7 @@ void validate(const DataOptions& o, int world_size) {
   if (o.batch < 1) refuse("--batch must be >= 1, got ", o.batch);
   if (o.seq < 1) refuse("--seq must be >= 1, got ", o.seq);
   if (o.grad_accum < 1) refuse("--grad-accum must be >= 1, got ", o.grad_accum);
+  if (o.grad_accum > kMaxGradAccum) refuse("--grad-accum must be at most ", kMaxGradAccum, ", got ", o.grad_accum);
   if (!o.mem_budget.empty()) {
     if (!o.auto_batch) refuse("--mem-budget is the budget of --batch auto (give --batch auto, or drop it)");
     parse_bytes(o.mem_budget, "--mem-budget");

@@ -13,6 +13,9 @@
 
 namespace zshard {
 
+// --grad-accum's bound: a step's micro-step losses are held until it ends, 8 bytes each.
+inline constexpr int kMaxGradAccum = 1 << 20;
+
 struct DataOptions {
   std::string source = "default";  // --data
   int batch = 8;  // global sequences per micro-step

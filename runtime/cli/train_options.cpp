@@ -7,6 +7,7 @@
 #include <zshard/error.h>
 
 #include "kernels/io/atomic_file.h"
+#include "models/lora.h"
 #include "runtime/cli/path_checks.h"
 #include "runtime/cli/plan_flags.h"
 
@@ -43,17 +44,39 @@ void validate_options(const TrainOptions& o, int world_size) {
 
 namespace {
 
+// A LoRA run's adapter file has PEFT's adapter_config.json beside it: read with the adapters, written with
+// --save.
+bool saves_adapters(const TrainOptions& o) { return o.model.overrides.count("lora_rank") > 0; }
+
 std::vector<FlagPath> named_inputs(const TrainOptions& o) {
   return {{"--init-from", o.model.init_from},
           {"--init-from", o.model.init_adapters},
+          {"--init-from", o.model.init_adapters.empty() ? "" : adapter_config_path(o.model.init_adapters)},
           {"--data", o.data.source == "default" ? "" : o.data.source},
           {"--eval-data", o.eval.source == "default" ? "" : o.eval.source},
-          {"--resume", o.saves.resume == "latest" ? "" : o.saves.resume},
-          {"--stop-file", o.saves.stop_file}};
+          {"--resume", o.saves.resume == "latest" ? "" : o.saves.resume}};
 }
 
 std::vector<FlagPath> named_outputs(const TrainOptions& o) {
-  return {{"--log-json", o.output.log_json}, {"--save", o.output.save}, {"--mem-report", o.output.mem_report}};
+  const bool config_beside = saves_adapters(o) && !o.output.save.empty();
+  return {{"--log-json", o.output.log_json},
+          {"--save", o.output.save},
+          {"--save's adapter_config.json", config_beside ? adapter_config_path(o.output.save) : ""},
+          {"--mem-report", o.output.mem_report}};
+}
+
+// The stop file is removed once seen, so it may be no file the run reads or writes; a directory there would
+// be taken for a request and removed.
+void check_stop_file(const TrainOptions& o) {
+  const FlagPath stop{"--stop-file", o.saves.stop_file};
+  if (stop.second.empty()) return;
+  std::error_code ec;
+  if (std::filesystem::is_directory(stop.second, ec))
+    refuse("--stop-file ", stop.second, ": is a directory (the stop file is one the run removes once it appears)");
+  std::vector<FlagPath> files = named_inputs(o);
+  for (FlagPath& out : named_outputs(o)) files.push_back(std::move(out));
+  files.push_back({"--trace-dir", o.output.trace_dir});
+  check_not_input(stop, files);
 }
 
 }  // namespace
@@ -61,12 +84,17 @@ std::vector<FlagPath> named_outputs(const TrainOptions& o) {
 std::vector<FlagPath> named_files(const TrainOptions& o) {
   std::vector<FlagPath> files = named_inputs(o);
   for (FlagPath& out : named_outputs(o)) files.push_back(std::move(out));
+  files.push_back({"--stop-file", o.saves.stop_file});
+  files.push_back({"--trace-dir", o.output.trace_dir});
   return files;
 }
 
 void check_outputs(const TrainOptions& o) {
   const SaveOptions& s = o.saves;
+  check_stop_file(o);
   std::vector<FlagPath> taken = named_inputs(o);
+  // The flight recorder's directory is made at set-up: an output of its name would fail after training.
+  taken.push_back({"--trace-dir", o.output.trace_dir});
   check_not_input({"--save-dir", s.save_dir}, taken);
   // A file may go inside an existing --save-dir, but one named as the directory would fail after training.
   std::error_code ec;

@@ -244,7 +244,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   // takes everything from its file.
   for (const char* model_only : {"--config", "--layers", "--dim", "--heads", "--vocab", "--ctx", "--kv-heads",
                                  "--ffn-dim", "--rope-theta", "--tie-embeddings", "--activation-checkpointing",
-                                 "--attention"})
+                                 "--attention", "--lora-rank", "--lora-alpha", "--lora-targets", "--freeze"})
     app.get_option("--params")->excludes(app.get_option(model_only));
   for (CLI::Option* opt : app.get_options())
     if (opt != check && opt != app.get_help_ptr() && opt->get_name() != "--json") check->excludes(opt);

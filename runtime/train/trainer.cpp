@@ -92,7 +92,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     }
     // Before any rank allocates; the engine's import checks again, finding the same.
     if (!options_.model.init_from.empty()) check_init_from(options_.model.init_from, *model_);
-    if (!options_.model.init_adapters.empty()) check_init_from(options_.model.init_adapters, *model_);
+    if (!options_.model.init_adapters.empty()) check_init_adapters(options_.model.init_adapters, *model_);
     if (world.rank() == 0) check_outputs(options_);
     if (!options_.output.trace_dir.empty()) comm::check_trace_dir(options_.output.trace_dir);
   });

@@ -14,6 +14,7 @@
 #include "kernels/io/atomic_file.h"
 #include "models/config_json.h"
 #include "models/lora.h"
+#include "runtime/cli/json_input.h"
 #include "runtime/cli/path_checks.h"
 #include "runtime/train/save_policy.h"
 #include "shard/checkpoint_format.h"
@@ -92,10 +93,6 @@ void save_named(const std::string& path, const std::vector<NamedWeight>& weights
 
 }  // namespace
 
-std::string adapter_config_path(const std::string& weights_path) {
-  return (std::filesystem::path(weights_path).parent_path() / "adapter_config.json").string();
-}
-
 void check_init_from(const std::string& path, const Model& model) {
   check_input_file("--init-from", path, "a safetensors file");
   try {
@@ -103,6 +100,17 @@ void check_init_from(const std::string& path, const Model& model) {
   } catch (const Error& e) {
     refuse("--init-from ", e.what());
   }
+}
+
+void check_init_adapters(const std::string& path, const Model& model) {
+  check_init_from(path, model);
+  const LoraPlan* lora = adapters_of(model);
+  if (!lora) refuse("--init-from ", path, ": an adapter file (BASE,ADAPTERS) needs --lora-rank");
+  if (weights_coverage(SafetensorsFile::open(path), model.units()) != WeightsCoverage::adapters)
+    refuse("--init-from ", path, ": the second file of BASE,ADAPTERS holds base weights, not LoRA adapters alone");
+  const std::string config = adapter_config_path(path);
+  std::error_code ec;
+  if (std::filesystem::exists(config, ec)) lora->check_peft_config(read_json_file("--init-from", config), config);
 }
 
 std::vector<std::string> save_weights(Engine& engine, const Model& model, comm::Communicator& world,

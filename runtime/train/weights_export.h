@@ -13,12 +13,12 @@
 
 namespace zshard {
 
-// The adapter_config.json in the directory of adapter file `weights_path`: PEFT loads a directory.
-std::string adapter_config_path(const std::string& weights_path);
-
 // Checks before any rank allocates that --init-from `path` is a weights file of `model` (every parameter,
 // a base model's, or the adapters alone; shapes, nothing foreign): UsageError naming the flag.
 void check_init_from(const std::string& path, const Model& model);
+// The same for the ADAPTERS of --init-from BASE,ADAPTERS: a file of the adapters alone, and, where PEFT's
+// adapter_config.json stands beside it, adapters of the run's rank, alpha and targets.
+void check_init_adapters(const std::string& path, const Model& model);
 
 // --save: the final weights of `model`, trained by `engine`, as above. Returns the files written.
 // Collective.

@@ -134,6 +134,19 @@ fi
 expect_failure "export into its checkpoint" 2 "lies inside .*step-00000001 \(checkpoint\): refusing to write into an input" -- \
   "$BIN/zshard-export" "$WORK/ck/step-00000001" "$WORK/ck/step-00000001/rank-00000.safetensors"
 expect_ok "the checkpoint is intact" "$TRAIN" "${ARGS[@]}" --steps 2 --resume "$WORK/ck/step-00000001"
+# The stop file is removed once it appears: naming an input (or a directory) would lose it.
+head -c 4000 "$(dirname "$0")/../../README.md" >"$WORK/text.txt"
+expect_failure "--stop-file naming --data" 2 \
+  "^zshard-train: error: --stop-file .*text.txt names the same file as --data: refusing to overwrite it$" -- \
+  "$TRAIN" "${ARGS[@]}" --steps 2 --data "$WORK/text.txt" --stop-file "$WORK/text.txt"
+expect_true "the data is still there" test -s "$WORK/text.txt"
+mkdir -p "$WORK/stop-dir"
+expect_failure "--stop-file naming a directory" 2 \
+  "^zshard-train: error: --stop-file .*stop-dir: is a directory \(the stop file is one the run removes once it appears\)$" -- \
+  "$TRAIN" "${ARGS[@]}" --steps 2 --stop-file "$WORK/stop-dir"
+expect_failure "--log-json naming the --trace-dir" 2 \
+  "^zshard-train: error: --log-json .*traces names the same file as --trace-dir: refusing to overwrite it$" -- \
+  "$TRAIN" "${ARGS[@]}" --steps 2 --trace-dir "$WORK/traces" --log-json "$WORK/traces"
 expect_failure "--json over --check" 2 "names the same file as --check" -- \
   "$BIN/zshard-mem" --check "$WORK/bench.json" --json "$WORK/bench.json"
 expect_failure "--save over --init-from" 2 "--save .*w.safetensors names the same file as --init-from" -- \

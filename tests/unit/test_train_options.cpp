@@ -61,6 +61,8 @@ TEST(TrainOptions, BadValuesNameTheirFlag) {
     return setup_error(o, 4);
   };
   EXPECT_THAT(with([](TrainOptions& o) { o.data.grad_accum = 0; }), HasSubstr("2: --grad-accum must be >= 1"));
+  EXPECT_THAT(with([](TrainOptions& o) { o.data.grad_accum = (1 << 20) + 1; }),
+              HasSubstr("2: --grad-accum must be at most 1048576, got 1048577"));
   EXPECT_THAT(with([](TrainOptions& o) { o.optimizer.beta2 = 1.0f; }), HasSubstr("2: --beta2 must be in [0, 1)"));
   EXPECT_THAT(with([](TrainOptions& o) { o.optimizer.lr_schedule = "linear"; }), HasSubstr("2: --lr-schedule"));
   EXPECT_THAT(with([](TrainOptions& o) { o.optimizer.grad_clip = -1; }), HasSubstr("2: --grad-clip"));
