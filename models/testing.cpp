@@ -6,6 +6,7 @@
 #include <zshard/error.h>
 
 #include "kernels/device_memory.h"
+#include "shard/frozen_params.h"
 
 namespace zshard {
 
@@ -14,12 +15,12 @@ LocalParams::LocalParams(const Model& model, DType dtype, Device device, const s
   const bool on_cpu = device == Device::cpu;
   ZS_CHECK(dtype == DType::f32 || dtype == DType::bf16 || (on_cpu && dtype == DType::f64),
            "LocalParams holds f32 or bf16, and f64 on cpu, not ", dtype_name(dtype), " on ", device_name(device));
-  for (const UnitSpec& unit : model.units()) {
+  // The engine's own matching: the same patterns freeze the same parameters, and one matching none is refused.
+  for (const UnitSpec& unit : freeze.empty() ? model.units() : freeze_matching(model.units(), freeze)) {
     UnitTensors params, grads;
     for (const ParamSpec& p : unit.params) {
       params.push_back(Tensor::zeros(p.shape, dtype, device, Category::params));
-      const bool frozen = p.frozen || std::find(freeze.begin(), freeze.end(), p.name) != freeze.end();
-      grads.push_back(frozen ? Tensor() : Tensor::zeros(p.shape, dtype, device, Category::grads));
+      grads.push_back(p.frozen ? Tensor() : Tensor::zeros(p.shape, dtype, device, Category::grads));
     }
     params_.push_back(std::move(params));
     grads_.push_back(std::move(grads));

@@ -16,6 +16,7 @@
 #include "shard/memory/engine_report.h"
 #include "shard/sharded_params.h"
 #include "shard/step_graph.h"
+#include "shard/unit_specs.h"
 
 namespace zshard {
 
@@ -45,6 +46,7 @@ Engine::Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, c
   ZS_CHECK(options.grad_accum >= 1, "grad_accum must be >= 1, got ", options.grad_accum);
   ZS_CHECK(options.tokens_per_step >= 1, "tokens_per_step must be >= 1, got ", options.tokens_per_step);
   comm::maybe_stall_in_set_up(world.rank(), "engine");
+  check_same_units_on_every_rank(model.units(), world);
   // First: its stream becomes the compute stream for all of the engine's work.
   if (options.cuda_graphs) {
     check_cuda_graphs(plan.placement, world.size());

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <exception>
-#include <map>
 
 #include "comm/backend_base.h"
 #include "comm/flight_recorder/recorder.h"
@@ -10,34 +9,11 @@
 #include "shard/gather_quantization.h"
 #include "shard/optimizer_offload.h"
 #include "shard/reduction_quantization.h"
+#include "shard/unit_specs.h"
 
 namespace zshard {
 
 using namespace sharded;
-
-namespace {
-
-// Unit names key a checkpoint's tensors and parameter names a weights file's: a duplicate would fail only
-// at the first save, after the training it was to keep. Refused here, before any memory is taken.
-void check_unit_specs(const std::vector<UnitSpec>& specs) {
-  std::map<std::string, size_t> units;
-  std::map<std::string, std::string> params;  // name -> its unit
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const UnitSpec& unit = specs[i];
-    if (auto [it, fresh] = units.emplace(unit.name, i); !fresh)
-      fail("model units ", it->second, " and ", i, " are both named '", unit.name, "'; a unit's name must be unique");
-    for (const ParamSpec& p : unit.params) {
-      for (int64_t d : p.shape)
-        if (d < 0)
-          fail("unit '", unit.name, "', parameter '", p.name, "': shape ", shape_str(p.shape), " has a negative dimension");
-      if (auto [it, fresh] = params.emplace(p.name, unit.name); !fresh)
-        fail("parameter '", p.name, "' is given twice (units '", it->second, "' and '", unit.name,
-             "'); a parameter's name must be unique in the model");
-    }
-  }
-}
-
-}  // namespace
 
 ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const ShardPlan& plan, uint64_t seed,
                              const std::vector<std::string>& freeze)

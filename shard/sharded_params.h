@@ -329,13 +329,16 @@ decltype(auto) with_element_type(DType dtype, Fn&& fn) {
   return fn(float{});
 }
 
-// A unit's views in UnitSpec order from its trainable and frozen layouts' views; with no frozen views (the
-// gradients) a frozen parameter's entry is an undefined Tensor.
+// A unit's views in UnitSpec order from its trainable and frozen layouts' views. Where one kind has no views
+// its parameters' entries are undefined Tensors: a frozen parameter's gradient, and every gradient of a unit
+// whose trainable parameters hold no element.
 inline UnitTensors in_unit_order(const std::vector<ParamSlot>& slots, const UnitTensors& trainable,
                                  const UnitTensors& frozen) {
   UnitTensors out;
-  for (const ParamSlot& s : slots)
-    out.push_back(!s.frozen ? trainable[size_t(s.index)] : frozen.empty() ? Tensor() : frozen[size_t(s.index)]);
+  for (const ParamSlot& s : slots) {
+    const UnitTensors& views = s.frozen ? frozen : trainable;
+    out.push_back(views.empty() ? Tensor() : views[size_t(s.index)]);
+  }
   return out;
 }
 

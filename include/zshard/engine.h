@@ -190,8 +190,9 @@ class Engine {
   // The same checkpoint, written while training goes on: returns once `dir` is ready and the state is
   // taken (copied to host memory when it lives on a device; state in host memory is written where it is,
   // the next steps copying only what the writer has not reached). One save at a time: a second is refused
-  // while the first is neither waited for nor tested complete. Collective.
-  AsyncSave save_async(const std::string& dir, const std::string& run_json = "{}");
+  // while the first is neither waited for nor tested complete. Collective. Discarded, the handle could never
+  // commit the checkpoint: keep it, and wait() or test() it.
+  [[nodiscard]] AsyncSave save_async(const std::string& dir, const std::string& run_json = "{}");
   // Loads a checkpoint saved by any world size and strategy (each rank reads only the slices its shards
   // need) and continues from its step. Checks the model's units and the files' sizes and checksums first.
   // A checkpoint holds the trainable parameters' state only: frozen ones stay as they are, and must be

@@ -20,8 +20,9 @@ class LocalParams final : public ParamContext {
   };
 
   // Parameters and gradients zero-filled in `dtype` on `device`: f32 or bf16, or f64 on cpu (the pairs
-  // a model computes in; cuda needs cuda_init first). A frozen parameter (ParamSpec::frozen, or named in
-  // `freeze`, as an engine may freeze more) has no gradient: its grads() entry is an undefined Tensor.
+  // a model computes in; cuda needs cuda_init first). A frozen parameter (ParamSpec::frozen, or matched by
+  // a pattern of `freeze`, as EngineOptions::freeze's) has no gradient: its grads() entry is an undefined
+  // Tensor. A pattern that matches nothing is refused, as the engine refuses it.
   LocalParams(const Model& model, DType dtype, Device device = Device::cpu, const std::vector<std::string>& freeze = {});
 
   // Fills every unit with model.init_unit(u, ..., seed). Host contexts only (init_unit fills host

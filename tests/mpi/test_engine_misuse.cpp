@@ -1,8 +1,9 @@
 // What a training loop of one's own can get wrong around the Engine, each refused with a line that says
 // what went wrong, before anything is updated and with nothing lost: a model that declares duplicate
-// names or negative shapes, a batch without targets (refused on the rank that passes it), a
-// tokens_per_step that is not the ranks' tokens, AdamW hyper-parameters out of range, a step before its
-// micro-steps, a save over a committed checkpoint. A load drops the step in progress.
+// names, names no weights file can hold, negative shapes, or other units on another rank; a batch without
+// targets (refused on the rank that passes it); a tokens_per_step that is not the ranks' tokens; AdamW
+// hyper-parameters out of range; a step before its micro-steps; a save over a committed checkpoint. A load
+// drops the step in progress, and a unit of no elements trains under every strategy.
 // zshard-test-np: 1 2
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include <zshard/engine.h>
+#include <zshard/ops.h>
 
 #include "models/gpt2.h"
 #include "tests/support/test_support.h"
@@ -79,6 +81,84 @@ TEST(EngineMisuse, DuplicateNamesAndNegativeShapesAreRefusedAtConstruction) {
   EXPECT_EQ(construction_error({{"a", {w, {"neg", {2, -4}, false}}}}),
             "unit 'a', parameter 'neg': shape (2, -4) has a negative dimension");
   EXPECT_EQ(construction_error({{"a", {w}}, {"b", {v}}}), "(no error)");
+}
+
+// A weights file keys its tensors by name, and its header keeps "__metadata__" for itself.
+TEST(EngineMisuse, NamesNoWeightsFileCanHoldAreRefusedAtConstruction) {
+  EXPECT_EQ(construction_error({{"a", {{"", {4}, true}}}}),
+            "unit 'a': a parameter named '', which no weights file can hold");
+  EXPECT_EQ(construction_error({{"a", {{"__metadata__", {4}, true}}}}),
+            "unit 'a': a parameter named '__metadata__', which no weights file can hold");
+}
+
+// Units of other sizes on another rank had the collectives exchange buffers of other sizes: a truncated
+// message, a corrupted heap. Every rank now learns which unit differs, before anything is allocated.
+TEST(EngineMisuse, UnitsThatDifferAcrossRanksAreRefusedAtConstruction) {
+  if (world().size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int r = world().rank();
+  EXPECT_THAT(construction_error({{"a", {{"w", {4}, true}}}, {"b", {{"v", {4 + r}, true}}}}),
+              HasSubstr("the model's unit 1 ('b' on rank " + std::to_string(r) +
+                        ") differs between ranks 0 and 1: every rank must build the same model"));
+  std::vector<UnitSpec> units = {{"a", {{"w", {4}, true}}}};
+  if (r == 1) units.push_back({"b", {{"v", {4}, true}}});
+  EXPECT_THAT(construction_error(units), HasSubstr("the model has 1 units on rank 0 and 2 on rank 1"));
+}
+
+// A table of next-token logits beside a unit whose one trainable parameter holds no element, which the
+// model gathers and makes ready like any other.
+class TableBesideAnEmptyUnit final : public Model {
+ public:
+  static constexpr int V = 16;
+  std::vector<UnitSpec> units() const override { return {{"table", {{"w", {V, V}, true}}}, {"empty", {{"z", {0, 4}, true}}}}; }
+  void init_unit(int, const UnitTensors& params, uint64_t) const override {
+    for (const Tensor& t : params)
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = 0.01f * float(i % 7);
+  }
+  double forward_backward(ParamContext& ctx, const Batch& b, float loss_scale) override {
+    const int N = b.B * b.T;
+    const Tensor logits = Tensor::zeros({N, V}, DType::f32, ctx.device(), Category::activations);
+    const Tensor losses = Tensor::zeros({N}, DType::f32, ctx.device(), Category::activations);
+    const float* w = ctx.gather(0)[0].data<float>();
+    float* lg = logits.data<float>();
+    for (int i = 0; i < N; ++i)
+      for (int v = 0; v < V; ++v) lg[i * V + v] = w[b.inputs[i] * V + v];
+    ctx.gather(1);
+    ctx.release(1);
+    const double loss =
+        ops::cross_entropy_forward_backward(ctx.device(), lg, losses.data<float>(), lg, b.targets, N, V, V, loss_scale);
+    ctx.release(0);
+    float* g = ctx.grads(0)[0].data<float>();
+    for (int i = 0; i < N; ++i)
+      for (int v = 0; v < V; ++v) g[b.inputs[i] * V + v] += lg[i * V + v];
+    ctx.grads_ready(0);
+    ctx.grads(1);  // no element: nothing to accumulate
+    ctx.grads_ready(1);
+    return loss;
+  }
+  double forward(ParamContext&, const Batch&) override { return 0; }
+  int64_t activation_bytes(int B, int T, DType) const override { return int64_t(B) * T * (V + 1) * 4; }
+  int vocab_size() const override { return V; }
+  int context_length() const override { return kT; }
+};
+
+// Such a unit has nothing to shard, reduce or step: the sharded strategies crashed in grads().
+TEST(EngineMisuse, AUnitOfNoElementsTrainsUnderEveryStrategy) {
+  TableBesideAnEmptyUnit table;
+  std::vector<int32_t> tokens(kB * kT + 1);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(5 * i + 3) % TableBesideAnEmptyUnit::V;
+  std::vector<double> first;
+  for (StrategyKind kind : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3}) {
+    SCOPED_TRACE(strategy_name(kind));
+    Engine engine(table, world(), test::plan({kind}), options());
+    std::vector<double> losses;
+    for (int step = 0; step < 3; ++step) {
+      engine.forward_backward({tokens.data(), tokens.data() + 1, kB, kT});
+      losses.push_back(engine.step({.lr = 0.1f}).loss);
+    }
+    if (first.empty()) first = losses;
+    for (size_t s = 0; s < losses.size(); ++s) EXPECT_NEAR(losses[s], first[s], 1e-6 * first[s]) << "step " << s + 1;
+    EXPECT_LT(losses.back(), losses.front()) << "it trains";
+  }
 }
 
 TEST(EngineMisuse, ABatchWithoutTargetsOrInputsIsRefused) {
