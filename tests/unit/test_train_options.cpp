@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <cstring>
 #include <limits>
 
 #include <zshard/lr_schedule.h>
@@ -29,6 +30,12 @@ class PretendWorld : public comm::SelfCommunicator {
  public:
   explicit PretendWorld(int size) : size_(size) {}
   int size() const override { return size_; }
+  // Every pretended rank gives what this one gives (the same model, say).
+  comm::WorkPtr all_gather(const void* send, void* recv, size_t count, DType dtype) override {
+    const size_t bytes = count * dtype_size(dtype);
+    for (int r = 0; r < size_; ++r) std::memcpy(static_cast<char*>(recv) + size_t(r) * bytes, send, bytes);
+    return SelfCommunicator::all_gather(send, recv, count, dtype);
+  }
 
  private:
   int size_;
