@@ -65,6 +65,10 @@ void add_parsed_flag(CLI::App& app, const std::string& flag, E& value, Parse par
       ->default_str(std::string(name(value)));
 }
 
+Choices<DType> float_dtypes() {
+  return {{std::string(dtype_flag(DType::f32)), DType::f32}, {std::string(dtype_flag(DType::bf16)), DType::bf16}};
+}
+
 }  // namespace
 
 void add_comm_mode_flags(CLI::App& app, StrategyOptions& s) {
@@ -82,6 +86,17 @@ void add_comm_mode_flags(CLI::App& app, StrategyOptions& s) {
                   "inside the host (ZeRO++ hpZ); or N: the same in groups of N consecutive ranks");
 }
 
+void add_reshard_flag(CLI::App& app, bool& reshard_after_forward) {
+  app.add_option("--reshard-after-forward", reshard_after_forward,
+                 "zero3/hybrid: free gathered params after each unit's forward (true/false)");
+}
+
+void add_reduce_dtype_flag(CLI::App& app, DType& reduce_dtype) {
+  add_choice(app, "--reduce-dtype", reduce_dtype, float_dtypes(),
+             "dtype of the gradient collectives: fp32, or bf16 (half the traffic); bf16 gradients reduced in fp32 "
+             "are converted into a buffer of their unit's size first");
+}
+
 void add_plan_flags(CLI::App& app, PlanOptions& o) {
   app.add_option_function<std::string>(
          "--strategy",
@@ -96,18 +111,14 @@ void add_plan_flags(CLI::App& app, PlanOptions& o) {
          "ddp, zero1, zero2, zero3 or hybrid")
       ->default_str(std::string(strategy_name(o.strategy.kind)));
   add_shard_group_flag(app, o.strategy.shard_group);
-  app.add_option("--reshard-after-forward", o.strategy.reshard_after_forward,
-                 "zero3/hybrid: free gathered params after each unit's forward (true/false)");
+  add_reshard_flag(app, o.strategy.reshard_after_forward);
   app.add_option("--max-inflight", o.strategy.max_inflight, "zero3/hybrid: gathered units alive at once");
   add_comm_mode_flags(app, o.strategy);
   add_device_flag(app, o.placement.device,
                   "where to compute: cpu, or cuda (a GPU per rank: local rank modulo the visible GPUs)");
-  const Choices<DType> dtypes = {{std::string(dtype_flag(DType::f32)), DType::f32},
-                                 {std::string(dtype_flag(DType::bf16)), DType::bf16}};
-  add_choice(app, "--param-dtype", o.placement.param_dtype, dtypes,
+  add_choice(app, "--param-dtype", o.placement.param_dtype, float_dtypes(),
              "parameters and gradients: fp32, or bf16 with an fp32 master copy and Adam state");
-  add_choice(app, "--reduce-dtype", o.placement.reduce_dtype, dtypes,
-             "dtype of the gradient collectives: fp32, or bf16 (half the traffic)");
+  add_reduce_dtype_flag(app, o.placement.reduce_dtype);
   add_choice<CommBackend>(app, "--comm", o.comm, {{"mpi", CommBackend::mpi}, {"nccl", CommBackend::nccl}},
                           "collectives: mpi, or nccl (cuda) [default: nccl on cuda, mpi on cpu]");
   add_offload_flag(app, o.placement.offload_optimizer);

@@ -19,6 +19,9 @@ void add_offload_flag(CLI::App& app, bool& offload_optimizer);
 // --quantize-gathers, --quantize-reductions and --secondary-shard: how the strategies' collectives travel
 // (zshard-train, zshard-bench and zshard-mem).
 void add_comm_mode_flags(CLI::App& app, StrategyOptions& strategy);
+// --reshard-after-forward and --reduce-dtype, as zshard-train takes them (zshard-mem's estimates too).
+void add_reshard_flag(CLI::App& app, bool& reshard_after_forward);
+void add_reduce_dtype_flag(CLI::App& app, DType& reduce_dtype);
 // All of them, --strategy by name.
 void add_plan_flags(CLI::App& app, PlanOptions& options);
 

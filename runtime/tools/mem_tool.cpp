@@ -63,6 +63,7 @@ struct MemOptions {
   ShardGroupRequest groups;  // hybrid's --shard-group
   StrategyOptions comm_modes;  // --quantize-gathers, --quantize-reductions, --secondary-shard
   std::string dtype = "fp32";
+  DType reduce_dtype = DType::f32;  // --dtype mixed's gradient collectives, as zshard-train's --reduce-dtype
   int batch = 8;
   int seq = 64;
   int grad_accum = 1;
@@ -143,6 +144,7 @@ bool check_against(const json& doc, const std::string& path) {
     const std::string param_dtype = r.at("memory_report").value("param_dtype", "fp32");
     plan.placement.device = r.at("memory_report").value("device", "cpu") == "cuda" ? Device::cuda : Device::cpu;
     plan.placement.param_dtype = param_dtype == "bf16" ? DType::bf16 : DType::f32;
+    plan.placement.reduce_dtype = r.at("memory_report").value("reduce_dtype", "fp32") == "bf16" ? DType::bf16 : DType::f32;
     e.plan = plan_for_world(plan, r.at("world").get<int>());
     // A result's own (--rank-batches auto moves it); files written before it was recorded have the run's.
     e.rank_batch = r.value("rank_batch_max", doc.at("rank_batch_max").get<int>());
@@ -219,6 +221,8 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
                  "micro-steps per optimizer step, as zshard-train's: the accumulation scratch joins comm");
   app.add_option("--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once");
   add_comm_mode_flags(app, o.comm_modes);
+  add_reshard_flag(app, o.comm_modes.reshard_after_forward);
+  add_reduce_dtype_flag(app, o.reduce_dtype);
   add_recompute_flag(app, o.recompute);
   add_attention_flag(app, o.attention);
   add_offload_flag(app, o.offload_optimizer);
@@ -244,7 +248,8 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   // takes everything from its file.
   for (const char* model_only : {"--config", "--layers", "--dim", "--heads", "--vocab", "--ctx", "--kv-heads",
                                  "--ffn-dim", "--rope-theta", "--tie-embeddings", "--activation-checkpointing",
-                                 "--attention", "--lora-rank", "--lora-alpha", "--lora-targets", "--freeze"})
+                                 "--attention", "--lora-rank", "--lora-alpha", "--lora-targets", "--freeze",
+                                 "--reduce-dtype", "--reshard-after-forward"})
     app.get_option("--params")->excludes(app.get_option(model_only));
   for (CLI::Option* opt : app.get_options())
     if (opt != check && opt != app.get_help_ptr() && opt->get_name() != "--json") check->excludes(opt);
@@ -276,6 +281,8 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     if (app.count("--shard-group") && !has("hybrid")) throw UsageError("--shard-group is only for --strategy hybrid");
     if (app.count("--max-inflight") && !has("zero3") && !has("hybrid"))
       throw UsageError("--max-inflight is only for --strategy zero3 or hybrid");
+    if (app.count("--reshard-after-forward") && !has("zero3") && !has("hybrid"))
+      throw UsageError("--reshard-after-forward is only for --strategy zero3 or hybrid");
     std::vector<StrategyKind> kinds;
     for (const std::string& s : o.strategies) kinds.push_back(parse_strategy(s));
     check_modes_taken(kinds, o.comm_modes);
@@ -291,7 +298,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     plan.strategy = o.comm_modes;
     plan.strategy.shard_group = o.groups;
     plan.strategy.max_inflight = o.max_inflight;
-    plan.placement = {o.device, parse_dtype_policy(o.dtype), DType::f32, o.offload_optimizer};
+    plan.placement = {o.device, parse_dtype_policy(o.dtype), o.reduce_dtype, o.offload_optimizer};
     EstimateInput base;
     base.seq = o.seq;
     base.grad_accum = o.grad_accum;

@@ -113,7 +113,14 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // scratch per reduction in flight (zero2: those of the two largest units; zero3/hybrid: u+1's while u's
   // backward runs, and u's own beside it once u's gathered copy is released at its grads_ready). zero1:
   // the scratch of its two reductions in flight, on the last micro-step; ddp reduces in place.
-  const int64_t in_flight_shards = in.grad_accum > 1 && G > 1 ? sum_of_largest(units, 2) / G : 0;
+  // Gradients reduced in a dtype other than their own (bf16 kept, fp32 reduced, the default beside bf16
+  // parameters) are first converted, whole, into a buffer of the reduce dtype, and reduced into a scratch
+  // of it, never in place: two such buffers and scratches while reductions are in flight, every unit's
+  // under ddp, which finishes its reductions at the micro-step's end only.
+  const int64_t reduce_bytes = int64_t(dtype_size(plan.placement.reduce_dtype));
+  const bool converts = reduce_bytes != d.grad_bytes && (G > 1 || groups.count() > 1) && !quantized_reductions;
+  const int64_t scratch_bytes = converts ? reduce_bytes : d.grad_bytes;
+  const int64_t in_flight_shards = (in.grad_accum > 1 || converts) && G > 1 ? sum_of_largest(units, 2) / G : 0;
   const int64_t L1 = sum_of_largest(units, 1), L2 = sum_of_largest(units, 2) - L1;
   const bool keeps_open = in.model->keeps_gradients_open(std::max(1, in.rank_batch), in.seq);
   const int64_t kept = keeps_open ? L1 : 0;
@@ -145,17 +152,18 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       // Reductions through a scratch: u+1's in flight while u's backward runs; from u's grads_ready on,
       // u's too, its gathered copy released by then (an embedding's, gathered for nothing, frees nothing).
       const int64_t released = plan.reshard_after_forward && u >= 1 ? gathered_units[u] : 0;
-      backward = std::max({backward, gathered + (open + (open - units[u]) / G) * d.grad_bytes,
-                           gathered - released + (open + open / G) * d.grad_bytes});
+      backward = std::max({backward, gathered + open * d.grad_bytes + (open - units[u]) / G * scratch_bytes,
+                           gathered - released + open * d.grad_bytes + open / G * scratch_bytes});
     }
     // Forward's end holds every unit's share beside the gathers in flight (a tied head's, the largest).
     const int64_t forward_shares = std::accumulate(secondary_shares.begin(), secondary_shares.end(), int64_t{0});
     e.comm_buffers = kept * d.grad_bytes + std::max(forward_shares, backward - e.gathered_in_flight);
   } else if (g_sharded) {
-    e.comm_buffers = (kept + accumulated_and_in_flight + in_flight_shards) * d.grad_bytes;
+    e.comm_buffers = (kept + accumulated_and_in_flight) * d.grad_bytes + in_flight_shards * scratch_bytes;
   } else if (G > 1) {
-    e.comm_buffers = sum_of_largest(units, 2) / G * d.grad_bytes;
+    e.comm_buffers = sum_of_largest(units, 2) / G * scratch_bytes;
   }
+  if (converts) e.comm_buffers += (G == 1 && !g_sharded ? padded_total : sum_of_largest(units, 2)) * reduce_bytes;
   // Quantized reductions: a reduction in flight also holds its chunk records, those it sends and those it
   // receives, and two are in flight at most (a unit's, issued before the previous one's is finished).
   e.comm_buffers += sum_of_largest(reduction_records, 2);

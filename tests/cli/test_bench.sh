@@ -2,7 +2,7 @@
 # JSON with every strategy the world allows, zshard-commbench finds no wrong element and writes valid JSON
 # (with Open MPI, the ring Iallreduce that zshard's launch selects, unless the user chose one),
 # zshard-mem prints the ZeRO table and checks the bench JSON (a tied Llama that defers its head's gradient:
-# exactly), zshard-project prints its table, and projects the communication modes or refuses them.
+# exactly; bf16 parameters with fp32 reductions), zshard-project prints its table, and projects the communication modes or refuses them.
 source "$(dirname "$0")/lib.sh"
 BIN="$ZSHARD_BIN"
 
@@ -37,6 +37,12 @@ for s in zero2 zero3; do
   grep -Eq "^$s .* 1\.000  ok$" "$WORK/out" ||
     { echo "FAIL mem vs bench tied llama: $s's peak is not the estimate"; cat "$WORK/out"; failures=$((failures + 1)); }
 done
+
+# bf16 parameters reduced in fp32, zshard-train's default beside them: each reduction first converts its
+# unit's gradient into an fp32 buffer, which the estimate counts (without it, 67-82% of the peak).
+check "bench bf16 params, fp32 reduce" timeout 120 "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --model gpt2 --layers 1 \
+  --dim 128 --heads 4 --param-dtype bf16 --batch 4 --seq 16 --warmup-steps 1 --steps 2 --json "$WORK/bf16.json"
+check "mem vs bench bf16 params, fp32 reduce" "$BIN/zshard-mem" --check "$WORK/bf16.json"
 
 # --rank-batches even,auto: both splits per strategy, the auto one after re-splits, with the ideal step.
 check "bench even,auto" timeout 120 "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --model tiny --strategies ddp \
