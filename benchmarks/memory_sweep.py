@@ -135,7 +135,7 @@ def main():
                                               os.path.join(scratch, f"max_{tag}_{strategy}.json"))
                 row = {"model": case["model"], "strategy": strategy, "activation_checkpointing": ac,
                        "offload": offload, "world": args.np, "rank_batch": rank_batch, "seq": case["seq"],
-                       "peak_measured": r["peak_total_bytes"], "peak_predicted": e["total_bytes"],
+                       "peak_measured": r["peak_total_bytes"], "peak_predicted": e["step_bytes"],
                        "states_measured": r["model_states_bytes"]["measured"],
                        "states_predicted": e["model_states_bytes"], "budget": budget,
                        "largest_batch_predicted": largest[strategy][saver]}

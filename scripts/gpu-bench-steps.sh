@@ -109,10 +109,10 @@ for b in measured:
         continue
     states, peak = r["model_states_bytes"]["measured"], r["peak_total_bytes"]
     out[f"memory_batch_{b}"] = {"states_measured": states, "states_predicted": mem["model_states_bytes"],
-                                "peak_measured": peak, "peak_predicted": mem["total_bytes"]}
+                                "peak_measured": peak, "peak_predicted": mem["step_bytes"]}
     parts.append(f'batch {b} memory: states {states / 1e9:.3f} GB, zshard-mem {mem["model_states_bytes"] / 1e9:.3f} GB; '
-                 f'peak {peak / 1e9:.2f} GB, zshard-mem {mem["total_bytes"] / 1e9:.2f} GB '
-                 f'(measured {peak / mem["total_bytes"]:.3f} of it)')
+                 f'peak {peak / 1e9:.2f} GB, zshard-mem {mem["step_bytes"] / 1e9:.2f} GB '
+                 f'(measured {peak / mem["step_bytes"]:.3f} of it)')
 json.dump(out, open(os.path.join(logs, "gpt2.json"), "w"))
 open(os.path.join(logs, "gpt2.note"), "a").write(
     ("largest batch that fits: " + str(largest) if largest else f"no batch above 8 fitted (tried {tried})") +

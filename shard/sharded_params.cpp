@@ -86,12 +86,17 @@ ShardedParams::ShardedParams(const Model& model, comm::Communicator& comm, const
     // Every rank initialises the whole unit from the seed, on the host, and keeps its part, so the
     // initial values do not depend on the world size, strategy, device or what is frozen.
     // The model writes each parameter where its flat buffer keeps it, so that set-up holds a unit's values
-    // once on the host, not in a copy of the unit in its own order beside them.
+    // once on the host, not in a copy of the unit in its own order beside them: in the buffer itself where
+    // it holds the whole unit in fp32 on the host, else in a staging of the whole unit, uploaded once.
     const Unit& made = *units_.back();
     const bool any_frozen = !made.frozen.spec().params.empty();  // of any size: has_frozen() needs elements
-    const Tensor trainable = Tensor::zeros({made.layout.padded_numel()}, kF32, Device::cpu, Category::workspace);
-    const Tensor frozen =
-        any_frozen ? Tensor::zeros({made.frozen.padded_numel()}, kF32, Device::cpu, Category::workspace) : Tensor();
+    const bool in_place = !params_sharded_ && compute == kF32 && device == Device::cpu;
+    const auto values_of = [&](const FlatLayout& layout, const Tensor& resident) {
+      return in_place && resident.defined() ? resident
+                                            : Tensor::zeros({layout.padded_numel()}, kF32, Device::cpu, Category::workspace);
+    };
+    const Tensor trainable = values_of(made.layout, made.resident);
+    const Tensor frozen = any_frozen ? values_of(made.frozen, made.frozen_resident) : Tensor();
     model.init_unit(int(i),
                     in_unit_order(made.slots, made.layout.views(trainable),
                                   any_frozen ? made.frozen.views(frozen) : UnitTensors{}),
@@ -160,7 +165,10 @@ Tensor ShardedParams::owned_grads(int unit) const {
 void ShardedParams::upload(const FlatLayout& layout, const Tensor& resident, const float* full) {
   const Device device = plan_.placement.device;
   const int64_t begin = params_sharded_ ? layout.shard_begin(shard_index()) : 0, n = resident.numel();
-  if (resident.dtype() == kF32) return copy_bytes(resident.raw(), device, full + begin, Device::cpu, resident.nbytes());
+  if (resident.dtype() == kF32) {
+    if (resident.raw() == full + begin) return;  // set-up wrote the values in place
+    return copy_bytes(resident.raw(), device, full + begin, Device::cpu, resident.nbytes());
+  }
   if (device == Device::cpu) return ops::convert(device, resident.raw(), resident.dtype(), full + begin, kF32, size_t(n));
   // A GPU converts its own memory: the fp32 values go there first.
   const Tensor staged = Tensor::empty({n}, kF32, device, Category::workspace);

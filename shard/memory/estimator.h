@@ -11,6 +11,7 @@
 // its block, a few bytes per token, and what a save holds: rank 0 keeps every unit whole on the host, 4
 // bytes a parameter, until it has written them.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -57,13 +58,20 @@ struct MemoryEstimate {
   // memory (page-locked on a GPU) for its writer, at most: state already in host memory is copied only
   // where training overtakes the writer. The other groups' ranks write nothing.
   int64_t checkpoint_snapshot = 0;
+  // Set-up's peak: the model states made so far beside the fp32 staging of the unit being initialised (none
+  // where its own buffers hold it whole in fp32 on the cpu). It exceeds the step's where a unit's staging
+  // outweighs the activations and buffers of a step: a large frozen embedding under LoRA in bf16, say.
+  int64_t set_up = 0;
   // Host memory that is not the device's: on a GPU the offloaded optimizer's and the snapshot.
   int64_t host_apart() const { return device == Device::cpu ? 0 : model_states.host + checkpoint_snapshot; }
-  // The device's peak, what budgets are checked against (on the cpu, host bytes included).
-  int64_t total() const {
+  // The peak of a training step (on the cpu, host bytes included): what a benchmark measures, its peaks
+  // reset after set-up.
+  int64_t step_total() const {
     return model_states.total() + checkpoint_snapshot - host_apart() + gathered_in_flight + comm_buffers + activations +
            op_scratch;
   }
+  // The device's peak over a run, set-up's included: what budgets are checked against.
+  int64_t total() const { return std::max(step_total(), set_up); }
 };
 
 // Throws UsageError for a group that the plan does not have.
