@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <tuple>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "kernels/io/atomic_file.h"
@@ -205,6 +207,20 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
                 data_size, " data bytes");
     f.entries_.emplace(name, std::move(e));
   }
+  // The data is the tensors one after another, as the format requires: tensors that overlap, or bytes no
+  // tensor owns, make a file no writer made, whose values may depend on who reads it.
+  std::vector<const SafetensorsEntry*> by_offset;
+  for (const auto& [name, e] : f.entries_) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(), [](const SafetensorsEntry* a, const SafetensorsEntry* b) {
+    return std::tie(a->begin, a->end) < std::tie(b->begin, b->end);
+  });
+  uint64_t at = 0;
+  for (const SafetensorsEntry* e : by_offset) {
+    if (e->begin < at) fail_file(path, "tensor '", e->name, "' starts at data byte ", e->begin, ", inside the tensor before it");
+    if (e->begin > at) fail_file(path, "data bytes ", at, " to ", e->begin, " belong to no tensor");
+    at = e->end;
+  }
+  if (at != data_size) fail_file(path, "data bytes ", at, " to ", data_size, " belong to no tensor");
   return f;
 }
 

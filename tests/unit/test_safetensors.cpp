@@ -208,6 +208,15 @@ TEST(Safetensors, MalformedFilesNameFileAndProblem) {
 
   write_raw(p, R"({"__metadata__":{"a":1}})", "");
   expect_open_error("__metadata__ value of 'a' is not a string");
+
+  // The tensors tile the data exactly, as the format requires: no overlap, no byte of nobody's.
+  write_raw(p, R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+            std::string(8, '\0'));
+  expect_open_error("tensor 'y' starts at data byte 4, inside the tensor before it");
+  write_raw(p, R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", std::string(8, '\0'));
+  expect_open_error("data bytes 0 to 4 belong to no tensor");
+  write_raw(p, ok_entry, std::string(12, '\0'));
+  expect_open_error("data bytes 8 to 12 belong to no tensor");
 }
 
 TEST(Safetensors, MissingTensorAndShapeMismatch) {
