@@ -107,6 +107,11 @@ check "commbench all_to_all np 3" timeout 120 "${MPIRUN[@]}" -np 3 "$BIN/zshard-
   --min-size 12 --max-size 48KiB --factor 8 --round-ms 5 --rounds 1
 grep -q "wrong elements: 0" "$WORK/out" && grep -q "^# all_to_all" "$WORK/out" ||
   { echo "FAIL commbench all_to_all: not run, or wrong elements"; failures=$((failures + 1)); }
+# Small sizes that round to whole floats per rank alike are measured once: 3, 6 and 12 bytes are all 8 at np 2.
+check "commbench small sizes" timeout 120 "${MPIRUN[@]}" -np 2 "$BIN/zshard-commbench" --ops all_gather \
+  --min-size 3 --max-size 16 --round-ms 1 --rounds 1
+rows=$(grep -cE "^ +8 +2 +float " "$WORK/out")
+[ "$rows" = 1 ] || { echo "FAIL commbench small sizes: $rows rows of 8 bytes, want 1"; cat "$WORK/out"; failures=$((failures + 1)); }
 # A user's own choice of the algorithm wins over zshard's.
 if grep -q "libnbc iallreduce algorithm" "$WORK/comm.out"; then
   check "commbench user algorithm" timeout 120 env OMPI_MCA_coll_libnbc_iallreduce_algorithm=2 "${MPIRUN[@]}" \
@@ -170,6 +175,16 @@ expect_failure "mem groups that do not hold the world" 2 "--shard-group 4,2: the
 expect_failure "mem bad size" 2 "--device-mem" -- "$BIN/zshard-mem" --model gpt2 --device-mem 80furlongs
 expect_failure "mem batch below the world" 2 "^zshard-mem: --batch 3 is smaller than the world size 4$" -- \
   "$BIN/zshard-mem" --model tiny --batch 3 --world 2,4
+python3 -c "
+import json
+d = json.load(open('$WORK/bench.json'))
+json.dump(dict(d, results=[]), open('$WORK/no-results.json', 'w'))
+json.dump(dict(d, results=[dict(r, world=-3) for r in d['results']]), open('$WORK/world-3.json', 'w'))"
+expect_failure "mem --check of no results" 2 "^zshard-mem: --check .*no-results.json: no results to check$" -- \
+  "$BIN/zshard-mem" --check "$WORK/no-results.json"
+expect_one_line "mem --check of no results" "no results"
+expect_failure "mem --check of a world of -3" 2 "^zshard-mem: --check .*world-3.json: a result's world is -3, not in \[1, 1048576\]$" -- \
+  "$BIN/zshard-mem" --check "$WORK/world-3.json"
 expect_failure "mem grad-accum 0" 2 "--grad-accum must be >= 1, got 0" -- "$BIN/zshard-mem" --model tiny --grad-accum 0
 # --grad-accum adds the accumulation scratch (comm) and nothing else, as zshard-train measures it.
 "$BIN/zshard-mem" --model tiny --world 2 --strategy zero2 --json "$WORK/accum1.json" >/dev/null
