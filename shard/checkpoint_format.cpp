@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cinttypes>
 #include <climits>
@@ -129,7 +130,12 @@ Manifest manifest_from_json(const json& j) {
     if (!f.at("bytes").is_number_unsigned()) throw std::runtime_error("bytes is not a non-negative integer");
     CheckpointFile cf{name_field(f, "name"), f.at("bytes").get<uint64_t>(), 0, kind};
     if (cf.name != rank_file_name(int(s))) throw std::runtime_error("unexpected file name " + cf.name);
-    cf.checksum = std::stoull(f.at(checksum_name(kind)).get<std::string>(), nullptr, 16);
+    const std::string digest = f.at(checksum_name(kind)).get<std::string>();
+    if (digest.empty() || digest.size() > 16 ||
+        !std::all_of(digest.begin(), digest.end(), [](unsigned char c) { return std::isxdigit(c); }))
+      throw std::runtime_error(std::string("the ") + checksum_name(kind) + " of " + cf.name +
+                               " is not 1 to 16 hexadecimal digits");
+    cf.checksum = std::stoull(digest, nullptr, 16);
     m.files.push_back(std::move(cf));
   }
   m.run = j.at("run");

@@ -260,6 +260,15 @@ TEST(Checkpoint, BadInputNamesTheFileAndTheProblem) {
   std::ofstream(manifest) << text.substr(0, pos) << "\"padded_numel\": 16" << text.substr(pos + 18);
   EXPECT_THAT(error_of([&] { read_manifest(dir); }),
               AllOf(HasSubstr("manifest.json"), HasSubstr("unit a: inconsistent layout")));
+  const auto digest = text.find("\"xxh3_64\": \"");
+  ASSERT_NE(digest, std::string::npos);
+  for (const std::string bad : {"zz", "-1", ""}) {
+    const size_t at = digest + 12, end = text.find('"', at);
+    std::ofstream(manifest) << text.substr(0, at) << bad << text.substr(end);
+    EXPECT_THAT(error_of([&] { read_manifest(dir); }),
+                HasSubstr("the xxh3_64 of rank-00000.safetensors is not 1 to 16 hexadecimal digits"))
+        << "'" << bad << "'";
+  }
 }
 
 // ---- the save policy in one process ----
