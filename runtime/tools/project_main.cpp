@@ -184,6 +184,13 @@ int main(int argc, char** argv) {
         in.units = b.at("model").at("units");
         in.batch = b.at("batch");
       });
+      // What the file lacks is the file's fault, not the flags': said before the flags are checked.
+      const auto bad = [&](const auto&... what) { throw UsageError(detail::concat("--bench ", bench_path, ": ", what...)); };
+      if (!(in.compute_ms > 0 && std::isfinite(in.compute_ms)))
+        bad("no ddp result with a positive step time (run zshard-bench with ddp among --strategies)");
+      if (in.params <= 0) bad("model params is ", in.params, ", not > 0");
+      if (in.units < 1) bad("model units is ", in.units, ", not >= 1");
+      if (in.batch < 1) bad("batch is ", in.batch, ", not >= 1");
     }
     if (!(in.compute_ms > 0 && std::isfinite(in.compute_ms)) || in.params <= 0)
       throw UsageError("give --bench FILE, or --compute-ms and --params (both finite and > 0)");
