@@ -123,12 +123,12 @@ fi
 check "mem 7.5e9" "$BIN/zshard-mem" --params 7.5e9 --dtype mixed --world 1,4,16,64,1024
 grep -Eq "zero3 +64 +64 +.*1\.88 GB" "$WORK/out" || { echo "FAIL mem: no 1.88 GB row"; cat "$WORK/out"; failures=$((failures + 1)); }
 check "project" "$BIN/zshard-project" --compute-ms 100 --params 124e6 --units 14 --max-world 64
+grep -Eq "^ +64 " "$WORK/out" || { echo "FAIL project: no N=64 row"; failures=$((failures + 1)); }
 check "bench zero3 alone" "$BIN/zshard-bench" --model tiny --strategies zero3 --warmup-steps 0 --steps 1 \
   --json "$WORK/zero3-only.json"
 expect_failure "project --bench without a ddp result" 2 \
   "^zshard-project: --bench .*zero3-only.json: no ddp result with a positive step time" -- \
   "$BIN/zshard-project" --bench "$WORK/zero3-only.json"
-grep -Eq "^ +64 " "$WORK/out" || { echo "FAIL project: no N=64 row"; failures=$((failures + 1)); }
 # Unequal groups: the ranks of the small one issue other collectives than the large one's, and the replay
 # of them without compute must still issue the same ones on every rank (it aborted with MPI_ERR_TRUNCATE).
 check "bench np 3 hybrid --shard-group 2,1" timeout 120 "${MPIRUN[@]}" -np 3 "$BIN/zshard-bench" --model tiny \
