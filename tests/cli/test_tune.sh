@@ -86,6 +86,12 @@ expect_failure "grad-accum not divisible" 2 "--grad-accum 3 does not divide the 
 expect_failure "tokens not whole sequences" 2 "--global-tokens 100 is not a whole number of --seq 32" -- \
   "$TUNE" --np 2 --global-tokens 100 --seq 32
 expect_failure "no global batch" 2 "give the global batch" -- "$TUNE" --np 2
+expect_failure "zero3's dimension without zero3" 2 \
+  "^zshard-tune: --max-inflight is only for zero3 or hybrid, and --strategies has neither$" -- \
+  "$TUNE" --np 2 --global-batch 8 --strategies ddp,zero2 --max-inflight 1,2
+expect_failure "quantized reductions with ddp alone" 2 \
+  "^zshard-tune: --quantize-reductions is only for zero1, zero2, zero3 or hybrid, and --strategies has none$" -- \
+  "$TUNE" --np 2 --global-batch 8 --strategies ddp --quantize-reductions int8
 expect_failure "under mpirun (each candidate failed with MPI's words)" 2 \
   "^zshard-tune: run this as one process, not under mpirun or srun: it starts each run itself \(--launcher; OMPI_COMM_WORLD_SIZE is set\)$" -- \
   "${MPIRUN[@]}" -np 1 "$TUNE" "${SEARCH[@]}"
