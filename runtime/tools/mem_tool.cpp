@@ -337,6 +337,11 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
       return 0;
     }
 
+    // Every row's plan first: one that cannot be made (secondary groups the world cannot hold, say) is
+    // refused before any line of the table.
+    for (const std::string& s : o.strategies)
+      for (int world : o.worlds)
+        for (const EstimateInput& in : table_rows(base, plan, s, world)) (void)estimate_memory(in);
     json rows = json::array();
     // Frozen parameters (--freeze, LoRA's base) get a column of their own: a compute copy, nothing else.
     const bool frozen = base.model && count_params(*base.model, o.freeze).frozen > 0;

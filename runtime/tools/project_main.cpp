@@ -67,15 +67,21 @@ double check(const std::vector<std::string>& paths, const std::vector<std::strin
              json& out) {
   in.weak = false;
   double serial = 0;
+  // Every file read, and its world found, before any line of the table.
+  std::vector<std::pair<json, int>> benches;
+  for (const std::string& path : paths) {
+    json bench = read_json_file("--check", path);
+    const int world = read_fields("--check", path, [&] { return bench.at("world").get<int>(); });
+    benches.emplace_back(std::move(bench), world);
+  }
   std::cout << "\nprojection vs measured (strong scaling, global batch " << in.batch << "; error = predicted / "
             << "measured - 1)\n"
             << std::setw(8) << "strategy" << std::setw(6) << "N" << std::setw(14) << "measured ms" << std::setw(14)
             << "no overlap" << std::setw(9) << "error" << std::setw(14) << "overlap" << std::setw(9) << "error\n";
-  for (const std::string& path : paths) {
-    const json bench = read_json_file("--check", path);
-    const int world = read_fields("--check", path, [&] { return bench.at("world").get<int>(); });
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const auto& [bench, world] = benches[i];
     for (const std::string& name : kProjected) {
-      const double measured = read_fields("--check", path, [&] { return median_ms(bench, name); });
+      const double measured = read_fields("--check", paths[i], [&] { return median_ms(bench, name); });
       if (std::isnan(measured)) continue;
       if (name == "ddp" && world > 1) serial = karp_flatt(in.compute_ms / measured, world);
       if (!listed(strategies, name)) continue;

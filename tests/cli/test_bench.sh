@@ -190,6 +190,15 @@ expect_failure "mem --check of no results" 2 "^zshard-mem: --check .*no-results.
 expect_one_line "mem --check of no results" "no results"
 expect_failure "mem --check of a world of -3" 2 "^zshard-mem: --check .*world-3.json: a result's world is -3, not in \[1, 1048576\]$" -- \
   "$BIN/zshard-mem" --check "$WORK/world-3.json"
+# A plan no row can have is refused before the table's first line.
+for bad in host 3; do
+  expect_failure "mem --secondary-shard $bad at world 4" 2 "^zshard-mem: --secondary-shard" -- \
+    "$BIN/zshard-mem" --model tiny --world 4 --strategy zero3 --secondary-shard $bad
+  [ ! -s "$WORK/out" ] || { echo "FAIL mem --secondary-shard $bad: printed before its error"; cat "$WORK/out"; failures=$((failures + 1)); }
+done
+expect_failure "project --check of no file" 2 "^zshard-project: --check .*no-such.json: cannot read" -- \
+  "$BIN/zshard-project" --compute-ms 100 --params 1e8 --check "$WORK/no-such.json"
+[ ! -s "$WORK/out" ] || { echo "FAIL project --check of no file: printed before its error"; cat "$WORK/out"; failures=$((failures + 1)); }
 expect_failure "mem grad-accum 0" 2 "--grad-accum must be >= 1, got 0" -- "$BIN/zshard-mem" --model tiny --grad-accum 0
 # --grad-accum adds the accumulation scratch (comm) and nothing else, as zshard-train measures it.
 "$BIN/zshard-mem" --model tiny --world 2 --strategy zero2 --json "$WORK/accum1.json" >/dev/null
