@@ -104,13 +104,13 @@ json to_json(const MemoryEstimate& e) {
 // Estimates each zshard-bench result in `doc` (read from `path`) and prints it beside the measurement. True
 // when every model-state estimate is within 5% and every peak within 15%.
 bool check_against(const json& doc, const std::string& path) {
+  const json& m = doc.at("model");
   // Before any line of the table: a file that checks nothing, or a world no run had.
   const auto bad = [&](const auto&... what) { throw UsageError(detail::concat("--check ", path, ": ", what...)); };
   if (doc.at("results").empty()) bad("no results to check");
   for (const json& r : doc.at("results"))
     if (const int world = r.at("world").get<int>(); world < 1 || world > (1 << 20))
       bad("a result's world is ", world, ", not in [1, 1048576]");
-  const json& m = doc.at("model");
   const std::string name = m.at("name").get<std::string>();
   const std::unique_ptr<Model> model = build_model(name, model_config(name, m.at("config").get<ModelConfig>()));
   // Files written before the mode was recorded ran without checkpointing.
