@@ -206,7 +206,8 @@ void LoraPlan::check_peft_config(const nlohmann::json& config, const std::string
       differ(Option::lora_rank, "r", r->dump(), std::to_string(settings_.rank));
     if (const auto alpha = config.find("lora_alpha"); alpha != config.end() && alpha->get<double>() != settings_.alpha)
       differ(Option::lora_alpha, "lora_alpha", alpha->dump(), nlohmann::json(settings_.alpha).dump());
-    if (const auto targets = config.find("target_modules"); targets != config.end()) {
+    // PEFT also takes a regular expression, or none: only a list of names can be compared.
+    if (const auto targets = config.find("target_modules"); targets != config.end() && targets->is_array()) {
       std::vector<std::string> saved = targets->get<std::vector<std::string>>();
       std::string text;
       for (const std::string& t : saved) text += (text.empty() ? "" : ",") + t;

@@ -102,7 +102,8 @@ class LoraPlan {
   // for an (in, out) layout, bias): what PeftModel.from_pretrained reads beside adapter_model.safetensors.
   std::string peft_config() const;
   // UsageError naming the flag when PEFT's adapter_config.json `config`, read from `path`, describes other
-  // adapters than these: another r, lora_alpha or set of target_modules (a key it lacks is not checked).
+  // adapters than these: another r, lora_alpha or set of target_modules (a key it lacks, or target_modules
+  // that is not a list of names, is not checked).
   // Another alpha would scale loaded adapters silently.
   void check_peft_config(const nlohmann::json& config, const std::string& path) const;
 

@@ -30,9 +30,9 @@ std::string frozen_fingerprint(const ShardedParams& params, comm::Communicator& 
   if (frozen == 0) return "";
   // A sum of per-element hashes does not depend on which rank holds which element. The first shard group
   // covers each element once (the others are its replicas and add nothing); its ranks sum their owned
-  // shards in four 16-bit lanes, each exact in a double below 2^37 elements. A device's values come to the
-  // host a chunk at a time, and the host's are read in place, so that a rank holding the whole frozen model
-  // needs no second copy of it.
+  // shards in four 16-bit lanes, each exact in a double below 2^37 elements. Values in bf16 are widened a
+  // chunk at a time and a device's come to the host a chunk at a time; fp32 on the host is read in place. So
+  // a rank holding the whole frozen model needs no second copy of it.
   constexpr int64_t kChunk = int64_t(1) << 24;
   std::array<double, 4> lanes{};
   run_agreed(world, [&] {

@@ -69,7 +69,7 @@ void check_same_units_on_every_rank(const std::vector<UnitSpec>& specs, comm::Co
                r, ": every rank must build the same model (units, parameter names, shapes and flags)");
     for (size_t r = 1; r < ranks; ++r)
       if (counts[r] != counts[0])
-        fail("the model has ", counts[0], " units on rank 0 and ", counts[r], " on rank ", r,
+        fail("the model has ", counts[0], " unit(s) on rank 0 and ", counts[r], " on rank ", r,
              ": every rank must build the same model");
   });
 }

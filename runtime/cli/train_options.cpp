@@ -75,17 +75,25 @@ void check_stop_file(const TrainOptions& o) {
     refuse("--stop-file ", stop.second, ": is a directory (the stop file is one the run removes once it appears)");
   std::vector<FlagPath> files = named_inputs(o);
   for (FlagPath& out : named_outputs(o)) files.push_back(std::move(out));
-  files.push_back({"--trace-dir", o.output.trace_dir});
   check_not_input(stop, files);
+  check_not_trace_dir(stop, o.output.trace_dir);
 }
 
 }  // namespace
+
+void check_not_trace_dir(const FlagPath& file, const std::string& trace_dir) {
+  if (file.second.empty() || trace_dir.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto canonical = [&](const std::string& p) { return fs::weakly_canonical(fs::absolute(p, ec), ec); };
+  if (canonical(file.second) == canonical(trace_dir))
+    refuse(file.first, " ", file.second, " names the --trace-dir, where the ranks' traces go");
+}
 
 std::vector<FlagPath> named_files(const TrainOptions& o) {
   std::vector<FlagPath> files = named_inputs(o);
   for (FlagPath& out : named_outputs(o)) files.push_back(std::move(out));
   files.push_back({"--stop-file", o.saves.stop_file});
-  files.push_back({"--trace-dir", o.output.trace_dir});
   return files;
 }
 
@@ -93,9 +101,8 @@ void check_outputs(const TrainOptions& o) {
   const SaveOptions& s = o.saves;
   check_stop_file(o);
   std::vector<FlagPath> taken = named_inputs(o);
-  // The flight recorder's directory is made at set-up: an output of its name would fail after training.
-  taken.push_back({"--trace-dir", o.output.trace_dir});
   check_not_input({"--save-dir", s.save_dir}, taken);
+  check_not_trace_dir({"--save-dir", s.save_dir}, o.output.trace_dir);
   // A file may go inside an existing --save-dir, but one named as the directory would fail after training.
   std::error_code ec;
   const bool save_dir_exists = std::filesystem::is_directory(s.save_dir, ec);
@@ -114,6 +121,7 @@ void check_outputs(const TrainOptions& o) {
     // directory that cannot be made is refused (SavePolicy), needs no directory yet.
     if (!in_new_save_dir(out.second)) check_output_path(out.first, out.second);
     check_not_input(out, taken);
+    check_not_trace_dir(out, o.output.trace_dir);
     if (!save_dir_exists) check_not_input(out, {{"--save-dir", s.save_dir}});
     taken.push_back(out);
   }

@@ -46,5 +46,8 @@ void check_outputs(const TrainOptions& options);
 // The files the options name, inputs then outputs, each with its flag (empty where not given): what
 // another output (zshard-train's --step-log) must not be.
 std::vector<FlagPath> named_files(const TrainOptions& options);
+// The flight recorder's directory is made at set-up: a file of its very name (not one beside its traces)
+// would fail only after training. UsageError naming `file`'s flag.
+void check_not_trace_dir(const FlagPath& file, const std::string& trace_dir);
 
 }  // namespace zshard

@@ -222,12 +222,13 @@ void check_options(TuneOptions& o, const CLI::App& app) {
   if (o.top < 1) throw UsageError("--top must be >= 1, got " + std::to_string(o.top));
   if (o.repeats < 1) throw UsageError("--repeats must be >= 1, got " + std::to_string(o.repeats));
   if (words(o.launcher).empty()) throw UsageError("--launcher: empty");
-  // Dimensions of zero3 and hybrid alone: searched over nothing without either.
-  const bool gathers = std::any_of(o.strategies.begin(), o.strategies.end(),
-                                   [](const std::string& s) { return s == "zero3" || s == "hybrid"; });
-  for (const char* flag : {"--max-inflight", "--reshard-after-forward", "--quantize-gathers", "--secondary-shard"})
-    if (app.count(flag) && !gathers)
+  // Dimensions of some strategies alone: searched over nothing without them.
+  const auto has = [&](const std::string& s) { return std::find(o.strategies.begin(), o.strategies.end(), s) != o.strategies.end(); };
+  for (const char* flag : {"--max-inflight", "--reshard-after-forward", "--quantize-gathers"})
+    if (app.count(flag) && !has("zero3") && !has("hybrid"))
       throw UsageError(detail::concat(flag, " is only for zero3 or hybrid, and --strategies has neither"));
+  if (app.count("--secondary-shard") && !has("zero3"))
+    throw UsageError("--secondary-shard is only for zero3, and --strategies has none");
   if (app.count("--quantize-reductions") &&
       std::all_of(o.strategies.begin(), o.strategies.end(), [](const std::string& s) { return s == "ddp"; }))
     throw UsageError("--quantize-reductions is only for zero1, zero2, zero3 or hybrid, and --strategies has none");

@@ -47,7 +47,7 @@ void check_resume_dir(const std::string& dir) {
   if (ec) refuse("--resume ", dir, ": cannot read (", ec.message(), ")");
   if (type != fs::file_type::directory)
     refuse("--resume ", dir, ": not a directory (a checkpoint is the directory that holds its manifest.json)");
-  if (!fs::exists(manifest_path(dir), ec) && fs::is_directory(dir, ec))
+  if (!fs::exists(manifest_path(dir), ec))
     for (const CheckpointEntry& e : list_checkpoints(dir))
       if (e.committed)
         refuse("--resume ", dir, ": not a checkpoint but a directory of them (", e.path,

@@ -209,6 +209,7 @@ void check_memory_fits(const ShardPlan& plan, const Model& model, const BatchSha
   fail("does not fit in memory: this rank needs about ", format_bytes(double(e.total())), " (model states ",
        format_bytes(double(e.model_states.total() - e.host_apart())), ", activations ",
        format_bytes(double(e.activations)),
+       e.set_up > e.step_total() ? ", set-up's peak, a unit staged in fp32 beside the states" : "",
        "), it can use ", format_bytes(double(budget.bytes)), " (", budget.source, "); ",
        !fix.empty()    ? "nearest that fits: " + fix
        : bigger.empty() ? detail::concat("no strategy or batch split fits on ", world, " rank(s) or on more of them")

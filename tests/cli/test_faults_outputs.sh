@@ -145,8 +145,11 @@ expect_failure "--stop-file naming a directory" 2 \
   "^zshard-train: error: --stop-file .*stop-dir: is a directory \(the stop file is one the run removes once it appears\)$" -- \
   "$TRAIN" "${ARGS[@]}" --steps 2 --stop-file "$WORK/stop-dir"
 expect_failure "--log-json naming the --trace-dir" 2 \
-  "^zshard-train: error: --log-json .*traces names the same file as --trace-dir: refusing to overwrite it$" -- \
+  "^zshard-train: error: --log-json .*traces names the --trace-dir, where the ranks' traces go$" -- \
   "$TRAIN" "${ARGS[@]}" --steps 2 --trace-dir "$WORK/traces" --log-json "$WORK/traces"
+mkdir -p "$WORK/traces"
+expect_ok "a file beside the traces in an existing --trace-dir" "$TRAIN" "${ARGS[@]}" --steps 2 \
+  --trace-dir "$WORK/traces" --log-json "$WORK/traces/log.json"
 expect_failure "--json over --check" 2 "names the same file as --check" -- \
   "$BIN/zshard-mem" --check "$WORK/bench.json" --json "$WORK/bench.json"
 expect_failure "--save over --init-from" 2 "--save .*w.safetensors names the same file as --init-from" -- \

@@ -101,7 +101,7 @@ TEST(EngineMisuse, UnitsThatDifferAcrossRanksAreRefusedAtConstruction) {
                         ") differs between ranks 0 and 1: every rank must build the same model"));
   std::vector<UnitSpec> units = {{"a", {{"w", {4}, true}}}};
   if (r == 1) units.push_back({"b", {{"v", {4}, true}}});
-  EXPECT_THAT(construction_error(units), HasSubstr("the model has 1 units on rank 0 and 2 on rank 1"));
+  EXPECT_THAT(construction_error(units), HasSubstr("the model has 1 unit(s) on rank 0 and 2 on rank 1"));
 }
 
 // A table of next-token logits beside a unit whose one trainable parameter holds no element, which the
