@@ -136,10 +136,13 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // parameters) are first converted, whole, into a buffer of the reduce dtype, and reduced into a scratch
   // of it, never in place: two such buffers and scratches while reductions are in flight, every unit's
   // under ddp, which finishes its reductions at the micro-step's end only.
+  // Quantized, the chunks are cut from the gradient as it is, but the reduced shard is still of the reduce
+  // dtype: a scratch apart from an owned shard of another dtype, quantized or not.
   const int64_t reduce_bytes = int64_t(dtype_size(plan.placement.reduce_dtype));
   const bool converts = reduce_bytes != d.grad_bytes && (G > 1 || groups.count() > 1) && !quantized_reductions;
-  const int64_t scratch_bytes = converts ? reduce_bytes : d.grad_bytes;
-  const int64_t in_flight_shards = (in.grad_accum > 1 || converts) && G > 1 ? sum_of_largest(units, 2) / G : 0;
+  const int64_t scratch_bytes = reduce_bytes;
+  const bool lands_apart = in.grad_accum > 1 || reduce_bytes != d.grad_bytes;
+  const int64_t in_flight_shards = lands_apart && G > 1 ? sum_of_largest(units, 2) / G : 0;
   const int64_t L1 = sum_of_largest(units, 1), L2 = sum_of_largest(units, 2) - L1;
   const bool keeps_open = in.model->keeps_gradients_open(std::max(1, in.rank_batch), in.seq);
   const int64_t kept = keeps_open ? L1 : 0;
