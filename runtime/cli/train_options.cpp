@@ -48,10 +48,19 @@ namespace {
 // --save.
 bool saves_adapters(const TrainOptions& o) { return o.model.overrides.count("lora_rank") > 0; }
 
+// The adapter_config.json beside a LoRA run's --init-from file, where one stands: the loaded adapters'.
+std::string loaded_adapter_config(const TrainOptions& o, const std::string& weights) {
+  if (!saves_adapters(o) || weights.empty()) return "";
+  std::error_code ec;
+  const std::string config = adapter_config_path(weights);
+  return std::filesystem::exists(config, ec) ? config : "";
+}
+
 std::vector<FlagPath> named_inputs(const TrainOptions& o) {
   return {{"--init-from", o.model.init_from},
           {"--init-from", o.model.init_adapters},
-          {"--init-from", o.model.init_adapters.empty() ? "" : adapter_config_path(o.model.init_adapters)},
+          {"--init-from", loaded_adapter_config(o, o.model.init_from)},
+          {"--init-from", loaded_adapter_config(o, o.model.init_adapters)},
           {"--data", o.data.source == "default" ? "" : o.data.source},
           {"--eval-data", o.eval.source == "default" ? "" : o.eval.source},
           {"--resume", o.saves.resume == "latest" ? "" : o.saves.resume}};

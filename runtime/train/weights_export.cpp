@@ -100,17 +100,20 @@ void check_init_from(const std::string& path, const Model& model) {
   } catch (const Error& e) {
     refuse("--init-from ", e.what());
   }
+  // Adapters alone, with PEFT's adapter_config.json beside them: adapters of another alpha would be scaled
+  // by the run's, silently.
+  const LoraPlan* lora = adapters_of(model);
+  if (!lora || weights_coverage(SafetensorsFile::open(path), model.units()) != WeightsCoverage::adapters) return;
+  const std::string config = adapter_config_path(path);
+  std::error_code ec;
+  if (std::filesystem::exists(config, ec)) lora->check_peft_config(read_json_file("--init-from", config), config);
 }
 
 void check_init_adapters(const std::string& path, const Model& model) {
   check_init_from(path, model);
-  const LoraPlan* lora = adapters_of(model);
-  if (!lora) refuse("--init-from ", path, ": an adapter file (BASE,ADAPTERS) needs --lora-rank");
+  if (!adapters_of(model)) refuse("--init-from ", path, ": an adapter file (BASE,ADAPTERS) needs --lora-rank");
   if (weights_coverage(SafetensorsFile::open(path), model.units()) != WeightsCoverage::adapters)
     refuse("--init-from ", path, ": the second file of BASE,ADAPTERS holds base weights, not LoRA adapters alone");
-  const std::string config = adapter_config_path(path);
-  std::error_code ec;
-  if (std::filesystem::exists(config, ec)) lora->check_peft_config(read_json_file("--init-from", config), config);
 }
 
 std::vector<std::string> save_weights(Engine& engine, const Model& model, comm::Communicator& world,

@@ -14,10 +14,10 @@
 namespace zshard {
 
 // Checks before any rank allocates that --init-from `path` is a weights file of `model` (every parameter,
-// a base model's, or the adapters alone; shapes, nothing foreign): UsageError naming the flag.
+// a base model's, or the adapters alone; shapes, nothing foreign) and, for adapters alone with PEFT's
+// adapter_config.json beside them, adapters of the run's rank, alpha and targets: UsageError naming the flag.
 void check_init_from(const std::string& path, const Model& model);
-// The same for the ADAPTERS of --init-from BASE,ADAPTERS: a file of the adapters alone, and, where PEFT's
-// adapter_config.json stands beside it, adapters of the run's rank, alpha and targets.
+// The same for the ADAPTERS of --init-from BASE,ADAPTERS, which must be a file of the adapters alone.
 void check_init_adapters(const std::string& path, const Model& model);
 
 // --save: the final weights of `model`, trained by `engine`, as above. Returns the files written.

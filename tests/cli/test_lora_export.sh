@@ -126,6 +126,9 @@ expect_every_rank_fails "BASE,ADAPTERS whose ADAPTERS is a base file" 2 \
 expect_every_rank_fails "adapters loaded with another alpha than their adapter_config.json's" 2 \
   "error: --lora-alpha: .*tiny/adapter_config.json says lora_alpha 4.0, the run gives 8.0 \(the adapters must be loaded as they were trained\)$" \
   -- "${ARGS[@]}" --lora-rank 2 --lora-targets c_attn,c_proj --steps 1 --init-from "$D/base.safetensors,$D/file-adapters.safetensors"
+expect_every_rank_fails "adapters alone loaded with another alpha than their adapter_config.json's" 2 \
+  "error: --lora-alpha: .*tiny/adapter_config.json says lora_alpha 4.0, the run gives 8.0 \(the adapters must be loaded as they were trained\)$" \
+  -- "${ARGS[@]}" --lora-rank 2 --lora-targets c_attn,c_proj --steps 1 --init-from "$D/file-adapters.safetensors"
 expect_every_rank_fails "--save's adapter_config.json over the loaded adapters' own" 2 \
   "error: --save's adapter_config.json .*tiny/adapter_config.json names the same file as --init-from: refusing to overwrite it$" \
   -- "${ARGS[@]}" "${LORA[@]}" --steps 1 --init-from "$D/base.safetensors,$D/file-adapters.safetensors" \
