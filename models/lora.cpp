@@ -34,6 +34,13 @@ std::vector<std::string> split_targets(const std::string& text) {
   }
 }
 
+// Targets each named once, sorted: PEFT's target_modules is a set.
+std::vector<std::string> target_set(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
 // PEFT's suffix match: the whole name, or its end after a dot.
 bool names(const std::string& target, const std::string& layer) {
   if (target == layer) return true;
@@ -95,11 +102,9 @@ void add_lora_config(ModelConfig& config, const LoraSettings& lora) {
 ModelConfig with_target_set(ModelConfig config) {
   const auto targets = config.find(kTargetsKey);
   if (targets == config.end() || !targets->second.is_text()) return config;
-  std::vector<std::string> names = split_targets(targets->second.text());
-  std::sort(names.begin(), names.end());
-  names.erase(std::unique(names.begin(), names.end()), names.end());
   std::string text;
-  for (const std::string& name : names) text += (text.empty() ? "" : ",") + name;
+  for (const std::string& name : target_set(split_targets(targets->second.text())))
+    text += (text.empty() ? "" : ",") + name;
   targets->second = ConfigValue(text);
   return config;
 }
@@ -208,12 +213,12 @@ void LoraPlan::check_peft_config(const nlohmann::json& config, const std::string
       differ(Option::lora_alpha, "lora_alpha", alpha->dump(), nlohmann::json(settings_.alpha).dump());
     // PEFT also takes a regular expression, or none: only a list of names can be compared.
     if (const auto targets = config.find("target_modules"); targets != config.end() && targets->is_array()) {
-      std::vector<std::string> saved = targets->get<std::vector<std::string>>();
-      std::string text;
-      for (const std::string& t : saved) text += (text.empty() ? "" : ",") + t;
-      const ModelConfig as_saved = with_target_set({{kTargetsKey, ConfigValue(text)}});
-      const ModelConfig as_run = with_target_set({{kTargetsKey, ConfigValue(settings_.targets)}});
-      if (as_saved != as_run) differ(Option::lora_targets, "target_modules", text, settings_.targets);
+      const std::vector<std::string> saved = targets->get<std::vector<std::string>>();
+      if (target_set(saved) != target_set(split_targets(settings_.targets))) {
+        std::string text;
+        for (const std::string& t : saved) text += (text.empty() ? "" : ",") + t;
+        differ(Option::lora_targets, "target_modules", text, settings_.targets);
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(detail::concat(path, ": not PEFT's adapter_config.json (", e.what(), ")"));

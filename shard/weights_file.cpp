@@ -100,7 +100,7 @@ std::vector<std::string> unmatched_tensors(const SafetensorsFile& file,
   return out;
 }
 
-void check_weights_file(const std::string& path, const Model& model) {
+WeightsCoverage check_weights_file(const std::string& path, const Model& model) {
   // Before the open, which would wait for a FIFO's writer; the open names a missing file and a directory.
   std::error_code ec;
   const std::filesystem::file_type type = std::filesystem::status(path, ec).type();
@@ -108,7 +108,7 @@ void check_weights_file(const std::string& path, const Model& model) {
     fail(path, ": is ", what, ", not a safetensors file");
   const SafetensorsFile file = SafetensorsFile::open(path);
   const std::vector<UnitSpec> units = model.units();
-  weights_coverage(file, units);
+  const WeightsCoverage coverage = weights_coverage(file, units);
   std::vector<std::string> expected;
   for (const UnitSpec& unit : units) {
     for (const ParamSpec& p : unit.params) {
@@ -125,6 +125,7 @@ void check_weights_file(const std::string& path, const Model& model) {
     fail(path, ": tensor ", extra.front(), " (and ", extra.size() - 1,
          " more) belongs to no parameter of this model; was it saved from another size",
          is_adapter(extra.front()) ? ", or for other LoRA targets?" : "?");
+  return coverage;
 }
 
 }  // namespace zshard

@@ -42,7 +42,7 @@ void save_adapters(const std::string& path, const std::vector<UnitSpec>& units,
 // Reads the header of `path` and checks that it holds the parameters of `model` (every one, or a base
 // or adapter file's share) with their shapes and nothing from another model: the errors a load would
 // meet, found before anything is allocated or changed.
-// A FIFO or a device is refused before it is opened.
-void check_weights_file(const std::string& path, const Model& model);
+// A FIFO or a device is refused before it is opened. Returns which share it holds.
+WeightsCoverage check_weights_file(const std::string& path, const Model& model);
 
 }  // namespace zshard

@@ -337,11 +337,21 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
       return 0;
     }
 
-    // Every row's plan first: one that cannot be made (secondary groups the world cannot hold, say) is
+    // Every row estimated first: a plan that cannot be made (secondary groups the world cannot hold, say) is
     // refused before any line of the table.
+    struct Row {
+      std::string strategy;
+      int world;
+      EstimateInput in;
+      MemoryEstimate estimate;
+    };
+    std::vector<Row> table;
     for (const std::string& s : o.strategies)
       for (int world : o.worlds)
-        for (const EstimateInput& in : table_rows(base, plan, s, world)) (void)estimate_memory(in);
+        for (EstimateInput in : table_rows(base, plan, s, world)) {
+          in.rank_batch = (o.batch + world - 1) / world;
+          table.push_back({s, world, in, estimate_memory(in)});
+        }
     json rows = json::array();
     // Frozen parameters (--freeze, LoRA's base) get a column of their own: a compute copy, nothing else.
     const bool frozen = base.model && count_params(*base.model, o.freeze).frozen > 0;
@@ -360,34 +370,29 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
               << (o.async_saves ? "snapshot" : "") << std::setw(base.model ? 12 : 0) << (base.model ? "set-up" : "")
               << std::setw(12) << "total"
               << (device ? "  max batch/rank" : "") << "\n";
-    for (const std::string& s : o.strategies) {
-      for (int world : o.worlds)
-        for (EstimateInput in : table_rows(base, plan, s, world)) {
-          in.rank_batch = (o.batch + world - 1) / world;
-          const MemoryEstimate e = estimate_memory(in);
-          json row = to_json(e);
-          row["strategy"] = s;
-          row["world"] = world;
-          std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world << std::setw(5)
-                    << e.shard_group;
-          std::vector<int64_t> columns = {e.model_states.params};
-          if (frozen) columns.push_back(e.model_states.frozen);
-          columns.insert(columns.end(), {e.model_states.grads, e.model_states.optimizer, e.model_states.host,
-                                         e.model_states.total(), e.gathered_in_flight, e.comm_buffers, e.activations});
-          if (scratch) columns.push_back(e.op_scratch);
-          if (o.async_saves) columns.push_back(e.checkpoint_snapshot);
-          if (base.model) columns.push_back(e.set_up);
-          columns.push_back(e.total());
-          for (int64_t v : columns)
-            std::cout << std::setw(12) << (base.model || v ? format_bytes(double(v)) : std::string("-"));
-          if (device) {
-            const int fit = largest_rank_batch(in, device);
-            row["max_rank_batch"] = fit;
-            std::cout << std::setw(16) << (fit < 0 ? std::string("- (no model)") : std::to_string(fit));
-          }
-          std::cout << "\n";
-          rows.push_back(row);
-        }
+    for (const auto& [s, world, in, e] : table) {
+      json row = to_json(e);
+      row["strategy"] = s;
+      row["world"] = world;
+      std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world << std::setw(5)
+                << e.shard_group;
+      std::vector<int64_t> columns = {e.model_states.params};
+      if (frozen) columns.push_back(e.model_states.frozen);
+      columns.insert(columns.end(), {e.model_states.grads, e.model_states.optimizer, e.model_states.host,
+                                     e.model_states.total(), e.gathered_in_flight, e.comm_buffers, e.activations});
+      if (scratch) columns.push_back(e.op_scratch);
+      if (o.async_saves) columns.push_back(e.checkpoint_snapshot);
+      if (base.model) columns.push_back(e.set_up);
+      columns.push_back(e.total());
+      for (int64_t v : columns)
+        std::cout << std::setw(12) << (base.model || v ? format_bytes(double(v)) : std::string("-"));
+      if (device) {
+        const int fit = largest_rank_batch(in, device);
+        row["max_rank_batch"] = fit;
+        std::cout << std::setw(16) << (fit < 0 ? std::string("- (no model)") : std::to_string(fit));
+      }
+      std::cout << "\n";
+      rows.push_back(row);
     }
     if (!o.json_path.empty())
       write_file_atomically(o.json_path,

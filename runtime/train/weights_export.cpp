@@ -93,26 +93,28 @@ void save_named(const std::string& path, const std::vector<NamedWeight>& weights
 
 }  // namespace
 
-void check_init_from(const std::string& path, const Model& model) {
+WeightsCoverage check_init_from(const std::string& path, const Model& model) {
   check_input_file("--init-from", path, "a safetensors file");
+  WeightsCoverage coverage{};
   try {
-    check_weights_file(path, model);
+    coverage = check_weights_file(path, model);
   } catch (const Error& e) {
     refuse("--init-from ", e.what());
   }
   // Adapters alone, with PEFT's adapter_config.json beside them: adapters of another alpha would be scaled
   // by the run's, silently.
   const LoraPlan* lora = adapters_of(model);
-  if (!lora || weights_coverage(SafetensorsFile::open(path), model.units()) != WeightsCoverage::adapters) return;
   const std::string config = adapter_config_path(path);
   std::error_code ec;
-  if (std::filesystem::exists(config, ec)) lora->check_peft_config(read_json_file("--init-from", config), config);
+  if (lora && coverage == WeightsCoverage::adapters && std::filesystem::exists(config, ec))
+    lora->check_peft_config(read_json_file("--init-from", config), config);
+  return coverage;
 }
 
 void check_init_adapters(const std::string& path, const Model& model) {
-  check_init_from(path, model);
+  const WeightsCoverage coverage = check_init_from(path, model);
   if (!adapters_of(model)) refuse("--init-from ", path, ": an adapter file (BASE,ADAPTERS) needs --lora-rank");
-  if (weights_coverage(SafetensorsFile::open(path), model.units()) != WeightsCoverage::adapters)
+  if (coverage != WeightsCoverage::adapters)
     refuse("--init-from ", path, ": the second file of BASE,ADAPTERS holds base weights, not LoRA adapters alone");
 }
 

@@ -11,12 +11,15 @@
 #include <zshard/engine.h>
 #include <zshard/model.h>
 
+#include "shard/weights_file.h"
+
 namespace zshard {
 
 // Checks before any rank allocates that --init-from `path` is a weights file of `model` (every parameter,
 // a base model's, or the adapters alone; shapes, nothing foreign) and, for adapters alone with PEFT's
 // adapter_config.json beside them, adapters of the run's rank, alpha and targets: UsageError naming the flag.
-void check_init_from(const std::string& path, const Model& model);
+// Returns which share of the model's parameters the file holds.
+WeightsCoverage check_init_from(const std::string& path, const Model& model);
 // The same for the ADAPTERS of --init-from BASE,ADAPTERS, which must be a file of the adapters alone.
 void check_init_adapters(const std::string& path, const Model& model);
 
