@@ -62,18 +62,19 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   std::vector<FlatLayout> layouts;
   // With quantized gathers, each buffer's record of its own shard and its chunks' block tables; with
   // quantized reductions, the trainable buffer's tables (shard/chunk_blocks.h), kept with the gradients.
-  int64_t padded_total = 0, frozen_total = 0, quantized_copy = 0, frozen_quantized_copy = 0, reduction_tables = 0;
+  int64_t padded_total = 0;
   const bool quantized = d.quantized_gathers && plan.params_sharded();
   const bool quantized_reductions = d.quantized_reductions != ReductionQuantization::none && G > 1;
   const auto gather_record_and_tables = [](const FlatLayout& l) {
     return quantized_shard_bytes(l) + ChunkBlockTables::bytes(l, kGatherQuantFormat);
   };
   const bool p_sharded = plan.params_sharded(), g_sharded = plan.grads_sharded();
-  // Set-up (shard/sharded_params.cpp) makes each unit's model states, then has the model write the whole
-  // unit's values in fp32: in its own buffers where they hold the whole unit in fp32 on the host, else in a
-  // staging of the unit on the host, uploaded from there (on a GPU through a device staging of what the
-  // rank keeps, for bf16). Its peak is a unit's staging beside the states made so far.
-  int64_t states_made = 0;
+  // The model states are counted unit by unit, as set-up (shard/sharded_params.cpp) makes them: it then has
+  // the model write the whole unit's values in fp32, in the unit's own buffers where they hold it whole in
+  // fp32 on the host, else in a staging of the unit on the host, uploaded from there (on a GPU through a
+  // device staging of what the rank keeps, for bf16). Set-up's peak is a unit's staging beside the states
+  // made so far.
+  ModelStateBytes& states = e.model_states;
   for (const UnitSpec& unit : freeze_matching(in.model->units(), in.freeze)) {
     const UnitSplit split = split_unit(unit);
     const FlatLayout& layout = layouts.emplace_back(split.trainable, G, groups.pad_multiple());
@@ -85,35 +86,25 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     gathered_units.push_back(unit_gathered_bytes(layout, frozen, d.param_bytes, quantized));
     if (secondary_group > 0) secondary_shares.push_back(share_bytes(layout) + share_bytes(frozen));
     padded_total += units.back();
-    frozen_total += frozen_padded;
-    if (quantized && layout.numel() > 0) quantized_copy += gather_record_and_tables(layout);
-    if (quantized && frozen_padded > 0) frozen_quantized_copy += gather_record_and_tables(frozen);
-    int64_t unit_reduction_tables = 0;
-    if (quantized_reductions && layout.numel() > 0) {
-      reduction_records.push_back(2 * G * quantized_chunk_bytes(layout, d.quantized_reductions));
-      unit_reduction_tables = ChunkBlockTables::bytes(layout, reduction_quant_format(d.quantized_reductions));
-      reduction_tables += unit_reduction_tables;
-    }
     const int64_t unit_shard = units.back() / G;
     const int64_t kept_params = p_sharded ? unit_shard : units.back(), kept_frozen = p_sharded ? frozen_padded / G : frozen_padded;
-    states_made += kept_params * d.param_bytes + kept_frozen * d.param_bytes +
-                   (g_sharded ? unit_shard : units.back()) * d.grad_bytes + unit_reduction_tables +
-                   (quantized && layout.numel() > 0 ? gather_record_and_tables(layout) : 0) +
-                   (quantized && frozen_padded > 0 ? gather_record_and_tables(frozen) : 0);
-    if (!offload) states_made += unit_shard * d.optimizer_bytes;
-    if (offload && device == Device::cpu) states_made += unit_shard * offloaded_bytes_per_param(d, device);
+    states.params += kept_params * d.param_bytes;
+    states.frozen += kept_frozen * d.param_bytes;
+    if (quantized && layout.numel() > 0) states.params += gather_record_and_tables(layout);
+    if (quantized && frozen_padded > 0) states.frozen += gather_record_and_tables(frozen);
+    states.grads += (g_sharded ? unit_shard : units.back()) * d.grad_bytes;
+    if (quantized_reductions && layout.numel() > 0) {
+      reduction_records.push_back(2 * G * quantized_chunk_bytes(layout, d.quantized_reductions));
+      states.grads += ChunkBlockTables::bytes(layout, reduction_quant_format(d.quantized_reductions));
+    }
+    (offload ? states.host : states.optimizer) +=
+        unit_shard * (offload ? offloaded_bytes_per_param(d, device) : d.optimizer_bytes);
     const bool fp32 = d.param_bytes == 4;
     const int64_t staging = device == Device::cpu ? (!p_sharded && fp32 ? 0 : (units.back() + frozen_padded) * 4)
                                                   : (fp32 ? 0 : std::max(kept_params, kept_frozen) * 4);
-    e.set_up = std::max(e.set_up, states_made + staging);
+    e.set_up = std::max(e.set_up, (device == Device::cpu ? states.total() : states.on_device()) + staging);
   }
   if (in.checkpoint_snapshot) e.checkpoint_snapshot = checkpoint_snapshot_bytes(layouts, group);
-  const int64_t shard_total = padded_total / G;
-  e.model_states.params = (p_sharded ? shard_total : padded_total) * d.param_bytes + quantized_copy;
-  e.model_states.frozen = (p_sharded ? frozen_total / G : frozen_total) * d.param_bytes + frozen_quantized_copy;
-  e.model_states.grads = (g_sharded ? shard_total : padded_total) * d.grad_bytes + reduction_tables;
-  (offload ? e.model_states.host : e.model_states.optimizer) =
-      shard_total * (offload ? offloaded_bytes_per_param(d, device) : d.optimizer_bytes);
 
   if (p_sharded)
     e.gathered_in_flight = predict_gathered_bytes(gathered_units, plan.max_inflight, plan.reshard_after_forward);
