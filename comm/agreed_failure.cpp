@@ -15,6 +15,9 @@ void run_agreed(comm::Communicator& world, const std::function<void()>& setup) {
   } catch (const UsageError& e) {
     code = 2;
     message = e.what();
+  } catch (const DamagedCheckpoint& e) {
+    code = 3;
+    message = e.what();
   } catch (const std::exception& e) {  // zshard::Error, and what the standard library throws
     // A collective that timed out or failed leaves its peers where they are: no agreement can be reached
     // (it would wait out a second deadline), so the failure goes on to end the job.

@@ -11,7 +11,7 @@
 
 namespace zshard {
 
-// Runs `setup` on every rank; a UsageError becomes exit code 2, any other exception exit code 1.
+// Runs `setup` on every rank; a UsageError becomes exit code 2, a DamagedCheckpoint 3, any other exception 1.
 void run_agreed(comm::Communicator& world, const std::function<void()>& setup);
 
 }  // namespace zshard

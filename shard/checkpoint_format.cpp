@@ -90,12 +90,11 @@ Shape shape_field(const json& p, int64_t& unit_numel) {
 
 // Parses the manifest's JSON; nlohmann's messages name the missing key or the wrong type.
 Manifest manifest_from_json(const json& j) {
-  if (j.at("format").get<std::string>() != "zshard-checkpoint")
-    throw std::runtime_error("format is not zshard-checkpoint");
+  // Another format or version is a file this zshard does not read (zshard::Error), not a damaged one.
+  if (j.at("format").get<std::string>() != "zshard-checkpoint") fail("format is not zshard-checkpoint");
   const int64_t version = integer_field(j, "version", INT64_MIN, INT64_MAX);
   if (version != 1 && version != kCheckpointVersion)
-    throw std::runtime_error("version " + j.at("version").dump() + " is not 1 or " +
-                             std::to_string(kCheckpointVersion));
+    fail("version ", j.at("version").dump(), " is not 1 or ", kCheckpointVersion);
   const Checksum kind = version == 1 ? Checksum::fnv1a64 : Checksum::xxh3_64;
   Manifest m;
   m.step = int(integer_field(j, "step", 0, INT_MAX));
@@ -243,14 +242,16 @@ Manifest read_manifest(const std::string& dir) {
   try {
     // A manifest nests a few levels; the copies and comparisons below recurse once per level.
     j = parse_json_with_depth_limit(
-        text, 64, [&] { fail(path, ": not a valid zshard manifest (nested deeper than 64 levels)"); });
+        text, 64, [&] { damaged(path, ": not a valid zshard manifest (nested deeper than 64 levels)"); });
   } catch (const json::exception& e) {
-    fail(path, ": truncated or not JSON (", e.what(), ")");
+    damaged(path, ": truncated or not JSON (", e.what(), ")");
   }
   try {
     return manifest_from_json(j);
+  } catch (const Error& e) {
+    fail(path, ": not a zshard manifest this version reads (", e.what(), ")");
   } catch (const std::exception& e) {  // json::exception or a consistency check
-    fail(path, ": not a valid zshard manifest (", e.what(), ")");
+    damaged(path, ": not a valid zshard manifest (", e.what(), ")");
   }
 }
 
@@ -266,13 +267,13 @@ bool is_committed(const std::string& dir) {
 void verify_file(const std::string& dir, const CheckpointFile& file, bool full) {
   const std::string path = join(dir, file.name);
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) fail(path, ": missing (", std::strerror(errno), ")");
+  if (::stat(path.c_str(), &st) != 0) damaged(path, ": missing (", std::strerror(errno), ")");
   if (uint64_t(st.st_size) != file.bytes)
-    fail(path, ": ", st.st_size, " bytes, the manifest records ", file.bytes, " (truncated or replaced)");
+    damaged(path, ": ", st.st_size, " bytes, the manifest records ", file.bytes, " (truncated or replaced)");
   if (!full) return;
   const uint64_t sum = file_checksum(path, file.kind);
   if (sum != file.checksum)
-    fail(path, ": checksum mismatch (", checksum_name(file.kind), " ", hex(sum), ", the manifest records ", hex(file.checksum),
+    damaged(path, ": checksum mismatch (", checksum_name(file.kind), " ", hex(sum), ", the manifest records ", hex(file.checksum),
          "): the file is corrupt");
 }
 
@@ -344,7 +345,7 @@ const SafetensorsFile& CheckpointReader::file(int shard) {
     for (std::string_view kind : kShardKinds) {
       const SafetensorsEntry& e = f.entry(tensor_name(layout.spec(), kind));
       if (e.dtype != "F32" || e.shape != Shape{layout.shard_numel()})
-        fail(f.path(), ": tensor ", e.name, " is ", e.dtype, " ", shape_str(e.shape),
+        damaged(f.path(), ": tensor ", e.name, " is ", e.dtype, " ", shape_str(e.shape),
              ", the manifest needs F32 [", layout.shard_numel(), "]");
     }
   }

@@ -18,6 +18,14 @@ class UsageError : public Error {
   explicit UsageError(const std::string& what) : Error(what) {}
 };
 
+// A checkpoint that is not what its manifest records (a file missing, truncated or failing its checksum; a
+// manifest that is not one): the disk's fault, not the flags'. Programs exit with code 3, which tells
+// zshard-run to set that checkpoint aside and resume from the one before it.
+class DamagedCheckpoint : public Error {
+ public:
+  explicit DamagedCheckpoint(const std::string& what) : Error(what) {}
+};
+
 namespace detail {
 template <class... Args>
 std::string concat(const Args&... args) {
@@ -36,7 +44,8 @@ class AgreedFailure : public Error {
  public:
   AgreedFailure(const std::string& what, int exit_code, bool report)
       : Error(what), exit_code_(exit_code), report_(report) {}
-  int exit_code() const { return exit_code_; }  // 2 for a bad value (a UsageError), else 1
+  // 2 for a bad value (a UsageError), 3 for a damaged checkpoint (DamagedCheckpoint), else 1
+  int exit_code() const { return exit_code_; }
   bool report() const { return report_; }
 
  private:
@@ -53,6 +62,11 @@ template <class... Args>
 template <class... Args>
 [[noreturn]] void refuse(const Args&... args) {
   throw UsageError(detail::concat(args...));
+}
+
+template <class... Args>
+[[noreturn]] void damaged(const Args&... args) {
+  throw DamagedCheckpoint(detail::concat(args...));
 }
 
 }  // namespace zshard

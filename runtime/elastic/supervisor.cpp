@@ -66,6 +66,19 @@ std::optional<CheckpointEntry> newest_checkpoint(const std::string& save_dir) {
   return newest;
 }
 
+// Renames the damaged checkpoint DIR to DIR.damaged (.damaged-2, ... when taken): no longer a checkpoint's
+// name, so --resume latest and --keep pass it by, and nothing of it is deleted.
+std::string set_aside_damaged(const std::string& dir) {
+  for (int k = 1;; ++k) {
+    const std::string to = dir + ".damaged" + (k == 1 ? "" : "-" + std::to_string(k));
+    std::error_code ec;
+    if (fs::exists(to, ec)) continue;
+    fs::rename(dir, to, ec);
+    if (ec) fail("cannot set the damaged checkpoint ", dir, " aside as ", to, " (", ec.message(), ")");
+    return to;
+  }
+}
+
 // A restart: why, what it changed, and (once the relaunch has finished a step) how long it took.
 struct Restart {
   json record;
@@ -82,6 +95,7 @@ class Supervisor {
   struct Outcome {
     int status = 0;
     bool stopped = false;  // by the launcher's own SIGINT/SIGTERM
+    std::string resumed_from;  // the checkpoint of --save-dir the attempt resumed from, if any
     std::deque<std::string> stderr_tail;
   };
   std::vector<Host> answering() const;
@@ -203,10 +217,12 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
   std::error_code stale;
   fs::remove(stop_file, stale);
   set_flag(command, "--stop-file", stop_file.c_str());
+  Outcome outcome;
   const std::optional<CheckpointEntry> newest = newest_checkpoint(save_dir_);
   int resumed_step = 0;
   if (newest) {
     set_flag(command, "--resume", "latest");
+    outcome.resumed_from = newest->path;
     // The checkpoint holds every trained weight; frozen ones (a LoRA run's base) come from --init-from again.
     if (!freezes_parameters(run_.options.model)) set_flag(command, "--init-from", nullptr);
     resumed_step = newest->step;
@@ -230,7 +246,6 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
 
   Child child = spawn(argv, ChildOutput::pipes());
   StepLogReader reader(step_log);
-  Outcome outcome;
   std::string partial[2];
   int forwarded = 0, wait_status = 0;
   bool exited = false;
@@ -330,6 +345,20 @@ int Supervisor::run() {
                 << std::endl;
       return 2;
     }
+    std::string set_aside;
+    if (outcome.status == 3) {
+      // The checkpoint the attempt resumed from is damaged: once set aside, the relaunch resumes from the
+      // one before it. One the command names itself (its own --resume) is not the launcher's to move.
+      if (outcome.resumed_from.empty()) {
+        std::cerr << "zshard-run: error: the checkpoint the training command resumes from is damaged (see the "
+                     "line above); not restarted"
+                  << std::endl;
+        return 3;
+      }
+      set_aside = set_aside_damaged(outcome.resumed_from);
+    }
+    const std::string aside_text =
+        set_aside.empty() ? "" : "; the damaged " + outcome.resumed_from + " set aside as " + set_aside;
     const double failed_at = unix_now();
     const int last_step = log_.last_step();
     const std::vector<Host> before = hosts;
@@ -343,7 +372,8 @@ int Supervisor::run() {
     const std::string cause = failure_cause(tail, outcome.status);
     if (attempt > o_.max_restarts) {
       std::cerr << "zshard-run: error: the job failed (" << cause << "; hosts lost: " << names_text(lost)
-                << ") and --max-restarts " << o_.max_restarts << " are spent; " << newest_text() << std::endl;
+                << ")" << aside_text << " and --max-restarts " << o_.max_restarts << " are spent; " << newest_text()
+                << std::endl;
       return 1;
     }
     if (total_slots(hosts) < o_.min_ranks) {
@@ -363,6 +393,7 @@ int Supervisor::run() {
                        {"exit_status", outcome.status},
                        {"hosts_lost", lost},
                        {"hosts_back", back},
+                       {"set_aside", set_aside.empty() ? json(nullptr) : json(set_aside)},
                        {"hosts", host_list_text(hosts)},
                        {"ranks", total_slots(hosts)},
                        {"last_step", last_step},
@@ -376,6 +407,7 @@ int Supervisor::run() {
                       failed_at};
     std::cerr << "zshard-run: restart " << attempt << " of " << o_.max_restarts << ": " << cause
               << "; hosts lost: " << names_text(lost) << (back.empty() ? "" : "; hosts back: " + names_text(back))
+              << aside_text
               << "; " << (newest ? "resuming from " + newest->path : std::string("starting over (no checkpoint)"))
               << ", steps redone: " << std::max(0, last_step - resumed)
               << (plan.fits ? "" : "; warning: no micro-batch fits the memory budget, the job's own check decides")

@@ -64,6 +64,9 @@ int run_local_tool(const char* name, int argc, char** argv, CLI::App& app, const
   } catch (const UsageError& e) {
     std::cerr << name << ": " << e.what() << "\n";
     return 2;
+  } catch (const DamagedCheckpoint& e) {
+    std::cerr << name << ": error: " << e.what() << "\n";
+    return 3;
   } catch (const AgreedFailure& e) {  // a world of one's (an engine's): its code says whether the input was bad
     std::cerr << name << ": error: " << e.what() << "\n";
     return e.exit_code();

@@ -38,22 +38,6 @@ void on_stop_signal(int sig) {
 
 std::string manifest_path(const std::string& dir) { return (fs::path(dir) / kManifestFile).string(); }
 
-// --resume DIR names a checkpoint: refused as a bad value (exit 2) when there is nothing there, or when it
-// is a directory of checkpoints (a --save-dir), which --resume latest reads.
-void check_resume_dir(const std::string& dir) {
-  std::error_code ec;
-  const fs::file_type type = fs::status(dir, ec).type();
-  if (type == fs::file_type::not_found) refuse("--resume ", dir, ": no such directory");
-  if (ec) refuse("--resume ", dir, ": cannot read (", ec.message(), ")");
-  if (type != fs::file_type::directory)
-    refuse("--resume ", dir, ": not a directory (a checkpoint is the directory that holds its manifest.json)");
-  if (!fs::exists(manifest_path(dir), ec))
-    for (const CheckpointEntry& e : list_checkpoints(dir))
-      if (e.committed)
-        refuse("--resume ", dir, ": not a checkpoint but a directory of them (", e.path,
-               "); resume its newest with --save-dir ", dir, " --resume latest");
-}
-
 // A pruned checkpoint's directory, uncommitted, kept between a prune and the next save. Writing over its
 // rank files spares the file system allocating a checkpoint's worth of pages or blocks and freeing as many:
 // on tmpfs a save of gpt2 124M at np 2 took a third of the time (benchmarks/RESULTS.md).
@@ -84,6 +68,20 @@ std::string flag_text(const json& v) {
 }
 
 }  // namespace
+
+void check_resume_dir(const std::string& dir) {
+  std::error_code ec;
+  const fs::file_type type = fs::status(dir, ec).type();
+  if (type == fs::file_type::not_found) refuse("--resume ", dir, ": no such directory");
+  if (ec) refuse("--resume ", dir, ": cannot read (", ec.message(), ")");
+  if (type != fs::file_type::directory)
+    refuse("--resume ", dir, ": not a directory (a checkpoint is the directory that holds its manifest.json)");
+  if (!fs::exists(manifest_path(dir), ec))
+    for (const CheckpointEntry& e : list_checkpoints(dir))
+      if (e.committed)
+        refuse("--resume ", dir, ": not a checkpoint but a directory of them (", e.path,
+               "); resume its newest with --save-dir ", dir, " --resume latest");
+}
 
 void install_stop_handlers() {
   struct sigaction sa {};

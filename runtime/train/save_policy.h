@@ -101,6 +101,10 @@ class SavePolicy {
 // written before the name moved into it kept it in "model_name". json::exception when it has none.
 nlohmann::json saved_model(const nlohmann::json& run);
 
+// --resume DIR names a checkpoint: refused as a bad value (exit 2) when there is nothing there, or when it
+// is a directory of checkpoints (a --save-dir), which --resume latest reads.
+void check_resume_dir(const std::string& dir);
+
 // SIGTERM and SIGINT then only set a flag that SavePolicy::after_step acts on; a second signal of the same
 // kind ends the process at once.
 void install_stop_handlers();

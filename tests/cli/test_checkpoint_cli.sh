@@ -124,14 +124,14 @@ expect_every_rank_fails "not a checkpoint" 1 "empty: not a checkpoint \(no manif
   "${RESUME[@]}" --save-dir "$CK" --resume "$WORK/empty"
 expect_every_rank_fails "no such directory" 2 "^zshard-train: error: --resume $WORK/nowhere: no such directory$" -- \
   "${RESUME[@]}" --save-dir "$CK" --resume "$WORK/nowhere"
-expect_every_rank_fails "missing rank file" 1 "missing/step-00000006/rank-00001.safetensors: missing" -- \
+expect_every_rank_fails "missing rank file" 3 "missing/step-00000006/rank-00001.safetensors: missing" -- \
   "${RESUME[@]}" --save-dir "$WORK/missing" --resume latest
-expect_every_rank_fails "corrupt rank file" 1 "corrupt/step-00000006/rank-00003.safetensors: checksum mismatch" \
+expect_every_rank_fails "corrupt rank file" 3 "corrupt/step-00000006/rank-00003.safetensors: checksum mismatch" \
   -- "${RESUME[@]}" --save-dir "$WORK/corrupt" --resume latest
-expect_every_rank_fails "truncated rank file" 1 \
+expect_every_rank_fails "truncated rank file" 3 \
   "truncated/step-00000006/rank-00002.safetensors: .* bytes, the manifest records" -- \
   "${RESUME[@]}" --save-dir "$WORK/truncated" --resume latest
-expect_every_rank_fails "truncated manifest" 1 "short-manifest/step-00000006/manifest.json: truncated or not JSON" \
+expect_every_rank_fails "truncated manifest" 3 "short-manifest/step-00000006/manifest.json: truncated or not JSON" \
   -- "${RESUME[@]}" --save-dir "$WORK/short-manifest" --resume latest
 expect_every_rank_fails "model does not match the flags" 2 \
   "manifest.json: the checkpoint holds model tiny with .*layers=2.*, the flags ask for tiny with .*layers=3" -- \
@@ -141,7 +141,7 @@ expect_every_rank_fails "another model" 2 \
   "${RESUME[@]}" --save-dir "$CK" --resume "$CK/step-00000006" --model gpt2 --layers 1 --dim 64 --heads 4
 expect_every_rank_fails "save dir holds checkpoints" 2 "already holds checkpoints" -- \
   "${RESUME[@]}" --save-dir "$CK"
-expect_failure "export of a corrupt checkpoint" 1 "corrupt/step-00000006/rank-00003.safetensors: checksum mismatch" \
+expect_failure "export of a corrupt checkpoint" 3 "corrupt/step-00000006/rank-00003.safetensors: checksum mismatch" \
   -- "$EXPORT" "$WORK/corrupt/step-00000006" "$WORK/never.safetensors"
 expect_true "no export written" test ! -e "$WORK/never.safetensors"
 snapshot >"$WORK/after"

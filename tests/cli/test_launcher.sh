@@ -1,7 +1,8 @@
 # zshard-run on this machine alone (localhost): bad input gets one line and a non-zero exit without
 # running anything; a rank killed mid-run is relaunched from the newest checkpoint and the merged --log-json
 # has every step once, with the uninterrupted run's losses bit for bit; a job that keeps failing ends when
-# --max-restarts are spent, its checkpoints intact; SIGTERM stops the job after a step, saved, without a
+# --max-restarts are spent, its checkpoints intact; a damaged newest checkpoint is set aside and the
+# relaunch resumes from the one before it; SIGTERM stops the job after a step, saved, without a
 # restart. The runs across hosts that are lost and come back are in test_launcher_hosts.sh.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
@@ -84,6 +85,29 @@ expect_failure "LoRA on a base file: relaunched beside the same base" 1 \
   "and --max-restarts 1 are spent; the newest checkpoint is .*/lora-ck/step-00000002$" -- \
   env ZSHARD_TEST_FAIL_RANK=1:3 "$RUN" "${LOCAL[@]}" --max-restarts 1 -- "${JOB[@]}" --steps 6 --lora-rank 2 \
   --save-dir "$WORK/lora-ck" --init-from "$WORK/init.safetensors"
+
+# ---- a damaged newest checkpoint: set aside, and the relaunch resumes from the one before it ----
+D="$WORK/damaged"
+# The 6-step run is the reference; without its step 6 it is what a run that died after step 4 leaves.
+expect_ok "checkpoints at steps 2, 4 and 6" "${MPIRUN[@]}" -np 2 "${JOB[@]}" --steps 6 --save-dir "$D" \
+  --log-json "$WORK/ref6.json"
+rm -r "$D/step-00000006"
+f="$D/step-00000004/rank-00001.safetensors"
+printf '\x5a' | dd of="$f" bs=1 seek=$(($(stat -c %s "$f") - 7)) conv=notrunc status=none
+cp "$f" "$WORK/damaged-file"
+expect_ok "the run goes on" "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 6 --save-dir "$D" \
+  --log-json "$WORK/damaged.json"
+expect_true "the restart names the damage and where the checkpoint went" grep -Eq \
+  "^zshard-run: restart 1 of 3: .*rank-00001.safetensors: checksum mismatch.*; the damaged $D/step-00000004 set aside as $D/step-00000004.damaged; resuming from $D/step-00000002," \
+  "$WORK/err"
+expect_true "nothing of it deleted" cmp -s "$WORK/damaged-file" "$D/step-00000004.damaged/rank-00001.safetensors"
+expect_true "--log-json has steps 3..6" test "$(steps "$WORK/damaged.json")" = "3 4 5 6 "
+same_losses "their losses are the uninterrupted run's, bit for bit" "$WORK/ref6.json" "$WORK/damaged.json" 0
+# A checkpoint the command names itself is not the launcher's to move: not restarted, exit 3.
+expect_failure "its own --resume damaged: not restarted" 3 \
+  "^zshard-run: error: the checkpoint the training command resumes from is damaged \(see the line above\); not restarted$" -- \
+  "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 6 --save-dir "$WORK/damaged-2" --resume "$D/step-00000004.damaged"
+expect_true "... after the training command's own line" grep -q "^zshard-train: error: .*checksum mismatch" "$WORK/err"
 
 # ---- SIGTERM to the launcher: the job saves after its step and stops, no restart ----
 # The stop outlasts mpirun's one second between SIGTERM and SIGKILL: it waits for an asynchronous save

@@ -140,6 +140,14 @@ TEST(Checkpoint, ReadsVersion1Checkpoints) {
   j["version"] = kCheckpointVersion + 1;
   std::ofstream(dir + "/manifest.json") << j.dump(2);
   EXPECT_THAT(error_of([&] { read_manifest(dir); }), HasSubstr("version 3 is not 1 or 2"));
+  // Damage exits 3 (zshard-run sets the checkpoint aside); a version this zshard does not read is no damage.
+  EXPECT_THROW(verify_file(dir, m.files[1], true), DamagedCheckpoint);
+  try {
+    read_manifest(dir);
+  } catch (const DamagedCheckpoint&) {
+    ADD_FAILURE() << "another version taken for a damaged manifest";
+  } catch (const Error&) {
+  }
 }
 
 TEST(Checkpoint, ReadsEveryTargetLayoutFromEverySavedLayout) {
@@ -255,6 +263,7 @@ TEST(Checkpoint, BadInputNamesTheFileAndTheProblem) {
   std::ofstream(manifest) << text.substr(0, text.size() / 2);
   EXPECT_THAT(error_of([&] { read_manifest(dir); }),
               AllOf(HasSubstr("manifest.json"), HasSubstr("truncated or not JSON")));
+  EXPECT_THROW(read_manifest(dir), DamagedCheckpoint);
   const auto pos = text.find("\"padded_numel\": 14");
   ASSERT_NE(pos, std::string::npos);
   std::ofstream(manifest) << text.substr(0, pos) << "\"padded_numel\": 16" << text.substr(pos + 18);
