@@ -23,6 +23,7 @@
 #include "runtime/elastic/hosts.h"
 #include "runtime/elastic/run_log.h"
 #include "runtime/process/child_process.h"
+#include "runtime/train/save_policy.h"
 #include "shard/checkpoint_format.h"
 #include "shard/memory/estimator.h"
 #include "shard/memory/fit_check.h"
@@ -102,7 +103,9 @@ class Supervisor {
   int64_t default_budget(const std::vector<Host>& hosts) const;
   Outcome run_attempt(const std::vector<Host>& hosts, const BatchPlan& plan, int attempt, Restart* restart);
   void note_steps(StepLogReader& reader, Restart* restart);
+  void keep_earlier_log();
   void write_log() const;
+  std::vector<Host> hosts_for_flags(std::vector<Host> hosts, const std::vector<std::string>& back) const;
   void append_restart(const json& record) const;
   std::string newest_text() const;
 
@@ -138,11 +141,29 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
   log_json_ = t.output.log_json;
   state_dir_ = (fs::path(save_dir_) / "zshard-run").string();
   if (!log_json_.empty()) check_output_path("--log-json", log_json_);
+  // The command's own --resume is used until --save-dir holds a checkpoint: checked before any launch.
+  if (const std::optional<std::string> given = flag_value(o_.command, "--resume"); given && *given != "latest")
+    check_resume_dir(*given);
   if (!o_.mem_budget.empty()) budget_ = parse_bytes(o_.mem_budget, "--mem-budget");
   probe_ = o_.probe.empty() ? default_probe(o_.probe_timeout_s) : o_.probe;
   std::error_code ec;
   fs::create_directories(state_dir_, ec);
   if (ec) refuse("--save-dir ", save_dir_, ": cannot create ", state_dir_, " (", ec.message(), ")");
+  keep_earlier_log();
+}
+
+// Run again over a --save-dir it left checkpoints in (after a stop, or a launcher that died), zshard-run
+// goes on with the --log-json it wrote there: its steps up to the checkpoint resumed from are the run's.
+void Supervisor::keep_earlier_log() {
+  std::error_code ec;
+  if (log_json_.empty() || !newest_checkpoint(save_dir_) || !fs::exists(log_json_, ec)) return;
+  try {
+    StepLogReader earlier(log_json_);
+    for (const json& record : earlier.read_new()) log_.add(record);
+  } catch (const std::exception& e) {
+    log_ = RunLog();
+    std::cerr << "zshard-run: warning: " << e.what() << "; --log-json starts over" << std::endl;
+  }
 }
 
 int64_t Supervisor::default_budget(const std::vector<Host>& hosts) const {
@@ -180,7 +201,43 @@ std::string Supervisor::newest_text() const {
 }
 
 void Supervisor::write_log() const {
-  if (!log_json_.empty()) write_file_atomically(log_json_, log_.text());
+  if (log_json_.empty()) return;
+  // The job comes first, as zshard-train's own --step-log: a full disk loses a log, not the run. The next
+  // write has every step again.
+  try {
+    write_file_atomically(log_json_, log_.text());
+  } catch (const std::exception& e) {
+    std::cerr << "zshard-run: warning: " << e.what() << "; the run goes on" << std::endl;
+  }
+}
+
+// The hosts to launch on: those that answer, but without the ones answering again (`back`) when the flags
+// cannot run on so many ranks (--batch below the world size, say) and could on fewer.
+std::vector<Host> Supervisor::hosts_for_flags(std::vector<Host> hosts, const std::vector<std::string>& back) const {
+  const auto refusal = [&](const std::vector<Host>& on) -> std::string {
+    std::vector<int> slots;
+    for (const Host& h : on) slots.push_back(h.slots);
+    const BatchPlan plan = plan_batch(run_, slots, budget_);
+    TrainOptions options = run_.options;
+    options.data.batch = plan.batch;
+    options.data.grad_accum = plan.grad_accum;
+    try {
+      validate_options(options, total_slots(on));
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  if (back.empty()) return hosts;
+  const std::string why = refusal(hosts);
+  if (why.empty()) return hosts;
+  std::vector<Host> without;
+  for (const Host& h : hosts)
+    if (std::find(back.begin(), back.end(), h.name) == back.end()) without.push_back(h);
+  if (!refusal(without).empty()) return hosts;  // the job's own line will say why
+  std::cerr << "zshard-run: " << names_text(back) << " answering again, not taken back: on "
+            << total_slots(hosts) << " ranks " << why << std::endl;
+  return without;
 }
 
 void Supervisor::append_restart(const json& record) const {
@@ -246,7 +303,19 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
 
   Child child = spawn(argv, ChildOutput::pipes());
   StepLogReader reader(step_log);
+  // The job's output passes through a whole line at a time, so that the launcher's own lines never land
+  // inside a rank's; a line longer than a read's buffer goes on as it is.
   std::string partial[2];
+  const auto forward = [&](int k, size_t bytes) {
+    (void)!write(k == 0 ? STDOUT_FILENO : STDERR_FILENO, partial[k].data(), bytes);
+    if (k == 1)
+      for (size_t begin = 0, nl; begin < bytes; begin = nl + 1) {
+        nl = std::min(partial[k].find('\n', begin), bytes);
+        outcome.stderr_tail.push_back(partial[k].substr(begin, nl - begin));
+        if (outcome.stderr_tail.size() > 200) outcome.stderr_tail.pop_front();
+      }
+    partial[k].erase(0, bytes);
+  };
   int forwarded = 0, wait_status = 0;
   bool exited = false;
   auto exited_at = std::chrono::steady_clock::now();
@@ -263,13 +332,10 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
         fd = -1;
         continue;
       }
-      (void)!write(k == 0 ? STDOUT_FILENO : STDERR_FILENO, buf, size_t(n));
-      if (k == 0) continue;
       partial[k].append(buf, size_t(n));
-      for (size_t nl; (nl = partial[k].find('\n')) != std::string::npos; partial[k].erase(0, nl + 1)) {
-        outcome.stderr_tail.push_back(partial[k].substr(0, nl));
-        if (outcome.stderr_tail.size() > 200) outcome.stderr_tail.pop_front();
-      }
+      const size_t last_newline = partial[k].rfind('\n');
+      if (last_newline != std::string::npos) forward(k, last_newline + 1);
+      else if (partial[k].size() >= sizeof buf) forward(k, partial[k].size());
     }
     note_steps(reader, restart);
     if (g_signals > forwarded && !exited) {
@@ -295,6 +361,7 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
   }
   for (int fd : {child.out, child.err})
     if (fd >= 0) close(fd);
+  for (int k = 0; k < 2; ++k) forward(k, partial[k].size());
   // A rank mpirun left behind on this host would hold its memory and could still write into --save-dir
   // while the next attempt starts: the attempt's session ends with mpirun.
   signal_session(child, SIGKILL);
@@ -309,13 +376,14 @@ int Supervisor::run() {
   std::vector<std::string> silent;
   for (const Host& h : o_.hosts)
     if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) silent.push_back(h.name);
-  if (!silent.empty())
-    std::cerr << "zshard-run: " << names_text(silent) << " not answering (probe: " << probe_ << ")" << std::endl;
+  const std::string silent_text = names_text(silent) + " not answering (probe: " + probe_ + ")";
   if (total_slots(hosts) < o_.min_ranks || hosts.empty()) {
     std::cerr << "zshard-run: error: the hosts that answer (" << (hosts.empty() ? "none" : host_list_text(hosts))
-              << ") hold " << total_slots(hosts) << " ranks, fewer than --min-ranks " << o_.min_ranks << std::endl;
+              << ") hold " << total_slots(hosts) << " ranks, fewer than --min-ranks " << o_.min_ranks << "; "
+              << silent_text << std::endl;
     return 1;
   }
+  if (!silent.empty()) std::cerr << "zshard-run: " << silent_text << std::endl;
   std::vector<int> slots;
   for (const Host& h : hosts) slots.push_back(h.slots);
   if (budget_ == 0) budget_ = default_budget(hosts);
@@ -364,10 +432,14 @@ int Supervisor::run() {
     const std::vector<Host> before = hosts;
     hosts = answering();
     std::vector<std::string> lost, back;
-    for (const Host& h : before)
-      if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) lost.push_back(h.name);
     for (const Host& h : hosts)
       if (std::find(before.begin(), before.end(), h) == before.end()) back.push_back(h.name);
+    hosts = hosts_for_flags(hosts, back);
+    back.clear();
+    for (const Host& h : hosts)
+      if (std::find(before.begin(), before.end(), h) == before.end()) back.push_back(h.name);
+    for (const Host& h : before)
+      if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) lost.push_back(h.name);
     const std::vector<std::string> tail(outcome.stderr_tail.begin(), outcome.stderr_tail.end());
     const std::string cause = failure_cause(tail, outcome.status);
     if (attempt > o_.max_restarts) {
@@ -441,6 +513,10 @@ std::string failure_cause(const std::vector<std::string>& tail, int status) {
         // Open MPI says this of a daemon it had started and then lost as well.
         return p == patterns[5] ? "mpirun lost a host's daemon (" + cause + ")" : cause;
       }
+  // Open MPI frames its own messages (an option it does not know, a conflict in its settings) in lines of
+  // dashes: the first line inside the first frame says what went wrong.
+  for (size_t i = 0; i + 1 < tail.size(); ++i)
+    if (tail[i].rfind("-----", 0) == 0 && !tail[i + 1].empty() && tail[i + 1][0] != '-') return "mpirun: " + tail[i + 1];
   return "mpirun exited with status " + std::to_string(status);
 }
 

@@ -27,7 +27,7 @@ struct LauncherOptions {
 std::string default_probe(double timeout_s);
 
 // The cause of a failed attempt from the end of mpirun's stderr and its exit status: the line that names
-// it (a collective's deadline, a rank's error, a rank killed, a daemon lost), else the status.
+// it (a collective's deadline, a rank's error, a rank killed, a daemon lost, Open MPI's own message), else the status.
 std::string failure_cause(const std::vector<std::string>& stderr_tail, int status);
 
 // `command` with every --FLAG VALUE and --FLAG=VALUE taken out, then --FLAG VALUE appended (when `value`

@@ -2,7 +2,9 @@
 # running anything; a rank killed mid-run is relaunched from the newest checkpoint and the merged --log-json
 # has every step once, with the uninterrupted run's losses bit for bit; a job that keeps failing ends when
 # --max-restarts are spent, its checkpoints intact; a damaged newest checkpoint is set aside and the
-# relaunch resumes from the one before it; SIGTERM stops the job after a step, saved, without a
+# relaunch resumes from the one before it; a host that answers again is not taken back where the flags
+# cannot run on the larger world; run again, it goes on with its --log-json, which a full disk does not
+# stop; SIGTERM stops the job after a step, saved, without a
 # restart. The runs across hosts that are lost and come back are in test_launcher_hosts.sh.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
@@ -28,6 +30,8 @@ expect_failure "a training command that is not there" 2 "^zshard-run: the traini
   "$RUN" "${LOCAL[@]}" -- "$WORK/no/zshard-train" --save-dir "$WORK/none"
 expect_failure "a training command without --save-dir" 2 "^zshard-run: the training command has no --save-dir" -- \
   "$RUN" "${LOCAL[@]}" -- "$TRAIN" --steps 4
+expect_failure "a --resume that is not there" 2 "^zshard-run: --resume $WORK/nowhere: no such directory$" -- \
+  "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 4 --resume "$WORK/nowhere" --save-dir "$WORK/bad"
 expect_failure "--batch auto" 2 "^zshard-run: the training command has --batch auto" -- \
   "$RUN" "${LOCAL[@]}" -- "$TRAIN" --batch auto --save-dir "$WORK/bad"
 expect_failure "a flag the training command refuses: not restarted" 2 \
@@ -86,6 +90,33 @@ expect_failure "LoRA on a base file: relaunched beside the same base" 1 \
   env ZSHARD_TEST_FAIL_RANK=1:3 "$RUN" "${LOCAL[@]}" --max-restarts 1 -- "${JOB[@]}" --steps 6 --lora-rank 2 \
   --save-dir "$WORK/lora-ck" --init-from "$WORK/init.safetensors"
 
+# ---- a host answering again is not taken back where the flags cannot run on so many ranks ----
+# The hosts are names the probe answers for, and their ranks all run here: an mpirun that turns --host
+# a:2,b:1 into localhost:3. At the first launch b is silent and rank 1 fails at step 3; b answers from then.
+cat >"$WORK/fake-mpirun" <<EOF
+#!/bin/bash
+args=()
+while [ \$# -gt 0 ]; do
+  if [ "\$1" = --host ]; then
+    n=0; IFS=, read -ra hs <<<"\$2"; for h in "\${hs[@]}"; do n=\$((n + \${h##*:})); done
+    args+=(--host localhost:\$n); shift 2; continue
+  fi
+  args+=("\$1"); shift
+done
+if [ ! -e "$WORK/up-b" ]; then touch "$WORK/up-b"; export ZSHARD_TEST_FAIL_RANK=1:3; fi
+exec mpirun "\${args[@]}"
+EOF
+chmod +x "$WORK/fake-mpirun"
+touch "$WORK/up-a"
+D="$WORK/back"
+expect_ok "batch 2: relaunched on a's 2 ranks" "$RUN" --hosts a:2,b:1 --probe "test -e $WORK/up-\$1" \
+  --mpirun "$WORK/fake-mpirun" --mpirun-args "--oversubscribe --bind-to none" -- "$TRAIN" --batch 2 --seq 32 \
+  --steps 5 --save-every 2 --save-mode sync --save-dir "$D"
+expect_true "... saying why b is not taken back" grep -q \
+  "^zshard-run: b answering again, not taken back: on 3 ranks --batch 2 is smaller than the world size 3" "$WORK/err"
+expect_true "... and the restart took no host back" eval \
+  '[ "$(field hosts_back <"$D/zshard-run/restarts.jsonl")" = "[]" ] && grep -q "^zshard-run: attempt 2 on a:2 " "$WORK/err"'
+
 # ---- a damaged newest checkpoint: set aside, and the relaunch resumes from the one before it ----
 D="$WORK/damaged"
 # The 6-step run is the reference; without its step 6 it is what a run that died after step 4 leaves.
@@ -108,6 +139,31 @@ expect_failure "its own --resume damaged: not restarted" 3 \
   "^zshard-run: error: the checkpoint the training command resumes from is damaged \(see the line above\); not restarted$" -- \
   "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 6 --save-dir "$WORK/damaged-2" --resume "$D/step-00000004.damaged"
 expect_true "... after the training command's own line" grep -q "^zshard-train: error: .*checksum mismatch" "$WORK/err"
+
+# ---- zshard-run run again over its --save-dir goes on with its --log-json ----
+expect_failure "a launcher whose job fails at step 5" 1 "and --max-restarts 0 are spent" -- \
+  env ZSHARD_TEST_FAIL_RANK=1:5 "$RUN" "${LOCAL[@]}" --max-restarts 0 -- "${JOB[@]}" --steps 6 \
+  --save-dir "$WORK/again" --log-json "$WORK/again.json"
+expect_ok "run again" "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 6 --save-dir "$WORK/again" \
+  --log-json "$WORK/again.json"
+expect_true "--log-json has steps 1..6, each once" test "$(steps "$WORK/again.json")" = "1 2 3 4 5 6 "
+same_losses "... the uninterrupted run's, bit for bit" "$WORK/ref6.json" "$WORK/again.json" 0
+
+# ---- --log-json on a full disk: a warning at each write, and the job is still relaunched ----
+FULL="$WORK/full"
+mkdir "$FULL"
+if mount -t tmpfs -o size=64k tmpfs "$FULL" 2>"$WORK/mount.err"; then
+  dd if=/dev/zero of="$FULL/fill" bs=4k count=16 status=none 2>/dev/null
+  expect_failure "--log-json on a full disk: relaunched until --max-restarts" 1 "and --max-restarts 1 are spent" -- \
+    env ZSHARD_TEST_FAIL_RANK=1:3 "$RUN" "${LOCAL[@]}" --max-restarts 1 -- "${JOB[@]}" --steps 6 \
+    --save-dir "$WORK/full-log" --log-json "$FULL/log.json"
+  expect_true "two attempts, a warning after each" eval \
+    '[ "$(grep -c "^zshard-run: attempt" "$WORK/err")" = 2 ] &&
+     [ "$(grep -c "^zshard-run: warning: .*log.json: cannot write" "$WORK/err")" = 2 ]'
+  umount "$FULL"
+else
+  echo "skipped --log-json on a full disk: $(head -1 "$WORK/mount.err")"
+fi
 
 # ---- SIGTERM to the launcher: the job saves after its step and stops, no restart ----
 # The stop outlasts mpirun's one second between SIGTERM and SIGKILL: it waits for an asynchronous save

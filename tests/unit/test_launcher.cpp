@@ -209,6 +209,10 @@ TEST(Supervisor, NamesTheCauseOfAFailure) {
             "mpirun noticed that process rank 3 with PID 12 on node hostb exited on signal 9 (Killed).");
   EXPECT_EQ(failure_cause({"-----", "ORTE was unable to reliably start one or more daemons."}, 9),
             "mpirun lost a host's daemon (ORTE was unable to reliably start one or more daemons.)");
+  EXPECT_EQ(failure_cause({"------", "The specified binding policy is not recognized:", "", "  Policy: nonsense",
+                           "------"},
+                          1),
+            "mpirun: The specified binding policy is not recognized:");
   EXPECT_EQ(failure_cause({"nothing useful"}, 3), "mpirun exited with status 3");
 }
 
