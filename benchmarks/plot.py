@@ -98,7 +98,8 @@ def plot_scaling(doc, path):
     rows = doc["rows"]
     worlds = [r["world"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4))
-    for i, name in enumerate(["ddp", "zero3", "hybrid"]):
+    # Files written before the projection named its strategies projected all three.
+    for i, name in enumerate(doc.get("strategies", ["ddp", "zero3", "hybrid"])):
         ax.plot(worlds, [r[name]["efficiency_overlap"] for r in rows], "-o", ms=3, color=f"C{i}",
                 label=f"{name} overlap")
         ax.plot(worlds, [r[name]["efficiency"] for r in rows], ":", color=f"C{i}", label=f"{name} no overlap")

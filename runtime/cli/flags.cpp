@@ -51,9 +51,12 @@ CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector
   return add_list_option(
              app, flag,
              [&items, flag, allowed](const std::vector<std::string>& given) {
-               for (const std::string& item : given)
-                 if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), item) == allowed.end())
-                   throw CLI::ValidationError(flag, "'" + item + "' is not one of " + join(allowed));
+               for (auto it = given.begin(); it != given.end(); ++it) {
+                 if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), *it) == allowed.end())
+                   throw CLI::ValidationError(flag, "'" + *it + "' is not one of " + join(allowed));
+                 if (std::find(given.begin(), it, *it) != it)
+                   throw CLI::ValidationError(flag, "'" + *it + "' is listed twice");
+               }
                items = given;
              },
              help)

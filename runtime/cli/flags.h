@@ -44,7 +44,8 @@ void add_choice(CLI::App& app, const std::string& flag, V& value, const Choices<
 // 2,1), so every list flag splits here instead, refusing an empty item naming the flag.
 CLI::Option* add_list_option(CLI::App& app, const std::string& flag,
                              std::function<void(const std::vector<std::string>&)> take, const std::string& help);
-// The same into `items`; with `allowed`, each item must be one of those words.
+// The same into `items`, each item once (a strategy or a file listed twice would run or count twice); with
+// `allowed`, each item must be one of those words.
 CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector<std::string>& items,
                              const std::string& help, const std::vector<std::string>& allowed = {});
 // The same into `values`, each item a whole int.

@@ -49,8 +49,8 @@ StrategyOptions projected_strategy(StrategyKind kind, const ProjectionInput& in)
 
 namespace {
 
-// The bytes of a projected step: one micro-step that gathers every parameter twice (forward, backward)
-// and reduces the gradients of the trainable ones, in shard groups of `group` ranks, `replicas` of them
+// The bytes of a projected step: grad_accum micro-steps, each gathering every parameter twice (forward,
+// backward) and, sharded, reducing the gradients of the trainable ones (ddp reduces once, at the step's end), in shard groups of `group` ranks, `replicas` of them
 // under hybrid (ddp and zero3 span the world);
 // backward's gathers inside secondary groups of `secondary_group` ranks where there are any (> 1).
 CommVolume step_volume(StrategyKind kind, int world, int group, int replicas, int secondary_group,
@@ -63,6 +63,7 @@ CommVolume step_volume(StrategyKind kind, int world, int group, int replicas, in
                       .replicas = replicas,
                       .psi = in.params - in.frozen_params,
                       .gathered = 2 * in.params,
+                      .grad_accum = in.grad_accum,
                       .param_bytes = in.elem_bytes,
                       .grad_bytes = in.elem_bytes,
                       .quantized_gathers = s.quantize_gathers == GatherQuantization::int8,
@@ -96,7 +97,7 @@ double collectives_ms(const LinkProfile& link, int n, int calls, int hops_per_ra
 // zero3's collectives per unit in a group of G: the all-gathers (forward's and backward's, or forward's
 // alone where backward gathers inside secondary groups of h on the intra link) and the reduction.
 double sharded_ms(const GroupLinks& links, int G, const CommVolume& v, int h, const ProjectionInput& in) {
-  const int U = in.units;
+  const int U = in.units * in.grad_accum;  // every micro-step's
   return collectives_ms(links.all_gather, G, (h > 1 ? 1 : 2) * U, 1, v.gather) +
          collectives_ms(in.intra, h, U, 1, v.secondary) + collectives_ms(links.reduce_scatter, G, U, 1, v.reduce);
 }
@@ -120,7 +121,10 @@ LinkProfile across_link(bool across_nodes, int ranks_per_host, const ProjectionI
 ProjectedStep finish(ProjectedStep s, StrategyKind kind, int world, const ProjectionInput& in) {
   const int U = in.units;
   s.step_ms = s.compute_ms + s.comm_ms;
-  s.step_overlap_ms = std::max(s.compute_ms, s.comm_ms) + s.comm_ms / (kind == StrategyKind::ddp ? U : 3 * U);
+  // Overlapped, what cannot hide is a unit's collective after the compute (its last), or a unit's compute
+  // before the communication can start (its first): never more than the two in a row.
+  const double unit_comm = s.comm_ms / (kind == StrategyKind::ddp ? U : 3 * U), unit_compute = s.compute_ms / U;
+  s.step_overlap_ms = std::min(s.step_ms, std::max(s.compute_ms + unit_comm, s.comm_ms + unit_compute));
   const double t1 = in.compute_ms;  // one rank: no communication
   s.efficiency = in.weak ? t1 / s.step_ms : t1 / (world * s.step_ms);
   s.efficiency_overlap = in.weak ? t1 / s.step_overlap_ms : t1 / (world * s.step_overlap_ms);
@@ -164,7 +168,8 @@ ProjectedStep project_step(StrategyKind kind, int world, const ProjectionInput& 
   const int G = default_shard_group(world, in.node_size);
   s.volume = step_volume(kind, world, G, world / G, 1, in);
   s.comm_ms = sharded_ms(group_links(false, in), G, s.volume, 1, in) +
-              across_groups_ms(across_link(across_nodes, in.node_size, in), world / G, s.volume.across, in.units, 1);
+              across_groups_ms(across_link(across_nodes, in.node_size, in), world / G, s.volume.across,
+                               in.units * in.grad_accum, 1);
   return finish(s, kind, world, in);
 }
 
@@ -183,8 +188,8 @@ ProjectedStep project_step(StrategyKind kind, const ShardGroups& nodes, const Pr
   s.volume = step_volume(kind, world, largest, R, 1, in);
   s.volume.across = step_volume(kind, world, smallest, R, 1, in).across;
   s.comm_ms = sharded_ms(group_links(false, in), largest, s.volume, 1, in) +
-              across_groups_ms(across_link(across_nodes, smallest, in), R, s.volume.across, in.units,
-                               (largest + smallest - 1) / smallest);
+              across_groups_ms(across_link(across_nodes, smallest, in), R, s.volume.across,
+                               in.units * in.grad_accum, (largest + smallest - 1) / smallest);
   return finish(s, kind, world, in);
 }
 

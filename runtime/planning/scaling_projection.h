@@ -27,8 +27,9 @@ LinkProfile link_profile(const std::string& name);
 std::vector<std::string> link_profile_names();
 
 struct ProjectionInput {
-  double compute_ms = 0;  // one rank's compute time for `batch` sequences (step time at N = 1)
-  int batch = 1;          // sequences that compute_ms covers
+  double compute_ms = 0;  // one rank's compute time for batch x grad_accum sequences (step time at N = 1)
+  int batch = 1;          // sequences of a micro-step
+  int grad_accum = 1;     // micro-steps that compute_ms covers: zero3 and hybrid gather and reduce in each
   bool weak = true;       // weak: every rank keeps `batch`; strong: the global batch is `batch`
   int64_t params = 0;     // Ψ
   int64_t frozen_params = 0;  // of Ψ, frozen: gathered like the others, with no gradient to reduce

@@ -315,7 +315,7 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
       for (const std::string& s : bench.strategies) {
         if (s != "hybrid" || hybrid_ok) to_run.push_back(s);
         else if (app.count("--strategies") || app.count("--shard-group"))
-          throw UsageError(std::string(app.count("--strategies") ? "--strategies hybrid" : "--shard-group: hybrid") +
+          throw UsageError(std::string(app.count("--shard-group") ? "--shard-group: hybrid" : "--strategies hybrid") +
                            " needs a shard group between 1 and the world: no such group in a world of " +
                            std::to_string(world.size()));
       }
@@ -328,16 +328,20 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
       for (const std::string& s : to_run) kinds.push_back(parse_strategy(s));
       check_modes_taken(kinds, options.plan.strategy);
       if (bench.splits.empty()) throw UsageError("--rank-batches: name at least one of even, auto");
-      if (std::find(bench.splits.begin(), bench.splits.end(), "auto") != bench.splits.end()) {
-        TrainOptions auto_options = options;
-        auto_options.data.rank_batches_auto = true;
-        auto_options.plan.strategy = StrategyOptions{};  // each strategy's own flags are checked as it runs
-        validate_options(auto_options, world.size());  // --batch against the world, --max-rank-batch
-      } else if (data.max_rank_batch || data.rebalance_every) {
+      const bool auto_split = std::find(bench.splits.begin(), bench.splits.end(), "auto") != bench.splits.end();
+      if (!auto_split && (data.max_rank_batch || data.rebalance_every))
         throw UsageError(std::string(data.max_rank_batch ? "--max-rank-batch" : "--rebalance-every") +
                          " is only for the auto split: add auto to --rank-batches");
-      }
       if (to_run.empty()) throw UsageError("--strategies: none of them runs on " + std::to_string(world.size()) + " rank(s)");
+      // Each strategy's options as its trainer will check them (with the auto split where it runs: --batch
+      // against the world, --max-rank-batch), before the first strategy runs for minutes.
+      for (StrategyKind kind : kinds) {
+        TrainOptions own = options;
+        own.plan.strategy = strategy_options_for(kind, options.plan.strategy);
+        own.data.rank_batches_auto = auto_split;
+        validate_options(own, world.size());
+        resolve_plan(own.plan, world);  // the groups on these hosts: secondary groups that do not fit them
+      }
       if (!bench.json_path.empty() && rank == 0) {
         check_output_path("--json", bench.json_path);
         check_not_input({"--json", bench.json_path}, {{"--data", data.source == "default" ? "" : data.source},

@@ -11,6 +11,7 @@
 #include <iomanip>
 #include <iostream>
 #include <numeric>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -61,17 +62,39 @@ double median_ms(const json& bench, const std::string& strategy) {
   return NAN;
 }
 
+// What a measurement must share with the projection's input to be compared with it (strong scaling): the
+// step's sequences, and where --bench gave them, the sequence length and the model.
+struct MeasuredWork {
+  int64_t sequences = 0;
+  std::optional<int> seq;
+  std::optional<int64_t> params;
+};
+
+MeasuredWork measured_work(const json& bench) {
+  return {int64_t(bench.at("batch").get<int>()) * bench.value("grad_accum", 1), bench.at("seq").get<int>(),
+          bench.at("model").at("params").get<int64_t>()};
+}
+
 // Predicted strong-scaling step time beside each measurement; the serial fraction (Karp-Flatt) of the
 // measured ddp speed-up at the largest world.
 double check(const std::vector<std::string>& paths, const std::vector<std::string>& strategies, ProjectionInput in,
-             json& out) {
+             const MeasuredWork& work, json& out) {
   in.weak = false;
   double serial = 0;
-  // Every file read, and its world found, before any line of the table.
+  int serial_world = 1;
+  // Every file read, its world found and its work compared, before any line of the table.
   std::vector<std::pair<json, int>> benches;
   for (const std::string& path : paths) {
     json bench = read_json_file("--check", path);
     const int world = read_fields("--check", path, [&] { return bench.at("world").get<int>(); });
+    const MeasuredWork got = read_fields("--check", path, [&] { return measured_work(bench); });
+    const auto differs = [&](const char* what, const auto& measured, const auto& projected) {
+      throw UsageError(detail::concat("--check ", path, ": measured at ", what, " ", measured, ", the projection's is ",
+                                      projected, " (strong scaling compares the same work)"));
+    };
+    if (got.sequences != work.sequences) differs("a step of sequences", got.sequences, work.sequences);
+    if (work.seq && got.seq != work.seq) differs("--seq", *got.seq, *work.seq);
+    if (work.params && got.params != work.params) differs("a model of params", *got.params, *work.params);
     benches.emplace_back(std::move(bench), world);
   }
   std::cout << "\nprojection vs measured (strong scaling, global batch " << in.batch << "; error = predicted / "
@@ -83,7 +106,10 @@ double check(const std::vector<std::string>& paths, const std::vector<std::strin
     for (const std::string& name : kProjected) {
       const double measured = read_fields("--check", paths[i], [&] { return median_ms(bench, name); });
       if (std::isnan(measured)) continue;
-      if (name == "ddp" && world > 1) serial = karp_flatt(in.compute_ms / measured, world);
+      if (name == "ddp" && world > serial_world) {
+        serial = karp_flatt(in.compute_ms / measured, world);
+        serial_world = world;
+      }
       if (!listed(strategies, name)) continue;
       const ProjectedStep p = project_step(parse_strategy(name), world, in);
       const double e0 = p.step_ms / measured - 1, e1 = p.step_overlap_ms / measured - 1;
@@ -142,7 +168,10 @@ int main(int argc, char** argv) {
       },
       "parameter count, e.g. 1.5e9 (instead of --bench)"));
   bench->excludes(app.add_option("--units", in.units, "collectives per pass: units (instead of --bench)"));
-  bench->excludes(app.add_option("--batch", in.batch, "sequences the compute time covers (instead of --bench)"));
+  bench->excludes(app.add_option("--batch", in.batch, "sequences of a micro-step (instead of --bench)"));
+  bench->excludes(app.add_option("--grad-accum", in.grad_accum,
+                                 "micro-steps the compute time covers, each gathering and reducing under zero3 and "
+                                 "hybrid (instead of --bench)"));
   app.add_option("--elem-bytes", in.elem_bytes, "bytes per communicated element (4 fp32, 2 bf16)");
   app.add_option("--link", link, "intra-node link profile: nvlink, pcie, ib");
   app.add_option("--inter-link", inter_link, "inter-node link profile")->check(CLI::IsMember(link_profile_names()));
@@ -179,8 +208,10 @@ int main(int argc, char** argv) {
       for (const std::string& p : check_paths) inputs.push_back({"--check", p});
       check_not_input({"--json", json_path}, inputs);
     }
+    json bench_doc;
     if (!bench_path.empty()) {
-      const json b = read_json_file("--bench", bench_path);
+      bench_doc = read_json_file("--bench", bench_path);
+      const json& b = bench_doc;
       read_fields("--bench", bench_path, [&] {
         if (b.at("world") != 1)
           throw UsageError("--bench " + bench_path + ": needs a single-rank run, it has world " + b.at("world").dump());
@@ -189,6 +220,7 @@ int main(int argc, char** argv) {
         in.frozen_params = b.at("model").value("frozen_params", int64_t(0));  // older files do not say: none
         in.units = b.at("model").at("units");
         in.batch = b.at("batch");
+        in.grad_accum = b.value("grad_accum", 1);  // older files do not say: one micro-step
       });
       // What the file lacks is the file's fault, not the flags': said before the flags are checked.
       const auto bad = [&](const auto&... what) { throw UsageError(detail::concat("--bench ", bench_path, ": ", what...)); };
@@ -197,13 +229,14 @@ int main(int argc, char** argv) {
       if (in.params <= 0) bad("model params is ", in.params, ", not > 0");
       if (in.units < 1) bad("model units is ", in.units, ", not >= 1");
       if (in.batch < 1) bad("batch is ", in.batch, ", not >= 1");
+      if (in.grad_accum < 1) bad("grad_accum is ", in.grad_accum, ", not >= 1");
     }
     if (!(in.compute_ms > 0 && std::isfinite(in.compute_ms)) || in.params <= 0)
       throw UsageError("give --bench FILE, or --compute-ms and --params (both finite and > 0)");
     if (scaling != "weak" && scaling != "strong") throw UsageError("--scaling must be weak or strong");
     for (const auto& [flag, value] : {std::pair{"--units", in.units}, std::pair{"--node-size", in.node_size},
                                       std::pair{"--max-world", max_world}, std::pair{"--elem-bytes", in.elem_bytes},
-                                      std::pair{"--batch", in.batch}})
+                                      std::pair{"--batch", in.batch}, std::pair{"--grad-accum", in.grad_accum}})
       if (value < 1) throw UsageError(detail::concat(flag, " must be >= 1, got ", value));
     // The table doubles N up to --max-world: past 2^20 ranks it would overflow, and means nothing.
     for (int n : nodes)
@@ -243,6 +276,7 @@ int main(int argc, char** argv) {
     check_modes(strategies, modes, in, nodes);
 
     json doc = {{"tool", "zshard-project"}, {"compute_ms", in.compute_ms}, {"batch", in.batch},
+                {"grad_accum", in.grad_accum},
                 {"params", in.params}, {"frozen_params", in.frozen_params}, {"units", in.units}, {"scaling", scaling},
                 {"node_size", in.node_size},
                 {"intra", {{"name", in.intra.name}, {"alpha_us", in.intra.alpha_us}, {"bandwidth_gbs", in.intra.bandwidth_gbs}}},
@@ -256,11 +290,14 @@ int main(int argc, char** argv) {
                 {"quantize_reductions", reduction_quantization_name(in.quantize_reductions)},
                 {"secondary_shard", secondary_shard_text(modes.secondary_shard)},
                 {"check", json::array()}};
-    const double fitted = check_paths.empty() ? 0 : check(check_paths, strategies, in, doc["check"]);
+    MeasuredWork work{int64_t(in.batch) * in.grad_accum, {}, {}};
+    if (!bench_path.empty()) work = read_fields("--bench", bench_path, [&] { return measured_work(bench_doc); });
+    const double fitted = check_paths.empty() ? 0 : check(check_paths, strategies, in, work, doc["check"]);
     if (!app.count("--serial-fraction")) serial = std::clamp(fitted, 0.0, 1.0);  // a slow-down (speed-up < 1) reads as all serial
     doc["serial_fraction"] = serial;
     std::cout << "\nprojection: " << in.params << " params, " << in.units << " units, compute " << in.compute_ms
-              << " ms for " << in.batch << " sequences, " << scaling << " scaling; intra " << in.intra.name << " ("
+              << " ms for " << in.batch << (in.grad_accum > 1 ? " x " + std::to_string(in.grad_accum) : "")
+              << " sequences, " << scaling << " scaling; intra " << in.intra.name << " ("
               << in.intra.alpha_us << " us, " << in.intra.bandwidth_gbs << " GB/s), inter " << in.inter.name << " ("
               << in.inter.alpha_us << " us, " << in.inter.bandwidth_gbs << " GB/s), node " << in.node_size
               << "; efficiency no overlap / overlap\n";

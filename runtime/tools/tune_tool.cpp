@@ -202,7 +202,10 @@ class WorkDir {
 
 // Checks the flags that need no model, and settles the hosts and the global batch in sequences.
 void check_options(TuneOptions& o, const CLI::App& app) {
-  if (!o.json_path.empty()) check_output_path("--json", o.json_path);
+  if (!o.json_path.empty()) {
+    check_output_path("--json", o.json_path);
+    check_not_input({"--json", o.json_path}, {{"--data", o.data == "default" ? "" : o.data}});
+  }
   if (o.hosts.empty()) o.hosts = {o.np};
   for (int h : o.hosts)
     if (h < 1 || h > 4096)

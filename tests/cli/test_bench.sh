@@ -199,6 +199,36 @@ done
 expect_failure "project --check of no file" 2 "^zshard-project: --check .*no-such.json: cannot read" -- \
   "$BIN/zshard-project" --compute-ms 100 --params 1e8 --check "$WORK/no-such.json"
 [ ! -s "$WORK/out" ] || { echo "FAIL project --check of no file: printed before its error"; cat "$WORK/out"; failures=$((failures + 1)); }
+# --check: Karp-Flatt at the largest world whatever the files' order; a file of other work is refused; a
+# --bench of two micro-steps has zero3 gather twice (files made from bench.json, their ddp times set).
+python3 -c "
+import json
+d = json.load(open('$WORK/bench.json'))
+ddp = d['results'][0]
+for world, ms in ((1, 12.0), (2, 7.0), (4, 4.5)):
+    r = dict(ddp, world=world, step_ms=dict(ddp['step_ms'], median=ms))
+    json.dump(dict(d, world=world, results=[r]), open('$WORK/np%d.json' % world, 'w'))
+json.dump(dict(d, world=2, batch=d['batch'] * 2, results=[dict(ddp, world=2)]), open('$WORK/np2-other.json', 'w'))
+json.dump(dict(d, world=1, grad_accum=2, results=[dict(ddp, world=1)]), open('$WORK/np1-accum2.json', 'w'))"
+for order in np2.json,np4.json np4.json,np2.json; do
+  check "project --check $order" "$BIN/zshard-project" --bench "$WORK/np1.json" --scaling strong --max-world 4 \
+    --check "$WORK/${order%%,*}","$WORK/${order##*,}"
+  grep -o "Amdahl s=[0-9.]*" "$WORK/out" >"$WORK/serial-$order"
+done
+check "project --check: the serial fraction of the largest world, in either order" \
+  cmp "$WORK/serial-np2.json,np4.json" "$WORK/serial-np4.json,np2.json"
+expect_failure "project --check of other work" 2 \
+  "^zshard-project: --check .*np2-other.json: measured at a step of sequences [0-9]+, the projection's is [0-9]+ \(strong scaling compares the same work\)$" -- \
+  "$BIN/zshard-project" --bench "$WORK/np1.json" --scaling strong --check "$WORK/np2-other.json"
+"$BIN/zshard-project" --bench "$WORK/np1.json" --max-world 2 --json "$WORK/proj1.json" >/dev/null
+check "project --bench of two micro-steps" "$BIN/zshard-project" --bench "$WORK/np1-accum2.json" --max-world 2 \
+  --json "$WORK/proj2.json"
+grep -q "for [0-9]* x 2 sequences" "$WORK/out" ||
+  { echo "FAIL project --bench of two micro-steps: the header does not say x 2"; cat "$WORK/out"; failures=$((failures + 1)); }
+check "... zero3 gathers and reduces in each micro-step" python3 -c "
+import json
+one, two = (json.load(open('$WORK/proj%d.json' % k))['rows'][1]['zero3']['comm_bytes'] for k in (1, 2))
+assert two['gather'] == 2 * one['gather'] and two['reduce'] == 2 * one['reduce'], (one, two)"
 expect_failure "mem grad-accum 0" 2 "--grad-accum must be >= 1, got 0" -- "$BIN/zshard-mem" --model tiny --grad-accum 0
 # --grad-accum adds the accumulation scratch (comm) and nothing else, as zshard-train measures it.
 "$BIN/zshard-mem" --model tiny --world 2 --strategy zero2 --json "$WORK/accum1.json" >/dev/null

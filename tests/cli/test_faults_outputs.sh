@@ -152,6 +152,9 @@ expect_ok "a file beside the traces in an existing --trace-dir" "$TRAIN" "${ARGS
   --trace-dir "$WORK/traces" --log-json "$WORK/traces/log.json"
 expect_failure "--json over --check" 2 "names the same file as --check" -- \
   "$BIN/zshard-mem" --check "$WORK/bench.json" --json "$WORK/bench.json"
+expect_failure "tune --json over --data" 2 "^zshard-tune: --json .*text.txt names the same file as --data: refusing to overwrite it$" -- \
+  "$BIN/zshard-tune" --model tiny --np 2 --data "$WORK/text.txt" --json "$WORK/text.txt"
+expect_true "the data is still the text" grep -q zshard "$WORK/text.txt"
 expect_failure "--save over --init-from" 2 "--save .*w.safetensors names the same file as --init-from" -- \
   "$TRAIN" --init-from "$WORK/w.safetensors" --save "$WORK/w.safetensors"
 
@@ -253,4 +256,17 @@ expect_failure "bench --shard-group where hybrid cannot run" 2 "--shard-group: h
   "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --shard-group 2
 expect_failure "bench --max-inflight without zero3 or hybrid" 2 "--max-inflight is only for zero3 and hybrid" -- \
   "$BIN/zshard-bench" --strategies ddp,zero1 --max-inflight 4
+# A later strategy's flags are checked before the first strategy runs: no ddp line, then the error.
+for flags in "--max-inflight 0" "--secondary-shard 4" "--reshard-after-forward false --secondary-shard 2"; do
+  # shellcheck disable=SC2086  # the flags split into words
+  expect_failure "bench ddp,zero3 $flags: refused before ddp runs" 2 "^zshard-bench: error: --(max-inflight|secondary-shard)" -- \
+    "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --model tiny --steps 1 --warmup-steps 0 --strategies ddp,zero3 $flags
+  expect_true "... nothing ran" eval '! grep -q "ddp even" "$WORK/out"'
+done
+expect_failure "bench --shard-group 4 at np 4 names --shard-group" 2 "^zshard-bench: error: --shard-group: hybrid needs" -- \
+  "${MPIRUN[@]}" -np 4 "$BIN/zshard-bench" --model tiny --strategies ddp,hybrid --shard-group 4
+expect_failure "bench a strategy listed twice" 2 "^zshard-bench: --strategies: 'ddp' is listed twice$" -- \
+  "$BIN/zshard-bench" --model tiny --strategies ddp,ddp
+expect_failure "commbench an op listed twice" 2 "^zshard-commbench: --ops: 'all_reduce' is listed twice$" -- \
+  "$BIN/zshard-commbench" --ops all_reduce,all_reduce
 finish

@@ -58,6 +58,27 @@ TEST(ScalingProjection, OverlapHidesAllButOneUnit) {
   EXPECT_LT(s.efficiency, s.efficiency_overlap);
 }
 
+// Communication-bound, a unit's compute is what cannot hide: never slower than compute and comm in a row.
+TEST(ScalingProjection, OverlapNeverCostsMoreThanNoOverlap) {
+  ProjectionInput in = input();
+  in.intra.bandwidth_gbs = 1;  // ddp at 4: 3 GB of bus bytes, 3 s
+  for (StrategyKind k : {StrategyKind::ddp, StrategyKind::zero3}) {
+    const ProjectedStep s = project_step(k, 4, in);
+    ASSERT_GT(s.comm_ms, s.compute_ms);
+    EXPECT_NEAR(s.step_overlap_ms, s.comm_ms + s.compute_ms / in.units, 1e-9);
+    EXPECT_LE(s.step_overlap_ms, s.step_ms);
+  }
+}
+
+// Two micro-steps: zero3 gathers and reduces in each, ddp all-reduces once at the step's end.
+TEST(ScalingProjection, GradAccumRepeatsTheShardedCollectives) {
+  ProjectionInput two = input();
+  two.grad_accum = 2;
+  EXPECT_NEAR(project_step(StrategyKind::zero3, 4, two).comm_ms, 2 * project_step(StrategyKind::zero3, 4, input()).comm_ms,
+              1e-9);
+  EXPECT_NEAR(project_step(StrategyKind::ddp, 4, two).comm_ms, project_step(StrategyKind::ddp, 4, input()).comm_ms, 1e-9);
+}
+
 TEST(ScalingProjection, StrongScalingSplitsTheCompute) {
   ProjectionInput in = input();
   in.weak = false;
