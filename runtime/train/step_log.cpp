@@ -5,6 +5,7 @@
 #include <cstring>
 #include <iostream>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm/agreed_failure.h"
@@ -29,7 +30,8 @@ StepLog::StepLog(const std::string& path, comm::Communicator& world, const std::
     if (path_.empty() || world.rank() != 0) return;
     check_output_path("--step-log", path_);
     check_not_input({"--step-log", path_}, taken);
-    fd_ = open_for_writing(path_, O_CREAT | O_TRUNC | O_APPEND);
+    // Emptied at the first catch_up, not here: a resume that its checks refuse leaves the log as it was.
+    fd_ = open_for_writing(path_, O_CREAT | O_APPEND);
     if (fd_ < 0) throw UsageError(detail::concat("--step-log ", path_, ": cannot open (", open_error(path_, errno), ")"));
   });
 }
@@ -39,6 +41,14 @@ StepLog::~StepLog() {
 }
 
 void StepLog::catch_up(const std::vector<StepResult>& history) {
+  struct stat st {};
+  if (fd_ >= 0 && !emptied_ && ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && ::ftruncate(fd_, 0) != 0) {
+    std::cerr << "zshard-train: --step-log " << path_ << ": cannot empty it (" << std::strerror(errno)
+              << "); training goes on without it\n";
+    ::close(fd_);
+    fd_ = -1;
+  }
+  emptied_ = true;
   for (; written_ < history.size(); ++written_) {
     if (fd_ < 0) continue;
     const std::string line = step_record(history[written_]).dump() + "\n";

@@ -22,7 +22,7 @@ nlohmann::json step_record(const StepResult& r);
 
 class StepLog {
  public:
-  // Rank 0 creates (or empties) `path` at set-up; a path that cannot be written, or one of the files
+  // Rank 0 opens (or creates) `path` at set-up; a path that cannot be written, or one of the files
   // `taken` (the run's inputs and other outputs), fails on every rank alike. An empty path: a log that
   // writes nothing.
   StepLog(const std::string& path, comm::Communicator& world, const std::vector<FlagPath>& taken);
@@ -31,13 +31,15 @@ class StepLog {
   StepLog& operator=(const StepLog&) = delete;
 
   // Appends the steps of `history` not written yet, each line in one write(2): a reader sees whole lines
-  // (or, while one is being written, a last line without its newline).
+  // (or, while one is being written, a last line without its newline). The first call empties the file:
+  // the run's set-up (a resume's checks) has passed.
   void catch_up(const std::vector<StepResult>& history);
 
  private:
   std::string path_;
   int fd_ = -1;  // rank 0 with a path only
   size_t written_ = 0;
+  bool emptied_ = false;
 };
 
 }  // namespace zshard

@@ -1,5 +1,6 @@
 # Bad input to zshard-train: one clear line naming the culprit, non-zero exit on every rank, no hang.
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/checkpoint_lib.sh"
 
 expect_failure "bad value" 2 "--batch must be >= 1" -- "$TRAIN" --batch 0
 expect_one_line "bad value" "--batch"
@@ -20,6 +21,14 @@ expect_failure "weights a FIFO" 2 "--init-from $WORK/weights.fifo: is a FIFO \(n
 expect_failure "a --save-dir given to --resume" 2 \
   "--resume $WORK/saves: not a checkpoint but a directory of them \(.*step-00000001\); resume its newest with --save-dir $WORK/saves --resume latest" -- \
   "$TRAIN" --resume "$WORK/saves"
+# A resume its checks refuse leaves the --step-log as it was (zshard-run reads it); a run that starts empties it.
+"$TRAIN" --steps 2 --step-log "$WORK/kept.jsonl" >/dev/null
+cp "$WORK/kept.jsonl" "$WORK/kept.before"
+expect_failure "a refused resume with a --step-log" 2 "--resume $WORK/saves: not a checkpoint but a directory" -- \
+  "$TRAIN" --resume "$WORK/saves" --step-log "$WORK/kept.jsonl"
+expect_true "... leaves the step log as it was" cmp -s "$WORK/kept.before" "$WORK/kept.jsonl"
+"$TRAIN" --steps 1 --step-log "$WORK/kept.jsonl" >/dev/null
+expect_true "a run that starts holds its own steps only" test "$(grep -c '"step"' "$WORK/kept.jsonl")" = 1
 expect_failure "--step-log over --log-json" 2 "--step-log $WORK/log.json names the same file as --log-json" -- \
   "$TRAIN" --steps 1 --log-json "$WORK/log.json" --step-log "$WORK/log.json"
 mkfifo "$WORK/steps.fifo"
