@@ -24,6 +24,12 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
   add_save_flags(app, o.saves);
 }
 
+BatchShape batch_shape(const TrainOptions& o) {
+  const DataOptions& d = o.data;
+  return {d.batch, d.seq, d.grad_accum, d.rank_batches.empty(), o.saves.snapshots(), o.model.freeze,
+          !o.model.init_from.empty()};
+}
+
 void validate_options(const TrainOptions& o, int world_size) {
   validate_plan_options(o.plan);
   validate(o.data, world_size);

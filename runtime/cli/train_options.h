@@ -19,6 +19,7 @@
 #include "runtime/cli/model_options.h"
 #include "runtime/cli/optimizer_options.h"
 #include "runtime/cli/output_options.h"
+#include "shard/memory/fit_check.h"
 
 namespace zshard {
 
@@ -38,6 +39,9 @@ void add_train_flags(CLI::App& app, TrainOptions& options);
 // Checks every option that needs neither the data nor the model, on `world_size` ranks: each part, then
 // what ties parts together. Throws UsageError naming the flag.
 void validate_options(const TrainOptions& options, int world_size);
+
+// The run's batch as the memory check sizes it (its plan's estimate, --batch auto, zshard-run's plan).
+BatchShape batch_shape(const TrainOptions& options);
 
 // The files rank 0 writes when the run ends: writable now, and none of them an input or another output.
 // Checkpoints go into --save-dir: never into a checkpoint the run resumes from. Throws UsageError.

@@ -73,6 +73,7 @@ struct MemOptions {
   std::vector<std::string> freeze;
   bool offload_optimizer = false;
   bool async_saves = false;
+  bool imports_weights = false;
   Device device = Device::cpu;
   std::string device_mem;
   std::string mem_budget;
@@ -239,6 +240,9 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
                "count the host snapshot of periodic asynchronous saves (zshard-train --save-every with the "
                "default --save-mode async), held by the first shard group's ranks: in the total on the cpu")
       ->excludes(app.get_option("--params"));
+  app.add_flag("--imports-weights", o.imports_weights,
+               "count set-up's import of a weights file (zshard-train --init-from): each unit's buffers read whole "
+               "in fp32, one at a time, beside every model state");
   add_device_flag(app, o.device,
                   "where the run would compute: cpu, or cuda (the offloaded optimizer's host bytes, with a host copy "
                   "of the owned gradients, are then host memory beside the device's total)");
@@ -258,7 +262,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   for (const char* model_only : {"--config", "--layers", "--dim", "--heads", "--vocab", "--ctx", "--kv-heads",
                                  "--ffn-dim", "--rope-theta", "--tie-embeddings", "--activation-checkpointing",
                                  "--attention", "--lora-rank", "--lora-alpha", "--lora-targets", "--freeze",
-                                 "--reduce-dtype", "--reshard-after-forward"})
+                                 "--reduce-dtype", "--reshard-after-forward", "--imports-weights"})
     app.get_option("--params")->excludes(app.get_option(model_only));
   for (CLI::Option* opt : app.get_options())
     if (opt != check && opt != app.get_help_ptr() && opt->get_name() != "--json") check->excludes(opt);
@@ -312,6 +316,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     base.seq = o.seq;
     base.grad_accum = o.grad_accum;
     base.checkpoint_snapshot = o.async_saves;
+    base.imports_weights = o.imports_weights;
     base.freeze = o.freeze;
     std::unique_ptr<Model> model;
     if (o.params > 0) {

@@ -57,7 +57,8 @@ std::unique_ptr<Trainer> fit_batch_to_budget(TrainOptions& options, comm::Commun
   run_agreed(world, [&] {
     const std::unique_ptr<Model> model = build_model(options.model.name, resolve_model_config(options.model));
     configure_model(*model, options.model, plan.placement);
-    const BatchShape shape{data.batch, data.seq, data.grad_accum, true, options.saves.snapshots(), options.model.freeze};
+    BatchShape shape = batch_shape(options);
+    shape.even = true;  // --batch auto splits evenly
     rank_batch = largest_rank_batch_fitting(plan, *model, shape, budget);
     if (rank_batch == 0) {
       const EstimateInput one = estimate_input(plan, *model, shape, 1);

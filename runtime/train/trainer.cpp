@@ -39,11 +39,6 @@ double test_slowdown(int rank) {
   return slow && slow->rank == rank ? slow->factor : 1;
 }
 
-BatchShape batch_shape(const TrainOptions& o) {
-  const DataOptions& d = o.data;
-  return {d.batch, d.seq, d.grad_accum, d.rank_batches.empty(), o.saves.snapshots(), o.model.freeze};
-}
-
 // --attention auto resolves on each rank from what that rank can load (cuDNN): ranks that differ would
 // size and compute attention differently, so fused runs only where every rank took it.
 void agree_on_attention(comm::Communicator& world, Model& model, AttentionKernel taken) {

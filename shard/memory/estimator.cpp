@@ -75,6 +75,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // device staging of what the rank keeps, for bf16). Set-up's peak is a unit's staging beside the states
   // made so far.
   ModelStateBytes& states = e.model_states;
+  int64_t import_staging = 0;  // the largest of the buffers an import reads in, one at a time
   for (const UnitSpec& unit : freeze_matching(in.model->units(), in.freeze)) {
     const UnitSplit split = split_unit(unit);
     const FlatLayout& layout = layouts.emplace_back(split.trainable, G, groups.pad_multiple());
@@ -103,7 +104,12 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     const int64_t staging = device == Device::cpu ? (!p_sharded && fp32 ? 0 : (units.back() + frozen_padded) * 4)
                                                   : (fp32 ? 0 : std::max(kept_params, kept_frozen) * 4);
     e.set_up = std::max(e.set_up, (device == Device::cpu ? states.total() : states.on_device()) + staging);
+    // An import reads each buffer whole into the host (the cpu's own memory) and uploads it as above.
+    import_staging = std::max(import_staging, device == Device::cpu ? std::max(units.back(), frozen_padded) * 4
+                                                                     : (fp32 ? 0 : std::max(kept_params, kept_frozen) * 4));
   }
+  if (in.imports_weights)
+    e.set_up = std::max(e.set_up, (device == Device::cpu ? states.total() : states.on_device()) + import_staging);
   if (in.checkpoint_snapshot) e.checkpoint_snapshot = checkpoint_snapshot_bytes(layouts, group);
 
   if (p_sharded)

@@ -38,6 +38,9 @@ struct EstimateInput {
   int grad_accum = 1;  // micro-steps per optimizer step
   std::vector<std::string> freeze;  // EngineOptions::freeze's patterns
   bool checkpoint_snapshot = false;  // asynchronous saves: a host copy of what the first group's ranks own, at most
+  // Weights imported once set-up has made every state (Engine::import_weights, --init-from): each unit's
+  // buffers read whole in fp32 on the host, one at a time, and uploaded as set-up's are.
+  bool imports_weights = false;
 };
 
 struct MemoryEstimate {
@@ -59,8 +62,9 @@ struct MemoryEstimate {
   // where training overtakes the writer. The other groups' ranks write nothing.
   int64_t checkpoint_snapshot = 0;
   // Set-up's peak: the model states made so far beside the fp32 staging of the unit being initialised (none
-  // where its own buffers hold it whole in fp32 on the cpu). It exceeds the step's where a unit's staging
-  // outweighs the activations and buffers of a step: a large frozen embedding under LoRA in bf16, say.
+  // where its own buffers hold it whole in fp32 on the cpu); with imported weights, every state beside the
+  // largest buffer read in. It exceeds the step's where a unit's staging outweighs the activations and
+  // buffers of a step: a large frozen embedding under LoRA in bf16, say.
   int64_t set_up = 0;
   // Host memory that is not the device's: on a GPU the offloaded optimizer's and the snapshot.
   int64_t host_apart() const { return device == Device::cpu ? 0 : model_states.host + checkpoint_snapshot; }

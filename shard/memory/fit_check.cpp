@@ -129,6 +129,7 @@ EstimateInput estimate_input(const ShardPlan& plan, const Model& model, const Ba
   in.grad_accum = shape.grad_accum;
   in.checkpoint_snapshot = shape.checkpoint_snapshot;
   in.freeze = shape.freeze;
+  in.imports_weights = shape.imports_weights;
   return in;
 }
 

@@ -27,6 +27,7 @@ struct BatchShape {
   bool even = true;  // an even split; false: sizes fixed per rank (--rank-batches), not cut further
   bool checkpoint_snapshot = false;  // asynchronous saves' host copy, beside the batch (EstimateInput's)
   std::vector<std::string> freeze;   // EngineOptions::freeze: what has no gradient or optimizer state
+  bool imports_weights = false;      // --init-from: weights read in after set-up (EstimateInput's)
 };
 
 // What one rank may allocate. cuda: the device's free memory, shared among the ranks using the device.
