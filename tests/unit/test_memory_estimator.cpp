@@ -211,7 +211,7 @@ TEST(MemoryEstimator, SetUpStagesAUnitInFp32WhereItsBuffersDoNotHoldIt) {
 
 // An import (--init-from) reads each unit's buffers whole in fp32 after every state exists: gpt2 at 2 layers
 // with LoRA rank 8 on one rank, 1x16, fp32: zshard-train --init-from measured 372,566,160 bytes, the
-// states beside the frozen embeddings (wte and wpe, one buffer) read in; without the import 0.638 of it.
+// states beside the frozen embeddings (wte and wpe, one buffer) read in; without the import 0.592 of it.
 TEST(MemoryEstimator, AnImportReadsTheLargestBufferBesideEveryState) {
   const std::unique_ptr<Model> model = build_model("gpt2", model_config("gpt2", {{"layers", 2}, {"lora_rank", 8}}));
   EstimateInput in = zero3_on_4(*model, 1, 16);
