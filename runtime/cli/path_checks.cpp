@@ -45,7 +45,7 @@ void check_input_file(std::string_view flag, const std::string& path, std::strin
     throw UsageError(detail::concat(flag, " ", path, ": is ", what, ", not ", kind));
 }
 
-void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs) {
+void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs, std::string_view act) {
   const auto& [out_flag, out] = output;
   // A file written in place is never replaced: /dev/null may take every output, and /dev/stdout too.
   if (out.empty()) return;
@@ -59,7 +59,7 @@ void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs
     if (in.empty()) continue;
     const fs::path source = fs::weakly_canonical(fs::absolute(in, ec), ec);
     if (target == source)
-      throw UsageError(detail::concat(out_flag, " ", out, " names the same file as ", in_flag, ": refusing to overwrite it"));
+      throw UsageError(detail::concat(out_flag, " ", out, " names the same file as ", in_flag, ": refusing to ", act, " it"));
     if (!fs::is_directory(source, ec)) continue;
     // Inside the input directory: the relative path from it does not climb out.
     const fs::path rel = target.lexically_relative(source);

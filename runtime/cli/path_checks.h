@@ -26,6 +26,7 @@ using FlagPath = std::pair<std::string_view, std::string>;
 // Throws UsageError when `output` is one of `inputs`, or lies inside an input that is a directory: a tool
 // never writes over what it reads. Empty paths, and outputs that are devices or FIFOs (written in place,
 // never replaced), are skipped.
-void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs);
+// `act` is what the tool would do to the file ("overwrite"; a stop file is removed).
+void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs, std::string_view act = "overwrite");
 
 }  // namespace zshard

@@ -97,6 +97,11 @@ void add_reduce_dtype_flag(CLI::App& app, DType& reduce_dtype) {
              "are converted into a buffer of their unit's size first");
 }
 
+const std::vector<std::string>& strategy_names() {
+  static const std::vector<std::string> names = {"ddp", "zero1", "zero2", "zero3", "hybrid"};
+  return names;
+}
+
 void add_plan_flags(CLI::App& app, PlanOptions& o) {
   app.add_option_function<std::string>(
          "--strategy",

@@ -3,6 +3,7 @@
 // --reduce-dtype, --comm, --offload, --comm-timeout. The plan checks its own values (validate_plan_options, resolve_plan).
 #pragma once
 #include <string>
+#include <vector>
 
 #include <zshard/plan.h>
 
@@ -22,6 +23,8 @@ void add_comm_mode_flags(CLI::App& app, StrategyOptions& strategy);
 // --reshard-after-forward and --reduce-dtype, as zshard-train takes them (zshard-mem's estimates too).
 void add_reshard_flag(CLI::App& app, bool& reshard_after_forward);
 void add_reduce_dtype_flag(CLI::App& app, DType& reduce_dtype);
+// The strategies' names, as --strategy takes them and the tools' lists (--strategies) do.
+const std::vector<std::string>& strategy_names();
 // All of them, --strategy by name.
 void add_plan_flags(CLI::App& app, PlanOptions& options);
 

@@ -25,6 +25,7 @@
 #include "runtime/tools/tool_runner.h"
 #include "runtime/tools/tools.h"
 #include "runtime/cli/flags.h"
+#include "runtime/cli/plan_flags.h"
 #include "runtime/cli/train_options.h"
 #include "runtime/train/trainer.h"
 #include "shard/engine_internals.h"
@@ -277,7 +278,8 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
                   "timed after 2 x --rebalance-every more warm-up steps)",
                   {"even", "auto"});
   app.get_option("--steps")->description("timed optimizer steps per strategy (after --warmup-steps)");
-  add_list_option(app, "--strategies", bench.strategies, "strategies to run, comma separated (hybrid needs world >= 4)");
+  add_list_option(app, "--strategies", bench.strategies, "strategies to run, comma separated (hybrid needs world >= 4)",
+                  strategy_names());
   app.add_option("--warmup-steps", bench.warmup_steps, "untimed steps before the timed ones");
   app.add_option("--json", bench.json_path, "write the results as JSON to this file");
   app.add_option("--peak-tflops", bench.peak_tflops, "peak TFLOP/s of one rank's device, for MFU (0 = unknown)");

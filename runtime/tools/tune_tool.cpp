@@ -290,7 +290,8 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
   add_device_flag(app, o.device, "where the candidates compute: cpu or cuda");
   app.add_option("--param-dtype", o.param_dtype, "fp32, or bf16 (mixed precision)")->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--data", o.data, "what the timed runs train on, as zshard-train's --data");
-  add_list_option(app, "--strategies", o.strategies, "strategies to search, comma separated (hybrid: every shard group)");
+  add_list_option(app, "--strategies", o.strategies, "strategies to search, comma separated (hybrid: every shard group)",
+                  strategy_names());
   add_list_option(app, "--grad-accum", o.grad_accums, "micro-steps per step to search [default: every divisor]")
       ->default_str("");
   add_list_option(app, "--activation-checkpointing", o.checkpointing, "none, blocks or both");

@@ -137,9 +137,13 @@ expect_ok "the checkpoint is intact" "$TRAIN" "${ARGS[@]}" --steps 2 --resume "$
 # The stop file is removed once it appears: naming an input (or a directory) would lose it.
 head -c 4000 "$(dirname "$0")/../../README.md" >"$WORK/text.txt"
 expect_failure "--stop-file naming --data" 2 \
-  "^zshard-train: error: --stop-file .*text.txt names the same file as --data: refusing to overwrite it$" -- \
+  "^zshard-train: error: --stop-file .*text.txt names the same file as --data: refusing to remove it$" -- \
   "$TRAIN" "${ARGS[@]}" --steps 2 --data "$WORK/text.txt" --stop-file "$WORK/text.txt"
 expect_true "the data is still there" test -s "$WORK/text.txt"
+expect_failure "--stop-file naming the --save-dir it makes" 2 \
+  "^zshard-train: error: --stop-file .*new-ck names the --save-dir, where the checkpoints go$" -- \
+  "$TRAIN" "${ARGS[@]}" --steps 2 --save-dir "$WORK/new-ck/" --stop-file "$WORK/new-ck"
+expect_true "... and made nothing" test ! -e "$WORK/new-ck"
 mkdir -p "$WORK/stop-dir"
 expect_failure "--stop-file naming a directory" 2 \
   "^zshard-train: error: --stop-file .*stop-dir: is a directory \(the stop file is one the run removes once it appears\)$" -- \
@@ -265,6 +269,11 @@ for flags in "--max-inflight 0" "--secondary-shard 4" "--reshard-after-forward f
 done
 expect_failure "bench --shard-group 4 at np 4 names --shard-group" 2 "^zshard-bench: error: --shard-group: hybrid needs" -- \
   "${MPIRUN[@]}" -np 4 "$BIN/zshard-bench" --model tiny --strategies ddp,hybrid --shard-group 4
+expect_failure "bench --strategies zero9 names --strategies" 2 \
+  "^zshard-bench: --strategies: 'zero9' is not one of ddp,zero1,zero2,zero3,hybrid$" -- "$BIN/zshard-bench" --strategies zero9
+expect_failure "tune --strategies zero9 names --strategies" 2 \
+  "^zshard-tune: --strategies: 'zero9' is not one of ddp,zero1,zero2,zero3,hybrid$" -- \
+  "$BIN/zshard-tune" --strategies zero9 --np 2 --global-batch 4
 expect_failure "bench a strategy listed twice" 2 "^zshard-bench: --strategies: 'ddp' is listed twice$" -- \
   "$BIN/zshard-bench" --model tiny --strategies ddp,ddp
 expect_failure "commbench an op listed twice" 2 "^zshard-commbench: --ops: 'all_reduce' is listed twice$" -- \
