@@ -382,6 +382,13 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& save_dir) {
   return out;
 }
 
+std::optional<CheckpointEntry> newest_committed(const std::string& save_dir) {
+  std::optional<CheckpointEntry> newest;
+  for (const CheckpointEntry& e : list_checkpoints(save_dir))
+    if (e.committed) newest = e;
+  return newest;
+}
+
 void save_consolidated(const std::string& path, const std::vector<UnitSpec>& units,
                        const std::vector<FlatValues>& flat_units) {
   std::vector<SafetensorsArray> arrays;

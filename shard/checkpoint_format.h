@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -117,6 +118,8 @@ struct CheckpointEntry {
 };
 // The step-* directories of a save directory, oldest first (none if it does not exist).
 std::vector<CheckpointEntry> list_checkpoints(const std::string& save_dir);
+// The newest committed one: what --resume latest loads (and zshard-run sets aside when it is damaged).
+std::optional<CheckpointEntry> newest_committed(const std::string& save_dir);
 
 // Writes every parameter (the model's names and shapes, F32) from full flat unit buffers.
 void save_consolidated(const std::string& path, const std::vector<UnitSpec>& units,

@@ -76,8 +76,14 @@ ShardGroups hybrid_groups_on(const Hosts& hosts, const StrategyOptions& options,
           "groups need each host's ranks to be a run of consecutive ranks");
   }
   const ShardGroups on_hosts(hosts.sizes);
-  // One rank per host: nothing to shard inside a node, so the size-based default.
-  if (!node_asked && on_hosts.equal() && hosts.sizes[0] == 1) return shard_groups(by_size, n);
+  // One rank per host: nothing to shard inside a node, so the size-based default; node groups asked for
+  // would each be one rank, which is ddp under another name.
+  if (on_hosts.equal() && hosts.sizes[0] == 1) {
+    if (node_asked)
+      refuse(option_name(Option::shard_group), " node: every one of the ", n, " hosts holds one rank, so each node group "
+            "would be one rank, which is ddp (give a group size, which spans hosts, or use ddp)");
+    return shard_groups(by_size, n);
+  }
   return on_hosts;
 }
 

@@ -5,12 +5,15 @@
 #include <filesystem>
 #include <fstream>
 
+#include "runtime/cli/path_checks.h"
+
 namespace zshard {
 
 nlohmann::json read_json_file(std::string_view flag, const std::string& path) {
+  // A directory opens as a stream, then fails inside the parser with a message that names neither; a FIFO
+  // would block the read until a writer came. A missing file is the open's to report.
   std::error_code ec;
-  // A directory opens as a stream, then fails inside the parser with a message that names neither.
-  if (std::filesystem::is_directory(path, ec)) throw UsageError(detail::concat(flag, " ", path, ": is a directory"));
+  if (std::filesystem::exists(path, ec)) check_input_file(flag, path, "a JSON file");
   std::ifstream in(path);
   if (!in) throw UsageError(detail::concat(flag, " ", path, ": cannot read (", std::strerror(errno), ")"));
   try {

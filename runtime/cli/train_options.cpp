@@ -91,13 +91,15 @@ void check_stop_file(const TrainOptions& o) {
   std::vector<FlagPath> files = named_inputs(o);
   for (FlagPath& out : named_outputs(o)) files.push_back(std::move(out));
   check_not_input(stop, files, "remove");
-  // The --save-dir, made at set-up, would be taken for a request once it exists; a file inside it is fine.
+  // The --save-dir and the directories above it, made at set-up, would be taken for a request once they
+  // exist; a file inside it is fine.
   const auto normal = [&](const std::string& p) {  // absolute, no trailing separator
     const std::filesystem::path n = std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec).lexically_normal();
     return n.has_filename() ? n : n.parent_path();
   };
-  if (!o.saves.save_dir.empty() && normal(stop.second) == normal(o.saves.save_dir))
-    refuse("--stop-file ", stop.second, " names the --save-dir, where the checkpoints go");
+  const std::filesystem::path from_stop = normal(o.saves.save_dir).lexically_relative(normal(stop.second));
+  if (!o.saves.save_dir.empty() && !from_stop.empty() && *from_stop.begin() != "..")
+    refuse("--stop-file ", stop.second, " names the --save-dir or a directory above it, which set-up makes");
   check_not_trace_dir(stop, o.output.trace_dir);
 }
 

@@ -59,14 +59,6 @@ std::optional<std::string> flag_value(const std::vector<std::string>& command, c
   return value;
 }
 
-// The newest committed checkpoint in `save_dir`: its step, or nothing.
-std::optional<CheckpointEntry> newest_checkpoint(const std::string& save_dir) {
-  std::optional<CheckpointEntry> newest;
-  for (const CheckpointEntry& e : list_checkpoints(save_dir))
-    if (e.committed) newest = e;
-  return newest;
-}
-
 // Renames the damaged checkpoint DIR to DIR.damaged (.damaged-2, ... when taken): no longer a checkpoint's
 // name, so --resume latest and --keep pass it by, and nothing of it is deleted.
 std::string set_aside_damaged(const std::string& dir) {
@@ -105,7 +97,9 @@ class Supervisor {
   void note_steps(StepLogReader& reader, Restart* restart);
   void keep_earlier_log();
   void write_log() const;
-  std::vector<Host> hosts_for_flags(std::vector<Host> hosts, const std::vector<std::string>& back) const;
+  BatchPlan plan_on(const std::vector<Host>& hosts);
+  std::vector<Host> hosts_for_flags(std::vector<Host> hosts, const std::vector<Host>& before);
+  bool resumes_own_checkpoint(const std::string& dir) const;
   void append_restart(const json& record) const;
   std::string newest_text() const;
 
@@ -141,9 +135,16 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
   log_json_ = t.output.log_json;
   state_dir_ = (fs::path(save_dir_) / "zshard-run").string();
   if (!log_json_.empty()) check_output_path("--log-json", log_json_);
-  // The command's own --resume is used until --save-dir holds a checkpoint: checked before any launch.
-  if (const std::optional<std::string> given = flag_value(o_.command, "--resume"); given && *given != "latest")
+  // The command's own --resume is used until --save-dir holds a checkpoint: then checked before any launch.
+  if (const std::optional<std::string> given = flag_value(o_.command, "--resume");
+      given && *given != "latest" && !newest_committed(save_dir_)) {
     check_resume_dir(*given);
+    try {
+      read_manifest(*given);
+    } catch (const Error& e) {
+      refuse("--resume ", e.what());
+    }
+  }
   if (!o_.mem_budget.empty()) budget_ = parse_bytes(o_.mem_budget, "--mem-budget");
   probe_ = o_.probe.empty() ? default_probe(o_.probe_timeout_s) : o_.probe;
   std::error_code ec;
@@ -156,7 +157,8 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
 // goes on with the --log-json it wrote there: its steps up to the checkpoint resumed from are the run's.
 void Supervisor::keep_earlier_log() {
   std::error_code ec;
-  if (log_json_.empty() || !newest_checkpoint(save_dir_) || !fs::exists(log_json_, ec)) return;
+  // A FIFO or a device is written in place and has nothing to read back (a FIFO's open would block).
+  if (log_json_.empty() || !newest_committed(save_dir_) || !fs::is_regular_file(log_json_, ec)) return;
   try {
     StepLogReader earlier(log_json_);
     for (const json& record : earlier.read_new()) log_.add(record);
@@ -196,7 +198,7 @@ std::vector<Host> Supervisor::answering() const {
 }
 
 std::string Supervisor::newest_text() const {
-  const std::optional<CheckpointEntry> newest = newest_checkpoint(save_dir_);
+  const std::optional<CheckpointEntry> newest = newest_committed(save_dir_);
   return newest ? "the newest checkpoint is " + newest->path : "no checkpoint was committed";
 }
 
@@ -211,33 +213,51 @@ void Supervisor::write_log() const {
   }
 }
 
-// The hosts to launch on: those that answer, but without the ones answering again (`back`) when the flags
-// cannot run on so many ranks (--batch below the world size, say) and could on fewer.
-std::vector<Host> Supervisor::hosts_for_flags(std::vector<Host> hosts, const std::vector<std::string>& back) const {
+// The batch plan on `hosts`. A relaunch that resumes where nothing is frozen loads the checkpoint alone
+// (run_attempt drops --init-from): from the first checkpoint on, the plan counts no import.
+BatchPlan Supervisor::plan_on(const std::vector<Host>& hosts) {
+  if (newest_committed(save_dir_) && !freezes_parameters(run_.options.model)) run_.options.model.init_from.clear();
+  std::vector<int> slots;
+  for (const Host& h : hosts) slots.push_back(h.slots);
+  return plan_batch(run_, slots, budget_);
+}
+
+// The hosts to launch on: those that answer, but without the ones answering again (not in `before`) when
+// the flags cannot run on so many ranks (--batch below the world size, a --shard-group that does not divide
+// it) and could on the others.
+std::vector<Host> Supervisor::hosts_for_flags(std::vector<Host> hosts, const std::vector<Host>& before) {
   const auto refusal = [&](const std::vector<Host>& on) -> std::string {
-    std::vector<int> slots;
-    for (const Host& h : on) slots.push_back(h.slots);
-    const BatchPlan plan = plan_batch(run_, slots, budget_);
-    TrainOptions options = run_.options;
-    options.data.batch = plan.batch;
-    options.data.grad_accum = plan.grad_accum;
     try {
+      const BatchPlan plan = plan_on(on);
+      TrainOptions options = run_.options;
+      options.data.batch = plan.batch;
+      options.data.grad_accum = plan.grad_accum;
       validate_options(options, total_slots(on));
+      std::vector<int> slots;
+      for (const Host& h : on) slots.push_back(h.slots);
+      plan_on_hosts(options.plan, slots);  // the groups on these hosts
     } catch (const UsageError& e) {
       return e.what();
     }
     return "";
   };
-  if (back.empty()) return hosts;
+  std::vector<Host> kept, back;
+  for (const Host& h : hosts) (std::find(before.begin(), before.end(), h) != before.end() ? kept : back).push_back(h);
+  if (back.empty() || kept.empty()) return hosts;
   const std::string why = refusal(hosts);
-  if (why.empty()) return hosts;
-  std::vector<Host> without;
-  for (const Host& h : hosts)
-    if (std::find(back.begin(), back.end(), h.name) == back.end()) without.push_back(h);
-  if (!refusal(without).empty()) return hosts;  // the job's own line will say why
-  std::cerr << "zshard-run: " << names_text(back) << " answering again, not taken back: on "
-            << total_slots(hosts) << " ranks " << why << std::endl;
-  return without;
+  if (why.empty() || !refusal(kept).empty()) return hosts;  // the job's own line will say why
+  std::vector<std::string> names;
+  for (const Host& h : back) names.push_back(h.name);
+  std::cerr << "zshard-run: " << names_text(names) << " answering again, not taken back: on " << total_slots(hosts)
+            << " ranks " << why << std::endl;
+  return kept;
+}
+
+// Whether `dir` is the checkpoint the command's own --resume names: not the launcher's to set aside.
+bool Supervisor::resumes_own_checkpoint(const std::string& dir) const {
+  const std::optional<std::string> given = flag_value(o_.command, "--resume");
+  std::error_code ec;
+  return given && *given != "latest" && fs::equivalent(*given, dir, ec);
 }
 
 void Supervisor::append_restart(const json& record) const {
@@ -275,7 +295,7 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
   fs::remove(stop_file, stale);
   set_flag(command, "--stop-file", stop_file.c_str());
   Outcome outcome;
-  const std::optional<CheckpointEntry> newest = newest_checkpoint(save_dir_);
+  const std::optional<CheckpointEntry> newest = newest_committed(save_dir_);
   int resumed_step = 0;
   if (newest) {
     set_flag(command, "--resume", "latest");
@@ -384,10 +404,8 @@ int Supervisor::run() {
     return 1;
   }
   if (!silent.empty()) std::cerr << "zshard-run: " << silent_text << std::endl;
-  std::vector<int> slots;
-  for (const Host& h : hosts) slots.push_back(h.slots);
   if (budget_ == 0) budget_ = default_budget(hosts);
-  BatchPlan plan = plan_batch(run_, slots, budget_);
+  BatchPlan plan = plan_on(hosts);
   // The budget never reaches the job (zshard-train's --mem-budget belongs to --batch auto, which a relaunch
   // cannot keep): its set-up check measures the machine instead, and would start the run this budget rules out.
   if (!plan.fits && !o_.mem_budget.empty())
@@ -401,7 +419,7 @@ int Supervisor::run() {
     write_log();
     if (restart && !restart->recovered) append_restart(restart->record);  // failed again before a step
     if (outcome.stopped) {
-      const std::optional<CheckpointEntry> newest = newest_checkpoint(save_dir_);
+      const std::optional<CheckpointEntry> newest = newest_committed(save_dir_);
       const bool saved = newest && newest->step == log_.last_step();
       std::cerr << "zshard-run: stopped after step " << log_.last_step() << "; " << newest_text() << std::endl;
       return saved ? 0 : outcome.status != 0 ? outcome.status : 1;
@@ -417,13 +435,21 @@ int Supervisor::run() {
     if (outcome.status == 3) {
       // The checkpoint the attempt resumed from is damaged: once set aside, the relaunch resumes from the
       // one before it. One the command names itself (its own --resume) is not the launcher's to move.
-      if (outcome.resumed_from.empty()) {
+      if (outcome.resumed_from.empty() || resumes_own_checkpoint(outcome.resumed_from)) {
         std::cerr << "zshard-run: error: the checkpoint the training command resumes from is damaged (see the "
                      "line above); not restarted"
                   << std::endl;
         return 3;
       }
       set_aside = set_aside_damaged(outcome.resumed_from);
+      const std::optional<std::string> own = flag_value(o_.command, "--resume");
+      if (!newest_committed(save_dir_) && (!own || *own == "latest")) {
+        // Starting over would redo every step of a run that may have taken days: the user's call.
+        std::cerr << "zshard-run: error: the damaged " << outcome.resumed_from << " set aside as " << set_aside
+                  << ", and no checkpoint is left to resume from; not restarted (run again to start over)"
+                  << std::endl;
+        return 3;
+      }
     }
     const std::string aside_text =
         set_aside.empty() ? "" : "; the damaged " + outcome.resumed_from + " set aside as " + set_aside;
@@ -432,12 +458,6 @@ int Supervisor::run() {
     const std::vector<Host> before = hosts;
     hosts = answering();
     std::vector<std::string> lost, back;
-    for (const Host& h : hosts)
-      if (std::find(before.begin(), before.end(), h) == before.end()) back.push_back(h.name);
-    hosts = hosts_for_flags(hosts, back);
-    back.clear();
-    for (const Host& h : hosts)
-      if (std::find(before.begin(), before.end(), h) == before.end()) back.push_back(h.name);
     for (const Host& h : before)
       if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) lost.push_back(h.name);
     const std::vector<std::string> tail(outcome.stderr_tail.begin(), outcome.stderr_tail.end());
@@ -448,6 +468,9 @@ int Supervisor::run() {
                 << std::endl;
       return 1;
     }
+    hosts = hosts_for_flags(hosts, before);
+    for (const Host& h : hosts)
+      if (std::find(before.begin(), before.end(), h) == before.end()) back.push_back(h.name);
     if (total_slots(hosts) < o_.min_ranks) {
       std::cerr << "zshard-run: error: the job failed (" << cause << "; hosts lost: " << names_text(lost)
                 << ") and the hosts that answer (" << (hosts.empty() ? "none" : host_list_text(hosts)) << ") hold "
@@ -455,10 +478,8 @@ int Supervisor::run() {
                 << std::endl;
       return 1;
     }
-    slots.clear();
-    for (const Host& h : hosts) slots.push_back(h.slots);
-    plan = plan_batch(run_, slots, budget_);
-    const std::optional<CheckpointEntry> newest = newest_checkpoint(save_dir_);
+    plan = plan_on(hosts);
+    const std::optional<CheckpointEntry> newest = newest_committed(save_dir_);
     const int resumed = newest ? newest->step : 0;
     restart = Restart{{{"restart", attempt},
                        {"cause", cause},
@@ -514,9 +535,19 @@ std::string failure_cause(const std::vector<std::string>& tail, int status) {
         return p == patterns[5] ? "mpirun lost a host's daemon (" + cause + ")" : cause;
       }
   // Open MPI frames its own messages (an option it does not know, a conflict in its settings) in lines of
-  // dashes: the first line inside the first frame says what went wrong.
-  for (size_t i = 0; i + 1 < tail.size(); ++i)
-    if (tail[i].rfind("-----", 0) == 0 && !tail[i + 1].empty() && tail[i + 1][0] != '-') return "mpirun: " + tail[i + 1];
+  // dashes: the first paragraph inside the first frame says what went wrong. The frame it adds whenever a
+  // rank exits non-zero says nothing more than the status.
+  for (size_t i = 0; i + 1 < tail.size(); ++i) {
+    if (tail[i].rfind("-----", 0) != 0 || tail[i + 1].empty() || tail[i + 1][0] == '-') continue;
+    if (tail[i + 1].rfind("Primary job", 0) == 0) continue;
+    std::string paragraph;
+    for (size_t k = i + 1; k < tail.size() && !tail[k].empty() && tail[k][0] != '-'; ++k) {
+      std::string line = tail[k];
+      line.erase(0, line.find_first_not_of(" \t"));
+      paragraph += (paragraph.empty() ? "" : " ") + line;
+    }
+    return "mpirun: " + paragraph;
+  }
   return "mpirun exited with status " + std::to_string(status);
 }
 

@@ -2,8 +2,9 @@
 // time and an alpha-beta link model (time of a message = alpha + bytes / bandwidth, ring collectives:
 // (n-1) latency hops per all-gather or reduce-scatter, 2(n-1) per all-reduce, bus bytes as nccl-tests
 // count them). Communication is per unit, as zshard issues it. Without overlap a step is compute +
-// communication; with overlap the longer of the two plus one unit's communication, which has nothing
-// left to hide behind (ddp's last all-reduce, zero3's first gather). The bytes are comm_volume's
+// communication; with overlap what cannot hide: one unit's communication after the compute (ddp's last
+// all-reduce, zero3's last reduce-scatter), or one unit's compute before the communication can start,
+// whichever is longer, in each micro-step that communicates (ddp's last only). The bytes are comm_volume's
 // (shard/comm_volume.h), with the communication modes the runtime would run.
 #pragma once
 #include <cstdint>

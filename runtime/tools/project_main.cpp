@@ -66,12 +66,14 @@ double median_ms(const json& bench, const std::string& strategy) {
 // step's sequences, and where --bench gave them, the sequence length and the model.
 struct MeasuredWork {
   int64_t sequences = 0;
+  int grad_accum = 1;  // zero3 and hybrid communicate in each micro-step
   std::optional<int> seq;
   std::optional<int64_t> params;
 };
 
 MeasuredWork measured_work(const json& bench) {
-  return {int64_t(bench.at("batch").get<int>()) * bench.value("grad_accum", 1), bench.at("seq").get<int>(),
+  const int grad_accum = bench.value("grad_accum", 1);
+  return {int64_t(bench.at("batch").get<int>()) * grad_accum, grad_accum, bench.at("seq").get<int>(),
           bench.at("model").at("params").get<int64_t>()};
 }
 
@@ -93,6 +95,7 @@ double check(const std::vector<std::string>& paths, const std::vector<std::strin
                                       projected, " (strong scaling compares the same work)"));
     };
     if (got.sequences != work.sequences) differs("a step of sequences", got.sequences, work.sequences);
+    if (got.grad_accum != work.grad_accum) differs("--grad-accum", got.grad_accum, work.grad_accum);
     if (work.seq && got.seq != work.seq) differs("--seq", *got.seq, *work.seq);
     if (work.params && got.params != work.params) differs("a model of params", *got.params, *work.params);
     benches.emplace_back(std::move(bench), world);
@@ -290,7 +293,7 @@ int main(int argc, char** argv) {
                 {"quantize_reductions", reduction_quantization_name(in.quantize_reductions)},
                 {"secondary_shard", secondary_shard_text(modes.secondary_shard)},
                 {"check", json::array()}};
-    MeasuredWork work{int64_t(in.batch) * in.grad_accum, {}, {}};
+    MeasuredWork work{int64_t(in.batch) * in.grad_accum, in.grad_accum, {}, {}};
     if (!bench_path.empty()) work = read_fields("--bench", bench_path, [&] { return measured_work(bench_doc); });
     const double fitted = check_paths.empty() ? 0 : check(check_paths, strategies, in, work, doc["check"]);
     if (!app.count("--serial-fraction")) serial = std::clamp(fitted, 0.0, 1.0);  // a slow-down (speed-up < 1) reads as all serial

@@ -103,9 +103,9 @@ SavePolicy::SavePolicy(Trainer& trainer, std::ostream* out)
     if (!o.resume.empty()) {
       dir = o.resume;
       if (dir == "latest") {
-        dir.clear();
-        for (const CheckpointEntry& e : list_checkpoints(o.save_dir)) if (e.committed) dir = e.path;
-        if (dir.empty()) refuse("--resume latest: no committed checkpoint in --save-dir ", o.save_dir);
+        const std::optional<CheckpointEntry> newest = newest_committed(o.save_dir);
+        if (!newest) refuse("--resume latest: no committed checkpoint in --save-dir ", o.save_dir);
+        dir = newest->path;
       } else {
         check_resume_dir(dir);
       }

@@ -104,7 +104,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     const int64_t staging = device == Device::cpu ? (!p_sharded && fp32 ? 0 : (units.back() + frozen_padded) * 4)
                                                   : (fp32 ? 0 : std::max(kept_params, kept_frozen) * 4);
     e.set_up = std::max(e.set_up, (device == Device::cpu ? states.total() : states.on_device()) + staging);
-    // An import reads each buffer whole into the host (the cpu's own memory) and uploads it as above.
+    // An import reads each buffer whole into host memory and uploads it as above: on the cpu that read is
+    // the device's memory; on a GPU the estimate counts the device's staging only, the host's being apart.
     import_staging = std::max(import_staging, device == Device::cpu ? std::max(units.back(), frozen_padded) * 4
                                                                      : (fp32 ? 0 : std::max(kept_params, kept_frozen) * 4));
   }

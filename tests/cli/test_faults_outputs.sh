@@ -141,8 +141,11 @@ expect_failure "--stop-file naming --data" 2 \
   "$TRAIN" "${ARGS[@]}" --steps 2 --data "$WORK/text.txt" --stop-file "$WORK/text.txt"
 expect_true "the data is still there" test -s "$WORK/text.txt"
 expect_failure "--stop-file naming the --save-dir it makes" 2 \
-  "^zshard-train: error: --stop-file .*new-ck names the --save-dir, where the checkpoints go$" -- \
+  "^zshard-train: error: --stop-file .*new-ck names the --save-dir or a directory above it, which set-up makes$" -- \
   "$TRAIN" "${ARGS[@]}" --steps 2 --save-dir "$WORK/new-ck/" --stop-file "$WORK/new-ck"
+expect_failure "--stop-file naming a directory above the --save-dir" 2 \
+  "^zshard-train: error: --stop-file .*new-ck names the --save-dir or a directory above it" -- \
+  "$TRAIN" "${ARGS[@]}" --steps 2 --save-dir "$WORK/new-ck/ck" --stop-file "$WORK/new-ck"
 expect_true "... and made nothing" test ! -e "$WORK/new-ck"
 mkdir -p "$WORK/stop-dir"
 expect_failure "--stop-file naming a directory" 2 \
@@ -249,6 +252,11 @@ expect_failure "mem --check with --json" 2 "--check prints its comparison and wr
   "$BIN/zshard-mem" --check "$WORK/bench.json" --json "$WORK/check.json"
 expect_failure "mem --check with --world" 2 "--world excludes --check" -- "$BIN/zshard-mem" --check "$WORK/bench.json" --world 8
 expect_failure "mem --check DIRECTORY" 2 "--check $WORK: is a directory" -- "$BIN/zshard-mem" --check "$WORK"
+mkfifo "$WORK/json.fifo"  # a read would wait for a writer that never comes
+expect_failure "mem --check FIFO" 2 "^zshard-mem: --check $WORK/json.fifo: is a FIFO \(named pipe\), not a JSON file$" -- \
+  "$BIN/zshard-mem" --check "$WORK/json.fifo"
+expect_failure "project --bench FIFO" 2 "^zshard-project: --bench $WORK/json.fifo: is a FIFO" -- \
+  "$BIN/zshard-project" --bench "$WORK/json.fifo"
 expect_failure "project --bench with --compute-ms" 2 "--bench excludes --compute-ms" -- \
   "$BIN/zshard-project" --bench "$WORK/bench.json" --compute-ms 5
 expect_failure "project --inter-link bogus" 2 "--inter-link: bogus not in" -- \

@@ -91,8 +91,9 @@ expect_failure "LoRA on a base file: relaunched beside the same base" 1 \
   --save-dir "$WORK/lora-ck" --init-from "$WORK/init.safetensors"
 
 # ---- a host answering again is not taken back where the flags cannot run on so many ranks ----
-# The hosts are names the probe answers for, and their ranks all run here: an mpirun that turns --host
-# a:2,b:1 into localhost:3. At the first launch b is silent and rank 1 fails at step 3; b answers from then.
+# The hosts are names the probe answers for ($WORK/up-NAME), and their ranks all run here: an mpirun that
+# turns --host a:2,b:1 into localhost:3. At a scenario's first launch (no $MARK yet) the hosts of $UP start
+# answering, those of $DOWN stop, and rank 1 fails at step 3.
 cat >"$WORK/fake-mpirun" <<EOF
 #!/bin/bash
 args=()
@@ -103,19 +104,35 @@ while [ \$# -gt 0 ]; do
   fi
   args+=("\$1"); shift
 done
-if [ ! -e "$WORK/up-b" ]; then touch "$WORK/up-b"; export ZSHARD_TEST_FAIL_RANK=1:3; fi
+if [ ! -e "\$MARK" ]; then
+  touch "\$MARK"
+  for h in \$UP; do touch "$WORK/up-\$h"; done
+  for h in \$DOWN; do rm -f "$WORK/up-\$h"; done
+  export ZSHARD_TEST_FAIL_RANK=1:3
+fi
 exec mpirun "\${args[@]}"
 EOF
 chmod +x "$WORK/fake-mpirun"
+FAKE=(--probe "test -e $WORK/up-\$1" --mpirun "$WORK/fake-mpirun" --mpirun-args "--oversubscribe --bind-to none")
 touch "$WORK/up-a"
 D="$WORK/back"
-expect_ok "batch 2: relaunched on a's 2 ranks" "$RUN" --hosts a:2,b:1 --probe "test -e $WORK/up-\$1" \
-  --mpirun "$WORK/fake-mpirun" --mpirun-args "--oversubscribe --bind-to none" -- "$TRAIN" --batch 2 --seq 32 \
-  --steps 5 --save-every 2 --save-mode sync --save-dir "$D"
+expect_ok "batch 2: relaunched on a's 2 ranks" env MARK="$WORK/mark1" UP=b "$RUN" --hosts a:2,b:1 "${FAKE[@]}" -- \
+  "$TRAIN" --batch 2 --seq 32 --steps 5 --save-every 2 --save-mode sync --save-dir "$D"
 expect_true "... saying why b is not taken back" grep -q \
   "^zshard-run: b answering again, not taken back: on 3 ranks --batch 2 is smaller than the world size 3" "$WORK/err"
 expect_true "... and the restart took no host back" eval \
   '[ "$(field hosts_back <"$D/zshard-run/restarts.jsonl")" = "[]" ] && grep -q "^zshard-run: attempt 2 on a:2 " "$WORK/err"'
+rm -f "$WORK/up-b"
+expect_ok "hybrid --shard-group 2: relaunched on a's 4 ranks, not 5" env MARK="$WORK/mark2" UP=b "$RUN" \
+  --hosts a:4,b:1 "${FAKE[@]}" -- "$TRAIN" --strategy hybrid --shard-group 2 --batch 20 --seq 32 --steps 5 \
+  --save-every 2 --save-mode sync --save-dir "$WORK/back-hybrid"
+expect_true "... saying why" grep -q "^zshard-run: b answering again, not taken back: on 5 ranks --shard-group 2" "$WORK/err"
+# Every host of the first launch lost and another back: launched there, where the flags fail on their own.
+rm -f "$WORK/up-b"
+expect_failure "only a host that answers again: relaunched there" 2 "the training command exited with 2" -- \
+  env MARK="$WORK/mark3" UP=b DOWN=a "$RUN" --hosts a:2,b:4 "${FAKE[@]}" -- "$TRAIN" --batch 2 --seq 32 \
+  --steps 5 --save-every 2 --save-mode sync --save-dir "$WORK/back-only"
+expect_true "... after the job's own line" grep -q "^zshard-train: error: --batch 2 is smaller than the world size 4" "$WORK/err"
 
 # ---- a damaged newest checkpoint: set aside, and the relaunch resumes from the one before it ----
 D="$WORK/damaged"
@@ -139,6 +156,16 @@ expect_failure "its own --resume damaged: not restarted" 3 \
   "^zshard-run: error: the checkpoint the training command resumes from is damaged \(see the line above\); not restarted$" -- \
   "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 6 --save-dir "$WORK/damaged-2" --resume "$D/step-00000004.damaged"
 expect_true "... after the training command's own line" grep -q "^zshard-train: error: .*checksum mismatch" "$WORK/err"
+# The same inside the --save-dir: still the command's own, not moved.
+mkdir -p "$WORK/damaged-own" && cp -r "$D/step-00000004.damaged" "$WORK/damaged-own/step-00000004"
+expect_failure "its own --resume inside --save-dir damaged: not restarted" 3 "; not restarted$" -- \
+  "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 6 --save-dir "$WORK/damaged-own" --resume "$WORK/damaged-own/step-00000004"
+expect_true "... and left where it is" test -f "$WORK/damaged-own/step-00000004/manifest.json"
+# The only checkpoint damaged: set aside, and the launcher stops rather than start the run over.
+mkdir -p "$WORK/damaged-only" && cp -r "$D/step-00000004.damaged" "$WORK/damaged-only/step-00000004"
+expect_failure "the only checkpoint damaged: not started over" 3 \
+  "^zshard-run: error: the damaged .*/step-00000004 set aside as .*/step-00000004.damaged, and no checkpoint is left to resume from; not restarted \(run again to start over\)$" -- \
+  "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 6 --save-dir "$WORK/damaged-only"
 
 # ---- zshard-run run again over its --save-dir goes on with its --log-json ----
 expect_failure "a launcher whose job fails at step 5" 1 "and --max-restarts 0 are spent" -- \

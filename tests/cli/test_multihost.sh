@@ -100,6 +100,9 @@ expect_failure "a secondary shard on hosts of one rank" 2 \
   "^zshard-train: error: --secondary-shard host: every host runs one rank" -- \
   "${MULTIHOST[@]}" --hosts 1,1 -- "$TRAIN" "${ARGS[@]}" --strategy zero3 --secondary-shard host
 expect_one_line "a secondary shard on hosts of one rank" "error: --secondary-shard"
+expect_failure "node groups on hosts of one rank (would be ddp)" 2 \
+  "^zshard-train: error: --shard-group node: every one of the 2 hosts holds one rank" -- \
+  "${MULTIHOST[@]}" --hosts 1,1 -- "$TRAIN" "${ARGS[@]}" --strategy hybrid --shard-group node
 
 # A stall on a remote host: hostb's last rank stopped at step 3 under zero3. The other ranks time out at
 # --comm-timeout and the job must be gone soon after, as on one host: the median of 5 trials within

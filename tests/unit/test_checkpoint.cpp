@@ -144,6 +144,7 @@ TEST(Checkpoint, ReadsVersion1Checkpoints) {
   EXPECT_THROW(verify_file(dir, m.files[1], true), DamagedCheckpoint);
   try {
     read_manifest(dir);
+    ADD_FAILURE() << "a manifest of another version read";
   } catch (const DamagedCheckpoint&) {
     ADD_FAILURE() << "another version taken for a damaged manifest";
   } catch (const Error&) {

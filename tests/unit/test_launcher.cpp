@@ -213,6 +213,13 @@ TEST(Supervisor, NamesTheCauseOfAFailure) {
                            "------"},
                           1),
             "mpirun: The specified binding policy is not recognized:");
+  EXPECT_EQ(failure_cause({"------", "Both the -x method and", "  mca_base_env_list were given", "", "------"}, 1),
+            "mpirun: Both the -x method and mca_base_env_list were given");
+  // The frame Open MPI adds for any rank that exits non-zero says no more than the status.
+  EXPECT_EQ(failure_cause({"------", "Primary job  terminated normally, but 1 process returned",
+                           "a non-zero exit code. Per user-direction, the job has been aborted.", "------"},
+                          1),
+            "mpirun exited with status 1");
   EXPECT_EQ(failure_cause({"nothing useful"}, 3), "mpirun exited with status 3");
 }
 
