@@ -63,16 +63,19 @@ CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector
       ->default_str(join(items));
 }
 
-CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector<int>& values, const std::string& help) {
+CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector<int>& values, const std::string& help,
+                             Repeats repeats) {
   std::vector<std::string> defaults;
   for (int v : values) defaults.push_back(std::to_string(v));
   return add_list_option(
              app, flag,
-             [&values, flag](const std::vector<std::string>& given) {
+             [&values, flag, repeats](const std::vector<std::string>& given) {
                values.clear();
                for (const std::string& item : given) {
                  const std::optional<int> n = whole_int(item);
                  if (!n) throw CLI::ValidationError(flag, "expected integers, got '" + item + "'");
+                 if (repeats == Repeats::refused && std::find(values.begin(), values.end(), *n) != values.end())
+                   throw CLI::ValidationError(flag, "'" + item + "' is listed twice");
                  values.push_back(*n);
                }
              },

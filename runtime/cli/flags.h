@@ -48,8 +48,11 @@ CLI::Option* add_list_option(CLI::App& app, const std::string& flag,
 // `allowed`, each item must be one of those words.
 CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector<std::string>& items,
                              const std::string& help, const std::vector<std::string>& allowed = {});
-// The same into `values`, each item a whole int.
-CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector<int>& values, const std::string& help);
+// The same into `values`, each item a whole int: once, where a repeat would run or count twice (worlds,
+// the values a search tries), or as often as given (sizes of hosts, of nodes).
+enum class Repeats { refused, allowed };
+CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector<int>& values, const std::string& help,
+                             Repeats repeats);
 
 // Refuses an empty value for every option of `app` that takes one (CLI11 would read "" as 0 or as unset).
 void refuse_empty_values(CLI::App& app);

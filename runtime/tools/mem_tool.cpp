@@ -221,7 +221,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   add_freeze_flag(app, o.freeze);
   app.add_option("--params", o.params, "bare parameter count, e.g. 7.5e9 (model states only)")
       ->excludes(app.get_option("--model"));
-  add_list_option(app, "--world", o.worlds, "world sizes, comma separated");
+  add_list_option(app, "--world", o.worlds, "world sizes, comma separated", Repeats::refused);
   add_list_option(app, "--strategy", o.strategies, "strategies, comma separated", strategy_names());
   add_shard_group_flag(app, o.groups);
   app.add_option("--dtype", o.dtype, "fp32 (zshard's CPU path) or mixed (2-byte params/grads, K=12)");

@@ -197,7 +197,8 @@ int main(int argc, char** argv) {
                  "ranks per node; hybrid's shard group is the largest divisor of N up to it leaving two replicas");
   add_list_option(app, "--nodes", nodes,
                   "node sizes of one cluster, comma separated (e.g. 4,2): also project it, hybrid sharding inside "
-                  "each node");
+                  "each node",
+                  Repeats::allowed);
   app.add_option("--scaling", scaling, "weak (fixed batch per rank) or strong (fixed global batch)");
   app.add_option("--max-world", max_world, "largest N (powers of two from 1)");
   app.add_option("--serial-fraction", serial, "Amdahl serial fraction (default: Karp-Flatt from --check, else 0)")

@@ -283,7 +283,8 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
                       ->default_str(""));
   app.add_option("--seq", o.seq, "tokens per sequence");
   CLI::Option* np = app.add_option("--np", o.np, "ranks, all on one host");
-  np->excludes(add_list_option(app, "--hosts", o.hosts, "ranks per host in rank order, e.g. 4,2 (hybrid shards inside hosts)"));
+  np->excludes(add_list_option(app, "--hosts", o.hosts, "ranks per host in rank order, e.g. 4,2 (hybrid shards inside hosts)",
+                               Repeats::allowed));
   app.add_option("--mem-budget", o.mem_budget,
                  "memory each rank may use, e.g. 2GiB (give it when the ranks' hosts are not this one)")
       ->default_str("what the set-up memory check finds usable here");
@@ -292,11 +293,13 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
   app.add_option("--data", o.data, "what the timed runs train on, as zshard-train's --data");
   add_list_option(app, "--strategies", o.strategies, "strategies to search, comma separated (hybrid: every shard group)",
                   strategy_names());
-  add_list_option(app, "--grad-accum", o.grad_accums, "micro-steps per step to search [default: every divisor]")
+  add_list_option(app, "--grad-accum", o.grad_accums, "micro-steps per step to search [default: every divisor]",
+                  Repeats::refused)
       ->default_str("");
   add_list_option(app, "--activation-checkpointing", o.checkpointing, "none, blocks or both");
   add_list_option(app, "--offload", o.offload, "none, optimizer or both");
-  add_list_option(app, "--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once, the values to search");
+  add_list_option(app, "--max-inflight", o.max_inflight, "zero3/hybrid: gathered units alive at once, the values to search",
+                  Repeats::refused);
   add_list_option(app, "--reshard-after-forward", o.reshard, "zero3/hybrid: true, false or both");
   add_list_option(app, "--quantize-gathers", o.quantize_gathers, "zero3/hybrid: none, int8 or both (ZeRO++ qwZ)");
   add_list_option(app, "--quantize-reductions", o.quantize_reductions,

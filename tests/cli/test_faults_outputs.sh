@@ -284,6 +284,7 @@ expect_failure "tune --strategies zero9 names --strategies" 2 \
   "$BIN/zshard-tune" --strategies zero9 --np 2 --global-batch 4
 expect_failure "bench a strategy listed twice" 2 "^zshard-bench: --strategies: 'ddp' is listed twice$" -- \
   "$BIN/zshard-bench" --model tiny --strategies ddp,ddp
+expect_failure "mem a world listed twice" 2 "^zshard-mem: --world: '8' is listed twice$" -- "$BIN/zshard-mem" --model tiny --world 8,8
 expect_failure "commbench an op listed twice" 2 "^zshard-commbench: --ops: 'all_reduce' is listed twice$" -- \
   "$BIN/zshard-commbench" --ops all_reduce,all_reduce
 finish
