@@ -33,7 +33,7 @@ int run_tool(const char* name, int argc, char** argv, CLI::App& app,
     code = e.get_exit_code() == 0 ? 0 : 2;
     if (rank == 0) {
       if (code == 0) std::cout << app.help();
-      else std::cerr << name << ": " << cli_error_line(e) << "\n";
+      else std::cerr << name << ": error: " << cli_error_line(e) << "\n";
     }
   } catch (const AgreedFailure& e) {
     if (e.report()) std::cerr << name << ": error: " << e.what() << "\n";
@@ -59,10 +59,10 @@ int run_local_tool(const char* name, int argc, char** argv, CLI::App& app, const
       std::cout << app.help();
       return 0;
     }
-    std::cerr << name << ": " << cli_error_line(e) << "\n";
+    std::cerr << name << ": error: " << cli_error_line(e) << "\n";
     return 2;
   } catch (const UsageError& e) {
-    std::cerr << name << ": " << e.what() << "\n";
+    std::cerr << name << ": error: " << e.what() << "\n";
     return 2;
   } catch (const DamagedCheckpoint& e) {
     std::cerr << name << ": error: " << e.what() << "\n";

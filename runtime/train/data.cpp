@@ -14,28 +14,33 @@ namespace zshard {
 
 namespace {
 
-// `flag` is the option that named the data (--data, --eval-data).
+// `flag` is the option that named the data (--data, --eval-data). What the data holds is a bad value of the
+// flag (exit 2: zshard-run relaunches nothing, the same data failing the same way); a read that fails is not.
 template <class... Args>
-[[noreturn]] void fail_data(std::string_view flag, const std::string& source, const Args&... args) {
+[[noreturn]] void refuse_data(std::string_view flag, const std::string& source, const Args&... args) {
+  refuse(flag, " ", source, ": ", args...);
+}
+template <class... Args>
+[[noreturn]] void fail_read(std::string_view flag, const std::string& source, const Args&... args) {
   fail(flag, " ", source, ": ", args...);
 }
 
 std::string file_source(const std::string& path) { return "file " + path; }
 
-// Data is read whole: a regular file, or a bad flag value (exit 2: zshard-run relaunches nothing).
+// Data is read whole: a regular file, or a bad flag value.
 constexpr std::string_view kDataFile = "a token or text file";
 
 std::vector<char> read_file(const std::string& path, std::string_view flag) {
   check_input_file(flag, path, kDataFile);
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail_data(flag, file_source(path), "cannot open (", std::strerror(errno), ")");
+  if (!in) fail_read(flag, file_source(path), "cannot open (", std::strerror(errno), ")");
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail_data(flag, file_source(path), "read error");
+  if (in.bad()) fail_read(flag, file_source(path), "read error");
   return bytes;
 }
 
 TokenDataset from_bytes(const uint8_t* bytes, size_t n, std::string source, std::string_view flag) {
-  if (n == 0) fail_data(flag, source, "is empty");
+  if (n == 0) refuse_data(flag, source, "is empty");
   return TokenDataset::from_tokens(std::vector<int32_t>(bytes, bytes + n), std::move(source), flag);
 }
 
@@ -51,7 +56,7 @@ TokenDataset TokenDataset::load(const std::string& spec, std::string_view flag) 
   int32_t first = 0;
   {
     std::ifstream in(spec, std::ios::binary);
-    if (!in) fail_data(flag, file_source(spec), "cannot open (", std::strerror(errno), ")");
+    if (!in) fail_read(flag, file_source(spec), "cannot open (", std::strerror(errno), ")");
     in.read(reinterpret_cast<char*>(&first), sizeof(first));
   }
   // A ".bin" without the magic is a damaged token file, not text: report it instead of training on it.
@@ -73,19 +78,19 @@ TokenDataset TokenDataset::from_llmc_file(const std::string& path, std::string_v
   const std::vector<char> bytes = read_file(path, flag);
   constexpr size_t kHeaderBytes = kLlmcHeaderInts * sizeof(int32_t);
   if (bytes.size() < kHeaderBytes)
-    fail_data(flag, source, "llm.c token file of ", bytes.size(), " bytes is shorter than its ", kHeaderBytes,
+    refuse_data(flag, source, "llm.c token file of ", bytes.size(), " bytes is shorter than its ", kHeaderBytes,
               "-byte header");
   int32_t header[kLlmcHeaderInts];
   std::memcpy(header, bytes.data(), kHeaderBytes);
   if (header[0] != kLlmcMagic)
-    fail_data(flag, source, "bad magic ", header[0], " (an llm.c token file starts with ", kLlmcMagic, ")");
+    refuse_data(flag, source, "bad magic ", header[0], " (an llm.c token file starts with ", kLlmcMagic, ")");
   if (header[1] != kLlmcVersion)
-    fail_data(flag, source, "unsupported llm.c token file version ", header[1], " (expected ", kLlmcVersion, ")");
+    refuse_data(flag, source, "unsupported llm.c token file version ", header[1], " (expected ", kLlmcVersion, ")");
   const int64_t count = header[2];
   const int64_t held = int64_t((bytes.size() - kHeaderBytes) / sizeof(uint16_t));
-  if (count < 0) fail_data(flag, source, "negative token count ", count, " in the header");
+  if (count < 0) refuse_data(flag, source, "negative token count ", count, " in the header");
   if (count > held)
-    fail_data(flag, source, "truncated: the header says ", count, " tokens but the file holds ", held);
+    refuse_data(flag, source, "truncated: the header says ", count, " tokens but the file holds ", held);
   std::vector<int32_t> tokens(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     uint16_t t;
@@ -106,14 +111,14 @@ TokenDataset TokenDataset::from_tokens(std::vector<int32_t> tokens, std::string 
 void TokenDataset::check_vocab(int vocab) const {
   for (size_t i = 0; i < tokens_.size(); ++i)
     if (tokens_[i] < 0 || tokens_[i] >= vocab)
-      fail_data(flag_, source_, "token ", tokens_[i], " at position ", i,
+      refuse_data(flag_, source_, "token ", tokens_[i], " at position ", i,
                 " is outside the model's vocabulary of ", vocab, " (ids 0..", vocab - 1, ")");
 }
 
 void TokenDataset::check_seq_len(int T) const {
-  if (T < 1) fail_data(flag_, source_, "sequence length must be positive, got ", T);
+  if (T < 1) refuse_data(flag_, source_, "sequence length must be positive, got ", T);
   if (size() < int64_t(T) + 1)
-    fail_data(flag_, source_, "has ", size(), " tokens, fewer than the ", int64_t(T) + 1,
+    refuse_data(flag_, source_, "has ", size(), " tokens, fewer than the ", int64_t(T) + 1,
               " needed for one sequence of ", T, " plus its target");
 }
 

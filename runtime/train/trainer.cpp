@@ -81,9 +81,9 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
       eval_data_ = load(options_.eval.source, "--eval-data");
       // The evaluation's batches are the data's first tokens, each read once: an average over repeats
       // would pass for a held-out loss.
-      eval_data_.check_holds(int64_t(options_.eval.batches) * data.batch, data.seq,
+      eval_data_.check_holds(int64_t(options_.eval.batches) * data.batch * data.grad_accum, data.seq,
                              detail::concat("--eval-batches ", options_.eval.batches, " of ", data.batch, "x",
-                                            data.seq));
+                                            data.seq, data.grad_accum > 1 ? " x" + std::to_string(data.grad_accum) : ""));
     }
     // Before any rank allocates; the engine's import checks again, finding the same.
     if (!options_.model.init_from.empty()) check_init_from(options_.model.init_from, *model_);
@@ -226,8 +226,10 @@ StepResult Trainer::step() {
 
 double Trainer::evaluate() {
   const int T = options_.data.seq;
-  // The same batches every time (the first of the stream), so that evaluations compare.
-  for (int k = 0; k < options_.eval.batches; ++k) {
+  // The same batches every time (the first of the stream), so that evaluations compare; a batch is a step's
+  // sequences, read a micro-batch at a time, so that a step cut into other micro-batches (a resume, a
+  // relaunch that must fit in less memory) evaluates the same tokens.
+  for (int64_t k = 0; k < int64_t(options_.eval.batches) * options_.data.grad_accum; ++k) {
     eval_data_.fill_batch(k, options_.data.batch, T, rank_offset_, rank_batch_, inputs_.data(), targets_.data());
     engine_->forward({inputs_.data(), targets_.data(), rank_batch_, T});
   }

@@ -83,7 +83,7 @@ expect_one_line "auto with rank-batches" "rank-batches"
 expect_failure "max-batch without a budget" 2 "--max-batch needs --mem-budget" -- "$MEM" --model tiny --max-batch
 expect_failure "max-batch without a model" 2 "--max-batch needs a model" -- \
   "$MEM" --params 1e9 --max-batch --mem-budget 1GB
-expect_failure "async-saves without a model" 2 "^zshard-mem: --params excludes --async-saves$" -- "$MEM" --params 1e9 --async-saves
+expect_failure "async-saves without a model" 2 "^zshard-mem: error: --params excludes --async-saves$" -- "$MEM" --params 1e9 --async-saves
 expect_failure "bench refuses auto" 2 "--batch auto is zshard-train's" -- \
   "$ZSHARD_BIN/zshard-bench" --model tiny --batch auto
 finish

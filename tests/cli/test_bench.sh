@@ -127,7 +127,7 @@ grep -Eq "^ +64 " "$WORK/out" || { echo "FAIL project: no N=64 row"; failures=$(
 check "bench zero3 alone" "$BIN/zshard-bench" --model tiny --strategies zero3 --warmup-steps 0 --steps 1 \
   --json "$WORK/zero3-only.json"
 expect_failure "project --bench without a ddp result" 2 \
-  "^zshard-project: --bench .*zero3-only.json: no ddp result with a positive step time" -- \
+  "^zshard-project: error: --bench .*zero3-only.json: no ddp result with a positive step time" -- \
   "$BIN/zshard-project" --bench "$WORK/zero3-only.json"
 # Unequal groups: the ranks of the small one issue other collectives than the large one's, and the replay
 # of them without compute must still issue the same ones on every rank (it aborted with MPI_ERR_TRUNCATE).
@@ -166,7 +166,7 @@ ms = (b['gather'] / 11e9 + b['reduce'] / 22e9 + b['secondary'] / 300e9) * 1e3 + 
 assert abs(row['zero3']['comm_ms'] - ms) < 1e-6, (row['zero3']['comm_ms'], ms)
 assert row['ddp']['comm_bytes']['gather'] == 0 and row['hybrid']['comm_bytes']['secondary'] == 0, row"
 expect_failure "project: a mode no strategy listed takes" 2 \
-  "^zshard-project: --quantize-reductions is only for --strategy zero1, zero2, zero3 or hybrid \(ddp all-reduces: no rank owns a shard to sum\)$" -- \
+  "^zshard-project: error: --quantize-reductions is only for --strategy zero1, zero2, zero3 or hybrid \(ddp all-reduces: no rank owns a shard to sum\)$" -- \
   "$BIN/zshard-project" --compute-ms 100 --params 1e8 --strategies ddp --quantize-reductions int8
 expect_one_line "project: a mode no strategy listed takes" "."
 expect_failure "project --secondary-shard N" 2 "--secondary-shard 4: zshard-project keeps the secondary shard per node" -- \
@@ -178,25 +178,25 @@ expect_one_line "project --secondary-shard host on nodes of one rank" "."
 expect_failure "mem groups that do not hold the world" 2 "--shard-group 4,2: the groups hold 6 ranks, the world has 8" -- \
   "$BIN/zshard-mem" --model gpt2 --strategy hybrid --shard-group 4,2 --world 8
 expect_failure "mem bad size" 2 "--device-mem" -- "$BIN/zshard-mem" --model gpt2 --device-mem 80furlongs
-expect_failure "mem batch below the world" 2 "^zshard-mem: --batch 3 is smaller than the world size 4$" -- \
+expect_failure "mem batch below the world" 2 "^zshard-mem: error: --batch 3 is smaller than the world size 4$" -- \
   "$BIN/zshard-mem" --model tiny --batch 3 --world 2,4
 python3 -c "
 import json
 d = json.load(open('$WORK/bench.json'))
 json.dump(dict(d, results=[]), open('$WORK/no-results.json', 'w'))
 json.dump(dict(d, results=[dict(r, world=-3) for r in d['results']]), open('$WORK/world-3.json', 'w'))"
-expect_failure "mem --check of no results" 2 "^zshard-mem: --check .*no-results.json: no results to check$" -- \
+expect_failure "mem --check of no results" 2 "^zshard-mem: error: --check .*no-results.json: no results to check$" -- \
   "$BIN/zshard-mem" --check "$WORK/no-results.json"
 expect_one_line "mem --check of no results" "no results"
-expect_failure "mem --check of a world of -3" 2 "^zshard-mem: --check .*world-3.json: a result's world is -3, not in \[1, 1048576\]$" -- \
+expect_failure "mem --check of a world of -3" 2 "^zshard-mem: error: --check .*world-3.json: a result's world is -3, not in \[1, 1048576\]$" -- \
   "$BIN/zshard-mem" --check "$WORK/world-3.json"
 # A plan no row can have is refused before the table's first line.
 for bad in host 3; do
-  expect_failure "mem --secondary-shard $bad at world 4" 2 "^zshard-mem: --secondary-shard" -- \
+  expect_failure "mem --secondary-shard $bad at world 4" 2 "^zshard-mem: error: --secondary-shard" -- \
     "$BIN/zshard-mem" --model tiny --world 4 --strategy zero3 --secondary-shard $bad
   [ ! -s "$WORK/out" ] || { echo "FAIL mem --secondary-shard $bad: printed before its error"; cat "$WORK/out"; failures=$((failures + 1)); }
 done
-expect_failure "project --check of no file" 2 "^zshard-project: --check .*no-such.json: cannot read" -- \
+expect_failure "project --check of no file" 2 "^zshard-project: error: --check .*no-such.json: cannot read" -- \
   "$BIN/zshard-project" --compute-ms 100 --params 1e8 --check "$WORK/no-such.json"
 [ ! -s "$WORK/out" ] || { echo "FAIL project --check of no file: printed before its error"; cat "$WORK/out"; failures=$((failures + 1)); }
 # --check: Karp-Flatt at the largest world whatever the files' order; a file of other work is refused; a
@@ -220,10 +220,10 @@ done
 check "project --check: the serial fraction of the largest world, in either order" \
   test "$(cat "$WORK/serial-np2.json,np4.json" "$WORK/serial-np4.json,np2.json" | grep -cx "Amdahl s=0.222")" = 2
 expect_failure "project --check of other work" 2 \
-  "^zshard-project: --check .*np2-other.json: measured at a step of sequences [0-9]+, the projection's is [0-9]+ \(strong scaling compares the same work\)$" -- \
+  "^zshard-project: error: --check .*np2-other.json: measured at a step of sequences [0-9]+, the projection's is [0-9]+ \(strong scaling compares the same work\)$" -- \
   "$BIN/zshard-project" --bench "$WORK/np1.json" --scaling strong --check "$WORK/np2-other.json"
 expect_failure "project --check of the same sequences in other micro-steps" 2 \
-  "^zshard-project: --check .*np2-split.json: measured at --grad-accum 2, the projection's is 1 \(strong scaling compares the same work\)$" -- \
+  "^zshard-project: error: --check .*np2-split.json: measured at --grad-accum 2, the projection's is 1 \(strong scaling compares the same work\)$" -- \
   "$BIN/zshard-project" --bench "$WORK/np1.json" --scaling strong --check "$WORK/np2-split.json"
 "$BIN/zshard-project" --bench "$WORK/np1.json" --max-world 2 --json "$WORK/proj1.json" >/dev/null
 check "project --bench of two micro-steps" "$BIN/zshard-project" --bench "$WORK/np1-accum2.json" --max-world 2 \

@@ -10,7 +10,7 @@ FULL="$WORK/full"
 mkdir -p "$FULL"
 trap 'umount "$FULL" 2>/dev/null; rm -rf "$WORK"' EXIT
 
-expect_failure "--save-mode bogus" 2 "^zshard-train: --save-mode: bogus not in \{async,sync\}$" -- \
+expect_failure "--save-mode bogus" 2 "^zshard-train: error: --save-mode: bogus not in \{async,sync\}$" -- \
   "$TRAIN" --save-mode bogus
 expect_one_line "--save-mode bogus" "--save-mode"
 

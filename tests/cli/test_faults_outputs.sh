@@ -159,7 +159,7 @@ expect_ok "a file beside the traces in an existing --trace-dir" "$TRAIN" "${ARGS
   --trace-dir "$WORK/traces" --log-json "$WORK/traces/log.json"
 expect_failure "--json over --check" 2 "names the same file as --check" -- \
   "$BIN/zshard-mem" --check "$WORK/bench.json" --json "$WORK/bench.json"
-expect_failure "tune --json over --data" 2 "^zshard-tune: --json .*text.txt names the same file as --data: refusing to overwrite it$" -- \
+expect_failure "tune --json over --data" 2 "^zshard-tune: error: --json .*text.txt names the same file as --data: refusing to overwrite it$" -- \
   "$BIN/zshard-tune" --model tiny --np 2 --data "$WORK/text.txt" --json "$WORK/text.txt"
 expect_true "the data is still the text" grep -q zshard "$WORK/text.txt"
 expect_failure "--save over --init-from" 2 "--save .*w.safetensors names the same file as --init-from" -- \
@@ -253,9 +253,9 @@ expect_failure "mem --check with --json" 2 "--check prints its comparison and wr
 expect_failure "mem --check with --world" 2 "--world excludes --check" -- "$BIN/zshard-mem" --check "$WORK/bench.json" --world 8
 expect_failure "mem --check DIRECTORY" 2 "--check $WORK: is a directory" -- "$BIN/zshard-mem" --check "$WORK"
 mkfifo "$WORK/json.fifo"  # a read would wait for a writer that never comes
-expect_failure "mem --check FIFO" 2 "^zshard-mem: --check $WORK/json.fifo: is a FIFO \(named pipe\), not a JSON file$" -- \
+expect_failure "mem --check FIFO" 2 "^zshard-mem: error: --check $WORK/json.fifo: is a FIFO \(named pipe\), not a JSON file$" -- \
   "$BIN/zshard-mem" --check "$WORK/json.fifo"
-expect_failure "project --bench FIFO" 2 "^zshard-project: --bench $WORK/json.fifo: is a FIFO" -- \
+expect_failure "project --bench FIFO" 2 "^zshard-project: error: --bench $WORK/json.fifo: is a FIFO" -- \
   "$BIN/zshard-project" --bench "$WORK/json.fifo"
 expect_failure "project --bench with --compute-ms" 2 "--bench excludes --compute-ms" -- \
   "$BIN/zshard-project" --bench "$WORK/bench.json" --compute-ms 5
@@ -278,13 +278,13 @@ done
 expect_failure "bench --shard-group 4 at np 4 names --shard-group" 2 "^zshard-bench: error: --shard-group: hybrid needs" -- \
   "${MPIRUN[@]}" -np 4 "$BIN/zshard-bench" --model tiny --strategies ddp,hybrid --shard-group 4
 expect_failure "bench --strategies zero9 names --strategies" 2 \
-  "^zshard-bench: --strategies: 'zero9' is not one of ddp,zero1,zero2,zero3,hybrid$" -- "$BIN/zshard-bench" --strategies zero9
+  "^zshard-bench: error: --strategies: 'zero9' is not one of ddp,zero1,zero2,zero3,hybrid$" -- "$BIN/zshard-bench" --strategies zero9
 expect_failure "tune --strategies zero9 names --strategies" 2 \
-  "^zshard-tune: --strategies: 'zero9' is not one of ddp,zero1,zero2,zero3,hybrid$" -- \
+  "^zshard-tune: error: --strategies: 'zero9' is not one of ddp,zero1,zero2,zero3,hybrid$" -- \
   "$BIN/zshard-tune" --strategies zero9 --np 2 --global-batch 4
-expect_failure "bench a strategy listed twice" 2 "^zshard-bench: --strategies: 'ddp' is listed twice$" -- \
+expect_failure "bench a strategy listed twice" 2 "^zshard-bench: error: --strategies: 'ddp' is listed twice$" -- \
   "$BIN/zshard-bench" --model tiny --strategies ddp,ddp
-expect_failure "mem a world listed twice" 2 "^zshard-mem: --world: '8' is listed twice$" -- "$BIN/zshard-mem" --model tiny --world 8,8
-expect_failure "commbench an op listed twice" 2 "^zshard-commbench: --ops: 'all_reduce' is listed twice$" -- \
+expect_failure "mem a world listed twice" 2 "^zshard-mem: error: --world: '8' is listed twice$" -- "$BIN/zshard-mem" --model tiny --world 8,8
+expect_failure "commbench an op listed twice" 2 "^zshard-commbench: error: --ops: 'all_reduce' is listed twice$" -- \
   "$BIN/zshard-commbench" --ops all_reduce,all_reduce
 finish

@@ -115,8 +115,8 @@ mkdir "$WORK/fifo"
 cp "$WORK/good.trace" "$WORK/fifo/rank-00000.trace"
 mkfifo "$WORK/fifo/rank-00001.trace"
 expect_failure "trace dir holding a FIFO (no hang)" 2 \
-  "^zshard-trace: $WORK/fifo/rank-00001.trace: is a FIFO \(named pipe\), not a flight-recorder dump$" -- "$TRACE" "$WORK/fifo"
+  "^zshard-trace: error: $WORK/fifo/rank-00001.trace: is a FIFO \(named pipe\), not a flight-recorder dump$" -- "$TRACE" "$WORK/fifo"
 expect_one_line "trace dir holding a FIFO (no hang)" "."
-expect_failure "trace of no directory" 2 "^zshard-trace: .*nothing: not a directory" -- "$TRACE" "$WORK/nothing"
+expect_failure "trace of no directory" 2 "^zshard-trace: error: .*nothing: not a directory" -- "$TRACE" "$WORK/nothing"
 expect_failure "trace of a directory without dumps" 2 "holds no flight-recorder dumps" -- "$TRACE" "$WORK/ck"
 finish

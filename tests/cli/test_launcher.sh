@@ -15,31 +15,31 @@ LOCAL=(--hosts localhost:2 --mpirun-args "--oversubscribe --bind-to none")
 JOB=("$TRAIN" --strategy zero2 --batch 8 --seq 32 --log-every 1 --save-every 2 --save-mode sync)
 
 # ---- bad input: one line, a non-zero exit, nothing run ----
-expect_failure "--min-ranks above the hosts' slots" 2 "^zshard-run: --min-ranks 5 exceeds the 4 slots of the hosts \(a:2,b:2\)$" -- \
+expect_failure "--min-ranks above the hosts' slots" 2 "^zshard-run: error: --min-ranks 5 exceeds the 4 slots of the hosts \(a:2,b:2\)$" -- \
   "$RUN" --hosts a:2,b:2 --min-ranks 5 -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
 expect_one_line "--min-ranks above the hosts' slots" "."
-expect_failure "a host of zero slots" 2 "^zshard-run: --hosts a:2,b:0: host b has 0 slots" -- \
+expect_failure "a host of zero slots" 2 "^zshard-run: error: --hosts a:2,b:0: host b has 0 slots" -- \
   "$RUN" --hosts a:2,b:0 -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
 expect_one_line "a host of zero slots" "."
 printf 'a slots=2\nb slots=0  # drained\n' >"$WORK/hostfile"
-expect_failure "a hostfile host of zero slots" 2 "^zshard-run: --hostfile .*hostfile: host b has 0 slots" -- \
+expect_failure "a hostfile host of zero slots" 2 "^zshard-run: error: --hostfile .*hostfile: host b has 0 slots" -- \
   "$RUN" --hostfile "$WORK/hostfile" -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
-expect_failure "an empty item in --hosts" 2 "^zshard-run: --hosts a:2,,b:2: an empty item" -- \
+expect_failure "an empty item in --hosts" 2 "^zshard-run: error: --hosts a:2,,b:2: an empty item" -- \
   "$RUN" --hosts a:2,,b:2 -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
-expect_failure "a training command that is not there" 2 "^zshard-run: the training command $WORK/no/zshard-train: no such executable here$" -- \
+expect_failure "a training command that is not there" 2 "^zshard-run: error: the training command $WORK/no/zshard-train: no such executable here$" -- \
   "$RUN" "${LOCAL[@]}" -- "$WORK/no/zshard-train" --save-dir "$WORK/none"
-expect_failure "a training command without --save-dir" 2 "^zshard-run: the training command has no --save-dir" -- \
+expect_failure "a training command without --save-dir" 2 "^zshard-run: error: the training command has no --save-dir" -- \
   "$RUN" "${LOCAL[@]}" -- "$TRAIN" --steps 4
-expect_failure "a --resume that is not there" 2 "^zshard-run: --resume $WORK/nowhere: no such directory$" -- \
+expect_failure "a --resume that is not there" 2 "^zshard-run: error: --resume $WORK/nowhere: no such directory$" -- \
   "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 4 --resume "$WORK/nowhere" --save-dir "$WORK/bad"
-expect_failure "--batch auto" 2 "^zshard-run: the training command has --batch auto" -- \
+expect_failure "--batch auto" 2 "^zshard-run: error: the training command has --batch auto" -- \
   "$RUN" "${LOCAL[@]}" -- "$TRAIN" --batch auto --save-dir "$WORK/bad"
 expect_failure "a flag the training command refuses: not restarted" 2 \
   "^zshard-run: error: the training command exited with 2 \(its flags: see the line above\); not restarted$" -- \
   "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 4 --lr 7 --save-dir "$WORK/bad"
 expect_true "... after the training command's own line" grep -q "^zshard-train: error: --lr" "$WORK/err"
 expect_failure "a --mem-budget that no micro-batch fits" 2 \
-  "^zshard-run: --mem-budget 1KB: no micro-batch fits on the 2 ranks of localhost:2: the smallest, batch 2 x grad-accum 4, needs [0-9.]+ MB per rank by the estimate$" -- \
+  "^zshard-run: error: --mem-budget 1KB: no micro-batch fits on the 2 ranks of localhost:2: the smallest, batch 2 x grad-accum 4, needs [0-9.]+ MB per rank by the estimate$" -- \
   "$RUN" "${LOCAL[@]}" --mem-budget 1KB -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
 expect_one_line "a --mem-budget that no micro-batch fits" "."
 expect_true "nothing was saved by the refused runs" test ! -e "$WORK/bad/step-00000002"

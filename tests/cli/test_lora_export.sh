@@ -77,7 +77,7 @@ expect_ok "LoRA on the base file" "$TRAIN" "${ARGS[@]}" "${LORA[@]}" --steps 4 -
   --save-dir "$D/ck-file" --save-every 2 --eval-every 4 "${EVAL[@]}" --log-json "$D/file.json" \
   --save "$D/file-adapters.safetensors"
 expect_failure "--merge-lora of it without the base" 2 \
-  "^zshard-export: .*ck-file/step-00000004 was trained beside frozen parameters from .*base.safetensors, which it does not hold: give them as --init-from$" \
+  "^zshard-export: error: .*ck-file/step-00000004 was trained beside frozen parameters from .*base.safetensors, which it does not hold: give them as --init-from$" \
   -- "$EXPORT" "$D/ck-file/step-00000004" "$D/never.safetensors" --merge-lora
 expect_one_line "--merge-lora without the base" "--init-from"
 expect_failure "--merge-lora beside other frozen weights" 2 \
@@ -107,7 +107,7 @@ expect_every_rank_fails "--resume and --init-from without anything frozen" 2 "--
 # ---- bad input ----
 expect_ok "a checkpoint without LoRA" "$TRAIN" "${ARGS[@]}" --steps 1 --save-dir "$WORK/plain"
 expect_failure "--merge-lora without adapters" 2 \
-  "^zshard-export: --merge-lora: .*plain/step-00000001 holds a model without LoRA adapters: nothing to merge$" \
+  "^zshard-export: error: --merge-lora: .*plain/step-00000001 holds a model without LoRA adapters: nothing to merge$" \
   -- "$EXPORT" "$WORK/plain/step-00000001" "$WORK/never.safetensors" --merge-lora
 expect_one_line "--merge-lora without adapters" "merge"
 ADAPTERS="$D/adapters/adapter_model.safetensors"

@@ -10,6 +10,11 @@ expect_failure "unknown model" 2 "unknown.*gpt2-xl|gpt2-xl.*" -- "$TRAIN" --mode
 # A missing input is a bad flag value (exit 2), which zshard-run does not relaunch.
 expect_failure "missing data file" 2 "^zshard-train: error: --data $WORK/no/such/file: no such file$" -- \
   "$TRAIN" --data "$WORK/no/such/file"
+# What the data holds is a bad value as much as a missing file: the same data fails the same way, so exit 2
+# (zshard-run relaunches nothing).
+printf 'not tokens' >"$WORK/bad.bin"
+expect_failure "a damaged token file" 2 "^zshard-train: error: --data file $WORK/bad.bin: llm.c token file of 10 bytes is shorter than its 1024-byte header" -- \
+  "$TRAIN" --data "$WORK/bad.bin"
 expect_failure "seq beyond context" 2 "--seq 4096 exceeds" -- "$TRAIN" --seq 4096
 expect_failure "missing weights" 2 "^zshard-train: error: --init-from $WORK/missing.safetensors: no such file$" -- \
   "$TRAIN" --init-from "$WORK/missing.safetensors"

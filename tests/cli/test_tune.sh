@@ -87,13 +87,13 @@ expect_failure "tokens not whole sequences" 2 "--global-tokens 100 is not a whol
   "$TUNE" --np 2 --global-tokens 100 --seq 32
 expect_failure "no global batch" 2 "give the global batch" -- "$TUNE" --np 2
 expect_failure "zero3's dimension without zero3" 2 \
-  "^zshard-tune: --max-inflight is only for zero3 or hybrid, and --strategies has neither$" -- \
+  "^zshard-tune: error: --max-inflight is only for zero3 or hybrid, and --strategies has neither$" -- \
   "$TUNE" --np 2 --global-batch 8 --strategies ddp,zero2 --max-inflight 1,2
 expect_failure "quantized reductions with ddp alone" 2 \
-  "^zshard-tune: --quantize-reductions is only for zero1, zero2, zero3 or hybrid, and --strategies has none$" -- \
+  "^zshard-tune: error: --quantize-reductions is only for zero1, zero2, zero3 or hybrid, and --strategies has none$" -- \
   "$TUNE" --np 2 --global-batch 8 --strategies ddp --quantize-reductions int8
 expect_failure "under mpirun (each candidate failed with MPI's words)" 2 \
-  "^zshard-tune: run this as one process, not under mpirun or srun: it starts each run itself \(--launcher; OMPI_COMM_WORLD_SIZE is set\)$" -- \
+  "^zshard-tune: error: run this as one process, not under mpirun or srun: it starts each run itself \(--launcher; OMPI_COMM_WORLD_SIZE is set\)$" -- \
   "${MPIRUN[@]}" -np 1 "$TUNE" "${SEARCH[@]}"
 # Checked before any candidate runs: not one failure per candidate, with nothing on stderr.
 touch "$WORK/file"
@@ -102,7 +102,7 @@ expect_failure "missing --data" 2 "--data $WORK/no/tokens.bin: no such file" -- 
 expect_failure "--work-dir under a file" 2 "--work-dir $WORK/file/runs: cannot create \(Not a directory\)" -- \
   "$TUNE" --model tiny --np 2 --global-batch 4 --seq 16 --mem-budget 1GB --work-dir "$WORK/file/runs"
 expect_failure "a mode no candidate can run" 2 \
-  "^zshard-tune: --strategies zero3: no candidate runs as asked: --secondary-shard 2: a secondary group of the whole world is the shard group itself" -- \
+  "^zshard-tune: error: --strategies zero3: no candidate runs as asked: --secondary-shard 2: a secondary group of the whole world is the shard group itself" -- \
   "$TUNE" --model tiny --np 2 --global-batch 8 --seq 32 --strategies zero3 --secondary-shard 2 --mem-budget 1GB
 expect_one_line "a mode no candidate can run" "."
 expect_failure "--quantize-gathers int4" 2 "--quantize-gathers int4: 4-bit parameter gathers are not supported" -- \

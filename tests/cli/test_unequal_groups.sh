@@ -54,7 +54,7 @@ same_losses "zero2 np 3 after hybrid 3,2,1: losses within 1e-6" "$WORK/321-full.
 # Bad lists: one line, exit 2 on every rank.
 expect_every_rank_fails "a list that does not hold the world" 2 \
   "error: --shard-group 2,1: the groups hold 3 ranks, the world has 2" -- --strategy hybrid --shard-group 2,1
-expect_every_rank_fails "a group of no ranks" 2 "zshard-train: --shard-group: must be node, a group size >= 0 or a list of sizes >= 1, got '0'" \
+expect_every_rank_fails "a group of no ranks" 2 "zshard-train: error: --shard-group: must be node, a group size >= 0 or a list of sizes >= 1, got '0'" \
   -- --strategy hybrid --shard-group 2,0
 expect_every_rank_fails "a list without hybrid" 2 "error: --shard-group is only for --strategy hybrid" -- \
   --strategy zero3 --shard-group 1,1
