@@ -145,9 +145,10 @@ TEST(CommVolume, EvaluationGathersOnlyWhatItsForwardReads) {
     const int64_t before = params.comm_stats().total_bytes();
     trainer.evaluate();
     // The theory counts real elements; the wire also carries the padding (under n per unit), and the
-    // loss's all-reduce is on the world, not the params' communicators.
+    // loss's all-reduce is on the world, not the params' communicators. An evaluation batch is a step's
+    // sequences: grad_accum forward passes.
     const double moved = double(params.comm_stats().total_bytes() - before);
-    const double want = double(o.eval.batches) * double(forward) * 4 * (n - 1) / n;
+    const double want = double(o.eval.batches) * o.data.grad_accum * double(forward) * 4 * (n - 1) / n;
     EXPECT_NEAR(moved, want, 2e-3 * want) << c.model;
   }
 }
