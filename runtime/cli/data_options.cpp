@@ -72,7 +72,8 @@ void add_eval_flags(CLI::App& app, EvalOptions& o) {
   app.add_option("--eval-every", o.every,
                  "evaluate every N steps and after the last (0 = never): the mean token loss over --eval-batches");
   app.add_option("--eval-batches", o.batches,
-                 "--eval-every: global batches (--batch x --seq tokens each) from the start of --eval-data");
+                 "--eval-every: steps' worth (--batch x --grad-accum x --seq tokens each) from the start of "
+                 "--eval-data");
 }
 
 void validate(const DataOptions& o, int world_size) {

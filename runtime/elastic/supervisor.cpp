@@ -141,6 +141,8 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
     check_resume_dir(*given);
     try {
       read_manifest(*given);
+    } catch (const DamagedCheckpoint&) {
+      throw;  // exit 3, as the job's own resume would
     } catch (const Error& e) {
       refuse("--resume ", e.what());
     }
@@ -426,7 +428,7 @@ int Supervisor::run() {
     }
     if (outcome.status == 0) return 0;
     if (outcome.status == 2) {
-      std::cerr << "zshard-run: error: the training command exited with 2 (its flags: see the line above); "
+      std::cerr << "zshard-run: error: the training command exited with 2 (its flags or input data: see the line above); "
                    "not restarted"
                 << std::endl;
       return 2;
@@ -442,9 +444,9 @@ int Supervisor::run() {
         return 3;
       }
       set_aside = set_aside_damaged(outcome.resumed_from);
-      const std::optional<std::string> own = flag_value(o_.command, "--resume");
-      if (!newest_committed(save_dir_) && (!own || *own == "latest")) {
-        // Starting over would redo every step of a run that may have taken days: the user's call.
+      if (!newest_committed(save_dir_)) {
+        // Going back to the run's start would redo every step of a run that may have taken days: the
+        // user's call.
         std::cerr << "zshard-run: error: the damaged " << outcome.resumed_from << " set aside as " << set_aside
                   << ", and no checkpoint is left to resume from; not restarted (run again to start over)"
                   << std::endl;
@@ -478,9 +480,29 @@ int Supervisor::run() {
                 << std::endl;
       return 1;
     }
-    plan = plan_on(hosts);
+    try {
+      plan = plan_on(hosts);
+    } catch (const UsageError& e) {  // the groups asked for do not fit the hosts left (node groups of one rank)
+      std::cerr << "zshard-run: error: the job failed (" << cause << "; hosts lost: " << names_text(lost)
+                << ") and on the hosts that answer (" << host_list_text(hosts) << ") its flags cannot run: " << e.what()
+                << "; " << newest_text() << std::endl;
+      return 1;
+    }
+    // Where the relaunch resumes: the newest checkpoint, else the command's own --resume, else the start.
     const std::optional<CheckpointEntry> newest = newest_committed(save_dir_);
-    const int resumed = newest ? newest->step : 0;
+    const std::optional<std::string> own = flag_value(o_.command, "--resume");
+    int resumed = 0;
+    std::string from = "starting over (no checkpoint)";
+    if (newest) {
+      resumed = newest->step;
+      from = "resuming from " + newest->path;
+    } else if (own && *own != "latest") {
+      try {
+        resumed = read_manifest(*own).step;
+      } catch (const Error&) {  // the relaunch's own line will say why
+      }
+      from = "resuming from " + *own;
+    }
     restart = Restart{{{"restart", attempt},
                        {"cause", cause},
                        {"exit_status", outcome.status},
@@ -501,8 +523,7 @@ int Supervisor::run() {
     std::cerr << "zshard-run: restart " << attempt << " of " << o_.max_restarts << ": " << cause
               << "; hosts lost: " << names_text(lost) << (back.empty() ? "" : "; hosts back: " + names_text(back))
               << aside_text
-              << "; " << (newest ? "resuming from " + newest->path : std::string("starting over (no checkpoint)"))
-              << ", steps redone: " << std::max(0, last_step - resumed)
+              << "; " << from << ", steps redone: " << std::max(0, last_step - resumed)
               << (plan.fits ? "" : "; warning: no micro-batch fits the memory budget, the job's own check decides")
               << std::endl;
   }
@@ -534,19 +555,26 @@ std::string failure_cause(const std::vector<std::string>& tail, int status) {
         // Open MPI says this of a daemon it had started and then lost as well.
         return p == patterns[5] ? "mpirun lost a host's daemon (" + cause + ")" : cause;
       }
-  // Open MPI frames its own messages (an option it does not know, a conflict in its settings) in lines of
-  // dashes: the first paragraph inside the first frame says what went wrong. The frame it adds whenever a
-  // rank exits non-zero says nothing more than the status.
-  for (size_t i = 0; i + 1 < tail.size(); ++i) {
-    if (tail[i].rfind("-----", 0) != 0 || tail[i + 1].empty() || tail[i + 1][0] == '-') continue;
-    if (tail[i + 1].rfind("Primary job", 0) == 0) continue;
+  // Open MPI frames its own messages (an option it does not know, a conflict in its settings) between
+  // lines of dashes: the first paragraph of the first frame says what went wrong. The frames it adds
+  // whenever a rank exits non-zero say nothing more than the status.
+  const char* status_frames[] = {"Primary job", "mpirun detected that one or more processes exited with non-zero"};
+  const auto rule = [](const std::string& line) { return line.rfind("-----", 0) == 0; };
+  for (size_t open = 0; open < tail.size(); ++open) {
+    if (!rule(tail[open])) continue;
+    size_t close = open + 1;
+    while (close < tail.size() && !rule(tail[close])) ++close;
+    if (close == tail.size()) break;  // a frame cut off by the tail's start or end
     std::string paragraph;
-    for (size_t k = i + 1; k < tail.size() && !tail[k].empty() && tail[k][0] != '-'; ++k) {
+    for (size_t k = open + 1; k < close && !tail[k].empty(); ++k) {
       std::string line = tail[k];
       line.erase(0, line.find_first_not_of(" \t"));
       paragraph += (paragraph.empty() ? "" : " ") + line;
     }
-    return "mpirun: " + paragraph;
+    const bool says_status = std::any_of(std::begin(status_frames), std::end(status_frames),
+                                         [&](const char* s) { return paragraph.rfind(s, 0) == 0; });
+    if (!paragraph.empty() && !says_status) return "mpirun: " + paragraph;
+    open = close;  // the closing rule is no frame's opening
   }
   return "mpirun exited with status " + std::to_string(status);
 }

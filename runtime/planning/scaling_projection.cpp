@@ -123,13 +123,14 @@ ProjectedStep finish(ProjectedStep s, StrategyKind kind, int world, const Projec
   s.step_ms = s.compute_ms + s.comm_ms;
   // Overlapped, compute hides the communication issued beside it, but not a unit's collective after it
   // (the last) nor a unit's compute before the communication can start (the first): never more than the two
-  // in a row. The sharded strategies communicate in every micro-step, each with its own ends; ddp
-  // all-reduces in the last micro-step alone, the earlier ones hiding nothing.
+  // in a row. The sharded strategies communicate in every micro-step, each with its own ends, which add up
+  // to the same as the whole step's; ddp all-reduces in the last micro-step alone, the earlier ones hiding
+  // nothing.
   const auto overlapped = [&](double compute, double comm, int collectives) {
     return std::min(compute + comm, std::max(compute + comm / collectives, comm + compute / U));
   };
   s.step_overlap_ms = kind == StrategyKind::ddp ? s.compute_ms * (K - 1) / K + overlapped(s.compute_ms / K, s.comm_ms, U)
-                                                : K * overlapped(s.compute_ms / K, s.comm_ms / K, 3 * U);
+                                                : overlapped(s.compute_ms, s.comm_ms, 3 * U);
   const double t1 = in.compute_ms;  // one rank: no communication
   s.efficiency = in.weak ? t1 / s.step_ms : t1 / (world * s.step_ms);
   s.efficiency_overlap = in.weak ? t1 / s.step_overlap_ms : t1 / (world * s.step_overlap_ms);

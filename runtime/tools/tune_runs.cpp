@@ -22,7 +22,7 @@ constexpr int kTuneRebalanceEvery = 1;
 // Why a run failed, as it said it: its last error line (zshard's, not the launcher's notes after it),
 // else its last line.
 std::string failure_line(const std::string& path) {
-  static const std::regex error("^zshard-bench: (error: |rank [0-9]+: |--)");
+  static const std::regex error("^zshard-bench: (error: |rank [0-9]+: )");
   std::ifstream in(path);
   std::string line, last, last_error;
   while (std::getline(in, line)) {

@@ -83,7 +83,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
       // would pass for a held-out loss.
       eval_data_.check_holds(int64_t(options_.eval.batches) * data.batch * data.grad_accum, data.seq,
                              detail::concat("--eval-batches ", options_.eval.batches, " of ", data.batch, "x",
-                                            data.seq, data.grad_accum > 1 ? " x" + std::to_string(data.grad_accum) : ""));
+                                            data.seq, data.grad_accum > 1 ? " x grad-accum " + std::to_string(data.grad_accum) : ""));
     }
     // Before any rank allocates; the engine's import checks again, finding the same.
     if (!options_.model.init_from.empty()) check_init_from(options_.model.init_from, *model_);

@@ -50,8 +50,8 @@ class Trainer {
   ~Trainer();
 
   StepResult step();
-  // The mean token loss over --eval-batches global batches of --eval-data, forward only, under the run's
-  // strategy; every rank returns it. Collective.
+  // The mean token loss over --eval-batches steps' worth (--batch x --grad-accum sequences each) of
+  // --eval-data, forward only, under the run's strategy; every rank returns it. Collective.
   double evaluate();
   // One step as run() takes it: timed into the ETA and logged to `out` on rank 0 (null: silent).
   StepResult run_step(std::ostream* out);

@@ -29,7 +29,7 @@ import json
 a, b = (json.loads(open(p).readline())['eval_loss'] for p in ('$WORK/b8.json', '$WORK/b4x2.json'))
 assert abs(a - b) <= 1e-6 * a, (a, b)"
 expect_every_rank_fails "eval data shorter than its batches of several micro-steps" 2 \
-  "error: --eval-data file .*short.txt: has 600 tokens, fewer than the 769 that --eval-batches 3 of 4x32 x2 reads" \
+  "error: --eval-data file .*short.txt: has 600 tokens, fewer than the 769 that --eval-batches 3 of 4x32 x grad-accum 2 reads" \
   -- --batch 4 --grad-accum 2 --seq 32 --eval-every 2 --eval-data "$WORK/short.txt" --eval-batches 3
 
 expect_every_rank_fails "missing eval data" 2 "error: --eval-data .*no/such/eval.bin: no such file$" -- \

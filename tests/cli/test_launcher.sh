@@ -35,7 +35,7 @@ expect_failure "a --resume that is not there" 2 "^zshard-run: error: --resume $W
 expect_failure "--batch auto" 2 "^zshard-run: error: the training command has --batch auto" -- \
   "$RUN" "${LOCAL[@]}" -- "$TRAIN" --batch auto --save-dir "$WORK/bad"
 expect_failure "a flag the training command refuses: not restarted" 2 \
-  "^zshard-run: error: the training command exited with 2 \(its flags: see the line above\); not restarted$" -- \
+  "^zshard-run: error: the training command exited with 2 \(its flags or input data: see the line above\); not restarted$" -- \
   "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 4 --lr 7 --save-dir "$WORK/bad"
 expect_true "... after the training command's own line" grep -q "^zshard-train: error: --lr" "$WORK/err"
 expect_failure "a --mem-budget that no micro-batch fits" 2 \
@@ -156,6 +156,13 @@ expect_failure "its own --resume damaged: not restarted" 3 \
   "^zshard-run: error: the checkpoint the training command resumes from is damaged \(see the line above\); not restarted$" -- \
   "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 6 --save-dir "$WORK/damaged-2" --resume "$D/step-00000004.damaged"
 expect_true "... after the training command's own line" grep -q "^zshard-train: error: .*checksum mismatch" "$WORK/err"
+# Its manifest damaged: refused before any launch, with the job's own exit code for damage.
+mkdir -p "$WORK/trunc-own" && cp -r "$D/step-00000002" "$WORK/trunc-own/"
+head -c 100 "$D/step-00000002/manifest.json" >"$WORK/trunc-own/step-00000002/manifest.json"
+expect_failure "its own --resume with a damaged manifest: exit 3 before any launch" 3 \
+  "^zshard-run: error: .*trunc-own/step-00000002/manifest.json: truncated or not JSON" -- \
+  "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 6 --save-dir "$WORK/trunc-ck" --resume "$WORK/trunc-own/step-00000002"
+expect_true "... nothing launched" eval '! grep -q "^zshard-run: attempt" "$WORK/err"'
 # The same inside the --save-dir: still the command's own, not moved.
 mkdir -p "$WORK/damaged-own" && cp -r "$D/step-00000004.damaged" "$WORK/damaged-own/step-00000004"
 expect_failure "its own --resume inside --save-dir damaged: not restarted" 3 "; not restarted$" -- \

@@ -215,10 +215,17 @@ TEST(Supervisor, NamesTheCauseOfAFailure) {
             "mpirun: The specified binding policy is not recognized:");
   EXPECT_EQ(failure_cause({"------", "Both the -x method and", "  mca_base_env_list were given", "", "------"}, 1),
             "mpirun: Both the -x method and mca_base_env_list were given");
-  // The frame Open MPI adds for any rank that exits non-zero says no more than the status.
+  // The frames Open MPI 4.1 adds for any rank that exits non-zero say no more than the status.
   EXPECT_EQ(failure_cause({"------", "Primary job  terminated normally, but 1 process returned",
-                           "a non-zero exit code. Per user-direction, the job has been aborted.", "------"},
+                           "a non-zero exit code. Per user-direction, the job has been aborted.", "------",
+                           "------",
+                           "mpirun detected that one or more processes exited with non-zero status, thus causing",
+                           "the job to be terminated. The first process to do so was:", "",
+                           "  Process name: [[1234,1],0]", "  Exit code:    1", "------"},
                           1),
+            "mpirun exited with status 1");
+  // A closing rule followed by text is not a frame.
+  EXPECT_EQ(failure_cause({"------", "Primary job  terminated normally", "------", "a rank's stray line"}, 1),
             "mpirun exited with status 1");
   EXPECT_EQ(failure_cause({"nothing useful"}, 3), "mpirun exited with status 3");
 }
