@@ -21,6 +21,8 @@ struct LauncherOptions {
   std::vector<std::string> command;  // zshard-train (or a program of one's own built on it) and its flags
 };
 
+// What the launcher says to mpirun and the hosts and reads back (mpirun_interface.cpp):
+
 // How a host is asked whether it answers when --probe is not given: through the agent mpirun would start
 // its daemon with (Open MPI's plm_rsh_agent from the environment, else ssh in batch mode), or inside a
 // Slurm allocation with srun on that node.
