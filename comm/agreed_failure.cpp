@@ -12,6 +12,8 @@ void run_agreed(comm::Communicator& world, const std::function<void()>& setup) {
   std::string message;
   try {
     setup();
+  } catch (const AgreedFailure&) {
+    throw;  // agreed inside `setup` (a nested call, over this world): every rank holds it already
   } catch (const UsageError& e) {
     code = 2;
     message = e.what();

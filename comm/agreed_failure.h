@@ -12,6 +12,7 @@
 namespace zshard {
 
 // Runs `setup` on every rank; a UsageError becomes exit code 2, a DamagedCheckpoint 3, any other exception 1.
+// An AgreedFailure from a run_agreed over the same world inside `setup` passes through as it is.
 void run_agreed(comm::Communicator& world, const std::function<void()>& setup);
 
 }  // namespace zshard

@@ -7,6 +7,7 @@
 #include <exception>
 #include <map>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "comm/agreed_failure.h"
@@ -19,12 +20,15 @@ namespace zshard::comm {
 namespace {
 
 constexpr int kMaxComparedGroups = 64;
+// How long a rank whose failure is another rank's consequence waits for that rank to end the job.
+constexpr auto kQuietWait = std::chrono::seconds(10);
 
 // What a rank sends first: per group, its collectives since the last boundary, counted and hashed.
 struct Summary {
   struct Entry {
     uint64_t key_hash, count, fingerprint;
   };
+  uint64_t own_failure = 0;  // unwinding from an error of its own, with none of its collectives failed
   uint64_t groups = 0;
   Entry group[kMaxComparedGroups] = {};
 };
@@ -87,15 +91,26 @@ CollectiveCheck::~CollectiveCheck() {
   // before the job is aborted, so that a divergence is named rather than its symptom.
   if (std::uncaught_exceptions() == 0 || !usable_) return;
   usable_ = false;
-  std::string divergence;
+  // A rank that threw with none of its collectives failed (an error of its own, out of memory) is the
+  // cause: its peers, left waiting in the collective it never issued, part from it there, and that
+  // parting is no divergence.
+  const bool own_failure = !collectives_failed();
+  Comparison found;
   try {
-    divergence = exchange(true, after(world_.timeout() + std::chrono::seconds(1)));
+    found = exchange(true, own_failure, after(world_.timeout() + std::chrono::seconds(1)));
   } catch (const std::exception&) {
     return;  // not every rank answered within the deadline: the failure on its way up is all there is to say
   }
-  if (divergence.empty()) return;
+  if (found.own_failure) {
+    if (own_failure) return;  // its line ends the job (run_tool)
+    // This rank's timeout is that failure's consequence: its line would stand beside the cause's, or
+    // before it. The failing rank ends the job; this rank ends it too should that not come.
+    std::this_thread::sleep_for(kQuietWait);
+    abort_world(1);
+  }
+  if (found.divergence.empty()) return;
   // The divergence is the cause; each rank's own failure is its consequence, left unsaid.
-  if (world_.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", program_invocation_short_name, divergence.c_str());
+  if (world_.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", program_invocation_short_name, found.divergence.c_str());
   abort_world(1);
 }
 
@@ -103,16 +118,18 @@ void CollectiveCheck::compare(int step) {
   usable_ = false;
   // Twice the deadline: a peer stuck in a collective of the step reaches the comparison from its
   // unwinding once its own deadline has passed (see the header).
-  const std::string divergence = exchange(false, after(2 * world_.timeout() + std::chrono::seconds(1)));
+  const std::string divergence =
+      exchange(false, false, after(2 * world_.timeout() + std::chrono::seconds(1))).divergence;
   steps_compared_ = step;
   if (!divergence.empty()) throw AgreedFailure(divergence, 1, world_.rank() == 0);
   usable_ = true;
 }
 
-std::string CollectiveCheck::exchange(bool failed, Clock::time_point deadline) {
+CollectiveCheck::Comparison CollectiveCheck::exchange(bool failed, bool own_failure, Clock::time_point deadline) {
   const CollectiveLabel label(trace::Purpose::check);
   const int ranks = comm_->size();
   Summary mine;
+  mine.own_failure = own_failure;
   std::vector<GroupProgress> progress = group_progress(trace_group_of(*comm_));
   progress.resize(std::min<size_t>(progress.size(), kMaxComparedGroups));
   mine.groups = progress.size();
@@ -121,6 +138,8 @@ std::string CollectiveCheck::exchange(bool failed, Clock::time_point deadline) {
   const std::vector<char> raw = gather_bytes(*comm_, &mine, sizeof mine, deadline);
   std::vector<Summary> all(static_cast<size_t>(ranks));
   std::memcpy(all.data(), raw.data(), raw.size());
+  if (std::any_of(all.begin(), all.end(), [](const Summary& r) { return r.own_failure != 0; }))
+    return {"", true};
 
   // The first group, in rank and then creation order, whose members disagree.
   std::map<uint64_t, std::vector<std::pair<int, Summary::Entry>>> by_key;
@@ -146,7 +165,7 @@ std::string CollectiveCheck::exchange(bool failed, Clock::time_point deadline) {
                                           failed ? " (a collective of this step failed)" : "", ": ");
   if (!found) {
     mark_groups();
-    return "";
+    return {};
   }
 
   uint64_t most = 0;
@@ -181,7 +200,7 @@ std::string CollectiveCheck::exchange(bool failed, Clock::time_point deadline) {
     details.push_back(d);
     sigs.push_back(std::move(s));
   }
-  return step + first_divergence(details[0].label, members, details, sigs);
+  return {step + first_divergence(details[0].label, members, details, sigs), false};
 }
 
 }  // namespace zshard::comm

@@ -26,7 +26,9 @@ class CollectiveCheck {
   explicit CollectiveCheck(Communicator& world);
   // Destroyed while an exception unwinds (a failed step), it runs the comparison after a failure: where
   // it finds a divergence, rank 0 prints it and every rank ends the job (abort_world) without its own
-  // failure's line, a consequence of the divergence.
+  // failure's line, a consequence of the divergence. Where a rank failed with none of its collectives
+  // failed (an error of its own), that error is the cause: its line ends the job, and the ranks that timed
+  // out waiting for it say nothing.
   ~CollectiveCheck();
   CollectiveCheck(const CollectiveCheck&) = delete;
   CollectiveCheck& operator=(const CollectiveCheck&) = delete;
@@ -36,8 +38,12 @@ class CollectiveCheck {
   void compare(int step);
 
  private:
-  // The comparison (`failed`: from a failed step); the line naming a divergence, or empty.
-  std::string exchange(bool failed, Clock::time_point deadline);
+  struct Comparison {
+    std::string divergence;    // the line naming it, or empty
+    bool own_failure = false;  // some rank failed on its own: the comparison stopped there
+  };
+  // The comparison (`failed`: from a failed step; `own_failure`: this rank's error of its own).
+  Comparison exchange(bool failed, bool own_failure, Clock::time_point deadline);
 
   Communicator& world_;
   std::unique_ptr<Communicator> comm_;

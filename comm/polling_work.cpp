@@ -6,6 +6,7 @@
 
 #include "comm/backend_base.h"
 #include "comm/flight_recorder/recorder.h"
+#include "kernels/option_names.h"
 
 namespace zshard::comm {
 
@@ -54,7 +55,8 @@ void PollingWork::wait(Clock::time_point deadline) {
       mark_collectives_failed();
       fail(what_.empty() ? "collective" : what_, ": timed out, not complete after waiting ",
            seconds(now - begin), " s (issued ", seconds(now - started_),
-           " s ago); a rank of the group failed or did not issue the same collective");
+           " s ago); a rank of the group failed or did not issue the same collective (the wait is ",
+           option_name(Option::comm_timeout), ")");
     }
     // See PollPolicy. Measured on a 2-core machine (benchmarks/RESULTS.md): yielding from the first poll
     // made small all-reduces 20x slower than MPI_Wait under load; sleeping from the start stalls large

@@ -259,11 +259,16 @@ step_cuda_ops() {
   with_build
   local t reports=()
   for t in $CUDA_TESTS; do
-    "$BUILD/tests/$t" --gtest_output=json:"$LOGS/$t.json"
+    "$BUILD/tests/$t" --gtest_output=json:"$LOGS/$t.json" 2> >(tee "$LOGS/$t.stderr" >&2)
     reports+=("$LOGS/$t.json")
   done
   python3 scripts/gpu_compare.py gtest "${reports[@]}" | tee "$LOGS/cuda-ops.json"
   local rc=${PIPESTATUS[0]}
+  # A free that fails (inside a CUDA graph's recording, say) is reported from a destructor, not thrown.
+  if grep -l "cudaFreeAsync failed" "$LOGS"/test_cuda_*.stderr; then
+    note "a device free failed (see the stderr files above)"
+    rc=1
+  fi
   note "$(python3 -c "import json; r = json.load(open('$LOGS/cuda-ops.json')); print(r['tests'], 'tests; failed:', ' '.join(r['failed'][:6]) or 'none', '; skipped:', len(r['skipped']))")"
   exit "$rc"
 }

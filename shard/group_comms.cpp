@@ -87,7 +87,10 @@ GroupComms::GroupComms(comm::Communicator& world, const ShardGroups& groups,
       }
     std::unique_ptr<comm::Communicator> comm = world.split(color, rank);
     // Named by the slots the piece covers, which its owners share (their shard indices may differ).
-    if (mine) comm::set_group_label(*comm, detail::concat("replicas of slots ", mine->begin, "-", mine->end));
+    if (mine)
+      comm::set_group_label(*comm, mine->end - mine->begin == 1
+                                       ? detail::concat("replicas of slot ", mine->begin)
+                                       : detail::concat("replicas of slots ", mine->begin, "-", mine->end - 1));
     if (mine) pieces_.push_back({std::move(comm), mine->begin - my_first_slot, mine->end - my_first_slot});
     left = std::move(later);
   }

@@ -1,6 +1,7 @@
 #include <zshard/plan.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -87,9 +88,15 @@ ShardGroups hybrid_groups_on(const Hosts& hosts, const StrategyOptions& options,
   return on_hosts;
 }
 
+// Every digit a double needs (the stream's 6 would print 31536001 as 3.1536e+07, the bound it passed).
+std::string shortest(double value) {
+  char text[32];
+  return std::string(text, std::to_chars(text, text + sizeof text, value).ptr);
+}
+
 void check_range(std::string_view flag, double value, double lo, double hi, const char* note = "") {
   if (!(std::isfinite(value) && value >= lo && value <= hi))
-    refuse(flag, " must be a finite number in [", lo, ", ", hi, "]", note, ", got ", value);
+    refuse(flag, " must be a finite number in [", shortest(lo), ", ", shortest(hi), "]", note, ", got ", shortest(value));
 }
 
 // What this build and device can run: the backend for the device, and the device itself.
@@ -204,7 +211,8 @@ ShardPlan resolve_plan(const PlanOptions& options, comm::Communicator& world) {
   comm::maybe_stall_in_set_up(world.rank(), "plan");
   // Each step below fails alike on every rank (the same options, the same gathered hosts) or is agreed.
   validate_plan_options(options);
-  check_runs_here(options);
+  // Agreed: a rank without the device would refuse alone while its peers went on into the collectives below.
+  run_agreed(world, [&] { check_runs_here(options); });
   const Device device = options.placement.device;
   // Hybrid's groups depend on the hosts, except where one size was given.
   const ShardGroupRequest& asked = options.strategy.shard_group;

@@ -79,9 +79,15 @@ void StepGraph::end_step() {
     work_.end();
     // The graph frees what it allocates: a buffer it made that lived on would be freed outside it, and
     // the next replay would make it again.
-    if (const int64_t grew = device_bytes_live() - live_at_begin_; grew != 0)
+    // A graph frees only what it allocated: a buffer made before the recording and released inside it
+    // is not freed at all (cudaFreeAsync fails in a capture), which shows here as bytes gone.
+    const int64_t grew = device_bytes_live() - live_at_begin_;
+    if (grew > 0)
       fail("CUDA graphs: ", grew, " bytes of device memory allocated while the step was recorded outlive it; "
            "run without CUDA graphs");
+    if (grew < 0)
+      fail("CUDA graphs: ", -grew, " bytes of device memory made before the step was recorded were released "
+           "inside it, which a graph cannot free; run without CUDA graphs");
     // The graph holds its step's buffers in memory of its own: what the pool kept from the plain steps'
     // goes back, or the device would hold both.
     release_cached_memory(Device::cuda);

@@ -192,6 +192,9 @@ struct Stall {
   bool ended = false;                // a waiter's wait timed out or failed
   bool absent_busy = false;          // an absent rank was itself waiting in another collective
   bool culprit() const { return !absent.empty() || undumped > 0 || !idle.empty(); }
+  // --check-collectives' own comparison, which a failed step's ranks join while they unwind: its wait
+  // follows the stall that failed the step, and outlasts it.
+  bool checking() const { return Purpose(record->purpose) == Purpose::check; }
   bool stalled() const { return ended || waited >= kStalledSeconds; }
 };
 
@@ -230,9 +233,10 @@ std::vector<Stall> stalls(const Job& job) {
     }
     if (s.stalled()) found.push_back(std::move(s));
   }
-  // The cause first: a rank that left the others waiting and was not waiting on anyone itself, then the
-  // longest wait.
+  // The cause first: the job's own collectives before the collective check's, a rank that left the others
+  // waiting and was not waiting on anyone itself, then the longest wait.
   std::stable_sort(found.begin(), found.end(), [](const Stall& a, const Stall& b) {
+    if (a.checking() != b.checking()) return b.checking();
     if (a.culprit() != b.culprit()) return a.culprit();
     if (a.absent_busy != b.absent_busy) return !a.absent_busy;
     return a.waited > b.waited;
@@ -266,6 +270,28 @@ std::string stall_verdict(const Job& job, const Stall& s) {
                         s.completed.empty() ? "" : ", " + rank_list(s.completed) + " completed it",
                         "; it never completed on ", rank_list(s.waiters), " (a link or a device failed?), which waited ",
                         fixed(s.waited), " s");
+}
+
+// No rank waited on another, but one ended the job: an error of its own (which its output names) or a
+// fatal signal. The others' dumps say they were terminated.
+std::optional<std::string> ended_verdict(const Job& job) {
+  std::vector<int> aborted, signalled;
+  int signal = 0;
+  for (int r = 0; r < job.world; ++r) {
+    const RankTrace* t = job.ranks[size_t(r)];
+    if (t && Reason(t->header.reason) == Reason::abort) aborted.push_back(r);
+    if (t && Reason(t->header.reason) == Reason::fatal_signal) {
+      signalled.push_back(r);
+      signal = t->header.signal;
+    }
+  }
+  if (!signalled.empty())
+    return detail::concat(rank_list(signalled), " ended the job on a fatal signal (", signal,
+                          "); no rank waited on another");
+  if (!aborted.empty())
+    return rank_list(aborted) + " ended the job on an error of its own (its line in the job's output says which); "
+                                "no rank waited on another";
+  return std::nullopt;
 }
 
 // No rank waited on another: the job was running when it dumped.
@@ -365,6 +391,8 @@ TraceReport analyse_traces(const std::vector<RankTrace>& dumps) {
     const std::vector<Stall> found = stalls(job);
     if (!found.empty()) {
       report.verdict = stall_verdict(job, found.front());
+    } else if (const auto ended = ended_verdict(job)) {
+      report.verdict = *ended;
     } else {
       report.verdict = running_verdict(job);
     }

@@ -222,7 +222,8 @@ void dequantize_blocks(T* out, const int8_t* q, const float* scales, size_t n, Q
 
 // bf16: every op reads bf16, computes in fp32 and rounds once where its CUDA twin (kernels/cuda) stores,
 // so that the cpu runs mixed precision through the same code above the kernels as a GPU and is the
-// reference for it: GEMMs take the bf16 values and accumulate in fp32 (out = bf16(alpha A B + beta C));
+// reference for it: GEMMs take the bf16 values and accumulate in fp32 (out = bf16(alpha A B + beta C); the
+// cuda GEMM cuts an unaligned K of 64 or more in two and rounds once more, kernels/cuda/linear.cu);
 // a linear layer's bias is added to the GEMM's rounded output and rounded again (but in the fused
 // linear_epilogue ops, which round as cuBLASLt's epilogues: once); attention stores its scores,
 // probabilities and score gradients in bf16 between its GEMMs and softmax passes, while fused attention

@@ -15,6 +15,12 @@ namespace zshard {
 
 namespace fs = std::filesystem;
 
+fs::path normal_path(const fs::path& path) {
+  std::error_code ec;
+  const fs::path normal = fs::weakly_canonical(fs::absolute(path, ec), ec).lexically_normal();
+  return normal.has_filename() ? normal : normal.parent_path();
+}
+
 void check_output_path(std::string_view flag, const std::string& path) {
   std::error_code ec;
   if (path.empty()) throw UsageError(detail::concat(flag, ": empty path"));
@@ -54,10 +60,10 @@ void check_not_input(const FlagPath& output, const std::vector<FlagPath>& inputs
   } catch (const Error&) {  // check_output_path reports it
   }
   std::error_code ec;
-  const fs::path target = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  const fs::path target = normal_path(out);
   for (const auto& [in_flag, in] : inputs) {
     if (in.empty()) continue;
-    const fs::path source = fs::weakly_canonical(fs::absolute(in, ec), ec);
+    const fs::path source = normal_path(in);
     if (target == source)
       throw UsageError(detail::concat(out_flag, " ", out, " names the same file as ", in_flag, ": refusing to ", act, " it"));
     if (!fs::is_directory(source, ec)) continue;

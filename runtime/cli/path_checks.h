@@ -2,6 +2,7 @@
 // as AtomicFile writes it (kernels/io/atomic_file.h), an input that is a regular file (a FIFO would hang
 // the rank before any collective), and an output that is none of the inputs.
 #pragma once
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +21,10 @@ void check_output_path(std::string_view flag, const std::string& path);
 // KIND" (kernels/io/file_kind.h says why only a regular file is read). A path whose status cannot be
 // read is left to the open.
 void check_input_file(std::string_view flag, const std::string& path, std::string_view kind);
+
+// `path` as the comparisons below see it: absolute, its existing part's links resolved, normal, without a
+// trailing separator ("out/" and "./out" are "out"). It need not exist.
+std::filesystem::path normal_path(const std::filesystem::path& path);
 
 // A flag and the path it names, for the check below.
 using FlagPath = std::pair<std::string_view, std::string>;

@@ -93,11 +93,7 @@ void check_stop_file(const TrainOptions& o) {
   check_not_input(stop, files, "remove");
   // The --save-dir and the directories above it, made at set-up, would be taken for a request once they
   // exist; a file inside it is fine.
-  const auto normal = [&](const std::string& p) {  // absolute, no trailing separator
-    const std::filesystem::path n = std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec).lexically_normal();
-    return n.has_filename() ? n : n.parent_path();
-  };
-  const std::filesystem::path from_stop = normal(o.saves.save_dir).lexically_relative(normal(stop.second));
+  const std::filesystem::path from_stop = normal_path(o.saves.save_dir).lexically_relative(normal_path(stop.second));
   if (!o.saves.save_dir.empty() && !from_stop.empty() && *from_stop.begin() != "..")
     refuse("--stop-file ", stop.second, " names the --save-dir or a directory above it, which set-up makes");
   check_not_trace_dir(stop, o.output.trace_dir);
@@ -107,10 +103,7 @@ void check_stop_file(const TrainOptions& o) {
 
 void check_not_trace_dir(const FlagPath& file, const std::string& trace_dir) {
   if (file.second.empty() || trace_dir.empty()) return;
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const auto canonical = [&](const std::string& p) { return fs::weakly_canonical(fs::absolute(p, ec), ec); };
-  if (canonical(file.second) == canonical(trace_dir))
+  if (normal_path(file.second) == normal_path(trace_dir))
     refuse(file.first, " ", file.second, " names the --trace-dir, where the ranks' traces go");
 }
 
@@ -130,14 +123,9 @@ void check_outputs(const TrainOptions& o) {
   // A file may go inside an existing --save-dir, but one named as the directory would fail after training.
   std::error_code ec;
   const bool save_dir_exists = std::filesystem::is_directory(s.save_dir, ec);
-  const auto directory = [&](const std::filesystem::path& p) {  // absolute, normal, no trailing separator
-    const std::filesystem::path n =
-        std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec).lexically_normal();
-    return n.has_filename() ? n : n.parent_path();
-  };
   const auto in_new_save_dir = [&](const std::string& path) {
     if (save_dir_exists || s.save_dir.empty()) return false;
-    return directory(std::filesystem::path(path).parent_path()) == directory(s.save_dir);
+    return normal_path(std::filesystem::path(path).parent_path()) == normal_path(s.save_dir);
   };
   for (const FlagPath& out : named_outputs(o)) {
     if (out.second.empty()) continue;

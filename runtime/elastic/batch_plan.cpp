@@ -39,6 +39,8 @@ TrainingRun read_training_flags(const std::vector<std::string>& command) {
 }
 
 int64_t estimate_rank_bytes(const TrainingRun& run, const std::vector<int>& host_slots, int batch, int grad_accum) {
+  // The groups on these hosts, for every model: a --shard-group the hosts cannot hold is refused here.
+  const ShardPlan plan = plan_on_hosts(run.options.plan, host_slots);
   if (!run.model) return 0;
   const int world = std::accumulate(host_slots.begin(), host_slots.end(), 0);
   // The job's own set-up check counts an asynchronous save's snapshot: so does the plan.
@@ -46,7 +48,7 @@ int64_t estimate_rank_bytes(const TrainingRun& run, const std::vector<int>& host
   shape.batch = batch;
   shape.grad_accum = grad_accum;
   shape.even = true;  // zshard-run refuses --rank-batches N,...
-  EstimateInput in = estimate_input(plan_on_hosts(run.options.plan, host_slots), *run.model, shape, (batch + world - 1) / world);
+  EstimateInput in = estimate_input(plan, *run.model, shape, (batch + world - 1) / world);
   in.group = -1;  // unequal groups: the rank that needs the most
   return estimate_memory(in).total();
 }

@@ -168,6 +168,12 @@ int total_slots(const std::vector<Host>& hosts) {
   return std::accumulate(hosts.begin(), hosts.end(), 0, [](int sum, const Host& h) { return sum + h.slots; });
 }
 
+std::vector<int> host_slots(const std::vector<Host>& hosts) {
+  std::vector<int> slots;
+  for (const Host& h : hosts) slots.push_back(h.slots);
+  return slots;
+}
+
 std::string host_list_text(const std::vector<Host>& hosts) {
   std::string text;
   for (const Host& h : hosts) text += (text.empty() ? "" : ",") + h.name + ":" + std::to_string(h.slots);

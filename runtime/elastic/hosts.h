@@ -26,6 +26,8 @@ std::vector<std::string> expand_nodelist(const std::string& nodelist);
 // Refuses an empty list, a host named twice and a host of 0 slots (UsageError naming `source`).
 void check_hosts(const std::vector<Host>& hosts, const std::string& source);
 int total_slots(const std::vector<Host>& hosts);
+// Each host's slots, in order: the ranks per host the plans take (plan_on_hosts, plan_batch).
+std::vector<int> host_slots(const std::vector<Host>& hosts);
 // "a:4,b:2": the --hosts form, also what mpirun's --host takes.
 std::string host_list_text(const std::vector<Host>& hosts);
 

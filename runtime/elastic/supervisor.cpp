@@ -175,12 +175,8 @@ int64_t Supervisor::default_budget(const std::vector<Host>& hosts) const {
   // What the job's own set-up check allows a rank of the fullest host, as this host sees it (the hosts of
   // a cluster are alike); where this host cannot tell (no GPU here), what the first world needs, which fits
   // since the job was sized for it.
-  int most = 1;
-  std::vector<int> slots;
-  for (const Host& h : hosts) {
-    most = std::max(most, h.slots);
-    slots.push_back(h.slots);
-  }
+  const std::vector<int> slots = host_slots(hosts);
+  const int most = slots.empty() ? 1 : *std::max_element(slots.begin(), slots.end());
   MemoryBudget usable;
   try {
     usable = usable_memory(run_.options.plan.placement.device, most);
@@ -220,14 +216,12 @@ void Supervisor::write_log() const {
 // (run_attempt drops --init-from): from the first checkpoint on, the plan counts no import.
 BatchPlan Supervisor::plan_on(const std::vector<Host>& hosts) {
   if (newest_committed(save_dir_) && !freezes_parameters(run_.options.model)) run_.options.model.init_from.clear();
-  std::vector<int> slots;
-  for (const Host& h : hosts) slots.push_back(h.slots);
-  return plan_batch(run_, slots, budget_);
+  return plan_batch(run_, host_slots(hosts), budget_);
 }
 
 // The hosts to launch on: those that answer, but without the ones answering again (not in `before`) when
 // the flags cannot run on so many ranks (--batch below the world size, a --shard-group that does not divide
-// it) and could on the others.
+// it: plan_on's estimate places the groups) and could on the others.
 std::vector<Host> Supervisor::hosts_for_flags(std::vector<Host> hosts, const std::vector<Host>& before) {
   const auto refusal = [&](const std::vector<Host>& on) -> std::string {
     try {
@@ -236,9 +230,6 @@ std::vector<Host> Supervisor::hosts_for_flags(std::vector<Host> hosts, const std
       options.data.batch = plan.batch;
       options.data.grad_accum = plan.grad_accum;
       validate_options(options, total_slots(on));
-      std::vector<int> slots;
-      for (const Host& h : on) slots.push_back(h.slots);
-      plan_on_hosts(options.plan, slots);  // the groups on these hosts
     } catch (const UsageError& e) {
       return e.what();
     }

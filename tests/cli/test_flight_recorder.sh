@@ -1,8 +1,9 @@
 # The flight recorder from the command line: a rank stopped (SIGSTOP) under each strategy, and then the
 # dumps in --trace-dir, read by zshard-trace, name that rank and the collective in the first line; SIGUSR1
 # dumps and the run goes on; a fatal signal dumps; --check-collectives stops a run whose rank skipped a
-# unit's gather, naming the rank and the collective, and passes the runs that agree; a --trace-dir that
-# cannot be written, a damaged dump and a FIFO among the dumps are one line and a non-zero exit each.
+# unit's gather, naming the rank and the collective, passes the runs that agree, and leaves a rank's own
+# failure its own line; a --trace-dir that cannot be written, a damaged dump and a FIFO among the dumps
+# are one line and a non-zero exit each.
 # zshard-test-seconds: 30
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
@@ -90,6 +91,12 @@ ZSHARD_TEST_SKIP_GATHER=2:1 expect_failure "check-collectives: rank 2 skips unit
 # The ranks' own failures (a timed-out or truncated collective) are its consequences, left unsaid; MPI may
 # still print its own lines.
 expect_one_line "check-collectives: rank 2 skips unit 1's gather" "^zshard-train"
+# A rank failing on its own (none of its collectives failed) is the cause: its peers, left in the
+# collective it never issued, part from it there, which is no divergence. Its line alone is printed.
+ZSHARD_TEST_FAIL_RANK=1:2 expect_failure "check-collectives: rank 1 fails on its own" 1 \
+  "^zshard-train: rank 1: injected fault" \
+  -- "${MPIRUN[@]}" -np 3 "$TRAIN" "${RUN[@]}" --steps 3 --strategy zero3 --comm-timeout $TIMEOUT --check-collectives
+expect_one_line "check-collectives: rank 1 fails on its own" "^zshard-train"
 
 # Bad input: one line, a non-zero exit, nothing lost.
 : >"$WORK/file"

@@ -14,6 +14,7 @@
 #include <zshard/communicator.h>
 #include <zshard/error.h>
 
+#include "comm/agreed_failure.h"
 #include "tests/mpi/collective_checks.h"
 #include "tests/support/test_support.h"
 
@@ -276,6 +277,26 @@ TEST(Communicator, RejectsBadRootAndColor) {
 // first wait for a go from rank 0 on another communicator, so the timeout is certain. The collective is
 // then matched and completes; a collective that peers never join could not be cleaned up in MPI (no
 // cancel), which is why the never-completes case is tested with a fake Work in the unit tests.
+// An agreement reached inside another's set-up holds on every rank as it stands: the outer one passes it on
+// with its code, and the failing rank alone reports. (Before the deadline test below, which marks this
+// process's collectives failed.)
+TEST(Agreement, AnAgreedFailureInsideAnotherPassesThrough) {
+  auto& w = world();
+  const int failing = w.size() - 1;
+  try {
+    run_agreed(w, [&] {
+      run_agreed(w, [&] {
+        if (w.rank() == failing) throw UsageError("a bad value here");
+      });
+    });
+    ADD_FAILURE() << "no failure came out";
+  } catch (const AgreedFailure& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    EXPECT_EQ(e.report(), w.rank() == failing);
+    EXPECT_STREQ(e.what(), w.rank() == failing ? "a bad value here" : "another rank failed");
+  }
+}
+
 TEST(Communicator, WaitThrowsAtItsDeadlineWhilePeersAreLate) {
   auto& w = world();
   if (w.size() < 2) GTEST_SKIP() << "needs a peer";

@@ -305,6 +305,20 @@ TEST(OutputChecks, RefuseWritingOverOrIntoAnInput) {
   EXPECT_EQ(error_of([&] { check_not_input({"--out", dir.file("step-00000004.safetensors")}, inputs); }),
             "(no error)");
   EXPECT_EQ(error_of([&] { check_not_input({"--out", ""}, inputs); }), "(no error)");
+  // A path that does not exist yet is the same with a trailing separator: "new/" is "new".
+  EXPECT_THAT(error_of([&] { check_not_input({"--out", dir.file("new/")}, {{"--in", dir.file("./new")}}); }),
+              HasSubstr("names the same file as --in"));
+}
+
+TEST(OutputChecks, NormalPathsAreAbsoluteWithoutDotsLinksOrTrailingSeparators) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("real"));
+  std::filesystem::create_directory_symlink(dir.file("real"), dir.file("link"));
+  const std::filesystem::path real = normal_path(dir.file("real"));
+  EXPECT_TRUE(real.is_absolute());
+  EXPECT_EQ(normal_path(dir.file("link/")), real);
+  EXPECT_EQ(normal_path(dir.file("./real/../real/")), real);
+  EXPECT_EQ(normal_path(dir.file("link/not-yet/")), real / "not-yet");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // zshard-trace's verdicts on dumps made here, one situation each: a rank that never entered the
 // collective its group waited in, one that left no dump, one stopped inside it, ranks that disagree, a
-// running job, a stall caused by another, and the dumps of an older job beside the newest.
+// running job, a job a rank ended, a stall caused by another, the collective check's own wait, and the
+// dumps of an older job beside the newest.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -162,6 +163,38 @@ TEST(TraceAnalysis, ARunningJobHasNoStall) {
   EXPECT_EQ(analyse_traces(dumps).verdict,
             "no rank waited on another in the 2 dump(s) of 2 ranks, and their common collectives agree; the oldest "
             "collective in flight, #6 (all_gather, params, unit 6, world) on rank 0, had waited 0.002 s");
+}
+
+TEST(TraceAnalysis, NamesTheRankThatEndedTheJob) {
+  std::vector<RankTrace> dumps;
+  for (int r = 0; r < 3; ++r) dumps.push_back(dump(r, 3, completed(6), {}, r == 1 ? Reason::abort : Reason::terminated));
+  EXPECT_EQ(analyse_traces(dumps).verdict, "rank 1 ended the job on an error of its own (its line in the job's output "
+                                           "says which); no rank waited on another");
+  dumps[1].header.reason = uint8_t(Reason::fatal_signal);
+  dumps[1].header.signal = 11;
+  EXPECT_EQ(analyse_traces(dumps).verdict, "rank 1 ended the job on a fatal signal (11); no rank waited on another");
+}
+
+// Rank 2 stalls the job in #6; ranks 0 and 1 time out there, then wait longer in the collective check's
+// comparison (on a group of its own), which rank 2 never joins: the stall in #6 is the cause.
+TEST(TraceAnalysis, TheCollectiveChecksOwnWaitComesLast) {
+  std::vector<RankTrace> dumps = stall_at_6();
+  dumps.pop_back();  // rank 2 left no dump
+  for (RankTrace& t : dumps) {
+    t.groups.push_back(group("world.9", "collective check", 3, t.header.rank, 1));
+    Record check = t.records.back();
+    check.seq = 7;
+    check.group_seq = 1;
+    check.group = 1;
+    check.purpose = uint8_t(Purpose::check);
+    check.issued_ns = 10 * kSecond;
+    check.ended_ns = 16 * kSecond;  // a wait of 6 s, past #6's 5 s
+    t.records.push_back(check);
+    t.header.dump_steady_ns = 16 * kSecond;
+    t.header.issued = 7;
+  }
+  EXPECT_EQ(analyse_traces(dumps).verdict, "rank 2 left no dump and never completed collective #6 (all_gather, "
+                                           "params, unit 6, world); the other ranks waited 5.0 s");
 }
 
 // Rank 1 computes and never enters its groups' next collectives. Rank 0 waits for it in their shard group,
