@@ -12,7 +12,7 @@ struct Names {
 };
 
 // Indexed by Option, in its order.
-constexpr std::array<Names, 27> kNames = {{
+constexpr std::array<Names, 28> kNames = {{
     {"StrategyOptions::kind", "--strategy"},
     {"StrategyOptions::shard_group", "--shard-group"},
     {"StrategyOptions::max_inflight", "--max-inflight"},
@@ -40,8 +40,9 @@ constexpr std::array<Names, 27> kNames = {{
     {"the model's lora_alpha", "--lora-alpha"},
     {"the model's lora_targets", "--lora-targets"},
     {"EngineOptions::cuda_graphs", "--cuda-graphs"},
+    {"the ranks' uneven micro-batches", "--rank-batches"},
 }};
-static_assert(kNames.size() == size_t(Option::cuda_graphs) + 1, "a name for every Option");
+static_assert(kNames.size() == size_t(Option::rank_batches) + 1, "a name for every Option");
 
 // Set once by a tool's main before any thread starts; read by error paths.
 std::atomic<OptionNaming> naming{OptionNaming::api};

@@ -36,6 +36,7 @@ enum class Option {
   lora_alpha,
   lora_targets,
   cuda_graphs,
+  rank_batches,
 };
 
 // The option's name under the naming in force: "StrategyOptions::max_inflight" or "--max-inflight".

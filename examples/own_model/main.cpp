@@ -29,6 +29,9 @@ class Bigram final : public Model {
   double forward(ParamContext& ctx, const Batch& b) override { return run(ctx, b, 0.0f, false); }
   // What run() allocates: x, dx, logits and the token losses, f32.
   int64_t activation_bytes(int B, int T, DType) const override { return int64_t(B) * T * (2 * C_ + V_ + 1) * 4; }
+  // Each unit's gradients are made ready before the next unit's are asked for: the estimator need not
+  // count a gradient held open through backward (the default's safe side, for a tied head).
+  bool keeps_gradients_open(int, int) const override { return false; }
   int vocab_size() const override { return V_; }
   int context_length() const override { return ctx_; }
 

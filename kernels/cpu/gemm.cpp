@@ -44,8 +44,9 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, Compute<T> alpha, con
 
 // The tiles of the bf16 GEMM, whose fp32 copies of an A, a B and a C tile fit kOpScratchBytes: C's rows and
 // columns halved, the larger first, down to kSmallest, and only then the sum's depth. A problem that fits
-// is one tile, a single sgemm; tiles of C give each element the sum it had whole, where depth tiles add
-// partial sums in fp32 (an LM head's input gradient, whose depth is the vocabulary, or a weight gradient
+// is one tile, a single sgemm; tiles of C give each element the sum of the products it had whole (in the
+// order sgemm's kernel takes for its place: the same bits on some CPUs), where depth tiles add partial
+// sums in fp32 (an LM head's input gradient, whose depth is the vocabulary, or a weight gradient
 // over more than about 30k tokens).
 namespace {
 struct GemmTiles {

@@ -140,8 +140,7 @@ bool check_against(const json& doc, const std::string& path) {
     PlanOptions plan;
     plan.strategy.kind = kind;
     // Every group's size (files written before they were recorded: groups of shard_group). With unequal
-    // groups the model states are rank 0's group's, the peak the largest over the ranks, which the
-    // smallest group's ranks (the largest shards) reach.
+    // groups the model states are rank 0's group's, the peak the largest over the ranks.
     const std::vector<int> sizes = r.value("shard_group_sizes", std::vector<int>{});
     if (kind == StrategyKind::hybrid)
       plan.strategy.shard_group = sizes.size() > 1 ? ShardGroupRequest::list(sizes)
@@ -159,7 +158,26 @@ bool check_against(const json& doc, const std::string& path) {
     e.rank_batch = r.value("rank_batch_max", doc.at("rank_batch_max").get<int>());
     e.seq = doc.at("seq");
     e.grad_accum = doc.at("grad_accum");
-    const MemoryEstimate est = estimate_memory(e);
+    MemoryEstimate est = estimate_memory(e);
+    // Unequal groups under a split that stays (not auto): each group's ranks with their own largest batch,
+    // since the smallest group's may hold fewer sequences than the largest micro-batch.
+    const std::vector<int> split = r.value("split", std::vector<int>{});
+    const ShardGroups& groups = e.plan.groups;
+    if (r.value("rank_batches", "") != "auto" && groups.count() > 1 && int(split.size()) == groups.world_size()) {
+      int64_t peak = 0;
+      for (int g = 0; g < groups.count(); ++g) {
+        EstimateInput in = e;
+        in.group = g;
+        in.rank_batch = 0;
+        for (int rank = 0; rank < groups.world_size(); ++rank)
+          if (groups.group_of(rank) == g) in.rank_batch = std::max(in.rank_batch, split[size_t(rank)]);
+        const MemoryEstimate group_est = estimate_memory(in);
+        if (group_est.step_total() > peak) {
+          peak = group_est.step_total();
+          est = group_est;
+        }
+      }
+    }
     e.group = 0;
     const int64_t est_states = estimate_memory(e).model_states.total();
     const double states = r.at("model_states_bytes").at("measured"), peak = r.at("peak_total_bytes");

@@ -33,8 +33,15 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
     Trainer& trainer = *fitted;
     const ShardPlan& plan = trainer.plan();
     const DataOptions& data = options.data;
+    // Hybrid's groups, which the hosts may have chosen; groups of one (a prime world on one host) shard
+    // nothing and cost gathers beside, which no user would pick knowingly.
+    std::string strategy(strategy_name(plan.kind));
+    if (plan.kind == StrategyKind::hybrid)
+      strategy += " (shard groups " + plan.groups.describe() +
+                  (plan.groups.count() == world.size() ? ": every rank holds the whole model; set --shard-group" : "") +
+                  ")";
     if (rank == 0)
-      std::cout << "zshard-train: " << strategy_name(plan.kind) << " on " << world.size() << " rank(s), "
+      std::cout << "zshard-train: " << strategy << " on " << world.size() << " rank(s), "
                 << device_name(plan.placement.device) << " (" << dtype_flag(plan.placement.param_dtype) << " params, "
                 << dtype_flag(plan.placement.reduce_dtype) << " reduce, "
                 << EngineInternals::collective_world(trainer.engine()).backend() << "), " << options.model.name << ", "

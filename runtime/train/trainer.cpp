@@ -24,6 +24,7 @@
 #include "shard/engine_internals.h"
 #include "shard/plan_internals.h"
 #include "shard/step_graph.h"
+#include "shard/unit_specs.h"
 
 namespace zshard {
 
@@ -67,6 +68,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     attention = configure_model(*model_, options_.model, plan.placement, world.rank() == 0 ? &std::cerr : nullptr);
     if (data.seq > model_->context_length())
       refuse("--seq ", data.seq, " exceeds the model's context of ", model_->context_length(), " tokens");
+    check_unit_specs(model_->units());  // before counting them: a negative dimension is the error to name
     if (num_params(*model_) < world.size())
       refuse("the model has ", num_params(*model_), " parameters, fewer than the ", world.size(),
              " ranks that would shard it");

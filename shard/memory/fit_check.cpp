@@ -75,8 +75,17 @@ bool fits(const EstimateInput& in, int64_t budget) {
   }
 }
 
+// What a suggestion that splits the micro-batch evenly adds for a run of uneven --rank-batches.
+std::string without_rank_batches(const BatchShape& shape) {
+  return shape.even ? "" : detail::concat("without ", option_name(Option::rank_batches));
+}
+
+// Parts of a suggestion, a space between those that say something.
+std::string joined(const std::string& a, const std::string& b) { return a.empty() || b.empty() ? a + b : a + " " + b; }
+
 // The first configuration that fits: this strategy, then each that shards more; for each, the smallest
-// cut of the micro-batch (a divisor of --batch, times more --grad-accum, so the global batch stays).
+// cut of the micro-batch (a divisor of --batch, times more --grad-accum, so the global batch stays). Uneven
+// --rank-batches are tried as they are, then split evenly.
 std::string nearest_fit(const ShardPlan& plan, const Model& model, const BatchShape& shape, int largest_rank_batch,
                         int64_t budget) {
   const int world = plan.world_size();
@@ -87,33 +96,51 @@ std::string nearest_fit(const ShardPlan& plan, const Model& model, const BatchSh
   for (StrategyKind kind : kinds) {
     const std::string strategy = kind == plan.kind ? "" : switch_to(plan, kind);
     const ShardPlan candidate = plan_as(plan, kind, world);
+    if (!shape.even && fits(estimate_input(candidate, model, shape, largest_rank_batch), budget)) return strategy;
     for (int cut : divisors(shape.batch)) {
       if (shape.batch / cut < world || int64_t(shape.grad_accum) * cut > std::numeric_limits<int>::max()) break;
-      // Uneven --rank-batches cannot be cut evenly: only the strategy may change.
-      if (!shape.even && cut > 1) break;
-      const int rank_batch = cut == 1 ? largest_rank_batch : (shape.batch / cut + world - 1) / world;
+      const int rank_batch = cut == 1 && shape.even ? largest_rank_batch : (shape.batch / cut + world - 1) / world;
       EstimateInput in = estimate_input(candidate, model, shape, rank_batch);
       in.grad_accum = shape.grad_accum * cut;
       if (!fits(in, budget)) continue;
-      if (cut == 1) return strategy;
-      return detail::concat(strategy, strategy.empty() ? "" : " ",
-                            batch_split(shape.batch / cut, int64_t(shape.grad_accum) * cut), " (the same global batch)");
+      if (cut == 1) return joined(strategy, without_rank_batches(shape));
+      const std::string split = batch_split(shape.batch / cut, int64_t(shape.grad_accum) * cut);
+      return joined(joined(strategy, split), without_rank_batches(shape)) + " (the same global batch)";
     }
   }
   return "";
 }
 
-// When nothing fits on this world: the fewest ranks, each with this rank's memory, on which zero3 with one
-// sequence per rank would (--batch and --grad-accum keep the global batch where the world divides it).
+// The divisors of the global batch that can be a micro-batch (up to INT_MAX), in increasing order; those
+// above 10^7 only as the quotients of smaller ones (a bound on the search, never on what it suggests).
+std::vector<int64_t> micro_batches(int64_t global) {
+  std::vector<int64_t> found;
+  for (int64_t d = 1; d * d <= global && d <= 10'000'000; ++d) {
+    if (global % d != 0) continue;
+    found.push_back(d);
+    found.push_back(global / d);
+  }
+  std::erase_if(found, [](int64_t d) { return d > std::numeric_limits<int>::max(); });
+  std::sort(found.begin(), found.end());
+  found.erase(std::unique(found.begin(), found.end()), found.end());
+  return found;
+}
+
+// When nothing fits on this world: the fewest ranks, each with this rank's memory, on which zero3 would,
+// with the global batch cut into the smallest micro-batch that gives every rank a sequence.
 std::string more_ranks(const ShardPlan& plan, const Model& model, const BatchShape& shape, int64_t budget) {
   const int64_t global = int64_t(shape.batch) * shape.grad_accum;
+  const std::vector<int64_t> batches = micro_batches(global);
   for (int ranks = plan.world_size() * 2; ranks <= (1 << 16); ranks *= 2) {
-    EstimateInput in = estimate_input(plan_as(plan, StrategyKind::zero3, ranks), model, shape, 1);
-    const bool keeps_global = global % ranks == 0 && global / ranks <= std::numeric_limits<int>::max();
-    if (keeps_global) in.grad_accum = int(global / ranks);
+    const auto batch = std::lower_bound(batches.begin(), batches.end(), int64_t(ranks));
+    if (batch == batches.end()) break;  // fewer sequences than ranks
+    EstimateInput in = estimate_input(plan_as(plan, StrategyKind::zero3, ranks), model, shape, int((*batch + ranks - 1) / ranks));
+    in.grad_accum = int(global / *batch);
     if (!fits(in, budget)) continue;
-    const std::string batch = keeps_global ? detail::concat(" (", batch_split(ranks, global / ranks), ")") : "";
-    return detail::concat(switch_to(plan, StrategyKind::zero3), " on ", ranks, " ranks with this much memory each", batch);
+    const bool same = *batch == shape.batch;
+    return joined(detail::concat(switch_to(plan, StrategyKind::zero3), " on ", ranks, " ranks with this much memory each",
+                                 same ? "" : " (" + batch_split(*batch, global / *batch) + ")"),
+                  without_rank_batches(shape));
   }
   return "";
 }

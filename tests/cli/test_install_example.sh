@@ -82,7 +82,9 @@ check "resume latest at np 3" "${MPIRUN[@]}" -np 3 "$OWN" --strategy zero2 --ste
 cp "$WORK/out" "$WORK/resume.out"
 check "resumed from step 10" grep -q "resumed from .*step-00000010 at step 10" "$WORK/resume.out"
 check "manifest names the model" grep -q '"name": "bigram"' "$WORK/ck/step-00000015/manifest.json"
-check "own_model bench at np 2" "${MPIRUN[@]}" -np 2 "$OWN" bench --steps 2 --warmup-steps 1 --batch 8 --seq 32 \
+# At np 3 and seq 16 the shards are uneven and the activations small beside the states: the estimate of
+# the peak is the model's own (keeps_gradients_open) more than the activations'.
+check "own_model bench at np 3" "${MPIRUN[@]}" -np 3 "$OWN" bench --steps 2 --warmup-steps 1 --batch 6 --seq 16 \
   --json "$WORK/bench.json"
 check "bench JSON" python3 -c "
 import json

@@ -64,6 +64,15 @@ TEST(ParamProtocol, EachMisuseNamesTheUnitOnEveryStrategy) {
                 HasSubstr("unit ln_f still gathered at the end of a micro-step"));
     EXPECT_THAT(error_in_micro_step(s, [&](ShardedParams& p) { p.grads_ready(last); }),
                 HasSubstr("grads_ready for unit ln_f without grads()"));
+    // Every unit but ln_f hands back its gradients: ln_f would not train.
+    EXPECT_THAT(error_in_micro_step(s,
+                                    [&](ShardedParams& p) {
+                                      for (int u = last - 1; u >= 0; --u) {
+                                        p.grads(u);
+                                        p.grads_ready(u);
+                                      }
+                                    }),
+                HasSubstr("unit ln_f: no grads_ready() in this micro-step's backward"));
   }
 }
 

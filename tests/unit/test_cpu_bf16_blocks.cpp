@@ -49,16 +49,18 @@ int64_t workspace_peak_of(const std::function<void()>& f) {
   return cpu.stats().peak[int(Category::workspace)] - before;
 }
 
-// The bf16 GEMM against sgemm on whole copies, rounded once, for every transpose. Tiles of C give the same
-// bits. A sum split into depth tiles adds its parts in fp32, in another order than sgemm's: within a bf16
-// rounding and an fp32 summation's error, 2^-14 of the products' typical size, where a wrong tile or beta
-// taken twice is off by whole products or a C. beta applies once: 0 over a C of NaN, 1, or a fraction. C's
-// padding is neither read nor written.
-TEST(CpuBf16Blocks, GemmTilesOfCGiveTheSameBitsAndDepthTilesAlmost) {
+// The bf16 GEMM against sgemm on whole copies, rounded once, for every transpose. Tiles of C sum the same
+// products, each in the order sgemm's kernel takes for the element's place in the call: equal bits on some
+// CPUs, an fp32 rounding apart on others (OpenBLAS's Zen kernels), which a bf16 rounding may carry to one
+// bf16 step: within a bf16 rounding and 2^-20 of the products' typical size. A sum split into depth tiles
+// adds its parts in fp32, in another order than sgemm's: within a bf16 rounding and an fp32 summation's
+// error, 2^-14 of the typical size. A wrong tile or beta taken twice is off by whole products or a C. beta
+// applies once: 0 over a C of NaN, 1, or a fraction. C's padding is neither read nor written.
+TEST(CpuBf16Blocks, GemmTilesOfCGiveTheSameSumsAndDepthTilesAlmost) {
   struct Case {
     int M, N, K;
     float beta;
-    bool nan_c, exact;
+    bool nan_c, tiles_of_c_only;
   };
   for (const Case s : {Case{3000, 5000, 300, 1.f, false, true}, Case{200, 210, 90000, 1.f, false, false},
                        Case{200, 210, 90000, 0.f, true, false}, Case{200, 210, 90000, 0.5f, false, false}})
@@ -87,10 +89,8 @@ TEST(CpuBf16Blocks, GemmTilesOfCGiveTheSameBitsAndDepthTilesAlmost) {
             const size_t at = size_t(i) * ldc + j;
             if (j >= s.N) {
               ASSERT_EQ(C[at].bits, before[at].bits) << "padding written at row " << i;
-            } else if (s.exact) {
-              ASSERT_EQ(C[at].bits, bf16(want[at]).bits) << "row " << i << " column " << j;
             } else {
-              ASSERT_NEAR(float(C[at]), want[at], std::ldexp(std::abs(want[at]), -8) + std::ldexp(typical, -14))
+              ASSERT_NEAR(float(C[at]), want[at], std::ldexp(std::abs(want[at]), -8) + std::ldexp(typical, s.tiles_of_c_only ? -20 : -14))
                   << "row " << i << " column " << j;
             }
           }

@@ -81,6 +81,31 @@ TEST(MemoryCheck, SuggestsMoreRanksWhenNothingFitsOnThese) {
   EXPECT_THAT(check(c, 1 << 20), HasSubstr("no strategy or batch split fits on 4 rank(s) or on more of them"));
 }
 
+// 13 sequences (a prime) cannot be cut: on 8 ranks some rank takes 2 of them, which is what must fit.
+TEST(MemoryCheck, MoreRanksAreSuggestedOnlyWithTheBatchTheyWouldTake) {
+  Case c = gpt2_case();
+  c.shape.batch = 13;
+  Case wider = c;
+  wider.world = 8;
+  const int64_t two_on_8 = estimate(wider, StrategyKind::zero3, 2);
+  ASSERT_LT(estimate(wider, StrategyKind::zero3, 1), two_on_8);
+  EXPECT_THAT(check(c, two_on_8), HasSubstr("nothing fits on 4 rank(s); nearest that fits: --strategy zero3 on 8 "
+                                            "ranks with this much memory each (--mem-check"));
+  EXPECT_THAT(check(c, two_on_8 - 1), HasSubstr("no strategy or batch split fits on 4 rank(s) or on more of them"));
+}
+
+// --rank-batches 1,1,1,29 of 32 sequences: the same world fits them split evenly, before more ranks.
+TEST(MemoryCheck, UnevenRankBatchesAreSplitEvenlyFirst) {
+  Case c = gpt2_case();
+  c.shape.even = false;
+  const auto uneven = [&](int64_t budget) {
+    return error_of([&] { check_memory_fits(c.resolved(), *c.model, c.shape, 29, 29, {budget, "test"}); });
+  };
+  EXPECT_THAT(uneven(estimate(c, StrategyKind::ddp, 8)), HasSubstr("nearest that fits: without --rank-batches (--mem-check"));
+  EXPECT_THAT(uneven(estimate(c, StrategyKind::ddp, 4)),
+              HasSubstr("nearest that fits: --batch 16 --grad-accum 2 without --rank-batches (the same global batch)"));
+}
+
 // Checked by arithmetic, without a GPU: the cuda estimate's host part against a host budget.
 TEST(MemoryCheck, OffloadedOptimizerMustFitInHostMemory) {
   Case c = gpt2_case();
