@@ -310,6 +310,8 @@ int main(int argc, char** argv) {
         if (rank == 0) write_file_atomically(o.json_path, doc.dump(2) + "\n");
       });
     }
-    if (total_wrong > 0) fail(total_wrong, " wrong elements");
+    // Summed over the ranks, so every rank knows: one line, from rank 0, and exit 1 everywhere.
+    if (total_wrong > 0)
+      throw AgreedFailure(detail::concat(total_wrong, " wrong elements (zshard's and raw MPI's checks)"), 1, rank == 0);
   });
 }
