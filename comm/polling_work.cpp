@@ -55,8 +55,8 @@ void PollingWork::wait(Clock::time_point deadline) {
       mark_collectives_failed();
       fail(what_.empty() ? "collective" : what_, ": timed out, not complete after waiting ",
            seconds(now - begin), " s (issued ", seconds(now - started_),
-           " s ago); a rank of the group failed or did not issue the same collective (the wait is ",
-           option_name(Option::comm_timeout), ")");
+           " s ago); a rank of the group failed or did not issue the same collective (",
+           option_name(Option::comm_timeout), " sets the waits)");
     }
     // See PollPolicy. Measured on a 2-core machine (benchmarks/RESULTS.md): yielding from the first poll
     // made small all-reduces 20x slower than MPI_Wait under load; sleeping from the start stalls large

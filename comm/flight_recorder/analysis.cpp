@@ -287,10 +287,10 @@ std::optional<std::string> ended_verdict(const Job& job) {
   }
   if (!signalled.empty())
     return detail::concat(rank_list(signalled), " ended the job on a fatal signal (", signal,
-                          "); no rank waited on another");
+                          ") before any rank waited long on another");
   if (!aborted.empty())
-    return rank_list(aborted) + " ended the job on an error of its own (its line in the job's output says which); "
-                                "no rank waited on another";
+    return rank_list(aborted) + (aborted.size() == 1 ? " ended the job on an error of its own" : " ended the job on errors of their own") +
+           " (the job's output says which) before any rank waited long on another";
   return std::nullopt;
 }
 

@@ -8,6 +8,7 @@
 
 #include "comm/flight_recorder/recorder.h"
 #include "comm/mpi_communicator.h"
+#include "kernels/option_names.h"
 #include "kernels/cuda/runtime.h"
 
 namespace zshard::comm {
@@ -202,7 +203,8 @@ void NcclCommunicator::check_watchdog() {
       record_end(a.event->trace, trace::State::timed_out);
       abort_and_fail(a.what, detail::concat("timed out, still running ", seconds(now - a.deadline),
                                             " s past its deadline; a rank of the group failed or did not "
-                                            "issue the same collective"));
+                                            "issue the same collective (",
+                                            option_name(Option::comm_timeout), " sets the deadline)"));
     }
     ++i;
   }

@@ -10,7 +10,9 @@
 //              ctx.grads_ready(u);   // the last time anything adds into u's gradients this micro-step
 //
 // A unit may be gathered more than once (GPT-2's head reuses the embedding unit's wte), and its
-// gradients may be requested in several places before grads_ready.
+// gradients may be requested in several places before grads_ready. Every backward makes every unit with
+// trainable parameters ready once, one the micro-batch did not use too (its gradients then add nothing):
+// the engine refuses a backward that leaves one out, which would not train (LocalParams' events show it).
 //
 // Activation checkpointing (set_recompute(blocks)) changes what a model keeps between
 // forward and backward, never the protocol or the math: each block unit's forward runs again inside

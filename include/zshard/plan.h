@@ -64,10 +64,12 @@ struct ShardPlan {
 };
 
 // The plan of `options` on `world`. Collective over `world`, and its first collective: it sets the
-// world's timeout before issuing any, then learns the hosts (`node` groups, and the default on two or more
-// hosts) and makes this rank's device current (on cuda its GPU: local rank modulo the visible GPUs).
-// Throws UsageError naming the option on every rank alike for options that do not fit the world, the hosts
-// or the device (the test hook ZSHARD_TEST_STALL_SET_UP=RANK:MS holds rank RANK for MS ms first).
+// world's timeout before issuing any, agrees that every rank can run the device and backend, then learns
+// the hosts (`node` groups, and the default on two or more hosts) and makes this rank's device current (on
+// cuda its GPU: local rank modulo the visible GPUs). Throws UsageError naming the option on every rank
+// alike for options that do not fit the world or the hosts; a device or backend that some rank cannot run,
+// or a device that fails to start, as AgreedFailure on every rank (exit code 2 for the former, reported by
+// the first such rank). The test hook ZSHARD_TEST_STALL_SET_UP=RANK:MS holds rank RANK for MS ms first.
 ShardPlan resolve_plan(const PlanOptions& options, comm::Communicator& world);
 // The plan on `world_size` ranks by arithmetic alone, for a run that is not launched (the estimator,
 // zshard-mem): no hosts (`node` is refused), no device.

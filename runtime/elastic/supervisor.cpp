@@ -462,7 +462,11 @@ int Supervisor::run() {
                 << std::endl;
       return 1;
     }
+    const std::vector<Host> answered = hosts;
     hosts = hosts_for_flags(hosts, before);
+    std::vector<std::string> left_out;  // answering again, but not taken back (the flags cannot run there)
+    for (const Host& h : answered)
+      if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) left_out.push_back(h.name);
     for (const Host& h : hosts)
       if (std::find(before.begin(), before.end(), h) == before.end()) back.push_back(h.name);
     if (total_slots(hosts) < o_.min_ranks) {
@@ -500,6 +504,7 @@ int Supervisor::run() {
                        {"exit_status", outcome.status},
                        {"hosts_lost", lost},
                        {"hosts_back", back},
+                       {"hosts_left_out", left_out},
                        {"set_aside", set_aside.empty() ? json(nullptr) : json(set_aside)},
                        {"hosts", host_list_text(hosts)},
                        {"ranks", total_slots(hosts)},

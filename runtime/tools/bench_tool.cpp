@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -206,8 +207,15 @@ void print_table(const json& results, std::ostream& out) {
   for (const json& r : results) {
     const json& st = r["step_ms"];
     const std::string split = r["rank_batches"] == "auto" ? "/auto" : "";
+    // Unequal groups by their sizes ("3,1"); the states columns are group 0's.
+    std::vector<int> sizes = r.value("shard_group_sizes", std::vector<int>{});
+    std::string groups = std::to_string(r["shard_group"].get<int>());
+    if (std::adjacent_find(sizes.begin(), sizes.end(), std::not_equal_to<>()) != sizes.end()) {
+      groups.clear();
+      for (int g : sizes) groups += (groups.empty() ? "" : ",") + std::to_string(g);
+    }
     out << std::left << std::setw(11) << r["strategy"].get<std::string>() + split << std::right << std::setw(6)
-        << r["world"].get<int>() << std::setw(4) << r["shard_group"].get<int>() << std::setw(10)
+        << r["world"].get<int>() << std::setw(4) << groups << std::setw(10)
         << fixed(st["median"], 1) << std::setw(10) << fixed(st["p10"], 1) << std::setw(10) << fixed(st["p90"], 1)
         << std::setw(10) << fixed(r["tokens_per_s"], 0) << std::setw(9) << fixed(r["tflops"], 4) << std::setw(7)
         << (r["mfu"].is_null() ? std::string("-") : fixed(100 * r["mfu"].get<double>(), 1) + "%")

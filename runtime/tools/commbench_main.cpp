@@ -312,6 +312,7 @@ int main(int argc, char** argv) {
     }
     // Summed over the ranks, so every rank knows: one line, from rank 0, and exit 1 everywhere.
     if (total_wrong > 0)
-      throw AgreedFailure(detail::concat(total_wrong, " wrong elements (zshard's and raw MPI's checks)"), 1, rank == 0);
+      throw AgreedFailure(detail::concat(total_wrong, " wrong elements", mpi ? " (zshard's and raw MPI's checks)" : ""), 1,
+                          rank == 0);
   });
 }

@@ -33,13 +33,15 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
     Trainer& trainer = *fitted;
     const ShardPlan& plan = trainer.plan();
     const DataOptions& data = options.data;
-    // Hybrid's groups, which the hosts may have chosen; groups of one (a prime world on one host) shard
-    // nothing and cost gathers beside, which no user would pick knowingly.
+    // Hybrid's groups, which the hosts may have chosen; groups of one (the default on a prime world on one
+    // host) shard nothing and cost gathers beside, which no user would pick knowingly.
     std::string strategy(strategy_name(plan.kind));
-    if (plan.kind == StrategyKind::hybrid)
-      strategy += " (shard groups " + plan.groups.describe() +
-                  (plan.groups.count() == world.size() ? ": every rank holds the whole model; set --shard-group" : "") +
-                  ")";
+    if (plan.kind == StrategyKind::hybrid) {
+      const bool ones = plan.groups.count() == world.size(), defaulted = plan.shard_group.automatic() && world.size() > 1;
+      strategy += " (shard groups " + std::string(plan.groups.equal() ? "of " : "") + plan.groups.describe() +
+                  (ones ? ": every rank holds the whole model" : "") +
+                  (ones && defaulted ? ", no other size divides the world; --shard-group sets them" : "") + ")";
+    }
     if (rank == 0)
       std::cout << "zshard-train: " << strategy << " on " << world.size() << " rank(s), "
                 << device_name(plan.placement.device) << " (" << dtype_flag(plan.placement.param_dtype) << " params, "

@@ -111,8 +111,8 @@ std::string nearest_fit(const ShardPlan& plan, const Model& model, const BatchSh
   return "";
 }
 
-// The divisors of the global batch that can be a micro-batch (up to INT_MAX), in increasing order; those
-// above 10^7 only as the quotients of smaller ones (a bound on the search, never on what it suggests).
+// The divisors of the global batch that can be a micro-batch (up to INT_MAX), in increasing order, found
+// from those up to 10^7 and their quotients: a global batch of over 10^14 sequences may lose some.
 std::vector<int64_t> micro_batches(int64_t global) {
   std::vector<int64_t> found;
   for (int64_t d = 1; d * d <= global && d <= 10'000'000; ++d) {
@@ -134,6 +134,7 @@ std::string more_ranks(const ShardPlan& plan, const Model& model, const BatchSha
   for (int ranks = plan.world_size() * 2; ranks <= (1 << 16); ranks *= 2) {
     const auto batch = std::lower_bound(batches.begin(), batches.end(), int64_t(ranks));
     if (batch == batches.end()) break;  // fewer sequences than ranks
+    if (global / *batch > std::numeric_limits<int>::max()) continue;
     EstimateInput in = estimate_input(plan_as(plan, StrategyKind::zero3, ranks), model, shape, int((*batch + ranks - 1) / ranks));
     in.grad_accum = int(global / *batch);
     if (!fits(in, budget)) continue;

@@ -120,8 +120,9 @@ expect_ok "batch 2: relaunched on a's 2 ranks" env MARK="$WORK/mark1" UP=b "$RUN
   "$TRAIN" --batch 2 --seq 32 --steps 5 --save-every 2 --save-mode sync --save-dir "$D"
 expect_true "... saying why b is not taken back" grep -q \
   "^zshard-run: b answering again, not taken back: on 3 ranks --batch 2 is smaller than the world size 3" "$WORK/err"
-expect_true "... and the restart took no host back" eval \
-  '[ "$(field hosts_back <"$D/zshard-run/restarts.jsonl")" = "[]" ] && grep -q "^zshard-run: attempt 2 on a:2 " "$WORK/err"'
+expect_true "... and the restart took no host back, and recorded it left out" eval \
+  '[ "$(field hosts_back <"$D/zshard-run/restarts.jsonl")" = "[]" ] && grep -q "^zshard-run: attempt 2 on a:2 " "$WORK/err" &&
+   [ "$(field hosts_left_out <"$D/zshard-run/restarts.jsonl")" = "[\"b\"]" ]'
 rm -f "$WORK/up-b"
 expect_ok "hybrid --shard-group 2: relaunched on a's 4 ranks, not 5" env MARK="$WORK/mark2" UP=b "$RUN" \
   --hosts a:4,b:1 "${FAKE[@]}" -- "$TRAIN" --strategy hybrid --shard-group 2 --batch 20 --seq 32 --steps 5 \

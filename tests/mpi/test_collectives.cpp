@@ -278,8 +278,7 @@ TEST(Communicator, RejectsBadRootAndColor) {
 // then matched and completes; a collective that peers never join could not be cleaned up in MPI (no
 // cancel), which is why the never-completes case is tested with a fake Work in the unit tests.
 // An agreement reached inside another's set-up holds on every rank as it stands: the outer one passes it on
-// with its code, and the failing rank alone reports. (Before the deadline test below, which marks this
-// process's collectives failed.)
+// with its code, and the failing rank alone reports.
 TEST(Agreement, AnAgreedFailureInsideAnotherPassesThrough) {
   auto& w = world();
   const int failing = w.size() - 1;

@@ -168,11 +168,12 @@ TEST(TraceAnalysis, ARunningJobHasNoStall) {
 TEST(TraceAnalysis, NamesTheRankThatEndedTheJob) {
   std::vector<RankTrace> dumps;
   for (int r = 0; r < 3; ++r) dumps.push_back(dump(r, 3, completed(6), {}, r == 1 ? Reason::abort : Reason::terminated));
-  EXPECT_EQ(analyse_traces(dumps).verdict, "rank 1 ended the job on an error of its own (its line in the job's output "
-                                           "says which); no rank waited on another");
+  EXPECT_EQ(analyse_traces(dumps).verdict, "rank 1 ended the job on an error of its own (the job's output says which) "
+                                           "before any rank waited long on another");
   dumps[1].header.reason = uint8_t(Reason::fatal_signal);
   dumps[1].header.signal = 11;
-  EXPECT_EQ(analyse_traces(dumps).verdict, "rank 1 ended the job on a fatal signal (11); no rank waited on another");
+  EXPECT_EQ(analyse_traces(dumps).verdict, "rank 1 ended the job on a fatal signal (11) before any rank waited long on "
+                                           "another");
 }
 
 // Rank 2 stalls the job in #6; ranks 0 and 1 time out there, then wait longer in the collective check's
