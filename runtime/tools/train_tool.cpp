@@ -40,7 +40,7 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
       const bool ones = plan.groups.count() == world.size(), defaulted = plan.shard_group.automatic() && world.size() > 1;
       strategy += " (shard groups " + std::string(plan.groups.equal() ? "of " : "") + plan.groups.describe() +
                   (ones ? ": every rank holds the whole model" : "") +
-                  (ones && defaulted ? ", no other size divides the world; --shard-group sets them" : "") + ")";
+                  (ones && defaulted ? ", the default where no larger size makes two groups or more; --shard-group sets them" : "") + ")";
     }
     if (rank == 0)
       std::cout << "zshard-train: " << strategy << " on " << world.size() << " rank(s), "
