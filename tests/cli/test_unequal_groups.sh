@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Hybrid sharding over groups of unequal sizes on one host (--shard-group 4,2: a node of 4 beside a node
 # of 2): the single process's losses, each rank's model states as predicted for its own group, and
-# checkpoints that move between unequal groups and a plain strategy on another world, both ways.
+# checkpoints that move between unequal groups and a plain strategy on another world, both ways; the
+# banner names the groups, and says when the default ones (a prime world on one host) shard nothing.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 ARGS=(--steps 6 --batch 12 --seq 32 --log-every 1000)
@@ -20,6 +21,12 @@ for model in tiny llama-tiny; do
       grep -Eq "^model states per rank \(shard groups of $g\): .* ratio 1\.000$" "$WORK/out"
   done
 done
+expect_true "the banner names hybrid 4,2's groups" grep -q "^zshard-train: hybrid (shard groups 4,2) on 6 rank(s)" \
+  "$WORK/out"
+# On 3 ranks of one host the default groups are of one: the banner says they shard nothing.
+expect_ok "tiny: hybrid by default on 3 ranks" "${MPIRUN[@]}" -np 3 "$TRAIN" --steps 1 --batch 6 --seq 32 --strategy hybrid
+expect_true "... the banner says every rank holds the whole model" grep -q \
+  "^zshard-train: hybrid (shard groups of 1: every rank holds the whole model, the default where" "$WORK/out"
 # Three groups whose pieces nest unevenly (units padded to a multiple of 6), gradient accumulation and
 # clipping on.
 expect_ok "tiny: hybrid 3,2,1 np 6, grad-accum 2" "${NP6[@]}" "$TRAIN" --model tiny --steps 6 --batch 6 \
