@@ -250,6 +250,12 @@ json report_json(const json& results, const TrainOptions& options, const ModelCo
           {"grad_accum", data.grad_accum},
           {"rank_batch_max", (data.batch + world.size() - 1) / world.size()},
           {"max_inflight", options.plan.strategy.max_inflight},
+          // The modes that change memory, as given: each strategy takes those it can (strategy_options_for).
+          {"reshard_after_forward", options.plan.strategy.reshard_after_forward},
+          {"quantize_gathers", gather_quantization_name(options.plan.strategy.quantize_gathers)},
+          {"quantize_reductions", reduction_quantization_name(options.plan.strategy.quantize_reductions)},
+          {"secondary_shard", secondary_shard_text(options.plan.strategy.secondary_shard)},
+          {"freeze", options.model.freeze},
           {"offload", options.plan.placement.offload_optimizer ? "optimizer" : "none"},
           {"activation_checkpointing", recompute_flag(options.model.recompute)},
           {"attention", attention_flag(attention)},

@@ -126,6 +126,13 @@ bool check_against(const json& doc, const std::string& path) {
   if (attention != "fused" && attention != "blocks")
     throw UsageError(detail::concat("--check ", path, ": attention must be fused or blocks, got '", attention, "'"));
   model->set_attention(attention == "fused" ? AttentionKernel::fused : AttentionKernel::blocks);
+  // The memory modes the run was given; files written before they were recorded ran without them.
+  StrategyOptions modes;
+  modes.max_inflight = doc.at("max_inflight");
+  modes.reshard_after_forward = doc.value("reshard_after_forward", true);
+  modes.quantize_gathers = parse_gather_quantization(doc.value("quantize_gathers", "none"));
+  modes.quantize_reductions = parse_reduction_quantization(doc.value("quantize_reductions", "none"));
+  const std::vector<std::string> freeze = doc.value("freeze", std::vector<std::string>{});
   std::cout << "estimate vs zshard-bench (" << path << "): " << m.at("name").get<std::string>() << ", world "
             << doc.at("world") << ", rank batch " << doc.at("rank_batch_max") << "x" << doc.at("seq")
             << (mode == "blocks" ? ", activation checkpointing" : "") << ", attention " << attention << "\n"
@@ -136,16 +143,16 @@ bool check_against(const json& doc, const std::string& path) {
   for (const json& r : doc.at("results")) {
     EstimateInput e;
     e.model = model.get();
+    e.freeze = freeze;
     const StrategyKind kind = parse_strategy(r.at("strategy").get<std::string>());
     PlanOptions plan;
-    plan.strategy.kind = kind;
+    plan.strategy = strategy_options_for(kind, modes);
     // Every group's size (files written before they were recorded: groups of shard_group). With unequal
     // groups the model states are rank 0's group's, the peak the largest over the ranks.
     const std::vector<int> sizes = r.value("shard_group_sizes", std::vector<int>{});
     if (kind == StrategyKind::hybrid)
       plan.strategy.shard_group = sizes.size() > 1 ? ShardGroupRequest::list(sizes)
                                                    : ShardGroupRequest::equal(r.at("shard_group").get<int>());
-    if (params_sharded(kind)) plan.strategy.max_inflight = doc.at("max_inflight");
     plan.placement.offload_optimizer = doc.value("offload", "none") == "optimizer";
     // The run's parameter dtype ("fp32" or "bf16") and device; files written before they were recorded ran
     // fp32 on the cpu.
@@ -154,6 +161,9 @@ bool check_against(const json& doc, const std::string& path) {
     plan.placement.param_dtype = param_dtype == "bf16" ? DType::bf16 : DType::f32;
     plan.placement.reduce_dtype = r.at("memory_report").value("reduce_dtype", "fp32") == "bf16" ? DType::bf16 : DType::f32;
     e.plan = plan_for_world(plan, r.at("world").get<int>());
+    // The secondary groups the run's hosts made (--secondary-shard host has none here).
+    const std::vector<int> secondary = r.at("memory_report").value("secondary_group_sizes", std::vector<int>{});
+    if (!secondary.empty()) e.plan.secondary_groups = ShardGroups(secondary);
     // A result's own (--rank-batches auto moves it); files written before it was recorded have the run's.
     e.rank_batch = r.value("rank_batch_max", doc.at("rank_batch_max").get<int>());
     e.seq = doc.at("seq");

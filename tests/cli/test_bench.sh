@@ -77,6 +77,12 @@ for r in d['results']:
     assert ms['measured'] == ms['theory'], (r['strategy'], ms)
 "
 check "mem vs bench np 4" "$BIN/zshard-mem" --check "$WORK/bench4.json"
+# The memory modes reach the check: frozen layers and whole units kept after forward (which it estimated as
+# a plain run, 3.4 and 0.74 of the measured peaks), and int8 gathers.
+check "bench np 4 with memory modes" timeout 300 "${MPIRUN[@]}" -np 4 "$BIN/zshard-bench" --model tiny --layers 8 \
+  --batch 4 --seq 16 --warmup-steps 1 --steps 1 --strategies ddp,zero3,hybrid --freeze 'h.[0-3].*' \
+  --reshard-after-forward false --quantize-gathers int8 --json "$WORK/modes.json"
+check "mem vs bench with memory modes" "$BIN/zshard-mem" --check "$WORK/modes.json"
 # The auto split's checks take no strategy's flags (they refused --shard-group beside hybrid).
 check "bench np 4 auto hybrid --shard-group 2" timeout 120 "${MPIRUN[@]}" -np 4 "$BIN/zshard-bench" --model tiny \
   --strategies hybrid --shard-group 2 --rank-batches auto --rebalance-every 1 --warmup-steps 0 --steps 1
