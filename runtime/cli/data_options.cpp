@@ -46,6 +46,7 @@ void add_data_flags(CLI::App& app, DataOptions& o) {
            o.rank_batches_auto = false;
            for (const std::string& item : items) {
              if (item == "auto") {
+               if (o.rank_batches_auto) throw CLI::ValidationError("--rank-batches", "auto is given twice");
                o.rank_batches_auto = true;
                continue;
              }

@@ -6,6 +6,7 @@ source "$(dirname "$0")/checkpoint_lib.sh"
 
 expect_every_rank_fails "auto with sizes" 2 "--rank-batches auto takes no sizes beside it" -- \
   "${ARGS[@]}" --rank-batches auto,2
+expect_every_rank_fails "auto twice" 2 "--rank-batches: auto is given twice" -- "${ARGS[@]}" --rank-batches auto,auto
 expect_every_rank_fails "auto batch below world" 2 "--batch 1 is smaller than the world size 2" -- \
   --batch 1 --rank-batches auto
 expect_every_rank_fails "negative rebalance" 2 "--rebalance-every must be >= 0" -- \
