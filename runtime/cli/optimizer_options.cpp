@@ -32,8 +32,10 @@ void add_optimizer_flags(CLI::App& app, OptimizerOptions& o) {
   app.add_option("--steps", o.steps, "optimizer steps");
   app.add_option("--lr", o.lr, "peak learning rate");
   app.add_option("--warmup", o.warmup, "linear warmup steps");
-  app.add_option("--lr-schedule", o.lr_schedule, "constant or cosine (decays to --min-lr)");
-  app.add_option("--min-lr", o.min_lr, "final learning rate of the cosine schedule");
+  app.add_option("--lr-schedule", o.lr_schedule, "constant or cosine (decays toward --min-lr)");
+  app.add_option("--min-lr", o.min_lr,
+                 "where the cosine schedule ends: it would reach it at step --steps + 1, so the last step runs a "
+                 "little above it (llm.c's and nanoGPT's convention)");
   app.add_option("--wd", o.wd, "AdamW weight decay (matrices and embeddings only)");
   app.add_option("--beta1", o.beta1, "AdamW beta1");
   app.add_option("--beta2", o.beta2, "AdamW beta2");
