@@ -24,7 +24,6 @@
 #include "runtime/elastic/run_log.h"
 #include "runtime/process/child_process.h"
 #include "runtime/train/save_policy.h"
-#include "shard/plan_internals.h"
 #include "shard/checkpoint_format.h"
 #include "shard/memory/estimator.h"
 #include "shard/memory/fit_check.h"
@@ -48,6 +47,14 @@ std::string names_text(const std::vector<std::string>& names) {
   std::string text;
   for (const std::string& n : names) text += (text.empty() ? "" : ",") + n;
   return text.empty() ? "none" : text;
+}
+
+// The names of the hosts of `hosts` that `others` lacks, in order.
+std::vector<std::string> names_not_in(const std::vector<Host>& hosts, const std::vector<Host>& others) {
+  std::vector<std::string> names;
+  for (const Host& h : hosts)
+    if (std::find(others.begin(), others.end(), h) == others.end()) names.push_back(h.name);
+  return names;
 }
 
 // The value of --FLAG in `command` (its last occurrence), or nothing.
@@ -235,14 +242,13 @@ std::vector<Host> Supervisor::hosts_for_flags(std::vector<Host> hosts, const std
     }
     return "";
   };
-  std::vector<Host> kept, back;
-  for (const Host& h : hosts) (std::find(before.begin(), before.end(), h) != before.end() ? kept : back).push_back(h);
-  if (back.empty() || kept.empty()) return hosts;
+  std::vector<Host> kept;
+  for (const Host& h : hosts)
+    if (std::find(before.begin(), before.end(), h) != before.end()) kept.push_back(h);
+  if (kept.size() == hosts.size() || kept.empty()) return hosts;
   const std::string why = refusal(hosts);
   if (why.empty() || !refusal(kept).empty()) return hosts;  // the job's own line will say why
-  std::vector<std::string> names;
-  for (const Host& h : back) names.push_back(h.name);
-  std::cerr << "zshard-run: " << names_text(names) << " answering again, not taken back: on " << total_slots(hosts)
+  std::cerr << "zshard-run: " << names_text(names_not_in(hosts, before)) << " answering again, not taken back: on " << total_slots(hosts)
             << " ranks " << why << std::endl;
   return kept;
 }
@@ -387,9 +393,7 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
 
 int Supervisor::run() {
   std::vector<Host> hosts = answering();
-  std::vector<std::string> silent;
-  for (const Host& h : o_.hosts)
-    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) silent.push_back(h.name);
+  const std::vector<std::string> silent = names_not_in(o_.hosts, hosts);
   const std::string silent_text = names_text(silent) + " not answering (probe: " + probe_ + ")";
   if (total_slots(hosts) < o_.min_ranks || hosts.empty()) {
     std::cerr << "zshard-run: error: the hosts that answer (" << (hosts.empty() ? "none" : host_list_text(hosts))
@@ -451,9 +455,7 @@ int Supervisor::run() {
     const int last_step = log_.last_step();
     const std::vector<Host> before = hosts;
     hosts = answering();
-    std::vector<std::string> lost, back;
-    for (const Host& h : before)
-      if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) lost.push_back(h.name);
+    const std::vector<std::string> lost = names_not_in(before, hosts);
     const std::vector<std::string> tail(outcome.stderr_tail.begin(), outcome.stderr_tail.end());
     const std::string cause = failure_cause(tail, outcome.status);
     if (attempt > o_.max_restarts) {
@@ -464,11 +466,8 @@ int Supervisor::run() {
     }
     const std::vector<Host> answered = hosts;
     hosts = hosts_for_flags(hosts, before);
-    std::vector<std::string> left_out;  // answering again, but not taken back (the flags cannot run there)
-    for (const Host& h : answered)
-      if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) left_out.push_back(h.name);
-    for (const Host& h : hosts)
-      if (std::find(before.begin(), before.end(), h) == before.end()) back.push_back(h.name);
+    // Answering again, but not taken back (the flags cannot run there); and taken back.
+    const std::vector<std::string> left_out = names_not_in(answered, hosts), back = names_not_in(hosts, before);
     if (total_slots(hosts) < o_.min_ranks) {
       std::cerr << "zshard-run: error: the job failed (" << cause << "; hosts lost: " << names_text(lost)
                 << ") and the hosts that answer (" << (hosts.empty() ? "none" : host_list_text(hosts)) << ") hold "

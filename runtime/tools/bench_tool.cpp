@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -207,13 +206,10 @@ void print_table(const json& results, std::ostream& out) {
   for (const json& r : results) {
     const json& st = r["step_ms"];
     const std::string split = r["rank_batches"] == "auto" ? "/auto" : "";
-    // Unequal groups by their sizes ("3,1"); the states columns are group 0's.
-    std::vector<int> sizes = r.value("shard_group_sizes", std::vector<int>{});
-    std::string groups = std::to_string(r["shard_group"].get<int>());
-    if (std::adjacent_find(sizes.begin(), sizes.end(), std::not_equal_to<>()) != sizes.end()) {
-      groups.clear();
-      for (int g : sizes) groups += (groups.empty() ? "" : ",") + std::to_string(g);
-    }
+    // Unequal groups by their sizes ("3,1"; files written before they were recorded: shard_group); the
+    // states columns are group 0's.
+    const std::vector<int> sizes = r.value("shard_group_sizes", std::vector<int>{});
+    const std::string groups = sizes.empty() ? std::to_string(r["shard_group"].get<int>()) : ShardGroups(sizes).describe();
     out << std::left << std::setw(11) << r["strategy"].get<std::string>() + split << std::right << std::setw(6)
         << r["world"].get<int>() << std::setw(4) << groups << std::setw(10)
         << fixed(st["median"], 1) << std::setw(10) << fixed(st["p10"], 1) << std::setw(10) << fixed(st["p90"], 1)
