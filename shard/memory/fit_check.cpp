@@ -111,18 +111,10 @@ std::string nearest_fit(const ShardPlan& plan, const Model& model, const BatchSh
   return "";
 }
 
-// The divisors of the global batch that can be a micro-batch (up to INT_MAX), in increasing order, found
-// from those up to 10^7 and their quotients: a global batch of over 10^14 sequences may lose some.
+// The divisors of the global batch that can be a micro-batch (up to INT_MAX), in increasing order.
 std::vector<int64_t> micro_batches(int64_t global) {
-  std::vector<int64_t> found;
-  for (int64_t d = 1; d * d <= global && d <= 10'000'000; ++d) {
-    if (global % d != 0) continue;
-    found.push_back(d);
-    found.push_back(global / d);
-  }
+  std::vector<int64_t> found = divisors(global);
   std::erase_if(found, [](int64_t d) { return d > std::numeric_limits<int>::max(); });
-  std::sort(found.begin(), found.end());
-  found.erase(std::unique(found.begin(), found.end()), found.end());
   return found;
 }
 

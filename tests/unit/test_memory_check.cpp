@@ -5,6 +5,7 @@
 
 #include <zshard/model_registry.h>
 
+#include "shard/memory/divisors.h"
 #include "shard/memory/fit_check.h"
 #include "shard/memory/estimator.h"
 #include "tests/support/test_support.h"
@@ -33,6 +34,19 @@ int64_t estimate(const Case& c, StrategyKind kind, int rank_batch) {
 std::string check(const Case& c, int64_t budget) {
   const int rank_batch = c.shape.batch / c.world;
   return error_of([&] { check_memory_fits(c.resolved(), *c.model, c.shape, rank_batch, rank_batch, {budget, "test"}); });
+}
+
+// The suggestions cut the batch by its divisors: each once, in order, a square's root once, and a global
+// batch (--batch times --grad-accum) beyond an int's range.
+TEST(MemoryCheck, DivisorsInIncreasingOrder) {
+  EXPECT_EQ(divisors(12), (std::vector<int>{1, 2, 3, 4, 6, 12}));
+  EXPECT_EQ(divisors(36), (std::vector<int>{1, 2, 3, 4, 6, 9, 12, 18, 36}));
+  EXPECT_EQ(divisors(1), std::vector<int>{1});
+  EXPECT_EQ(divisors(2147483647), (std::vector<int>{1, 2147483647}));  // a prime: the loop ends at its root
+  const int64_t global = int64_t(1) << 40;
+  const std::vector<int64_t> d = divisors(global);
+  ASSERT_EQ(d.size(), 41u);
+  for (int i = 0; i <= 40; ++i) EXPECT_EQ(d[size_t(i)], int64_t(1) << i);
 }
 
 Case gpt2_case() {
