@@ -1,6 +1,11 @@
 #include "models/decoder.h"
 
+#include <algorithm>
+
 #include <zshard/ops.h>
+
+#include "kernels/causal_blocks.h"
+#include "kernels/cpu/ops.h"
 
 namespace zshard {
 
@@ -46,6 +51,50 @@ void DecoderBuffers::attention_backward(int s, Tensor& dqkv, const E* datty, int
   }
   dqkv.zero_();  // the blocks backward accumulates
   ops::attention_backward(device, dqkv.data<E>(), datty, in, slice<E>(att, s), B, T, C, NH);
+}
+
+namespace {
+
+// On the cpu in bf16: a linear layer's GEMMs (forward, input and weight gradients), or its adapted form's,
+// whose input-gradient scratch (N, R) lives through the adapter's GEMMs.
+int64_t cpu_bf16_linear_workspace(const LoraPlan& plan, int i, int N, bool fused) {
+  const LoraPlan::Layer& layer = plan.layers()[size_t(i)];
+  const int C = int(layer.in), OC = int(layer.out), R = plan.rank();
+  if (plan.adapter(i) < 0 && fused) return cpu::bf16_linear_epilogue_scratch_bytes(N, C, OC);
+  int64_t most = std::max({cpu::bf16_gemm_scratch_bytes(N, OC, C), cpu::bf16_gemm_scratch_bytes(N, C, OC),
+                           cpu::bf16_gemm_scratch_bytes(C, OC, N)});
+  if (plan.adapter(i) < 0) return most;
+  const int64_t hidden = int64_t(N) * R * int64_t(sizeof(bf16));
+  for (int64_t gemm : {cpu::bf16_gemm_scratch_bytes(N, R, OC), cpu::bf16_gemm_scratch_bytes(N, C, R),
+                       cpu::bf16_gemm_scratch_bytes(R, C, N), cpu::bf16_gemm_scratch_bytes(OC, R, N)})
+    most = std::max(most, hidden + gemm);
+  return most;
+}
+
+}  // namespace
+
+WorkspaceBytes decoder_workspace_bytes(const LoraPlan& linears, int B, int T, int C, int NH, int V, DType dtype,
+                                       Device device, AttentionKernel kernel, bool fused, bool deferred_head,
+                                       int64_t layer_ops) {
+  const int N = B * T;
+  const int64_t adapter_scratch = linears.enabled() ? int64_t(N) * linears.rank() * dtype_size(dtype) : 0;
+  if (device == Device::cuda) {
+    if (kernel != AttentionKernel::blocks) return {adapter_scratch, adapter_scratch};
+    const int chunk = causal_blocks::attention_backward_chunk(B, T, NH, dtype_size(dtype));
+    const int64_t blocks = std::max(adapter_scratch, int64_t(chunk) * NH * T * T * int64_t(dtype_size(dtype)));
+    return {blocks, blocks};
+  }
+  if (dtype != DType::bf16) return {adapter_scratch, adapter_scratch};
+  int64_t blocks = std::max(layer_ops, kernel == AttentionKernel::fused
+                                           ? cpu::bf16_fused_attention_backward_scratch_bytes(B, T, C)
+                                           : cpu::bf16_attention_backward_scratch_bytes(B, T, C, NH));
+  for (int i = 0; i < int(linears.layers().size()); ++i)
+    blocks = std::max(blocks, cpu_bf16_linear_workspace(linears, i, N, fused));
+  const int64_t head = std::max({cpu::bf16_gemm_scratch_bytes(N, V, C), cpu::bf16_gemm_scratch_bytes(N, C, V),
+                                 cpu::bf16_cross_entropy_scratch_bytes(N, V)});
+  const int64_t weight_grad = linears.enabled() ? 0 : cpu::bf16_gemm_scratch_bytes(V, C, N);
+  if (deferred_head) return {std::max(blocks, head), std::max(blocks, weight_grad)};
+  return {std::max({blocks, head, weight_grad}), blocks};
 }
 
 AttentionKernel decoder_attention(AttentionKernel kernel) {

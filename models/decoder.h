@@ -8,6 +8,7 @@
 #include <zshard/tensor.h>
 
 #include "models/lm_head.h"
+#include "models/lora.h"
 #include "models/model_support.h"
 
 namespace zshard {
@@ -76,6 +77,17 @@ int64_t decoder_activation_bytes(const Config& c, int B, int T, DType dtype, Rec
   Activations unused;
   return buffer_bytes(decoder_buffers(unused, c, B, T, dtype, mode, kernel, deferred_head));
 }
+
+// A decoder's workspace (Model::workspace_bytes), the most one op holds at once at batch (B, T): on the
+// cpu in bf16 the fp32 copies of its blocks' linear layers (`linears`, each a GEMM, or with `fused`
+// epilogues the fused op where no adapter is on it) and their adapters, of its attention by `kernel`, of
+// the model's other block ops (`layer_ops`, its MLP's activation), and of its head and cross-entropy over
+// V tokens; on any device an adapter's input-gradient scratch, and blocks attention's score gradients on
+// cuda. The blocks run in both phases, the head before any reduction but for a `deferred_head`'s weight
+// gradient, at the embedding's backward (none where LoRA freezes the head).
+WorkspaceBytes decoder_workspace_bytes(const LoraPlan& linears, int B, int T, int C, int NH, int V, DType dtype,
+                                       Device device, AttentionKernel kernel, bool fused, bool deferred_head,
+                                       int64_t layer_ops);
 
 // What a decoder's set_attention stores: fused or blocks, never automatic, which only choose_attention
 // can resolve (it needs a device and a dtype).

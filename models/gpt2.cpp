@@ -1,11 +1,13 @@
 #include "models/gpt2.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
 
 #include <zshard/error.h>
 
+#include "kernels/cpu/ops.h"
 #include "models/gpt2_layers.h"
 #include "models/model_support.h"
 
@@ -91,6 +93,16 @@ int64_t GPT2::activation_bytes(int B, int T, DType dtype) const {
   ZS_CHECK(B > 0 && T > 0, "GPT-2 activation_bytes: B and T must be positive, got B=", B, " T=", T);
   return decoder_activation_bytes<gpt2::Activations>(config_, B, T, dtype, recompute_, attention_,
                                                           defers_head_gradient(B, T));
+}
+
+WorkspaceBytes GPT2::workspace_bytes(int B, int T, DType dtype, Device device) const {
+  const bool fused = uses_fused_epilogues(fused_, device, dtype);
+  const bool through_gelu = fused && lora_.adapter(gpt2::kFcOut) < 0;  // as block_backward
+  const int64_t gelu = device == Device::cpu && dtype == DType::bf16 && !through_gelu
+                           ? cpu::bf16_gelu_backward_scratch_bytes(size_t(B) * T * 4 * config_.dim)
+                           : 0;
+  return decoder_workspace_bytes(lora_, B, T, config_.dim, config_.heads, config_.vocab, dtype, device, attention_,
+                                 fused, defers_head_gradient(B, T), gelu);
 }
 
 double GPT2::forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) {

@@ -50,6 +50,9 @@ class GPT2 final : public Model, public LoraModel {
   double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
   double forward(ParamContext& ctx, const Batch& batch) override;
   int64_t activation_bytes(int B, int T, DType dtype) const override;
+  // The decoder's (decoder_workspace_bytes), its layers' own op the GELU's backward where no fused c_proj
+  // takes it (on the cpu in bf16).
+  WorkspaceBytes workspace_bytes(int B, int T, DType dtype, Device device) const override;
   // Unit 0's, when the head's dwte is added at the head (defers_head_gradient is false).
   bool keeps_gradients_open(int B, int T) const override { return !defers_head_gradient(B, T); }
   void set_recompute(Recompute mode) override { recompute_ = mode; }

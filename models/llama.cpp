@@ -1,10 +1,12 @@
 #include "models/llama.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
 #include <zshard/error.h>
 
+#include "kernels/cpu/ops.h"
 #include "models/llama_layers.h"
 #include "models/model_support.h"
 
@@ -77,6 +79,18 @@ int64_t Llama::activation_bytes(int B, int T, DType dtype) const {
   ZS_CHECK(B > 0 && T > 0, "Llama activation_bytes: B and T must be positive, got B=", B, " T=", T);
   return decoder_activation_bytes<llama::Activations>(config_, B, T, dtype, recompute_, attention_,
                                                           defers_head_gradient(B, T));
+}
+
+WorkspaceBytes Llama::workspace_bytes(int B, int T, DType dtype, Device device) const {
+  const LlamaConfig& c = config_;
+  const int64_t layer_ops =
+      device == Device::cpu && dtype == DType::bf16
+          ? std::max(cpu::bf16_swiglu_backward_scratch_bytes(size_t(B) * T * c.ffn_dim),
+                     cpu::bf16_gqa_pack_backward_scratch_bytes(B, T, c.heads, c.kv_heads, c.head_dim()))
+          : 0;
+  // Its linear layers have no bias and no fused form (its fused ops are the norm's and the SwiGLU's).
+  return decoder_workspace_bytes(lora_, B, T, c.dim, c.heads, c.vocab, dtype, device, attention_, false,
+                                 defers_head_gradient(B, T), layer_ops);
 }
 
 double Llama::flops_per_token(int T) const {

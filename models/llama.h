@@ -46,6 +46,9 @@ class Llama final : public Model, public LoraModel {
   double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override;
   double forward(ParamContext& ctx, const Batch& batch) override;
   int64_t activation_bytes(int B, int T, DType dtype) const override;
+  // The decoder's (decoder_workspace_bytes), its layers' own ops the SwiGLU's backward and the grouped-query
+  // packing's (on the cpu in bf16).
+  WorkspaceBytes workspace_bytes(int B, int T, DType dtype, Device device) const override;
   // Unit 0's, when a tied head adds its weight gradient at the head (defers_head_gradient is false); an
   // untied head's is in the final unit, made ready first.
   bool keeps_gradients_open(int B, int T) const override {

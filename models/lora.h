@@ -80,7 +80,7 @@ class LoraPlan {
   int rank() const { return settings_.rank; }
   float scale() const { return float(settings_.alpha / settings_.rank); }  // PEFT's scaling, alpha / r
   ops::WeightLayout layout() const { return layout_; }
-  int num_layers() const { return int(layers_.size()); }
+  const std::vector<Layer>& layers() const { return layers_; }  // adapted or not
   // Index of layer i's lora_A.weight in the block unit (its lora_B.weight is the next), or -1: not adapted.
   int adapter(int layer) const { return adapter_.empty() ? -1 : adapter_[size_t(layer)]; }
 

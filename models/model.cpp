@@ -3,6 +3,7 @@
 #include <zshard/error.h>
 #include <zshard/ops.h>
 
+#include "kernels/cpu/ops.h"
 #include "kernels/option_names.h"
 
 namespace zshard {
@@ -27,6 +28,12 @@ void check_batch(std::string_view model, const Batch& batch, int vocab, int ctx)
 double Model::flops_per_token(int) const { return 6.0 * double(num_params(*this)); }
 
 bool Model::keeps_gradients_open(int, int) const { return true; }
+
+WorkspaceBytes Model::workspace_bytes(int B, int T, DType dtype, Device device) const {
+  if (device != Device::cpu || dtype != DType::bf16) return {};
+  const int64_t loss = cpu::bf16_cross_entropy_scratch_bytes(int64_t(B) * T, vocab_size());
+  return {loss, loss};
+}
 
 void Model::set_recompute(Recompute mode) {
   if (mode != Recompute::none)

@@ -98,6 +98,14 @@ enum class AttentionKernel { automatic, fused, blocks };
 // cpu, which rounds as cuda's default path does.
 enum class FusedEpilogues { automatic, on, off };
 
+// What one op of a step holds at once, by when it runs: before the step's first grads_ready (the forward,
+// a head's backward), when no gradient is being reduced, and after it, beside the reductions in flight.
+struct WorkspaceBytes {
+  int64_t before_reductions = 0;
+  int64_t during_reductions = 0;
+  int64_t most() const { return before_reductions > during_reductions ? before_reductions : during_reductions; }
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -113,6 +121,12 @@ class Model {
   // Bytes this model will allocate for activations at batch (B, T) in the recompute mode set: what
   // the memory estimator uses.
   virtual int64_t activation_bytes(int B, int T, DType dtype) const = 0;
+  // The most short-lived scratch (the memory report's `workspace`) one op of a forward_backward at batch
+  // (B, T) holds at once on `device` in `dtype`, in the modes set (WorkspaceBytes): what the memory
+  // estimator adds to the activations. On the cpu in bf16 each op computes on fp32 copies of its arrays, a
+  // block at a time (at most 64 MiB). The default counts the cross-entropy's copies there, in both phases,
+  // and nothing elsewhere: a model whose ops copy wider arrays (a wide MLP's) says so.
+  virtual WorkspaceBytes workspace_bytes(int B, int T, DType dtype, Device device) const;
   // Whether backward at batch (B, T) keeps a unit's gradients open while other units' backward runs:
   // its grads() before theirs and its grads_ready() after, as a tied head that adds its weight's gradient
   // at the start of backward does, the embedding adding the rest at the end. The memory estimator then

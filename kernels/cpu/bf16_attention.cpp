@@ -60,13 +60,27 @@ void attention_forward<bf16>(bf16* out, bf16* att, const bf16* qkv, int B, int T
   causal_blocks::attention_forward(grid_gemm, causal_softmax, out, att, qkv, B, Tn, C, NH);
 }
 
+namespace {
+size_t score_gradient_bytes(int B, int Tn, int NH) {
+  return size_t(causal_blocks::attention_backward_chunk(B, Tn, NH, sizeof(bf16))) * NH * Tn * Tn * sizeof(bf16);
+}
+}  // namespace
+
+// The score gradients beside the largest of a head's GEMMs, on the lower row block (causal_blocks.h's
+// cuts): its scores from (rows, hs) and (hs, T), or (rows, hs) from its scores and (T, hs).
+int64_t bf16_attention_backward_scratch_bytes(int B, int Tn, int C, int NH) {
+  if (B == 0 || Tn == 0) return 0;
+  const int hs = causal_blocks::attention_shape(Tn, C, NH).hs, rows = causal_blocks::cuts(Tn)[1].size();
+  return int64_t(score_gradient_bytes(B, Tn, NH)) +
+         std::max(bf16_gemm_scratch_bytes(rows, Tn, hs), bf16_gemm_scratch_bytes(rows, hs, Tn));
+}
+
 template <>
 void attention_backward<bf16>(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* att, int B, int Tn,
                               int C, int NH) {
   causal_blocks::attention_shape(Tn, C, NH);  // checks the heads before any allocation
   if (B == 0 || Tn == 0) return;
-  const int chunk = causal_blocks::attention_backward_chunk(B, Tn, NH, sizeof(bf16));
-  Buffer scratch(size_t(chunk) * NH * Tn * Tn * sizeof(bf16), Device::cpu, Category::workspace);
+  Buffer scratch(score_gradient_bytes(B, Tn, NH), Device::cpu, Category::workspace);
   causal_blocks::attention_backward(grid_gemm, softmax_backward, static_cast<bf16*>(scratch.data()), dqkv, dout,
                                     qkv, att, B, Tn, C, NH);
 }
@@ -81,11 +95,20 @@ void fused_attention_forward<bf16>(bf16* out, float* lse, const bf16* qkv, int B
   });
 }
 
+namespace {
+// A sequence's qkv (3 rows), dout, out and dqkv (3 rows), a row being its (T, C).
+size_t fused_backward_bytes(int Tn, int C) { return 8 * size_t(Tn) * C * sizeof(float); }
+}  // namespace
+
+int64_t bf16_fused_attention_backward_scratch_bytes(int B, int Tn, int C) {
+  return bf16_math::block_bytes(size_t(B), fused_backward_bytes(Tn, C));
+}
+
 template <>
 void fused_attention_backward<bf16>(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                                     int B, int Tn, int C, int NH) {
   const size_t row = size_t(Tn) * C, stats = size_t(NH) * Tn;  // as in the forward
-  in_blocks(size_t(B), 8 * row * sizeof(float), [&](size_t first, size_t count) {
+  in_blocks(size_t(B), fused_backward_bytes(Tn, C), [&](size_t first, size_t count) {
     const Fp32 qkv32(qkv + first * 3 * row, count * 3 * row), dout32(dout + first * row, count * row),
         out32(out + first * row, count * row), dqkv32(count * 3 * row);
     fused_attention_backward<float>(dqkv32.get(), dout32.get(), qkv32.get(), out32.get(), lse + first * stats,

@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include <zshard/dtype.h>
 #include <zshard/tensor.h>
@@ -14,12 +15,21 @@ namespace zshard::cpu::bf16_math {
 // op(first, count) over [0, items) in blocks whose fp32 copies, `bytes_per_item` an item, fit
 // kOpScratchBytes (kernels/cpu/ops.h): one block where all fit, at least one item a block, and blocks of
 // even size, so that none is a sliver of a few rows (for which sgemm may take another kernel).
+// block_items is their size.
+inline size_t block_items(size_t items, size_t bytes_per_item) {
+  if (items == 0) return 0;
+  const size_t most = std::max<size_t>(1, kOpScratchBytes / std::max<size_t>(bytes_per_item, 1));
+  const size_t blocks = (items + most - 1) / most;
+  return (items + blocks - 1) / blocks;
+}
 template <class Op>
 void in_blocks(size_t items, size_t bytes_per_item, Op&& op) {
-  if (items == 0) return;
-  const size_t most = std::max<size_t>(1, kOpScratchBytes / std::max<size_t>(bytes_per_item, 1));
-  const size_t blocks = (items + most - 1) / most, block = (items + blocks - 1) / blocks;
+  const size_t block = block_items(items, bytes_per_item);
   for (size_t first = 0; first < items; first += block) op(first, std::min(block, items - first));
+}
+// The fp32 copies such an op holds at once: its largest block's (what a model's workspace_bytes counts).
+inline int64_t block_bytes(size_t items, size_t bytes_per_item) {
+  return int64_t(block_items(items, bytes_per_item) * bytes_per_item);
 }
 
 // An fp32 copy of a bf16 array for the length of one op (Category::workspace). Made from a null pointer

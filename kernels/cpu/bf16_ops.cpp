@@ -185,13 +185,25 @@ void rope_backward<bf16>(bf16* dx, int B, int Tn, int NH, int HS, float theta) {
   });
 }
 
+namespace {
+// A sequence's dq, dk, dv and packed dqkv (3 q).
+size_t gqa_backward_bytes(int Tn, int NH, int NKV, int HS) {
+  const size_t q = size_t(Tn) * NH * HS, kv = size_t(Tn) * NKV * HS;
+  return (4 * q + 2 * kv) * sizeof(float);
+}
+}  // namespace
+
+int64_t bf16_gqa_pack_backward_scratch_bytes(int B, int Tn, int NH, int NKV, int HS) {
+  return bf16_math::block_bytes(size_t(B), gqa_backward_bytes(Tn, NH, NKV, HS));
+}
+
 template <>
 void gqa_pack_backward<bf16>(bf16* dq, bf16* dk, bf16* dv, const bf16* dqkv, int B, int Tn, int NH, int NKV,
                              int HS) {
   ZS_CHECK(NKV > 0 && NH % NKV == 0, "gqa_pack_backward: ", NH, " query heads do not share ", NKV,
            " kv heads evenly");
   const size_t q = size_t(Tn) * NH * HS, kv = size_t(Tn) * NKV * HS;  // a sequence's
-  in_blocks(size_t(B), (4 * q + 2 * kv) * sizeof(float), [&](size_t first, size_t count) {
+  in_blocks(size_t(B), gqa_backward_bytes(Tn, NH, NKV, HS), [&](size_t first, size_t count) {
     const Fp32 gq(dq + first * q, count * q), gk(dk + first * kv, count * kv), gv(dv + first * kv, count * kv),
         in(dqkv + first * 3 * q, count * 3 * q);
     gqa_pack_backward<float>(gq.get(), gk.get(), gv.get(), in.get(), int(count), Tn, NH, NKV, HS);
@@ -210,11 +222,19 @@ void swiglu_forward<bf16>(bf16* out, const bf16* gate, const bf16* up, size_t n)
   });
 }
 
+namespace {
+constexpr size_t kSwigluBackwardBytes = 5 * sizeof(float);  // dgate, dup, dout, gate and up
+constexpr size_t kGeluBackwardBytes = 3 * sizeof(float);    // dinp, inp and dout
+}  // namespace
+
+int64_t bf16_swiglu_backward_scratch_bytes(size_t n) { return bf16_math::block_bytes(n, kSwigluBackwardBytes); }
+int64_t bf16_gelu_backward_scratch_bytes(size_t n) { return bf16_math::block_bytes(n, kGeluBackwardBytes); }
+
 template <>
 void swiglu_backward<bf16>(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, size_t n,
                            InputGrad mode) {
   const bool set = mode == InputGrad::set;  // then the fp32 op does not read the gradients' old values
-  in_blocks(n, 5 * sizeof(float), [&](size_t first, size_t count) {
+  in_blocks(n, kSwigluBackwardBytes, [&](size_t first, size_t count) {
     const Fp32 dg = set ? Fp32(count) : Fp32(dgate + first, count), du = set ? Fp32(count) : Fp32(dup + first, count),
                d(dout + first, count), g(gate + first, count), u(up + first, count);
     swiglu_backward<float>(dg.get(), du.get(), d.get(), g.get(), u.get(), count, mode);
@@ -234,7 +254,7 @@ void gelu_forward<bf16>(bf16* out, const bf16* inp, size_t n) {
 
 template <>
 void gelu_backward<bf16>(bf16* dinp, const bf16* inp, const bf16* dout, size_t n) {
-  in_blocks(n, 3 * sizeof(float), [&](size_t first, size_t count) {
+  in_blocks(n, kGeluBackwardBytes, [&](size_t first, size_t count) {
     const Fp32 dx(dinp + first, count), x(inp + first, count), d(dout + first, count);
     gelu_backward<float>(dx.get(), x.get(), d.get(), count);
     dx.round_into(dinp + first);

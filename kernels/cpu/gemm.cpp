@@ -52,13 +52,14 @@ namespace {
 struct GemmTiles {
   int m, n, k;
 };
+// The fp32 copies of an A, a B and a C tile.
+size_t tile_bytes(const GemmTiles& t) {
+  return sizeof(float) * (size_t(t.m) * t.k + size_t(t.k) * t.n + size_t(t.m) * t.n);
+}
 GemmTiles gemm_tiles(int M, int N, int K) {
   constexpr int kSmallest = 256;  // below this sgemm loses its speed, and the copies are small anyway
   GemmTiles t{M, N, std::max(K, 1)};
-  const auto bytes = [&t] {
-    return sizeof(float) * (size_t(t.m) * t.k + size_t(t.k) * t.n + size_t(t.m) * t.n);
-  };
-  while (bytes() > kOpScratchBytes) {
+  while (tile_bytes(t) > kOpScratchBytes) {
     int& wider = t.m >= t.n ? t.m : t.n;
     int& halved = wider > kSmallest ? wider : t.k;
     if (halved <= kSmallest) break;
@@ -67,6 +68,10 @@ GemmTiles gemm_tiles(int M, int N, int K) {
   return t;
 }
 }  // namespace
+
+int64_t bf16_gemm_scratch_bytes(int M, int N, int K) {
+  return M == 0 || N == 0 ? 0 : int64_t(tile_bytes(gemm_tiles(M, N, K)));
+}
 
 // cuBLAS's bf16 GEMM with fp32 compute: the bf16 operands exactly, fp32 products and sums (a C tile sums
 // its depth tiles in fp32), C read and written in bf16, one rounding per element.

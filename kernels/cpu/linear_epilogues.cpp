@@ -68,12 +68,22 @@ class RoundedColumnSums {
 
 }  // namespace
 
-// The rows go in blocks whose fp32 copies fit kOpScratchBytes; the weight is copied once.
+// The rows go in blocks whose fp32 copies fit kOpScratchBytes; the weight is copied once, and kept through
+// the backward's weight gradient.
+namespace {
+size_t row_bytes(int C, int OC) { return size_t(C + OC) * sizeof(float); }
+}  // namespace
+
+int64_t bf16_linear_epilogue_scratch_bytes(int N, int C, int OC) {
+  const int64_t weight = int64_t(C) * OC * int64_t(sizeof(float));
+  return weight + std::max(bf16_math::block_bytes(size_t(N), row_bytes(C, OC)), bf16_gemm_scratch_bytes(C, OC, N));
+}
+
 template <>
 void linear_epilogue_forward<bf16>(bf16* out, bf16* pre, const bf16* inp, const bf16* weight, const bf16* bias, int N,
                                    int C, int OC) {
   const Fp32 w(weight, size_t(C) * OC);
-  in_blocks(size_t(N), size_t(C + OC) * sizeof(float), [&](size_t first, size_t rows) {
+  in_blocks(size_t(N), row_bytes(C, OC), [&](size_t first, size_t rows) {
     const size_t n = rows * OC, at = first * OC;
     const Fp32 x(inp + first * C, rows * C), acc(n);
     gemm<float>(false, false, int(rows), OC, C, 1.f, x.get(), C, w.get(), OC, 0.f, acc.get(), OC);
@@ -95,7 +105,7 @@ void linear_epilogue_backward<bf16>(bf16* dinp, bf16* dweight, bf16* dbias, bf16
   ZS_CHECK(dinp, "linear_epilogue_backward: dinp is required");
   const Fp32 w(weight, size_t(C) * OC);
   RoundedColumnSums pre_bias_grad(pre ? pre_dbias : nullptr, C), bias_grad(dbias, OC);
-  in_blocks(size_t(N), size_t(C + OC) * sizeof(float), [&](size_t first, size_t rows) {
+  in_blocks(size_t(N), row_bytes(C, OC), [&](size_t first, size_t rows) {
     const size_t at = first * C;
     const Fp32 d(dout + first * OC, rows * OC), g(rows * C);
     gemm<float>(false, true, int(rows), C, OC, 1.f, d.get(), OC, w.get(), OC, 0.f, g.get(), C);

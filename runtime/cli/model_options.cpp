@@ -178,19 +178,22 @@ void add_model_flags(CLI::App& app, ModelOptions& o) {
   add_recompute_flag(app, o.recompute);
   add_attention_flag(app, o.attention);
   add_freeze_flag(app, o.freeze);
+  add_fused_epilogues_flag(app, o.fused_epilogues);
+  add_choice<bool>(app, "--cuda-graphs", o.cuda_graphs, {{"on", true}, {"off", false}},
+                   "on or off: after one plain step, record a step as a CUDA graph and replay it, one launch a "
+                   "step instead of hundreds (cuda, one rank, no --offload; an evaluation or a load records "
+                   "anew). The same results");
+}
+
+void add_fused_epilogues_flag(CLI::App& app, FusedEpilogues& mode) {
   Choices<FusedEpilogues> fused;
-  for (FusedEpilogues m : {FusedEpilogues::automatic, FusedEpilogues::on, FusedEpilogues::off})
-    fused.emplace_back(std::string(fused_epilogues_flag(m)), m);
-  add_choice(app, "--fused-epilogues", o.fused_epilogues, fused,
+  for (FusedEpilogues m : kFusedEpilogueModes) fused.emplace_back(std::string(fused_epilogues_flag(m)), m);
+  add_choice(app, "--fused-epilogues", mode, fused,
              "auto, on or off: the linear layers' bias, GELU and bias gradient inside their GEMMs (cuBLASLt on "
              "cuda), the residual add inside the norm after it, activation gradients set rather than zeroed "
              "and added to. The same results in f32; in bf16 a fused layer rounds once where the separate ops "
              "round up to three times. auto: on, except in bf16 on the cpu (the reference of cuda's "
              "rounding)");
-  add_choice<bool>(app, "--cuda-graphs", o.cuda_graphs, {{"on", true}, {"off", false}},
-                   "on or off: after one plain step, record a step as a CUDA graph and replay it, one launch a "
-                   "step instead of hundreds (cuda, one rank, no --offload; an evaluation or a load records "
-                   "anew). The same results");
 }
 
 bool freezes_parameters(const ModelOptions& o) { return !o.freeze.empty() || o.overrides.count("lora_rank"); }

@@ -34,6 +34,8 @@ struct ModelOptions {
 std::string_view recompute_flag(Recompute mode);
 // How --fused-epilogues spells a mode: auto, on, off.
 std::string_view fused_epilogues_flag(FusedEpilogues mode);
+inline constexpr FusedEpilogues kFusedEpilogueModes[] = {FusedEpilogues::automatic, FusedEpilogues::on,
+                                                         FusedEpilogues::off};
 
 // --model (a registry name), --config KEY=VALUE,... and the shorthands --layers --dim --heads --vocab --ctx
 // --kv-heads --ffn-dim --rope-theta --tie-embeddings --lora-rank --lora-alpha --lora-targets.
@@ -46,6 +48,8 @@ std::string_view attention_flag(AttentionKernel kernel);
 void add_attention_flag(CLI::App& app, AttentionKernel& kernel);
 // --freeze PATTERN,...: the tools that train a model or size its memory.
 void add_freeze_flag(CLI::App& app, std::vector<std::string>& patterns);
+// --fused-epilogues auto|on|off: the tools that run a model or size its scratch.
+void add_fused_epilogues_flag(CLI::App& app, FusedEpilogues& mode);
 // All of the above with --init-from, --seed, --freeze and --fused-epilogues.
 void add_model_flags(CLI::App& app, ModelOptions& options);
 

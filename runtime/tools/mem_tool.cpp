@@ -70,6 +70,7 @@ struct MemOptions {
   int max_inflight = 2;
   Recompute recompute = Recompute::none;
   AttentionKernel attention = AttentionKernel::automatic;
+  FusedEpilogues fused_epilogues = FusedEpilogues::automatic;
   std::vector<std::string> freeze;
   bool offload_optimizer = false;
   bool async_saves = false;
@@ -126,6 +127,13 @@ bool check_against(const json& doc, const std::string& path) {
   if (attention != "fused" && attention != "blocks")
     throw UsageError(detail::concat("--check ", path, ": attention must be fused or blocks, got '", attention, "'"));
   model->set_attention(attention == "fused" ? AttentionKernel::fused : AttentionKernel::blocks);
+  // Files written before the fused ops were recorded ran them as auto chose.
+  const std::string fused = doc.value("fused_epilogues", "auto");
+  const auto fused_mode = std::find_if(std::begin(kFusedEpilogueModes), std::end(kFusedEpilogueModes),
+                                       [&](FusedEpilogues m) { return fused_epilogues_flag(m) == fused; });
+  if (fused_mode == std::end(kFusedEpilogueModes))
+    throw UsageError(detail::concat("--check ", path, ": fused_epilogues must be auto, on or off, got '", fused, "'"));
+  model->set_fused_epilogues(*fused_mode);
   // The memory modes the run was given; files written before they were recorded ran without them.
   StrategyOptions modes;
   modes.max_inflight = doc.at("max_inflight");
@@ -263,6 +271,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   add_reduce_dtype_flag(app, o.reduce_dtype);
   add_recompute_flag(app, o.recompute);
   add_attention_flag(app, o.attention);
+  add_fused_epilogues_flag(app, o.fused_epilogues);
   add_offload_flag(app, o.offload_optimizer);
   app.add_flag("--async-saves", o.async_saves,
                "count the host snapshot of periodic asynchronous saves (zshard-train --save-every with the "
@@ -289,7 +298,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
   // takes everything from its file.
   for (const char* model_only : {"--config", "--layers", "--dim", "--heads", "--vocab", "--ctx", "--kv-heads",
                                  "--ffn-dim", "--rope-theta", "--tie-embeddings", "--activation-checkpointing",
-                                 "--attention", "--lora-rank", "--lora-alpha", "--lora-targets", "--freeze",
+                                 "--attention", "--fused-epilogues", "--lora-rank", "--lora-alpha", "--lora-targets", "--freeze",
                                  "--reduce-dtype", "--reshard-after-forward", "--imports-weights"})
     app.get_option("--params")->excludes(app.get_option(model_only));
   for (CLI::Option* opt : app.get_options())
@@ -352,6 +361,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     } else {
       model = build_model(o.model, model_config(o.model, o.overrides));
       model->set_recompute(o.recompute);
+      model->set_fused_epilogues(o.fused_epilogues);
       choose_attention(*model, o.attention, plan.placement.device, plan.placement.param_dtype);
       if (o.seq > model->context_length())
         throw UsageError(detail::concat("--seq ", o.seq, " exceeds the model's context of ", model->context_length()));
@@ -388,8 +398,9 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
     json rows = json::array();
     // Frozen parameters (--freeze, LoRA's base) get a column of their own: a compute copy, nothing else.
     const bool frozen = base.model && count_params(*base.model, o.freeze).frozen > 0;
-    // The ops' scratch is counted where it is large: the cpu's bf16 ops copy their arrays to fp32.
-    const bool scratch = base.model && plan.placement.device == Device::cpu && plan.placement.param_dtype == DType::bf16;
+    // The ops' scratch gets a column where the model counts any (Model::workspace_bytes): the cpu's bf16
+    // ops copy their arrays to fp32, blocks attention keeps its score gradients, adapters theirs.
+    const bool scratch = std::any_of(table.begin(), table.end(), [](const Row& r) { return r.estimate.op_scratch > 0; });
     std::cout << "zshard-mem: " << (o.model.empty() ? "" : o.model + ", ") << "dtype " << o.dtype
               << (base.model ? ", global batch " + std::to_string(o.batch) + "x" + std::to_string(o.seq) : "")
               << " (per rank; GB = 1e9 bytes" << (o.device == Device::cpu ? "" : "; total: the GPU's, host apart")

@@ -10,7 +10,6 @@
 
 #include <zshard/error.h>
 
-#include "kernels/cpu/ops.h"
 #include "shard/checkpoint_format.h"
 #include "shard/chunk_blocks.h"
 #include "shard/flat_unit.h"
@@ -148,6 +147,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // Full gradients open at unit u's backward, a kept one aside. Which unit is kept is not known (it is
   // counted as the largest): beside one, any two others may be open.
   const int64_t open_bound = keeps_open ? sum_of_largest(units, 2) : accumulated_and_in_flight;
+  const int64_t first_in_backward = units.empty() ? 0 : units.back();
   const auto open_at = [&](size_t u) {
     const int64_t next = u + 1 < units.size() ? units[u + 1] : 0;
     return units[u] + (units[u] + next <= open_bound ? next : 0);
@@ -178,27 +178,29 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     // Forward's end holds every unit's share beside the gathers in flight (a tied head's, the largest).
     const int64_t forward_shares = std::accumulate(secondary_shares.begin(), secondary_shares.end(), int64_t{0});
     e.comm_buffers = kept * d.grad_bytes + std::max(forward_shares, backward - e.gathered_in_flight);
+    e.comm_before_reductions = kept * d.grad_bytes + std::max(forward_shares, first_in_backward * d.grad_bytes);
   } else if (g_sharded) {
     e.comm_buffers = (kept + accumulated_and_in_flight) * d.grad_bytes + in_flight_shards * scratch_bytes;
+    e.comm_before_reductions = (kept + first_in_backward) * d.grad_bytes;
   } else if (G > 1) {
     e.comm_buffers = sum_of_largest(units, 2) / G * scratch_bytes;
   }
   if (converts) e.comm_buffers += (G == 1 && !g_sharded ? padded_total : sum_of_largest(units, 2)) * reduce_bytes;
+  // A reduced shard of another dtype than the sharded gradients it is added to is converted first, beside
+  // the buffers of its reduction (shard/sharded_params.h's accumulate): one at a time.
+  if (g_sharded && reduce_bytes != d.grad_bytes) e.comm_buffers += L1 / G * d.grad_bytes;
   // Quantized reductions: a reduction in flight also holds its chunk records, those it sends and those it
   // receives, and two are in flight at most (a unit's, issued before the previous one's is finished).
   e.comm_buffers += sum_of_largest(reduction_records, 2);
+  // Before the step's first reduction only gradients are open, none of a reduction's buffers: under sharded
+  // gradients a kept one and the first unit of backward's (the last), beside forward's shares.
+  e.comm_before_reductions = std::min(e.comm_before_reductions, e.comm_buffers);
 
   const DType act = d.param_bytes == 2 ? DType::bf16 : DType::f32;
   e.activations = in.model->activation_bytes(std::max(1, in.rank_batch), in.seq, act);
-  if (device == Device::cpu && act == DType::bf16) {
-    const int64_t tokens = int64_t(std::max(1, in.rank_batch)) * in.seq;
-    // An op whose copies reach the bound holds the bound at most (its blocks even); the cross-entropy keeps
-    // every row's loss beside its block.
-    const int vocab = in.model->vocab_size();
-    const bool one_block = tokens * vocab * int64_t(sizeof(float)) <= int64_t(cpu::kOpScratchBytes);
-    e.op_scratch = one_block ? cpu::bf16_cross_entropy_scratch_bytes(tokens, vocab)
-                             : int64_t(cpu::kOpScratchBytes) + tokens * int64_t(sizeof(float));
-  }
+  const WorkspaceBytes workspace = in.model->workspace_bytes(std::max(1, in.rank_batch), in.seq, act, device);
+  e.op_scratch = workspace.most();
+  e.op_scratch_reducing = workspace.during_reductions;
   return e;
 }
 
@@ -206,8 +208,9 @@ int largest_rank_batch(EstimateInput in, int64_t device_bytes) {
   if (!in.model) return -1;
   // The estimate grows with the batch through activations, linearly: double, then bisect. It may also
   // step where a model starts keeping a gradient open (GPT-2 and a tied Llama from dim tokens on, when the
-  // scratch of their deferred head leaves the activations), so the batch returned always fits, and is the
-  // largest when one more sequence's activations outweigh that scratch.
+  // scratch of their deferred head leaves the activations), or dip where an op's copies reach their bound
+  // and split into other blocks, so the batch returned always fits, and is the largest when one more
+  // sequence's activations outweigh such a step.
   in.rank_batch = 1;
   if (estimate_memory(in).total() > device_bytes) return 0;
   int lo = 1, hi = 2;

@@ -5,11 +5,10 @@
 // activation_bytes in the recompute mode and attention set on it: blocks attention's (B, heads, T, T)
 // probabilities, or fused attention's (B, heads, T) statistics) or from a bare parameter count (model states
 // only: without units there is nothing to size the other terms from). Of the ops' short-lived scratch (the
-// report's `workspace`) it counts the cpu's bf16 ops' fp32 copies (op_scratch). Left out: blocks
-// attention's score gradients (up to 256 MiB, or one sequence's if that is more; fused attention has none),
-// cuDNN's and cuBLASLt's workspace (up to 32 MiB), the weight a cpu bf16 fused epilogue copies whole beside
-// its block, a few bytes per token, and what a save holds: rank 0 keeps every unit whole on the host, 4
-// bytes a parameter, until it has written them.
+// report's `workspace`) it counts what the model's workspace_bytes says one op holds at most (op_scratch):
+// the cpu's bf16 ops' fp32 copies, blocks attention's score gradients (up to 256 MiB, or one sequence's if
+// that is more). Left out: cuDNN's and cuBLASLt's workspace (up to 32 MiB), a few bytes per token, and what
+// a save holds: rank 0 keeps every unit whole on the host, 4 bytes a parameter, until it has written them.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -52,11 +51,14 @@ struct MemoryEstimate {
   int64_t gathered_in_flight = 0;  // full parameter units alive at once (zero3/hybrid)
   int64_t comm_buffers = 0;        // transient full-size gradients and reduce-scatter outputs
   int64_t activations = 0;
-  // On the cpu in bf16, the fp32 copies an op makes of its arrays, a block at a time: the cross-entropy's
-  // where its logits fit one block, else the bound of any op's block (kernels/cpu/ops.h's kOpScratchBytes)
-  // and the cross-entropy's losses. Where the vocabulary is narrower than three times the MLP and all fits
-  // (the tiny test models), the MLP's backward copies more: 1.5 MiB against the 0.5 counted.
+  // The most one op holds at once (Model::workspace_bytes): on the cpu in bf16 the fp32 copies of the
+  // widest op's block (at most kernels/cpu/ops.h's kOpScratchBytes, the cross-entropy's losses beside).
+  // The step's total adds it where it falls: an op before the step's first reduction (the forward, a head)
+  // beside the gradients open by then (comm_before_reductions: a kept one and the unit being accumulated,
+  // under sharded gradients), and one after it (op_scratch_reducing) beside every communication buffer.
   int64_t op_scratch = 0;
+  int64_t op_scratch_reducing = 0;
+  int64_t comm_before_reductions = 0;
   // Asynchronous saves: the fp32 master and Adam m and v a rank of the first shard group copies into host
   // memory (page-locked on a GPU) for its writer, at most: state already in host memory is copied only
   // where training overtakes the writer. The other groups' ranks write nothing.
@@ -71,8 +73,8 @@ struct MemoryEstimate {
   // The peak of a training step (on the cpu, host bytes included): what a benchmark measures, its peaks
   // reset after set-up.
   int64_t step_total() const {
-    return model_states.total() + checkpoint_snapshot - host_apart() + gathered_in_flight + comm_buffers + activations +
-           op_scratch;
+    return model_states.total() + checkpoint_snapshot - host_apart() + gathered_in_flight + activations +
+           std::max(comm_before_reductions + op_scratch, comm_buffers + op_scratch_reducing);
   }
   // The device's peak over a run, set-up's included: what budgets are checked against.
   int64_t total() const { return std::max(step_total(), set_up); }

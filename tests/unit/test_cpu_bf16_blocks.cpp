@@ -81,6 +81,7 @@ TEST(CpuBf16Blocks, GemmTilesOfCGiveTheSameSumsAndDepthTilesAlmost) {
             [&] { gemm<bf16>(ta, tb, s.M, s.N, s.K, 0.5f, A.data(), lda, B.data(), ldb, s.beta, C.data(), ldc); });
         EXPECT_GT(4 * (int64_t(s.M) * s.K + int64_t(s.K) * s.N + int64_t(s.M) * s.N), kBound);  // more than one tile
         EXPECT_LE(peak, kBound);
+        EXPECT_EQ(peak, bf16_gemm_scratch_bytes(s.M, s.N, s.K));  // what a model's workspace_bytes counts
         double squares = 0;
         for (float w : want) squares += double(w) * w;
         const double typical = std::sqrt(squares / double(want.size()));
@@ -179,7 +180,9 @@ TEST(CpuBf16Blocks, ElementwiseOpsInBlocks) {
   std::vector<bf16> dx = random_bf16(n, 15);
   std::vector<float> dx32 = test::widen(dx);
   gelu_backward<float>(dx32.data(), test::widen(x).data(), test::widen(d).data(), n);
-  EXPECT_LE(workspace_peak_of([&] { gelu_backward<bf16>(dx.data(), x.data(), d.data(), n); }), kBound);
+  const int64_t gelu_peak = workspace_peak_of([&] { gelu_backward<bf16>(dx.data(), x.data(), d.data(), n); });
+  EXPECT_LE(gelu_peak, kBound);
+  EXPECT_EQ(gelu_peak, bf16_gelu_backward_scratch_bytes(n));
   expect_same_bits(dx, test::convert<bf16>(dx32), "gelu dinp");
 
   swiglu_forward<float>(out32.data(), test::widen(x).data(), test::widen(y).data(), n);
@@ -190,10 +193,10 @@ TEST(CpuBf16Blocks, ElementwiseOpsInBlocks) {
     std::vector<float> dgate32 = test::widen(dgate), dup32 = test::widen(dup);
     swiglu_backward<float>(dgate32.data(), dup32.data(), test::widen(d).data(), test::widen(x).data(), test::widen(y).data(), n,
                            mode);
-    EXPECT_LE(workspace_peak_of([&] {
-                swiglu_backward<bf16>(dgate.data(), dup.data(), d.data(), x.data(), y.data(), n, mode);
-              }),
-              kBound);
+    const int64_t peak = workspace_peak_of(
+        [&] { swiglu_backward<bf16>(dgate.data(), dup.data(), d.data(), x.data(), y.data(), n, mode); });
+    EXPECT_LE(peak, kBound);
+    EXPECT_EQ(peak, bf16_swiglu_backward_scratch_bytes(n));
     expect_same_bits(dgate, test::convert<bf16>(dgate32), "swiglu dgate");
     expect_same_bits(dup, test::convert<bf16>(dup32), "swiglu dup");
   }
@@ -247,11 +250,11 @@ TEST(CpuBf16Blocks, SequenceOpsInBlocks) {
                                     lse.data(), B, Tn, C, NH);
     std::vector<bf16> dqkv(rows * 3 * C);
     EXPECT_GT(int64_t(rows) * 8 * C * 4, kBound);
-    EXPECT_LE(workspace_peak_of([&] {
-                fused_attention_backward<bf16>(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, Tn, C,
-                                               NH);
-              }),
-              kBound);
+    const int64_t peak = workspace_peak_of([&] {
+      fused_attention_backward<bf16>(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, Tn, C, NH);
+    });
+    EXPECT_LE(peak, kBound);
+    EXPECT_EQ(peak, bf16_fused_attention_backward_scratch_bytes(B, Tn, C));
     expect_same_bits(dqkv, test::convert<bf16>(dqkv32), "attention dqkv");
   }
 }
@@ -290,11 +293,12 @@ TEST(CpuBf16Blocks, LinearEpiloguesRowsInBlocks) {
   for (int c = 0; c < C; ++c) want_pre_dbias[c] = bf16(float(pre_dbias[c]) + float(bf16(pre_sums[c])));
   for (int c = 0; c < OC; ++c) want_dbias[c] = bf16(float(dbias[c]) + float(bf16(sums[c])));
   EXPECT_GT(int64_t(N) * (C + OC) * 4, kBound);
-  EXPECT_LE(workspace_peak_of([&] {
-              linear_epilogue_backward<bf16>(dinp.data(), nullptr, dbias.data(), pre_dbias.data(), d.data(), x.data(),
-                                             pre_in.data(), w.data(), N, C, OC);
-            }),
-            kBound + weight_copy);
+  const int64_t peak = workspace_peak_of([&] {
+    linear_epilogue_backward<bf16>(dinp.data(), nullptr, dbias.data(), pre_dbias.data(), d.data(), x.data(),
+                                   pre_in.data(), w.data(), N, C, OC);
+  });
+  EXPECT_LE(peak, kBound + weight_copy);
+  EXPECT_LE(peak, bf16_linear_epilogue_scratch_bytes(N, C, OC));  // which counts the weight gradient's GEMM too
   expect_same_bits(dinp, test::convert<bf16>(g), "dinp");
   expect_same_bits(pre_dbias, want_pre_dbias, "pre-activation's bias gradient");
   expect_same_bits(dbias, want_dbias, "bias gradient");
