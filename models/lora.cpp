@@ -207,6 +207,27 @@ void LoraPlan::check_peft_config(const nlohmann::json& config, const std::string
                                     gives, " (the adapters must be loaded as they were trained)"));
   };
   try {
+    // PEFT's settings that compute another model than plain LoRA's x A^T B^T alpha / r on every targeted
+    // layer: refused, as a differing alpha is, rather than loaded into the wrong math.
+    const auto unsupported = [&](const char* key, const char* what) {
+      throw UsageError(detail::concat("--init-from: ", path, " says ", key, " ",
+                                      config.at(key).dump(), " (", what, "); zshard's adapters are plain LoRA"));
+    };
+    const auto set = [&](const char* key) {
+      const auto it = config.find(key);
+      return it != config.end() && !it->is_null() && *it != false && !(it->is_structured() && it->empty());
+    };
+    if (const auto type = config.find("peft_type"); type != config.end() && *type != "LORA")
+      unsupported("peft_type", "another kind of adapter");
+    if (set("use_rslora")) unsupported("use_rslora", "scaled by alpha / sqrt(r)");
+    if (set("use_dora")) unsupported("use_dora", "weight-decomposed");
+    for (const char* key : {"rank_pattern", "alpha_pattern"})
+      if (set(key)) unsupported(key, "another rank or alpha on some layers");
+    for (const char* key : {"layers_to_transform", "layers_pattern"})
+      if (set(key)) unsupported(key, "adapters on some blocks only");
+    if (set("modules_to_save")) unsupported("modules_to_save", "whole modules trained beside the adapters");
+    if (const auto bias = config.find("bias"); bias != config.end() && *bias != "none")
+      unsupported("bias", "biases trained beside the adapters");
     if (const auto r = config.find("r"); r != config.end() && r->get<int64_t>() != settings_.rank)
       differ(Option::lora_rank, "r", r->dump(), std::to_string(settings_.rank));
     if (const auto alpha = config.find("lora_alpha"); alpha != config.end() && alpha->get<double>() != settings_.alpha)

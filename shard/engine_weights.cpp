@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include <zshard/engine.h>
+#include <zshard/error.h>
 
 #include "comm/agreed_failure.h"
 #include "shard/weights_file.h"
@@ -28,9 +29,12 @@ void Engine::import_weights(const std::string& path) {
       size_t in_file = 0;
       for (const ParamSpec& p : layout.spec().params)
         in_file += coverage == WeightsCoverage::everything || (coverage == WeightsCoverage::adapters) == is_adapter(p.name);
+      // A usage error (exit 2): the same file and flags fail the same way on a relaunch.
       if (in_file > 0 && in_file < layout.spec().params.size())
-        fail(path, ": holds some of unit ", layout.spec().name, "'s parameters and not others that share their ",
-             "buffer (a frozen adapter, or a trained base parameter, beside a file of the other kind)");
+        throw UsageError(detail::concat(path, ": holds some of unit ", layout.spec().name,
+                                        "'s parameters and not others that share their buffer (an adapter frozen "
+                                        "by --freeze beside a base file, or the other way round): start such a "
+                                        "run from the seed"));
       return in_file > 0;
     };
     const auto read = [&](const FlatLayout& layout) {

@@ -134,4 +134,14 @@ expect_every_rank_fails "--save's adapter_config.json over the loaded adapters' 
   -- "${ARGS[@]}" "${LORA[@]}" --steps 1 --init-from "$D/base.safetensors,$D/file-adapters.safetensors" \
   --save "$D/new-adapters.safetensors"
 expect_every_rank_fails "--lora-rank 0" 2 "--lora-rank must be at least 1" -- "${ARGS[@]}" --lora-rank 0 --steps 1
+expect_every_rank_fails "a frozen adapter beside a base file" 2 \
+  "error: .*base.safetensors: holds some of unit h.0's parameters and not others that share their buffer .*start such a run from the seed$" \
+  -- "${ARGS[@]}" "${LORA[@]}" --freeze '*lora_A*' --steps 1 --init-from "$D/base.safetensors"
+# PEFT's settings of another math than plain LoRA's are refused, not loaded into it.
+mkdir -p "$WORK/rslora"
+cp "$ADAPTERS" "$WORK/rslora/"
+sed 's/"r": 2,/"r": 2, "use_rslora": true,/' "$D/adapters/adapter_config.json" >"$WORK/rslora/adapter_config.json"
+expect_every_rank_fails "adapters trained with rsLoRA's scale" 2 \
+  "error: --init-from: .*rslora/adapter_config.json says use_rslora true \(scaled by alpha / sqrt\(r\)\); zshard's adapters are plain LoRA$" \
+  -- "${ARGS[@]}" "${LORA[@]}" --steps 1 --init-from "$D/base.safetensors,$WORK/rslora/adapter_model.safetensors"
 finish
