@@ -232,10 +232,16 @@ void LoraPlan::check_peft_config(const nlohmann::json& config, const std::string
       differ(Option::lora_rank, "r", r->dump(), std::to_string(settings_.rank));
     if (const auto alpha = config.find("lora_alpha"); alpha != config.end() && alpha->get<double>() != settings_.alpha)
       differ(Option::lora_alpha, "lora_alpha", alpha->dump(), nlohmann::json(settings_.alpha).dump());
-    // PEFT also takes a regular expression, or none: only a list of names can be compared.
+    // PEFT also takes a regular expression, or none: only a list of names can be compared, by the layers
+    // they name (q_proj and self_attn.q_proj name the same ones).
     if (const auto targets = config.find("target_modules"); targets != config.end() && targets->is_array()) {
       const std::vector<std::string> saved = targets->get<std::vector<std::string>>();
-      if (target_set(saved) != target_set(split_targets(settings_.targets))) {
+      std::vector<bool> named(layers_.size(), false);
+      for (size_t i = 0; i < layers_.size(); ++i)
+        for (const std::string& t : saved) named[i] = named[i] || names(t, layers_[i].name);
+      bool same = true;
+      for (size_t i = 0; i < layers_.size(); ++i) same = same && named[i] == (adapter(int(i)) >= 0);
+      if (!same) {
         std::string text;
         for (const std::string& t : saved) text += (text.empty() ? "" : ",") + t;
         differ(Option::lora_targets, "target_modules", text, settings_.targets);

@@ -54,13 +54,14 @@ bool is_adapter(std::string_view name) {
 
 WeightsCoverage weights_coverage(const SafetensorsFile& file, const std::vector<UnitSpec>& units) {
   bool any_adapter = false, all_adapters = true, any_base = false, all_base = true;
-  std::string first_missing;
+  std::string first_missing, first_missing_adapter;
   for (const UnitSpec& unit : units)
     for (const ParamSpec& p : unit.params) {
       const bool present = has_tensor(file, p.name), adapter = is_adapter(p.name);
       (adapter ? any_adapter : any_base) |= present;
       (adapter ? all_adapters : all_base) &= present;
       if (!present && first_missing.empty()) first_missing = p.name;
+      if (!present && adapter && first_missing_adapter.empty()) first_missing_adapter = p.name;
     }
   if (all_base && all_adapters) return WeightsCoverage::everything;
   if (all_base && !any_adapter) return WeightsCoverage::base;
@@ -71,6 +72,10 @@ WeightsCoverage weights_coverage(const SafetensorsFile& file, const std::vector<
       }))
     fail(file.path(), ": holds LoRA adapters (", names.front(), ", ...) of none of this model's layers: ",
          all_adapters ? "it has no adapters (trained with --lora-rank?)" : "trained on another model?");
+  // Adapters of some of the run's layers: the missing adapter is the one to name, not a base tensor.
+  if (any_adapter && !any_base)
+    fail(file.path(), ": holds LoRA adapters of some of this model's layers, not ", first_missing_adapter,
+         " (trained on other --lora-targets?)");
   resolve_name(file, first_missing);  // throws, naming the file and the parameter
   return WeightsCoverage::everything;
 }

@@ -5,6 +5,8 @@
 // file's checksum, then reads only the parameter tensors, never the Adam state.
 #include <iostream>
 
+#include <zshard/error.h>
+
 #include "runtime/cli/path_checks.h"
 #include "runtime/tools/tool_runner.h"
 #include "runtime/train/weights_export.h"
@@ -23,6 +25,10 @@ int main(int argc, char** argv) {
                  "the frozen weights the checkpoint was trained beside (the --init-from of its run), which "
                  "--merge-lora and a --freeze checkpoint need; default: the seed the checkpoint names");
   return run_local_tool("zshard-export", argc, argv, app, [&] {
+    // zshard-train's BASE,ADAPTERS has no place here: the checkpoint holds the adapters.
+    if (request.init_from.find(',') != std::string::npos)
+      throw UsageError(detail::concat("--init-from ", request.init_from, ": takes the base's weights file alone ",
+                                      "(the checkpoint holds the adapters; a path cannot hold a comma)"));
     check_output_path("output", request.output);
     check_not_input({"output", request.output}, {{"checkpoint", request.checkpoint}, {"--init-from", request.init_from}});
     for (const std::string& file : export_weights(request)) std::cout << "zshard-export: wrote " << file << "\n";

@@ -88,9 +88,9 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
                                             data.seq, data.grad_accum > 1 ? " x grad-accum " + std::to_string(data.grad_accum) : ""));
     }
     // Before any rank allocates; the engine's import checks again, finding the same.
-    if (!options_.model.init_from.empty()) check_init_from(options_.model.init_from, *model_);
-    if (!options_.model.init_adapters.empty()) check_init_adapters(options_.model.init_adapters, *model_);
+    check_init_base_and_adapters(options_.model.init_from, options_.model.init_adapters, *model_);
     if (world.rank() == 0) check_outputs(options_);
+    if (!options_.output.save.empty()) check_adapter_config_output("--save", options_.output.save, *model_);
     if (!options_.output.trace_dir.empty()) comm::check_trace_dir(options_.output.trace_dir);
   });
   agree_on_attention(world, *model_, attention);

@@ -39,6 +39,26 @@ std::string write_adapter_config(const std::string& weights_path, const LoraPlan
   return path;
 }
 
+}  // namespace
+
+void check_adapter_config_output(std::string_view flag, const std::string& weights_path, const Model& model) {
+  const LoraPlan* lora = adapters_of(model);
+  const std::string path = adapter_config_path(weights_path);
+  std::error_code ec;
+  if (!lora || !std::filesystem::exists(path, ec)) return;
+  // Replacing DIR/adapter_model.safetensors replaces the adapters the config describes: it may change.
+  if (std::filesystem::path(weights_path).filename() == "adapter_model.safetensors") return;
+  try {
+    lora->check_peft_config(read_json_file(flag, path), path);
+  } catch (const UsageError&) {
+    refuse(flag, "'s adapter_config.json ", path, " describes other adapters (those of the directory's ",
+           "adapter_model.safetensors?): refusing to overwrite it; save into another directory, or as ",
+           "adapter_model.safetensors to replace them");
+  }
+}
+
+namespace {
+
 // The model a checkpoint was trained on, from its manifest.
 std::unique_ptr<Model> saved_model_of(const std::string& dir, const Manifest& manifest) {
   std::string name;
@@ -111,11 +131,16 @@ WeightsCoverage check_init_from(const std::string& path, const Model& model) {
   return coverage;
 }
 
-void check_init_adapters(const std::string& path, const Model& model) {
-  const WeightsCoverage coverage = check_init_from(path, model);
-  if (!adapters_of(model)) refuse("--init-from ", path, ": an adapter file (BASE,ADAPTERS) needs --lora-rank");
+void check_init_base_and_adapters(const std::string& base, const std::string& adapters, const Model& model) {
+  if (base.empty()) return;
+  const WeightsCoverage base_coverage = check_init_from(base, model);
+  if (adapters.empty()) return;
+  if (base_coverage == WeightsCoverage::adapters)
+    refuse("--init-from ", base, ": the first file of BASE,ADAPTERS holds LoRA adapters alone, not a base's weights");
+  const WeightsCoverage coverage = check_init_from(adapters, model);
+  if (!adapters_of(model)) refuse("--init-from ", adapters, ": an adapter file (BASE,ADAPTERS) needs --lora-rank");
   if (coverage != WeightsCoverage::adapters)
-    refuse("--init-from ", path, ": the second file of BASE,ADAPTERS holds base weights, not LoRA adapters alone");
+    refuse("--init-from ", adapters, ": the second file of BASE,ADAPTERS holds base weights, not LoRA adapters alone");
 }
 
 std::vector<std::string> save_weights(Engine& engine, const Model& model, comm::Communicator& world,
@@ -146,6 +171,7 @@ std::vector<std::string> export_weights(const ExportRequest& r) {
   const LoraPlan* lora = adapters_of(*model);
   if (r.merge_lora && !lora)
     refuse("--merge-lora: ", r.checkpoint, " holds a model without LoRA adapters: nothing to merge");
+  if (!r.merge_lora) check_adapter_config_output("output", r.output, *model);
 
   // What the checkpoint trained, and what --save would write: the adapters with LoRA, else every parameter.
   std::set<std::string> trained, saved;

@@ -20,8 +20,14 @@ namespace zshard {
 // adapter_config.json beside them, adapters of the run's rank, alpha and targets: UsageError naming the flag.
 // Returns which share of the model's parameters the file holds.
 WeightsCoverage check_init_from(const std::string& path, const Model& model);
-// The same for the ADAPTERS of --init-from BASE,ADAPTERS, which must be a file of the adapters alone.
-void check_init_adapters(const std::string& path, const Model& model);
+// --init-from BASE,ADAPTERS (`adapters` empty: BASE alone) as above: BASE must hold base weights (a file of
+// the adapters alone would leave the base at the seed), ADAPTERS the adapters alone.
+void check_init_base_and_adapters(const std::string& base, const std::string& adapters, const Model& model);
+
+// Before a run or an export writes LoRA adapters to `weights_path` (through `flag`): refuses to overwrite
+// an adapter_config.json beside it that describes other adapters, unless the file is the directory's
+// adapter_model.safetensors, which it replaces with them.
+void check_adapter_config_output(std::string_view flag, const std::string& weights_path, const Model& model);
 
 // --save: the final weights of `model`, trained by `engine`, as above. Returns the files written.
 // Collective.

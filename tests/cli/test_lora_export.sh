@@ -123,6 +123,16 @@ expect_every_rank_fails "adapters for a model without LoRA" 2 \
 expect_every_rank_fails "BASE,ADAPTERS whose ADAPTERS is a base file" 2 \
   "error: --init-from .*other.safetensors: the second file of BASE,ADAPTERS holds base weights, not LoRA adapters alone$" \
   -- "${ARGS[@]}" "${LORA[@]}" --steps 1 --init-from "$D/base.safetensors,$D/other.safetensors"
+expect_every_rank_fails "adapters of fewer layers than the run's targets" 2 \
+  "error: --init-from .*adapter_model.safetensors: holds LoRA adapters of some of this model's layers, not h.0.mlp.c_fc.lora_A.weight \(trained on other --lora-targets\?\)$" \
+  -- "${ARGS[@]}" --lora-rank 2 --lora-alpha 4 --lora-targets c_attn,c_proj,c_fc --steps 1 \
+  --init-from "$D/base.safetensors,$ADAPTERS"
+expect_every_rank_fails "BASE,ADAPTERS whose BASE is an adapter file" 2 \
+  "error: --init-from .*file-adapters.safetensors: the first file of BASE,ADAPTERS holds LoRA adapters alone, not a base's weights$" \
+  -- "${ARGS[@]}" "${LORA[@]}" --steps 1 --init-from "$D/file-adapters.safetensors,$D/file-adapters.safetensors"
+expect_failure "zshard-export --init-from BASE,ADAPTERS" 2 \
+  "^zshard-export: error: --init-from .*base.safetensors,.*: takes the base's weights file alone \(the checkpoint holds the adapters; a path cannot hold a comma\)$" \
+  -- "$EXPORT" "$WORK/plain/step-00000001" "$WORK/never.safetensors" --init-from "$D/base.safetensors,$ADAPTERS"
 expect_every_rank_fails "adapters loaded with another alpha than their adapter_config.json's" 2 \
   "error: --lora-alpha: .*tiny/adapter_config.json says lora_alpha 4.0, the run gives 8.0 \(the adapters must be loaded as they were trained\)$" \
   -- "${ARGS[@]}" --lora-rank 2 --lora-targets c_attn,c_proj --steps 1 --init-from "$D/base.safetensors,$D/file-adapters.safetensors"
@@ -137,6 +147,20 @@ expect_every_rank_fails "--lora-rank 0" 2 "--lora-rank must be at least 1" -- "$
 expect_every_rank_fails "a frozen adapter beside a base file" 2 \
   "error: .*base.safetensors: holds some of unit h.0's parameters and not others that share their buffer .*start such a run from the seed$" \
   -- "${ARGS[@]}" "${LORA[@]}" --freeze '*lora_A*' --steps 1 --init-from "$D/base.safetensors"
+# A directory's adapter_config.json describes its adapter_model.safetensors: another file of other adapters
+# saved beside it would relabel them.
+mkdir -p "$WORK/cfg"
+cp "$ADAPTERS" "$D/adapters/adapter_config.json" "$WORK/cfg/"
+expect_every_rank_fails "--save beside another adapter's adapter_config.json" 2 \
+  "error: --save's adapter_config.json .*cfg/adapter_config.json describes other adapters .*refusing to overwrite it; save into another directory, or as adapter_model.safetensors to replace them$" \
+  -- "${ARGS[@]}" --model tiny --lora-rank 2 --lora-alpha 99 --lora-targets c_attn,c_proj --steps 1 \
+  --save "$WORK/cfg/adapter_model3.safetensors"
+expect_true "the other adapter's adapter_config.json as it was" cmp "$D/adapters/adapter_config.json" "$WORK/cfg/adapter_config.json"
+expect_ok "--save beside an adapter_config.json of the same adapters" "$TRAIN" "${ARGS[@]}" "${LORA[@]}" --steps 1 \
+  --save "$WORK/cfg/adapter_model3.safetensors"
+expect_ok "--save replacing the directory's adapters" "$TRAIN" "${ARGS[@]}" --model tiny --lora-rank 2 \
+  --lora-alpha 99 --lora-targets c_attn,c_proj --steps 1 --save "$WORK/cfg/adapter_model.safetensors"
+expect_true "their adapter_config.json with them" grep -q '"lora_alpha": 99' "$WORK/cfg/adapter_config.json"
 # PEFT's settings of another math than plain LoRA's are refused, not loaded into it.
 mkdir -p "$WORK/rslora"
 cp "$ADAPTERS" "$WORK/rslora/"

@@ -276,5 +276,35 @@ TEST(LoraModel, BadSettingsAreRefusedNamingTheFlag) {
   EXPECT_EQ(build("tiny", {{"lora_rank", "four"}}), "--config: lora_rank of model 'tiny' is a number, got 'four'");
 }
 
+// PEFT's adapter_config.json beside loaded adapters: targets compared by the layers they name, whatever
+// their spelling or order; another rank, alpha or set of layers, and PEFT's settings of another math than
+// plain LoRA's, refused in one line naming the key.
+TEST(LoraModel, PeftConfigOfOtherAdaptersIsRefused) {
+  const Llama model(micro_llama(false, {2, 6, "q_proj,v_proj"}));
+  const LoraPlan& lora = model.lora_plan();
+  const auto error = [&](const nlohmann::json& config) {
+    return error_of([&] { lora.check_peft_config(config, "dir/adapter_config.json"); });
+  };
+  const nlohmann::json same = {{"peft_type", "LORA"}, {"r", 2}, {"lora_alpha", 6}, {"bias", "none"},
+                               {"target_modules", {"v_proj", "self_attn.q_proj", "q_proj"}},
+                               {"use_rslora", false}, {"rank_pattern", nlohmann::json::object()},
+                               {"layers_to_transform", nullptr}};
+  EXPECT_EQ(error(same), "(no error)");
+  nlohmann::json other = same;
+  other["target_modules"] = {"q_proj"};
+  EXPECT_THAT(error(other), HasSubstr("says target_modules q_proj, the run gives q_proj,v_proj"));
+  other = same;
+  other["r"] = 4;
+  EXPECT_THAT(error(other), HasSubstr("says r 4, the run gives 2"));
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"use_rslora", true}, {"use_dora", true}, {"alpha_pattern", {{"q_proj", 12}}},
+           {"layers_to_transform", {0}}, {"modules_to_save", {"lm_head"}}, {"bias", "all"}, {"peft_type", "IA3"}}) {
+    other = same;
+    other[key] = value;
+    EXPECT_THAT(error(other), HasSubstr("dir/adapter_config.json says " + key + " " + value.dump())) << key;
+    EXPECT_THAT(error(other), HasSubstr("zshard's adapters are plain LoRA")) << key;
+  }
+}
+
 }  // namespace
 }  // namespace zshard
