@@ -79,12 +79,12 @@ WorkspaceBytes decoder_workspace_bytes(const LoraPlan& linears, int B, int T, in
   const int N = B * T;
   const int64_t adapter_scratch = linears.enabled() ? int64_t(N) * linears.rank() * dtype_size(dtype) : 0;
   if (device == Device::cuda) {
-    if (kernel != AttentionKernel::blocks) return {adapter_scratch, adapter_scratch};
+    if (kernel != AttentionKernel::blocks) return {adapter_scratch, adapter_scratch, 0};
     const int chunk = causal_blocks::attention_backward_chunk(B, T, NH, dtype_size(dtype));
     const int64_t blocks = std::max(adapter_scratch, int64_t(chunk) * NH * T * T * int64_t(dtype_size(dtype)));
-    return {blocks, blocks};
+    return {blocks, blocks, 0};
   }
-  if (dtype != DType::bf16) return {adapter_scratch, adapter_scratch};
+  if (dtype != DType::bf16) return {adapter_scratch, adapter_scratch, 0};
   int64_t blocks = std::max(layer_ops, kernel == AttentionKernel::fused
                                            ? cpu::bf16_fused_attention_backward_scratch_bytes(B, T, C)
                                            : cpu::bf16_attention_backward_scratch_bytes(B, T, C, NH));
@@ -93,8 +93,8 @@ WorkspaceBytes decoder_workspace_bytes(const LoraPlan& linears, int B, int T, in
   const int64_t head = std::max({cpu::bf16_gemm_scratch_bytes(N, V, C), cpu::bf16_gemm_scratch_bytes(N, C, V),
                                  cpu::bf16_cross_entropy_scratch_bytes(N, V)});
   const int64_t weight_grad = linears.enabled() ? 0 : cpu::bf16_gemm_scratch_bytes(V, C, N);
-  if (deferred_head) return {std::max(blocks, head), std::max(blocks, weight_grad)};
-  return {std::max({blocks, head, weight_grad}), blocks};
+  if (deferred_head) return {std::max(blocks, head), blocks, weight_grad};
+  return {std::max({blocks, head, weight_grad}), blocks, 0};
 }
 
 AttentionKernel decoder_attention(AttentionKernel kernel) {

@@ -83,8 +83,8 @@ int64_t decoder_activation_bytes(const Config& c, int B, int T, DType dtype, Rec
 // epilogues the fused op where no adapter is on it) and their adapters, of its attention by `kernel`, of
 // the model's other block ops (`layer_ops`, its MLP's activation), and of its head and cross-entropy over
 // V tokens; on any device an adapter's input-gradient scratch, and blocks attention's score gradients on
-// cuda. The blocks run in both phases, the head before any reduction but for a `deferred_head`'s weight
-// gradient, at the embedding's backward (none where LoRA freezes the head).
+// cuda. The blocks run beside reductions, the head before any but for a `deferred_head`'s weight gradient,
+// at the embedding's backward (none where LoRA freezes the head): WorkspaceBytes' three phases.
 WorkspaceBytes decoder_workspace_bytes(const LoraPlan& linears, int B, int T, int C, int NH, int V, DType dtype,
                                        Device device, AttentionKernel kernel, bool fused, bool deferred_head,
                                        int64_t layer_ops);

@@ -32,7 +32,7 @@ bool Model::keeps_gradients_open(int, int) const { return true; }
 WorkspaceBytes Model::workspace_bytes(int B, int T, DType dtype, Device device) const {
   if (device != Device::cpu || dtype != DType::bf16) return {};
   const int64_t loss = cpu::bf16_cross_entropy_scratch_bytes(int64_t(B) * T, vocab_size());
-  return {loss, loss};
+  return {loss, loss, 0};
 }
 
 void Model::set_recompute(Recompute mode) {

@@ -99,11 +99,17 @@ enum class AttentionKernel { automatic, fused, blocks };
 enum class FusedEpilogues { automatic, on, off };
 
 // What one op of a step holds at once, by when it runs: before the step's first grads_ready (the forward,
-// a head's backward), when no gradient is being reduced, and after it, beside the reductions in flight.
+// a head's backward), when no gradient is being reduced; after it, beside the reductions in flight; and in
+// the backward of unit 0, made ready last (an embedding's), beside every other unit's reduction but not its
+// own, which follows.
 struct WorkspaceBytes {
   int64_t before_reductions = 0;
   int64_t during_reductions = 0;
-  int64_t most() const { return before_reductions > during_reductions ? before_reductions : during_reductions; }
+  int64_t last_unit = 0;
+  int64_t most() const {
+    const int64_t a = before_reductions > during_reductions ? before_reductions : during_reductions;
+    return a > last_unit ? a : last_unit;
+  }
 };
 
 class Model {

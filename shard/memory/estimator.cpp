@@ -195,12 +195,30 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // Before the step's first reduction only gradients are open, none of a reduction's buffers: under sharded
   // gradients a kept one and the first unit of backward's (the last), beside forward's shares.
   e.comm_before_reductions = std::min(e.comm_before_reductions, e.comm_buffers);
+  // The backward of the unit made ready last, unit 0 (an embedding's, and a deferred head's weight
+  // gradient), runs beside the other units' reductions, not its own, which follows it: unit 0's gradient
+  // open beside unit 1's in flight, and the buffers of the others' reductions.
+  const std::vector<int64_t> others(units.begin() + std::min<ptrdiff_t>(1, ptrdiff_t(units.size())), units.end());
+  int64_t last = 0;
+  if (g_sharded && !units.empty()) {
+    const int64_t open = open_at(0), shards = lands_apart && G > 1 ? sum_of_largest(others, 2) / G : 0;
+    const int64_t forward_shares = std::accumulate(secondary_shares.begin(), secondary_shares.end(), int64_t{0});
+    last = kept * d.grad_bytes + std::max(p_sharded ? forward_shares : 0, open * d.grad_bytes + shards * scratch_bytes);
+  } else if (G > 1) {
+    last = sum_of_largest(others, 2) / G * scratch_bytes;
+  }
+  if (converts)
+    last += (G == 1 && !g_sharded ? padded_total - (units.empty() ? 0 : units[0]) : sum_of_largest(others, 2)) *
+            reduce_bytes;
+  if (g_sharded && reduce_bytes != d.grad_bytes) last += sum_of_largest(others, 1) / G * d.grad_bytes;
+  e.comm_at_last_unit = std::min(last + sum_of_largest(reduction_records, 2), e.comm_buffers);
 
   const DType act = d.param_bytes == 2 ? DType::bf16 : DType::f32;
   e.activations = in.model->activation_bytes(std::max(1, in.rank_batch), in.seq, act);
   const WorkspaceBytes workspace = in.model->workspace_bytes(std::max(1, in.rank_batch), in.seq, act, device);
   e.op_scratch = workspace.most();
   e.op_scratch_reducing = workspace.during_reductions;
+  e.op_scratch_last_unit = workspace.last_unit;
   return e;
 }
 

@@ -55,10 +55,14 @@ struct MemoryEstimate {
   // widest op's block (at most kernels/cpu/ops.h's kOpScratchBytes, the cross-entropy's losses beside).
   // The step's total adds it where it falls: an op before the step's first reduction (the forward, a head)
   // beside the gradients open by then (comm_before_reductions: a kept one and the unit being accumulated,
-  // under sharded gradients), and one after it (op_scratch_reducing) beside every communication buffer.
+  // under sharded gradients), one in the backward of the unit made ready last (op_scratch_last_unit: an
+  // embedding's, a deferred head's) beside the other units' reductions (comm_at_last_unit), and the others
+  // (op_scratch_reducing) beside every communication buffer.
   int64_t op_scratch = 0;
   int64_t op_scratch_reducing = 0;
+  int64_t op_scratch_last_unit = 0;
   int64_t comm_before_reductions = 0;
+  int64_t comm_at_last_unit = 0;
   // Asynchronous saves: the fp32 master and Adam m and v a rank of the first shard group copies into host
   // memory (page-locked on a GPU) for its writer, at most: state already in host memory is copied only
   // where training overtakes the writer. The other groups' ranks write nothing.
@@ -74,7 +78,8 @@ struct MemoryEstimate {
   // reset after set-up.
   int64_t step_total() const {
     return model_states.total() + checkpoint_snapshot - host_apart() + gathered_in_flight + activations +
-           std::max(comm_before_reductions + op_scratch, comm_buffers + op_scratch_reducing);
+           std::max({comm_before_reductions + op_scratch, comm_buffers + op_scratch_reducing,
+                     comm_at_last_unit + op_scratch_last_unit});
   }
   // The device's peak over a run, set-up's included: what budgets are checked against.
   int64_t total() const { return std::max(step_total(), set_up); }

@@ -39,13 +39,17 @@ for s in zero2 zero3; do
 done
 
 # bf16 parameters reduced in fp32, zshard-train's default beside them: each reduction first converts its
-# unit's gradient into an fp32 buffer, which the estimate counts (without it, 67-82% of the peak). The head's
-# fp32 copies of its weight, before any reduction, are counted beside the gradients open by then only. 128
-# tokens per rank, as many as the channels: the tied head's weight gradient comes at the head, not deferred
-# to the embedding's backward (whose copies the estimate adds to the embedding's own reduction: 1.18-1.29).
-check "bench bf16 params, fp32 reduce" timeout 120 "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --model gpt2 --layers 1 \
-  --dim 128 --heads 4 --param-dtype bf16 --batch 4 --seq 64 --warmup-steps 1 --steps 2 --json "$WORK/bf16.json"
-check "mem vs bench bf16 params, fp32 reduce" "$BIN/zshard-mem" --check "$WORK/bf16.json"
+# unit's gradient into an fp32 buffer, which the estimate counts (without it, 67-82% of the peak). The
+# head's fp32 copies of its weight (a 64 MiB block) are counted where they run: at 2x64 per rank (as many
+# tokens as channels) before any reduction, beside the gradients open by then; at 2x16 its weight gradient
+# is deferred to the embedding's backward, beside the other units' reductions (summed with every
+# communication buffer: 1.18-1.29 of the measure).
+for seq in 16 64; do
+  check "bench bf16 params, fp32 reduce, seq $seq" timeout 120 "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --model gpt2 \
+    --layers 1 --dim 128 --heads 4 --param-dtype bf16 --batch 4 --seq $seq --warmup-steps 1 --steps 2 \
+    --json "$WORK/bf16.json"
+  check "mem vs bench bf16 params, fp32 reduce, seq $seq" "$BIN/zshard-mem" --check "$WORK/bf16.json"
+done
 
 # --rank-batches even,auto: both splits per strategy, the auto one after re-splits, with the ideal step.
 check "bench even,auto" timeout 120 "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --model tiny --strategies ddp \
