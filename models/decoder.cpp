@@ -1,6 +1,7 @@
 #include "models/decoder.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <zshard/ops.h>
 
@@ -64,6 +65,8 @@ int64_t cpu_bf16_linear_workspace(const LoraPlan& plan, int i, int N, bool fused
   int64_t most = std::max({cpu::bf16_gemm_scratch_bytes(N, OC, C), cpu::bf16_gemm_scratch_bytes(N, C, OC),
                            cpu::bf16_gemm_scratch_bytes(C, OC, N)});
   if (plan.adapter(i) < 0) return most;
+  // kernels/lora_linear.h: the forward's inp @ A^T and hidden @ B^T, then the backward's, beside dhidden.
+  most = std::max({most, cpu::bf16_gemm_scratch_bytes(N, R, C), cpu::bf16_gemm_scratch_bytes(N, OC, R)});
   const int64_t hidden = int64_t(N) * R * int64_t(sizeof(bf16));
   for (int64_t gemm : {cpu::bf16_gemm_scratch_bytes(N, R, OC), cpu::bf16_gemm_scratch_bytes(N, C, R),
                        cpu::bf16_gemm_scratch_bytes(R, C, N), cpu::bf16_gemm_scratch_bytes(OC, R, N)})
@@ -76,7 +79,9 @@ int64_t cpu_bf16_linear_workspace(const LoraPlan& plan, int i, int N, bool fused
 WorkspaceBytes decoder_workspace_bytes(const LoraPlan& linears, int B, int T, int C, int NH, int V, DType dtype,
                                        Device device, AttentionKernel kernel, bool fused, bool deferred_head,
                                        int64_t layer_ops) {
-  const int N = B * T;
+  // The ops take an int of tokens; a batch beyond it (the estimator's search may ask) is sized at the most,
+  // where every op's copies are at their bound.
+  const int N = int(std::min<int64_t>(int64_t(B) * T, std::numeric_limits<int>::max()));
   const int64_t adapter_scratch = linears.enabled() ? int64_t(N) * linears.rank() * dtype_size(dtype) : 0;
   if (device == Device::cuda) {
     if (kernel != AttentionKernel::blocks) return {adapter_scratch, adapter_scratch, 0};

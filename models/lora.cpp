@@ -213,9 +213,11 @@ void LoraPlan::check_peft_config(const nlohmann::json& config, const std::string
       throw UsageError(detail::concat("--init-from: ", path, " says ", key, " ",
                                       config.at(key).dump(), " (", what, "); zshard's adapters are plain LoRA"));
     };
+    // Absent, null, false or empty: PEFT's defaults.
     const auto set = [&](const char* key) {
       const auto it = config.find(key);
-      return it != config.end() && !it->is_null() && *it != false && !(it->is_structured() && it->empty());
+      if (it == config.end() || it->is_null()) return false;
+      return it->is_boolean() ? it->get<bool>() : !(it->is_structured() && it->empty());
     };
     if (const auto type = config.find("peft_type"); type != config.end() && *type != "LORA")
       unsupported("peft_type", "another kind of adapter");
@@ -223,10 +225,9 @@ void LoraPlan::check_peft_config(const nlohmann::json& config, const std::string
     if (set("use_dora")) unsupported("use_dora", "weight-decomposed");
     for (const char* key : {"rank_pattern", "alpha_pattern"})
       if (set(key)) unsupported(key, "another rank or alpha on some layers");
-    for (const char* key : {"layers_to_transform", "layers_pattern"})
-      if (set(key)) unsupported(key, "adapters on some blocks only");
+    if (set("layers_to_transform")) unsupported("layers_to_transform", "adapters on some blocks only");
     if (set("modules_to_save")) unsupported("modules_to_save", "whole modules trained beside the adapters");
-    if (const auto bias = config.find("bias"); bias != config.end() && *bias != "none")
+    if (const auto bias = config.find("bias"); bias != config.end() && !bias->is_null() && *bias != "none")
       unsupported("bias", "biases trained beside the adapters");
     if (const auto r = config.find("r"); r != config.end() && r->get<int64_t>() != settings_.rank)
       differ(Option::lora_rank, "r", r->dump(), std::to_string(settings_.rank));

@@ -130,8 +130,8 @@ class Model {
   // The most short-lived scratch (the memory report's `workspace`) one op of a forward_backward at batch
   // (B, T) holds at once on `device` in `dtype`, in the modes set (WorkspaceBytes): what the memory
   // estimator adds to the activations. On the cpu in bf16 each op computes on fp32 copies of its arrays, a
-  // block at a time (at most 64 MiB). The default counts the cross-entropy's copies there, in both phases,
-  // and nothing elsewhere: a model whose ops copy wider arrays (a wide MLP's) says so.
+  // block at a time (at most 64 MiB). The default counts the cross-entropy's copies there, before and during
+  // reductions, and nothing elsewhere: a model whose ops copy wider arrays (a wide MLP's) says so.
   virtual WorkspaceBytes workspace_bytes(int B, int T, DType dtype, Device device) const;
   // Whether backward at batch (B, T) keeps a unit's gradients open while other units' backward runs:
   // its grads() before theirs and its grads_ready() after, as a tied head that adds its weight's gradient

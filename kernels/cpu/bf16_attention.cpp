@@ -66,13 +66,17 @@ size_t score_gradient_bytes(int B, int Tn, int NH) {
 }
 }  // namespace
 
-// The score gradients beside the largest of a head's GEMMs, on the lower row block (causal_blocks.h's
-// cuts): its scores from (rows, hs) and (hs, T), or (rows, hs) from its scores and (T, hs).
+// The score gradients beside the largest of a head's GEMMs, each block of causal_blocks.h's plan (GEMM
+// tiles do not grow with the sizes everywhere: every shape is taken).
 int64_t bf16_attention_backward_scratch_bytes(int B, int Tn, int C, int NH) {
   if (B == 0 || Tn == 0) return 0;
-  const int hs = causal_blocks::attention_shape(Tn, C, NH).hs, rows = causal_blocks::cuts(Tn)[1].size();
-  return int64_t(score_gradient_bytes(B, Tn, NH)) +
-         std::max(bf16_gemm_scratch_bytes(rows, Tn, hs), bf16_gemm_scratch_bytes(rows, hs, Tn));
+  const int hs = causal_blocks::attention_shape(Tn, C, NH).hs;
+  int64_t gemm = 0;
+  for (causal_blocks::Span s : causal_blocks::cuts(Tn))
+    if (s.size() > 0)  // masked_outer's, lower_times's and lower_transposed_times's
+      gemm = std::max({gemm, bf16_gemm_scratch_bytes(s.size(), s.end, hs), bf16_gemm_scratch_bytes(s.size(), hs, s.end),
+                       bf16_gemm_scratch_bytes(s.size(), hs, Tn - s.begin)});
+  return int64_t(score_gradient_bytes(B, Tn, NH)) + gemm;
 }
 
 template <>

@@ -68,12 +68,12 @@ class RoundedColumnSums {
 
 }  // namespace
 
-// The rows go in blocks whose fp32 copies fit kOpScratchBytes; the weight is copied once, and kept through
-// the backward's weight gradient.
 namespace {
-size_t row_bytes(int C, int OC) { return size_t(C + OC) * sizeof(float); }
+size_t row_bytes(int C, int OC) { return size_t(C + OC) * sizeof(float); }  // a row's input and output
 }  // namespace
 
+// The rows go in blocks whose fp32 copies fit kOpScratchBytes; the weight is copied once, and kept through
+// the backward's weight gradient.
 int64_t bf16_linear_epilogue_scratch_bytes(int N, int C, int OC) {
   const int64_t weight = int64_t(C) * OC * int64_t(sizeof(float));
   return weight + std::max(bf16_math::block_bytes(size_t(N), row_bytes(C, OC)), bf16_gemm_scratch_bytes(C, OC, N));

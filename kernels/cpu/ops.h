@@ -160,9 +160,9 @@ int64_t bf16_cross_entropy_scratch_bytes(int64_t N, int V);
 // The copies the other bf16 ops that a model's largest arrays pass through hold at once, each defined
 // beside its op with the op's own blocks: what a model's workspace_bytes takes the largest of. The GEMM's
 // tiles (gemm's M, N, K); the SwiGLU's and GELU's backward over n elements; the grouped-query packing's
-// backward (gqa_pack_backward's sizes); a cpu bf16 fused linear
-// layer's (linear_epilogue_forward's and _backward's, N rows of C in and OC out); attention's backward over
-// B sequences of T tokens of C channels: blocks' score gradients (NH heads) and their GEMMs, or fused's.
+// backward (gqa_pack_backward's sizes); a fused linear layer's (linear_epilogue_forward's and _backward's,
+// N rows of C in and OC out); attention's backward over B sequences of T tokens of C channels: blocks'
+// score gradients (NH heads) and their GEMMs, or fused's.
 int64_t bf16_gemm_scratch_bytes(int M, int N, int K);
 int64_t bf16_swiglu_backward_scratch_bytes(size_t n);
 int64_t bf16_gqa_pack_backward_scratch_bytes(int B, int Tn, int NH, int NKV, int HS);

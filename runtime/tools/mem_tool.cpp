@@ -97,6 +97,11 @@ json to_json(const MemoryEstimate& e) {
           {"comm_buffer_bytes", e.comm_buffers},
           {"activation_bytes", e.activations},
           {"op_scratch_bytes", e.op_scratch},
+          // Where the scratch falls (MemoryEstimate::op_scratch): what step_bytes takes the largest of.
+          {"comm_before_reductions_bytes", e.comm_before_reductions},
+          {"comm_at_last_unit_bytes", e.comm_at_last_unit},
+          {"op_scratch_reducing_bytes", e.op_scratch_reducing},
+          {"op_scratch_last_unit_bytes", e.op_scratch_last_unit},
           {"checkpoint_snapshot_bytes", e.checkpoint_snapshot},
           {"set_up_bytes", e.set_up},
           {"step_bytes", e.step_total()},

@@ -48,8 +48,9 @@ void check_adapter_config_output(std::string_view flag, const std::string& weigh
   if (!lora || !std::filesystem::exists(path, ec)) return;
   // Replacing DIR/adapter_model.safetensors replaces the adapters the config describes: it may change.
   if (std::filesystem::path(weights_path).filename() == "adapter_model.safetensors") return;
+  const nlohmann::json config = read_json_file(flag, path);  // one that does not parse is named as such
   try {
-    lora->check_peft_config(read_json_file(flag, path), path);
+    lora->check_peft_config(config, path);
   } catch (const UsageError&) {
     refuse(flag, "'s adapter_config.json ", path, " describes other adapters (those of the directory's ",
            "adapter_model.safetensors?): refusing to overwrite it; save into another directory, or as ",

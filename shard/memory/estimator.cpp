@@ -178,7 +178,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     // Forward's end holds every unit's share beside the gathers in flight (a tied head's, the largest).
     const int64_t forward_shares = std::accumulate(secondary_shares.begin(), secondary_shares.end(), int64_t{0});
     e.comm_buffers = kept * d.grad_bytes + std::max(forward_shares, backward - e.gathered_in_flight);
-    e.comm_before_reductions = kept * d.grad_bytes + std::max(forward_shares, first_in_backward * d.grad_bytes);
+    e.comm_before_reductions = kept * d.grad_bytes + forward_shares + first_in_backward * d.grad_bytes;
   } else if (g_sharded) {
     e.comm_buffers = (kept + accumulated_and_in_flight) * d.grad_bytes + in_flight_shards * scratch_bytes;
     e.comm_before_reductions = (kept + first_in_backward) * d.grad_bytes;

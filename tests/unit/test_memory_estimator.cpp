@@ -192,6 +192,8 @@ TEST(MemoryEstimator, WorkspaceBytesIsTheMeasuredPeakOfTheCpuBf16Ops) {
       {"gpt2 tiny", gpt2(2, 64, 4, 256), fused, separate, 4, 64},
       {"gpt2 tiny, fused linear layers", gpt2(2, 64, 4, 256), fused, on, 4, 64},
       {"gpt2 16 heads, blocks attention", gpt2(1, 64, 16, 256), blocks, on, 2, 128},
+      {"gpt2 16 heads, blocks attention, odd T", gpt2(1, 64, 16, 256), blocks, on, 2, 127},
+      {"gpt2 tiny, its head's weight gradient deferred", gpt2(2, 64, 4, 256), fused, separate, 1, 32},
       {"gpt2 tiny, LoRA everywhere", gpt2(2, 64, 4, 256, all_gpt2), fused, on, 4, 64},
       {"gpt2 vocabulary", gpt2(1, 64, 4, 50257), fused, separate, 8, 64},
       {"llama-tiny", llama(192), fused, separate, 4, 64},
@@ -214,6 +216,21 @@ TEST(MemoryEstimator, WorkspaceBytesIsTheMeasuredPeakOfTheCpuBf16Ops) {
       model->forward_backward(ctx, data.batch(), 1.0f);
       EXPECT_EQ(cpu.stats().peak[workspace] - before, model->workspace_bytes(c.B, c.T, dtype, Device::cpu).most());
     }
+}
+
+// Where each op's copies fall: a tied head's weight gradient at the head, before any reduction, or deferred
+// to the embedding's backward (fewer tokens than channels), the unit made ready last.
+TEST(MemoryEstimator, WorkspaceBytesPlaceTheHeadsWeightGradient) {
+  GPT2 model(two_layer_gpt2());
+  model.set_attention(AttentionKernel::fused);
+  const int C = 768, V = model.vocab_size();
+  const WorkspaceBytes at_head = model.workspace_bytes(1, 1024, DType::bf16, Device::cpu);
+  EXPECT_EQ(at_head.last_unit, 0);
+  EXPECT_GE(at_head.before_reductions, cpu::bf16_gemm_scratch_bytes(V, C, 1024));
+  EXPECT_LT(at_head.during_reductions, cpu::bf16_gemm_scratch_bytes(V, C, 1024));  // the blocks' alone
+  const WorkspaceBytes deferred = model.workspace_bytes(1, 512, DType::bf16, Device::cpu);
+  EXPECT_EQ(deferred.last_unit, cpu::bf16_gemm_scratch_bytes(V, C, 512));
+  EXPECT_EQ(deferred.most(), std::max(deferred.before_reductions, deferred.last_unit));
 }
 
 // The estimate counts the model's workspace_bytes, here the gpt2 head's bound of a block where its logits
