@@ -109,6 +109,10 @@ inline int attention_backward_chunk(int B, int Tn, int NH, size_t element_size) 
   constexpr size_t kScoreScratchBudget = size_t(256) << 20;
   return batch_chunk(B, size_t(NH) * Tn * Tn * element_size, kScoreScratchBudget);
 }
+// That scratch's bytes: what the backward allocates, and what a model's workspace_bytes counts for it.
+inline size_t score_gradient_bytes(int B, int Tn, int NH, size_t element_size) {
+  return size_t(attention_backward_chunk(B, Tn, NH, element_size)) * NH * Tn * Tn * element_size;
+}
 
 // Causal attention forward: scores = scale * Q K^T into att (all but the upper-right quarter), then
 // softmax(att, rows, Tn) over its B * NH * Tn rows in place (the masked future set to 0), then out = P V.

@@ -85,8 +85,8 @@ WorkspaceBytes decoder_workspace_bytes(const LoraPlan& linears, int B, int T, in
   const int64_t adapter_scratch = linears.enabled() ? int64_t(N) * linears.rank() * dtype_size(dtype) : 0;
   if (device == Device::cuda) {
     if (kernel != AttentionKernel::blocks) return {adapter_scratch, adapter_scratch, 0};
-    const int chunk = causal_blocks::attention_backward_chunk(B, T, NH, dtype_size(dtype));
-    const int64_t blocks = std::max(adapter_scratch, int64_t(chunk) * NH * T * T * int64_t(dtype_size(dtype)));
+    const int64_t blocks =
+        std::max(adapter_scratch, int64_t(causal_blocks::score_gradient_bytes(B, T, NH, dtype_size(dtype))));
     return {blocks, blocks, 0};
   }
   if (dtype != DType::bf16) return {adapter_scratch, adapter_scratch, 0};

@@ -81,7 +81,8 @@ int64_t decoder_activation_bytes(const Config& c, int B, int T, DType dtype, Rec
 // A decoder's workspace (Model::workspace_bytes), the most one op holds at once at batch (B, T): on the
 // cpu in bf16 the fp32 copies of its blocks' linear layers (`linears`, each a GEMM, or with `fused`
 // epilogues the fused op where no adapter is on it) and their adapters, of its attention by `kernel`, of
-// the model's other block ops (`layer_ops`, its MLP's activation), and of its head and cross-entropy over
+// the model's other block ops (`layer_ops`, its MLP's activation: their cpu bf16 copies, counted on the
+// cpu in bf16 alone), and of its head and cross-entropy over
 // V tokens; on any device an adapter's input-gradient scratch, and blocks attention's score gradients on
 // cuda. The blocks run beside reductions, the head before any but for a `deferred_head`'s weight gradient,
 // at the embedding's backward (none where LoRA freezes the head): WorkspaceBytes' three phases.

@@ -98,9 +98,7 @@ int64_t GPT2::activation_bytes(int B, int T, DType dtype) const {
 WorkspaceBytes GPT2::workspace_bytes(int B, int T, DType dtype, Device device) const {
   const bool fused = uses_fused_epilogues(fused_, device, dtype);
   const bool through_gelu = fused && lora_.adapter(gpt2::kFcOut) < 0;  // as block_backward
-  const int64_t gelu = device == Device::cpu && dtype == DType::bf16 && !through_gelu
-                           ? cpu::bf16_gelu_backward_scratch_bytes(size_t(B) * T * 4 * config_.dim)
-                           : 0;
+  const int64_t gelu = through_gelu ? 0 : cpu::bf16_gelu_backward_scratch_bytes(size_t(B) * T * 4 * config_.dim);
   return decoder_workspace_bytes(lora_, B, T, config_.dim, config_.heads, config_.vocab, dtype, device, attention_,
                                  fused, defers_head_gradient(B, T), gelu);
 }

@@ -83,11 +83,8 @@ int64_t Llama::activation_bytes(int B, int T, DType dtype) const {
 
 WorkspaceBytes Llama::workspace_bytes(int B, int T, DType dtype, Device device) const {
   const LlamaConfig& c = config_;
-  const int64_t layer_ops =
-      device == Device::cpu && dtype == DType::bf16
-          ? std::max(cpu::bf16_swiglu_backward_scratch_bytes(size_t(B) * T * c.ffn_dim),
-                     cpu::bf16_gqa_pack_backward_scratch_bytes(B, T, c.heads, c.kv_heads, c.head_dim()))
-          : 0;
+  const int64_t layer_ops = std::max(cpu::bf16_swiglu_backward_scratch_bytes(size_t(B) * T * c.ffn_dim),
+                                     cpu::bf16_gqa_pack_backward_scratch_bytes(B, T, c.heads, c.kv_heads, c.head_dim()));
   // Its linear layers have no bias and no fused form (its fused ops are the norm's and the SwiGLU's).
   return decoder_workspace_bytes(lora_, B, T, c.dim, c.heads, c.vocab, dtype, device, attention_, false,
                                  defers_head_gradient(B, T), layer_ops);

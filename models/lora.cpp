@@ -47,6 +47,15 @@ bool names(const std::string& target, const std::string& layer) {
   return layer.size() > target.size() && layer.ends_with(target) && layer[layer.size() - target.size() - 1] == '.';
 }
 
+// The indices of the layers `targets` name.
+std::set<size_t> layers_named(const std::vector<std::string>& targets, const std::vector<LoraPlan::Layer>& layers) {
+  std::set<size_t> named;
+  for (const std::string& target : targets)
+    for (size_t i = 0; i < layers.size(); ++i)
+      if (names(target, layers[i].name)) named.insert(i);
+  return named;
+}
+
 // The targets that name a layer: every layer's last name, then its whole name (the layers' names have one
 // dot at most).
 std::string valid_targets(const std::vector<LoraPlan::Layer>& layers) {
@@ -113,21 +122,14 @@ LoraPlan::LoraPlan(const LoraSettings& settings, std::vector<Layer> layers, int 
                    const std::string& model)
     : settings_(settings), layers_(std::move(layers)), layout_(layout) {
   if (!settings_.enabled()) return;
-  std::set<size_t> adapted;
-  for (const std::string& target : split_targets(settings_.targets)) {
-    bool found = false;
-    for (size_t i = 0; i < layers_.size(); ++i)
-      if (names(target, layers_[i].name)) {
-        adapted.insert(i);
-        found = true;
-      }
-    if (!found)
+  const std::vector<std::string> targets = split_targets(settings_.targets);
+  for (const std::string& target : targets)
+    if (layers_named({target}, layers_).empty())
       throw UsageError(detail::concat(option_name(Option::lora_targets), ": ", model, " has no layer '", target,
                                       "' (valid: ", valid_targets(layers_), ")"));
-  }
   int next = block_params;
   adapter_.assign(layers_.size(), -1);
-  for (size_t i : adapted) {
+  for (size_t i : layers_named(targets, layers_)) {
     const Layer& layer = layers_[i];
     if (settings_.rank > std::min(layer.in, layer.out))
       throw UsageError(detail::concat(option_name(Option::lora_rank), " ", settings_.rank, " is larger than ", model,
@@ -237,12 +239,7 @@ void LoraPlan::check_peft_config(const nlohmann::json& config, const std::string
     // they name (q_proj and self_attn.q_proj name the same ones).
     if (const auto targets = config.find("target_modules"); targets != config.end() && targets->is_array()) {
       const std::vector<std::string> saved = targets->get<std::vector<std::string>>();
-      std::vector<bool> named(layers_.size(), false);
-      for (size_t i = 0; i < layers_.size(); ++i)
-        for (const std::string& t : saved) named[i] = named[i] || names(t, layers_[i].name);
-      bool same = true;
-      for (size_t i = 0; i < layers_.size(); ++i) same = same && named[i] == (adapter(int(i)) >= 0);
-      if (!same) {
+      if (layers_named(saved, layers_) != layers_named(split_targets(settings_.targets), layers_)) {
         std::string text;
         for (const std::string& t : saved) text += (text.empty() ? "" : ",") + t;
         differ(Option::lora_targets, "target_modules", text, settings_.targets);

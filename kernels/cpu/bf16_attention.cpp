@@ -60,12 +60,6 @@ void attention_forward<bf16>(bf16* out, bf16* att, const bf16* qkv, int B, int T
   causal_blocks::attention_forward(grid_gemm, causal_softmax, out, att, qkv, B, Tn, C, NH);
 }
 
-namespace {
-size_t score_gradient_bytes(int B, int Tn, int NH) {
-  return size_t(causal_blocks::attention_backward_chunk(B, Tn, NH, sizeof(bf16))) * NH * Tn * Tn * sizeof(bf16);
-}
-}  // namespace
-
 // The score gradients beside the largest of a head's GEMMs, each block of causal_blocks.h's plan (GEMM
 // tiles do not grow with the sizes everywhere: every shape is taken).
 int64_t bf16_attention_backward_scratch_bytes(int B, int Tn, int C, int NH) {
@@ -76,7 +70,7 @@ int64_t bf16_attention_backward_scratch_bytes(int B, int Tn, int C, int NH) {
     if (s.size() > 0)  // masked_outer's, lower_times's and lower_transposed_times's
       gemm = std::max({gemm, bf16_gemm_scratch_bytes(s.size(), s.end, hs), bf16_gemm_scratch_bytes(s.size(), hs, s.end),
                        bf16_gemm_scratch_bytes(s.size(), hs, Tn - s.begin)});
-  return int64_t(score_gradient_bytes(B, Tn, NH)) + gemm;
+  return int64_t(causal_blocks::score_gradient_bytes(B, Tn, NH, sizeof(bf16))) + gemm;
 }
 
 template <>
@@ -84,7 +78,7 @@ void attention_backward<bf16>(bf16* dqkv, const bf16* dout, const bf16* qkv, con
                               int C, int NH) {
   causal_blocks::attention_shape(Tn, C, NH);  // checks the heads before any allocation
   if (B == 0 || Tn == 0) return;
-  Buffer scratch(score_gradient_bytes(B, Tn, NH), Device::cpu, Category::workspace);
+  Buffer scratch(causal_blocks::score_gradient_bytes(B, Tn, NH, sizeof(bf16)), Device::cpu, Category::workspace);
   causal_blocks::attention_backward(grid_gemm, softmax_backward, static_cast<bf16*>(scratch.data()), dqkv, dout,
                                     qkv, att, B, Tn, C, NH);
 }

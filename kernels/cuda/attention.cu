@@ -109,8 +109,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
                         cudaStream_t stream) {
   causal_blocks::attention_shape(Tn, C, NH);  // checks the heads before any allocation
   if (B == 0 || Tn == 0) return;
-  const int chunk = attention_backward_chunk(B, Tn, NH, sizeof(T));
-  Buffer scratch = workspace(size_t(chunk) * NH * Tn * Tn * sizeof(T), stream);
+  Buffer scratch = workspace(causal_blocks::score_gradient_bytes(B, Tn, NH, sizeof(T)), stream);
   const auto softmax_backward = [stream](T* ds, const T* a, int rows, int len) {
     launch_packed<T>(rows_packable<T>(len, {ds, a}), [&](auto kN) {
       softmax_backward_kernel<T, kN><<<row_blocks(rows), kBlockSize, 0, stream>>>(ds, a, rows, len);

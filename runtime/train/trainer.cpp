@@ -89,8 +89,10 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     }
     // Before any rank allocates; the engine's import checks again, finding the same.
     check_init_base_and_adapters(options_.model.init_from, options_.model.init_adapters, *model_);
-    if (world.rank() == 0) check_outputs(options_);
-    if (!options_.output.save.empty()) check_adapter_config_output("--save", options_.output.save, *model_);
+    if (world.rank() == 0) {
+      check_outputs(options_);
+      if (!options_.output.save.empty()) check_adapter_config_output("--save", options_.output.save, *model_);
+    }
     if (!options_.output.trace_dir.empty()) comm::check_trace_dir(options_.output.trace_dir);
   });
   agree_on_attention(world, *model_, attention);

@@ -152,6 +152,8 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     const int64_t next = u + 1 < units.size() ? units[u + 1] : 0;
     return units[u] + (units[u] + next <= open_bound ? next : 0);
   };
+  // Forward's end holds every unit's share beside the gathers in flight (a tied head's, the largest).
+  const int64_t forward_shares = std::accumulate(secondary_shares.begin(), secondary_shares.end(), int64_t{0});
   if (p_sharded) {
     int64_t backward = 0, held = 0, shares = 0;
     for (size_t u = 0; u < units.size(); ++u) {
@@ -175,8 +177,6 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
       backward = std::max({backward, gathered + open * d.grad_bytes + (open - units[u]) / G * scratch_bytes,
                            gathered - released + open * d.grad_bytes + open / G * scratch_bytes});
     }
-    // Forward's end holds every unit's share beside the gathers in flight (a tied head's, the largest).
-    const int64_t forward_shares = std::accumulate(secondary_shares.begin(), secondary_shares.end(), int64_t{0});
     e.comm_buffers = kept * d.grad_bytes + std::max(forward_shares, backward - e.gathered_in_flight);
     e.comm_before_reductions = kept * d.grad_bytes + forward_shares + first_in_backward * d.grad_bytes;
   } else if (g_sharded) {
@@ -202,7 +202,6 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   int64_t last = 0;
   if (g_sharded && !units.empty()) {
     const int64_t open = open_at(0), shards = lands_apart && G > 1 ? sum_of_largest(others, 2) / G : 0;
-    const int64_t forward_shares = std::accumulate(secondary_shares.begin(), secondary_shares.end(), int64_t{0});
     last = kept * d.grad_bytes + std::max(p_sharded ? forward_shares : 0, open * d.grad_bytes + shards * scratch_bytes);
   } else if (G > 1) {
     last = sum_of_largest(others, 2) / G * scratch_bytes;
