@@ -34,13 +34,6 @@ std::vector<std::string> split_targets(const std::string& text) {
   }
 }
 
-// Targets each named once, sorted: PEFT's target_modules is a set.
-std::vector<std::string> target_set(std::vector<std::string> names) {
-  std::sort(names.begin(), names.end());
-  names.erase(std::unique(names.begin(), names.end()), names.end());
-  return names;
-}
-
 // PEFT's suffix match: the whole name, or its end after a dot.
 bool names(const std::string& target, const std::string& layer) {
   if (target == layer) return true;
@@ -108,25 +101,18 @@ void add_lora_config(ModelConfig& config, const LoraSettings& lora) {
   config[kTargetsKey] = lora.targets;
 }
 
-ModelConfig with_target_set(ModelConfig config) {
-  const auto targets = config.find(kTargetsKey);
-  if (targets == config.end() || !targets->second.is_text()) return config;
-  std::string text;
-  for (const std::string& name : target_set(split_targets(targets->second.text())))
-    text += (text.empty() ? "" : ",") + name;
-  targets->second = ConfigValue(text);
-  return config;
-}
-
 LoraPlan::LoraPlan(const LoraSettings& settings, std::vector<Layer> layers, int block_params, ops::WeightLayout layout,
                    const std::string& model)
     : settings_(settings), layers_(std::move(layers)), layout_(layout) {
   if (!settings_.enabled()) return;
   const std::vector<std::string> targets = split_targets(settings_.targets);
-  for (const std::string& target : targets)
-    if (layers_named({target}, layers_).empty())
-      throw UsageError(detail::concat(option_name(Option::lora_targets), ": ", model, " has no layer '", target,
+  for (auto target = targets.begin(); target != targets.end(); ++target) {
+    if (layers_named({*target}, layers_).empty())
+      throw UsageError(detail::concat(option_name(Option::lora_targets), ": ", model, " has no layer '", *target,
                                       "' (valid: ", valid_targets(layers_), ")"));
+    if (std::find(targets.begin(), target, *target) != target)
+      throw UsageError(detail::concat(option_name(Option::lora_targets), ": '", *target, "' is listed twice"));
+  }
   int next = block_params;
   adapter_.assign(layers_.size(), -1);
   for (size_t i : layers_named(targets, layers_)) {
@@ -258,6 +244,21 @@ std::string LoraPlan::peft_config() const {
                                  {"fan_in_fan_out", layout_ == ops::WeightLayout::in_out},
                                  {"bias", "none"}};
   return config.dump(2) + "\n";
+}
+
+ModelConfig LoraPlan::with_targeted_layers(ModelConfig config) const {
+  const auto targets = config.find(kTargetsKey);
+  if (targets == config.end() || !targets->second.is_text()) return config;
+  std::set<std::string> names;
+  for (const std::string& target : split_targets(targets->second.text())) {
+    const std::set<size_t> named = layers_named({target}, layers_);
+    if (named.empty()) names.insert(target);
+    for (size_t i : named) names.insert(layers_[i].name);
+  }
+  std::string text;
+  for (const std::string& name : names) text += (text.empty() ? "" : ",") + name;
+  targets->second = ConfigValue(text);
+  return config;
 }
 
 }  // namespace zshard

@@ -42,9 +42,6 @@ ModelConfig lora_config_defaults(std::string_view default_targets);
 LoraSettings lora_settings_from(const ModelConfig& config);
 // Adds the keys to `config` when the settings adapt anything.
 void add_lora_config(ModelConfig& config, const LoraSettings& lora);
-// `config` with its LoRA targets named once each, sorted: PEFT's target_modules is a set, so configurations
-// naming the same targets in another order are the same model.
-ModelConfig with_target_set(ModelConfig config);
 
 // A parameter's name, shape and values (fp32, in its saved layout).
 struct NamedWeight {
@@ -70,8 +67,8 @@ class LoraPlan {
   };
 
   LoraPlan() = default;  // no adapters
-  // UsageError for a target that names no layer (listing the valid ones) or a rank above a targeted layer's
-  // min(in, out); `model` ("GPT-2") starts the message. A target names every layer whose name it ends, at a
+  // UsageError for a target that names no layer (listing the valid ones) or is named twice, or a rank above
+  // a targeted layer's min(in, out); `model` ("GPT-2") starts the message. A target names every layer whose name it ends, at a
   // dot: c_proj names attn.c_proj and mlp.c_proj, as PEFT's target_modules; attn.c_proj names one.
   LoraPlan(const LoraSettings& settings, std::vector<Layer> layers, int block_params, ops::WeightLayout layout,
            const std::string& model);
@@ -101,6 +98,10 @@ class LoraPlan {
   // PEFT's adapter_config.json of these adapters (peft_type, r, lora_alpha, target_modules, fan_in_fan_out
   // for an (in, out) layout, bias): what PeftModel.from_pretrained reads beside adapter_model.safetensors.
   std::string peft_config() const;
+  // `config` with its LoRA targets written as the layers they name here, each once, sorted
+  // ("attn.c_attn,mlp.c_proj"): PEFT's target_modules is a set of name suffixes, so targets naming the same
+  // layers in another order or spelling are the same model. A target that names no layer is kept as written.
+  ModelConfig with_targeted_layers(ModelConfig config) const;
   // UsageError naming the flag when PEFT's adapter_config.json `config`, read from `path`, describes other
   // adapters than these: another r, lora_alpha or set of target_modules (a key it lacks, or target_modules
   // that is not a list of names, is not checked).

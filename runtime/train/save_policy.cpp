@@ -159,8 +159,10 @@ std::vector<std::string> SavePolicy::compare_with_flags(const std::string& dir, 
   const json now = run_state(m.step);
   try {
     const json& saved = m.run;
-    const auto comparable = [](json model) {
-      model["config"] = with_target_set(model.at("config").get<ModelConfig>());
+    // The model's own plan reads both configurations' targets: a model without adapters has none to read.
+    const auto* lora = dynamic_cast<const LoraModel*>(&trainer_.model());
+    const auto comparable = [&](json model) {
+      if (lora) model["config"] = lora->lora_plan().with_targeted_layers(model.at("config").get<ModelConfig>());
       return model;
     };
     if (comparable(saved_model(saved)) != comparable(want))

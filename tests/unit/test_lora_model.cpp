@@ -273,7 +273,22 @@ TEST(LoraModel, BadSettingsAreRefusedNamingTheFlag) {
     EXPECT_THAT(build("tiny", {{"lora_rank", 4}, {"lora_alpha", alpha}}),
                 HasSubstr("--lora-alpha must be a positive finite number, got "));
   EXPECT_EQ(build("tiny", {{"lora_rank", 4}, {"lora_targets", ""}}), "--lora-targets names no layer");
+  EXPECT_EQ(build("llama-tiny", {{"lora_rank", 4}, {"lora_targets", "q_proj,v_proj,q_proj"}}),
+            "--lora-targets: 'q_proj' is listed twice");
   EXPECT_EQ(build("tiny", {{"lora_rank", "four"}}), "--config: lora_rank of model 'tiny' is a number, got 'four'");
+}
+
+// A resume compares a checkpoint's targets with the flags' by the layers they name.
+TEST(LoraModel, TargetsReadAsTheLayersTheyName) {
+  const GPT2 model(micro_gpt2({2, 4, "c_proj"}));
+  const auto targets = [&](const std::string& text) {
+    return model.lora_plan().with_targeted_layers({{"lora_targets", text}, {"layers", 2}}).at("lora_targets").text();
+  };
+  EXPECT_EQ(targets("c_proj"), "attn.c_proj,mlp.c_proj");
+  EXPECT_EQ(targets("mlp.c_proj,attn.c_proj,c_proj"), "attn.c_proj,mlp.c_proj");
+  EXPECT_EQ(targets("c_attn,c_fc"), "attn.c_attn,mlp.c_fc");
+  EXPECT_EQ(targets("q_proj,c_fc"), "mlp.c_fc,q_proj");  // a name of another model kept as written
+  EXPECT_EQ(model.lora_plan().with_targeted_layers({{"layers", 2}}), (ModelConfig{{"layers", 2}}));
 }
 
 // PEFT's adapter_config.json beside loaded adapters: targets compared by the layers they name, whatever
