@@ -1,6 +1,9 @@
 #include "runtime/tools/tool_runner.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <iostream>
+#include <string>
 
 #include "comm/agreed_failure.h"
 #include "comm/abort.h"
@@ -9,6 +12,37 @@
 #include "runtime/cli/flags.h"
 
 namespace zshard {
+
+namespace {
+
+// Rank 0's arguments (after the program's path, which may differ by host), each ended by a NUL.
+std::string arguments_text(int argc, char** argv) {
+  std::string text;
+  for (int i = 1; i < argc; ++i) (text += argv[i]) += '\0';
+  return text;
+}
+
+// UsageError on a rank whose arguments are not rank 0's, naming the first that differs. Collective.
+void check_same_arguments(comm::Communicator& world, int argc, char** argv) {
+  const std::string mine = arguments_text(argc, argv);
+  std::string first = mine;
+  int32_t length = int32_t(first.size());
+  world.broadcast(&length, 1, DType::i32, 0)->wait();
+  first.resize(size_t(length) + size_t(length) % 2);  // whole u16 elements
+  world.broadcast(first.data(), first.size() / 2, DType::u16, 0)->wait();
+  first.resize(size_t(length));
+  if (mine == first) return;
+  size_t at = 0, index = 1;  // the first argument that differs, and its place
+  for (size_t i = 0; i < std::min(mine.size(), first.size()) && mine[i] == first[i]; ++i)
+    if (mine[i] == '\0') at = i + 1, ++index;
+  const auto argument = [&](const std::string& text) {
+    return at < text.size() ? "'" + text.substr(at, text.find('\0', at) - at) + "'" : std::string("none");
+  };
+  refuse("rank ", world.rank(), " is given other arguments than rank 0 (its argument ", index, " is ",
+         argument(mine), ", rank 0's ", argument(first), "): every rank takes the same flags");
+}
+
+}  // namespace
 
 int run_tool(const char* name, int argc, char** argv, CLI::App& app,
              const std::function<void(comm::Communicator& world)>& body) {
@@ -26,14 +60,24 @@ int run_tool(const char* name, int argc, char** argv, CLI::App& app,
   const int rank = world->rank();
   int code = 0;
   try {
-    refuse_empty_values(app);
-    app.parse(argc, argv);
-    body(*world);
-  } catch (const CLI::Error& e) {
-    code = e.get_exit_code() == 0 ? 0 : 2;
-    if (rank == 0) {
-      if (code == 0) std::cout << app.help();
-      else std::cerr << name << ": error: " << cli_error_line(e) << "\n";
+    // Agreed, as a launch may give ranks different flags (mpirun -np 1 A : -np 1 B), or a flag's check
+    // pass on one host and fail on another (a file only some hosts hold): every rank ends, none is left
+    // in its first collective or running other steps than its peers.
+    run_agreed(*world, [&] { check_same_arguments(*world, argc, argv); });
+    bool help = false;
+    run_agreed(*world, [&] {
+      try {
+        refuse_empty_values(app);
+        app.parse(argc, argv);
+      } catch (const CLI::Error& e) {
+        if (e.get_exit_code() != 0) throw UsageError(cli_error_line(e));
+        help = true;  // on every rank: their arguments are the same
+      }
+    });
+    if (help) {
+      if (rank == 0) std::cout << app.help();
+    } else {
+      body(*world);
     }
   } catch (const AgreedFailure& e) {
     if (e.report()) std::cerr << name << ": error: " << e.what() << "\n";

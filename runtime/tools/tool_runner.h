@@ -1,7 +1,9 @@
 // The skeleton every zshard tool's main() shares: start the world, parse the flags (the same on every
-// rank, so every rank takes the same exit), run the body, and turn failures into zshard's exits:
+// rank: checked, as a launch may give ranks different ones), run the body, and turn failures into zshard's
+// exits:
 //   start-up failure       one line from every rank, exit 1 (comm::init_world failed)
-//   bad flag or value      one line from rank 0, exit 2 on every rank
+//   other flags than rank 0's, a bad flag or value
+//                          one line from the first rank refusing them, exit 2 on every rank
 //   set-up failure         the agreed exit code on every rank (see agreed_failure.h)
 //   failure mid-run        the failing rank's line, then the whole job is aborted (no rank left waiting)
 #pragma once

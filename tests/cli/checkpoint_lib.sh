@@ -67,14 +67,15 @@ wait_for() {
 # expect_every_rank_fails NAME CODE REGEX -- ARGS...: zshard-train ARGS on 2 ranks ends within 60 s with
 # exit code CODE on every rank and a stderr of one line, matching REGEX. mpirun's own status cannot show
 # that every rank failed (one failing rank makes it non-zero, and it then kills the others), so each rank
-# runs under a shell that records the rank's code and exits 0.
+# runs under a shell that records the rank's code and exits 0. RANK_PRELUDE, when set, is shell code that
+# shell runs first, with the rank in $OMPI_COMM_WORLD_RANK and the command in "$@" (a rank's own flags).
 expect_every_rank_fails() {
   local name=$1 want=$2 regex=$3
   shift 4
   rm -rf "$WORK/rc" && mkdir "$WORK/rc"
   local start=$SECONDS
-  timeout 60 "${MPIRUN[@]}" -np 2 env RC="$WORK/rc" bash -c '"$@"; echo $? >"$RC/$OMPI_COMM_WORLD_RANK"' \
-    _ "$TRAIN" "$@" >"$WORK/out" 2>"$WORK/err"
+  timeout 60 "${MPIRUN[@]}" -np 2 env RC="$WORK/rc" WORK="$WORK" \
+    bash -c "${RANK_PRELUDE:-}"$'\n''"$@"; echo $? >"$RC/$OMPI_COMM_WORLD_RANK"' _ "$TRAIN" "$@" >"$WORK/out" 2>"$WORK/err"
   local code=$? took=$((SECONDS - start)) codes problem=""
   codes=$(cat "$WORK/rc/0" "$WORK/rc/1" 2>/dev/null | tr '\n' ' ')
   if [ "$code" = 124 ]; then problem="still running after 60 s (hang)"

@@ -106,6 +106,17 @@ else
   expect_one_line "cuda unavailable" "--device cuda"
 fi
 
+# A launch that gives rank 1 other flags (MPMD: mpirun -np 1 A : -np 1 B) would train other steps, or a
+# diverging replica, or wait in a collective rank 0 never reaches: refused on every rank. A flag whose value
+# checks out on rank 0 alone (a relative --data, each rank in its own directory) ends every rank as well.
+RANK_PRELUDE='[ "$OMPI_COMM_WORLD_RANK" = 1 ] && set -- "$@" --lr 1e-3' expect_every_rank_fails \
+  "other flags on rank 1" 2 \
+  "^zshard-train: error: rank 1 is given other arguments than rank 0 \(its argument 3 is '--lr', rank 0's none\)" \
+  -- --steps 2
+mkdir -p "$WORK/rank0" "$WORK/rank1" && head -c 20000 "$0" >"$WORK/rank0/text.txt"
+RANK_PRELUDE='cd "$WORK/rank$OMPI_COMM_WORLD_RANK"' expect_every_rank_fails "a --data file rank 1 cannot find" 2 \
+  "^zshard-train: error: --data text.txt: no such file$" -- --data text.txt --steps 1
+
 # A malformed test hook (kernels/test_hooks.h) ends each rank at start with one line naming it.
 ZSHARD_TEST_PAUSE_IN_SAVE=2s expect_failure "malformed test hook" 1 \
   "^zshard-train: error: ZSHARD_TEST_PAUSE_IN_SAVE='2s' is malformed: expected MS$" -- "$TRAIN" --steps 1
