@@ -389,18 +389,56 @@ std::optional<CheckpointEntry> newest_committed(const std::string& save_dir) {
   return newest;
 }
 
-void save_consolidated(const std::string& path, const std::vector<UnitSpec>& units,
-                       const std::vector<FlatValues>& flat_units) {
-  std::vector<SafetensorsArray> arrays;
-  for (size_t u = 0; u < units.size(); ++u) {
-    const FlatLayout layout(units[u], 1);
-    ZS_CHECK(int64_t(flat_units[u].size()) >= layout.numel(), "unit ", units[u].name, ": ",
-             flat_units[u].size(), " elements, the layout needs ", layout.numel());
-    for (size_t i = 0; i < units[u].params.size(); ++i)
-      arrays.push_back({units[u].params[i].name, flat_units[u].data() + layout.offset(int(i)),
-                        units[u].params[i].shape});
+namespace {
+
+// The slices save_safetensors writes, from one unit's values at a time: the unit of the slice asked for
+// is taken, and the one before it dropped, when the file reaches its first tensor.
+class UnitByUnit final : public SaveSliceSource {
+ public:
+  UnitByUnit(const std::vector<UnitSpec>& units, const UnitValues& unit_values)
+      : units_(units), unit_values_(unit_values) {
+    for (size_t u = 0; u < units.size(); ++u) {
+      const FlatLayout layout(units[u], 1);
+      for (size_t i = 0; i < units[u].params.size(); ++i) tensors_.push_back({int(u), layout.offset(int(i))});
+    }
   }
-  save_safetensors(path, arrays, {{"format", "pt"}, {"producer", "zshard"}});
+  std::vector<SafetensorsArray> arrays() const {  // their values from take()
+    std::vector<SafetensorsArray> arrays;
+    for (const UnitSpec& unit : units_)
+      for (const ParamSpec& p : unit.params) arrays.push_back({p.name, nullptr, p.shape});
+    return arrays;
+  }
+  const float* take(size_t tensor, int64_t begin, int64_t) override {
+    const auto [unit, offset] = tensors_[tensor];
+    while (taken_ < unit) {
+      values_ = FlatValues();  // before the next unit is made: one at a time
+      values_ = unit_values_(++taken_);
+      const int64_t numel = FlatLayout(units_[size_t(taken_)], 1).numel();
+      ZS_CHECK(int64_t(values_.size()) >= numel, "unit ", units_[size_t(taken_)].name, ": ", values_.size(),
+               " elements, the layout needs ", numel);
+    }
+    return values_.data() + offset + begin;
+  }
+  void done(size_t, int64_t) override {}
+  // The units no tensor reached (every one of them empty): taken all the same, as the caller counts on.
+  void take_the_rest() {
+    while (taken_ + 1 < int(units_.size())) unit_values_(++taken_);
+  }
+
+ private:
+  const std::vector<UnitSpec>& units_;
+  const UnitValues& unit_values_;
+  std::vector<std::pair<int, int64_t>> tensors_;  // per tensor: its unit, and its offset in the unit's values
+  int taken_ = -1;
+  FlatValues values_;
+};
+
+}  // namespace
+
+void save_consolidated(const std::string& path, const std::vector<UnitSpec>& units, const UnitValues& unit_values) {
+  UnitByUnit source(units, unit_values);
+  save_safetensors(path, source.arrays(), {{"format", "pt"}, {"producer", "zshard"}}, &source);
+  source.take_the_rest();
 }
 
 std::vector<FlatValues> read_checkpoint_params(const std::string& dir, const Manifest& manifest) {
@@ -416,7 +454,13 @@ std::vector<FlatValues> read_checkpoint_params(const std::string& dir, const Man
 
 void export_checkpoint(const std::string& dir, const std::string& out_path) {
   const Manifest manifest = read_manifest(dir);
-  save_consolidated(out_path, manifest.units, read_checkpoint_params(dir, manifest));
+  for (const CheckpointFile& f : manifest.files) verify_file(dir, f, /*full=*/true);
+  CheckpointReader reader(dir, manifest);
+  save_consolidated(out_path, manifest.units, [&](int unit) {
+    FlatValues values(size_t(manifest.units[size_t(unit)].numel()));
+    reader.read(unit, "params", 0, int64_t(values.size()), values.data());
+    return values;
+  });
 }
 
 int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int group) {

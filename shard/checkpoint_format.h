@@ -10,6 +10,7 @@
 // directory without manifest.json is not a checkpoint.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <optional>
@@ -121,13 +122,18 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& save_dir);
 // The newest committed one: what --resume latest loads (and zshard-run sets aside when it is damaged).
 std::optional<CheckpointEntry> newest_committed(const std::string& save_dir);
 
-// Writes every parameter (the model's names and shapes, F32) from full flat unit buffers.
-void save_consolidated(const std::string& path, const std::vector<UnitSpec>& units,
-                       const std::vector<FlatValues>& flat_units);
+// A unit's full flat buffer (FlatLayout(unit, 1)): gathered from its shards, or read from a checkpoint.
+using UnitValues = std::function<FlatValues(int unit)>;
+// Writes every parameter (the model's names and shapes, F32), taking each unit's values from `unit_values`
+// as the file reaches them and dropping them before the next unit's: the writer holds one unit, never the
+// model. `unit_values` is called once per unit, in order; when the write fails, not for the units after
+// the one it failed in (a caller whose calls are collective makes those itself).
+void save_consolidated(const std::string& path, const std::vector<UnitSpec>& units, const UnitValues& unit_values);
 // The parameters a checkpoint holds, once every rank file's checksum is verified: a full flat buffer per
 // unit of manifest.units (FlatLayout(unit, 1)). Only the params tensors are read, never the Adam state.
 std::vector<FlatValues> read_checkpoint_params(const std::string& dir, const Manifest& manifest);
-// Writes the parameters the checkpoint holds consolidated (read_checkpoint_params, save_consolidated).
+// Writes the parameters the checkpoint holds consolidated, once every rank file's checksum is verified,
+// reading one unit at a time.
 void export_checkpoint(const std::string& dir, const std::string& out_path);
 
 // Host bytes of the snapshot a rank of shard group `group` holds at most: all of it for state on a

@@ -1,6 +1,6 @@
 // Engine::import_weights, export_weights and export_adapters: the weights as one safetensors file with the
 // model's parameter names (what zshard-train's --init-from reads and --save writes), read whole by every
-// rank, each keeping what it holds of each unit, and written by rank 0 from the gathered units.
+// rank, each keeping what it holds of each unit, and written by rank 0 a gathered unit at a time.
 
 #include <algorithm>
 
@@ -8,6 +8,7 @@
 #include <zshard/error.h>
 
 #include "comm/agreed_failure.h"
+#include "comm/backend_base.h"
 #include "shard/weights_file.h"
 #include "shard/checkpoint_format.h"
 #include "shard/sharded_params.h"
@@ -61,16 +62,23 @@ void Engine::import_weights(const std::string& path) {
   }
 }
 
-// Every rank takes part in each unit's gather; rank 0 alone, which writes the file, keeps the units: every
-// rank keeping them would hold the whole model once per rank on a host.
+// Every rank takes part in each unit's gather, in order; rank 0 writes each unit as it comes and drops it
+// before the next: no rank holds more than one unit whole, whatever the model's size.
 void Engine::export_weights(const std::string& path) {
-  std::vector<FlatValues> units(size_t(params_->num_units()));
-  for (int u = 0; u < params_->num_units(); ++u) {
-    FlatValues whole = params_->whole_unit_params(u);
-    if (world_.rank() == 0) units[size_t(u)] = std::move(whole);
-  }
+  int gathered = 0;
+  const auto gather = [&](int unit) {
+    ++gathered;
+    return params_->whole_unit_params(unit);
+  };
   run_agreed(world_, [&] {
-    if (world_.rank() == 0) save_consolidated(path, model_.units(), units);
+    try {
+      if (world_.rank() == 0) save_consolidated(path, model_.units(), gather);
+    } catch (...) {  // a full disk, a non-finite weight: the other ranks still wait in the gathers
+      if (!comm::collectives_failed())
+        while (gathered < params_->num_units()) gather(gathered);
+      throw;
+    }
+    while (gathered < params_->num_units()) gather(gathered);
   });
 }
 
@@ -79,7 +87,7 @@ void Engine::export_adapters(const std::string& path) {
   std::vector<FlatValues> units(specs.size());
   for (int u = 0; u < params_->num_units(); ++u)
     if (std::any_of(specs[u].params.begin(), specs[u].params.end(), [](const ParamSpec& p) { return is_adapter(p.name); })) {
-      FlatValues whole = params_->whole_unit_params(u);  // as export_weights: rank 0's to keep
+      FlatValues whole = params_->whole_unit_params(u);  // adapters are small: rank 0 keeps them all
       if (world_.rank() == 0) units[size_t(u)] = std::move(whole);
     }
   run_agreed(world_, [&] {

@@ -211,7 +211,8 @@ class Engine {
   // the step count stay as they are. Collective.
   void import_weights(const std::string& path);
   // Writes the full weights (F32, the model's names and shapes) into safetensors file `path` from rank 0:
-  // what import_weights and Hugging Face read. Collective.
+  // what import_weights and Hugging Face read. Rank 0 writes each unit as it is gathered: no rank holds
+  // more than a unit whole on the host. Collective.
   void export_weights(const std::string& path);
   // Writes the LoRA adapters alone (every `<layer>.lora_A.weight` and `.lora_B.weight`, F32) from rank 0 under
   // PEFT's names, "base_model.model." in front of the model's: what PEFT's save_pretrained writes as

@@ -92,6 +92,7 @@ struct StrategyOptions {
   GatherQuantization quantize_gathers = GatherQuantization::none;  // zero3/hybrid
   ReductionQuantization quantize_reductions = ReductionQuantization::none;  // zero1/2/3, hybrid
   SecondaryShard secondary_shard{};  // zero3
+  bool operator==(const StrategyOptions&) const = default;
 };
 
 // The shard groups of a world: runs of consecutive ranks in rank order, of any sizes. Groups of one size

@@ -57,11 +57,6 @@ std::string refusal(const TuneProblem& p, const Candidate& c) {
 // The values of the dimensions a strategy has of its own, each once: the space's where it takes them
 // (strategy_options_for), the defaults elsewhere.
 std::vector<StrategyOptions> strategy_variants(StrategyKind kind, const TuneSpace& space) {
-  const auto same = [](const StrategyOptions& a, const StrategyOptions& b) {
-    return a.max_inflight == b.max_inflight && a.reshard_after_forward == b.reshard_after_forward &&
-           a.quantize_gathers == b.quantize_gathers && a.quantize_reductions == b.quantize_reductions &&
-           a.secondary_shard == b.secondary_shard;
-  };
   std::vector<StrategyOptions> out;
   for (int inflight : space.max_inflight)
     for (bool reshard : space.reshard)
@@ -70,8 +65,7 @@ std::vector<StrategyOptions> strategy_variants(StrategyKind kind, const TuneSpac
           for (const SecondaryShard& secondary : space.secondary_shard) {
             const StrategyOptions v =
                 strategy_options_for(kind, {kind, {}, reshard, inflight, gathers, reductions, secondary});
-            if (std::none_of(out.begin(), out.end(), [&](const StrategyOptions& o) { return same(o, v); }))
-              out.push_back(v);
+            if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
           }
   return out;
 }

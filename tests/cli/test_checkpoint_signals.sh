@@ -14,9 +14,12 @@ expect_ok "uninterrupted reference run" "${JOB[@]}" --save-dir "$WORK/ref" --log
 # Rank 0 holds 2 s between the rank files and the manifest of every save.
 ZSHARD_TEST_PAUSE_IN_SAVE=2000 "${JOB[@]}" --save-dir "$D" >"$WORK/kill.out" 2>&1 &
 job=$!
+# Step 6's directory is step 2's, renamed, with step 2's rank files in it until they are written over (each
+# moved aside while it is rewritten): mid-save is both rank files newer than step 4's manifest.
 mid_save() {
-  [ -f "$D/step-00000006/rank-00001.safetensors" ] && [ ! -f "$D/step-00000006/manifest.json" ] &&
-    [ -f "$D/step-00000004/manifest.json" ]
+  [ -f "$D/step-00000004/manifest.json" ] && [ ! -f "$D/step-00000006/manifest.json" ] &&
+    [ "$(find "$D/step-00000006" -name 'rank-0000[01].safetensors' -newer "$D/step-00000004/manifest.json" \
+         2>/dev/null | wc -l)" = 2 ]
 }
 wait_for 60 mid_save  # on a timeout the kill still ends the job and the checks below fail
 for pid in $(children_of $job); do kill -KILL "$pid"; done

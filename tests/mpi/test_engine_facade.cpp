@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <zshard/engine.h>
 
 #include "models/gpt2.h"
+#include "kernels/allocator.h"
 #include "shard/checkpoint_format.h"
 #include "shard/engine_internals.h"
 #include "tests/support/test_support.h"
@@ -115,6 +117,40 @@ TEST(EngineFacade, WeightsExportedAndImportedRestoreTheModel) {
               HasSubstr(path + ".missing: cannot open (No such file or directory)"));
   engine->forward(tokens.batch());
   EXPECT_EQ(engine->finish_eval(), before);
+}
+
+// An export streams: rank 0 writes each unit as it is gathered and drops it, so that no rank holds the
+// model whole; a write that fails leaves no rank waiting in a gather, and the engine as it was.
+TEST(EngineFacade, AnExportHoldsOneUnitAtATime) {
+  test::TempDir tmp;
+  const std::string dir = test::shared_dir(tmp);
+  GPT2 model(GPT2Config{8, 64, 4, 256, 64});  // ten units, none an eighth of the model
+  Engine engine(model, world(), test::plan({StrategyKind::zero3}),
+                EngineOptions{.seed = 3, .grad_accum = 1, .tokens_per_step = int64_t(kB) * kT * world().size()});
+  int64_t largest = 0, whole = 0;
+  for (const UnitSpec& unit : model.units()) {
+    largest = std::max(largest, unit.numel() * int64_t(sizeof(float)));
+    whole += unit.numel() * int64_t(sizeof(float));
+  }
+  Allocator& host = Allocator::of(Device::cpu);
+  host.reset_peaks();
+  const int64_t live = host.stats().live[size_t(Category::comm)];
+  engine.export_weights(dir + "/weights.safetensors");
+  const int64_t held = host.stats().peak[size_t(Category::comm)] - live;
+  // A unit's gather and the unit kept for the file overlap for a moment: two units, never more.
+  EXPECT_GE(held, largest) << "the gathers are counted";
+  EXPECT_LE(held, 2 * largest) << "the model is " << whole << " B";
+  EXPECT_LT(held, whole / 3);
+  const Tokens tokens;
+  engine.forward(tokens.batch());
+  const double before = engine.finish_eval();
+  EXPECT_THAT(test::error_of([&] { engine.export_weights(dir + "/missing/weights.safetensors"); }),
+              HasSubstr(world().rank() == 0 ? dir + "/missing/weights.safetensors" : "another rank failed"));
+  engine.forward(tokens.batch());
+  EXPECT_EQ(engine.finish_eval(), before);
+  engine.import_weights(dir + "/weights.safetensors");
+  engine.forward(tokens.batch());
+  EXPECT_EQ(engine.finish_eval(), before) << "the streamed file holds the model";
 }
 
 TEST(EngineFacade, AnAsyncSaveCommitsOnceEveryFileIsWritten) {
