@@ -45,11 +45,11 @@ expect_one_line "a --mem-budget that no micro-batch fits" "."
 expect_true "nothing was saved by the refused runs" test ! -e "$WORK/bad/step-00000002"
 
 # ---- a rank killed mid-run: relaunched on the same host, one record per step in --log-json ----
-# 40 steps: the kill lands well before the end, even on a loaded machine.
-expect_ok "uninterrupted reference" "${MPIRUN[@]}" -np 2 "${JOB[@]}" --steps 40 --save-dir "$WORK/ref" \
+# 150 steps (5 ms each here): the kill lands well before the end, even on a loaded machine.
+expect_ok "uninterrupted reference" "${MPIRUN[@]}" -np 2 "${JOB[@]}" --steps 150 --keep 3 --save-dir "$WORK/ref" \
   --log-json "$WORK/ref.json"
 D="$WORK/kill"
-"$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 40 --save-dir "$D" --log-json "$WORK/kill.json" >"$WORK/out" 2>"$WORK/err" &
+"$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 150 --keep 3 --save-dir "$D" --log-json "$WORK/kill.json" >"$WORK/out" 2>"$WORK/err" &
 run=$!
 wait_for 120 step_logged 5 "$D/zshard-run/attempt-1.jsonl"
 mpirun_pid=$(children_of $run | head -1)
@@ -63,7 +63,7 @@ expect_true "the restart's record: 2 ranks ($ranks), from step 4 or later ($resu
   test "$ranks" = 2 -a "$resumed" -ge 4 -a "$redone" -le 2
 expect_true "the time to recover is recorded ($(field recover_s <<<"$record") s)" \
   eval '[[ $(field recover_s <<<"$record") =~ ^[0-9.e-]+$ ]]'
-expect_true "--log-json has steps 1..40, each once" test "$(steps "$WORK/kill.json")" = "$(seq -s ' ' 40) "
+expect_true "--log-json has steps 1..150, each once" test "$(steps "$WORK/kill.json")" = "$(seq -s ' ' 150) "
 same_losses "the merged log's losses are the uninterrupted run's, bit for bit" "$WORK/ref.json" "$WORK/kill.json" 0
 
 # ---- a job that keeps failing: --max-restarts spent ----
