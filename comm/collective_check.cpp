@@ -22,6 +22,9 @@ namespace {
 constexpr int kMaxComparedGroups = 64;
 // How long a rank whose failure is another rank's consequence waits for that rank to end the job.
 constexpr auto kQuietWait = std::chrono::seconds(10);
+// Beyond a collective's deadline, how long a peer may take to unwind from it into the comparison: a loaded
+// host deschedules a rank for a second or more.
+constexpr auto kUnwindMargin = std::chrono::seconds(3);
 
 // What a rank sends first: per group, its collectives since the last boundary, counted and hashed.
 struct Summary {
@@ -97,7 +100,7 @@ CollectiveCheck::~CollectiveCheck() {
   const bool own_failure = !collectives_failed();
   Comparison found;
   try {
-    found = exchange(true, own_failure, after(world_.timeout() + std::chrono::seconds(1)));
+    found = exchange(true, own_failure, after(world_.timeout() + kUnwindMargin));
   } catch (const std::exception&) {
     return;  // not every rank answered within the deadline: the failure on its way up is all there is to say
   }
@@ -119,7 +122,7 @@ void CollectiveCheck::compare(int step) {
   // Twice the deadline: a peer stuck in a collective of the step reaches the comparison from its
   // unwinding once its own deadline has passed (see the header).
   const std::string divergence =
-      exchange(false, false, after(2 * world_.timeout() + std::chrono::seconds(1))).divergence;
+      exchange(false, false, after(2 * world_.timeout() + kUnwindMargin)).divergence;
   steps_compared_ = step;
   if (!divergence.empty()) throw AgreedFailure(divergence, 1, world_.rank() == 0);
   usable_ = true;
