@@ -43,9 +43,9 @@ struct TestHooks {
   std::optional<int> nan_step;
 
   // ZSHARD_TEST_STALL_SET_UP=RANK[:MS[:WHERE]] (comm/launch.cpp, maybe_stall_in_set_up): holds world rank
-  // RANK for MS (default an hour) where set-up is about to issue its first collective (WHERE "plan", the
-  // default) or before its engine splits the process groups (WHERE "engine"), so that a test can check
-  // set-up's deadline.
+  // RANK for MS (default an hour) where set-up, its flags read, is about to issue its first collective
+  // (WHERE "plan", the default) or before its engine splits the process groups (WHERE "engine"), so that a
+  // test can check set-up's deadline.
   struct StallSetUp {
     int rank;
     int64_t ms;

@@ -106,13 +106,10 @@ LoraPlan::LoraPlan(const LoraSettings& settings, std::vector<Layer> layers, int 
     : settings_(settings), layers_(std::move(layers)), layout_(layout) {
   if (!settings_.enabled()) return;
   const std::vector<std::string> targets = split_targets(settings_.targets);
-  for (auto target = targets.begin(); target != targets.end(); ++target) {
-    if (layers_named({*target}, layers_).empty())
-      throw UsageError(detail::concat(option_name(Option::lora_targets), ": ", model, " has no layer '", *target,
+  for (const std::string& target : targets)
+    if (layers_named({target}, layers_).empty())
+      throw UsageError(detail::concat(option_name(Option::lora_targets), ": ", model, " has no layer '", target,
                                       "' (valid: ", valid_targets(layers_), ")"));
-    if (std::find(targets.begin(), target, *target) != target)
-      throw UsageError(detail::concat(option_name(Option::lora_targets), ": '", *target, "' is listed twice"));
-  }
   int next = block_params;
   adapter_.assign(layers_.size(), -1);
   for (size_t i : layers_named(targets, layers_)) {

@@ -67,8 +67,8 @@ class LoraPlan {
   };
 
   LoraPlan() = default;  // no adapters
-  // UsageError for a target that names no layer (listing the valid ones) or is named twice, or a rank above
-  // a targeted layer's min(in, out); `model` ("GPT-2") starts the message. A target names every layer whose name it ends, at a
+  // UsageError for a target that names no layer (listing the valid ones) or a rank above a targeted layer's
+  // min(in, out); `model` ("GPT-2") starts the message. A target names every layer whose name it ends, at a
   // dot: c_proj names attn.c_proj and mlp.c_proj, as PEFT's target_modules; attn.c_proj names one.
   LoraPlan(const LoraSettings& settings, std::vector<Layer> layers, int block_params, ops::WeightLayout layout,
            const std::string& model);

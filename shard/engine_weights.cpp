@@ -3,12 +3,12 @@
 // rank, each keeping what it holds of each unit, and written by rank 0 a gathered unit at a time.
 
 #include <algorithm>
+#include <exception>
 
 #include <zshard/engine.h>
 #include <zshard/error.h>
 
 #include "comm/agreed_failure.h"
-#include "comm/backend_base.h"
 #include "shard/weights_file.h"
 #include "shard/checkpoint_format.h"
 #include "shard/sharded_params.h"
@@ -63,22 +63,33 @@ void Engine::import_weights(const std::string& path) {
 }
 
 // Every rank takes part in each unit's gather, in order; rank 0 writes each unit as it comes and drops it
-// before the next: no rank holds more than one unit whole, whatever the model's size.
+// before the next: no rank holds more than a unit whole, whatever the model's size. The ranks agree on the
+// write alone: a gather that fails ends the job (run_tool) as any collective's failure does.
 void Engine::export_weights(const std::string& path) {
   int gathered = 0;
+  bool gather_failed = false;
   const auto gather = [&](int unit) {
-    ++gathered;
-    return params_->whole_unit_params(unit);
-  };
-  run_agreed(world_, [&] {
     try {
-      if (world_.rank() == 0) save_consolidated(path, model_.units(), gather);
-    } catch (...) {  // a full disk, a non-finite weight: the other ranks still wait in the gathers
-      if (!comm::collectives_failed())
-        while (gathered < params_->num_units()) gather(gathered);
+      FlatValues whole = params_->whole_unit_params(unit);
+      ++gathered;
+      return whole;
+    } catch (...) {
+      gather_failed = true;
       throw;
     }
-    while (gathered < params_->num_units()) gather(gathered);
+  };
+  std::exception_ptr write_failed;  // a full disk, a non-finite weight: rank 0's alone
+  if (world_.rank() == 0) {
+    try {
+      save_consolidated(path, model_.units(), gather);
+    } catch (...) {
+      if (gather_failed) throw;
+      write_failed = std::current_exception();
+    }
+  }
+  while (gathered < params_->num_units()) gather(gathered);  // the units the file did not take
+  run_agreed(world_, [&] {
+    if (write_failed) std::rethrow_exception(write_failed);
   });
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/cli/model_options.h"
 
+#include <algorithm>
+
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -101,7 +103,11 @@ void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) 
       app, "--lora-targets",
       [set](const std::vector<std::string>& targets) {
         std::string text;
-        for (const std::string& t : targets) text += (text.empty() ? "" : ",") + t;
+        for (auto t = targets.begin(); t != targets.end(); ++t) {
+          if (std::find(targets.begin(), t, *t) != t)
+            throw CLI::ValidationError("--lora-targets", "'" + *t + "' is listed twice");
+          text += (text.empty() ? "" : ",") + *t;
+        }
         set("--lora-targets", "lora_targets", ConfigValue(text));
       },
       "the layers LoRA adapts, by their names' ends as PEFT's target_modules (c_attn,c_proj,c_fc for GPT-2; "

@@ -8,7 +8,8 @@
 // report's `workspace`) it counts what the model's workspace_bytes says one op holds at most (op_scratch):
 // the cpu's bf16 ops' fp32 copies, blocks attention's score gradients (up to 256 MiB, or one sequence's if
 // that is more). Left out: cuDNN's and cuBLASLt's workspace (up to 32 MiB), a few bytes per token, and what
-// a --save holds on the host: a unit whole, 4 bytes a parameter, as rank 0 writes it (Engine::export_weights).
+// a --save holds on the host: a unit whole, 4 bytes a parameter, as the ranks gather it for rank 0 to write
+// (Engine::export_weights).
 #pragma once
 #include <algorithm>
 #include <cstdint>

@@ -137,9 +137,9 @@ TEST(EngineFacade, AnExportHoldsOneUnitAtATime) {
   const int64_t live = host.stats().live[size_t(Category::comm)];
   engine.export_weights(dir + "/weights.safetensors");
   const int64_t held = host.stats().peak[size_t(Category::comm)] - live;
-  // A unit's gather and the unit kept for the file overlap for a moment: two units, never more.
+  // The unit kept for the file is dropped before the next is gathered: one unit, and its padding.
   EXPECT_GE(held, largest) << "the gathers are counted";
-  EXPECT_LE(held, 2 * largest) << "the model is " << whole << " B";
+  EXPECT_LE(held, largest + largest / 8) << "the model is " << whole << " B";
   EXPECT_LT(held, whole / 3);
   const Tokens tokens;
   engine.forward(tokens.batch());

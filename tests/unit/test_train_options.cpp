@@ -291,7 +291,8 @@ TEST(TrainOptions, LoraFlagsSetTheModelConfig) {
   for (const auto& [flags, message] :
        {std::pair{"--lora-alpha 16", "--lora-alpha: lora_alpha needs --lora-rank"},
         std::pair{"--lora-targets c_fc", "--lora-targets: lora_targets needs --lora-rank"},
-        std::pair{"--config lora_alpha=16", "--config: lora_alpha needs --lora-rank"}}) {
+        std::pair{"--config lora_alpha=16", "--config: lora_alpha needs --lora-rank"},
+        std::pair{"--lora-rank 2 --lora-targets q_proj,v_proj,q_proj", "--lora-targets: 'q_proj' is listed twice"}}) {
     try {
       app.parse(flags);
       ADD_FAILURE() << flags << " accepted";
