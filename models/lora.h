@@ -90,7 +90,8 @@ class LoraPlan {
   // The adapted layers' saved inp @ A^T, (S, B, T, R) each, kept in `hidden` (one entry per layer, those
   // not adapted left empty).
   void visit_hidden(std::vector<Tensor>& hidden, int B, int T, int64_t S, DType dtype, const BufferVisitor& f) const;
-  // `weights` (every parameter of the adapted model, any order) become the weights of the same model without
+  // `weights` (every parameter of the adapted model, or of one of its units, where each adapter sits beside
+  // its layer; any order) become the weights of the same model without
   // adapters, which compute what it computes: each `<layer>.weight` plus scale * B @ A (transposed into an
   // (in, out) layout), and every `<layer>.lora_A.weight` and `.lora_B.weight` dropped. Error naming the
   // parameter for an adapter without its partner or layer, or with shapes that do not fit them.

@@ -1,5 +1,6 @@
 #include "runtime/train/weights_export.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -89,27 +90,32 @@ DType saved_param_dtype(const Manifest& manifest) {
   return flags.is_object() && flags.value("param-dtype", "") == dtype_flag(DType::bf16) ? DType::bf16 : DType::f32;
 }
 
-// Every parameter of the engine's model with its values, in the model's order.
-std::vector<NamedWeight> gathered_weights(Engine& engine, const Model& model) {
+// The weights of the model without adapters, a unit at a time: each unit's parameters with its adapters
+// folded into their layers and dropped (LoraPlan::merge), written as the file reaches the unit and dropped
+// before the next (save_consolidated), beside the engine's own copy of the model.
+void save_merged(Engine& engine, const Model& model, const LoraPlan& lora, const std::string& path) {
   ShardedParams& params = EngineInternals::params(engine);
   const std::vector<UnitSpec> units = model.units();
-  std::vector<NamedWeight> weights;
-  for (int u = 0; u < params.num_units(); ++u) {
+  std::vector<UnitSpec> merged = units;
+  for (UnitSpec& unit : merged) std::erase_if(unit.params, [](const ParamSpec& p) { return is_adapter(p.name); });
+  save_consolidated(path, merged, [&](int u) {
     const FlatValues whole = params.whole_unit_params(u);
-    const FlatLayout layout(units[size_t(u)], 1);
+    const FlatLayout layout(units[size_t(u)], 1), merged_layout(merged[size_t(u)], 1);
+    std::vector<NamedWeight> weights;
     for (size_t i = 0; i < units[size_t(u)].params.size(); ++i) {
       const ParamSpec& p = units[size_t(u)].params[i];
       const auto begin = whole.begin() + layout.offset(int(i));
       weights.push_back({p.name, p.shape, TrackedFloats(begin, begin + p.numel())});
     }
-  }
-  return weights;
-}
-
-void save_named(const std::string& path, const std::vector<NamedWeight>& weights) {
-  std::vector<SafetensorsArray> arrays;
-  for (const NamedWeight& w : weights) arrays.push_back({w.name, w.values.data(), w.shape});
-  save_safetensors(path, arrays, {{"format", "pt"}, {"producer", "zshard"}});
+    lora.merge(weights);
+    FlatValues values(size_t(merged_layout.numel()));
+    for (size_t i = 0; i < weights.size(); ++i) {
+      ZS_CHECK(weights[i].name == merged[size_t(u)].params[i].name, "merged unit ", merged[size_t(u)].name, ": ",
+               weights[i].name, " where ", merged[size_t(u)].params[i].name, " belongs");
+      std::copy(weights[i].values.begin(), weights[i].values.end(), values.begin() + merged_layout.offset(int(i)));
+    }
+    return values;
+  });
 }
 
 }  // namespace
@@ -204,9 +210,7 @@ std::vector<std::string> export_weights(const ExportRequest& r) {
   if (!r.init_from.empty()) engine.import_weights(r.init_from);
   engine.load(r.checkpoint);
   if (!r.merge_lora) return save_weights(engine, *model, self, r.output);
-  std::vector<NamedWeight> weights = gathered_weights(engine, *model);
-  lora->merge(weights);
-  save_named(r.output, weights);
+  save_merged(engine, *model, *lora, r.output);
   return {r.output};
 }
 
