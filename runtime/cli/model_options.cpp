@@ -180,7 +180,7 @@ void add_model_flags(CLI::App& app, ModelOptions& o) {
             }
             return std::string();
           },
-          "UINT"));
+          ""));
   add_recompute_flag(app, o.recompute);
   add_attention_flag(app, o.attention);
   add_freeze_flag(app, o.freeze);

@@ -3,6 +3,7 @@
 # one ignored; SIGTERM to one rank (schedulers signal the ranks) or SIGINT to a single process ends the
 # job after the current step with a checkpoint of that step and exit 0; so does --stop-file, whose file the
 # job removes.
+# zshard-test-timing
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 

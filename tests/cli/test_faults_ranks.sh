@@ -3,6 +3,7 @@
 # --comm-timeout + 2 s (ZSHARD_FAULT_SLACK, 3 by default for a loaded CI machine) and the first line of stderr names the collective that timed out. Prints one
 # "reliability" line per fault kind (trials, passed, failed, seconds) for benchmarks/RESULTS.md.
 # zshard-test-seconds: 125
+# zshard-test-timing
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 

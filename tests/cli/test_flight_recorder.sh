@@ -5,6 +5,7 @@
 # failure its own line; a --trace-dir that cannot be written, a damaged dump and a FIFO among the dumps
 # are one line and a non-zero exit each.
 # zshard-test-seconds: 30
+# zshard-test-timing
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 TRACE="$ZSHARD_BIN/zshard-trace"

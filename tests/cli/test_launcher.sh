@@ -6,6 +6,7 @@
 # cannot run on the larger world; run again, it goes on with its --log-json, which a full disk does not
 # stop; SIGTERM stops the job after a step, saved, without a
 # restart. The runs across hosts that are lost and come back are in test_launcher_hosts.sh.
+# zshard-test-timing
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 source "$(dirname "$0")/launcher_lib.sh"

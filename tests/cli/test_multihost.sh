@@ -4,6 +4,7 @@
 # have the single-process run's losses, with node groups of equal (3 + 3) and unequal (4 + 2) sizes, and zero3
 # with secondary groups on the hosts has plain zero3's. Exit 77 (skipped) where the hosts cannot be made.
 # zshard-test-seconds: 60
+# zshard-test-timing
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
 MULTIHOST=(bash "$ZSHARD_SRC/scripts/multihost.sh")

@@ -3,6 +3,7 @@
 # the collective that timed out and a non-zero exit, for zshard-train (ddp; hybrid, whose plan gathers the
 # hosts) and zshard-bench. So does a rank stalled before its engine splits the process groups (MPI's split
 # has no deadline of its own). ZSHARD_FAULT_SLACK (2 by default) is the allowance over the timeout.
+# zshard-test-timing
 source "$(dirname "$0")/lib.sh"
 TIMEOUT=3
 SLACK=${ZSHARD_FAULT_SLACK:-2}
