@@ -82,8 +82,15 @@ void MemoryReport::print(std::ostream& out) const {
         << " MiB per rank of the first shard group\n";
   if (predicted_inflight > 0)
     out << "gathered units in flight (comm): up to ~" << mib(double(predicted_inflight)) << " MiB predicted\n";
-  out << "communication per step per rank: measured " << mib(ranks.empty() ? 0 : ranks[0].comm_bytes_per_step)
-      << " MiB, theory " << mib(double(predicted_comm_bytes)) << " MiB\n";
+  // Per group size too: a rank of a smaller group reduces and gathers over fewer peers.
+  for (int g : sizes) {
+    double measured_comm = 0;
+    int64_t theory = 0;
+    for (const RankMemory& r : ranks)
+      if (r.shard_group == g) measured_comm = std::max(measured_comm, r.comm_bytes_per_step), theory = r.predicted_comm_bytes;
+    out << "communication per step per rank" << (sizes.size() > 1 ? detail::concat(" (shard groups of ", g, ")") : "")
+        << ": measured " << mib(measured_comm) << " MiB, theory " << mib(double(theory)) << " MiB\n";
+  }
 }
 
 std::string MemoryReport::to_json(int indent) const {

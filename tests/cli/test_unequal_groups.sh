@@ -15,10 +15,14 @@ for model in tiny llama-tiny; do
   same_losses "$model: hybrid 4,2 has the single process's losses within 1e-5" "$WORK/$model.json" \
     "$WORK/$model-42.json" 1e-5
   expect_true "$model: the report names the groups" grep -q "hybrid, world 6, shard group 4,2," "$WORK/out"
-  # Each group's ranks hold a 1/4 or a 1/2 shard: measured against the prediction for that size.
+  # Each group's ranks hold a 1/4 or a 1/2 shard, and reduce and gather over 4 or 2 ranks: measured against
+  # the prediction for that size.
   for g in 4 2; do
     expect_true "$model: model states of the groups of $g as predicted" \
       grep -Eq "^model states per rank \(shard groups of $g\): .* ratio 1\.000$" "$WORK/out"
+    expect_true "$model: communication of the groups of $g as predicted" \
+      grep -Eq "^communication per step per rank \(shard groups of $g\): measured ([0-9.]+ [kM]iB), theory \1$" \
+      "$WORK/out"
   done
 done
 expect_true "the banner names hybrid 4,2's groups" grep -q "^zshard-train: hybrid (shard groups 4,2) on 6 rank(s)" \
