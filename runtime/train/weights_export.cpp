@@ -108,6 +108,8 @@ void save_merged(Engine& engine, const Model& model, const LoraPlan& lora, const
       weights.push_back({p.name, p.shape, TrackedFloats(begin, begin + p.numel())});
     }
     lora.merge(weights);
+    ZS_CHECK(weights.size() == merged[size_t(u)].params.size(), "merged unit ", merged[size_t(u)].name, ": ",
+             weights.size(), " weights for ", merged[size_t(u)].params.size(), " parameters");
     FlatValues values(size_t(merged_layout.numel()));
     for (size_t i = 0; i < weights.size(); ++i) {
       ZS_CHECK(weights[i].name == merged[size_t(u)].params[i].name, "merged unit ", merged[size_t(u)].name, ": ",

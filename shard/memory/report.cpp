@@ -13,6 +13,18 @@ namespace zshard {
 
 namespace {
 
+// "0-3,6": ascending ranks as runs.
+std::string rank_ranges(const std::vector<int>& ranks) {
+  std::string text;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    text += (text.empty() ? "" : ",") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+    i = j + 1;
+  }
+  return text;
+}
+
 std::string mib(double bytes) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(bytes < 10 * 1048576.0 ? 3 : 1) << bytes / 1048576.0;
@@ -82,13 +94,21 @@ void MemoryReport::print(std::ostream& out) const {
         << " MiB per rank of the first shard group\n";
   if (predicted_inflight > 0)
     out << "gathered units in flight (comm): up to ~" << mib(double(predicted_inflight)) << " MiB predicted\n";
-  // Per group size too: a rank of a smaller group reduces and gathers over fewer peers.
-  for (int g : sizes) {
+  // Per prediction: the ranks of unequal shard or secondary groups reduce and gather over different
+  // numbers of peers, each measured against its own.
+  std::vector<int64_t> theories;
+  for (const RankMemory& r : ranks)
+    if (std::find(theories.begin(), theories.end(), r.predicted_comm_bytes) == theories.end())
+      theories.push_back(r.predicted_comm_bytes);
+  for (int64_t theory : theories) {
     double measured_comm = 0;
-    int64_t theory = 0;
-    for (const RankMemory& r : ranks)
-      if (r.shard_group == g) measured_comm = std::max(measured_comm, r.comm_bytes_per_step), theory = r.predicted_comm_bytes;
-    out << "communication per step per rank" << (sizes.size() > 1 ? detail::concat(" (shard groups of ", g, ")") : "")
+    std::vector<int> which;
+    for (size_t r = 0; r < ranks.size(); ++r)
+      if (ranks[r].predicted_comm_bytes == theory) {
+        measured_comm = std::max(measured_comm, ranks[r].comm_bytes_per_step);
+        which.push_back(int(r));
+      }
+    out << "communication per step per rank" << (theories.size() > 1 ? " (ranks " + rank_ranges(which) + ")" : "")
         << ": measured " << mib(measured_comm) << " MiB, theory " << mib(double(theory)) << " MiB\n";
   }
 }
@@ -132,6 +152,7 @@ std::string MemoryReport::to_json(int indent) const {
     rank["comm_exposed_ms_per_step"] = r.comm_exposed_ms_per_step;
     rank["shard_group"] = r.shard_group;
     rank["predicted_model_states"] = r.predicted.total();
+    rank["predicted_comm_bytes_per_step"] = r.predicted_comm_bytes;
     j["ranks"].push_back(rank);
   }
   return j.dump(indent);

@@ -33,3 +33,15 @@ finish() {
   echo "$failures failed"
   [ "$failures" = 0 ]
 }
+
+# comm_as_theory: every "communication per step per rank" line of the memory report in $WORK/out (one per
+# prediction: unequal shard or secondary groups reduce and gather over different numbers of ranks) has the
+# measured bytes within 0.2% of the theory, which counts real elements where the wire also carries each
+# unit's padding (tests/mpi/test_comm_volume.cpp), and there is one line at least.
+comm_as_theory() {
+  grep '^communication per step per rank' "$WORK/out" | awk '
+    { n++; m = $0; sub(/.*measured /, "", m); t = $0; sub(/.*theory /, "", t)
+      split(m, mp, "[ ,]+"); split(t, tp, "[ ,]+")
+      if (mp[2] != tp[2] || (mp[1] - tp[1]) ^ 2 > (0.002 * tp[1] + 0.001) ^ 2) bad++ }
+    END { exit !(n >= 1 && bad == 0) }'
+}
