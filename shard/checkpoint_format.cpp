@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <set>
 
 #include "kernels/io/atomic_file.h"
@@ -433,6 +434,18 @@ class UnitByUnit final : public SaveSliceSource {
   FlatValues values_;
 };
 
+// Each unit's saved parameters, whole (the params tensors only, never the Adam state), from a reader made
+// once every rank file's checksum is verified. `manifest` must outlive the reads.
+UnitValues verified_unit_params(const std::string& dir, const Manifest& manifest) {
+  for (const CheckpointFile& f : manifest.files) verify_file(dir, f, /*full=*/true);
+  const auto reader = std::make_shared<CheckpointReader>(dir, manifest);
+  return [reader, &manifest](int unit) {
+    FlatValues values(size_t(manifest.units[size_t(unit)].numel()));
+    reader->read(unit, "params", 0, int64_t(values.size()), values.data());
+    return values;
+  };
+}
+
 }  // namespace
 
 void save_consolidated(const std::string& path, const std::vector<UnitSpec>& units, const UnitValues& unit_values) {
@@ -442,25 +455,15 @@ void save_consolidated(const std::string& path, const std::vector<UnitSpec>& uni
 }
 
 std::vector<FlatValues> read_checkpoint_params(const std::string& dir, const Manifest& manifest) {
-  for (const CheckpointFile& f : manifest.files) verify_file(dir, f, /*full=*/true);
-  CheckpointReader reader(dir, manifest);
+  const UnitValues unit_params = verified_unit_params(dir, manifest);
   std::vector<FlatValues> flat_units;
-  for (size_t u = 0; u < manifest.units.size(); ++u) {
-    flat_units.emplace_back(size_t(manifest.units[u].numel()));
-    reader.read(int(u), "params", 0, manifest.units[u].numel(), flat_units.back().data());
-  }
+  for (size_t u = 0; u < manifest.units.size(); ++u) flat_units.push_back(unit_params(int(u)));
   return flat_units;
 }
 
 void export_checkpoint(const std::string& dir, const std::string& out_path) {
   const Manifest manifest = read_manifest(dir);
-  for (const CheckpointFile& f : manifest.files) verify_file(dir, f, /*full=*/true);
-  CheckpointReader reader(dir, manifest);
-  save_consolidated(out_path, manifest.units, [&](int unit) {
-    FlatValues values(size_t(manifest.units[size_t(unit)].numel()));
-    reader.read(unit, "params", 0, int64_t(values.size()), values.data());
-    return values;
-  });
+  save_consolidated(out_path, manifest.units, verified_unit_params(dir, manifest));
 }
 
 int64_t checkpoint_snapshot_bytes(const std::vector<FlatLayout>& layouts, int group) {

@@ -46,16 +46,20 @@ CLI::Option* add_list_option(CLI::App& app, const std::string& flag,
       help);
 }
 
+void refuse_repeat(const std::string& flag, const std::vector<std::string>& items, size_t i) {
+  if (std::find(items.begin(), items.begin() + ptrdiff_t(i), items[i]) != items.begin() + ptrdiff_t(i))
+    throw CLI::ValidationError(flag, "'" + items[i] + "' is listed twice");
+}
+
 CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector<std::string>& items,
                              const std::string& help, const std::vector<std::string>& allowed) {
   return add_list_option(
              app, flag,
              [&items, flag, allowed](const std::vector<std::string>& given) {
-               for (auto it = given.begin(); it != given.end(); ++it) {
-                 if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), *it) == allowed.end())
-                   throw CLI::ValidationError(flag, "'" + *it + "' is not one of " + join(allowed));
-                 if (std::find(given.begin(), it, *it) != it)
-                   throw CLI::ValidationError(flag, "'" + *it + "' is listed twice");
+               for (size_t i = 0; i < given.size(); ++i) {
+                 if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), given[i]) == allowed.end())
+                   throw CLI::ValidationError(flag, "'" + given[i] + "' is not one of " + join(allowed));
+                 refuse_repeat(flag, given, i);
                }
                items = given;
              },

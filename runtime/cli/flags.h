@@ -48,6 +48,9 @@ CLI::Option* add_list_option(CLI::App& app, const std::string& flag,
 // `allowed`, each item must be one of those words.
 CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector<std::string>& items,
                              const std::string& help, const std::vector<std::string>& allowed = {});
+// Refuses item i of a list where an item before it is the same, naming `flag` and the item (what the one
+// above checks of each).
+void refuse_repeat(const std::string& flag, const std::vector<std::string>& items, size_t i);
 // The same into `values`, each item a whole int: once, where a repeat would run or count twice (worlds,
 // the values a search tries), or as often as given (sizes of hosts, of nodes).
 enum class Repeats { refused, allowed };

@@ -1,7 +1,5 @@
 #include "runtime/cli/model_options.h"
 
-#include <algorithm>
-
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -103,10 +101,9 @@ void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) 
       app, "--lora-targets",
       [set](const std::vector<std::string>& targets) {
         std::string text;
-        for (auto t = targets.begin(); t != targets.end(); ++t) {
-          if (std::find(targets.begin(), t, *t) != t)
-            throw CLI::ValidationError("--lora-targets", "'" + *t + "' is listed twice");
-          text += (text.empty() ? "" : ",") + *t;
+        for (size_t i = 0; i < targets.size(); ++i) {
+          refuse_repeat("--lora-targets", targets, i);
+          text += (text.empty() ? "" : ",") + targets[i];
         }
         set("--lora-targets", "lora_targets", ConfigValue(text));
       },
