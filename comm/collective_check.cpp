@@ -14,6 +14,7 @@
 #include "comm/backend_base.h"
 #include "comm/flight_recorder/recorder.h"
 #include "comm/abort.h"
+#include "comm/rank_list.h"
 
 namespace zshard::comm {
 

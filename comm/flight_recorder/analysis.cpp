@@ -9,6 +9,7 @@
 #include <zshard/error.h>
 
 #include "comm/flight_recorder/recorder.h"
+#include "comm/rank_list.h"
 #include "kernels/io/fixed_text.h"
 
 namespace zshard {

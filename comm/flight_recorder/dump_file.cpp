@@ -7,6 +7,7 @@
 
 #include <zshard/error.h>
 
+#include "comm/rank_list.h"
 #include "kernels/io/file_kind.h"
 
 namespace zshard::comm::trace {
@@ -135,12 +136,6 @@ namespace zshard::comm {
 
 Signature signature_of(const trace::Record& r) {
   return {r.count, r.unit, r.root, r.op, r.dtype, r.reduce, r.purpose};
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
-  return text;
 }
 
 std::string describe_parting(const std::vector<std::pair<int, std::optional<Signature>>>& members,

@@ -131,7 +131,6 @@ struct Signature {
 
 std::string describe(const Signature& s);  // "all_gather of 1536 f32 (params, unit 3)"
 Signature signature_of(const trace::Record& r);
-std::string rank_list(const std::vector<int>& ranks);  // "rank 2", "ranks 0, 1"
 // How a group's members part at one collective, given each member's signature there (none: it issued
 // nothing there): "rank 1 issued X; ranks 0, 2 issued Y", the side of the most ranks last; empty where
 // they agree. A rank whose signature is the most ranks' next one (`next`, where given) skipped theirs.

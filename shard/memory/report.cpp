@@ -9,21 +9,11 @@
 #include <zshard/error.h>
 #include <zshard/plan.h>
 
+#include "comm/rank_list.h"
+
 namespace zshard {
 
 namespace {
-
-// "0-3,6": ascending ranks as runs.
-std::string rank_ranges(const std::vector<int>& ranks) {
-  std::string text;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    text += (text.empty() ? "" : ",") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
-    i = j + 1;
-  }
-  return text;
-}
 
 std::string mib(double bytes) {
   std::ostringstream os;
@@ -108,7 +98,7 @@ void MemoryReport::print(std::ostream& out) const {
         measured_comm = std::max(measured_comm, ranks[r].comm_bytes_per_step);
         which.push_back(int(r));
       }
-    out << "communication per step per rank" << (theories.size() > 1 ? " (ranks " + rank_ranges(which) + ")" : "")
+    out << "communication per step per rank" << (theories.size() > 1 ? " (" + comm::rank_list(which) + ")" : "")
         << ": measured " << mib(measured_comm) << " MiB, theory " << mib(double(theory)) << " MiB\n";
   }
 }

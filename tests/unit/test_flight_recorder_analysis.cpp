@@ -11,6 +11,7 @@
 #include <zshard/error.h>
 
 #include "comm/flight_recorder/analysis.h"
+#include "comm/rank_list.h"
 #include "tests/support/test_support.h"
 
 namespace zshard {
@@ -85,6 +86,15 @@ std::vector<RankTrace> stall_at_6() {
   }
   dumps.push_back(dump(2, 3, completed(5), {}, Reason::terminated));
   return dumps;
+}
+
+// The ranks a verdict, a collective check or the memory report names.
+TEST(RankList, ShortensRunsOfThreeOrMore) {
+  EXPECT_EQ(comm::rank_list({2}), "rank 2");
+  EXPECT_EQ(comm::rank_list({0, 1}), "ranks 0, 1");
+  EXPECT_EQ(comm::rank_list({0, 1, 2, 3, 6}), "ranks 0-3, 6");
+  EXPECT_EQ(comm::rank_list({0, 2, 3, 4, 7, 8}), "ranks 0, 2-4, 7, 8");
+  EXPECT_EQ(comm::rank_list({5, 6, 7}), "ranks 5-7");
 }
 
 TEST(TraceAnalysis, NamesTheRankThatNeverEnteredTheCollective) {
