@@ -206,4 +206,14 @@ cublasHandle_t cublas_handle() {
   return holder.handle;
 }
 
+size_t cublas_workspace_bytes() {
+  thread_local size_t bytes = [] {
+    int device = 0, major = 0;
+    ZS_CUDA_CHECK(cudaGetDevice(&device));
+    ZS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    return size_t(major >= 9 ? 32 : 4) << 20;
+  }();
+  return bytes;
+}
+
 }  // namespace zshard::cuda

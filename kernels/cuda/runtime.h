@@ -60,6 +60,9 @@ void release_pool_memory() noexcept;
 
 // The cuBLAS handle of the current thread (created on first use, lives until the thread ends).
 cublasHandle_t cublas_handle();
+// The scratch a cuBLAS call is given: the size of cuBLAS's own default pool on the current device (32 MiB
+// on Hopper and later, 4 MiB before), so that it picks the kernels it would pick by default.
+size_t cublas_workspace_bytes();
 
 // Scratch memory for an op on `stream`, from the tracking allocator (Category::workspace). The allocator
 // frees in order on the compute stream, which is `stream` or, for the legacy default stream, waits for the
