@@ -89,13 +89,17 @@ ModelConfig model_config(const std::string& name, const ModelConfig& overrides) 
 }
 
 std::unique_ptr<Model> build_model(const std::string& name, const ModelConfig& config) {
+  std::unique_ptr<Model> model;
   try {
-    return find(name).build(config);
+    model = find(name).build(config);
   } catch (const UsageError&) {
     throw;
   } catch (const Error& e) {
     throw UsageError(detail::concat("model '", name, "' (", config_text(config), "): ", e.what()));
   }
+  // A registered builder is the user's code: one that returns nothing is named, not dereferenced later.
+  if (!model) throw Error(detail::concat("model '", name, "': its registered builder returned no model"));
+  return model;
 }
 
 }  // namespace zshard

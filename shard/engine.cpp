@@ -42,9 +42,11 @@ ops::StepScalars scalars_read(const std::vector<double>& read) {
 
 Engine::Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, const EngineOptions& options)
     : model_(model), world_(world), plan_(plan), options_(options) {
-  ZS_CHECK(plan.world_size() == world.size(), "a plan for ", plan.world_size(), " ranks on a world of ", world.size());
-  ZS_CHECK(options.grad_accum >= 1, "grad_accum must be >= 1, got ", options.grad_accum);
-  ZS_CHECK(options.tokens_per_step >= 1, "tokens_per_step must be >= 1, got ", options.tokens_per_step);
+  // A loop of one's own passes these: usage errors naming the field, as the plan's options get.
+  if (plan.world_size() != world.size())
+    refuse("Engine: the plan is for ", plan.world_size(), " rank(s) (resolve_plan's world), the world has ", world.size());
+  if (options.grad_accum < 1) refuse("EngineOptions::grad_accum must be >= 1, got ", options.grad_accum);
+  if (options.tokens_per_step < 1) refuse("EngineOptions::tokens_per_step must be >= 1, got ", options.tokens_per_step);
   comm::maybe_stall_in_set_up(world.rank(), "engine");
   check_same_units_on_every_rank(model.units(), world);
   // First: its stream becomes the compute stream for all of the engine's work.
@@ -81,7 +83,7 @@ void Engine::check_batch(const char* call, const Batch& batch) const {
 // The same values on every rank make the same refusal everywhere, before the step's first collective.
 void Engine::check_adamw(const AdamW& hp) {
   const auto check = [](const char* name, float value, bool ok, const char* range) {
-    if (!std::isfinite(value) || !ok) fail("step: AdamW::", name, " = ", value, " is not ", range);
+    if (!std::isfinite(value) || !ok) refuse("step: AdamW::", name, " = ", value, " is not ", range);
   };
   check("lr", hp.lr, hp.lr >= 0, "finite and >= 0");
   check("beta1", hp.beta1, hp.beta1 >= 0 && hp.beta1 < 1, "in [0, 1)");
@@ -137,8 +139,16 @@ void Engine::run_micro_step(int k, const Batch& batch) {
   // waits for the device.
   params_->begin_micro_step(/*sync_grads=*/k == options_.grad_accum - 1, micro_step_sums_in(step_sums_) + k);
   const float loss_scale = float(1.0 / double(options_.tokens_per_step));
-  returned_losses_[size_t(k)] = model_.forward_backward(*params_, batch, loss_scale);
-  params_->end_micro_step();
+  try {
+    returned_losses_[size_t(k)] = model_.forward_backward(*params_, batch, loss_scale);
+    params_->end_micro_step();
+  } catch (...) {
+    // The model, or the protocol it broke, left units held and gradients partial: the step is dropped, and
+    // the next forward_backward starts a new one (as after a load).
+    params_->abandon_micro_step();
+    discard_step();
+    throw;
+  }
   // A replay adds nothing on the host.
   if (graph_ && returned_losses_[size_t(k)] != 0)
     refuse(option_setting(Option::cuda_graphs, "on", "true"),
@@ -169,8 +179,14 @@ double Engine::forward(const Batch& batch) {
     model_batch = graph_->stage_evaluation(batch);
   }
   params_->begin_forward_only();
-  double loss = model_.forward(*params_, model_batch);
-  params_->end_micro_step();
+  double loss = 0;
+  try {
+    loss = model_.forward(*params_, model_batch);
+    params_->end_micro_step();
+  } catch (...) {
+    params_->abandon_micro_step();  // a forward touches no gradient: a step in progress goes on
+    throw;
+  }
   loss += params_->take_loss_sum();
   eval_loss_sum_ += loss;
   eval_tokens_ += int64_t(batch.B) * batch.T;

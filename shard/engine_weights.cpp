@@ -95,6 +95,11 @@ void Engine::export_weights(const std::string& path) {
 
 void Engine::export_adapters(const std::string& path) {
   const std::vector<UnitSpec> specs = model_.units();
+  const bool any = std::any_of(specs.begin(), specs.end(), [](const UnitSpec& unit) {
+    return std::any_of(unit.params.begin(), unit.params.end(), [](const ParamSpec& p) { return is_adapter(p.name); });
+  });
+  // Every rank sees the same units: all refuse alike, before any collective.
+  if (!any) refuse("export_adapters(", path, "): the model has no LoRA adapters (export_weights writes its weights)");
   std::vector<FlatValues> units(specs.size());
   for (int u = 0; u < params_->num_units(); ++u)
     if (std::any_of(specs[u].params.begin(), specs[u].params.end(), [](const ParamSpec& p) { return is_adapter(p.name); })) {

@@ -21,7 +21,9 @@ std::vector<UnitSpec> freeze_matching(std::vector<UnitSpec> units, const std::ve
         if (name_matches(pattern, p.name)) p.frozen = matched = true;
     if (!matched) refuse(option_name(Option::freeze), ": pattern '", pattern, "' matches no parameter of the model");
   }
-  if (count_params(units).trainable == 0) {
+  const ParamCounts counts = count_params(units);
+  if (counts.total() == 0) refuse("the model declares no parameters (its units() lists none with elements): nothing to train");
+  if (counts.trainable == 0) {
     if (patterns.empty()) refuse("every parameter of the model is frozen: nothing is left to train");
     refuse(option_name(Option::freeze), ": every parameter is frozen, nothing is left to train (freeze less, or ",
            "add adapters to train)");

@@ -7,10 +7,15 @@
 //     in the owned gradients, so no full gradient outlives its unit's backward;
 //   - end_micro_step checks the protocol, waits for the reductions still in flight and frees what the
 //     prefetch gathered but the model did not use;
-//   - discard_gradients zeroes the owned gradients, after a step or instead of one (a load), and the
-//     next micro-step starts a new step.
+//   - abandon_micro_step takes end_micro_step's place after the model threw: the next micro-step finds
+//     no unit held and no reduction in flight;
+//   - discard_gradients zeroes the owned gradients, after a step or instead of one (a load, a micro-step
+//     abandoned), and the next micro-step starts a new step.
 #include "shard/sharded_params.h"
 
+#include <zshard/error.h>
+
+#include "comm/backend_base.h"
 #include "shard/optimizer_offload.h"
 
 namespace zshard {
@@ -56,6 +61,42 @@ void ShardedParams::end_micro_step() {
     u->frozen_secondary = Tensor();
   }
   order_->recorded = true;
+}
+
+void ShardedParams::abandon_micro_step() {
+  const auto settle = [](comm::WorkPtr& work) {
+    if (work && !comm::collectives_failed()) {
+      try {
+        work->wait();
+      } catch (const Error&) {
+        // It marked the collectives failed: the model's error, already on its way, is the one to report.
+      }
+    }
+    work.reset();
+  };
+  for (Reduction& r : reductions_) settle(r.work);
+  reductions_.clear();
+  for (auto& u : units_) {
+    settle(u->gather_work);
+    settle(u->frozen_gather_work);
+    u->received = Tensor();
+    u->frozen_received = Tensor();
+    if (u->gathered.defined()) free_gathered(*u);
+    u->secondary = Tensor();
+    u->frozen_secondary = Tensor();
+    u->gather_refs = 0;
+    u->grads_state = Unit::Grads::untouched;
+    if (grads_sharded_) {  // a transient full gradient (resident ones are grad_store itself)
+      u->full_grads = Tensor();
+      u->grad_views.clear();
+    }
+  }
+  in_backward_ = false;
+  // A first micro-step cut short recorded part of the gather order: the next one records it anew.
+  if (!order_->recorded) {
+    order_->units.clear();
+    if (order_ == &training_order_) first_step_gathered_numel_ = first_step_secondary_numel_ = 0;
+  }
 }
 
 void ShardedParams::discard_gradients() {

@@ -167,6 +167,8 @@ ShardGroups shard_groups(const StrategyOptions& options, int world_size) {
   if (asked.kind() == ShardGroupRequest::Kind::node)
     refuse(option_name(Option::shard_group), " node: the hosts decide node groups, and this plan has none (give the nodes' sizes, "
           "e.g. 4,2)");
+  if (!asked.automatic() && asked.sizes().empty())
+    refuse(option_name(Option::shard_group), ": an empty list of group sizes (give one size, or one per group)");
   if (asked.sizes().size() > 1) {
     const std::vector<int>& sizes = asked.sizes();
     check_group_sizes(sizes, option_name(Option::shard_group));

@@ -22,9 +22,14 @@ void check_unit_specs(const std::vector<UnitSpec>& specs) {
     for (const ParamSpec& p : unit.params) {
       if (p.name.empty() || p.name == "__metadata__")
         fail("unit '", unit.name, "': a parameter named '", p.name, "', which no weights file can hold");
-      for (int64_t d : p.shape)
+      int64_t numel = 1;
+      for (int64_t d : p.shape) {
         if (d < 0)
           fail("unit '", unit.name, "', parameter '", p.name, "': shape ", shape_str(p.shape), " has a negative dimension");
+        if (__builtin_mul_overflow(numel, d, &numel))
+          fail("unit '", unit.name, "', parameter '", p.name, "': shape ", shape_str(p.shape),
+               " has more elements than a 64-bit count holds");
+      }
       if (auto [it, fresh] = params.emplace(p.name, unit.name); !fresh)
         fail("parameter '", p.name, "' is given twice (units '", it->second, "' and '", unit.name,
              "'); a parameter's name must be unique in the model");

@@ -156,10 +156,12 @@ class Engine {
   // and a loop that does not read it never makes the host wait for the device between micro-steps, on a
   // GPU the difference between a busy device and one idle while the host catches up. Throws, on this rank
   // only, on a batch with a null inputs or targets pointer: like any error of one rank's own, the loop
-  // must then end the job (World::abort), or its peers wait until the deadline. Collective.
+  // must then end the job (World::abort), or its peers wait until the deadline. When the model throws (or
+  // breaks the gather/grads protocol), the error comes through with the step dropped, as load() drops it:
+  // the next call starts a new step. Collective.
   MicroStepLoss forward_backward(const Batch& batch);
   // Forward only (evaluation): the sum of this rank's token losses; gradients and optimizer state are left
-  // as they are. Collective.
+  // as they are, also when the model throws. Collective.
   double forward(const Batch& batch);
   // The mean token loss over every rank's forward() calls since the last finish_eval() (or since the
   // engine was made), the same on every rank; the next evaluation starts empty. Collective.
@@ -207,8 +209,9 @@ class Engine {
   // accepted, and PEFT's "base_model.model."; F32, F16, BF16 or F64). Every parameter must be there with
   // its shape, except in a base model's file, which has no LoRA adapters (they keep their values), and an
   // adapter file, which has nothing else (the base keeps its); every tensor must be a parameter's (or a
-  // known buffer's). All checked before anything changes; a failure throws on every rank. A step in progress is dropped with its gradients, as load() drops it; the optimizer state and
-  // the step count stay as they are. Collective.
+  // known buffer's). All checked before anything changes; a failure throws on every rank. A step in
+  // progress is dropped with its gradients, as load() drops it; the optimizer state and the step count stay
+  // as they are. Collective.
   void import_weights(const std::string& path);
   // Writes the full weights (F32, the model's names and shapes) into safetensors file `path` from rank 0:
   // what import_weights and Hugging Face read. Rank 0 writes each unit as it is gathered: no rank holds
@@ -216,7 +219,8 @@ class Engine {
   void export_weights(const std::string& path);
   // Writes the LoRA adapters alone (every `<layer>.lora_A.weight` and `.lora_B.weight`, F32) from rank 0 under
   // PEFT's names, "base_model.model." in front of the model's: what PEFT's save_pretrained writes as
-  // adapter_model.safetensors, and import_weights reads back beside a base. Collective.
+  // adapter_model.safetensors, and import_weights reads back beside a base. A model without adapters is
+  // refused (UsageError) on every rank. Collective.
   void export_adapters(const std::string& path);
 
   // Per rank and category, measured beside the ZeRO prediction. Collective.

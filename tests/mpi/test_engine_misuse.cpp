@@ -3,17 +3,21 @@
 // names, names no weights file can hold, negative shapes, or other units on another rank; a batch without
 // targets (refused on the rank that passes it); a tokens_per_step that is not the ranks' tokens; AdamW
 // hyper-parameters out of range; a step before its micro-steps; a save over a committed checkpoint. A load
-// drops the step in progress, and a unit of no elements trains under every strategy.
+// drops the step in progress, as does a model that throws partway, and a unit of no elements trains under
+// every strategy.
 // zshard-test-np: 1 2
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include <zshard/engine.h>
 #include <zshard/ops.h>
 
+#include "comm/self_communicator.h"
 #include "models/gpt2.h"
 #include "tests/support/test_support.h"
 
@@ -80,7 +84,30 @@ TEST(EngineMisuse, DuplicateNamesAndNegativeShapesAreRefusedAtConstruction) {
             "parameter 'w' is given twice (units 'a' and 'b'); a parameter's name must be unique in the model");
   EXPECT_EQ(construction_error({{"a", {w, {"neg", {2, -4}, false}}}}),
             "unit 'a', parameter 'neg': shape (2, -4) has a negative dimension");
+  // A count that wraps trained the parameter as one of no elements, silently.
+  EXPECT_EQ(construction_error({{"a", {w, {"huge", {int64_t(1) << 62, 8}, false}}}}),
+            "unit 'a', parameter 'huge': shape (4611686018427387904, 8) has more elements than a 64-bit count holds");
+  EXPECT_EQ(construction_error({}), "the model declares no parameters (its units() lists none with elements): nothing to train");
   EXPECT_EQ(construction_error({{"a", {w}}, {"b", {v}}}), "(no error)");
+}
+
+// The options a loop passes are usage errors naming the field, not internal checks; an export of adapters
+// the model lacks wrote an empty file.
+TEST(EngineMisuse, EngineOptionsOutOfRangeAndAnAdapterExportWithoutAdaptersAreUsageErrors) {
+  EXPECT_THROW(Engine(model(), world(), zero3(), {.grad_accum = 0, .tokens_per_step = 16}), UsageError);
+  EXPECT_EQ(error_of([] { Engine(model(), world(), zero3(), {.grad_accum = 0, .tokens_per_step = 16}); }),
+            "EngineOptions::grad_accum must be >= 1, got 0");
+  EXPECT_EQ(error_of([] { Engine(model(), world(), zero3(), {.grad_accum = 1, .tokens_per_step = 0}); }),
+            "EngineOptions::tokens_per_step must be >= 1, got 0");
+  Engine engine(model(), world(), zero3(), options());
+  EXPECT_EQ(error_of([&] { engine.export_adapters("unwritten.safetensors"); }),
+            "export_adapters(unwritten.safetensors): the model has no LoRA adapters (export_weights writes its weights)");
+  EXPECT_FALSE(std::filesystem::exists("unwritten.safetensors"));
+  if (world().size() < 2) return;
+  comm::SelfCommunicator self;
+  const ShardPlan for_one = resolve_plan({}, self);
+  EXPECT_EQ(error_of([&] { Engine(model(), world(), for_one, options()); }),
+            detail::concat("Engine: the plan is for 1 rank(s) (resolve_plan's world), the world has ", world().size()));
 }
 
 // A weights file keys its tensors by name, and its header keeps "__metadata__" for itself.
@@ -196,6 +223,7 @@ TEST(EngineMisuse, AdamWOutOfRangeIsRefusedBeforeAnyUpdate) {
   const double before = eval_loss(engine, tokens);
   engine.forward_backward(tokens.batch());
   const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THROW(engine.step({.lr = nan}), UsageError);
   EXPECT_EQ(error_of([&] { engine.step({.lr = nan}); }), "step: AdamW::lr = nan is not finite and >= 0");
   EXPECT_EQ(error_of([&] { engine.step({.lr = -1}); }), "step: AdamW::lr = -1 is not finite and >= 0");
   EXPECT_EQ(error_of([&] { engine.step({.beta1 = 1}); }), "step: AdamW::beta1 = 1 is not in [0, 1)");
@@ -235,6 +263,95 @@ TEST(EngineMisuse, ALoadDropsTheStepInProgress) {
   fresh.forward_backward(tokens.batch());
   fresh.step({.lr = 1e-2f});
   EXPECT_EQ(eval_loss(engine, tokens), eval_loss(fresh, tokens)) << "no trace of the dropped step";
+}
+
+// Hands every call on to the engine's context, and throws at the n-th call of one kind: of gather
+// (a unit held from then on, a prefetch in flight), or just after grads_ready (its reduction in flight).
+class FailingContext final : public ParamContext {
+ public:
+  enum class At { gather, grads_ready };
+  FailingContext(ParamContext& inner, At at, int n) : inner_(inner), at_(at), left_(n) {}
+  const UnitTensors& gather(int unit) override {
+    if (at_ == At::gather) count_down();
+    return inner_.gather(unit);
+  }
+  void release(int unit) override { inner_.release(unit); }
+  const UnitTensors& grads(int unit) override { return inner_.grads(unit); }
+  void grads_ready(int unit) override {
+    inner_.grads_ready(unit);
+    if (at_ == At::grads_ready) count_down();
+  }
+  Device device() const override { return inner_.device(); }
+  DType compute_dtype() const override { return inner_.compute_dtype(); }
+  double* loss_sum() override { return inner_.loss_sum(); }
+
+ private:
+  void count_down() {
+    if (--left_ == 0) throw Error("the model failed");
+  }
+  ParamContext& inner_;
+  At at_;
+  int left_;
+};
+
+// The tiny GPT-2, whose next forward_backward or forward fails where `fail_next` says, on every rank alike.
+class FailsPartway final : public Model {
+ public:
+  std::optional<std::pair<FailingContext::At, int>> fail_next;
+  std::vector<UnitSpec> units() const override { return model().units(); }
+  void init_unit(int unit, const UnitTensors& params, uint64_t seed) const override {
+    model().init_unit(unit, params, seed);
+  }
+  double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override {
+    return run(ctx, [&](ParamContext& c) { return model().forward_backward(c, batch, loss_scale); });
+  }
+  double forward(ParamContext& ctx, const Batch& batch) override {
+    return run(ctx, [&](ParamContext& c) { return model().forward(c, batch); });
+  }
+  int64_t activation_bytes(int B, int T, DType dtype) const override { return model().activation_bytes(B, T, dtype); }
+  bool keeps_gradients_open(int B, int T) const override { return model().keeps_gradients_open(B, T); }
+  int vocab_size() const override { return model().vocab_size(); }
+  int context_length() const override { return model().context_length(); }
+
+ private:
+  template <class Fn>
+  double run(ParamContext& ctx, Fn&& fn) {
+    if (!fail_next) return fn(ctx);
+    FailingContext failing(ctx, fail_next->first, fail_next->second);
+    fail_next.reset();
+    return fn(failing);
+  }
+};
+
+// A model that threw partway left units gathered, gradients requested and reductions in flight: every
+// later micro-step failed on the protocol ("still gathered"), a load did not mend it. The step is dropped
+// with the error, and training goes on as if it had never started, under every strategy.
+TEST(EngineMisuse, AModelThatThrowsPartwayDropsTheStepAndTrainingGoesOn) {
+  const Tokens tokens;
+  for (StrategyKind kind : {StrategyKind::ddp, StrategyKind::zero2, StrategyKind::zero3}) {
+    for (const auto& [at, n] : {std::pair{FailingContext::At::gather, 3}, std::pair{FailingContext::At::grads_ready, 2}}) {
+      SCOPED_TRACE(detail::concat(strategy_name(kind), at == FailingContext::At::gather ? ", at gather " : ", after grads_ready ", n));
+      FailsPartway failing;
+      Engine engine(failing, world(), test::plan({kind}), {.seed = 3, .grad_accum = 2, .tokens_per_step = 2 * int64_t(kB) * kT * world().size()});
+      // The first step fails in its second micro-step, the first evaluation partway.
+      engine.forward_backward(tokens.batch());
+      failing.fail_next = {at, n};
+      EXPECT_EQ(error_of([&] { engine.forward_backward(tokens.batch()); }), "the model failed");
+      EXPECT_THAT(error_of([&] { engine.step({}); }), HasSubstr("after 0 of the step's 2 forward_backward call(s)"));
+      failing.fail_next = {FailingContext::At::gather, 2};
+      EXPECT_EQ(error_of([&] { engine.forward(tokens.batch()); }), "the model failed");
+      for (int k = 0; k < 2; ++k) engine.forward_backward(tokens.batch());
+      const StepStats stats = engine.step({.lr = 1e-2f});
+
+      FailsPartway plain;
+      Engine fresh(plain, world(), test::plan({kind}), {.seed = 3, .grad_accum = 2, .tokens_per_step = 2 * int64_t(kB) * kT * world().size()});
+      for (int k = 0; k < 2; ++k) fresh.forward_backward(tokens.batch());
+      const StepStats fresh_stats = fresh.step({.lr = 1e-2f});
+      EXPECT_EQ(stats.loss, fresh_stats.loss);
+      EXPECT_EQ(stats.grad_norm, fresh_stats.grad_norm) << "no trace of the dropped micro-steps";
+      EXPECT_EQ(engine.forward(tokens.batch()), fresh.forward(tokens.batch()));
+    }
+  }
 }
 
 // A save into a committed checkpoint's directory uncommitted it before writing: a job killed then lost

@@ -147,6 +147,10 @@ TEST(ShardGroups, RanksSizesAndPadding) {
   EXPECT_EQ(shard_groups(hybrid, 6).sizes(), (std::vector<int>{4, 2}));
   EXPECT_EQ(shard_groups({StrategyKind::ddp}, 3).sizes(), (std::vector<int>{1, 1, 1}));
   EXPECT_EQ(shard_groups({StrategyKind::zero2}, 3).sizes(), (std::vector<int>{3}));
+  // A library caller's empty list is refused, not read past its end.
+  hybrid.shard_group = ShardGroupRequest::list({});
+  EXPECT_THAT(error_of([&] { shard_groups(hybrid, 6); }), HasSubstr("an empty list of group sizes"));
+  EXPECT_THROW(shard_groups(hybrid, 6), UsageError);
 }
 
 // The least common multiple of a list of group sizes was an int: 2,3,5,...,31 overflowed it, and every
