@@ -17,6 +17,7 @@
 #include <set>
 
 #include "kernels/io/atomic_file.h"
+#include "kernels/io/file_kind.h"
 #include "kernels/io/checksum.h"
 #include "kernels/io/file_json.h"
 
@@ -227,10 +228,16 @@ std::vector<FlatLayout> Manifest::layouts() const {
 
 Manifest read_manifest(const std::string& dir) {
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) fail(dir, ": not a checkpoint (no such directory)");
+  if (!fs::is_directory(dir, ec))
+    fail(dir, fs::exists(dir, ec) ? ": not a checkpoint (a file, not a checkpoint's directory)"
+                                  : ": not a checkpoint (no such directory)");
   const std::string path = join(dir, kManifestFile);
-  if (!fs::exists(path, ec))
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status))
     fail(dir, ": not a checkpoint (no ", kManifestFile, "; an interrupted save leaves none)");
+  // Opening a FIFO would wait for a writer, before any collective and its deadline.
+  if (const std::string_view kind = unreadable_kind(status.type()); !kind.empty())
+    damaged(path, ": is ", kind, ", not a manifest file");
   std::string text;
   {
     FILE* f = std::fopen(path.c_str(), "rb");

@@ -92,10 +92,16 @@ void check_stop_file(const TrainOptions& o) {
   for (FlagPath& out : named_outputs(o)) files.push_back(std::move(out));
   check_not_input(stop, files, "remove");
   // The --save-dir and the directories above it, made at set-up, would be taken for a request once they
-  // exist; a file inside it is fine.
+  // exist. Inside it, a file beside the checkpoints is fine (zshard-run's is SAVE_DIR/zshard-run/stop), not
+  // one among them: a step's manifest, once committed, would be taken for a request and removed with its
+  // checkpoint.
   const std::filesystem::path from_stop = normal_path(o.saves.save_dir).lexically_relative(normal_path(stop.second));
   if (!o.saves.save_dir.empty() && !from_stop.empty() && *from_stop.begin() != "..")
     refuse("--stop-file ", stop.second, " names the --save-dir or a directory above it, which set-up makes");
+  const std::filesystem::path in_save = normal_path(stop.second).lexically_relative(normal_path(o.saves.save_dir));
+  if (!o.saves.save_dir.empty() && !in_save.empty() && in_save.begin()->string().starts_with("step-"))
+    refuse("--stop-file ", stop.second, ": inside what the run writes under --save-dir (its step-* checkpoints), ",
+           "which it would remove; give a file beside them");
   check_not_trace_dir(stop, o.output.trace_dir);
 }
 

@@ -142,7 +142,6 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
   save_dir_ = t.saves.save_dir;
   log_json_ = t.output.log_json;
   state_dir_ = (fs::path(save_dir_) / "zshard-run").string();
-  if (!log_json_.empty()) check_output_path("--log-json", log_json_);
   // The command's own --resume is used until --save-dir holds a checkpoint: then checked before any launch.
   if (const std::optional<std::string> given = flag_value(o_.command, "--resume");
       given && *given != "latest" && !newest_committed(save_dir_)) {
@@ -160,6 +159,8 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
   std::error_code ec;
   fs::create_directories(state_dir_, ec);
   if (ec) refuse("--save-dir ", save_dir_, ": cannot create ", state_dir_, " (", ec.message(), ")");
+  // After the --save-dir is made: a --log-json inside it is the trainer's to write, as without zshard-run.
+  if (!log_json_.empty()) check_output_path("--log-json", log_json_);
   keep_earlier_log();
 }
 

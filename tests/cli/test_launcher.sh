@@ -44,6 +44,10 @@ expect_failure "a --mem-budget that no micro-batch fits" 2 \
   "$RUN" "${LOCAL[@]}" --mem-budget 1KB -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
 expect_one_line "a --mem-budget that no micro-batch fits" "."
 expect_true "nothing was saved by the refused runs" test ! -e "$WORK/bad/step-00000002"
+# zshard-train makes its --save-dir before it opens its --log-json; zshard-run refused one inside it.
+expect_ok "--log-json inside a --save-dir not yet made" \
+  "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 2 --save-dir "$WORK/fresh-ck" --log-json "$WORK/fresh-ck/log.jsonl"
+expect_true "... which holds its steps" test "$(steps "$WORK/fresh-ck/log.jsonl")" = "1 2 "
 
 # ---- a rank killed mid-run: relaunched on the same host, one record per step in --log-json ----
 # 150 steps (5 ms each here): the kill lands well before the end, even on a loaded machine.

@@ -234,6 +234,14 @@ TEST(Checkpoint, BadInputNamesTheFileAndTheProblem) {
   fs::create_directories(tmp.file("empty"));
   EXPECT_THAT(error_of([&] { read_manifest(tmp.file("empty")); }),
               AllOf(HasSubstr("empty"), HasSubstr("not a checkpoint (no manifest.json")));
+  std::ofstream(tmp.file("a-file")) << "{}";
+  EXPECT_THAT(error_of([&] { read_manifest(tmp.file("a-file")); }),
+              HasSubstr("a-file: not a checkpoint (a file, not a checkpoint's directory)"));
+  // A FIFO's open waited for a writer that never came.
+  fs::create_directories(tmp.file("fifo"));
+  ASSERT_EQ(mkfifo(tmp.file("fifo/manifest.json").c_str(), 0600), 0);
+  EXPECT_THAT(error_of([&] { read_manifest(tmp.file("fifo")); }),
+              HasSubstr("fifo/manifest.json: is a FIFO (named pipe), not a manifest file"));
 
   // Corrupt: same size, one byte flipped near the end (in the Adam state).
   fs::copy_file(rank1, tmp.file("keep"));
