@@ -5,6 +5,7 @@
 // MPI column (the blocking collective) and a raw non-blocking one (the MPI_I* call zshard issues, then
 // MPI_Wait) run interleaved with zshard's, so a gap splits into MPI's algorithms and zshard's overhead.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
@@ -215,6 +216,10 @@ int main(int argc, char** argv) {
       max_bytes = parse_bytes(o.max_size, "--max-size");
       if (!(o.round_ms > 0 && std::isfinite(o.round_ms))) throw UsageError("--round-ms must be a finite number > 0");
       if (max_bytes < min_bytes) throw UsageError("--max-size must be >= --min-size");
+      // The raw MPI calls take an int count: the whole buffer of floats for all_reduce.
+      if (max_bytes / 4 > int64_t(INT_MAX))
+        throw UsageError("--max-size " + o.max_size + " is more than MPI's int count of floats (" +
+                         format_bytes(4.0 * double(INT_MAX)) + ")");
       if (o.factor < 2) throw UsageError("--factor must be >= 2, got " + std::to_string(o.factor));
       if (o.rounds < 1) throw UsageError("--rounds must be >= 1, got " + std::to_string(o.rounds));
       for (const std::string& name : o.ops) ops.push_back(parse_op(name));
@@ -243,7 +248,8 @@ int main(int argc, char** argv) {
                   << (mpi ? "  raw-MPI time(us)   busbw   ratio  nonblocking-MPI busbw  ratio" : "") << "\n";
       int64_t measured_elems = 0;
       for (int64_t size = min_bytes; size <= max_bytes; size *= o.factor) {
-        // Whole float blocks per rank: the size rounds down to a multiple of 4n bytes (at least one each).
+        // Whole float blocks per rank: the size rounds down to a multiple of 4n bytes, and up to one float
+        // per rank below that.
         const int64_t elems = op == Collective::all_reduce ? std::max<int64_t>(1, size / 4)
                                                            : std::max<int64_t>(1, size / 4 / n) * n;
         if (elems == measured_elems) continue;  // small sizes that round to the one just measured

@@ -7,6 +7,7 @@
 // takes zshard-bench JSON measured at several world sizes (same global batch) and prints the
 // projection's error on each.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
@@ -100,8 +101,9 @@ double check(const std::vector<std::string>& paths, const std::vector<std::strin
     if (work.params && got.params != work.params) differs("a model of params", *got.params, *work.params);
     benches.emplace_back(std::move(bench), world);
   }
-  std::cout << "\nprojection vs measured (strong scaling, global batch " << in.batch << "; error = predicted / "
-            << "measured - 1)\n"
+  std::cout << "\nprojection vs measured (strong scaling, global batch " << work.sequences
+            << (work.grad_accum > 1 ? detail::concat(" (", in.batch, " x ", work.grad_accum, ")") : std::string())
+            << "; error = predicted / measured - 1)\n"
             << std::setw(8) << "strategy" << std::setw(6) << "N" << std::setw(14) << "measured ms" << std::setw(14)
             << "no overlap" << std::setw(9) << "error" << std::setw(14) << "overlap" << std::setw(9) << "error\n";
   for (size_t i = 0; i < paths.size(); ++i) {
@@ -216,18 +218,27 @@ int main(int argc, char** argv) {
     if (!bench_path.empty()) {
       bench_doc = read_json_file("--bench", bench_path);
       const json& b = bench_doc;
-      read_fields("--bench", bench_path, [&] {
-        if (b.at("world") != 1)
-          throw UsageError("--bench " + bench_path + ": needs a single-rank run, it has world " + b.at("world").dump());
-        in.compute_ms = median_ms(b, "ddp");
-        in.params = b.at("model").at("params");
-        in.frozen_params = b.at("model").value("frozen_params", int64_t(0));  // older files do not say: none
-        in.units = b.at("model").at("units");
-        in.batch = b.at("batch");
-        in.grad_accum = b.value("grad_accum", 1);  // older files do not say: one micro-step
-      });
       // What the file lacks is the file's fault, not the flags': said before the flags are checked.
       const auto bad = [&](const auto&... what) { throw UsageError(detail::concat("--bench ", bench_path, ": ", what...)); };
+      // A count as the file writes it: 1e300 would wrap in the conversion and be refused as another number.
+      const auto count = [&](const json& value, const char* what, int64_t most) {
+        const bool fits = value.is_number_unsigned() ? value.get<uint64_t>() <= uint64_t(most)
+                                                     : value.is_number_integer() && value.get<int64_t>() <= most;
+        if (!fits) bad(what, " is ", value.dump(), ", not a whole number up to ", most);
+        return value.get<int64_t>();
+      };
+      read_fields("--bench", bench_path, [&] {
+        // A zshard-bench result first: another tool's JSON is named as such, whatever its fields.
+        in.compute_ms = median_ms(b, "ddp");
+        const json& model = b.at("model");
+        if (b.at("world") != 1)
+          throw UsageError("--bench " + bench_path + ": needs a single-rank run, it has world " + b.at("world").dump());
+        in.params = count(model.at("params"), "model params", INT64_MAX);
+        in.frozen_params = count(model.value("frozen_params", json(0)), "model frozen_params", INT64_MAX);  // older files: none
+        in.units = int(count(model.at("units"), "model units", INT_MAX));
+        in.batch = int(count(b.at("batch"), "batch", INT_MAX));
+        in.grad_accum = int(count(b.value("grad_accum", json(1)), "grad_accum", INT_MAX));  // older files: one micro-step
+      });
       if (!(in.compute_ms > 0 && std::isfinite(in.compute_ms)))
         bad("no ddp result with a positive step time (run zshard-bench with ddp among --strategies)");
       if (in.params <= 0) bad("model params is ", in.params, ", not > 0");
@@ -248,6 +259,9 @@ int main(int argc, char** argv) {
     if (const int64_t world = std::accumulate(nodes.begin(), nodes.end(), int64_t{0}); world > kMaxWorld)
       throw UsageError(detail::concat("--nodes: ", world, " ranks in all, more than ", kMaxWorld));
     if (!nodes.empty()) check_group_sizes(nodes, "--nodes");
+    if (scaling == "strong" && !nodes.empty() && std::accumulate(nodes.begin(), nodes.end(), 0) > in.batch)
+      throw UsageError(detail::concat("--nodes ", join_sizes(nodes), ": more ranks than the ", in.batch,
+                                      " sequences of a micro-step that strong scaling splits (--batch)"));
     if (max_world > kMaxWorld) throw UsageError(detail::concat("--max-world must be at most ", kMaxWorld, ", got ", max_world));
     for (const auto& [flag, value] : {std::pair{"--alpha-us", alpha_us}, std::pair{"--inter-alpha-us", inter_alpha_us}})
       if (app.count(flag) && !(std::isfinite(value) && value >= 0))
@@ -318,7 +332,9 @@ int main(int argc, char** argv) {
     std::cout << std::setw(6) << "N";
     for (const std::string& name : strategies) std::cout << std::setw(26) << (name + " ms   eff");
     std::cout << std::setw(14) << "Amdahl s=" << std::setprecision(3) << serial << "\n";
-    for (int n = 1; n <= max_world; n *= 2) {
+    // Strong scaling splits the micro-step's sequences: the rows end before a rank would hold less than one.
+    const int last_world = in.weak ? max_world : std::min(max_world, in.batch);
+    for (int n = 1; n <= last_world; n *= 2) {
       json row = {{"world", n}, {"amdahl_efficiency", amdahl_efficiency(serial, n)}};
       std::cout << std::setw(6) << n;
       for (const std::string& name : strategies) {
@@ -334,6 +350,9 @@ int main(int argc, char** argv) {
       std::cout << std::setw(14) << std::setprecision(3) << amdahl_efficiency(serial, n) << "\n";
       doc["rows"].push_back(row);
     }
+    if (last_world < max_world)
+      std::cout << "(strong scaling: no row past N = " << last_world << ", where each rank's share of the "
+                << in.batch << " sequences of a micro-step would be less than one)\n";
     if (!nodes.empty()) doc["nodes"] = project_nodes(ShardGroups(nodes), strategies, in);
     if (!json_path.empty()) write_file_atomically(json_path, doc.dump(2) + "\n");
     return 0;

@@ -125,6 +125,11 @@ check "commbench small sizes" timeout 120 "${MPIRUN[@]}" -np 2 "$BIN/zshard-comm
   --min-size 3 --max-size 16 --round-ms 1 --rounds 1
 rows=$(grep -cE "^ +8 +2 +float " "$WORK/out")
 [ "$rows" = 1 ] || { echo "FAIL commbench small sizes: $rows rows of 8 bytes, want 1"; cat "$WORK/out"; failures=$((failures + 1)); }
+# The raw MPI calls count floats in an int: a larger buffer wrapped the count.
+"$BIN/zshard-commbench" --max-size 9GiB >"$WORK/out" 2>&1
+rc=$?
+[ "$rc" = 2 ] && grep -q "^zshard-commbench: error: --max-size 9GiB is more than MPI's int count of floats" "$WORK/out" ||
+  { echo "FAIL commbench --max-size 9GiB: exit $rc, want 2 and the int count named"; cat "$WORK/out"; failures=$((failures + 1)); }
 # A user's own choice of the algorithm wins over zshard's.
 if grep -q "libnbc iallreduce algorithm" "$WORK/comm.out"; then
   check "commbench user algorithm" timeout 120 env OMPI_MCA_coll_libnbc_iallreduce_algorithm=2 "${MPIRUN[@]}" \
@@ -238,6 +243,20 @@ expect_failure "project --check of other work" 2 \
 expect_failure "project --check of the same sequences in other micro-steps" 2 \
   "^zshard-project: error: --check .*np2-split.json: measured at --grad-accum 2, the projection's is 1 \(strong scaling compares the same work\)$" -- \
   "$BIN/zshard-project" --bench "$WORK/np1.json" --scaling strong --check "$WORK/np2-split.json"
+# Strong scaling ends where a rank would hold less than a sequence of the micro-step; a file's counts are
+# refused as the file writes them, and another tool's JSON as not zshard-bench's.
+check "project strong scaling past the batch" "$BIN/zshard-project" --compute-ms 100 --params 1e8 --batch 4 \
+  --scaling strong --max-world 64
+[ "$(grep -cE "^ +(1|2|4) +[0-9]" "$WORK/out")" = 3 ] && ! grep -qE "^ +8 +[0-9]" "$WORK/out" &&
+  grep -q "no row past N = 4" "$WORK/out" ||
+  { echo "FAIL project strong scaling: rows past the batch of 4"; cat "$WORK/out"; failures=$((failures + 1)); }
+python3 -c "
+import json
+d = json.load(open('$WORK/np1.json'))
+json.dump(dict(d, model=dict(d['model'], params=1e300)), open('$WORK/huge-params.json', 'w'))"
+expect_failure "project --bench of params 1e300" 2 \
+  "^zshard-project: error: --bench .*huge-params.json: model params is 1e\+300, not a whole number up to" -- \
+  "$BIN/zshard-project" --bench "$WORK/huge-params.json"
 "$BIN/zshard-project" --bench "$WORK/np1.json" --max-world 2 --json "$WORK/proj1.json" >/dev/null
 check "project --bench of two micro-steps" "$BIN/zshard-project" --bench "$WORK/np1-accum2.json" --max-world 2 \
   --json "$WORK/proj2.json"

@@ -147,6 +147,13 @@ expect_failure "--stop-file naming a directory above the --save-dir" 2 \
   "^zshard-train: error: --stop-file .*new-ck names the --save-dir or a directory above it" -- \
   "$TRAIN" "${ARGS[@]}" --steps 2 --save-dir "$WORK/new-ck/ck" --stop-file "$WORK/new-ck"
 expect_true "... and made nothing" test ! -e "$WORK/new-ck"
+# A committed step's manifest named as the stop file was taken for a request and removed, and with it the
+# checkpoint.
+expect_failure "--stop-file inside a checkpoint the run writes" 2 \
+  "^zshard-train: error: --stop-file .*new-ck/step-00000001/manifest.json: inside what the run writes under --save-dir" -- \
+  "$TRAIN" "${ARGS[@]}" --steps 2 --save-dir "$WORK/new-ck" --stop-file "$WORK/new-ck/step-00000001/manifest.json"
+expect_failure "--stop-file named as a checkpoint" 2 "inside what the run writes under --save-dir" -- \
+  "$TRAIN" "${ARGS[@]}" --steps 2 --save-dir "$WORK/new-ck" --stop-file "$WORK/new-ck/step-00000002"
 mkdir -p "$WORK/stop-dir"
 expect_failure "--stop-file naming a directory" 2 \
   "^zshard-train: error: --stop-file .*stop-dir: is a directory \(the stop file is one the run removes once it appears\)$" -- \
@@ -187,7 +194,7 @@ expect_failure "project --batch 0" 2 "--batch must be >= 1" -- \
   "$BIN/zshard-project" --compute-ms 100 --params 100000000 --batch 0
 expect_failure "project --bandwidth-gbs 0" 2 "--bandwidth-gbs must be a finite number > 0" -- \
   "$BIN/zshard-project" --compute-ms 100 --params 100000000 --bandwidth-gbs 0
-expect_failure "project --bench without fields" 2 "--bench .*empty.json: not a zshard-bench result \(key 'world' not found\)" -- \
+expect_failure "project --bench without fields" 2 "--bench .*empty.json: not a zshard-bench result \(key 'results' not found\)" -- \
   "$BIN/zshard-project" --bench "$WORK/empty.json"
 expect_failure "mem --check without fields" 2 "--check .*empty.json: not a zshard-bench result \(key 'model' not found\)" -- \
   "$BIN/zshard-mem" --check "$WORK/empty.json"
