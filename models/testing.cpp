@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 
 #include <zshard/error.h>
 
@@ -26,6 +27,9 @@ LocalParams::LocalParams(const Model& model, DType dtype, Device device, const s
     grads_.push_back(std::move(grads));
   }
   gathered_.assign(params_.size(), 0);
+  grads_state_.assign(params_.size(), Grads::untouched);
+  for (const UnitTensors& unit : grads_)
+    trainable_.push_back(std::any_of(unit.begin(), unit.end(), [](const Tensor& g) { return g.defined() && g.numel() > 0; }));
 }
 
 void LocalParams::init(const Model& model, uint64_t seed) {
@@ -74,10 +78,28 @@ void LocalParams::release(int unit) {
 
 const UnitTensors& LocalParams::grads(int unit) {
   events_.push_back({Call::grads, checked(unit)});
+  grads_state_[unit] = Grads::requested;  // after a grads_ready: the next micro-step's
   return grads_[unit];
 }
 
-void LocalParams::grads_ready(int unit) { events_.push_back({Call::grads_ready, checked(unit)}); }
+void LocalParams::grads_ready(int unit) {
+  events_.push_back({Call::grads_ready, checked(unit)});
+  ZS_CHECK(grads_state_[unit] != Grads::ready, "grads_ready(", unit, ") twice, with no grads() between");
+  ZS_CHECK(grads_state_[unit] == Grads::requested, "grads_ready(", unit, ") without grads()");
+  grads_state_[unit] = Grads::ready;
+}
+
+void LocalParams::check_micro_step_closed() {
+  const std::vector<Grads> seen = std::exchange(grads_state_, std::vector<Grads>(grads_state_.size(), Grads::untouched));
+  const bool backward = std::any_of(seen.begin(), seen.end(), [](Grads g) { return g != Grads::untouched; });
+  for (int u = 0; u < num_units(); ++u) {
+    if (gathered_[u] > 0) fail("unit ", u, " still gathered at the end of a micro-step");
+    if (seen[u] == Grads::requested) fail("unit ", u, ": grads() without grads_ready() in this micro-step");
+    if (backward && trainable_[u] && seen[u] != Grads::ready)
+      fail("unit ", u, ": no grads_ready() in this micro-step's backward (every unit with trainable parameters ",
+           "hands back its gradients, zero where it was not used)");
+  }
+}
 
 namespace {
 

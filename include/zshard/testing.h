@@ -1,7 +1,8 @@
 // zshard's public checking context for a model's tests. LocalParams: a single-process ParamContext that
-// holds every unit's full parameters and gradients as separate tensors of one dtype on one device (the model computes there, in that dtype),
-// and records each protocol call so that tests can check how a model uses gather/release/grads/
-// grads_ready.
+// holds every unit's full parameters and gradients as separate tensors of one dtype on one device (the
+// model computes there, in that dtype), records each protocol call so that tests can check how a model
+// uses gather/release/grads/grads_ready, and refuses what the engine refuses: a release without a gather
+// and a grads_ready without its grads() as they happen, the rest at check_micro_step_closed().
 #pragma once
 #include <cstdint>
 #include <string>
@@ -41,7 +42,14 @@ class LocalParams final : public ParamContext {
   void clear_events() { events_.clear(); }
   int count(Call call, int unit) const;
 
-  // ParamContext. release() of a unit that is not gathered fails.
+  // What the engine checks at the end of every micro-step, to call after a forward_backward or forward:
+  // no unit still gathered, no grads() without its grads_ready(), and, after a backward, every unit with
+  // trainable parameters made ready (a unit a backward never hands back would not train). Throws Error
+  // naming the unit; then starts the next micro-step.
+  void check_micro_step_closed();
+
+  // ParamContext. release() of a unit that is not gathered fails; so do grads_ready() twice, or without
+  // grads() since the unit's last grads_ready().
   const UnitTensors& gather(int unit) override;
   void release(int unit) override;
   const UnitTensors& grads(int unit) override;
@@ -57,6 +65,9 @@ class LocalParams final : public ParamContext {
   std::vector<UnitTensors> params_;
   std::vector<UnitTensors> grads_;
   std::vector<int> gathered_;  // outstanding gathers per unit
+  enum class Grads { untouched, requested, ready };
+  std::vector<Grads> grads_state_;  // per unit, in the current micro-step
+  std::vector<bool> trainable_;     // per unit: any parameter with a gradient
   std::vector<Event> events_;
 };
 

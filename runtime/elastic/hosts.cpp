@@ -14,6 +14,7 @@
 
 #include <zshard/error.h>
 
+#include "runtime/cli/path_checks.h"
 #include "runtime/process/child_process.h"
 
 namespace zshard::elastic {
@@ -61,6 +62,7 @@ std::vector<Host> parse_host_list(const std::string& text) {
 }
 
 std::vector<Host> read_hostfile(const std::string& path) {
+  check_input_file("--hostfile", path, "a hostfile");  // a directory opens and reads as no hosts
   std::ifstream in(path);
   if (!in) refuse("--hostfile ", path, ": cannot read");
   std::vector<Host> hosts;

@@ -180,6 +180,9 @@ std::vector<std::string> SavePolicy::compare_with_flags(const std::string& dir, 
       if (now.at("flags").value(flag, json()) != value && !(same_step && (flag == "batch" || flag == "grad-accum")))
         lines.push_back(detail::concat("note: --", flag, " was ", flag_text(value),
                                        " when saved; the run will not repeat the uninterrupted one"));
+    if (const int steps = trainer_.options().optimizer.steps; m.step >= steps)
+      lines.push_back(detail::concat("note: the checkpoint is at step ", m.step, " and --steps is ", steps,
+                                     ": nothing is left to train (raise --steps to go on)"));
     return lines;
   } catch (const json::exception& e) {
     fail(manifest_path(dir), ": not a valid zshard manifest (", e.what(), ")");

@@ -75,6 +75,19 @@ std::unique_ptr<Model> saved_model_of(const std::string& dir, const Manifest& ma
   return build_model(name, config);
 }
 
+// The same where this binary knows the model; null where the checkpoint names none (a loop of one's own
+// may save no run state) or one registered by another binary.
+std::unique_ptr<Model> known_model_of(const std::string& dir, const Manifest& manifest) {
+  std::string name;
+  try {
+    name = saved_model(manifest.run).at("name").get<std::string>();
+  } catch (const nlohmann::json::exception&) {
+    return nullptr;
+  }
+  const std::vector<std::string> known = model_names();
+  return std::find(known.begin(), known.end(), name) == known.end() ? nullptr : saved_model_of(dir, manifest);
+}
+
 // The seed a checkpoint's frozen parameters came from, when they came from one.
 std::optional<uint64_t> frozen_seed(const Manifest& manifest) {
   constexpr std::string_view kSeed = "seed ";
@@ -173,6 +186,10 @@ std::vector<std::string> export_weights(const ExportRequest& r) {
   if (manifest.frozen.params == 0 && !r.merge_lora) {
     if (!r.init_from.empty())
       refuse("--init-from: ", r.checkpoint, " holds every parameter (nothing was frozen): no base is needed");
+    // Where this binary knows the model, the manifest's units are its units: a unit edited out of it would
+    // leave the file without that unit's weights, found only when the file is loaded.
+    if (const std::unique_ptr<Model> model = known_model_of(r.checkpoint, manifest))
+      check_units(r.checkpoint, manifest, model->units());
     export_checkpoint(r.checkpoint, r.output);
     return {r.output};
   }

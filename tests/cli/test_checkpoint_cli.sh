@@ -58,6 +58,10 @@ for f in rank-00000.safetensors rank-00001.safetensors manifest.json; do
   expect_true "$f equals the one saved into fresh files" cmp -s "$RC/step-00000006/$f" "$WORK/fresh/step-00000006/$f"
 done
 expect_ok "export verifies the recycled files" "$EXPORT" "$RC/step-00000006" "$WORK/recycled.safetensors"
+# A resume at or past --steps trains nothing, and says so rather than ending without a word.
+expect_ok "resume at step 6 with --steps 4" "$TRAIN" "${ARGS[@]}" --steps 4 --save-dir "$WORK/fresh" --resume latest
+expect_true "... says nothing is left to train" \
+  grep -q "^zshard-train: note: the checkpoint is at step 6 and --steps is 4: nothing is left to train" "$WORK/out" "$WORK/err"
 # Hybrid on 4 ranks: only the first shard group writes. Saves from step 4 on write over the files of the
 # save --keep dropped two steps before; resuming one repeats the uninterrupted run bit for bit.
 HY="$WORK/hybrid"
@@ -143,6 +147,17 @@ expect_every_rank_fails "save dir holds checkpoints" 2 "already holds checkpoint
   "${RESUME[@]}" --save-dir "$CK"
 expect_failure "export of a corrupt checkpoint" 3 "corrupt/step-00000006/rank-00003.safetensors: checksum mismatch" \
   -- "$EXPORT" "$WORK/corrupt/step-00000006" "$WORK/never.safetensors"
+expect_true "no export written" test ! -e "$WORK/never.safetensors"
+# A unit edited out of the manifest was exported as a file without its weights.
+cp -r "$CK/step-00000006" "$WORK/dropped-unit"
+python3 -c "
+import json, sys
+path = sys.argv[1] + '/manifest.json'
+m = json.load(open(path))
+m['units'] = m['units'][:-1]
+json.dump(m, open(path, 'w'))" "$WORK/dropped-unit"
+expect_failure "export of a manifest without one of the model's units" 2 \
+  "dropped-unit/manifest.json: [0-9]+ units, the model has [0-9]+" -- "$EXPORT" "$WORK/dropped-unit" "$WORK/never.safetensors"
 expect_true "no export written" test ! -e "$WORK/never.safetensors"
 snapshot >"$WORK/after"
 expect_true "bad input modified no checkpoint" cmp -s "$WORK/before" "$WORK/after"

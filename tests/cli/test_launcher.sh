@@ -25,6 +25,9 @@ expect_one_line "a host of zero slots" "."
 printf 'a slots=2\nb slots=0  # drained\n' >"$WORK/hostfile"
 expect_failure "a hostfile host of zero slots" 2 "^zshard-run: error: --hostfile .*hostfile: host b has 0 slots" -- \
   "$RUN" --hostfile "$WORK/hostfile" -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
+mkdir -p "$WORK/hostdir"
+expect_failure "a hostfile that is a directory" 2 "^zshard-run: error: --hostfile .*hostdir: is a directory, not a hostfile" -- \
+  "$RUN" --hostfile "$WORK/hostdir" -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
 expect_failure "an empty item in --hosts" 2 "^zshard-run: error: --hosts a:2,,b:2: an empty item" -- \
   "$RUN" --hosts a:2,,b:2 -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
 expect_failure "a training command that is not there" 2 "^zshard-run: error: the training command $WORK/no/zshard-train: no such executable here$" -- \

@@ -1,5 +1,6 @@
 // GPT-2: configs, units and init, the forward against a direct transcription of Hugging Face's
 // GPT2LMHeadModel, every gradient against finite differences, f32 against f64, and the param protocol.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@ namespace {
 
 using test::max_rel_diff;
 using Call = LocalParams::Call;
+using ::testing::HasSubstr;
 
 // Small enough to finite-difference every parameter element.
 GPT2Config micro() { return {.layers = 2, .dim = 8, .heads = 2, .vocab = 13, .ctx = 8}; }
@@ -327,14 +329,36 @@ TEST(GPT2, FollowsTheParamProtocol) {
     model.forward_backward(ctx, data.batch(), 1.0f);
     SCOPED_TRACE(micro_step);
     expect_backward_protocol(ctx);
+    ctx.check_micro_step_closed();
   }
   ctx.clear_events();
   model.forward(ctx, data.batch());
+  ctx.check_micro_step_closed();
   for (int u = 0; u < ctx.num_units(); ++u) {
     EXPECT_EQ(ctx.count(Call::gather, u), ctx.count(Call::release, u));
     EXPECT_EQ(ctx.count(Call::grads, u), 0);
     EXPECT_EQ(ctx.count(Call::grads_ready, u), 0);
   }
+}
+
+// A model whose tests pass under LocalParams is not refused by the engine for its protocol: the checking
+// context refuses what the engine does.
+TEST(LocalParams, RefusesWhatTheEngineRefuses) {
+  GPT2 model(gpt2_config("tiny"));
+  LocalParams ctx(model, DType::f32);
+  EXPECT_THAT(test::error_of([&] { ctx.grads_ready(1); }), HasSubstr("grads_ready(1) without grads()"));
+  ctx.grads(1);
+  ctx.grads_ready(1);
+  EXPECT_THAT(test::error_of([&] { ctx.grads_ready(1); }), HasSubstr("grads_ready(1) twice"));
+  EXPECT_THAT(test::error_of([&] { ctx.check_micro_step_closed(); }),
+              HasSubstr("unit 0: no grads_ready() in this micro-step's backward"));
+  ctx.gather(2);
+  EXPECT_THAT(test::error_of([&] { ctx.check_micro_step_closed(); }), HasSubstr("unit 2 still gathered"));
+  ctx.release(2);
+  ctx.grads(0);
+  EXPECT_THAT(test::error_of([&] { ctx.check_micro_step_closed(); }),
+              HasSubstr("unit 0: grads() without grads_ready() in this micro-step"));
+  ctx.check_micro_step_closed();  // each refusal started the next micro-step; this one is empty
 }
 
 // Gradients accumulate across micro-steps and scale with loss_scale.
