@@ -89,16 +89,20 @@ void LocalParams::grads_ready(int unit) {
   grads_state_[unit] = Grads::ready;
 }
 
-void LocalParams::check_micro_step_closed() {
+void LocalParams::check_micro_step_closed(bool backward) {
+  // The next micro-step starts clean whatever is found: gathers and gradients as the engine's own
+  // abandoned micro-step leaves them.
   const std::vector<Grads> seen = std::exchange(grads_state_, std::vector<Grads>(grads_state_.size(), Grads::untouched));
-  const bool backward = std::any_of(seen.begin(), seen.end(), [](Grads g) { return g != Grads::untouched; });
+  const std::vector<int> held = std::exchange(gathered_, std::vector<int>(gathered_.size(), 0));
+  // In the engine's order: what the model left open, then what a backward never handed back.
   for (int u = 0; u < num_units(); ++u) {
-    if (gathered_[u] > 0) fail("unit ", u, " still gathered at the end of a micro-step");
+    if (held[u] > 0) fail("unit ", u, " still gathered at the end of a micro-step");
     if (seen[u] == Grads::requested) fail("unit ", u, ": grads() without grads_ready() in this micro-step");
+  }
+  for (int u = 0; u < num_units(); ++u)
     if (backward && trainable_[u] && seen[u] != Grads::ready)
       fail("unit ", u, ": no grads_ready() in this micro-step's backward (every unit with trainable parameters ",
            "hands back its gradients, zero where it was not used)");
-  }
 }
 
 namespace {

@@ -92,6 +92,7 @@ void ShardedParams::abandon_micro_step() {
     }
   }
   in_backward_ = false;
+  if (forward_only()) loss_sum_.zero_();  // what the model added before it threw: no later forward's
   // A first micro-step cut short recorded part of the gather order: the next one records it anew.
   if (!order_->recorded) {
     order_->units.clear();

@@ -4,9 +4,12 @@
 #include <cmath>
 #include <numbers>
 
+#include <zshard/error.h>
+
 namespace zshard {
 
 float LrSchedule::at(int step) const {
+  if (step < 0) refuse("LrSchedule::at(", step, "): steps count from 0");
   // Warmup reaches the full rate at its last step (llm.c and nanoGPT use the same (s+1)/warmup ramp).
   if (step < warmup) return lr * float(step + 1) / float(warmup);
   if (!cosine) return lr;

@@ -108,8 +108,10 @@ class ShardedParams : public ParamContext {
   void begin_forward_only();
   void end_micro_step();  // after either; waits for every reduction still in flight
   // Instead of end_micro_step, after the model threw inside either: the collectives it started are waited
-  // for (their buffers outlive them; not once the communication itself failed), what it held is freed and
-  // every unit's protocol state reset. The micro-step's gradients are partial: drop them (discard_gradients).
+  // for (their buffers outlive them, and an in-place reduction would write into gradients zeroed after it;
+  // the peers that threw alike issued them too; not once the communication itself failed), what it held is
+  // freed, a forward-only loss sum dropped and every unit's protocol state reset. The micro-step's gradients
+  // are partial: drop them (discard_gradients).
   void abandon_micro_step();
   // The step's end, in device memory, with nothing read back (shard/optimizer_step.cpp): *own := this rank's
   // sum of squares of its owned gradients (one launch per unit, the padding left out), then *norm_squares

@@ -157,8 +157,9 @@ class Engine {
   // GPU the difference between a busy device and one idle while the host catches up. Throws, on this rank
   // only, on a batch with a null inputs or targets pointer: like any error of one rank's own, the loop
   // must then end the job (World::abort), or its peers wait until the deadline. When the model throws (or
-  // breaks the gather/grads protocol), the error comes through with the step dropped, as load() drops it:
-  // the next call starts a new step. Collective.
+  // breaks the gather/grads protocol) on every rank alike, the error comes through with the step dropped,
+  // as load() drops it, and the next call starts a new step; a rank's own error still ends the job.
+  // Collective.
   MicroStepLoss forward_backward(const Batch& batch);
   // Forward only (evaluation): the sum of this rank's token losses; gradients and optimizer state are left
   // as they are, also when the model throws. Collective.

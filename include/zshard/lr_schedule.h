@@ -10,7 +10,7 @@ struct LrSchedule {
   int warmup = 0;
   int total_steps = 1;
   bool cosine = true;
-  // Learning rate of optimizer step `step` (0-based).
+  // Learning rate of optimizer step `step` (0-based; a negative step is refused, UsageError).
   float at(int step) const;
 };
 

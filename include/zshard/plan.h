@@ -69,7 +69,7 @@ struct ShardPlan {
 // cuda its GPU: local rank modulo the visible GPUs). Throws UsageError naming the option on every rank
 // alike for options that do not fit the world or the hosts; a device or backend that some rank cannot run,
 // or a device that fails to start, as AgreedFailure on every rank (exit code 2 for the former, reported by
-// the first such rank). The test hook ZSHARD_TEST_STALL_SET_UP=RANK:MS holds rank RANK for MS ms first.
+// the first such rank).
 ShardPlan resolve_plan(const PlanOptions& options, comm::Communicator& world);
 // The plan on `world_size` ranks by arithmetic alone, for a run that is not launched (the estimator,
 // zshard-mem): no hosts (`node` is refused), no device.

@@ -26,7 +26,12 @@ class Tensor {
 
   bool defined() const { return buffer_ != nullptr; }
   const Shape& shape() const { return shape_; }
-  int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
+  // Dimension i, counted from the end when negative; one out of range throws Error.
+  int64_t dim(int i) const {
+    const int64_t k = i < 0 ? int64_t(shape_.size()) + i : i;
+    ZS_CHECK(k >= 0 && k < int64_t(shape_.size()), "dim(", i, ") of a tensor of ", shape_.size(), " dimensions");
+    return shape_[size_t(k)];
+  }
   int64_t numel() const { return shape_numel(shape_); }
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
   DType dtype() const { return dtype_; }

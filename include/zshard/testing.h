@@ -1,8 +1,10 @@
 // zshard's public checking context for a model's tests. LocalParams: a single-process ParamContext that
 // holds every unit's full parameters and gradients as separate tensors of one dtype on one device (the
 // model computes there, in that dtype), records each protocol call so that tests can check how a model
-// uses gather/release/grads/grads_ready, and refuses what the engine refuses: a release without a gather
-// and a grads_ready without its grads() as they happen, the rest at check_micro_step_closed().
+// uses gather/release/grads/grads_ready, and refuses much of what the engine refuses: a release without a
+// gather and a grads_ready without its grads() as they happen, a unit left open or never handed back at
+// check_micro_step_closed(). (It cannot tell micro-steps apart without that call: a grads() after the
+// unit's grads_ready() counts as the next micro-step's, where the engine refuses it within one.)
 #pragma once
 #include <cstdint>
 #include <string>
@@ -42,11 +44,11 @@ class LocalParams final : public ParamContext {
   void clear_events() { events_.clear(); }
   int count(Call call, int unit) const;
 
-  // What the engine checks at the end of every micro-step, to call after a forward_backward or forward:
-  // no unit still gathered, no grads() without its grads_ready(), and, after a backward, every unit with
-  // trainable parameters made ready (a unit a backward never hands back would not train). Throws Error
-  // naming the unit; then starts the next micro-step.
-  void check_micro_step_closed();
+  // What the engine checks at the end of every micro-step, to call after a forward_backward (`backward`
+  // true) or a forward: no unit still gathered, no grads() without its grads_ready(), and after a backward
+  // every unit with trainable parameters made ready (a unit a backward never hands back would not train).
+  // Throws Error naming the unit. Either way the next micro-step starts with nothing held.
+  void check_micro_step_closed(bool backward);
 
   // ParamContext. release() of a unit that is not gathered fails; so do grads_ready() twice, or without
   // grads() since the unit's last grads_ready().

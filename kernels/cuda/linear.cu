@@ -75,7 +75,8 @@ void gemm_grid(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
   ZS_CUBLAS_CHECK(cublasSetStream(handle, stream));
   // cublasSetStream hands the handle back to cuBLAS's own scratch pool: memory the tracking allocator never
   // sees, which a recorded step would allocate inside its graph. Scratch of the pool's size comes from the
-  // tracker instead, freed in order after the call; every call sets its own.
+  // tracker instead, freed in order after the call (the estimate counts it: shard/memory/estimator.cpp).
+  // The handle keeps pointing at it once freed: every call, this the only one, sets its own first.
   const Buffer scratch = workspace(cublas_workspace_bytes(), stream);
   ZS_CUBLAS_CHECK(cublasSetWorkspace(handle, scratch.data(), cublas_workspace_bytes()));
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;

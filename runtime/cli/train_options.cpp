@@ -1,5 +1,6 @@
 #include "runtime/cli/train_options.h"
 
+#include <cctype>
 #include <filesystem>
 
 #include <CLI/CLI.hpp>
@@ -99,7 +100,9 @@ void check_stop_file(const TrainOptions& o) {
   if (!o.saves.save_dir.empty() && !from_stop.empty() && *from_stop.begin() != "..")
     refuse("--stop-file ", stop.second, " names the --save-dir or a directory above it, which set-up makes");
   const std::filesystem::path in_save = normal_path(stop.second).lexically_relative(normal_path(o.saves.save_dir));
-  if (!o.saves.save_dir.empty() && !in_save.empty() && in_save.begin()->string().starts_with("step-"))
+  const std::string first = in_save.empty() ? "" : in_save.begin()->string();
+  const bool in_a_step = first == "step-spare" || (first.starts_with("step-") && first.size() > 5 && std::isdigit(first[5]));
+  if (!o.saves.save_dir.empty() && in_a_step)
     refuse("--stop-file ", stop.second, ": inside what the run writes under --save-dir (its step-* checkpoints), ",
            "which it would remove; give a file beside them");
   check_not_trace_dir(stop, o.output.trace_dir);

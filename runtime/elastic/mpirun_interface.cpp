@@ -3,6 +3,7 @@
 // the end of mpirun's stderr (declared in supervisor.h).
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -23,6 +24,13 @@ std::string default_probe(double timeout_s) {
   return "ssh -o BatchMode=yes -o ConnectTimeout=" + seconds + " \"$1\" true";
 }
 
+bool launcher_refusal(const std::string& line) {
+  const size_t colon = line.find(": Error: ");
+  if (colon == std::string::npos) return false;
+  const std::string program = std::filesystem::path(line.substr(0, colon)).filename().string();
+  return program == "mpirun" || program == "mpiexec" || program == "orterun" || program == "prterun";
+}
+
 std::string failure_cause(const std::vector<std::string>& tail, int status) {
   // In order of how directly a line names the cause: zshard's own (a deadline, a rank's error) first.
   const char* patterns[] = {"timed out", "zshard-train: rank", "error:", "exited on signal",
@@ -35,7 +43,10 @@ std::string failure_cause(const std::vector<std::string>& tail, int status) {
         // Open MPI says this of a daemon it had started and then lost as well.
         return p == patterns[5] ? "mpirun lost a host's daemon (" + cause + ")" : cause;
       }
-  // Open MPI frames its own messages (an option it does not know, a conflict in its settings) between
+  // Open MPI's refusal of its own command line comes unframed.
+  for (const std::string& line : tail)
+    if (launcher_refusal(line)) return line;
+  // Open MPI frames its other messages (a policy it does not know, a conflict in its settings) between
   // lines of dashes: the first paragraph of the first frame says what went wrong. The frames it adds
   // whenever a rank exits non-zero say nothing more than the status.
   const char* status_frames[] = {"Primary job", "mpirun detected that one or more processes exited with non-zero"};

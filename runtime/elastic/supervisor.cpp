@@ -142,6 +142,12 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
   save_dir_ = t.saves.save_dir;
   log_json_ = t.output.log_json;
   state_dir_ = (fs::path(save_dir_) / "zshard-run").string();
+  // Checked before anything is made, by zshard-train's rule: a --log-json straight inside a --save-dir not
+  // made yet needs no directory (the --save-dir is made below).
+  std::error_code ec;
+  if (!log_json_.empty() && (fs::is_directory(save_dir_, ec) ||
+                             normal_path(fs::path(log_json_).parent_path()) != normal_path(save_dir_)))
+    check_output_path("--log-json", log_json_);
   // The command's own --resume is used until --save-dir holds a checkpoint: then checked before any launch.
   if (const std::optional<std::string> given = flag_value(o_.command, "--resume");
       given && *given != "latest" && !newest_committed(save_dir_)) {
@@ -156,11 +162,8 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
   }
   if (!o_.mem_budget.empty()) budget_ = parse_bytes(o_.mem_budget, "--mem-budget");
   probe_ = o_.probe.empty() ? default_probe(o_.probe_timeout_s) : o_.probe;
-  std::error_code ec;
   fs::create_directories(state_dir_, ec);
   if (ec) refuse("--save-dir ", save_dir_, ": cannot create ", state_dir_, " (", ec.message(), ")");
-  // After the --save-dir is made: a --log-json inside it is the trainer's to write, as without zshard-run.
-  if (!log_json_.empty()) check_output_path("--log-json", log_json_);
   keep_earlier_log();
 }
 
@@ -414,6 +417,7 @@ int Supervisor::run() {
 
   std::optional<Restart> restart;
   for (int attempt = 1;; ++attempt) {
+    const int steps_before = log_.last_step();
     const Outcome outcome = run_attempt(hosts, plan, attempt, restart ? &*restart : nullptr);
     write_log();
     if (restart && !restart->recovered) append_restart(restart->record);  // failed again before a step
@@ -459,6 +463,13 @@ int Supervisor::run() {
     const std::vector<std::string> lost = names_not_in(before, hosts);
     const std::vector<std::string> tail(outcome.stderr_tail.begin(), outcome.stderr_tail.end());
     const std::string cause = failure_cause(tail, outcome.status);
+    // mpirun's refusal of its own command line (an option it does not know), with every host still
+    // answering and no step made: each relaunch would meet it again. (Its framed messages may be a
+    // daemon's transient failure, and are retried.)
+    if (launcher_refusal(cause) && lost.empty() && log_.last_step() == steps_before) {
+      std::cerr << "zshard-run: error: mpirun refused the launch (" << cause << "); not restarted" << std::endl;
+      return 1;
+    }
     if (attempt > o_.max_restarts) {
       std::cerr << "zshard-run: error: the job failed (" << cause << "; hosts lost: " << names_text(lost)
                 << ")" << aside_text << " and --max-restarts " << o_.max_restarts << " are spent; " << newest_text()

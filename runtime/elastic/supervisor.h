@@ -31,6 +31,9 @@ std::string default_probe(double timeout_s);
 // The cause of a failed attempt from the end of mpirun's stderr and its exit status: the line that names
 // it (a collective's deadline, a rank's error, a rank killed, a daemon lost, Open MPI's own message), else the status.
 std::string failure_cause(const std::vector<std::string>& stderr_tail, int status);
+// Whether a line is Open MPI's launcher refusing its own command line ("/usr/bin/mpiexec: Error: unknown
+// option ..."): every launch with it would fail alike.
+bool launcher_refusal(const std::string& line);
 
 // `command` with every --FLAG VALUE and --FLAG=VALUE taken out, then --FLAG VALUE appended (when `value`
 // is not null).

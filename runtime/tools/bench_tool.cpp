@@ -288,7 +288,9 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
                   "timed after 2 x --rebalance-every more warm-up steps)",
                   {"even", "auto"});
   app.get_option("--steps")->description("timed optimizer steps per strategy (after --warmup-steps)");
-  add_list_option(app, "--strategies", bench.strategies, "strategies to run, comma separated (hybrid needs world >= 4)",
+  add_list_option(app, "--strategies", bench.strategies,
+                  "strategies to run, comma separated (hybrid needs two or more shard groups, one of them of two "
+                  "ranks or more: a world of 3 or more)",
                   strategy_names());
   app.add_option("--warmup-steps", bench.warmup_steps, "untimed steps before the timed ones");
   app.add_option("--json", bench.json_path, "write the results as JSON to this file");

@@ -222,7 +222,7 @@ json print_max_batch_table(const MemOptions& o, EstimateInput base, const PlanOp
                            int64_t budget) {
   std::cout << "zshard-mem --max-batch: " << o.model << ", dtype " << o.dtype << ", seq " << o.seq << ", budget "
             << format_bytes(double(budget)) << " per rank: the most sequences per rank and micro-step\n"
-            << std::left << std::setw(8) << "strategy" << std::right << std::setw(6) << "N" << std::setw(5) << "G";
+            << std::left << std::setw(8) << "strategy" << std::right << std::setw(8) << "N" << std::setw(8) << "G";
   for (const MemorySavers& savers : kAllMemorySavers) std::cout << std::setw(16) << savers.name();
   std::cout << "\n";
   json rows = json::array();
@@ -423,7 +423,8 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
       json row = to_json(e);
       row["strategy"] = s;
       row["world"] = world;
-      std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world << std::setw(5)
+      // Wide enough for 2^20 ranks, the most a world may have, with a space between.
+      std::cout << std::left << std::setw(8) << s << std::right << std::setw(8) << world << std::setw(8)
                 << e.shard_group;
       std::vector<int64_t> columns = {e.model_states.params};
       if (frozen) columns.push_back(e.model_states.frozen);

@@ -72,10 +72,23 @@ struct MeasuredWork {
   std::optional<int64_t> params;
 };
 
-MeasuredWork measured_work(const json& bench) {
-  const int grad_accum = bench.value("grad_accum", 1);
-  return {int64_t(bench.at("batch").get<int>()) * grad_accum, grad_accum, bench.at("seq").get<int>(),
-          bench.at("model").at("params").get<int64_t>()};
+// A count of a bench file as the file writes it: 1e300 would wrap in the conversion and be refused, or
+// compared, as another number.
+int64_t file_count(std::string_view flag, const std::string& path, const json& value, const char* what, int64_t most) {
+  const bool fits = value.is_number_unsigned() ? value.get<uint64_t>() <= uint64_t(most)
+                                               : value.is_number_integer() && value.get<int64_t>() <= most;
+  if (!fits)
+    throw UsageError(detail::concat(flag, " ", path, ": ", what, " is ", value.dump(), ", not a whole number up to ", most));
+  return value.get<int64_t>();
+}
+
+MeasuredWork measured_work(std::string_view flag, const std::string& path, const json& bench) {
+  const auto count = [&](const json& value, const char* what, int64_t most) {
+    return file_count(flag, path, value, what, most);
+  };
+  const int grad_accum = int(count(bench.value("grad_accum", json(1)), "grad_accum", INT_MAX));
+  return {count(bench.at("batch"), "batch", INT_MAX) * grad_accum, grad_accum,
+          int(count(bench.at("seq"), "seq", INT_MAX)), count(bench.at("model").at("params"), "model params", INT64_MAX)};
 }
 
 // Predicted strong-scaling step time beside each measurement; the serial fraction (Karp-Flatt) of the
@@ -89,8 +102,9 @@ double check(const std::vector<std::string>& paths, const std::vector<std::strin
   std::vector<std::pair<json, int>> benches;
   for (const std::string& path : paths) {
     json bench = read_json_file("--check", path);
-    const int world = read_fields("--check", path, [&] { return bench.at("world").get<int>(); });
-    const MeasuredWork got = read_fields("--check", path, [&] { return measured_work(bench); });
+    const int world =
+        read_fields("--check", path, [&] { return int(file_count("--check", path, bench.at("world"), "world", INT_MAX)); });
+    const MeasuredWork got = read_fields("--check", path, [&] { return measured_work("--check", path, bench); });
     const auto differs = [&](const char* what, const auto& measured, const auto& projected) {
       throw UsageError(detail::concat("--check ", path, ": measured at ", what, " ", measured, ", the projection's is ",
                                       projected, " (strong scaling compares the same work)"));
@@ -220,12 +234,8 @@ int main(int argc, char** argv) {
       const json& b = bench_doc;
       // What the file lacks is the file's fault, not the flags': said before the flags are checked.
       const auto bad = [&](const auto&... what) { throw UsageError(detail::concat("--bench ", bench_path, ": ", what...)); };
-      // A count as the file writes it: 1e300 would wrap in the conversion and be refused as another number.
       const auto count = [&](const json& value, const char* what, int64_t most) {
-        const bool fits = value.is_number_unsigned() ? value.get<uint64_t>() <= uint64_t(most)
-                                                     : value.is_number_integer() && value.get<int64_t>() <= most;
-        if (!fits) bad(what, " is ", value.dump(), ", not a whole number up to ", most);
-        return value.get<int64_t>();
+        return file_count("--bench", bench_path, value, what, most);
       };
       read_fields("--bench", bench_path, [&] {
         // A zshard-bench result first: another tool's JSON is named as such, whatever its fields.
@@ -259,8 +269,11 @@ int main(int argc, char** argv) {
     if (const int64_t world = std::accumulate(nodes.begin(), nodes.end(), int64_t{0}); world > kMaxWorld)
       throw UsageError(detail::concat("--nodes: ", world, " ranks in all, more than ", kMaxWorld));
     if (!nodes.empty()) check_group_sizes(nodes, "--nodes");
-    if (scaling == "strong" && !nodes.empty() && std::accumulate(nodes.begin(), nodes.end(), 0) > in.batch)
-      throw UsageError(detail::concat("--nodes ", join_sizes(nodes), ": more ranks than the ", in.batch,
+    // Strong scaling splits the micro-step's sequences, where they are known (--bench, --batch): a rank
+    // holds one at least.
+    const bool batch_known = !bench_path.empty() || app.count("--batch");
+    if (const int ranks = std::accumulate(nodes.begin(), nodes.end(), 0); scaling == "strong" && batch_known && ranks > in.batch)
+      throw UsageError(detail::concat("--nodes ", join_sizes(nodes), ": ", ranks, " ranks, more than the ", in.batch,
                                       " sequences of a micro-step that strong scaling splits (--batch)"));
     if (max_world > kMaxWorld) throw UsageError(detail::concat("--max-world must be at most ", kMaxWorld, ", got ", max_world));
     for (const auto& [flag, value] : {std::pair{"--alpha-us", alpha_us}, std::pair{"--inter-alpha-us", inter_alpha_us}})
@@ -309,7 +322,8 @@ int main(int argc, char** argv) {
                 {"secondary_shard", secondary_shard_text(modes.secondary_shard)},
                 {"check", json::array()}};
     MeasuredWork work{int64_t(in.batch) * in.grad_accum, in.grad_accum, {}, {}};
-    if (!bench_path.empty()) work = read_fields("--bench", bench_path, [&] { return measured_work(bench_doc); });
+    if (!bench_path.empty())
+      work = read_fields("--bench", bench_path, [&] { return measured_work("--bench", bench_path, bench_doc); });
     const double fitted = check_paths.empty() ? 0 : check(check_paths, strategies, in, work, doc["check"]);
     if (!app.count("--serial-fraction")) serial = std::clamp(fitted, 0.0, 1.0);  // a slow-down (speed-up < 1) reads as all serial
     doc["serial_fraction"] = serial;
@@ -332,9 +346,10 @@ int main(int argc, char** argv) {
     std::cout << std::setw(6) << "N";
     for (const std::string& name : strategies) std::cout << std::setw(26) << (name + " ms   eff");
     std::cout << std::setw(14) << "Amdahl s=" << std::setprecision(3) << serial << "\n";
-    // Strong scaling splits the micro-step's sequences: the rows end before a rank would hold less than one.
-    const int last_world = in.weak ? max_world : std::min(max_world, in.batch);
+    const int last_world = in.weak || !batch_known ? max_world : std::min(max_world, in.batch);
+    int last_row = 1;
     for (int n = 1; n <= last_world; n *= 2) {
+      last_row = n;
       json row = {{"world", n}, {"amdahl_efficiency", amdahl_efficiency(serial, n)}};
       std::cout << std::setw(6) << n;
       for (const std::string& name : strategies) {
@@ -350,9 +365,11 @@ int main(int argc, char** argv) {
       std::cout << std::setw(14) << std::setprecision(3) << amdahl_efficiency(serial, n) << "\n";
       doc["rows"].push_back(row);
     }
-    if (last_world < max_world)
-      std::cout << "(strong scaling: no row past N = " << last_world << ", where each rank's share of the "
-                << in.batch << " sequences of a micro-step would be less than one)\n";
+    if (last_world < max_world) {
+      std::cout << "(strong scaling: no row past N = " << last_row << "; at N = " << 2 * last_row
+                << " a rank would hold less than one of the " << in.batch << " sequences of a micro-step)\n";
+      doc["rows_end_at_world"] = last_row;
+    }
     if (!nodes.empty()) doc["nodes"] = project_nodes(ShardGroups(nodes), strategies, in);
     if (!json_path.empty()) write_file_atomically(json_path, doc.dump(2) + "\n");
     return 0;

@@ -69,7 +69,8 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     if (data.seq > model_->context_length())
       refuse("--seq ", data.seq, " exceeds the model's context of ", model_->context_length(), " tokens");
     check_unit_specs(model_->units());  // before counting them: a negative dimension is the error to name
-    if (num_params(*model_) == 0) refuse("the model declares no parameters: nothing to train");
+    if (num_params(*model_) == 0)
+      refuse("the model declares no parameters (its units() lists none with elements): nothing to train");
     if (num_params(*model_) < world.size())
       refuse("the model has ", num_params(*model_), " parameters, fewer than the ", world.size(),
              " ranks that would shard it");

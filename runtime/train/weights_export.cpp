@@ -85,7 +85,12 @@ std::unique_ptr<Model> known_model_of(const std::string& dir, const Manifest& ma
     return nullptr;
   }
   const std::vector<std::string> known = model_names();
-  return std::find(known.begin(), known.end(), name) == known.end() ? nullptr : saved_model_of(dir, manifest);
+  if (std::find(known.begin(), known.end(), name) == known.end()) return nullptr;
+  try {
+    return saved_model_of(dir, manifest);
+  } catch (const Error&) {
+    return nullptr;  // a configuration this binary's builder refuses: the files alone still export
+  }
 }
 
 // The seed a checkpoint's frozen parameters came from, when they came from one.

@@ -215,9 +215,13 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   const DType act = d.param_bytes == 2 ? DType::bf16 : DType::f32;
   e.activations = in.model->activation_bytes(std::max(1, in.rank_batch), in.seq, act);
   const WorkspaceBytes workspace = in.model->workspace_bytes(std::max(1, in.rank_batch), in.seq, act, device);
-  e.op_scratch = workspace.most();
-  e.op_scratch_reducing = workspace.during_reductions;
-  e.op_scratch_last_unit = workspace.last_unit;
+  // On cuda every GEMM call is handed cuBLAS's scratch (kernels/cuda/linear.cu), in every phase, beside
+  // whatever the op around it holds: the size of cuBLAS's own pool on Hopper, the larger of the two it has.
+  constexpr int64_t kCublasScratch = int64_t(32) << 20;
+  const int64_t gemm = device == Device::cuda ? kCublasScratch : 0;
+  e.op_scratch = workspace.most() + gemm;
+  e.op_scratch_reducing = workspace.during_reductions + gemm;
+  e.op_scratch_last_unit = workspace.last_unit + gemm;
   return e;
 }
 

@@ -7,8 +7,8 @@
 // only: without units there is nothing to size the other terms from). Of the ops' short-lived scratch (the
 // report's `workspace`) it counts what the model's workspace_bytes says one op holds at most (op_scratch):
 // the cpu's bf16 ops' fp32 copies, blocks attention's score gradients (up to 256 MiB, or one sequence's if
-// that is more). Left out: the workspace of cuBLAS, cuDNN and cuBLASLt (up to 32 MiB), a few bytes per
-// token, and what a --save holds on the host: a unit whole, 4 bytes a parameter, as the ranks gather it for
+// that is more), and on cuda the 32 MiB each cuBLAS call is given. Left out: the workspace of cuDNN and
+// cuBLASLt (up to 32 MiB), a few bytes per token, and what a --save holds on the host: a unit whole, 4 bytes a parameter, as the ranks gather it for
 // rank 0 to write (Engine::export_weights).
 #pragma once
 #include <algorithm>

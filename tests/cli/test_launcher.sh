@@ -42,6 +42,10 @@ expect_failure "a flag the training command refuses: not restarted" 2 \
   "^zshard-run: error: the training command exited with 2 \(its flags or input data: see the line above\); not restarted$" -- \
   "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 4 --lr 7 --save-dir "$WORK/bad"
 expect_true "... after the training command's own line" grep -q "^zshard-train: error: --lr" "$WORK/err"
+expect_failure "an option mpirun refuses: not restarted" 1 \
+  "^zshard-run: error: mpirun refused the launch \(.*(mpirun|mpiexec): Error: unknown option .*--bogus-mpi-arg.*\); not restarted$" -- \
+  "$RUN" --hosts localhost:2 --mpirun-args "--bogus-mpi-arg" -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
+expect_true "... at its first attempt" test "$(grep -c "^zshard-run: attempt" "$WORK/err")" = 1
 expect_failure "a --mem-budget that no micro-batch fits" 2 \
   "^zshard-run: error: --mem-budget 1KB: no micro-batch fits on the 2 ranks of localhost:2: the smallest, batch 2 x grad-accum 4, needs [0-9.]+ MB per rank by the estimate$" -- \
   "$RUN" "${LOCAL[@]}" --mem-budget 1KB -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <zshard/engine.h>
@@ -294,10 +295,12 @@ class FailingContext final : public ParamContext {
   int left_;
 };
 
-// The tiny GPT-2, whose next forward_backward or forward fails where `fail_next` says, on every rank alike.
+// The tiny GPT-2, whose next forward_backward or forward fails where `fail_next` says, or once it is done
+// (its loss added), on every rank alike.
 class FailsPartway final : public Model {
  public:
   std::optional<std::pair<FailingContext::At, int>> fail_next;
+  bool fail_when_done = false;
   std::vector<UnitSpec> units() const override { return model().units(); }
   void init_unit(int unit, const UnitTensors& params, uint64_t seed) const override {
     model().init_unit(unit, params, seed);
@@ -316,6 +319,10 @@ class FailsPartway final : public Model {
  private:
   template <class Fn>
   double run(ParamContext& ctx, Fn&& fn) {
+    if (std::exchange(fail_when_done, false)) {
+      fn(ctx);
+      throw Error("the model failed");
+    }
     if (!fail_next) return fn(ctx);
     FailingContext failing(ctx, fail_next->first, fail_next->second);
     fail_next.reset();
@@ -339,6 +346,8 @@ TEST(EngineMisuse, AModelThatThrowsPartwayDropsTheStepAndTrainingGoesOn) {
       EXPECT_EQ(error_of([&] { engine.forward_backward(tokens.batch()); }), "the model failed");
       EXPECT_THAT(error_of([&] { engine.step({}); }), HasSubstr("after 0 of the step's 2 forward_backward call(s)"));
       failing.fail_next = {FailingContext::At::gather, 2};
+      EXPECT_EQ(error_of([&] { engine.forward(tokens.batch()); }), "the model failed");
+      failing.fail_when_done = true;  // its loss is in the sum: no later forward's
       EXPECT_EQ(error_of([&] { engine.forward(tokens.batch()); }), "the model failed");
       for (int k = 0; k < 2; ++k) engine.forward_backward(tokens.batch());
       const StepStats stats = engine.step({.lr = 1e-2f});

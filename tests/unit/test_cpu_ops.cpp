@@ -10,6 +10,7 @@
 
 #include <zshard/error.h>
 #include <zshard/ops.h>
+#include <zshard/tensor.h>
 
 #include "kernels/cpu/ops.h"
 #include "tests/unit/op_cases.h"
@@ -19,6 +20,15 @@ namespace {
 
 using ::testing::HasSubstr;
 using test::Arrays;
+
+// A dimension out of range was std::out_of_range from the vector, not the Error every failure is.
+TEST(Tensor, ADimensionOutOfRangeIsAnError) {
+  const Tensor t = Tensor::zeros({2, 3}, DType::f32, Device::cpu, Category::workspace);
+  EXPECT_EQ(t.dim(-1), 3);
+  EXPECT_EQ(t.dim(0), 2);
+  EXPECT_THROW(t.dim(2), Error);
+  EXPECT_THROW(t.dim(-3), Error);
+}
 
 TEST(CpuOpsForward, EmbeddingAddsTokenAndPosition) {
   const EmbeddingCase c;

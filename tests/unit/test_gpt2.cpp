@@ -329,11 +329,11 @@ TEST(GPT2, FollowsTheParamProtocol) {
     model.forward_backward(ctx, data.batch(), 1.0f);
     SCOPED_TRACE(micro_step);
     expect_backward_protocol(ctx);
-    ctx.check_micro_step_closed();
+    ctx.check_micro_step_closed(true);
   }
   ctx.clear_events();
   model.forward(ctx, data.batch());
-  ctx.check_micro_step_closed();
+  ctx.check_micro_step_closed(false);
   for (int u = 0; u < ctx.num_units(); ++u) {
     EXPECT_EQ(ctx.count(Call::gather, u), ctx.count(Call::release, u));
     EXPECT_EQ(ctx.count(Call::grads, u), 0);
@@ -350,15 +350,16 @@ TEST(LocalParams, RefusesWhatTheEngineRefuses) {
   ctx.grads(1);
   ctx.grads_ready(1);
   EXPECT_THAT(test::error_of([&] { ctx.grads_ready(1); }), HasSubstr("grads_ready(1) twice"));
-  EXPECT_THAT(test::error_of([&] { ctx.check_micro_step_closed(); }),
+  EXPECT_THAT(test::error_of([&] { ctx.check_micro_step_closed(true); }),
               HasSubstr("unit 0: no grads_ready() in this micro-step's backward"));
+  // A backward that hands nothing back at all.
+  EXPECT_THAT(test::error_of([&] { ctx.check_micro_step_closed(true); }), HasSubstr("unit 0: no grads_ready()"));
   ctx.gather(2);
-  EXPECT_THAT(test::error_of([&] { ctx.check_micro_step_closed(); }), HasSubstr("unit 2 still gathered"));
-  ctx.release(2);
+  EXPECT_THAT(test::error_of([&] { ctx.check_micro_step_closed(false); }), HasSubstr("unit 2 still gathered"));
   ctx.grads(0);
-  EXPECT_THAT(test::error_of([&] { ctx.check_micro_step_closed(); }),
+  EXPECT_THAT(test::error_of([&] { ctx.check_micro_step_closed(false); }),
               HasSubstr("unit 0: grads() without grads_ready() in this micro-step"));
-  ctx.check_micro_step_closed();  // each refusal started the next micro-step; this one is empty
+  ctx.check_micro_step_closed(false);  // each check started the next micro-step with nothing held
 }
 
 // Gradients accumulate across micro-steps and scale with loss_scale.

@@ -68,7 +68,7 @@ TEST(Hosts, ReadsOpenMpiHostfiles) {
   std::ofstream(path) << "# nothing\n";
   EXPECT_EQ(error_of([&] { read_hostfile(path); }), "--hostfile " + path + ": no hosts");
   std::filesystem::remove(path);
-  EXPECT_EQ(error_of([&] { read_hostfile(path); }), "--hostfile " + path + ": cannot read");
+  EXPECT_EQ(error_of([&] { read_hostfile(path); }), "--hostfile " + path + ": no such file");
 }
 
 TEST(Hosts, ReadsSlurmAllocations) {
@@ -207,6 +207,10 @@ TEST(Supervisor, NamesTheCauseOfAFailure) {
   EXPECT_EQ(failure_cause({"mpirun noticed that process rank 3 with PID 12 on node hostb exited on signal 9 (Killed)."},
                           137),
             "mpirun noticed that process rank 3 with PID 12 on node hostb exited on signal 9 (Killed).");
+  EXPECT_EQ(failure_cause({"/usr/bin/mpiexec: Error: unknown option \"--bogus\"", "Type 'mpirun --help' for usage."}, 1),
+            "/usr/bin/mpiexec: Error: unknown option \"--bogus\"");
+  EXPECT_TRUE(launcher_refusal("mpirun: Error: unknown option \"--bogus\""));
+  EXPECT_FALSE(launcher_refusal("zshard-train: Error: something of the job's own"));
   EXPECT_EQ(failure_cause({"-----", "ORTE was unable to reliably start one or more daemons."}, 9),
             "mpirun lost a host's daemon (ORTE was unable to reliably start one or more daemons.)");
   EXPECT_EQ(failure_cause({"------", "The specified binding policy is not recognized:", "", "  Policy: nonsense",

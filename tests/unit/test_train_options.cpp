@@ -440,6 +440,7 @@ TEST(LrSchedule, WarmupThenCosineToMin) {
   EXPECT_NEAR(s.at(100), 0.1f, 1e-6);  // stays at the floor past the end
   const LrSchedule constant{0.5f, 0.0f, 0, 10, false};
   EXPECT_FLOAT_EQ(constant.at(7), 0.5f);
+  EXPECT_THROW(s.at(-3), UsageError);  // warmup's ramp gave it a negative rate
 }
 
 }  // namespace
