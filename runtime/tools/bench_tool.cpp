@@ -308,6 +308,7 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
       model = build_model(options.model.name, config);
       // What each strategy's trainer will pick (its own line, if any, says why auto keeps blocks).
       attention = configure_model(*model, options.model, options.plan.placement);
+      check_run_inputs(options, *model);  // before the table's header, not at the first strategy's set-up
       if (data.auto_batch)
         throw UsageError("--batch auto is zshard-train's: zshard-bench runs every strategy on one given --batch");
       if (options.optimizer.steps < 1)

@@ -50,9 +50,13 @@ bool ends_with_bin(const std::string& path) {
 
 }  // namespace
 
+void TokenDataset::check_source(const std::string& spec, std::string_view flag) {
+  if (spec != "default") check_input_file(flag, spec, kDataFile);
+}
+
 TokenDataset TokenDataset::load(const std::string& spec, std::string_view flag) {
   if (spec == "default") return from_default_corpus(flag);
-  check_input_file(flag, spec, kDataFile);  // before the peek below: opening a FIFO would block
+  check_source(spec, flag);  // before the peek below: opening a FIFO would block
   int32_t first = 0;
   {
     std::ifstream in(spec, std::ios::binary);

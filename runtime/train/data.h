@@ -28,6 +28,8 @@ class TokenDataset {
   // `spec` is "default" (the embedded corpus), an llm.c token file (first int32 is the magic, or the
   // name ends in ".bin") or any other file, read as bytes. Errors name `flag`, the option that gave it.
   static TokenDataset load(const std::string& spec, std::string_view flag = "--data");
+  // What load checks before it reads: a spec that names no file of a kind it reads is refused (UsageError).
+  static void check_source(const std::string& spec, std::string_view flag = "--data");
   static TokenDataset from_default_corpus(std::string_view flag = "--data");
   static TokenDataset from_text_file(const std::string& path, std::string_view flag = "--data");
   static TokenDataset from_llmc_file(const std::string& path, std::string_view flag = "--data");

@@ -54,6 +54,15 @@ void agree_on_attention(comm::Communicator& world, Model& model, AttentionKernel
 
 }  // namespace
 
+void check_run_inputs(const TrainOptions& options, const Model& model) {
+  const int seq = options.data.seq;
+  if (seq > model.context_length()) refuse("--seq ", seq, " exceeds the model's context of ", model.context_length(), " tokens");
+  TokenDataset::check_source(options.data.source, "--data");
+  if (!options.eval.source.empty()) TokenDataset::check_source(options.eval.source, "--eval-data");
+  // Before any rank allocates; the engine's import checks again, finding the same.
+  check_init_base_and_adapters(options.model.init_from, options.model.init_adapters, model);
+}
+
 Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : options_(options), world_(world) {
   ShardPlan plan;
   AttentionKernel attention = AttentionKernel::blocks;
@@ -66,8 +75,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     model_ = build_model(options_.model.name, config_);
     // Before the memory check, which sizes activations for what the model keeps.
     attention = configure_model(*model_, options_.model, plan.placement, world.rank() == 0 ? &std::cerr : nullptr);
-    if (data.seq > model_->context_length())
-      refuse("--seq ", data.seq, " exceeds the model's context of ", model_->context_length(), " tokens");
+    check_run_inputs(options_, *model_);
     check_unit_specs(model_->units());  // before counting them: a negative dimension is the error to name
     if (num_params(*model_) == 0)
       refuse("the model declares no parameters (its units() lists none with elements): nothing to train");
@@ -89,8 +97,6 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
                              detail::concat("--eval-batches ", options_.eval.batches, " of ", data.batch, "x",
                                             data.seq, data.grad_accum > 1 ? " x grad-accum " + std::to_string(data.grad_accum) : ""));
     }
-    // Before any rank allocates; the engine's import checks again, finding the same.
-    check_init_base_and_adapters(options_.model.init_from, options_.model.init_adapters, *model_);
     if (world.rank() == 0) {
       check_outputs(options_);
       if (!options_.output.save.empty()) check_adapter_config_output("--save", options_.output.save, *model_);

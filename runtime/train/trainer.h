@@ -41,6 +41,11 @@ struct StepResult {
   std::vector<double> resplit_seq_per_s;
 };
 
+// What a run's flags ask of the model and its input files, before anything is read or allocated: --seq
+// within the model's context, --data and --eval-data files of a kind the data reads, --init-from's files of
+// this model. Throws UsageError naming the flag. zshard-bench checks it before its first strategy runs.
+void check_run_inputs(const TrainOptions& options, const Model& model);
+
 class Trainer {
  public:
   // Resolves the plan first (the first collective, under --comm-timeout), then checks everything that can

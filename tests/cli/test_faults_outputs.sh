@@ -219,6 +219,13 @@ expect_failure "train --quantize-reductions fp8" 2 "--quantize-reductions: unkno
 expect_failure "mem --world 2,,4" 2 "--world: empty item in the list '2,,4'" -- "$BIN/zshard-mem" --model tiny --world 2,,4
 expect_failure "bench --strategies ddp,,zero3" 2 "--strategies: empty item in the list 'ddp,,zero3'" -- \
   "$BIN/zshard-bench" --strategies ddp,,zero3
+# The run's inputs are checked before the table's header, not at the first strategy's set-up.
+for bad in "--seq 100000|--seq 100000 exceeds the model's context" "--data $WORK/no-such.txt|--data .*no-such.txt: no such file" \
+           "--init-from $WORK/no-such.safetensors|--init-from .*no-such.safetensors: no such file"; do
+  expect_failure "bench ${bad%%|*}" 2 "^zshard-bench: error: ${bad##*|}" -- \
+    "$BIN/zshard-bench" --model tiny --warmup-steps 0 --steps 1 --strategies ddp ${bad%%|*}
+  [ ! -s "$WORK/out" ] || { echo "FAIL bench ${bad%%|*}: printed before its error"; cat "$WORK/out"; failures=$((failures + 1)); }
+done
 expect_failure "project --nodes 4,,2" 2 "--nodes: empty item in the list '4,,2'" -- \
   "$BIN/zshard-project" --compute-ms 100 --params 1e8 --nodes 4,,2
 expect_one_line "project --nodes 4,,2" "empty item"
