@@ -231,6 +231,8 @@ ShardPlan resolve_plan(const PlanOptions& options, comm::Communicator& world) {
   return plan;
 }
 
+std::vector<int> ranks_per_host(comm::Communicator& world) { return gather_hosts(world).sizes; }
+
 StrategyOptions strategy_options_for(StrategyKind kind, StrategyOptions s) {
   const StrategyOptions defaults;
   s.kind = kind;

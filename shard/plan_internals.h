@@ -41,4 +41,8 @@ void check_modes_taken(const std::vector<StrategyKind>& kinds, const StrategyOpt
 // is not launched yet (zshard-run sizing a relaunch): the hosts' groups for hybrid, no device.
 ShardPlan plan_on_hosts(const PlanOptions& options, const std::vector<int>& host_sizes);
 
+// How the launcher placed the world: each host's ranks, in the order of their first rank (ranks of one
+// host need not be consecutive). Collective over `world`.
+std::vector<int> ranks_per_host(comm::Communicator& world);
+
 }  // namespace zshard

@@ -234,10 +234,12 @@ std::string hostname() {
 
 // The --json document: the run's set-up and every strategy's results.
 json report_json(const json& results, const TrainOptions& options, const ModelConfig& config, const Model& model,
-                 AttentionKernel attention, const BenchOptions& bench, const comm::Communicator& world) {
+                 AttentionKernel attention, const BenchOptions& bench, const comm::Communicator& world,
+                 const std::vector<int>& hosts) {
   const DataOptions& data = options.data;
   return {{"tool", "zshard-bench"},
           {"machine", {{"host", hostname()}, {"hardware_threads", std::thread::hardware_concurrency()}}},
+          {"hosts", hosts},  // each host's ranks, as the launcher placed them
           {"model", {{"name", options.model.name}, {"config", config}, {"params", num_params(model)},
                      {"frozen_params", count_params(model, options.model.freeze).frozen},
                      {"units", model.units().size()}}},
@@ -382,10 +384,11 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
     }
     if (rank == 0) print_table(results, std::cout);
     if (bench.json_path.empty()) return;
+    const std::vector<int> hosts = ranks_per_host(world);
     run_agreed(world, [&] {
       if (rank == 0)
         write_file_atomically(bench.json_path,
-                              report_json(results, options, config, *model, attention, bench, world).dump(2) + "\n");
+                              report_json(results, options, config, *model, attention, bench, world, hosts).dump(2) + "\n");
     });
   });
 }

@@ -11,6 +11,7 @@
 
 #include "runtime/cli/json_input.h"
 #include "runtime/process/child_process.h"
+#include "shard/strategy_internals.h"
 
 namespace zshard {
 
@@ -100,6 +101,12 @@ CandidateRun run_candidate(const CandidateLauncher& how, const Candidate& c, int
     run.measured.comm_latency_ms = res.at("comm_ms_per_step").at("latency");
     run.peak_bytes = res.at("peak_total_bytes");
     run.split = res.at("split").get<std::vector<int>>();
+    // The candidates' groups, secondary shards and budget are the --hosts layout's: a launcher that places
+    // the ranks otherwise times other runs than it names, and would crown one that cannot run as planned.
+    if (const std::vector<int> placed = doc.value("hosts", how.hosts); placed != how.hosts)
+      refuse("--launcher placed the ranks on hosts of ", join_sizes(placed), ", but the candidates are planned for ",
+             "--hosts ", join_sizes(how.hosts), ": give a launcher that places them so (a hostfile), or --hosts as ",
+             "it places them");
   });
   run.status = run.peak_bytes > budget ? "over budget" : "ok";
   return run;

@@ -16,6 +16,7 @@ struct CandidateLauncher {
   int warmup_steps = 1;
   int steps = 3;
   std::string work_dir;  // each run's log and JSON
+  std::vector<int> hosts;  // each host's ranks, as the candidates were planned (--hosts)
 
   // The job's command line for `c`, writing its JSON to `json_path`.
   std::vector<std::string> command(const Candidate& c, const std::string& json_path) const;

@@ -363,6 +363,7 @@ int tune_tool(int argc, char** argv, const std::string& default_model, bool own_
     how.common = common_flags(o);
     how.warmup_steps = o.warmup_steps;
     how.steps = o.steps;
+    how.hosts = o.hosts;
     const WorkDir work(o.work_dir);
     how.work_dir = work.path();
     TuneSearch search(problem, space, how, {o.top, o.exhaustive, o.rank_batches == "detect", time_budget, o.repeats});

@@ -79,6 +79,12 @@ no_orphans "after the search with modes"
 expect_failure "budget too small" 2 "--mem-budget 1.00 MB fits no candidate: the smallest, [a-z0-9 ]+, needs [0-9.]+ MB" -- \
   "$TUNE" "${SEARCH[@]}" --mem-budget 1MB --steps 2 "${LAUNCH[@]}"
 expect_one_line "budget too small" "fits no candidate"
+# The candidates are planned for --hosts: a launcher that puts both ranks on this one host times other runs.
+expect_failure "a launcher that places the ranks otherwise than --hosts" 2 \
+  "^zshard-tune: error: --launcher placed the ranks on hosts of 2, but the candidates are planned for --hosts 1,1" -- \
+  "$TUNE" --model tiny --hosts 1,1 --global-batch 8 --seq 32 --strategies zero2,zero3 --offload none --max-inflight 2 \
+  --reshard-after-forward true --rank-batches even --warmup-steps 1 --mem-budget 3MB --steps 2 --top 1 "${LAUNCH[@]}"
+no_orphans "after the launcher's other placement"
 expect_failure "batch not divisible" 2 "--global-batch: 7 sequences do not divide over 2 ranks" -- \
   "$TUNE" --np 2 --global-batch 7
 expect_failure "grad-accum not divisible" 2 "--grad-accum 3 does not divide the 4 sequences per rank" -- \
