@@ -28,6 +28,9 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
                  "reads; kept when the run is killed)");
   return run_tool("zshard-train", argc, argv, app, [&](comm::Communicator& world) {
     const int rank = world.rank();
+    // The step log's checks first, with the other outputs' and before anything is allocated (or, under
+    // --batch auto, trained): a refused --step-log leaves no --save-dir made by SavePolicy behind either.
+    StepLog step_log(step_log_path, world, named_files(options));
     const std::unique_ptr<Trainer> fitted = options.data.auto_batch ? fit_batch_to_budget(options, world, &std::cout)
                                                                     : std::make_unique<Trainer>(options, world);
     Trainer& trainer = *fitted;
@@ -50,8 +53,6 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
                 << num_params(trainer.model()) << " parameters, batch " << data.batch << "x" << data.seq
                 << (data.grad_accum > 1 ? " x" + std::to_string(data.grad_accum) : "") << ", "
                 << options.optimizer.steps << " steps\n";
-    // The step log's checks first: a refused --step-log leaves no --save-dir made by SavePolicy behind.
-    StepLog step_log(step_log_path, world, named_files(options));
     SavePolicy saves(trainer, &std::cout);
     install_stop_handlers();
     // --batch auto took its first steps to measure their peak, stopping short of any save point but

@@ -89,6 +89,10 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
       return d;
     };
     data_ = load(data.source, "--data");
+    // Positions wrap at the data's end (epochs); within one step a token read twice would weigh double.
+    data_.check_holds(int64_t(data.batch) * data.grad_accum, data.seq,
+                      detail::concat("one step of ", data.batch, "x", data.seq,
+                                     data.grad_accum > 1 ? " x grad-accum " + std::to_string(data.grad_accum) : ""));
     if (!options_.eval.source.empty()) {
       eval_data_ = load(options_.eval.source, "--eval-data");
       // The evaluation's batches are the data's first tokens, each read once: an average over repeats
@@ -310,12 +314,17 @@ void Trainer::run(std::ostream* out, const std::function<bool()>& after_step) {
   }
   write_log_json();
   if (out && world_.rank() == 0 && !history_.empty()) {
-    double tok_s = 0;
-    for (const auto& h : history_) tok_s += h.tokens_per_s;
+    // The steps' tokens over the steps' time (a mean of the steps' rates would weigh a short step as a
+    // long one); the time in all adds evaluations and re-splits.
+    double tokens = 0, step_s = 0;
+    for (const auto& h : history_) {
+      tokens += h.tokens_per_s * h.ms / 1e3;
+      step_s += h.ms / 1e3;
+    }
     *out << "done: " << history_.size() << " steps, loss " << std::fixed << std::setprecision(4)
-         << history_.front().loss << " -> " << history_.back().loss << ", mean "
-         << std::setprecision(0) << tok_s / history_.size() << " tok/s, " << std::setprecision(1)
-         << train_seconds_ << " s\n";
+         << history_.front().loss << " -> " << history_.back().loss << ", " << std::setprecision(0)
+         << (step_s > 0 ? tokens / step_s : 0.0) << " tok/s over the steps' " << std::setprecision(1) << step_s
+         << " s, " << train_seconds_ << " s in all\n";
   }
 }
 

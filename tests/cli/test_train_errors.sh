@@ -36,6 +36,11 @@ expect_true "... leaves the step log as it was" cmp -s "$WORK/kept.before" "$WOR
 expect_true "a run that starts holds its own steps only" test "$(grep -c '"step"' "$WORK/kept.jsonl")" = 1
 expect_failure "--step-log over --log-json" 2 "--step-log $WORK/log.json names the same file as --log-json" -- \
   "$TRAIN" --steps 1 --log-json "$WORK/log.json" --step-log "$WORK/log.json"
+# Checked with the other outputs: under --batch auto it was refused after a measured training step.
+expect_failure "--step-log in no directory, under --batch auto" 2 \
+  "^zshard-train: error: --step-log $WORK/nowhere/x.jsonl: directory .*nowhere does not exist$" -- \
+  "$TRAIN" --steps 1 --batch auto --step-log "$WORK/nowhere/x.jsonl"
+[ ! -s "$WORK/out" ] || { echo "FAIL --step-log under --batch auto: printed before its error"; cat "$WORK/out"; failures=$((failures + 1)); }
 mkfifo "$WORK/steps.fifo"
 expect_failure "--step-log a FIFO without a reader (was a hang before any collective)" 2 \
   "^zshard-train: error: --step-log $WORK/steps.fifo: cannot open \(a FIFO that no process reads\)$" -- \
