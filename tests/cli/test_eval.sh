@@ -47,5 +47,9 @@ expect_every_rank_fails "eval batches 0" 2 "--eval-batches must be >= 1, got 0" 
 expect_every_rank_fails "eval data shorter than its batches" 2 \
   "error: --eval-data file .*short.txt: has 600 tokens, fewer than the 1025 that --eval-batches 4 of 8x32 reads; it would read some twice$" \
   -- "${ARGS[@]}" --eval-every 2 --eval-data "$WORK/short.txt"
+# Training data wraps at its end, and within one step a token read twice weighs double: said, once.
+expect_ok "training data shorter than one step" "$TRAIN" --seq 32 --steps 2 --data "$WORK/short.txt" --batch 16 \
+  --grad-accum 2
+expect_true "... with a warning" test "$(grep -c "^zshard-train: warning: --data file .*short.txt holds 600 tokens, fewer than the 1025 of one step: each step reads some twice$" "$WORK/err")" = 1
 expect_failure "bench refuses eval" 2 "--eval-every" -- "$ZSHARD_BIN/zshard-bench" --eval-every 2
 finish
