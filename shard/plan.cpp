@@ -26,19 +26,15 @@ namespace {
 // A year: longer is no deadline at all, and far beyond it the deadline's time point would overflow.
 constexpr double kMaxCommTimeout = 365.0 * 24 * 3600;
 
-// The hosts of a world in rank order, each a run of consecutive ranks: the size of each.
-struct Hosts {
-  std::vector<int> sizes;
-  bool consecutive = true;  // every host's ranks are consecutive (false: interleaved)
-};
+}  // namespace
 
-// Collective over `world`: each rank's host as launch.h knows it, gathered.
-Hosts gather_hosts(comm::Communicator& world) {
+// Each rank's host as launch.h knows it, gathered.
+HostLayout host_layout(comm::Communicator& world) {
   const int n = world.size();
   const int mine[2] = {comm::first_rank_on_this_host(), comm::ranks_on_this_host()};
   std::vector<int> all(size_t(2 * n));
   world.all_gather(mine, all.data(), 2, DType::i32)->wait();
-  Hosts hosts;
+  HostLayout hosts;
   for (int r = 0; r < n; ++r) {
     const int first = all[2 * r], size = all[2 * r + 1];
     if (first == r) hosts.sizes.push_back(size);
@@ -47,10 +43,12 @@ Hosts gather_hosts(comm::Communicator& world) {
   return hosts;
 }
 
+namespace {
+
 // Hybrid's groups on these hosts: `node` becomes the ranks of each host (sizes of their own when the
 // hosts differ), and so does the default when the world spans two or more hosts; a list of sizes must
 // keep every group inside one host (a group's gathers are what the node link is for).
-ShardGroups hybrid_groups_on(const Hosts& hosts, const StrategyOptions& options, int n) {
+ShardGroups hybrid_groups_on(const HostLayout& hosts, const StrategyOptions& options, int n) {
   if (hosts.consecutive) check_group_sizes(hosts.sizes, "the hosts' ranks");
   const ShardGroupRequest& asked = options.shard_group;
   if (asked.kind() == ShardGroupRequest::Kind::sizes) {
@@ -131,7 +129,7 @@ ShardGroups secondary_groups_of_size(int size, int n) {
 // zero3's secondary groups on these hosts (--secondary-shard host): each host's ranks. On one host they
 // would be the shard group itself, so there are none: the run is plain zero3, as the same command on a
 // cluster's single node should be.
-std::optional<ShardGroups> secondary_groups_on(const Hosts& hosts) {
+std::optional<ShardGroups> secondary_groups_on(const HostLayout& hosts) {
   const std::string_view flag = option_name(Option::secondary_shard);
   if (hosts.sizes.size() < 2) return std::nullopt;
   if (!hosts.consecutive)
@@ -146,7 +144,7 @@ std::optional<ShardGroups> secondary_groups_on(const Hosts& hosts) {
 
 // The secondary groups asked for, by arithmetic where a size was given, from `hosts` otherwise (null:
 // no hosts known, which refuses `host`).
-std::optional<ShardGroups> secondary_groups(const StrategyOptions& s, int n, const Hosts* hosts) {
+std::optional<ShardGroups> secondary_groups(const StrategyOptions& s, int n, const HostLayout* hosts) {
   switch (s.secondary_shard.kind) {
     case SecondaryShard::Kind::none: return std::nullopt;
     case SecondaryShard::Kind::size: return secondary_groups_of_size(s.secondary_shard.size, n);
@@ -219,9 +217,9 @@ ShardPlan resolve_plan(const PlanOptions& options, comm::Communicator& world) {
   const bool one_size = asked.kind() == ShardGroupRequest::Kind::sizes && asked.sizes().size() == 1;
   ShardPlan plan;
   if (options.strategy.kind == StrategyKind::hybrid && !one_size) {
-    plan = plan_with_groups(options, hybrid_groups_on(gather_hosts(world), options.strategy, world.size()));
+    plan = plan_with_groups(options, hybrid_groups_on(host_layout(world), options.strategy, world.size()));
   } else if (options.strategy.secondary_shard.kind == SecondaryShard::Kind::host) {
-    const Hosts hosts = gather_hosts(world);
+    const HostLayout hosts = host_layout(world);
     plan = plan_with_groups(options, shard_groups(options.strategy, world.size()),
                             secondary_groups(options.strategy, world.size(), &hosts));
   } else {
@@ -230,8 +228,6 @@ ShardPlan resolve_plan(const PlanOptions& options, comm::Communicator& world) {
   if (device != Device::cpu) run_agreed(world, [&] { select_device(device, world); });
   return plan;
 }
-
-std::vector<int> ranks_per_host(comm::Communicator& world) { return gather_hosts(world).sizes; }
 
 StrategyOptions strategy_options_for(StrategyKind kind, StrategyOptions s) {
   const StrategyOptions defaults;
@@ -275,7 +271,7 @@ ShardPlan plan_on_hosts(const PlanOptions& options, const std::vector<int>& host
   validate_plan_options(options);
   int world = 0;
   for (int h : host_sizes) world += h;
-  const Hosts hosts{host_sizes, true};
+  const HostLayout hosts{host_sizes, true};
   if (options.strategy.kind == StrategyKind::hybrid)
     return plan_with_groups(options, hybrid_groups_on(hosts, options.strategy, world));
   return plan_with_groups(options, shard_groups(options.strategy, world),

@@ -41,8 +41,12 @@ void check_modes_taken(const std::vector<StrategyKind>& kinds, const StrategyOpt
 // is not launched yet (zshard-run sizing a relaunch): the hosts' groups for hybrid, no device.
 ShardPlan plan_on_hosts(const PlanOptions& options, const std::vector<int>& host_sizes);
 
-// How the launcher placed the world: each host's ranks, in the order of their first rank (ranks of one
-// host need not be consecutive). Collective over `world`.
-std::vector<int> ranks_per_host(comm::Communicator& world);
+// How the launcher placed the world: each host's ranks, in the order of their first rank, and whether every
+// host's ranks are consecutive (false: placed round-robin). Collective over `world`.
+struct HostLayout {
+  std::vector<int> sizes;
+  bool consecutive = true;
+};
+HostLayout host_layout(comm::Communicator& world);
 
 }  // namespace zshard

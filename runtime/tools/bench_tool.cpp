@@ -235,11 +235,12 @@ std::string hostname() {
 // The --json document: the run's set-up and every strategy's results.
 json report_json(const json& results, const TrainOptions& options, const ModelConfig& config, const Model& model,
                  AttentionKernel attention, const BenchOptions& bench, const comm::Communicator& world,
-                 const std::vector<int>& hosts) {
+                 const HostLayout& hosts) {
   const DataOptions& data = options.data;
   return {{"tool", "zshard-bench"},
           {"machine", {{"host", hostname()}, {"hardware_threads", std::thread::hardware_concurrency()}}},
-          {"hosts", hosts},  // each host's ranks, as the launcher placed them
+          {"hosts", hosts.sizes},  // each host's ranks, as the launcher placed them
+          {"hosts_consecutive", hosts.consecutive},
           {"model", {{"name", options.model.name}, {"config", config}, {"params", num_params(model)},
                      {"frozen_params", count_params(model, options.model.freeze).frozen},
                      {"units", model.units().size()}}},
@@ -384,7 +385,7 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
     }
     if (rank == 0) print_table(results, std::cout);
     if (bench.json_path.empty()) return;
-    const std::vector<int> hosts = ranks_per_host(world);
+    const HostLayout hosts = host_layout(world);
     run_agreed(world, [&] {
       if (rank == 0)
         write_file_atomically(bench.json_path,

@@ -30,6 +30,8 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
     const int rank = world.rank();
     // The step log's checks first, with the other outputs' and before anything is allocated (or, under
     // --batch auto, trained): a refused --step-log leaves no --save-dir made by SavePolicy behind either.
+    // Its agreement is the run's first collective: under --comm-timeout, as the plan's are.
+    apply_comm_timeout(options.plan, world);
     StepLog step_log(step_log_path, world, named_files(options));
     const std::unique_ptr<Trainer> fitted = options.data.auto_batch ? fit_batch_to_budget(options, world, &std::cout)
                                                                     : std::make_unique<Trainer>(options, world);

@@ -105,8 +105,11 @@ CandidateRun run_candidate(const CandidateLauncher& how, const Candidate& c, int
     // the ranks otherwise times other runs than it names, and would crown one that cannot run as planned.
     if (const std::vector<int> placed = doc.value("hosts", how.hosts); placed != how.hosts)
       refuse("--launcher placed the ranks on hosts of ", join_sizes(placed), ", but the candidates are planned for ",
-             "--hosts ", join_sizes(how.hosts), ": give a launcher that places them so (a hostfile), or --hosts as ",
-             "it places them");
+             "hosts of ", join_sizes(how.hosts), " (--hosts, or --np on one host): give a launcher that places them ",
+             "so (a hostfile), or --hosts as it places them");
+    if (!doc.value("hosts_consecutive", true))
+      refuse("--launcher placed a host's ranks apart (round-robin), but the candidates are planned for hosts of ",
+             "consecutive ranks, as --hosts lists them: place them by slot (mpirun --map-by slot)");
   });
   run.status = run.peak_bytes > budget ? "over budget" : "ok";
   return run;

@@ -3,7 +3,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <utility>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,7 +33,12 @@ StepLog::StepLog(const std::string& path, comm::Communicator& world, const std::
     check_output_path("--step-log", path_);
     check_not_input({"--step-log", path_}, taken);
     // Emptied at the first catch_up, not here: a resume that its checks refuse leaves the log as it was.
-    fd_ = open_for_writing(path_, O_CREAT | O_APPEND);
+    std::error_code ec;
+    if (!std::filesystem::exists(path_, ec)) {
+      create_ = true;  // check_output_path found its directory writable
+      return;
+    }
+    fd_ = open_for_writing(path_, O_APPEND);
     if (fd_ < 0) throw UsageError(detail::concat("--step-log ", path_, ": cannot open (", open_error(path_, errno), ")"));
   });
 }
@@ -41,6 +48,12 @@ StepLog::~StepLog() {
 }
 
 void StepLog::catch_up(const std::vector<StepResult>& history) {
+  if (std::exchange(create_, false)) {
+    fd_ = open_for_writing(path_, O_CREAT | O_APPEND);
+    if (fd_ < 0)
+      std::cerr << "zshard-train: --step-log " << path_ << ": cannot create (" << open_error(path_, errno)
+                << "); training goes on without it\n";
+  }
   struct stat st {};
   if (fd_ >= 0 && !emptied_ && ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && ::ftruncate(fd_, 0) != 0) {
     std::cerr << "zshard-train: --step-log " << path_ << ": cannot empty it (" << std::strerror(errno)

@@ -22,7 +22,8 @@ nlohmann::json step_record(const StepResult& r);
 
 class StepLog {
  public:
-  // Rank 0 opens (or creates) `path` at set-up; a path that cannot be written, or one of the files
+  // Rank 0 opens `path` at set-up, or, where there is no file yet, creates it at the first catch_up (a
+  // set-up refused after this leaves none behind); a path that cannot be written, or one of the files
   // `taken` (the run's inputs and other outputs), fails on every rank alike. An empty path: a log that
   // writes nothing.
   StepLog(const std::string& path, comm::Communicator& world, const std::vector<FlagPath>& taken);
@@ -38,6 +39,7 @@ class StepLog {
  private:
   std::string path_;
   int fd_ = -1;  // rank 0 with a path only
+  bool create_ = false;  // rank 0: no file at set-up, made at the first catch_up
   size_t written_ = 0;
   bool emptied_ = false;
 };

@@ -1,12 +1,14 @@
 #include "runtime/train/trainer.h"
 
 #include <algorithm>
+#include <cerrno>  // program_invocation_short_name
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <iomanip>
 #include <iostream>
 #include <ostream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -75,8 +77,9 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
     model_ = build_model(options_.model.name, config_);
     // Before the memory check, which sizes activations for what the model keeps.
     attention = configure_model(*model_, options_.model, plan.placement, world.rank() == 0 ? &std::cerr : nullptr);
+    // Before counting the units or matching a weights file to them: a negative dimension is the error to name.
+    check_unit_specs(model_->units());
     check_run_inputs(options_, *model_);
-    check_unit_specs(model_->units());  // before counting them: a negative dimension is the error to name
     if (num_params(*model_) == 0)
       refuse("the model declares no parameters (its units() lists none with elements): nothing to train");
     if (num_params(*model_) < world.size())
@@ -137,9 +140,11 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
   if (!options_.model.init_from.empty()) engine_->import_weights(options_.model.init_from);
   if (!options_.model.init_adapters.empty()) engine_->import_weights(options_.model.init_adapters);
   // Positions wrap at the data's end (epochs): within one step a token read twice weighs double. Said once
-  // the run starts, not refused: a benchmark's large batch on the embedded corpus (31,794 tokens) does it.
-  if (const int64_t step = tokens_per_step + 1; data_.size() < step && world.rank() == 0)
-    std::cerr << "zshard-train: warning: --data " << data_.source() << " holds " << data_.size()
+  // a process's run starts (zshard-bench and --batch auto build a trainer per try), not refused: a
+  // benchmark's large batch on the embedded corpus (31,794 tokens) does it on purpose.
+  static bool warned = false;
+  if (const int64_t step = tokens_per_step + 1; data_.size() < step && world.rank() == 0 && !std::exchange(warned, true))
+    std::cerr << program_invocation_short_name << ": warning: --data " << data_.source() << " holds " << data_.size()
               << " tokens, fewer than the " << step << " of one step: each step reads some twice\n";
 }
 

@@ -48,7 +48,7 @@ void check_run_inputs(const TrainOptions& options, const Model& model);
 
 class Trainer {
  public:
-  // Resolves the plan first (the first collective, under --comm-timeout), then checks everything that can
+  // Resolves the plan first (its first collective, under --comm-timeout), then checks everything that can
   // fail on bad input (options, data, weights file headers, the memory estimate) before the engine
   // allocates, so that a bad run fails on every rank alike instead of hanging.
   Trainer(const TrainOptions& options, comm::Communicator& world);

@@ -41,6 +41,9 @@ expect_failure "--step-log in no directory, under --batch auto" 2 \
   "^zshard-train: error: --step-log $WORK/nowhere/x.jsonl: directory .*nowhere does not exist$" -- \
   "$TRAIN" --steps 1 --batch auto --step-log "$WORK/nowhere/x.jsonl"
 [ ! -s "$WORK/out" ] || { echo "FAIL --step-log under --batch auto: printed before its error"; cat "$WORK/out"; failures=$((failures + 1)); }
+expect_failure "a refused set-up with a new --step-log" 2 "--seq 100000 exceeds the model's context" -- \
+  "$TRAIN" --steps 1 --seq 100000 --step-log "$WORK/new-steps.jsonl"
+expect_true "... leaves no step log behind (it is made when the run starts)" test ! -e "$WORK/new-steps.jsonl"
 mkfifo "$WORK/steps.fifo"
 expect_failure "--step-log a FIFO without a reader (was a hang before any collective)" 2 \
   "^zshard-train: error: --step-log $WORK/steps.fifo: cannot open \(a FIFO that no process reads\)$" -- \

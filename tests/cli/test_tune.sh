@@ -81,7 +81,7 @@ expect_failure "budget too small" 2 "--mem-budget 1.00 MB fits no candidate: the
 expect_one_line "budget too small" "fits no candidate"
 # The candidates are planned for --hosts: a launcher that puts both ranks on this one host times other runs.
 expect_failure "a launcher that places the ranks otherwise than --hosts" 2 \
-  "^zshard-tune: error: --launcher placed the ranks on hosts of 2, but the candidates are planned for --hosts 1,1" -- \
+  "^zshard-tune: error: --launcher placed the ranks on hosts of 2, but the candidates are planned for hosts of 1,1 \(--hosts" -- \
   "$TUNE" --model tiny --hosts 1,1 --global-batch 8 --seq 32 --strategies zero2,zero3 --offload none --max-inflight 2 \
   --reshard-after-forward true --rank-batches even --warmup-steps 1 --mem-budget 3MB --steps 2 --top 1 "${LAUNCH[@]}"
 no_orphans "after the launcher's other placement"
