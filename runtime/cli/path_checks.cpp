@@ -21,6 +21,12 @@ fs::path normal_path(const fs::path& path) {
   return normal.has_filename() ? normal : normal.parent_path();
 }
 
+bool inside_dir_not_made_yet(const std::string& path, const std::string& dir) {
+  std::error_code ec;
+  if (dir.empty() || fs::is_directory(dir, ec)) return false;
+  return normal_path(fs::path(path).parent_path()) == normal_path(dir);
+}
+
 void check_output_path(std::string_view flag, const std::string& path) {
   std::error_code ec;
   if (path.empty()) throw UsageError(detail::concat(flag, ": empty path"));

@@ -26,6 +26,10 @@ void check_input_file(std::string_view flag, const std::string& path, std::strin
 // trailing separator ("out/" and "./out" are "out"). It need not exist.
 std::filesystem::path normal_path(const std::filesystem::path& path);
 
+// Whether `path` lies straight inside `dir`, a directory not made yet (a --save-dir the run makes at
+// set-up): an output there needs no directory before then, so check_output_path is not for it.
+bool inside_dir_not_made_yet(const std::string& path, const std::string& dir);
+
 // A flag and the path it names, for the check below.
 using FlagPath = std::pair<std::string_view, std::string>;
 // Throws UsageError when `output` is one of `inputs`, or lies inside an input that is a directory: a tool

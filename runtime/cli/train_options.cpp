@@ -132,15 +132,11 @@ void check_outputs(const TrainOptions& o) {
   // A file may go inside an existing --save-dir, but one named as the directory would fail after training.
   std::error_code ec;
   const bool save_dir_exists = std::filesystem::is_directory(s.save_dir, ec);
-  const auto in_new_save_dir = [&](const std::string& path) {
-    if (save_dir_exists || s.save_dir.empty()) return false;
-    return normal_path(std::filesystem::path(path).parent_path()) == normal_path(s.save_dir);
-  };
   for (const FlagPath& out : named_outputs(o)) {
     if (out.second.empty()) continue;
     // A file straight inside the --save-dir this run creates (parents and all) at set-up, where a
     // directory that cannot be made is refused (SavePolicy), needs no directory yet.
-    if (!in_new_save_dir(out.second)) check_output_path(out.first, out.second);
+    if (!inside_dir_not_made_yet(out.second, s.save_dir)) check_output_path(out.first, out.second);
     check_not_input(out, taken);
     check_not_trace_dir(out, o.output.trace_dir);
     if (!save_dir_exists) check_not_input(out, {{"--save-dir", s.save_dir}});

@@ -144,10 +144,7 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
   state_dir_ = (fs::path(save_dir_) / "zshard-run").string();
   // Checked before anything is made, by zshard-train's rule: a --log-json straight inside a --save-dir not
   // made yet needs no directory (the --save-dir is made below).
-  std::error_code ec;
-  if (!log_json_.empty() && (fs::is_directory(save_dir_, ec) ||
-                             normal_path(fs::path(log_json_).parent_path()) != normal_path(save_dir_)))
-    check_output_path("--log-json", log_json_);
+  if (!log_json_.empty() && !inside_dir_not_made_yet(log_json_, save_dir_)) check_output_path("--log-json", log_json_);
   // The command's own --resume is used until --save-dir holds a checkpoint: then checked before any launch.
   if (const std::optional<std::string> given = flag_value(o_.command, "--resume");
       given && *given != "latest" && !newest_committed(save_dir_)) {
@@ -162,6 +159,7 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
   }
   if (!o_.mem_budget.empty()) budget_ = parse_bytes(o_.mem_budget, "--mem-budget");
   probe_ = o_.probe.empty() ? default_probe(o_.probe_timeout_s) : o_.probe;
+  std::error_code ec;
   fs::create_directories(state_dir_, ec);
   if (ec) refuse("--save-dir ", save_dir_, ": cannot create ", state_dir_, " (", ec.message(), ")");
   keep_earlier_log();
