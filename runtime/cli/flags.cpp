@@ -1,6 +1,7 @@
 #include "runtime/cli/flags.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace zshard {
@@ -99,10 +100,32 @@ void refuse_empty_values(CLI::App& app) {
                                                                    : non_empty("leave the flag out for its default"));
 }
 
-std::string cli_error_line(const CLI::Error& e) {
+namespace {
+
+// CLI11 says "Could not convert: --lr = abc" for a value its type cannot hold (a word, a fraction for an
+// integer, a number out of range): reworded as the flags' own checks speak, naming what was expected.
+std::optional<std::string> conversion_line(const std::string& msg, const CLI::App& app) {
+  const std::string prefix = "Could not convert: ";
+  const size_t eq = msg.find(" = ");
+  if (msg.rfind(prefix, 0) != 0 || eq == std::string::npos) return std::nullopt;
+  const std::string flag = msg.substr(prefix.size(), eq - prefix.size());
+  const CLI::Option* opt = app.get_option_no_throw(flag);
+  const std::string type = opt ? opt->get_type_name() : "";
+  const std::string expected = type == "INT"    ? "an integer"
+                               : type == "UINT" ? "a whole number"
+                               : type == "FLOAT" ? "a number"
+                                                 : "a value of type " + (type.empty() ? "the flag's" : type);
+  return flag + ": expected " + expected + " within range, got '" + msg.substr(eq + 3) + "'";
+}
+
+}  // namespace
+
+std::string cli_error_line(const CLI::Error& e, const CLI::App& app) {
   std::string msg = e.what();
   while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
   for (char& c : msg) if (c == '\n') c = ' ';
+  if (dynamic_cast<const CLI::ConversionError*>(&e))
+    if (std::optional<std::string> line = conversion_line(msg, app)) return *line;
   return msg;
 }
 

@@ -59,7 +59,7 @@ CLI::Option* add_list_option(CLI::App& app, const std::string& flag, std::vector
 
 // Refuses an empty value for every option of `app` that takes one (CLI11 would read "" as 0 or as unset).
 void refuse_empty_values(CLI::App& app);
-// Turns a CLI11 parse error into the one-line message zshard prints (naming the flag).
-std::string cli_error_line(const CLI::Error& e);
+// Turns a CLI11 parse error of `app` into the one-line message zshard prints (naming the flag).
+std::string cli_error_line(const CLI::Error& e, const CLI::App& app);
 
 }  // namespace zshard

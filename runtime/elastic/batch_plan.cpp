@@ -21,7 +21,7 @@ TrainingRun read_training_flags(const std::vector<std::string>& command) {
   try {
     app.parse(args);
   } catch (const CLI::Error& e) {
-    throw UsageError("the training command: " + cli_error_line(e));
+    throw UsageError("the training command: " + cli_error_line(e, app));
   }
   const std::vector<std::string> known = model_names();
   const ModelOptions& model = run.options.model;

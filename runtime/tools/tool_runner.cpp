@@ -70,7 +70,7 @@ int run_tool(const char* name, int argc, char** argv, CLI::App& app,
         refuse_empty_values(app);
         app.parse(argc, argv);
       } catch (const CLI::Error& e) {
-        if (e.get_exit_code() != 0) throw UsageError(cli_error_line(e));
+        if (e.get_exit_code() != 0) throw UsageError(cli_error_line(e, app));
         help = true;  // on every rank: their arguments are the same
       }
     });
@@ -103,7 +103,7 @@ int run_local_tool(const char* name, int argc, char** argv, CLI::App& app, const
       std::cout << app.help();
       return 0;
     }
-    std::cerr << name << ": error: " << cli_error_line(e) << "\n";
+    std::cerr << name << ": error: " << cli_error_line(e, app) << "\n";
     return 2;
   } catch (const UsageError& e) {
     std::cerr << name << ": error: " << e.what() << "\n";

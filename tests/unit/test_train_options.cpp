@@ -235,7 +235,7 @@ TEST(TrainOptions, RankBatchesParseSizesOrAuto) {
     app.parse("--rank-batches 3,fast");
     ADD_FAILURE() << "'fast' accepted";
   } catch (const CLI::Error& e) {
-    EXPECT_THAT(cli_error_line(e), HasSubstr("--rank-batches: expected integers or 'auto', got 'fast'"));
+    EXPECT_THAT(cli_error_line(e, app), HasSubstr("--rank-batches: expected integers or 'auto', got 'fast'"));
   }
 }
 
@@ -254,7 +254,7 @@ TEST(TrainOptions, EmptyItemsOfCommaListsAreRefused) {
       ADD_FAILURE() << bad << " accepted";
     } catch (const CLI::Error& e) {
       const std::string flag = std::string(bad).substr(0, std::string(bad).find(' '));
-      EXPECT_THAT(cli_error_line(e), HasSubstr(flag + ": empty item in the list '")) << bad;
+      EXPECT_THAT(cli_error_line(e, app), HasSubstr(flag + ": empty item in the list '")) << bad;
     }
   }
 }
@@ -270,7 +270,7 @@ TEST(TrainOptions, AModelKeySetTwiceIsRefused) {
       app.parse(twice);
       ADD_FAILURE() << twice << " accepted";
     } catch (const CLI::Error& e) {
-      EXPECT_THAT(cli_error_line(e), HasSubstr("is set twice (also by --")) << twice;
+      EXPECT_THAT(cli_error_line(e, app), HasSubstr("is set twice (also by --")) << twice;
     }
   }
   app.parse("--config layers=3,dim=32 --heads 2");  // each parse starts afresh
@@ -301,7 +301,7 @@ TEST(TrainOptions, LoraFlagsSetTheModelConfig) {
       app.parse(flags);
       ADD_FAILURE() << flags << " accepted";
     } catch (const CLI::Error& e) {
-      EXPECT_THAT(cli_error_line(e), HasSubstr(message)) << flags;
+      EXPECT_THAT(cli_error_line(e, app), HasSubstr(message)) << flags;
       EXPECT_NE(e.get_exit_code(), 0) << flags;  // the tools exit 2
     }
   }
@@ -323,7 +323,7 @@ TEST(TrainOptions, DeviceFlagsParseByName) {
     app.parse("--param-dtype fp16");
     ADD_FAILURE() << "fp16 accepted";
   } catch (const CLI::Error& e) {
-    EXPECT_THAT(cli_error_line(e), HasSubstr("--param-dtype"));
+    EXPECT_THAT(cli_error_line(e, app), HasSubstr("--param-dtype"));
   }
 }
 
@@ -342,7 +342,7 @@ TEST(TrainOptions, FusedEpiloguesParseByName) {
     app.parse("--fused-epilogues yes");
     ADD_FAILURE() << "yes accepted";
   } catch (const CLI::Error& e) {
-    EXPECT_THAT(cli_error_line(e), HasSubstr("--fused-epilogues"));
+    EXPECT_THAT(cli_error_line(e, app), HasSubstr("--fused-epilogues"));
   }
 }
 
@@ -375,7 +375,24 @@ TEST(TrainOptions, BatchIsANumberOrAuto) {
       app.parse(bad);
       ADD_FAILURE() << bad << " accepted";
     } catch (const CLI::Error& e) {
-      EXPECT_THAT(cli_error_line(e), HasSubstr("--batch")) << bad;
+      EXPECT_THAT(cli_error_line(e, app), HasSubstr("--batch")) << bad;
+    }
+  }
+}
+
+TEST(TrainOptions, AValueItsTypeCannotHoldNamesTheFlagAndTheType) {
+  TrainOptions o;
+  CLI::App app;
+  add_train_flags(app, o);
+  for (const auto& [flags, message] :
+       {std::pair{"--lr abc", "--lr: expected a number within range, got 'abc'"},
+        std::pair{"--steps 99999999999", "--steps: expected an integer within range, got '99999999999'"},
+        std::pair{"--seed 1.5", "--seed: expected "}}) {
+    try {
+      app.parse(flags);
+      ADD_FAILURE() << flags << " accepted";
+    } catch (const CLI::Error& e) {
+      EXPECT_THAT(cli_error_line(e, app), HasSubstr(message)) << flags;
     }
   }
 }
