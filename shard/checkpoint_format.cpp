@@ -220,6 +220,14 @@ std::string step_dir_name(int step) {
   return buf;
 }
 
+std::optional<int> step_of_dir_name(const std::string& name) {
+  int step = -1;
+  char tail = 0;
+  if (std::sscanf(name.c_str(), "step-%d%c", &step, &tail) != 1 || step < 0 || name != step_dir_name(step))
+    return std::nullopt;
+  return step;
+}
+
 std::vector<FlatLayout> Manifest::layouts() const {
   std::vector<FlatLayout> out;
   for (const UnitSpec& u : units) out.emplace_back(u, group_size, pad_multiple);
@@ -254,13 +262,22 @@ Manifest read_manifest(const std::string& dir) {
   } catch (const json::exception& e) {
     damaged(path, ": truncated or not JSON (", e.what(), ")");
   }
+  Manifest m;
   try {
-    return manifest_from_json(j);
+    m = manifest_from_json(j);
   } catch (const Error& e) {
     fail(path, ": not a zshard manifest this version reads (", e.what(), ")");
   } catch (const std::exception& e) {  // json::exception or a consistency check
     damaged(path, ": not a valid zshard manifest (", e.what(), ")");
   }
+  // The directory's name is the step the newest-checkpoint search and zshard-run go by; the manifest's
+  // is the step training resumes at (its schedule and data positions). They must be the same step.
+  fs::path named = fs::path(dir).lexically_normal();
+  if (named.filename().empty()) named = named.parent_path();  // "step-00000010/"
+  const std::optional<int> dir_step = step_of_dir_name(named.filename().string());
+  if (dir_step && *dir_step != m.step)
+    damaged(path, ": records step ", m.step, " in the directory of step ", *dir_step);
+  return m;
 }
 
 void commit_manifest(const std::string& dir, const Manifest& manifest) {
@@ -378,13 +395,9 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& save_dir) {
   std::error_code ec;
   if (!fs::is_directory(save_dir, ec)) return out;
   for (const auto& entry : fs::directory_iterator(save_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    int step = -1;
-    char tail = 0;
-    if (!entry.is_directory(ec) || std::sscanf(name.c_str(), "step-%d%c", &step, &tail) != 1 ||
-        step < 0 || name != step_dir_name(step))
-      continue;
-    out.push_back({step, entry.path().string(), is_committed(entry.path().string())});
+    const std::optional<int> step = step_of_dir_name(entry.path().filename().string());
+    if (!entry.is_directory(ec) || !step) continue;
+    out.push_back({*step, entry.path().string(), is_committed(entry.path().string())});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
   return out;

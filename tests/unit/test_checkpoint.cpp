@@ -221,6 +221,14 @@ TEST(Checkpoint, ManifestRoundTripAndCommitMarker) {
   EXPECT_TRUE(all[0].step == 7 && all[0].committed);
   EXPECT_TRUE(all[1].step == 9 && !all[1].committed);
   EXPECT_TRUE(list_checkpoints(tmp.file("missing")).empty());
+  // The directory's step is the one searches go by; a manifest recording another was edited or moved.
+  EXPECT_EQ(read_manifest(tmp.file("step-00000007/")).step, 7);
+  fs::copy(tmp.file("step-00000007"), tmp.file("step-00000008"));
+  EXPECT_THAT(error_of([&] { read_manifest(tmp.file("step-00000008")); }),
+              HasSubstr("step-00000008/manifest.json: records step 7 in the directory of step 8"));
+  EXPECT_THROW(read_manifest(tmp.file("step-00000008")), DamagedCheckpoint);
+  fs::copy(tmp.file("step-00000007"), tmp.file("renamed"));
+  EXPECT_EQ(read_manifest(tmp.file("renamed")).step, 7);  // a name that is no step's says nothing
 }
 
 TEST(Checkpoint, BadInputNamesTheFileAndTheProblem) {
