@@ -29,4 +29,7 @@ inline int trace_group_of(const Communicator& comm) {
 void mark_collectives_failed();
 bool collectives_failed();
 
+// A wait's length as the stats and deadline messages give it.
+inline double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
 }  // namespace zshard::comm

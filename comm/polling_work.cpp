@@ -11,8 +11,6 @@
 namespace zshard::comm {
 
 namespace {
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
 PollPolicy& policy() {
   static PollPolicy p;
   return p;

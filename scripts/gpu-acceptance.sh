@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The GPU checks of a lent GPU machine in ONE device-tool call (docs/cuda.md, "A lent GPU"): what only a
+# The GPU checks in ONE call on a GPU machine (docs/cuda.md, "The GPU checks in one call"): what only a
 # GPU can show, in order of what it proves, each step printing its verdict as it ends.
 #
 #   scripts/gpu-acceptance.sh              on the GPU machine: the plan below, within ZSHARD_GPU_BUDGET_S
 #                                          (default 400 s: with the machine's start and release one call
-#                                          takes about 9 of a session's 15 minutes, leaving room for one
+#                                          takes about 9 of the 15 minutes of device time, leaving room for one
 #                                          more call with fixes)
 #                                          (ZSHARD_GPU_STEPS="tiny gpt2 ..." runs only those, with setup
 #                                          and build: a second call finishing what the first ran out of,
@@ -405,7 +405,7 @@ step nccl 30 step_nccl "NCCL's collectives, in place and out of place, split, st
 step profile 90 step_profile "where one gpt2 step's device time goes, by kind of kernel (ncu), and the GPU's busy share"
 step mpi 60 step_mpi "ddp, zero3 and hybrid at np 2 and 4 over mpi with device buffers, fp32 and bf16, match one process"
 step llama 60 step_llama "llama-3.2-1b bf16 at T=1024, batch 8: tokens/s and MFU (no peer)"
-step async-save 150 step_async_save "issue #26's async checkpoint cost at np 2 with cores to spare (cpu device, the machine's cores)" optional
+step async-save 150 step_async_save "the async checkpoint's cost at np 2 with cores to spare (cpu device, the machine's cores)" optional
 step finetune-host 420 step_finetune_host "llama-3.2-1b full fine-tuning at 16 layers, np 4, every strategy (cpu device, the machine's host memory)" optional
 [ "$MODE" = dry ] && echo "dry run: the limits add up to ${LIMITS}s, the budget is ${BUDGET}s"
 

@@ -142,7 +142,7 @@ import json; r = json.load(open('$LOGS/llama.json'))['results'][0]
 print(f\"llama-3.2-1b batch 8: {r['tokens_per_s']:.0f} tok/s, MFU {100 * r['mfu']:.1f}%, {r['step_ms']['median']:.0f} ms\")")"
 }
 
-# Not a GPU check: the machine's 16 cores give the async checkpoint benchmark of issue #26 what a 2-core
+# Not a GPU check: the machine's 16 cores give the async checkpoint benchmark what a 2-core
 # box cannot, a core for each rank and more for the writers.
 step_async_save() {
   with_build

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds .gpudeps/: the Debian 12 (bookworm) .deb files that zshard needs to build and run on a lent GPU
+# Builds .gpudeps/: the Debian 12 (bookworm) .deb files that zshard needs to build and run on a GPU
 # machine that has nvcc, CMake, ninja and python3 + PyTorch but no OpenMPI, OpenBLAS, nlohmann-json, CLI11
 # or GoogleTest development files, no apt and no network. Run it HERE (a Debian 12 machine with apt);
 # ship the folder with the device tool's carry [".gpudeps"]; there, `source scripts/gpu-setup.sh` unpacks

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Unpacks the dependency bundle (.gpudeps/, made by scripts/gpu-bundle.sh) into a prefix and sets the
-# environment that builds and runs zshard against it, on a machine with no apt and no network (the lent
+# environment that builds and runs zshard against it, on a machine with no apt and no network (the
 # GPU machine). SOURCE it, from bash:
 #
 #   source scripts/gpu-setup.sh                 # unpacks once (idempotent: a stamp holds the MANIFEST hash)

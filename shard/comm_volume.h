@@ -48,7 +48,6 @@ struct CommVolume {
   double reduce = 0;  // gradients inside the group: ddp's all-reduce, the reduce-scatters of the others
   double across = 0;  // hybrid: each shard's all-reduce across the replicas, every micro-step
   double secondary = 0;  // zero3 with secondary groups: the gathers inside them, every micro-step
-  double in_group() const { return gather + reduce; }
   double total() const { return gather + reduce + across + secondary; }
 };
 

@@ -160,6 +160,7 @@ double MicroStepLoss::value() const { return engine_->micro_step_loss(step_, mic
 double Engine::micro_step_loss(int64_t step, int micro_step) {
   const size_t k = size_t(micro_step);
   if (step == read_step_) return read_sums_[kScalarDoubles + k];
+  if (step == previous_step_ && step + 1 == steps_ended_) return previous_losses_[k];
   if (step != steps_ended_)
     refuse("MicroStepLoss: a micro-step's loss is kept until the end of the step after its own (or until a load "
            "drops its step); read it before then");
@@ -224,12 +225,15 @@ void Engine::agree_on_step() {
     const comm::CollectiveLabel label(comm::trace::Purpose::step_tokens);
     world_.all_reduce(&tokens, 1, DType::f64, comm::ReduceOp::sum)->wait();
   }
-  if (int64_t(tokens) != options_.tokens_per_step)
+  if (int64_t(tokens) != options_.tokens_per_step) {
+    // Dropped, as a non-finite step is: the loop may go on with its next batch.
+    discard_step();
     throw AgreedFailure(detail::concat("step ", steps_done_ + 1, ": the ranks' micro-batches held ", int64_t(tokens),
                                        " tokens (B x T summed over ranks and micro-steps), but "
                                        "EngineOptions::tokens_per_step is ", options_.tokens_per_step,
                                        ": the gradient would not be their mean; stopped before the optimizer step"),
                         1, world_.rank() == 0);
+  }
 }
 
 void Engine::check_micro_steps() const {
@@ -264,6 +268,11 @@ void Engine::queue_step_sums() {
 
 void Engine::read_step_sums() {
   const size_t K = size_t(options_.grad_accum);
+  if (read_step_ != steps_ended_ && !read_sums_.empty()) {
+    // The step before keeps its micro-steps' losses until this step ends (MicroStepLoss).
+    previous_losses_.assign(read_sums_.begin() + kScalarDoubles, read_sums_.end());
+    previous_step_ = read_step_;
+  }
   read_sums_.resize(kScalarDoubles + K);
   ops::read_back(plan_.placement.device, read_sums_.data(), step_sums_.raw(), read_sums_.size() * sizeof(double));
   // Each micro-step's loss as forward_backward's callers read it: what the model returned, plus its sum.

@@ -25,8 +25,6 @@ struct NcclCommunicator::Event {
 
 namespace {
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
 class NcclWork final : public Work {
  public:
   NcclWork(NcclCommunicator* comm, std::shared_ptr<NcclCommunicator::Event> event)

@@ -53,7 +53,7 @@ class NcclCommunicator final : public Backend {
 
   // In place when send == recv + rank()*count.
   WorkPtr all_gather(const void* send, void* recv, size_t count, DType dtype) override;
-  // In place when send == recv + rank()*count (NCCL's convention); send == recv is allowed too, as with
+  // In place when recv == send + rank()*count (NCCL's convention); send == recv is allowed too, as with
   // the mpi backend: the input is read from recv and block rank() lands at its start.
   WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
   WorkPtr all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;

@@ -37,7 +37,7 @@ constexpr std::string_view dtype_name(DType t) {
 constexpr std::string_view device_name(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
 
 // bfloat16 as stored: the upper 16 bits of an IEEE float, the same bits as CUDA's __nv_bfloat16. No
-// arithmetic of its own: ops widen it to fp32 and round their results back (kernels/cpu, kernels/cuda).
+// arithmetic of its own: ops widen it to fp32 and round their results back.
 struct bf16 {
   uint16_t bits = 0;
   bf16() = default;

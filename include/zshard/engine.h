@@ -49,7 +49,7 @@ struct EngineOptions {
   // gradient, master weight or Adam state. A pattern that matches nothing, or that leaves nothing to
   // train, is refused.
   std::vector<std::string> freeze;
-  // Replays each step as one CUDA graph once a plain step has run (shard/step_graph.h): cuda, one rank and
+  // Replays each step as one CUDA graph once a plain step has run: cuda, one rank and
   // no offloaded optimizer only, the engine called from the thread that made it. The host then reads a
   // micro-step's loss and the norm after step() only, and evaluates between steps; a model setting changed
   // between steps (set_attention, ...) needs an evaluation or a load first, which record the step anew.
@@ -171,7 +171,7 @@ class Engine {
   // the same value. Reading it waits for the device, which step() alone would not do before its end: call
   // it to know the norm before the update. Collective (the first call of a step). The first call also
   // checks that the ranks' micro-batches held tokens_per_step tokens in all, and throws on every rank
-  // alike when they did not.
+  // alike when they did not, with the step dropped (its gradients too): the next call starts a new step.
   double grad_norm();
   // Ends the step: clips to hp.grad_clip by the global norm, then AdamW on the shards this rank owns, and
   // re-gathers what the strategy keeps whole. Returns the step's loss, norm and tokens. The norm, the clip
@@ -241,7 +241,7 @@ class Engine {
  private:
   friend class AsyncSave;
   friend class MicroStepLoss;
-  friend struct EngineInternals;  // zshard's own tools and tests (shard/engine_internals.h)
+  friend struct EngineInternals;  // zshard's own tools and tests
 
   void check_batch(const char* call, const Batch& batch) const;
   static void check_adamw(const AdamW& hp);
@@ -261,7 +261,8 @@ class Engine {
   void end_step();
   void discard_step();  // its gradients too
   void give_up_save_in_flight();  // the engine is going: its save is not committed
-  // The frozen parameters' fingerprint (shard/frozen_fingerprint.h), computed once after they change.
+  // The frozen parameters' fingerprint (a checkpoint names the weights it was trained beside by it),
+  // computed once after they change.
   // Collective.
   const std::string& frozen_fingerprint();
 
@@ -279,7 +280,7 @@ class Engine {
   int64_t step_tokens_ = 0;  // this rank's B x T of the step in progress
   int steps_done_ = 0;
   int64_t steps_ended_ = 0;  // steps taken or dropped (a load): which step a MicroStepLoss is of
-  // On the device (shard/engine.cpp): the step's scalars, each micro-step's loss sum, this rank's part of
+  // On the device: the step's scalars, each micro-step's loss sum, this rank's part of
   // the squared norm and every rank's.
   Tensor step_sums_;
   std::vector<double> returned_losses_;  // per micro-step, what the model returned (0 where it added on the device)
@@ -290,6 +291,8 @@ class Engine {
   // The scalars and each micro-step's loss as last read back, and which step they are of (-1: none yet).
   std::vector<double> read_sums_;
   int64_t read_step_ = -1;
+  std::vector<double> previous_losses_;  // the micro-step losses of read_step_ before its last read
+  int64_t previous_step_ = -1;
   double eval_loss_sum_ = 0;  // this rank's forward() token losses since the last finish_eval()
   int64_t eval_tokens_ = 0;
   comm::CommStats step_start_;

@@ -93,9 +93,9 @@ enum class AttentionKernel { automatic, fused, blocks };
 // epilogues on cuda), a residual add inside the norm that follows it, and activation gradients set by
 // their first contribution rather than zeroed and then accumulated. Fewer kernels and bytes, the same
 // results on the cpu in f32 and f64 (the same operations in the same order); in bf16 a fused linear layer
-// rounds once where the separate ops round after the GEMM, the bias and the GELU. automatic: fused on the
-// cpu in f32 and f64; separate on cuda, until a GPU has run the fused kernels' checks, and in bf16 on the
-// cpu, which rounds as cuda's default path does.
+// rounds once where the separate ops round after the GEMM, the bias and the GELU. automatic: fused on cuda
+// and on the cpu in f32 and f64; separate in bf16 on the cpu, which keeps the separate ops' rounding as the
+// reference the cuda kernels are checked against.
 enum class FusedEpilogues { automatic, on, off };
 
 // What one op of a step holds at once, by when it runs: before the step's first grads_ready (the forward,

@@ -14,7 +14,7 @@
 // WeightLayout.
 //
 // Element types: float and bf16 on both devices, and double on cpu. Any other pairing throws, naming the op.
-// bf16 computes in fp32 and rounds where the CUDA kernels store, on the cpu too (kernels/cpu/ops.h).
+// bf16 computes in fp32 and rounds where the CUDA kernels store, on the cpu too.
 // CUDA ops are queued on the compute stream (the legacy default stream, which also orders
 // Tensor::zero_ and the runtime's copies); the ops that return a host value wait for it.
 #pragma once

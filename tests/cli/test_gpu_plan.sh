@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# The one-call plan for a lent GPU (scripts/gpu-acceptance.sh), tested where there is no GPU: its dry run
+# The one-call plan for a GPU machine (scripts/gpu-acceptance.sh), tested where there is no GPU: its dry run
 # lists every step in order with its time limit within the budget, reports each GPU step SKIP, round-trips
 # a synthetic build through the archive code, lists where setup looks for the CUDA libraries, the tiny
 # step's runs and comparisons, which it runs on this build with cpu in place of cuda, and the gpt2 step's

@@ -216,6 +216,10 @@ TEST(EngineMisuse, ATokensPerStepThatIsNotTheRanksTokensStopsTheStep) {
                         std::to_string(held * 2) + ": the gradient would not be their mean"));
   EXPECT_EQ(eval_loss(engine, tokens), before) << "stopped before the optimizer step";
   EXPECT_EQ(engine.steps_done(), 0);
+  // The step was dropped: the next batch starts a new one, which the same count stops again.
+  EXPECT_EQ(error_of([&] { engine.forward_backward(tokens.batch()); }), "(no error)");
+  EXPECT_THAT(error_of([&] { engine.grad_norm(); }), HasSubstr("step 1: the ranks' micro-batches held"));
+  EXPECT_EQ(error_of([&] { engine.forward_backward(tokens.batch()); }), "(no error)");
 }
 
 TEST(EngineMisuse, AdamWOutOfRangeIsRefusedBeforeAnyUpdate) {

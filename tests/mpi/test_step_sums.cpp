@@ -211,6 +211,8 @@ TEST(StepSums, AMicroStepsLossIsReadWhenTheLoopReadsIt) {
   EXPECT_EQ(first.value(), mine);
   EXPECT_EQ(device_waits_counted() - before, 2) << "read from the step's own read";
   for (int k = 0; k < kMicroSteps; ++k) engine->forward_backward(Tokens(1, k).batch());
+  engine->grad_norm();  // reads the next step's sums
+  EXPECT_EQ(first.value(), mine) << "kept until the next step ends";
   engine->step(hyper_parameters(1));
   EXPECT_THAT(test::error_of([&] { first.value(); }),
               HasSubstr("a micro-step's loss is kept until the end of the step after its own"));

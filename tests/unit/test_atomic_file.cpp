@@ -1,7 +1,7 @@
 // AtomicFile and the output checks every tool runs: a file is written whole or not at all (over a dead
 // file's own pages when asked, never through another name of it), a failure names the path and the
 // system's reason, and no tool writes over or into its own inputs. Full disks and
-// read-only directories are exercised end to end by tests/cli/test_faults.sh.
+// read-only directories are exercised end to end by tests/cli/test_faults_outputs.sh.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

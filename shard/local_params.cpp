@@ -109,7 +109,7 @@ namespace {
 
 // Calls f(T{}) with T the element type of `dtype`.
 template <class F>
-void with_element_type(DType dtype, F&& f) {
+void with_test_element_type(DType dtype, F&& f) {
   switch (dtype) {
     case DType::f32: return f(float{});
     case DType::f64: return f(double{});
@@ -132,7 +132,7 @@ Tensor on_host(const Tensor& t, bool fetch) {
 std::vector<double> to_doubles(const Tensor& t) {
   const Tensor host = on_host(t, true);
   std::vector<double> out(size_t(t.numel()));
-  with_element_type(t.dtype(), [&]<class T>(T) {
+  with_test_element_type(t.dtype(), [&]<class T>(T) {
     std::transform(host.data<T>(), host.data<T>() + t.numel(), out.begin(), [](T v) {
       if constexpr (std::is_same_v<T, bf16>) return double(float(v));
       else return double(v);
@@ -145,7 +145,7 @@ void assign_doubles(const Tensor& t, const std::vector<double>& values) {
   ZS_CHECK(int64_t(values.size()) == t.numel(), "assigning ", values.size(), " values to a tensor of ",
            t.numel());
   const Tensor host = on_host(t, false);
-  with_element_type(t.dtype(), [&]<class T>(T) {
+  with_test_element_type(t.dtype(), [&]<class T>(T) {
     std::transform(values.begin(), values.end(), host.data<T>(), [](double v) {
       if constexpr (std::is_same_v<T, bf16>) return bf16(float(v));
       else return T(v);
