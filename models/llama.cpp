@@ -91,11 +91,8 @@ WorkspaceBytes Llama::workspace_bytes(int B, int T, DType dtype, Device device) 
 }
 
 double Llama::flops_per_token(int T) const {
-  const std::vector<UnitSpec> all = units();
-  // Tied, the head's matmul counts the embedding a second time: as a unit of its own.
-  std::vector<UnitSpec> counted = all;
-  if (config_.tie_embeddings) counted.push_back(all[0]);
-  return parameter_flops(counted) + 6.0 * config_.layers * double(T) * config_.dim;
+  // Tied, the one matrix counts once, as GPT-2's does: for the head's matmul (the lookup is no matmul).
+  return parameter_flops(units()) + 6.0 * config_.layers * double(T) * config_.dim;
 }
 
 std::unique_ptr<Llama> make_llama(const ModelConfig& config) { return std::make_unique<Llama>(llama_config_from(config)); }

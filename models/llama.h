@@ -59,7 +59,7 @@ class Llama final : public Model, public LoraModel {
   void set_fused_epilogues(FusedEpilogues mode) override { fused_ = mode; }
   int vocab_size() const override { return config_.vocab; }
   int context_length() const override { return config_.ctx; }
-  // 6 per parameter (the head's included when tied; 4 per frozen one, whose weight gradient is skipped:
+  // 6 per parameter (a tied matrix once, for the head; 4 per frozen one, whose weight gradient is skipped:
   // parameter_flops), plus attention's scores and weighted values, halved by the causal mask:
   // 6 * layers * T * dim. LoRA adapters are parameters and count as such.
   double flops_per_token(int T) const override;

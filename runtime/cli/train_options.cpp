@@ -40,11 +40,6 @@ void validate_options(const TrainOptions& o, int world_size) {
   validate(o.saves);
   // Groups that do not fit the world; node groups need the hosts, which resolve_plan checks them against.
   if (o.plan.strategy.shard_group.kind() != ShardGroupRequest::Kind::node) shard_groups(o.plan.strategy, world_size);
-  // A checkpoint holds the trained parameters only: frozen ones (a LoRA run's base) come from --init-from
-  // again, which the checkpoint's fingerprint of them checks.
-  if (!o.saves.resume.empty() && !o.model.init_from.empty() && !freezes_parameters(o.model))
-    refuse("--resume and --init-from exclude each other (the checkpoint holds the weights); with frozen "
-           "parameters (--freeze, --lora-rank) --init-from gives them");
   if (o.data.auto_batch && !o.saves.resume.empty())
     refuse("--batch auto and --resume exclude each other (resume with the --batch the run chose)");
 }

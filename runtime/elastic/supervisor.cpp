@@ -105,6 +105,7 @@ class Supervisor {
   void note_steps(StepLogReader& reader, Restart* restart);
   void keep_earlier_log();
   void write_log() const;
+  bool takes_init_from_again(const CheckpointEntry& checkpoint) const;
   BatchPlan plan_on(const std::vector<Host>& hosts);
   std::vector<Host> hosts_for_flags(std::vector<Host> hosts, const std::vector<Host>& before);
   bool resumes_own_checkpoint(const std::string& dir) const;
@@ -221,10 +222,24 @@ void Supervisor::write_log() const {
   }
 }
 
+// Whether a relaunch resuming from `checkpoint` takes --init-from again: a checkpoint holds the trained
+// weights only, and names the frozen ones it was trained beside (a LoRA run's base, --freeze's, a model's
+// own ParamSpec::frozen), which come from --init-from again. A manifest that cannot be read goes by the
+// flags: the relaunch's load names the damage.
+bool Supervisor::takes_init_from_again(const CheckpointEntry& checkpoint) const {
+  if (freezes_parameters(run_.options.model)) return true;
+  try {
+    return read_manifest(checkpoint.path).frozen.params > 0;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 // The batch plan on `hosts`. A relaunch that resumes where nothing is frozen loads the checkpoint alone
 // (run_attempt drops --init-from): from the first checkpoint on, the plan counts no import.
 BatchPlan Supervisor::plan_on(const std::vector<Host>& hosts) {
-  if (newest_committed(save_dir_) && !freezes_parameters(run_.options.model)) run_.options.model.init_from.clear();
+  if (const std::optional<CheckpointEntry> newest = newest_committed(save_dir_); newest && !takes_init_from_again(*newest))
+    run_.options.model.init_from.clear();
   return plan_batch(run_, host_slots(hosts), budget_);
 }
 
@@ -302,8 +317,7 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
   if (newest) {
     set_flag(command, "--resume", "latest");
     outcome.resumed_from = newest->path;
-    // The checkpoint holds every trained weight; frozen ones (a LoRA run's base) come from --init-from again.
-    if (!freezes_parameters(run_.options.model)) set_flag(command, "--init-from", nullptr);
+    if (!takes_init_from_again(*newest)) set_flag(command, "--init-from", nullptr);
     resumed_step = newest->step;
   } else if (const std::optional<std::string> given = flag_value(command, "--resume"); given && *given != "latest") {
     resumed_step = read_manifest(*given).step;

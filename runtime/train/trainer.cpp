@@ -24,6 +24,7 @@
 #include "runtime/train/step_log.h"
 #include "runtime/train/weights_export.h"
 #include "shard/engine_internals.h"
+#include "shard/frozen_params.h"
 #include "shard/plan_internals.h"
 #include "shard/step_graph.h"
 #include "shard/unit_specs.h"
@@ -59,6 +60,12 @@ void agree_on_attention(comm::Communicator& world, Model& model, AttentionKernel
 void check_run_inputs(const TrainOptions& options, const Model& model) {
   const int seq = options.data.seq;
   if (seq > model.context_length()) refuse("--seq ", seq, " exceeds the model's context of ", model.context_length(), " tokens");
+  // A checkpoint holds the trained parameters only: frozen ones (a LoRA run's base, a model's own
+  // ParamSpec::frozen) come from --init-from again, which the checkpoint's fingerprint of them checks.
+  if (!options.saves.resume.empty() && !options.model.init_from.empty() &&
+      count_params(model, options.model.freeze).frozen == 0)
+    refuse("--resume and --init-from exclude each other (the checkpoint holds the weights); with frozen "
+           "parameters (--freeze, --lora-rank, the model's own) --init-from gives them");
   TokenDataset::check_source(options.data.source, "--data");
   if (!options.eval.source.empty()) TokenDataset::check_source(options.eval.source, "--eval-data");
   // Before any rank allocates; the engine's import checks again, finding the same.

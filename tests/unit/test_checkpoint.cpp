@@ -17,6 +17,8 @@
 #include <map>
 #include <set>
 
+#include <zshard/model_registry.h>
+
 #include "comm/agreed_failure.h"
 #include "comm/self_communicator.h"
 #include "runtime/train/save_policy.h"
@@ -29,6 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using test::error_of;
 using test::TempDir;
 
@@ -320,6 +323,43 @@ std::string setup_error(const TrainOptions& o) {
     return e.what();
   }
   return "(no error)";
+}
+
+// The tiny GPT-2 with its position table frozen by the model itself (ParamSpec::frozen), no flag saying so.
+class OwnFrozenPositions final : public Model {
+ public:
+  explicit OwnFrozenPositions(const ModelConfig& config) : inner_(build_model("tiny", config)) {}
+  std::vector<UnitSpec> units() const override {
+    std::vector<UnitSpec> units = inner_->units();
+    for (ParamSpec& p : units[0].params) p.frozen = p.name == "wpe.weight";
+    return units;
+  }
+  void init_unit(int unit, const UnitTensors& params, uint64_t seed) const override {
+    inner_->init_unit(unit, params, seed);
+  }
+  double forward_backward(ParamContext& ctx, const Batch& batch, float loss_scale) override {
+    return inner_->forward_backward(ctx, batch, loss_scale);
+  }
+  double forward(ParamContext& ctx, const Batch& batch) override { return inner_->forward(ctx, batch); }
+  int64_t activation_bytes(int B, int T, DType dtype) const override { return inner_->activation_bytes(B, T, dtype); }
+  int vocab_size() const override { return inner_->vocab_size(); }
+  int context_length() const override { return inner_->context_length(); }
+
+ private:
+  std::unique_ptr<Model> inner_;
+};
+
+// Its frozen weights come from --init-from beside --resume, as a LoRA run's base does; where nothing is
+// frozen the checkpoint holds every weight, and the two flags exclude each other.
+TEST(SavePolicy, ResumeBesideInitFromWhereTheModelFreezesItsOwn) {
+  register_model("tiny-own-frozen", model_config("tiny"),
+                 [](const ModelConfig& config) { return std::make_unique<OwnFrozenPositions>(config); });
+  TrainOptions o = test::tiny_options(1);
+  o.saves.resume = "x";
+  o.model.init_from = "missing.safetensors";
+  EXPECT_THAT(setup_error(o), HasSubstr("--resume and --init-from exclude each other"));
+  o.model.name = "tiny-own-frozen";
+  EXPECT_THAT(setup_error(o), AllOf(HasSubstr("missing.safetensors"), Not(HasSubstr("exclude each other"))));
 }
 
 TEST(SavePolicy, FlagsNeedTheirCompanions) {

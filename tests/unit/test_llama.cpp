@@ -123,6 +123,18 @@ TEST(LlamaConfig, NamedSizesHaveThePublishedParameterCounts) {
               ::testing::HasSubstr("heads 4 is not divisible by kv_heads 3"));
 }
 
+// 6 FLOPs per parameter and the attention's 6 * layers * T * dim. Tied, the embedding's matrix is the
+// head's: one matmul, counted once (as GPT-2's); a lookup is no matmul.
+TEST(Llama, FlopsCountEachMatrixOnce) {
+  for (const bool tied : {true, false}) {
+    LlamaConfig config = llama_config("llama-3.2-1b");
+    config.tie_embeddings = tied;
+    const Llama model(config);
+    const double attention = 6.0 * config.layers * 1024.0 * config.dim;
+    EXPECT_DOUBLE_EQ(model.flops_per_token(1024), 6.0 * double(num_params(model)) + attention) << tied;
+  }
+}
+
 TEST(Llama, UnitsCarryHuggingFaceNames) {
   for (bool tied : {false, true}) {
     const std::vector<UnitSpec> units = Llama(micro(tied)).units();
