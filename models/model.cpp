@@ -15,14 +15,16 @@ int64_t num_params(const Model& model) {
 }
 
 void check_batch(std::string_view model, const Batch& batch, int vocab, int ctx) {
-  ZS_CHECK(batch.B > 0 && batch.T > 0, model, " batch: B and T must be positive, got B=", batch.B, " T=", batch.T);
-  ZS_CHECK(batch.T <= ctx, model, " batch: sequence length T=", batch.T, " exceeds the context ", ctx);
-  ZS_CHECK(batch.inputs && batch.targets, model, " batch: inputs and targets must both be given");
+  // The caller's input, so UsageErrors: the message starts with the model, not with this file's line.
+  if (batch.B <= 0 || batch.T <= 0) refuse(model, " batch: B and T must be positive, got B=", batch.B, " T=", batch.T);
+  if (batch.T > ctx) refuse(model, " batch: sequence length T=", batch.T, " exceeds the context ", ctx);
+  if (!batch.inputs || !batch.targets) refuse(model, " batch: inputs and targets must both be given");
   const int64_t n = int64_t(batch.B) * batch.T;
   for (const auto& [tokens, what] : {std::pair{batch.inputs, "input"}, std::pair{batch.targets, "target"}})
     for (int64_t i = 0; i < n; ++i)
-      ZS_CHECK(tokens[i] >= 0 && tokens[i] < vocab, model, " batch: ", what, " token ", tokens[i], " at position ",
-               i, " is outside the vocabulary [0, ", vocab, ")");
+      if (tokens[i] < 0 || tokens[i] >= vocab)
+        refuse(model, " batch: ", what, " token ", tokens[i], " at position ", i, " is outside the vocabulary [0, ",
+               vocab, ")");
 }
 
 double Model::flops_per_token(int) const { return 6.0 * double(num_params(*this)); }

@@ -36,7 +36,7 @@
 #                   need on every core (zshard-train, zshard-bench, zshard-mem, every tests/unit/
 #                   test_cuda_*, the one-rank NCCL test), sm_90, and the build goes to $OUT as
 #                   build-gpu.tar.gz.NN (16 MiB each)
-#   cuda-ops    45  every tests/test_cuda_* (every op and kernel, cuDNN's fused attention, and GPT-2): fp32
+#   cuda-ops    45  every tests/unit/test_cuda_* (every op and kernel, cuDNN's fused attention, and GPT-2): fp32
 #                   and bf16 against the CPU
 #   tiny        45  tiny model 20 steps, cuda against cpu: fp32 within 1e-4; bf16 (the CPU's bf16 kernels
 #                   round where the GPU's do) within twice what bf16 changes on the cpu (fp32 against bf16

@@ -106,8 +106,8 @@ Engine::~Engine() {
 }
 
 MicroStepLoss Engine::forward_backward(const Batch& batch) {
-  ZS_CHECK(micro_steps_ < options_.grad_accum, "forward_backward: the step already has its ", options_.grad_accum,
-           " micro-step(s); call step() first");
+  if (micro_steps_ >= options_.grad_accum)
+    fail("forward_backward: the step already has its ", options_.grad_accum, " micro-step(s); call step() first");
   check_batch("forward_backward", batch);
   if (micro_steps_ == 0) step_start_ = params_->comm_stats();
   const int k = micro_steps_;

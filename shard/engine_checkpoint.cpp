@@ -195,7 +195,13 @@ CheckpointInfo Engine::load(const std::string& dir) {
   // Every rank takes part in the fingerprint's collective whatever the manifest said.
   const std::string fingerprint = frozen_fingerprint();
   run_agreed(world_, [&] {
-    // Bad input, as a wrong --init-from or --seed: exit code 2.
+    // Bad input, as a wrong --init-from or --seed: exit code 2. Another count of frozen elements is
+    // another model (a frozen parameter reshaped, or frozen by other patterns), whatever the source.
+    int64_t frozen = 0;
+    for (int u = 0; u < params.num_units(); ++u) frozen += params.frozen_layout(u).numel();
+    if (manifest.frozen.params != frozen)
+      refuse(dir, ": saved beside ", manifest.frozen.params, " frozen parameter elements, but this model freezes ",
+             frozen, ": its frozen parameters' shapes or patterns differ from the saved run's");
     if (manifest.frozen.fingerprint != fingerprint)
       refuse(dir, ": saved beside frozen parameters from ", manifest.frozen.source, " (fingerprint ",
              manifest.frozen.fingerprint, "), but this model's are from ", frozen_source_, " (fingerprint ",

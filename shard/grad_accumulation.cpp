@@ -42,16 +42,17 @@ void ShardedParams::begin_forward_only() {
 void ShardedParams::end_micro_step() {
   // The protocol first, on every strategy: gradients never made ready would silently miss the reduction.
   for (auto& u : units_) {
-    ZS_CHECK(u->gather_refs == 0, "unit ", u->layout.spec().name, " still gathered at the end of a micro-step");
-    ZS_CHECK(u->grads_state != Unit::Grads::requested, "unit ", u->layout.spec().name,
-             ": grads() without grads_ready() in this micro-step");
+    if (u->gather_refs != 0) fail("unit ", u->layout.spec().name, " still gathered at the end of a micro-step");
+    if (u->grads_state == Unit::Grads::requested)
+      fail("unit ", u->layout.spec().name, ": grads() without grads_ready() in this micro-step");
   }
   // A trainable unit whose gradients were never handed back would not train, silently, and where the
   // ranks differ their reductions would part (as torch's DDP refuses unused parameters by default).
   for (auto& u : units_) {
-    ZS_CHECK(forward_only() || !u->trainable() || u->grads_state == Unit::Grads::ready, "unit ", u->layout.spec().name,
-             ": no grads_ready() in this micro-step's backward (every unit with trainable parameters hands back "
-             "its gradients, zero where it was not used)");
+    if (!forward_only() && u->trainable() && u->grads_state != Unit::Grads::ready)
+      fail("unit ", u->layout.spec().name,
+           ": no grads_ready() in this micro-step's backward (every unit with trainable parameters hands back "
+           "its gradients, zero where it was not used)");
     u->grads_state = Unit::Grads::untouched;
   }
   while (!reductions_.empty()) finish_oldest_reduction();

@@ -11,12 +11,12 @@ namespace zshard {
 using namespace sharded;
 
 const UnitTensors& ShardedParams::grads(int unit) {
-  ZS_CHECK(unit >= 0 && unit < num_units(), "grads of unknown unit ", unit);
+  if (unit < 0 || unit >= num_units()) fail("grads of unknown unit ", unit);
   Unit& u = *units_[unit];
-  ZS_CHECK(!forward_only(), "grads() of unit ", u.layout.spec().name, " in a forward-only micro-step");
+  if (forward_only()) fail("grads() of unit ", u.layout.spec().name, " in a forward-only micro-step");
   in_backward_ = true;
-  ZS_CHECK(u.grads_state != Unit::Grads::ready, "grads() of unit ", u.layout.spec().name,
-           " after its grads_ready() in this micro-step");
+  if (u.grads_state == Unit::Grads::ready)
+    fail("grads() of unit ", u.layout.spec().name, " after its grads_ready() in this micro-step");
   u.grads_state = Unit::Grads::requested;
   if (!u.trainable()) {  // every entry undefined: nothing to accumulate, nothing to reduce
     if (u.grad_views.empty()) u.grad_views = in_unit_order(u.slots, {}, {});
@@ -32,13 +32,13 @@ const UnitTensors& ShardedParams::grads(int unit) {
 }
 
 void ShardedParams::grads_ready(int unit) {
-  ZS_CHECK(unit >= 0 && unit < num_units(), "grads_ready of unknown unit ", unit);
+  if (unit < 0 || unit >= num_units()) fail("grads_ready of unknown unit ", unit);
   Unit& u = *units_[unit];
   // Checked before any collective: a second reduction of the same gradients would be silently wrong.
-  ZS_CHECK(u.grads_state != Unit::Grads::ready, "grads_ready for unit ", u.layout.spec().name,
-           " twice in one micro-step");
-  ZS_CHECK(u.grads_state == Unit::Grads::requested, "grads_ready for unit ", u.layout.spec().name,
-           " without grads()");
+  if (u.grads_state == Unit::Grads::ready)
+    fail("grads_ready for unit ", u.layout.spec().name, " twice in one micro-step");
+  if (u.grads_state != Unit::Grads::requested)
+    fail("grads_ready for unit ", u.layout.spec().name, " without grads()");
   u.grads_state = Unit::Grads::ready;
   // Every rank freezes the same parameters, so every rank skips the same units' collectives.
   if (!u.trainable()) return;

@@ -60,7 +60,7 @@ int LocalParams::count(Call call, int unit) const {
 }
 
 int LocalParams::checked(int unit) const {
-  ZS_CHECK(unit >= 0 && unit < num_units(), "unit ", unit, " out of range [0, ", num_units(), ")");
+  if (unit < 0 || unit >= num_units()) fail("unit ", unit, " out of range [0, ", num_units(), ")");
   return unit;
 }
 
@@ -72,7 +72,7 @@ const UnitTensors& LocalParams::gather(int unit) {
 
 void LocalParams::release(int unit) {
   events_.push_back({Call::release, checked(unit)});
-  ZS_CHECK(gathered_[unit] > 0, "release(", unit, ") without a matching gather");
+  if (gathered_[unit] <= 0) fail("release(", unit, ") without a matching gather");
   --gathered_[unit];
 }
 
@@ -84,8 +84,8 @@ const UnitTensors& LocalParams::grads(int unit) {
 
 void LocalParams::grads_ready(int unit) {
   events_.push_back({Call::grads_ready, checked(unit)});
-  ZS_CHECK(grads_state_[unit] != Grads::ready, "grads_ready(", unit, ") twice, with no grads() between");
-  ZS_CHECK(grads_state_[unit] == Grads::requested, "grads_ready(", unit, ") without grads()");
+  if (grads_state_[unit] == Grads::ready) fail("grads_ready(", unit, ") twice, with no grads() between");
+  if (grads_state_[unit] != Grads::requested) fail("grads_ready(", unit, ") without grads()");
   grads_state_[unit] = Grads::ready;
 }
 

@@ -151,7 +151,7 @@ void ShardedParams::prefetch_after(size_t position) {
 }
 
 const UnitTensors& ShardedParams::gather(int unit) {
-  ZS_CHECK(unit >= 0 && unit < num_units(), "gather of unknown unit ", unit);
+  if (unit < 0 || unit >= num_units()) fail("gather of unknown unit ", unit);
   Unit& u = *units_[unit];
   if (!order_->recorded) {
     order_->units.push_back(unit);
@@ -174,9 +174,9 @@ const UnitTensors& ShardedParams::gather(int unit) {
 }
 
 void ShardedParams::release(int unit) {
-  ZS_CHECK(unit >= 0 && unit < num_units(), "release of unknown unit ", unit);
+  if (unit < 0 || unit >= num_units()) fail("release of unknown unit ", unit);
   Unit& u = *units_[unit];
-  ZS_CHECK(u.gather_refs > 0, "release of unit ", u.layout.spec().name, " that is not gathered");
+  if (u.gather_refs <= 0) fail("release of unit ", u.layout.spec().name, " that is not gathered");
   if (--u.gather_refs > 0 || !params_sharded_) return;
   // Without resharding after forward, the gathered unit waits for its backward.
   if (!plan_.reshard_after_forward && !in_backward_) return;

@@ -161,7 +161,7 @@ class Model {
 int64_t num_params(const Model& model);
 
 // Refuses a batch with B or T not positive, T beyond the context `ctx`, a null pointer or a token outside
-// [0, vocab): what a model checks before it reads one. Errors begin with `model`.
+// [0, vocab): what a model checks before it reads one. Throws UsageError, its message beginning with `model`.
 void check_batch(std::string_view model, const Batch& batch, int vocab, int ctx);
 
 // Sets the attention `model` computes in `dtype` on `device` and returns it. fused is refused where it

@@ -126,6 +126,9 @@ void linear_epilogue_backward(Device d, T* dinp, T* dweight, T* dbias, T* pre_db
                               const T* pre, const T* weight, int N, int C, int OC);
 // Scalars (alpha and beta, axpy's alpha, cross-entropy's dloss, LoRA's scale) are fp32 whatever T is, down
 // to the kernels: a bf16 loss scale would be off by up to 0.4%.
+// Row-major GEMM: C (M,N) = alpha * op(A) @ op(B) + beta * C, op transposing where its flag is set; op(A)
+// is (M,K) and op(B) (K,N); lda, ldb and ldc are the row strides of A, B and C as stored. A tied head's
+// logits are gemm(d, false, true, N, V, C, 1, x, C, wte, C, 0, logits, V).
 template <class T>
 void gemm(Device d, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const T* A, int lda,
           const T* B, int ldb, float beta, T* C, int ldc);

@@ -6,9 +6,10 @@
 //
 // gives the binary every zshard-train flag (strategies, accumulation, per-rank batches, clipping,
 // checkpoints and resume, the memory check and report, JSON logs, device and dtype flags) for its model,
-// and three more modes by first argument: `my_binary bench ...` is zshard-bench, `my_binary mem ...`
-// zshard-mem and `my_binary tune ...` zshard-tune (run as one process: it launches its own runs), same
-// flags, output and JSON. Every model of the registry stays available by --model.
+// and four more modes by first argument: `my_binary bench ...` is zshard-bench, `my_binary mem ...`
+// zshard-mem, `my_binary tune ...` zshard-tune (run as one process: it launches its own runs) and
+// `my_binary export ...` zshard-export (for the checkpoints of its model), same flags, output and JSON.
+// Every model of the registry stays available by --model.
 //
 // It is the tools' library: link zshard::tools (a loop of one's own around <zshard/engine.h> links
 // zshard::core alone).

@@ -109,8 +109,19 @@ void add_model_flags(CLI::App& app, std::string& model, ModelConfig& overrides) 
       },
       "the layers LoRA adapts, by their names' ends as PEFT's target_modules (c_attn,c_proj,c_fc for GPT-2; "
       "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj for Llama); default PEFT's: c_attn, q_proj,v_proj");
-  // An alpha or targets without a rank would adapt nothing: refused here, naming the flag that set it.
-  app.parse_complete_callback([set_by] {
+  app.parse_complete_callback([set_by, &model, &overrides] {
+    // A key the model lacks, set by a shorthand (--layers for a model without layers), is named by the
+    // shorthand the user gave rather than by --config. An unknown --model is left to its own check.
+    for (const auto& [key, flag] : *set_by) {
+      if (flag == "--config") continue;
+      try {
+        model_config(model, {{key, overrides.at(key)}});
+      } catch (const UsageError& e) {
+        const std::string message = e.what(), by_config = "--config: ";
+        if (message.starts_with(by_config)) throw CLI::ValidationError(flag, message.substr(by_config.size()));
+      }
+    }
+    // An alpha or targets without a rank would adapt nothing: refused here, naming the flag that set it.
     if (set_by->count("lora_rank")) return;
     for (const char* key : {"lora_alpha", "lora_targets"})
       if (const auto it = set_by->find(key); it != set_by->end())

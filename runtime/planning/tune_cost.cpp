@@ -155,7 +155,13 @@ Calibration calibrate(const TuneProblem& p, const Candidate& ran, const Measured
   const double unprefetched_ms = comm_ms(load.unprefetched_bytes, load.unprefetched_calls, rates);
   if (total_ms > unprefetched_ms)
     rates.exposed_fraction = std::clamp((m.comm_exposed_ms - unprefetched_ms) / (total_ms - unprefetched_ms), 0.0, 1.0);
-  const double rest = m.step_ms - compute_ms(p, ran, rates.seconds_per_seq) - exposed_comm_ms(load, rates);
+  const double compute = compute_ms(p, ran, rates.seconds_per_seq);
+  // The time a rank blocked in collectives holds its wait for the slowest rank, whose compute is counted
+  // already: where the two exceed the step, the overlap is taken from the exposed share, so that the
+  // calibrating run is predicted as it ran.
+  if (const double room = m.step_ms - compute; room < exposed_comm_ms(load, rates) && total_ms > unprefetched_ms)
+    rates.exposed_fraction = std::clamp((room - unprefetched_ms) / (total_ms - unprefetched_ms), 0.0, 1.0);
+  const double rest = m.step_ms - compute - exposed_comm_ms(load, rates);
   rates.optimizer_ms_per_param = std::max(0.0, rest) / owned_params(p, ran);
   return rates;
 }

@@ -291,6 +291,8 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
                   "timed after 2 x --rebalance-every more warm-up steps)",
                   {"even", "auto"});
   app.get_option("--steps")->description("timed optimizer steps per strategy (after --warmup-steps)");
+  app.get_option("--batch")->description("global sequences per micro-step, split across ranks (auto is "
+                                         "zshard-train's)")->type_name("N");
   add_list_option(app, "--strategies", bench.strategies,
                   "strategies to run, comma separated (hybrid needs two or more shard groups, one of them of two "
                   "ranks or more: a world of 3 or more)",

@@ -119,6 +119,9 @@ bool check_against(const json& doc, const std::string& path) {
     if (const int world = r.at("world").get<int>(); world < 1 || world > (1 << 20))
       bad("a result's world is ", world, ", not in [1, 1048576]");
   const std::string name = m.at("name").get<std::string>();
+  if (const std::vector<std::string> known = model_names(); std::find(known.begin(), known.end(), name) == known.end())
+    bad("benchmarked model '", name, "', which this binary does not have (a model of one's own: check with its ",
+        "train_main binary's mem mode, `BINARY mem --check ", path, "`)");
   const std::unique_ptr<Model> model = build_model(name, model_config(name, m.at("config").get<ModelConfig>()));
   // Files written before the mode was recorded ran without checkpointing.
   const std::string mode = doc.value("activation_checkpointing", "none");

@@ -20,7 +20,7 @@ namespace zshard {
 int train_tool(int argc, char** argv, const std::string& default_model) {
   TrainOptions options;
   options.model.name = default_model;
-  CLI::App app{"zshard-train: sharded data-parallel training of a transformer"};
+  CLI::App app{"zshard-train: sharded data-parallel training of a model of the registry (--model)"};
   add_train_flags(app, options);
   std::string step_log_path;
   app.add_option("--step-log", step_log_path,

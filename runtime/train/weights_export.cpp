@@ -72,6 +72,10 @@ std::unique_ptr<Model> saved_model_of(const std::string& dir, const Manifest& ma
   } catch (const nlohmann::json::exception& e) {
     fail(dir, "/", kManifestFile, ": names no model (", e.what(), ")");
   }
+  const std::vector<std::string> known = model_names();
+  if (std::find(known.begin(), known.end(), name) == known.end())
+    refuse(dir, ": trained on model '", name, "', which this binary does not have (a model of one's own: ",
+           "export with its train_main binary's export mode, `BINARY export ", dir, " OUT`)");
   return build_model(name, config);
 }
 

@@ -56,27 +56,33 @@ void MemoryReport::print(std::ostream& out) const {
   std::vector<int> sizes;
   for (const RankMemory& r : ranks)
     if (std::find(sizes.begin(), sizes.end(), r.shard_group) == sizes.end()) sizes.push_back(r.shard_group);
+  const auto predicted_for = [&](int g) -> const ModelStateBytes& {
+    return std::find_if(ranks.begin(), ranks.end(), [&](const RankMemory& r) { return r.shard_group == g; })->predicted;
+  };
+  const auto of_groups = [&](int g) { return sizes.size() > 1 ? detail::concat(" (shard groups of ", g, ")") : ""; };
   for (int g : sizes) {
-    const ModelStateBytes& p =
-        std::find_if(ranks.begin(), ranks.end(), [&](const RankMemory& r) { return r.shard_group == g; })->predicted;
+    const ModelStateBytes& p = predicted_for(g);
     const double measured = double(measured_model_states(g));
-    out << "model states per rank" << (sizes.size() > 1 ? detail::concat(" (shard groups of ", g, ")") : "")
+    out << "model states per rank" << of_groups(g)
         << ": measured " << mib(measured) << " MiB, predicted " << mib(double(p.total())) << " MiB (params "
         << mib(double(p.params)) << (p.frozen ? " + frozen " + mib(double(p.frozen)) : "") << " + grads " << mib(double(p.grads)) << " + optimizer " << mib(double(p.optimizer))
         << (p.host ? " + host " + mib(double(p.host)) : "") << "), ratio " << std::fixed << std::setprecision(3)
         << measured / std::max(1.0, double(p.total())) << "\n";
   }
-  const double measured = double(measured_model_states(shard_group));
-  if (predicted.host > 0) {
-    // ZeRO-Offload's split: what stays on the device beside what moved to host memory.
+  // What stays on the device beside what moved to host memory, per group size; ZeRO-Offload's split
+  // (predicted for rank 0's group) beside it.
+  for (int g : predicted.host > 0 ? sizes : std::vector<int>{}) {
+    const ModelStateBytes& p = predicted_for(g);
+    const bool rank0s = g == shard_group;
     int64_t host = 0;
     for (const auto& r : ranks)
-      if (r.shard_group == shard_group) host = std::max(host, r.stats.live[int(Category::host)]);
-    out << "offloaded optimizer (host): measured " << mib(double(host)) << " MiB, predicted " << mib(double(predicted.host))
-        << " MiB (ZeRO-Offload, gradients on the host too: " << mib(double(predicted_zero_offload.host))
-        << " MiB); model states left on the device: measured " << mib(measured - double(host)) << " MiB, predicted "
-        << mib(double(predicted.on_device())) << " MiB (ZeRO-Offload: "
-        << mib(double(predicted_zero_offload.on_device())) << " MiB)\n";
+      if (r.shard_group == g) host = std::max(host, r.stats.live[int(Category::host)]);
+    out << "offloaded optimizer (host)" << of_groups(g) << ": measured " << mib(double(host)) << " MiB, predicted "
+        << mib(double(p.host)) << " MiB"
+        << (rank0s ? " (ZeRO-Offload, gradients on the host too: " + mib(double(predicted_zero_offload.host)) + " MiB)" : "")
+        << "; model states left on the device: measured " << mib(double(measured_model_states(g)) - double(host))
+        << " MiB, predicted " << mib(double(p.on_device())) << " MiB"
+        << (rank0s ? " (ZeRO-Offload: " + mib(double(predicted_zero_offload.on_device())) + " MiB)" : "") << "\n";
   }
   if (predicted_checkpoint_snapshot > 0)
     out << "checkpoint snapshot (host, asynchronous saves): measured " << mib(double(measured_checkpoint_snapshot()))

@@ -214,6 +214,14 @@ expect_failure "train --quantize-gathers int4" 2 "--quantize-gathers int4: 4-bit
 expect_failure "train --quantize-reductions with ddp" 2 "--quantize-reductions is only for --strategy zero1, zero2, zero3 or hybrid" -- \
   "$TRAIN" --strategy ddp --quantize-reductions int8
 expect_one_line "train --quantize-reductions with ddp" "only for"
+# Groups of one carry nothing to quantize: a world of one, hybrid's default groups on 3 ranks.
+expect_failure "train --quantize-gathers at np 1" 2 \
+  "^zshard-train: error: --quantize-gathers int8: every shard group here is one rank \(1 rank\), so nothing is gathered" -- \
+  "$TRAIN" --strategy zero3 --quantize-gathers int8
+expect_failure "train --quantize-reductions over hybrid's groups of one" 2 \
+  "--quantize-reductions int8: every shard group here is one rank \(3 ranks in groups of 1\)" -- \
+  "${MPIRUN[@]}" -np 3 "$TRAIN" --strategy hybrid --batch 6 --quantize-reductions int8
+expect_one_line "train --quantize-reductions over hybrid's groups of one" "every shard group here is one rank"
 expect_failure "train --quantize-reductions fp8" 2 "--quantize-reductions: unknown value 'fp8' [(]valid: none, int8, int4[)]" -- \
   "$TRAIN" --strategy zero2 --quantize-reductions fp8
 expect_failure "mem --world 2,,4" 2 "--world: empty item in the list '2,,4'" -- "$BIN/zshard-mem" --model tiny --world 2,,4

@@ -1,7 +1,8 @@
 # `cmake --install` gives a package that an outside project finds with find_package(zshard): the example
 # model of its own, built against the public headers only, is a full trainer through the one call. It
 # trains under every strategy at np 1-4 and with parameters frozen, writes a checkpoint and a memory
-# report, resumes on another world size, and offers zshard-bench, zshard-mem and zshard-tune for its model.
+# report, resumes on another world size, and offers zshard-bench, zshard-mem, zshard-tune and zshard-export
+# for its model.
 # zshard-test-seconds: 26
 source "$(dirname "$0")/lib.sh"
 cmake --install "$ZSHARD_BIN" --prefix "$WORK/prefix" >/dev/null || { echo "FAIL install"; exit 1; }
@@ -68,6 +69,14 @@ for frozen in wte head.weight; do
   check "own model with $frozen frozen, zero3 at np 2" "${MPIRUN[@]}" -np 2 "$OWN" --strategy zero3 --steps 5 \
     --batch 8 --seq 32 --log-every 100 --freeze $frozen
 done
+# A checkpoint with a frozen parameter exports only through a binary that has the model: its export mode.
+check "own model with wte frozen saves" "${MPIRUN[@]}" -np 2 "$OWN" --strategy zero3 --steps 2 --batch 8 --seq 32 \
+  --freeze wte --save-dir "$WORK/frozen-ck"
+check "own_model export of that checkpoint" "$OWN" export "$WORK/frozen-ck/step-00000002" "$WORK/frozen.safetensors"
+check "the exported weights load" "$OWN" --init-from "$WORK/frozen.safetensors" --steps 1 --batch 8 --seq 32
+expect_failure "zshard-export names the model it does not have" 2 \
+  "trained on model 'bigram', which this binary does not have .*BINARY export" -- \
+  "$ZSHARD_BIN/zshard-export" "$WORK/frozen-ck/step-00000002" "$WORK/other.safetensors"
 check "it learns at np 2" "${MPIRUN[@]}" -np 2 "$OWN" --strategy zero3 --steps 100 --batch 8 --seq 32 --lr 0.01
 cp "$WORK/out" "$WORK/learn.out"
 check "its loss falls by half" python3 -c "
@@ -102,6 +111,9 @@ expect_failure "own model refuses fused attention" 2 "--attention fused: this mo
   "${MPIRUN[@]}" -np 2 "$OWN" --attention fused --steps 1
 expect_one_line "own model refuses fused attention" "--attention fused"
 check "own_model mem --check on its bench" "$OWN" mem --check "$WORK/bench.json"
+expect_failure "zshard-mem --check names the model it does not have" 2 \
+  "benchmarked model 'bigram', which this binary does not have .*BINARY mem --check" -- \
+  "$ZSHARD_BIN/zshard-mem" --check "$WORK/bench.json"
 # Its tune mode times candidates with its own bench mode (zshard-bench has no bigram), without checkpointing
 # (the model cannot recompute), and prints its own command line.
 check "own_model tune at np 2" "$OWN" tune --np 2 --global-batch 8 --seq 32 --mem-budget 1GB --strategies ddp,zero2 \

@@ -32,6 +32,13 @@ expect_true "the banner names hybrid 4,2's groups" grep -q "^zshard-train: hybri
 expect_ok "tiny: hybrid by default on 3 ranks" "${MPIRUN[@]}" -np 3 "$TRAIN" --steps 1 --batch 6 --seq 32 --strategy hybrid
 expect_true "... the banner says every rank holds the whole model" grep -q \
   "^zshard-train: hybrid (shard groups of 1: every rank holds the whole model, the default where" "$WORK/out"
+# The optimizer offloaded: each group's host share measured against its own prediction.
+expect_ok "tiny: hybrid 2,1 np 3, optimizer offloaded" "${MPIRUN[@]}" -np 3 "$TRAIN" --steps 2 --batch 6 --seq 32 \
+  --strategy hybrid --shard-group 2,1 --offload optimizer
+for g in 2 1; do
+  expect_true "... the offloaded optimizer of the groups of $g as predicted" \
+    grep -Eq "^offloaded optimizer \(host\) \(shard groups of $g\): measured ([0-9.]+) MiB, predicted \1 MiB" "$WORK/out"
+done
 # Three groups whose pieces nest unevenly (units padded to a multiple of 6), gradient accumulation and
 # clipping on.
 expect_ok "tiny: hybrid 3,2,1 np 6, grad-accum 2" "${NP6[@]}" "$TRAIN" --model tiny --steps 6 --batch 6 \

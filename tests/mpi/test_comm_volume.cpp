@@ -38,19 +38,26 @@ std::vector<StrategyOptions> strategies(int world) {
     out.push_back({k, {}, true, 2});
   out.push_back({StrategyKind::zero3, {}, false, 2});
   out.push_back({StrategyKind::hybrid, ShardGroupRequest::equal(world % 2 == 0 ? 2 : 1), true, 2});
-  for (StrategyOptions quantized : {out[3], out.back()}) {  // zero3 and hybrid
-    quantized.quantize_gathers = GatherQuantization::int8;
-    out.push_back(quantized);
-  }
+  // Quantization needs a shard group of two or more to carry it: a world of one and hybrid's groups of
+  // one refuse it.
+  const StrategyOptions zero3 = out[3], hybrid = out.back();
+  const bool peers = world > 1, hybrid_peers = world % 2 == 0;
+  for (const auto& [quantized, carried] : {std::pair{zero3, peers}, std::pair{hybrid, hybrid_peers}})
+    if (carried) {
+      out.push_back(quantized);
+      out.back().quantize_gathers = GatherQuantization::int8;
+    }
   const auto reductions = [](StrategyOptions s, ReductionQuantization q) {
     s.quantize_reductions = q;
     return s;
   };
-  out.push_back(reductions(out[1], ReductionQuantization::int8));  // zero1
-  out.push_back(reductions(out[2], ReductionQuantization::int4));  // zero2
-  out.push_back(reductions(out[5], ReductionQuantization::int8));  // hybrid
+  if (peers) {
+    out.push_back(reductions(out[1], ReductionQuantization::int8));  // zero1
+    out.push_back(reductions(out[2], ReductionQuantization::int4));  // zero2
+  }
+  if (hybrid_peers) out.push_back(reductions(hybrid, ReductionQuantization::int8));
   if (world == 4)
-    for (StrategyOptions paired : {out[3], out[6]}) {  // zero3, unquantized and quantized gathers
+    for (StrategyOptions paired : {zero3, out[6]}) {  // zero3, unquantized and quantized gathers
       paired.secondary_shard = {SecondaryShard::Kind::size, 2};
       out.push_back(paired);
     }

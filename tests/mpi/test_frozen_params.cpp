@@ -221,6 +221,14 @@ TEST(FrozenParams, CheckpointResumesOnlyBesideTheSameFrozenWeights) {
     EXPECT_NE(std::string(e.what()).find("from seed " + std::to_string(o.model.seed - 1)), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("from seed " + std::to_string(o.model.seed)), std::string::npos) << e.what();
   }
+  // A frozen parameter reshaped (a shorter context's position table): the trained units match, the frozen
+  // elements do not, whatever their source.
+  o.model.seed -= 1;
+  o.model.overrides["ctx"] = 64;
+  Trainer reshaped(o, test::world());
+  EXPECT_NE(test::error_of([&] { reshaped.engine().load(dir + "/step"); })
+                .find(" frozen parameter elements, but this model freezes "),
+            std::string::npos);
 }
 
 TEST(FrozenParams, PatternsThatFreezeNothingOrEverythingAreRefused) {

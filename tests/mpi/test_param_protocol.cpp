@@ -16,6 +16,7 @@ namespace zshard {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 const GPT2& model() {
   static const GPT2 m(gpt2_config("tiny"));
@@ -55,15 +56,15 @@ TEST(ParamProtocol, EachMisuseNamesTheUnitOnEveryStrategy) {
                                       p.grads_ready(last);
                                       p.grads_ready(last);
                                     }),
-                HasSubstr("grads_ready for unit ln_f twice in one micro-step"));
+                StartsWith("grads_ready for unit ln_f twice in one micro-step"));
     EXPECT_THAT(error_in_micro_step(s, [&](ShardedParams& p) { p.grads(last); }),
-                HasSubstr("unit ln_f: grads() without grads_ready() in this micro-step"));
+                StartsWith("unit ln_f: grads() without grads_ready() in this micro-step"));
     EXPECT_THAT(error_in_micro_step(s, [&](ShardedParams& p) { p.release(last); }),
-                HasSubstr("release of unit ln_f that is not gathered"));
+                StartsWith("release of unit ln_f that is not gathered"));
     EXPECT_THAT(error_in_micro_step(s, [&](ShardedParams& p) { p.gather(last); }),
-                HasSubstr("unit ln_f still gathered at the end of a micro-step"));
+                StartsWith("unit ln_f still gathered at the end of a micro-step"));
     EXPECT_THAT(error_in_micro_step(s, [&](ShardedParams& p) { p.grads_ready(last); }),
-                HasSubstr("grads_ready for unit ln_f without grads()"));
+                StartsWith("grads_ready for unit ln_f without grads()"));
     // Every unit but ln_f hands back its gradients: ln_f would not train.
     EXPECT_THAT(error_in_micro_step(s,
                                     [&](ShardedParams& p) {

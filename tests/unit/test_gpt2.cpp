@@ -542,6 +542,8 @@ TEST(GPT2, BadBatchesFailBeforeAnyGather) {
   const auto expect_error = [&](test::RandomTokens data, const std::string& part) {
     const std::string msg = error_of([&] { model.forward_backward(ctx, data.batch(), 1.0f); });
     EXPECT_TRUE(contains(msg, part)) << msg;
+    EXPECT_EQ(msg.rfind("GPT-2 batch: ", 0), 0u) << msg;  // the caller's input, named from the model on
+    EXPECT_THROW(model.forward_backward(ctx, data.batch(), 1.0f), UsageError);
     EXPECT_TRUE(ctx.events().empty());
   };
   test::RandomTokens big_input(2, 8, tiny.vocab, 18);

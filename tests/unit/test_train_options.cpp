@@ -380,6 +380,24 @@ TEST(TrainOptions, BatchIsANumberOrAuto) {
   }
 }
 
+// A shorthand of --config for a key the model lacks is named as the user gave it.
+TEST(TrainOptions, AShorthandTheModelLacksIsNamedByItself) {
+  for (const auto& [flags, message] :
+       {std::pair{"--model tiny --kv-heads 2", "--kv-heads: model 'tiny' has no 'kv_heads' (it has, by default: "},
+        std::pair{"--model gpt2 --tie-embeddings false", "--tie-embeddings: model 'gpt2' has no 'tie_embeddings'"},
+        std::pair{"--model tiny --config kv_heads=2", "--config: model 'tiny' has no 'kv_heads'"}}) {
+    TrainOptions o;
+    CLI::App app;
+    add_train_flags(app, o);
+    try {
+      app.parse(flags);
+      EXPECT_THAT(test::error_of([&] { model_config(o.model.name, o.model.overrides); }), HasSubstr(message)) << flags;
+    } catch (const CLI::Error& e) {
+      EXPECT_THAT(cli_error_line(e, app), HasSubstr(message)) << flags;
+    }
+  }
+}
+
 TEST(TrainOptions, AValueItsTypeCannotHoldNamesTheFlagAndTheType) {
   TrainOptions o;
   CLI::App app;

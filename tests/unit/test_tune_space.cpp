@@ -233,6 +233,21 @@ TEST(TuneCost, CalibrationReproducesTheRun) {
   EXPECT_GT(cost.optimizer_ms, 0);
 }
 
+// A rank's blocked time holds its wait for the slowest rank, whose compute is counted already: where the
+// two exceed the step, the exposed share gives way and the run is still predicted as it ran.
+TEST(TuneCost, CalibrationTakesAStragglersWaitOutOfTheExposedShare) {
+  Tiny t(4, 16);
+  const Candidate ran{StrategyKind::zero2, {}, 16, 1, Recompute::blocks};
+  MeasuredRun m = measured_run();
+  m.step_ms = 41;  // 40 of compute and 2 blocked
+  const Calibration rates = calibrate(t.problem, ran, m);
+  const StepCost cost = predict_step(t.problem, ran, rates);
+  EXPECT_NEAR(cost.step_ms(), 41, 1e-9);
+  EXPECT_NEAR(cost.comm_ms, 1, 1e-9);
+  EXPECT_EQ(cost.optimizer_ms, 0);
+  EXPECT_LT(rates.exposed_fraction, 2.0 / 40);
+}
+
 TEST(TuneCost, TermsFollowTheStrategy) {
   Tiny t(4, 16);
   const Calibration rates = calibrate(t.problem, Candidate{StrategyKind::zero2, {}, 16, 1}, measured_run());
