@@ -125,7 +125,7 @@ int64_t AsyncCheckpoint::commit() {
 
 AsyncSave::AsyncSave(Engine& engine, std::unique_ptr<AsyncCheckpoint> save)
     : engine_(&engine), save_(std::move(save)), step_(save_->step()), dir_(save_->dir()) {
-  engine.save_in_flight_ = save_.get();
+  engine.state_->save_in_flight_ = save_.get();
 }
 
 AsyncSave::AsyncSave(AsyncSave&& other) noexcept = default;
@@ -145,7 +145,8 @@ AsyncSave::~AsyncSave() { release(); }
 
 void AsyncSave::release() {
   if (!save_) return;
-  if (!save_->abandoned() && engine_->save_in_flight_ == save_.get()) engine_->save_in_flight_ = nullptr;
+  AsyncCheckpoint*& in_flight = engine_->state_->save_in_flight_;
+  if (!save_->abandoned() && in_flight == save_.get()) in_flight = nullptr;
   save_.reset();  // joins the writer
 }
 

@@ -19,6 +19,7 @@
 #include "shard/async_checkpoint.h"
 #include "shard/checkpoint_commit.h"
 #include "shard/checkpoint_format.h"
+#include "shard/engine_state.h"
 #include "shard/engine_internals.h"
 #include "shard/sharded_params.h"
 
@@ -141,7 +142,7 @@ int64_t commit_step_dir(Engine& engine, comm::Communicator& world, const std::st
 }
 
 int64_t Engine::save(const std::string& dir, const std::string& run_json) {
-  ShardedParams& params = *params_;
+  ShardedParams& params = *state_->params_;
   nlohmann::json run = parse_run_json(world_, run_json);
   prepare_step_dir(world_, dir, plan_.groups.size(0));
   // The first shard group writes: world ranks 0..G-1, whose shard index is their rank. A rank file that
@@ -172,21 +173,21 @@ int64_t Engine::save(const std::string& dir, const std::string& run_json) {
   const FileReport mine = file_report(file, false);
   std::vector<FileReport> all(size_t(world_.size()));
   world_.all_gather(mine.data(), all.data(), kFileReportFields, DType::i32)->wait();
-  return commit_step_dir(*this, world_, dir, steps_done_, all, std::move(run));
+  return commit_step_dir(*this, world_, dir, state_->steps_done_, all, std::move(run));
 }
 
 AsyncSave Engine::save_async(const std::string& dir, const std::string& run_json) {
   // Every rank holds the same save in flight, so every rank refuses alike. A writer of state in host memory
   // has the optimizer copy what it has not reached, and the optimizer serves one at a time.
-  if (save_in_flight_)
-    fail("save_async: the save of step ", save_in_flight_->step(), " into ", save_in_flight_->dir(),
+  if (state_->save_in_flight_)
+    fail("save_async: the save of step ", state_->save_in_flight_->step(), " into ", state_->save_in_flight_->dir(),
          " is in flight: wait() for it first");
   nlohmann::json run = parse_run_json(world_, run_json);
   return AsyncSave(*this, std::make_unique<AsyncCheckpoint>(*this, world_, dir, std::move(run)));
 }
 
 CheckpointInfo Engine::load(const std::string& dir) {
-  ShardedParams& params = *params_;
+  ShardedParams& params = *state_->params_;
   Manifest manifest;
   run_agreed(world_, [&] {
     manifest = read_manifest(dir);
@@ -204,13 +205,18 @@ CheckpointInfo Engine::load(const std::string& dir) {
              frozen, ": its frozen parameters' shapes or patterns differ from the saved run's");
     if (manifest.frozen.fingerprint != fingerprint)
       refuse(dir, ": saved beside frozen parameters from ", manifest.frozen.source, " (fingerprint ",
-             manifest.frozen.fingerprint, "), but this model's are from ", frozen_source_, " (fingerprint ",
+             manifest.frozen.fingerprint, "), but this model's are from ", state_->frozen_source_, " (fingerprint ",
              fingerprint, "): give it the same frozen weights (import_weights, --init-from) before loading");
     // Every rank checks that the files are there; rank r checksums files r, r + N, ... so each file is
     // read once.
     for (size_t s = 0; s < manifest.files.size(); ++s)
       verify_file(dir, manifest.files[s], int(s) % world_.size() == world_.rank());
   });
+  // Gradients of a step in progress belong to the state about to be replaced: applied to the loaded one
+  // they would make a step no run ever took. Dropped before the state changes: an offloaded optimizer's
+  // gradients on their way to the host, or a CUDA graph's recording, would otherwise refuse or capture the
+  // copies below. A loop recovering from a failed step loads and goes on.
+  discard_step();
   run_agreed(world_, [&] {
     CheckpointReader reader(dir, manifest);
     for (int u = 0; u < params.num_units(); ++u) {
@@ -226,16 +232,13 @@ CheckpointInfo Engine::load(const std::string& dir) {
     }
   });
   params.sync_resident_params();
-  // Gradients of a step in progress belong to the state that was replaced: applied to the loaded one they
-  // would make a step no run ever took. A loop recovering from a failed step loads and goes on.
-  discard_step();
-  steps_done_ = manifest.step;
+  state_->steps_done_ = manifest.step;
   return {manifest.step, manifest.run.dump()};
 }
 
 void Engine::give_up_save_in_flight() {
   // Its writer joined while the state it reads still exists; its handle then refuses to commit.
-  if (save_in_flight_) save_in_flight_->abandon();
+  if (state_->save_in_flight_) state_->save_in_flight_->abandon();
 }
 
 }  // namespace zshard

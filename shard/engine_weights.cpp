@@ -11,6 +11,7 @@
 #include "comm/agreed_failure.h"
 #include "shard/weights_file.h"
 #include "shard/checkpoint_format.h"
+#include "shard/engine_state.h"
 #include "shard/sharded_params.h"
 
 namespace zshard {
@@ -48,17 +49,17 @@ void Engine::import_weights(const std::string& path) {
     };
     // Which buffers the file sets, every one decided (and a mixed one refused) before any is changed.
     std::vector<std::pair<bool, bool>> sets;  // per unit: the trainable buffer, the frozen one
-    for (int u = 0; u < params_->num_units(); ++u)
-      sets.emplace_back(taken(params_->layout(u)), taken(params_->frozen_layout(u)));
-    for (int u = 0; u < params_->num_units(); ++u) {
-      if (sets[size_t(u)].first) params_->set_unit_params(u, read(params_->layout(u)).data());
-      if (sets[size_t(u)].second) params_->set_frozen_params(u, read(params_->frozen_layout(u)).data());
+    for (int u = 0; u < state_->params_->num_units(); ++u)
+      sets.emplace_back(taken(state_->params_->layout(u)), taken(state_->params_->frozen_layout(u)));
+    for (int u = 0; u < state_->params_->num_units(); ++u) {
+      if (sets[size_t(u)].first) state_->params_->set_unit_params(u, read(state_->params_->layout(u)).data());
+      if (sets[size_t(u)].second) state_->params_->set_frozen_params(u, read(state_->params_->frozen_layout(u)).data());
     }
     frozen_changed = coverage != WeightsCoverage::adapters;
   });
   if (frozen_changed) {
-    frozen_source_ = path;
-    frozen_fingerprint_.clear();
+    state_->frozen_source_ = path;
+    state_->frozen_fingerprint_.clear();
   }
 }
 
@@ -70,7 +71,7 @@ void Engine::export_weights(const std::string& path) {
   bool gather_failed = false;
   const auto gather = [&](int unit) {
     try {
-      FlatValues whole = params_->whole_unit_params(unit);
+      FlatValues whole = state_->params_->whole_unit_params(unit);
       ++gathered;
       return whole;
     } catch (...) {
@@ -87,7 +88,7 @@ void Engine::export_weights(const std::string& path) {
       write_failed = std::current_exception();
     }
   }
-  while (gathered < params_->num_units()) gather(gathered);  // the units the file did not take
+  while (gathered < state_->params_->num_units()) gather(gathered);  // the units the file did not take
   run_agreed(world_, [&] {
     if (write_failed) std::rethrow_exception(write_failed);
   });
@@ -101,9 +102,9 @@ void Engine::export_adapters(const std::string& path) {
   // Every rank sees the same units: all refuse alike, before any collective.
   if (!any) refuse("export_adapters(", path, "): the model has no LoRA adapters (export_weights writes its weights)");
   std::vector<FlatValues> units(specs.size());
-  for (int u = 0; u < params_->num_units(); ++u)
+  for (int u = 0; u < state_->params_->num_units(); ++u)
     if (std::any_of(specs[u].params.begin(), specs[u].params.end(), [](const ParamSpec& p) { return is_adapter(p.name); })) {
-      FlatValues whole = params_->whole_unit_params(u);  // adapters are small: rank 0 keeps them all
+      FlatValues whole = state_->params_->whole_unit_params(u);  // adapters are small: rank 0 keeps them all
       if (world_.rank() == 0) units[size_t(u)] = std::move(whole);
     }
   run_agreed(world_, [&] {

@@ -106,7 +106,10 @@ comm::WorkPtr GroupComms::all_reduce_across_groups(void* shard, int64_t shard_nu
   for (const Piece& p : pieces_)
     works.push_back(p.comm->all_reduce(static_cast<char*>(shard) + p.slot_begin * slot * dtype_size(dtype),
                                        size_t((p.slot_end - p.slot_begin) * slot), dtype, comm::ReduceOp::sum));
-  return std::make_unique<WorkList>(std::move(works));
+  // Its wait() without a deadline is the pieces' communicators' (--comm-timeout), not Work's default.
+  auto list = std::make_unique<WorkList>(std::move(works));
+  list->set_default_deadline(pieces_[0].comm->timeout(), "all_reduce across unequal shard groups");
+  return list;
 }
 
 void GroupComms::sum_of_partition(Device device, const double* part, double* gathered, double* sum) {

@@ -109,8 +109,8 @@ void check_runs_here(const PlanOptions& o) {
 
 // Quantization rounds what travels inside a shard group. Where every group is one rank nothing travels
 // there: the gathers' rounding would cost accuracy and memory and save nothing, and the reductions'
-// would not happen at all. (In unequal groups a group of one still rounds its weights as the others'
-// gathers do: every rank computes with the same values.)
+// would not happen at all. (In unequal groups a group of one still rounds its weights, as the groups that
+// gather do.)
 void check_groups_carry_quantization(const StrategyOptions& s, const ShardGroups& groups) {
   const std::vector<int>& sizes = groups.sizes();
   if (std::any_of(sizes.begin(), sizes.end(), [](int size) { return size > 1; })) return;

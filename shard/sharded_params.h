@@ -34,7 +34,9 @@
 // converted back into (or added to) the owned gradients. Keeping the gradients themselves in an fp32
 // reduce dtype was the alternative; it would make the owned store 4 bytes per element under bf16 and the
 // model states no longer the paper's, while the conversion costs only a transient buffer per unit in
-// flight (an fp32 reduction still sums in fp32 and rounds once, when it lands).
+// flight (an fp32 reduction still sums in fp32 and rounds once, when it lands: onto the zeroed gradients
+// of a step's first micro-step; with accumulation the later micro-steps' shards are rounded to bf16 and
+// then added in bf16, a second rounding, where a mixed add would round once).
 // AdamW steps the fp32 master shard from the owned gradients and, with bf16 parameters, writes the bf16
 // compute copy in the same pass: the owned slice of the full copy (then all-gathered, as in fp32) or
 // the shard.
@@ -43,9 +45,11 @@
 // shard of the compute copy also quantized, refreshed whenever the shard changes (set-up, set_unit_params,
 // a load, AdamW; the frozen shard once, when set), so that every gather sends that record as it is. A
 // gather lands every rank's record, its own included, and dequantizes them all into the gathered buffer:
-// the owner too computes with the dequantized values rather than its exact ones, so every rank of every
-// group holds the same weights, as the gradients' reduction assumes and as a run of any world size with
-// the same shards reproduces. The records and their block tables (shard/chunk_blocks.h) count as params
+// the owner too computes with the dequantized values rather than its exact ones, so every rank of a group
+// holds the same weights, as the gradients' reduction assumes and as a run of any world size with the same
+// shards reproduces. Unequal hybrid groups cut their blocks at their own shards' boundaries: a block that
+// straddles one group size's boundary is two blocks there and one in the other group, its elements
+// rounded on different scales (within the quantization error); the fp32 masters stay the same. The records and their block tables (shard/chunk_blocks.h) count as params
 // (and frozen), the received records as comm.
 #pragma once
 #include <deque>

@@ -32,8 +32,6 @@
 namespace zshard {
 
 class AsyncCheckpoint;
-class ShardedParams;
-class StepGraph;
 struct EngineInternals;
 
 struct EngineOptions {
@@ -181,7 +179,7 @@ class Engine {
   // were and the step's gradients dropped. Refuses hyper-parameters out of range (a NaN or negative lr,
   // betas outside [0, 1), ...). Collective.
   StepStats step(const AdamW& hp);
-  int steps_done() const { return steps_done_; }  // optimizer steps taken (AdamW's bias correction)
+  int steps_done() const;  // optimizer steps taken (AdamW's bias correction)
 
   // Writes a checkpoint into directory `dir` (created; what an interrupted save left there is replaced; a
   // committed checkpoint there is refused, as the save would uncommit it before writing):
@@ -224,14 +222,15 @@ class Engine {
   // refused (UsageError) on every rank. Collective.
   void export_adapters(const std::string& path);
 
-  // Per rank and category, measured beside the ZeRO prediction. Collective.
+  // Per rank and category, measured beside the ZeRO prediction; its communication per step is the mean over
+  // the steps since the last reset_comm_stats(). Collective.
   MemoryReport memory_report();
   // Bytes this rank's collectives moved and the time it waited on them, since the last reset.
   comm::CommStats comm_stats() const;
   void reset_comm_stats();
   // What the last step() moved and waited (nccl: the device's stall, complete once step() returns).
-  int64_t last_step_comm_bytes() const { return last_step_comm_bytes_; }
-  double last_step_comm_exposed_ms() const { return last_step_exposed_ms_; }
+  int64_t last_step_comm_bytes() const;
+  double last_step_comm_exposed_ms() const;
 
   const ShardPlan& plan() const { return plan_; }
   const EngineOptions& options() const { return options_; }
@@ -270,36 +269,9 @@ class Engine {
   comm::Communicator& world_;
   ShardPlan plan_;
   EngineOptions options_;
-  std::unique_ptr<comm::Communicator> device_comm_;  // nccl: what params_'s groups split from (outlives them)
-  std::unique_ptr<ShardedParams> params_;
-  std::unique_ptr<StepGraph> graph_;  // with EngineOptions::cuda_graphs
-  std::string frozen_source_;       // where the frozen parameters came from: "seed N", or a weights file
-  std::string frozen_fingerprint_;  // empty until computed
-  AsyncCheckpoint* save_in_flight_ = nullptr;  // owned by its AsyncSave
-  int micro_steps_ = 0;  // of the step in progress
-  int64_t step_tokens_ = 0;  // this rank's B x T of the step in progress
-  int steps_done_ = 0;
-  int64_t steps_ended_ = 0;  // steps taken or dropped (a load): which step a MicroStepLoss is of
-  // On the device: the step's scalars, each micro-step's loss sum, this rank's part of
-  // the squared norm and every rank's.
-  Tensor step_sums_;
-  std::vector<double> returned_losses_;  // per micro-step, what the model returned (0 where it added on the device)
-  // The step's settings (AdamW's factors, the clip bound), where ops::set_step_settings copies them from:
-  // page-locked host memory on a device (empty on cpu, which sets them directly).
-  Tensor step_settings_;
-  bool sums_queued_ = false;
-  // The scalars and each micro-step's loss as last read back, and which step they are of (-1: none yet).
-  std::vector<double> read_sums_;
-  int64_t read_step_ = -1;
-  std::vector<double> previous_losses_;  // the micro-step losses of read_step_ before its last read
-  int64_t previous_step_ = -1;
-  double eval_loss_sum_ = 0;  // this rank's forward() token losses since the last finish_eval()
-  int64_t eval_tokens_ = 0;
-  comm::CommStats step_start_;
-  int64_t last_step_comm_bytes_ = 0;
-  double last_step_exposed_ms_ = 0;
-  // Every step's (bytes, exposed ms), for the memory report's per-step means.
-  std::vector<std::pair<int64_t, double>> step_comm_;
+  // The sharded parameters, the step, evaluation and save in progress: internal, not installed.
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace zshard

@@ -2,14 +2,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,7 +39,7 @@ using nlohmann::json;
 
 namespace {
 
-volatile std::sig_atomic_t g_signals = 0;  // SIGINT and SIGTERM received
+volatile std::sig_atomic_t g_signals = 0;  // SIGINT, SIGTERM and SIGHUP received
 
 void on_signal(int) { g_signals = g_signals + 1; }
 
@@ -96,6 +100,7 @@ class Supervisor {
   struct Outcome {
     int status = 0;
     bool stopped = false;  // by the launcher's own SIGINT/SIGTERM
+    bool signalled = false;  // the job's rank 0 said a stop signal reached it (sent to mpirun, not to us)
     std::string resumed_from;  // the checkpoint of --save-dir the attempt resumed from, if any
     std::deque<std::string> stderr_tail;
   };
@@ -103,6 +108,7 @@ class Supervisor {
   int64_t default_budget(const std::vector<Host>& hosts) const;
   Outcome run_attempt(const std::vector<Host>& hosts, const BatchPlan& plan, int attempt, Restart* restart);
   void note_steps(StepLogReader& reader, Restart* restart);
+  void hold_save_dir();
   void keep_earlier_log();
   void write_log() const;
   bool takes_init_from_again(const CheckpointEntry& checkpoint) const;
@@ -163,18 +169,54 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
   std::error_code ec;
   fs::create_directories(state_dir_, ec);
   if (ec) refuse("--save-dir ", save_dir_, ": cannot create ", state_dir_, " (", ec.message(), ")");
+  hold_save_dir();
   keep_earlier_log();
+}
+
+// One launcher, and the job it started, a --save-dir: a second would race the first's checkpoints and log.
+// An flock on a file of the state directory, whose descriptor mpirun inherits (it is not close-on-exec):
+// a job left running by a launcher killed outright holds it until the job ends.
+void Supervisor::hold_save_dir() {
+  const std::string lock = (fs::path(state_dir_) / "lock").string();
+  const int fd = open(lock.c_str(), O_RDWR | O_CREAT, 0644);
+  if (fd < 0) refuse("--save-dir ", save_dir_, ": cannot open ", lock, " (", std::strerror(errno), ")");
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0) return;  // held until this process and the jobs it starts end
+  std::string holder;
+  std::getline(std::ifstream(fs::path(state_dir_) / "job"), holder);
+  refuse("--save-dir ", save_dir_, ": another zshard-run, or a job one started", holder.empty() ? "" : " (" + holder + ")",
+         ", still runs on it; stop it, or wait for it to end");
 }
 
 // Run again over a --save-dir it left checkpoints in (after a stop, or a launcher that died), zshard-run
 // goes on with the --log-json it wrote there: its steps up to the checkpoint resumed from are the run's.
+// A launcher killed outright wrote none for its last attempt: that attempt's step log, left in the state
+// directory, holds them. The step logs are replayed oldest first, each an attempt that resumed after the
+// step before its first record, as the launcher that wrote them merged them.
 void Supervisor::keep_earlier_log() {
   std::error_code ec;
-  // A FIFO or a device is written in place and has nothing to read back (a FIFO's open would block).
-  if (log_json_.empty() || !newest_committed(save_dir_) || !fs::is_regular_file(log_json_, ec)) return;
+  if (log_json_.empty() || !newest_committed(save_dir_)) return;
+  std::vector<fs::path> step_logs;
+  for (const fs::directory_entry& e : fs::directory_iterator(state_dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("attempt-") && name.ends_with(".jsonl") && e.is_regular_file(ec)) step_logs.push_back(e.path());
+  }
+  std::sort(step_logs.begin(), step_logs.end(), [](const fs::path& a, const fs::path& b) {
+    std::error_code ignored;
+    return fs::last_write_time(a, ignored) < fs::last_write_time(b, ignored);
+  });
   try {
-    StepLogReader earlier(log_json_);
-    for (const json& record : earlier.read_new()) log_.add(record);
+    // A FIFO or a device is written in place and has nothing to read back (a FIFO's open would block).
+    if (fs::is_regular_file(log_json_, ec)) {
+      StepLogReader earlier(log_json_);
+      for (const json& record : earlier.read_new()) log_.add(record);
+    }
+    for (const fs::path& path : step_logs) {
+      StepLogReader attempt(path.string());
+      const std::vector<json> records = attempt.read_new();
+      if (records.empty()) continue;
+      log_.begin_attempt(records.front().at("step").get<int>() - 1);
+      for (const json& record : records) log_.add(record);
+    }
   } catch (const std::exception& e) {
     log_ = RunLog();
     std::cerr << "zshard-run: warning: " << e.what() << "; --log-json starts over" << std::endl;
@@ -278,8 +320,13 @@ bool Supervisor::resumes_own_checkpoint(const std::string& dir) const {
 }
 
 void Supervisor::append_restart(const json& record) const {
-  std::ofstream out(fs::path(state_dir_) / "restarts.jsonl", std::ios::app);
+  const fs::path path = fs::path(state_dir_) / "restarts.jsonl";
+  std::ofstream out(path, std::ios::app);
   out << record.dump() << "\n";
+  out.flush();
+  if (!out)  // a full disk: the run goes on, its record said lost
+    std::cerr << "zshard-run: warning: cannot append to " << path.string() << "; restart " << record.value("restart", 0)
+              << "'s record is lost" << std::endl;
 }
 
 void Supervisor::note_steps(StepLogReader& reader, Restart* restart) {
@@ -338,12 +385,16 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
             << std::endl;
 
   Child child = spawn(argv, ChildOutput::pipes());
+  // Named where a second launcher of this --save-dir looks (hold_save_dir): a job this launcher's death
+  // left running is found by it.
+  std::ofstream(fs::path(state_dir_) / "job") << "mpirun pid " << child.pid << " of zshard-run pid " << getpid() << "\n";
   StepLogReader reader(step_log);
   // The job's output passes through a whole line at a time, so that the launcher's own lines never land
   // inside a rank's; a line longer than a read's buffer goes on as it is.
   std::string partial[2];
   const auto forward = [&](int k, size_t bytes) {
     (void)!write(k == 0 ? STDOUT_FILENO : STDERR_FILENO, partial[k].data(), bytes);
+    if (k == 0 && partial[k].find("zshard-train: stop signal received") < bytes) outcome.signalled = true;
     if (k == 1)
       for (size_t begin = 0, nl; begin < bytes; begin = nl + 1) {
         nl = std::min(partial[k].find('\n', begin), bytes);
@@ -428,16 +479,25 @@ int Supervisor::run() {
            format_bytes(double(plan.rank_bytes)), " per rank by the estimate");
 
   std::optional<Restart> restart;
+  // How a stopped job ends: 0 when its newest checkpoint is its last step, else 1.
+  const auto stopped = [&] {
+    const std::optional<CheckpointEntry> newest = newest_committed(save_dir_);
+    std::cerr << "zshard-run: stopped after step " << log_.last_step() << "; " << newest_text() << std::endl;
+    return newest && newest->step == log_.last_step() ? 0 : 1;
+  };
   for (int attempt = 1;; ++attempt) {
+    if (attempt > 1 && g_signals) {  // asked to stop between attempts: nothing to relaunch only to stop it
+      std::cerr << "zshard-run: stop signal: not restarted" << std::endl;
+      return stopped();
+    }
     const int steps_before = log_.last_step();
     const Outcome outcome = run_attempt(hosts, plan, attempt, restart ? &*restart : nullptr);
     write_log();
     if (restart && !restart->recovered) append_restart(restart->record);  // failed again before a step
-    if (outcome.stopped) {
-      const std::optional<CheckpointEntry> newest = newest_committed(save_dir_);
-      const bool saved = newest && newest->step == log_.last_step();
-      std::cerr << "zshard-run: stopped after step " << log_.last_step() << "; " << newest_text() << std::endl;
-      return saved ? 0 : outcome.status != 0 ? outcome.status : 1;
+    if (outcome.stopped) return stopped();
+    if (outcome.signalled) {  // a stop meant for the job (mpirun's own exit status aside): nothing to restart
+      std::cerr << "zshard-run: the job stopped on a signal sent to it, not to zshard-run: not restarted" << std::endl;
+      return stopped();
     }
     if (outcome.status == 0) return 0;
     if (outcome.status == 2) {
@@ -538,7 +598,8 @@ int Supervisor::run() {
                        {"grad_accum", plan.grad_accum},
                        {"failed_at", failed_at},
                        {"recovered_at", nullptr},
-                       {"recover_s", nullptr}},
+                       {"recover_s", nullptr},
+                       {"first_step", nullptr}},
                       failed_at};
     std::cerr << "zshard-run: restart " << attempt << " of " << o_.max_restarts << ": " << cause
               << "; hosts lost: " << names_text(lost) << (back.empty() ? "" : "; hosts back: " + names_text(back))
@@ -562,6 +623,7 @@ int run_elastic(const LauncherOptions& options) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);  // a closed terminal: stopped as by SIGTERM, never the job left running alone
   signal(SIGPIPE, SIG_IGN);
   return supervisor.run();
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 #include <zshard/error.h>
 
@@ -140,7 +141,11 @@ ProjectedStep finish(ProjectedStep s, StrategyKind kind, int world, const Projec
 // The step before its communication.
 ProjectedStep compute_only(int world, const ProjectionInput& in) {
   ProjectedStep s;
-  s.compute_ms = in.compute_ms * (in.weak ? 1.0 : 1.0 / world);
+  // Strong scaling splits the batch in whole sequences: the rank holding the most sets the step.
+  const double share = in.weak              ? 1.0
+                       : in.batch_known     ? std::ceil(double(in.batch) / world) / in.batch
+                                            : 1.0 / world;
+  s.compute_ms = in.compute_ms * share;
   return s;
 }
 

@@ -32,6 +32,7 @@ struct ProjectionInput {
   int batch = 1;          // sequences of a micro-step
   int grad_accum = 1;     // micro-steps that compute_ms covers: zero3 and hybrid gather and reduce in each
   bool weak = true;       // weak: every rank keeps `batch`; strong: the global batch is `batch`
+  bool batch_known = false;  // strong: `batch` is the run's, split in whole sequences (the slowest rank's ceil)
   int64_t params = 0;     // Ψ
   int64_t frozen_params = 0;  // of Ψ, frozen: gathered like the others, with no gradient to reduce
   int units = 1;          // collectives per pass (one per unit)

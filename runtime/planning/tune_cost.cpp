@@ -57,7 +57,7 @@ CommLoad comm_load(const TuneProblem& p, const Candidate& c) {
                                          .gathered = gathers * params.total(),
                                          .grad_accum = K,
                                          .param_bytes = dtypes.param_bytes,
-                                         .grad_bytes = dtypes.grad_bytes,
+                                         .grad_bytes = int(dtype_size(plan.placement.reduce_dtype)),
                                          .quantized_gathers = dtypes.quantized_gathers,
                                          .quantized_reductions = dtypes.quantized_reductions,
                                          .secondary_gathered = plan.secondary_groups ? params.total() : 0,
@@ -107,7 +107,9 @@ double recompute_factor(const Model& model, int seq) {
   double blocks = 0;  // parameters of the units between the first and the last
   for (size_t u = 1; u + 1 < units.size(); ++u) blocks += double(units[u].numel());
   const double step = model.flops_per_token(seq);  // forward and backward
-  const double attention = std::max(0.0, step - 6.0 * double(num_params(model)));  // all of it in the blocks
+  // What grows with the sequence, attention's scores and weighted values, all of it in the blocks (frozen
+  // parameters count 4 FLOPs, not 6: the count at seq 0 is the parameters' own).
+  const double attention = std::max(0.0, step - model.flops_per_token(0));
   return 1 + (2 * blocks + attention / 3) / step;
 }
 

@@ -371,7 +371,11 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
       std::cout << "zshard-bench: " << options.model.name << " (" << num_params(*model) << " parameters), world "
                 << world.size() << " (" << world.backend() << "), global batch " << data.batch << "x" << data.seq
                 << (data.grad_accum > 1 ? " x" + std::to_string(data.grad_accum) : "") << ", " << bench.warmup_steps
-                << " warm-up + " << options.optimizer.steps << " timed steps\n";
+                << " warm-up + " << options.optimizer.steps << " timed steps"
+                << (std::find(bench.splits.begin(), bench.splits.end(), "auto") != bench.splits.end()
+                        ? detail::concat(" (auto splits: ", 2 * options.data.rebalance_interval(), " more warm-up)")
+                        : "")
+                << "\n";
     json results = json::array();
     for (const std::string& s : to_run) {
       TrainOptions o = options;

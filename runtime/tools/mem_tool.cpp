@@ -235,7 +235,7 @@ json print_max_batch_table(const MemOptions& o, EstimateInput base, const PlanOp
         const std::vector<int> batches = largest_rank_batch_per_saver(in, model, budget);
         const int G = estimate_memory(in).shard_group;
         json row = {{"strategy", s}, {"world", world}, {"shard_group", G}, {"max_rank_batch", json::object()}};
-        std::cout << std::left << std::setw(8) << s << std::right << std::setw(6) << world << std::setw(5) << G;
+        std::cout << std::left << std::setw(8) << s << std::right << std::setw(8) << world << std::setw(8) << G;
         for (size_t i = 0; i < batches.size(); ++i) {
           const bool unsupported = batches[i] < 0;  // the model cannot recompute its blocks
           row["max_rank_batch"][kAllMemorySavers[i].name()] = unsupported ? json(nullptr) : json(batches[i]);
@@ -413,7 +413,7 @@ int mem_tool(int argc, char** argv, const std::string& default_model) {
               << (base.model ? ", global batch " + std::to_string(o.batch) + "x" + std::to_string(o.seq) : "")
               << " (per rank; GB = 1e9 bytes" << (o.device == Device::cpu ? "" : "; total: the GPU's, host apart")
               << ")\n"
-              << std::left << std::setw(8) << "strategy" << std::right << std::setw(6) << "N" << std::setw(5) << "G"
+              << std::left << std::setw(8) << "strategy" << std::right << std::setw(8) << "N" << std::setw(8) << "G"
               << std::setw(12) << "params" << std::setw(frozen ? 12 : 0) << (frozen ? "frozen" : "") << std::setw(12)
               << "grads" << std::setw(12) << "optimizer"
               << std::setw(12) << "host" << std::setw(12) << "states" << std::setw(12) << "in flight"

@@ -82,6 +82,23 @@ int64_t file_count(std::string_view flag, const std::string& path, const json& v
   return value.get<int64_t>();
 }
 
+// A table's number format (fixed, its precision) for one section: std::cout's own comes back after, for
+// what prints later (the header's link speeds and compute time).
+class CoutFormat {
+ public:
+  CoutFormat() : flags_(std::cout.flags()), precision_(std::cout.precision()) {}
+  ~CoutFormat() {
+    std::cout.flags(flags_);
+    std::cout.precision(precision_);
+  }
+  CoutFormat(const CoutFormat&) = delete;
+  CoutFormat& operator=(const CoutFormat&) = delete;
+
+ private:
+  std::ios_base::fmtflags flags_;
+  std::streamsize precision_;
+};
+
 MeasuredWork measured_work(std::string_view flag, const std::string& path, const json& bench) {
   const auto count = [&](const json& value, const char* what, int64_t most) {
     return file_count(flag, path, value, what, most);
@@ -95,7 +112,9 @@ MeasuredWork measured_work(std::string_view flag, const std::string& path, const
 // measured ddp speed-up at the largest world.
 double check(const std::vector<std::string>& paths, const std::vector<std::string>& strategies, ProjectionInput in,
              const MeasuredWork& work, json& out) {
+  const CoutFormat restored;
   in.weak = false;
+  in.batch_known = true;  // the measured runs' own, which every file's matches
   double serial = 0;
   int serial_world = 1;
   // Every file read, its world found and its work compared, before any line of the table.
@@ -144,6 +163,7 @@ double check(const std::vector<std::string>& paths, const std::vector<std::strin
 
 // --nodes: the strategies on one cluster of nodes of the given sizes.
 json project_nodes(const ShardGroups& nodes, const std::vector<std::string>& strategies, const ProjectionInput& in) {
+  const CoutFormat restored;
   std::cout << "\ncluster of nodes " << join_sizes(nodes.sizes()) << " (" << nodes.world_size()
             << " ranks; hybrid shards inside each node)\n"
             << std::setw(8) << "strategy" << std::setw(12) << "step ms" << std::setw(12) << "overlap ms"
@@ -272,6 +292,7 @@ int main(int argc, char** argv) {
     // Strong scaling splits the micro-step's sequences, where they are known (--bench, --batch): a rank
     // holds one at least.
     const bool batch_known = !bench_path.empty() || app.count("--batch");
+    in.batch_known = batch_known;
     if (const int ranks = std::accumulate(nodes.begin(), nodes.end(), 0); scaling == "strong" && batch_known && ranks > in.batch)
       throw UsageError(detail::concat("--nodes ", join_sizes(nodes), ": ", ranks, " ranks, more than the ", in.batch,
                                       " sequences of a micro-step that strong scaling splits (--batch)"));

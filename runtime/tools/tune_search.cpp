@@ -108,6 +108,8 @@ void TuneSearch::time(Entry& e, double timeout_s, std::ostream& out) {
   if (!e.run || r.against_estimator() || (r.ok() && e.run->ok() && r.measured.step_ms < e.run->measured.step_ms)) {
     if (e.run) r.peak_bytes = std::max(r.peak_bytes, e.run->peak_bytes);
     e.run = r;
+  } else {
+    e.run->peak_bytes = std::max(e.run->peak_bytes, r.peak_bytes);  // a slower run's peak counts too
   }
 }
 

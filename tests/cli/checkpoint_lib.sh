@@ -54,6 +54,28 @@ children_of() {
   done | sort -n
 }
 
+# The processes of session SID (a job zshard-run started: mpirun and its ranks, whatever their process
+# groups), one pid a line.
+session_pids() {
+  local stat rest
+  for stat in /proc/[0-9]*/stat; do
+    { read -r rest <"$stat"; } 2>/dev/null || continue
+    rest=${rest##*) }
+    read -r _ _ _ rest <<<"$rest"  # past the state, the parent pid and the process group
+    [ "${rest%% *}" = "$1" ] && { stat=${stat#/proc/}; echo "${stat%/stat}"; }
+  done
+}
+
+# The ranks under PID (mpirun's tree, remote daemons' included), as "PID WORLD_RANK" lines.
+rank_pids() {
+  local p r
+  for p in $(children_of "$1"); do
+    r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+    [ -n "$r" ] && echo "$p $r"
+    rank_pids "$p"
+  done
+}
+
 # wait_for SECONDS TEST...: polls until the test succeeds; false on timeout.
 wait_for() {
   local deadline=$((SECONDS + $1))

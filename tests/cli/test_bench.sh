@@ -24,6 +24,10 @@ for r in d['results']:
     assert r['world'] == 2 and r['step_ms']['median'] > 0 and r['tokens_per_s'] > 0
 ddp = d['results'][0]['model_states_bytes']
 assert ddp['measured'] == ddp['theory'], ddp  # 16 bytes per parameter, nothing sharded
+# The memory report's communication per step is over the timed steps too, not the warm-up's.
+for r in d['results']:
+    timed, report = r['comm_ms_per_step']['exposed'], r['memory_report']['ranks'][0]['comm_exposed_ms_per_step']
+    assert abs(timed - report) <= 1e-9 + 1e-9 * timed, (r['strategy'], timed, report)
 "
 check "mem vs bench" "$BIN/zshard-mem" --check "$WORK/bench.json"
 
@@ -105,7 +109,7 @@ assert d['world'] == 2 and d['backend'] == 'mpi', d
 rows = d['rows']
 assert sorted({r['op'] for r in rows}) == ['all_gather', 'all_reduce', 'reduce_scatter'], rows
 for r in rows:
-    assert r['wrong'] == 0 and r['busbw'] > 0 and r['raw_busbw'] > 0 and r['busbw_ratio'] > 0, r
+    assert r['wrong'] == 0 and r['raw_wrong'] == 0 and r['busbw'] > 0 and r['raw_busbw'] > 0 and r['busbw_ratio'] > 0, r
 # Open MPI: launch selects libnbc's ring Iallreduce (its default is several times slower); other MPIs: ''.
 assert d['libnbc_iallreduce_algorithm'] in ('ring', ''), d['libnbc_iallreduce_algorithm']
 "
@@ -140,6 +144,14 @@ fi
 
 check "mem 7.5e9" "$BIN/zshard-mem" --params 7.5e9 --dtype mixed --world 1,4,16,64,1024
 grep -Eq "zero3 +64 +64 +.*1\.88 GB" "$WORK/out" || { echo "FAIL mem: no 1.88 GB row"; cat "$WORK/out"; failures=$((failures + 1)); }
+cp "$WORK/out" "$WORK/mem.out"
+check "mem's columns end under their headers" python3 -c "
+lines = open('$WORK/mem.out').read().splitlines()
+head = next(l for l in lines if l.startswith('strategy'))
+row = next(l for l in lines if l.startswith('zero3') and ' 1024 ' in l)
+assert head.index('N') + 1 == row.index(' 1024 ') + 5, (head, row)
+assert len(head.rstrip()) == len(row.rstrip()), (head, row)  # the last column, total, too
+"
 check "project" "$BIN/zshard-project" --compute-ms 100 --params 124e6 --units 14 --max-world 64
 grep -Eq "^ +64 " "$WORK/out" || { echo "FAIL project: no N=64 row"; failures=$((failures + 1)); }
 check "bench zero3 alone" "$BIN/zshard-bench" --model tiny --strategies zero3 --warmup-steps 0 --steps 1 \

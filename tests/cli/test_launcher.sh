@@ -78,6 +78,41 @@ expect_true "the time to recover is recorded ($(field recover_s <<<"$record") s)
 expect_true "--log-json has steps 1..150, each once" test "$(steps "$WORK/kill.json")" = "$(seq -s ' ' 150) "
 same_losses "the merged log's losses are the uninterrupted run's, bit for bit" "$WORK/ref.json" "$WORK/kill.json" 0
 
+# ---- the launcher killed outright: the job it left running holds the --save-dir; a rerun refuses until it
+# ends, then goes on with every step that job's attempt logged ----
+D="$WORK/orphan"
+ORPHAN=("$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 150 --keep 3 --save-dir "$D" --log-json "$WORK/orphan.json")
+"${ORPHAN[@]}" >"$WORK/out" 2>"$WORK/err" &
+run=$!
+wait_for 120 step_logged 5 "$D/zshard-run/attempt-1.jsonl"
+job=$(sed -n 's/^mpirun pid \([0-9]*\) .*/\1/p' "$D/zshard-run/job")
+kill -STOP $(session_pids "$job")  # mpirun and its ranks held still: the job must not end before the rerun
+kill -KILL $run
+wait $run 2>/dev/null
+expect_failure "a rerun while the job of a killed launcher runs" 2 \
+  "^zshard-run: error: --save-dir .*orphan: another zshard-run, or a job one started \(mpirun pid [0-9]+ of zshard-run pid $run\), still runs on it" -- \
+  "${ORPHAN[@]}"
+kill -KILL $(session_pids "$job")
+session_gone() { ! session_pids "$1" | grep -q .; }
+wait_for 60 session_gone "$job"
+logged=$(wc -l <"$D/zshard-run/attempt-1.jsonl")
+expect_ok "the rerun once that job ended" "${ORPHAN[@]}"
+expect_true "--log-json has steps 1..150, each once (the killed launcher's attempt logged $logged)" \
+  test "$(steps "$WORK/orphan.json")" = "$(seq -s ' ' 150) "
+same_losses "... with the uninterrupted run's losses" "$WORK/ref.json" "$WORK/orphan.json" 0
+
+# ---- SIGTERM to mpirun, not to the launcher: the job stops as asked, and is not relaunched ----
+D="$WORK/term-mpirun"
+"$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 100000 --save-dir "$D" >"$WORK/out" 2>"$WORK/err" &
+run=$!
+wait_for 120 step_logged 5 "$D/zshard-run/attempt-1.jsonl"
+kill -TERM "$(sed -n 's/^mpirun pid \([0-9]*\) .*/\1/p' "$D/zshard-run/job")"
+wait_for 60 eval '! kill -0 $run 2>/dev/null'
+wait $run
+expect_true "a job stopped by SIGTERM to mpirun is not relaunched (exit $?)" \
+  eval 'grep -q "^zshard-run: the job stopped on a signal sent to it, not to zshard-run: not restarted" "$WORK/err" &&
+        [ "$(grep -c "^zshard-run: attempt" "$WORK/err")" = 1 ]'
+
 # ---- a job that keeps failing: --max-restarts spent ----
 D="$WORK/fail"
 expect_failure "--max-restarts spent" 1 \

@@ -110,14 +110,6 @@ expect_failure "node groups on hosts of one rank (would be ddp)" 2 \
 # rank kept on through mpirun's SIGTERM until its SIGKILL and the woken stalled rank asked for a second abort.
 # The times fall in steps of mpirun's 1 s SIGKILL timeout; five trials keep a loaded machine's slow ones
 # from deciding.
-remote_ranks() {  # the ranks under PID (mpirun's tree), as "PID WORLD_RANK" lines
-  local p r
-  for p in $(children_of "$1"); do
-    r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
-    [ -n "$r" ] && echo "$p $r"
-    remote_ranks "$p"
-  done
-}
 stall_seconds() {
   local job victim started
   : >"$WORK/out"
@@ -125,7 +117,7 @@ stall_seconds() {
     --comm-timeout "$STALL_TIMEOUT" --trace-dir "$WORK/traces" >"$WORK/out" 2>"$WORK/err" &
   job=$!
   wait_for 60 grep -qs '^step *3/' "$WORK/out" || { kill -TERM $job; wait $job; echo 999; return; }
-  victim=$(remote_ranks $job | awk '$2 == 3 { print $1 }')
+  victim=$(rank_pids $job | awk '$2 == 3 { print $1 }')
   started=$(date +%s.%N)
   kill -STOP "$victim"
   wait_for $((STALL_TIMEOUT + 30)) eval '! kill -0 $job 2>/dev/null'

@@ -89,6 +89,11 @@ TEST(ScalingProjection, StrongScalingSplitsTheCompute) {
   const ProjectedStep s = project_step(StrategyKind::ddp, 4, in);
   EXPECT_NEAR(s.compute_ms, 25, 1e-9);
   EXPECT_NEAR(s.efficiency, 100 / (4 * s.step_ms), 1e-12);
+  // A known batch of 6 on 4 ranks is split 2, 2, 1, 1: the ranks of two sequences set the step.
+  in.batch = 6;
+  in.batch_known = true;
+  EXPECT_NEAR(project_step(StrategyKind::ddp, 4, in).compute_ms, 100.0 * 2 / 6, 1e-9);
+  EXPECT_NEAR(project_step(StrategyKind::ddp, 3, in).compute_ms, 100.0 / 3, 1e-9);
 }
 
 // A frozen half of the parameters (a LoRA run's base): gathered as before, with no gradient to reduce.

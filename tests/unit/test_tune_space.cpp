@@ -327,6 +327,22 @@ TEST(TuneCost, RecomputeFactorIsTheBlocksForwardShare) {
   EXPECT_DOUBLE_EQ(recompute_factor(*model, 64), 1 + (2 * blocks + attention / 3) / step);
   EXPECT_GT(recompute_factor(*model, 64), 1.05);
   EXPECT_LT(recompute_factor(*model, 64), 1.34);
+  // LoRA's frozen base counts 4 FLOPs a parameter: attention's share is still the 6 * layers * T * dim.
+  const std::unique_ptr<Model> lora = build_model("tiny", model_config("tiny", {{"lora_rank", 2}}));
+  const std::vector<UnitSpec> lora_units = lora->units();
+  double lora_blocks = 0;
+  for (size_t u = 1; u + 1 < lora_units.size(); ++u) lora_blocks += double(lora_units[u].numel());
+  const double lora_step = lora->flops_per_token(64), tiny_attention = 6.0 * 2 * 64 * 64;
+  EXPECT_DOUBLE_EQ(recompute_factor(*lora, 64), 1 + (2 * lora_blocks + tiny_attention / 3) / lora_step);
+}
+
+// The tuner's runs reduce in fp32 whatever the parameters' dtype: ddp's traffic, all gradient, is the same.
+TEST(TuneCost, Bf16ParametersReduceFp32Gradients) {
+  Tiny fp32(4, 16), bf16(4, 16);
+  bf16.problem.param_dtype = DType::bf16;
+  const Candidate ddp{StrategyKind::ddp, {}, 16, 1};
+  EXPECT_DOUBLE_EQ(predict_step(bf16.problem, ddp, nominal_calibration(bf16.problem)).comm_ms,
+                   predict_step(fp32.problem, ddp, nominal_calibration(fp32.problem)).comm_ms);
 }
 
 // Ranks of unequal speed: the auto split gives the fast rank more, and is predicted faster than even.
