@@ -3,9 +3,8 @@
 # GPU can show, in order of what it proves, each step printing its verdict as it ends.
 #
 #   scripts/gpu-acceptance.sh              on the GPU machine: the plan below, within ZSHARD_GPU_BUDGET_S
-#                                          (default 400 s: with the machine's start and release one call
-#                                          takes about 9 of the 15 minutes of device time, leaving room for one
-#                                          more call with fixes)
+#                                          (default 400 s: room for a second call that finishes what
+#                                          the first ran out of time for, or checks a fix)
 #                                          (ZSHARD_GPU_STEPS="tiny gpt2 ..." runs only those, with setup
 #                                          and build: a second call finishing what the first ran out of,
 #                                          or async-save or finetune-host, which are not in the default

@@ -2,7 +2,7 @@
 # Builds .gpudeps/: the Debian 12 (bookworm) .deb files that zshard needs to build and run on a GPU
 # machine that has nvcc, CMake, ninja and python3 + PyTorch but no OpenMPI, OpenBLAS, nlohmann-json, CLI11
 # or GoogleTest development files, no apt and no network. Run it HERE (a Debian 12 machine with apt);
-# ship the folder with the device tool's carry [".gpudeps"]; there, `source scripts/gpu-setup.sh` unpacks
+# ship the folder with the working tree to the GPU machine; there, `source scripts/gpu-setup.sh` unpacks
 # it with dpkg-deb -x into a prefix (never into /) and sets the environment.
 #
 #   scripts/gpu-bundle.sh            download the .debs into .gpudeps/ (idempotent), print the size

@@ -30,7 +30,7 @@ void enter_background_priority() {
 
 AsyncCheckpoint::AsyncCheckpoint(Engine& engine, comm::Communicator& world, std::string dir, nlohmann::json run)
     : engine_(engine), world_(world), dir_(std::move(dir)), run_(std::move(run)), step_(engine.steps_done()) {
-  prepare_step_dir(world_, dir_, engine_.plan().groups.size(0));
+  prepare_step_dir(world_, dir_, engine_.plan().groups.size(0), step_);
   ShardedParams& params = EngineInternals::params(engine_);
   const bool writes = world_.rank() < engine_.plan().groups.size(0);
   std::vector<FlatLayout> layouts;
@@ -145,8 +145,11 @@ AsyncSave::~AsyncSave() { release(); }
 
 void AsyncSave::release() {
   if (!save_) return;
-  AsyncCheckpoint*& in_flight = engine_->state_->save_in_flight_;
-  if (!save_->abandoned() && in_flight == save_.get()) in_flight = nullptr;
+  // An abandoned save's engine may be gone (its destructor abandons it): not touched then.
+  if (!save_->abandoned()) {
+    AsyncCheckpoint*& in_flight = engine_->state_->save_in_flight_;
+    if (in_flight == save_.get()) in_flight = nullptr;
+  }
   save_.reset();  // joins the writer
 }
 

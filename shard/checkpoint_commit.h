@@ -24,8 +24,9 @@ std::array<Tensor, kStateKinds> owned_state(const ShardedParams& params, int uni
 // Rank 0 makes `dir` ready for a save whose first `writers` ranks write the rank files: it creates it, or
 // uncommits what is there (an interrupted save of this step, a pruned checkpoint's files moved in to be
 // recycled) and removes all but those rank files, which the writers write over. A committed checkpoint
-// there is refused. Agreed: every rank throws AgreedFailure when it cannot.
-void prepare_step_dir(comm::Communicator& world, const std::string& dir, int writers);
+// there is refused, and so is a directory named for another step than `step` (step-00000042). Agreed:
+// every rank throws AgreedFailure when it cannot.
+void prepare_step_dir(comm::Communicator& world, const std::string& dir, int writers, int step);
 
 // What a rank tells the others of its rank file: checksum and size as int32 halves, and whether writing it
 // failed. Ranks outside the first shard group send zeros.

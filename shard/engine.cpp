@@ -15,6 +15,7 @@
 #include "shard/engine_state.h"
 #include "shard/frozen_fingerprint.h"
 #include "shard/memory/engine_report.h"
+#include "shard/plan_internals.h"
 #include "shard/sharded_params.h"
 #include "shard/step_graph.h"
 #include "shard/unit_specs.h"
@@ -48,6 +49,7 @@ Engine::Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, c
     refuse("Engine: the plan is for ", plan.world_size(), " rank(s) (resolve_plan's world), the world has ", world.size());
   if (options.grad_accum < 1) refuse("EngineOptions::grad_accum must be >= 1, got ", options.grad_accum);
   if (options.tokens_per_step < 1) refuse("EngineOptions::tokens_per_step must be >= 1, got ", options.tokens_per_step);
+  check_groups_carry_quantization(plan);
   comm::maybe_stall_in_set_up(world.rank(), "engine");
   check_same_units_on_every_rank(model.units(), world);
   // First: its stream becomes the compute stream for all of the engine's work.
@@ -165,8 +167,8 @@ double Engine::micro_step_loss(int64_t step, int micro_step) {
   if (step == state_->read_step_) return state_->read_sums_[kScalarDoubles + k];
   if (step == state_->previous_step_ && step + 1 == state_->steps_ended_) return state_->previous_losses_[k];
   if (step != state_->steps_ended_)
-    refuse("MicroStepLoss: a micro-step's loss is kept until the end of the step after its own (or until a load "
-           "drops its step); read it before then");
+    refuse("MicroStepLoss: a micro-step's loss is kept until the end of the step after its own (or until its "
+           "step is dropped: a load, a failed step); read it before then");
   if (state_->graph_ && state_->graph_->deferred())
     refuse("MicroStepLoss: with CUDA graphs the step's work runs in step(); read its losses after it");
   double added = 0;

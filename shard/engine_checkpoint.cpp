@@ -70,9 +70,16 @@ std::array<Tensor, 3> owned_state(const ShardedParams& params, int unit) {
   return {params.owned_params(unit), params.adam_m(unit), params.adam_v(unit)};
 }
 
-void prepare_step_dir(comm::Communicator& world, const std::string& dir, int writers) {
+void prepare_step_dir(comm::Communicator& world, const std::string& dir, int writers, int step) {
   run_agreed(world, [&] {
     if (world.rank() != 0) return;
+    // A directory named for a step is that step's: the newest-checkpoint search goes by the name, and a
+    // load refuses a manifest of another step there.
+    fs::path named = fs::path(dir).lexically_normal();
+    if (named.filename().empty()) named = named.parent_path();
+    if (const std::optional<int> dir_step = step_of_dir_name(named.filename().string()); dir_step && *dir_step != step)
+      refuse(dir, ": named for step ", *dir_step, ", but the state is of step ", step,
+             ": save into a directory of its own step's name (", step_dir_name(step), "), or of no step's");
     std::error_code ec;
     // A symbolic link goes, not what it points to: a save writes only into --save-dir.
     if (fs::is_symlink(fs::symlink_status(dir, ec))) fs::remove(dir, ec);
@@ -106,10 +113,8 @@ int64_t commit_step_dir(Engine& engine, comm::Communicator& world, const std::st
   const auto u64 = [](int32_t lo, int32_t hi) { return uint64_t(uint32_t(lo)) | uint64_t(uint32_t(hi)) << 32; };
   const ShardPlan& plan = engine.plan();
   ShardedParams& params = EngineInternals::params(engine);
-  int64_t frozen = 0;
-  for (int u = 0; u < params.num_units(); ++u) frozen += params.frozen_layout(u).numel();
   const Manifest::Frozen frozen_record{EngineInternals::frozen_source(engine),
-                                       EngineInternals::frozen_fingerprint(engine), frozen};
+                                       EngineInternals::frozen_fingerprint(engine), params.frozen_numel()};
   int64_t total_bytes = 0;
   for (int r = 0; r < plan.groups.size(0); ++r) total_bytes += int64_t(u64(reports[size_t(r)][2], reports[size_t(r)][3]));
   run_agreed(world, [&] {
@@ -144,7 +149,7 @@ int64_t commit_step_dir(Engine& engine, comm::Communicator& world, const std::st
 int64_t Engine::save(const std::string& dir, const std::string& run_json) {
   ShardedParams& params = *state_->params_;
   nlohmann::json run = parse_run_json(world_, run_json);
-  prepare_step_dir(world_, dir, plan_.groups.size(0));
+  prepare_step_dir(world_, dir, plan_.groups.size(0), state_->steps_done_);
   // The first shard group writes: world ranks 0..G-1, whose shard index is their rank. A rank file that
   // cannot be written (a full disk, a NaN in the state) takes the directory with it, so that no partial
   // checkpoint is left behind.
@@ -198,8 +203,7 @@ CheckpointInfo Engine::load(const std::string& dir) {
   run_agreed(world_, [&] {
     // Bad input, as a wrong --init-from or --seed: exit code 2. Another count of frozen elements is
     // another model (a frozen parameter reshaped, or frozen by other patterns), whatever the source.
-    int64_t frozen = 0;
-    for (int u = 0; u < params.num_units(); ++u) frozen += params.frozen_layout(u).numel();
+    const int64_t frozen = params.frozen_numel();
     if (manifest.frozen.params != frozen)
       refuse(dir, ": saved beside ", manifest.frozen.params, " frozen parameter elements, but this model freezes ",
              frozen, ": its frozen parameters' shapes or patterns differ from the saved run's");

@@ -25,8 +25,7 @@ uint64_t mix(uint64_t x) {  // splitmix64's finaliser: every input bit moves eve
 }  // namespace
 
 std::string frozen_fingerprint(const ShardedParams& params, comm::Communicator& world) {
-  int64_t frozen = 0;
-  for (int u = 0; u < params.num_units(); ++u) frozen += params.frozen_layout(u).numel();
+  const int64_t frozen = params.frozen_numel();
   if (frozen == 0) return "";
   // A sum of per-element hashes does not depend on which rank holds which element. The first shard group
   // covers each element once (the others are its replicas and add nothing); its ranks sum their owned

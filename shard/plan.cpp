@@ -107,28 +107,9 @@ void check_runs_here(const PlanOptions& o) {
   if (const std::string why = device_unavailable(device); !why.empty()) refuse(option_name(Option::device), " ", device_name(device), ": ", why);
 }
 
-// Quantization rounds what travels inside a shard group. Where every group is one rank nothing travels
-// there: the gathers' rounding would cost accuracy and memory and save nothing, and the reductions'
-// would not happen at all. (In unequal groups a group of one still rounds its weights, as the groups that
-// gather do.)
-void check_groups_carry_quantization(const StrategyOptions& s, const ShardGroups& groups) {
-  const std::vector<int>& sizes = groups.sizes();
-  if (std::any_of(sizes.begin(), sizes.end(), [](int size) { return size > 1; })) return;
-  const std::string alone = detail::concat(": every shard group here is one rank (", groups.world_size(),
-                                           groups.world_size() == 1 ? " rank" : " ranks in groups of 1",
-                                           "), so nothing is ");
-  if (s.quantize_gathers != GatherQuantization::none)
-    refuse(option_name(Option::quantize_gathers), " ", gather_quantization_name(s.quantize_gathers), alone,
-           "gathered from another rank: the weights would be rounded for no traffic saved");
-  if (s.quantize_reductions != ReductionQuantization::none)
-    refuse(option_name(Option::quantize_reductions), " ", reduction_quantization_name(s.quantize_reductions), alone,
-           "reduce-scattered inside a group: the flag would do nothing");
-}
-
 ShardPlan plan_with_groups(const PlanOptions& options, ShardGroups groups,
                            std::optional<ShardGroups> secondary_groups = std::nullopt) {
   const StrategyOptions& s = options.strategy;
-  check_groups_carry_quantization(s, groups);
   return {s.kind,          s.shard_group,       std::move(groups),         s.reshard_after_forward,
           s.max_inflight,  s.quantize_gathers,  s.quantize_reductions,     std::move(secondary_groups),
           options.placement, comm_backend(options), options.comm_timeout_s};
@@ -302,5 +283,21 @@ ShardPlan plan_for_world(const PlanOptions& options, int world_size) {
   return plan_with_groups(options, shard_groups(options.strategy, world_size),
                           secondary_groups(options.strategy, world_size, nullptr));
 }
+
+void check_groups_carry_quantization(const ShardPlan& plan) {
+  const ShardGroups& groups = plan.groups;
+  const std::vector<int>& sizes = groups.sizes();
+  if (std::any_of(sizes.begin(), sizes.end(), [](int size) { return size > 1; })) return;
+  const std::string alone = detail::concat(": every shard group here is one rank (", groups.world_size(),
+                                           groups.world_size() == 1 ? " rank" : " ranks in groups of 1",
+                                           "), so nothing is ");
+  if (plan.quantize_gathers != GatherQuantization::none)
+    refuse(option_name(Option::quantize_gathers), " ", gather_quantization_name(plan.quantize_gathers), alone,
+           "gathered from another rank: the weights would be rounded for no traffic saved");
+  if (plan.quantize_reductions != ReductionQuantization::none)
+    refuse(option_name(Option::quantize_reductions), " ", reduction_quantization_name(plan.quantize_reductions), alone,
+           "reduce-scattered inside a group: the flag would do nothing");
+}
+
 
 }  // namespace zshard

@@ -138,6 +138,12 @@ ShardedParams::~ShardedParams() {
 const FlatLayout& ShardedParams::layout(int unit) const { return units_[unit]->layout; }
 const FlatLayout& ShardedParams::frozen_layout(int unit) const { return units_[unit]->frozen; }
 
+int64_t ShardedParams::frozen_numel() const {
+  int64_t numel = 0;
+  for (const auto& u : units_) numel += u->frozen.numel();
+  return numel;
+}
+
 std::vector<UnitSpec> ShardedParams::trainable_units() const {
   std::vector<UnitSpec> out;
   for (const auto& u : units_) out.push_back(u->layout.spec());

@@ -49,8 +49,8 @@
 // holds the same weights, as the gradients' reduction assumes and as a run of any world size with the same
 // shards reproduces. Unequal hybrid groups cut their blocks at their own shards' boundaries: a block that
 // straddles one group size's boundary is two blocks there and one in the other group, its elements
-// rounded on different scales (within the quantization error); the fp32 masters stay the same. The records and their block tables (shard/chunk_blocks.h) count as params
-// (and frozen), the received records as comm.
+// rounded on different scales (within the quantization error); the fp32 masters stay the same. The records
+// and their block tables (shard/chunk_blocks.h) count as params (and frozen), the received records as comm.
 #pragma once
 #include <deque>
 #include <memory>
@@ -132,6 +132,7 @@ class ShardedParams : public ParamContext {
   // without frozen parameters has them all.
   const FlatLayout& layout(int unit) const;
   const FlatLayout& frozen_layout(int unit) const;  // the frozen parameters' (numel 0 without any)
+  int64_t frozen_numel() const;  // elements of every unit's frozen parameters
   std::vector<UnitSpec> trainable_units() const;  // each unit's trainable parameters: what a checkpoint holds
   int shard_index() const { return comms_.shard_index(); }
   int shard_group_size() const { return comms_.shard_group_size(); }  // this rank's group

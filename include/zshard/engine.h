@@ -199,8 +199,8 @@ class Engine {
   // A checkpoint holds the trainable parameters' state only: frozen ones stay as they are, and must be
   // those it was trained beside (the same seed, or the same weights imported first), else it is refused
   // (UsageError).
-  // A step in progress is dropped with its gradients (a loop recovering from a failed step loads the last
-  // checkpoint and goes on). Collective.
+  // A step in progress is dropped with its gradients once the checkpoint has passed those checks (a loop
+  // recovering from a failed step loads the last checkpoint and goes on). Collective.
   CheckpointInfo load(const std::string& dir);
 
   // Replaces the parameters with the full weights of safetensors file `path`, named and shaped as the

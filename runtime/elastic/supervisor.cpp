@@ -109,8 +109,11 @@ class Supervisor {
   Outcome run_attempt(const std::vector<Host>& hosts, const BatchPlan& plan, int attempt, Restart* restart);
   void note_steps(StepLogReader& reader, Restart* restart);
   void hold_save_dir();
+  std::string step_log_path(int attempt) const {
+    return (std::filesystem::path(state_dir_) / ("attempt-" + std::to_string(attempt) + ".jsonl")).string();
+  }
   void keep_earlier_log();
-  void write_log() const;
+  bool write_log() const;  // true once --log-json holds every step so far
   bool takes_init_from_again(const CheckpointEntry& checkpoint) const;
   BatchPlan plan_on(const std::vector<Host>& hosts);
   std::vector<Host> hosts_for_flags(std::vector<Host> hosts, const std::vector<Host>& before);
@@ -181,10 +184,15 @@ void Supervisor::hold_save_dir() {
   const int fd = open(lock.c_str(), O_RDWR | O_CREAT, 0644);
   if (fd < 0) refuse("--save-dir ", save_dir_, ": cannot open ", lock, " (", std::strerror(errno), ")");
   if (flock(fd, LOCK_EX | LOCK_NB) == 0) return;  // held until this process and the jobs it starts end
+  if (errno != EWOULDBLOCK) {  // a file system without locks (Lustre mounted without flock, NFS without lockd)
+    std::cerr << "zshard-run: warning: cannot lock " << lock << " (" << std::strerror(errno)
+              << "): nothing stops a second zshard-run on this --save-dir" << std::endl;
+    return;
+  }
   std::string holder;
   std::getline(std::ifstream(fs::path(state_dir_) / "job"), holder);
-  refuse("--save-dir ", save_dir_, ": another zshard-run, or a job one started", holder.empty() ? "" : " (" + holder + ")",
-         ", still runs on it; stop it, or wait for it to end");
+  refuse("--save-dir ", save_dir_, ": another zshard-run, or a job one started",
+         holder.empty() ? "" : " (" + holder + ")", ", still runs on it; stop it, or wait for it to end");
 }
 
 // Run again over a --save-dir it left checkpoints in (after a stop, or a launcher that died), zshard-run
@@ -198,7 +206,8 @@ void Supervisor::keep_earlier_log() {
   std::vector<fs::path> step_logs;
   for (const fs::directory_entry& e : fs::directory_iterator(state_dir_, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.starts_with("attempt-") && name.ends_with(".jsonl") && e.is_regular_file(ec)) step_logs.push_back(e.path());
+    if (name.starts_with("attempt-") && name.ends_with(".jsonl") && e.is_regular_file(ec))
+      step_logs.push_back(e.path());
   }
   std::sort(step_logs.begin(), step_logs.end(), [](const fs::path& a, const fs::path& b) {
     std::error_code ignored;
@@ -253,14 +262,16 @@ std::string Supervisor::newest_text() const {
   return newest ? "the newest checkpoint is " + newest->path : "no checkpoint was committed";
 }
 
-void Supervisor::write_log() const {
-  if (log_json_.empty()) return;
+bool Supervisor::write_log() const {
+  if (log_json_.empty()) return false;
   // The job comes first, as zshard-train's own --step-log: a full disk loses a log, not the run. The next
   // write has every step again.
   try {
     write_file_atomically(log_json_, log_.text());
+    return true;
   } catch (const std::exception& e) {
     std::cerr << "zshard-run: warning: " << e.what() << "; the run goes on" << std::endl;
+    return false;
   }
 }
 
@@ -280,8 +291,8 @@ bool Supervisor::takes_init_from_again(const CheckpointEntry& checkpoint) const 
 // The batch plan on `hosts`. A relaunch that resumes where nothing is frozen loads the checkpoint alone
 // (run_attempt drops --init-from): from the first checkpoint on, the plan counts no import.
 BatchPlan Supervisor::plan_on(const std::vector<Host>& hosts) {
-  if (const std::optional<CheckpointEntry> newest = newest_committed(save_dir_); newest && !takes_init_from_again(*newest))
-    run_.options.model.init_from.clear();
+  const std::optional<CheckpointEntry> newest = newest_committed(save_dir_);
+  if (newest && !takes_init_from_again(*newest)) run_.options.model.init_from.clear();
   return plan_batch(run_, host_slots(hosts), budget_);
 }
 
@@ -348,7 +359,7 @@ void Supervisor::note_steps(StepLogReader& reader, Restart* restart) {
 Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, const BatchPlan& plan, int attempt,
                                             Restart* restart) {
   std::vector<std::string> command = o_.command;
-  const std::string step_log = (fs::path(state_dir_) / ("attempt-" + std::to_string(attempt) + ".jsonl")).string();
+  const std::string step_log = step_log_path(attempt);
   set_flag(command, "--log-json", nullptr);  // the launcher writes it, merged across attempts
   set_flag(command, "--step-log", step_log.c_str());
   // A stop signal becomes this file, which the job's rank 0 looks for at every step boundary: mpirun would
@@ -387,7 +398,8 @@ Supervisor::Outcome Supervisor::run_attempt(const std::vector<Host>& hosts, cons
   Child child = spawn(argv, ChildOutput::pipes());
   // Named where a second launcher of this --save-dir looks (hold_save_dir): a job this launcher's death
   // left running is found by it.
-  std::ofstream(fs::path(state_dir_) / "job") << "mpirun pid " << child.pid << " of zshard-run pid " << getpid() << "\n";
+  std::ofstream(fs::path(state_dir_) / "job") << "mpirun pid " << child.pid << " of zshard-run pid " << getpid()
+                                              << "\n";
   StepLogReader reader(step_log);
   // The job's output passes through a whole line at a time, so that the launcher's own lines never land
   // inside a rank's; a line longer than a read's buffer goes on as it is.
@@ -492,7 +504,8 @@ int Supervisor::run() {
     }
     const int steps_before = log_.last_step();
     const Outcome outcome = run_attempt(hosts, plan, attempt, restart ? &*restart : nullptr);
-    write_log();
+    // Merged into --log-json: no later launcher replays it (keep_earlier_log), however its file times fall.
+    if (std::error_code ignored; write_log()) fs::remove(step_log_path(attempt), ignored);
     if (restart && !restart->recovered) append_restart(restart->record);  // failed again before a step
     if (outcome.stopped) return stopped();
     if (outcome.signalled) {  // a stop meant for the job (mpirun's own exit status aside): nothing to restart

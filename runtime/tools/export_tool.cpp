@@ -1,8 +1,8 @@
 // zshard-export (export_tool): writes a checkpoint's weights as one safetensors file, for --init-from and
-// for PyTorch: every parameter with the model's names and layouts (F32); for a LoRA fine-tune the adapters alone under PEFT's
-// names with PEFT's adapter_config.json beside them, or with --merge-lora the adapters folded into the base
-// (runtime/train/weights_export.h). One process, whatever world size saved it: it verifies every rank
-// file's checksum, then reads only the parameter tensors, never the Adam state.
+// for PyTorch: every parameter with the model's names and layouts (F32); for a LoRA fine-tune the adapters
+// alone under PEFT's names with PEFT's adapter_config.json beside them, or with --merge-lora the adapters
+// folded into the base (runtime/train/weights_export.h). One process, whatever world size saved it: it
+// verifies every rank file's checksum, then reads only the parameter tensors, never the Adam state.
 #include <iostream>
 
 #include <zshard/error.h>

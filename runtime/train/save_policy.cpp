@@ -272,7 +272,7 @@ bool SavePolicy::agree_at_boundary() {
   if (out_)
     *out_ << "zshard-train: " << (stop_file ? "stop requested (--stop-file " + o.stop_file + ")" : "stop signal received")
           << "; stopping after step " << trainer_.steps_done()
-          << (o.save_dir.empty() ? " (no --save-dir: nothing saved)" : "") << "\n";
+          << (o.save_dir.empty() ? " (no --save-dir: nothing saved)" : "") << std::endl;  // zshard-run reads it
   return false;
 }
 

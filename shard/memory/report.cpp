@@ -79,7 +79,8 @@ void MemoryReport::print(std::ostream& out) const {
       if (r.shard_group == g) host = std::max(host, r.stats.live[int(Category::host)]);
     out << "offloaded optimizer (host)" << of_groups(g) << ": measured " << mib(double(host)) << " MiB, predicted "
         << mib(double(p.host)) << " MiB"
-        << (rank0s ? " (ZeRO-Offload, gradients on the host too: " + mib(double(predicted_zero_offload.host)) + " MiB)" : "")
+        << (rank0s ? " (ZeRO-Offload, gradients on the host too: " + mib(double(predicted_zero_offload.host)) + " MiB)"
+                   : "")
         << "; model states left on the device: measured " << mib(double(measured_model_states(g)) - double(host))
         << " MiB, predicted " << mib(double(p.on_device())) << " MiB"
         << (rank0s ? " (ZeRO-Offload: " + mib(double(predicted_zero_offload.on_device())) + " MiB)" : "") << "\n";

@@ -222,6 +222,12 @@ expect_failure "train --quantize-reductions over hybrid's groups of one" 2 \
   "--quantize-reductions int8: every shard group here is one rank \(3 ranks in groups of 1\)" -- \
   "${MPIRUN[@]}" -np 3 "$TRAIN" --strategy hybrid --batch 6 --quantize-reductions int8
 expect_one_line "train --quantize-reductions over hybrid's groups of one" "every shard group here is one rank"
+# Where a run starts, not where the tools plan: zshard-mem's table of a world of one, zshard-bench's probe of
+# hybrid's groups (of one at np 2: hybrid does not run there) beside quantized zero3.
+expect_ok "mem: quantized gathers in a world of one's row" "$BIN/zshard-mem" --model tiny --strategy zero3 \
+  --quantize-gathers int8
+expect_ok "bench at np 2 with quantized gathers" "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --model tiny \
+  --warmup-steps 0 --steps 1 --quantize-gathers int8
 expect_failure "train --quantize-reductions fp8" 2 "--quantize-reductions: unknown value 'fp8' [(]valid: none, int8, int4[)]" -- \
   "$TRAIN" --strategy zero2 --quantize-reductions fp8
 expect_failure "mem --world 2,,4" 2 "--world: empty item in the list '2,,4'" -- "$BIN/zshard-mem" --model tiny --world 2,,4

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <zshard/engine.h>
@@ -183,6 +184,24 @@ TEST(EngineFacade, AnAsyncSaveCommitsOnceEveryFileIsWritten) {
   EXPECT_EQ(info.run_json, R"({"mine":1})");
   engine->forward(tokens.batch());
   EXPECT_EQ(engine->finish_eval(), saved);
+}
+
+// The engine destroyed before its save's handle: the save is given up, nothing committed, and the
+// handle's calls throw without reaching into the engine that is gone.
+TEST(EngineFacade, ASaveOutlivingItsEngineIsGivenUp) {
+  test::TempDir tmp;
+  const std::string root = test::shared_dir(tmp);
+  std::unique_ptr<Engine> engine = zero3_engine();
+  std::optional<AsyncSave> saving;
+  {
+    const test::ScopedHook slow("ZSHARD_TEST_SLOW_WRITER", "300");
+    saving.emplace(engine->save_async(root + "/ck"));
+    engine.reset();
+  }
+  EXPECT_THROW(saving->wait(), Error);
+  EXPECT_THROW(saving->test(), Error);
+  saving.reset();
+  EXPECT_FALSE(is_committed(root + "/ck"));
 }
 
 }  // namespace

@@ -241,6 +241,28 @@ TEST(EngineMisuse, AdamWOutOfRangeIsRefusedBeforeAnyUpdate) {
   EXPECT_NE(eval_loss(engine, tokens), before);
 }
 
+// A step-N directory is step N's: the newest-checkpoint search goes by the name, and a load of another
+// step's manifest there is refused as damaged.
+TEST(EngineMisuse, ASaveIntoAnotherStepsDirectoryIsRefused) {
+  test::TempDir tmp;
+  const std::string root = test::shared_dir(tmp);
+  Engine engine(model(), world(), zero3(), options());
+  const std::string refused = error_of([&] { engine.save(root + "/step-00000005"); });
+  // Agreed: rank 0 names it, the others hold "another rank failed".
+  EXPECT_THAT(refused, HasSubstr(world().rank() == 0 ? "step-00000005: named for step 5, but the state is of step 0"
+                                                     : "another rank failed"));
+  EXPECT_EQ(error_of([&] { engine.save(root + "/step-00000000"); }), "(no error)");
+  EXPECT_EQ(engine.load(root + "/step-00000000").step, 0);
+}
+
+// A loop of one's own gets the trainer's refusal: groups of one carry no quantized traffic.
+TEST(EngineMisuse, QuantizationGroupsOfOneCannotCarryIsRefused) {
+  StrategyOptions hybrid{StrategyKind::hybrid, ShardGroupRequest::equal(1)};
+  hybrid.quantize_reductions = ReductionQuantization::int8;
+  EXPECT_THAT(error_of([&] { Engine engine(model(), world(), test::plan(hybrid), options()); }),
+              HasSubstr(" int8: every shard group here is one rank"));
+}
+
 TEST(EngineMisuse, AStepBeforeItsMicroStepsSaysWhatToCall) {
   Engine engine(model(), world(), zero3(), options());
   const std::string want =
