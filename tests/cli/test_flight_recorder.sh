@@ -113,7 +113,12 @@ cp "$WORK/traces/rank-00000.trace" "$WORK/good.trace"
 mkdir -p "$WORK/truncated" "$WORK/corrupt"
 head -c 1000 "$WORK/good.trace" >"$WORK/truncated/rank-00000.trace"
 cp "$WORK/good.trace" "$WORK/corrupt/rank-00000.trace"
-printf 'X' | dd of="$WORK/corrupt/rank-00000.trace" bs=1 seek=700 conv=notrunc status=none
+# Byte 700 inverted, whatever it held (writing a fixed 'X' changed nothing where the byte was one already).
+python3 -c "
+import sys
+data = bytearray(open(sys.argv[1], 'rb').read())
+data[700] ^= 0xFF
+open(sys.argv[1], 'wb').write(data)" "$WORK/corrupt/rank-00000.trace"
 expect_failure "trace truncated" 1 "^zshard-trace: error: .*truncated/rank-00000.trace: truncated: 1000 bytes" -- \
   "$TRACE" "$WORK/truncated"
 expect_one_line "trace truncated" "."
