@@ -226,6 +226,10 @@ void Supervisor::keep_earlier_log() {
       log_.begin_attempt(records.front().at("step").get<int>() - 1);
       for (const json& record : records) log_.add(record);
     }
+    // Replayed once: kept, a later launch would replay them again after a --log-json that has gone past
+    // them, and drop its newer steps.
+    if (!step_logs.empty() && write_log())
+      for (const fs::path& path : step_logs) fs::remove(path, ec);
   } catch (const std::exception& e) {
     log_ = RunLog();
     std::cerr << "zshard-run: warning: " << e.what() << "; --log-json starts over" << std::endl;

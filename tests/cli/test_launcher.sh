@@ -101,6 +101,16 @@ expect_true "--log-json has steps 1..150, each once (the killed launcher's attem
   test "$(steps "$WORK/orphan.json")" = "$(seq -s ' ' 150) "
 same_losses "... with the uninterrupted run's losses" "$WORK/ref.json" "$WORK/orphan.json" 0
 
+# A killed launcher's step log is replayed once: left behind (here attempt-7, steps 9 and 10), a later
+# launch would replay it after a --log-json gone past it and drop the newer steps.
+D="$WORK/replayed"
+expect_ok "a run of 10 steps" "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 10 --save-dir "$D" --log-json "$WORK/replayed.json"
+tail -2 "$WORK/replayed.json" >"$D/zshard-run/attempt-7.jsonl"
+expect_ok "on to step 12, the step log replayed" "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 12 --save-dir "$D" \
+  --log-json "$WORK/replayed.json"
+expect_ok "on to step 14" "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 14 --save-dir "$D" --log-json "$WORK/replayed.json"
+expect_true "--log-json has steps 1..14, each once" test "$(steps "$WORK/replayed.json")" = "$(seq -s ' ' 14) "
+
 # ---- SIGTERM to mpirun, not to the launcher: the job stops as asked, and is not relaunched ----
 D="$WORK/term-mpirun"
 "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 100000 --save-dir "$D" >"$WORK/out" 2>"$WORK/err" &
