@@ -220,7 +220,10 @@ std::string step_dir_name(int step) {
   return buf;
 }
 
-std::optional<int> step_of_dir_name(const std::string& name) {
+std::optional<int> step_of_dir(const std::string& dir) {
+  fs::path named = fs::path(dir).lexically_normal();
+  if (named.filename().empty()) named = named.parent_path();  // "step-00000010/"
+  const std::string name = named.filename().string();
   int step = -1;
   char tail = 0;
   if (std::sscanf(name.c_str(), "step-%d%c", &step, &tail) != 1 || step < 0 || name != step_dir_name(step))
@@ -272,9 +275,7 @@ Manifest read_manifest(const std::string& dir) {
   }
   // The directory's name is the step the newest-checkpoint search and zshard-run go by; the manifest's
   // is the step training resumes at (its schedule and data positions). They must be the same step.
-  fs::path named = fs::path(dir).lexically_normal();
-  if (named.filename().empty()) named = named.parent_path();  // "step-00000010/"
-  const std::optional<int> dir_step = step_of_dir_name(named.filename().string());
+  const std::optional<int> dir_step = step_of_dir(dir);
   if (dir_step && *dir_step != m.step)
     damaged(path, ": records step ", m.step, " in the directory of step ", *dir_step);
   return m;
@@ -395,7 +396,7 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& save_dir) {
   std::error_code ec;
   if (!fs::is_directory(save_dir, ec)) return out;
   for (const auto& entry : fs::directory_iterator(save_dir, ec)) {
-    const std::optional<int> step = step_of_dir_name(entry.path().filename().string());
+    const std::optional<int> step = step_of_dir(entry.path().string());
     if (!entry.is_directory(ec) || !step) continue;
     out.push_back({*step, entry.path().string(), is_committed(entry.path().string())});
   }

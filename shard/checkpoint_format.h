@@ -43,7 +43,7 @@ uint64_t file_checksum(const std::string& path, Checksum kind = Checksum::xxh3_6
 
 std::string rank_file_name(int shard);
 std::string step_dir_name(int step);  // "step-00000042": sorts by step
-std::optional<int> step_of_dir_name(const std::string& name);  // 42 for "step-00000042", else none
+std::optional<int> step_of_dir(const std::string& dir);  // 42 for ".../step-00000042[/]", else none
 
 struct CheckpointFile {
   std::string name;  // relative to the checkpoint directory

@@ -24,8 +24,8 @@ namespace zshard {
 
 namespace {
 
-// Engine::State::step_sums_, on the device: [StepScalars | a loss sum per micro-step | this rank's squared norm |
-// every rank's]. The first two are what the step's end reads back, in one copy.
+// Engine::State::step_sums_, on the device: [StepScalars | a loss sum per micro-step | this rank's squared
+// norm | every rank's]. The first two are what the step's end reads back, in one copy.
 constexpr size_t kScalarDoubles = sizeof(ops::StepScalars) / sizeof(double);
 static_assert(sizeof(ops::StepScalars) % sizeof(double) == 0, "the scalars are read back as doubles");
 

@@ -75,9 +75,7 @@ void prepare_step_dir(comm::Communicator& world, const std::string& dir, int wri
     if (world.rank() != 0) return;
     // A directory named for a step is that step's: the newest-checkpoint search goes by the name, and a
     // load refuses a manifest of another step there.
-    fs::path named = fs::path(dir).lexically_normal();
-    if (named.filename().empty()) named = named.parent_path();
-    if (const std::optional<int> dir_step = step_of_dir_name(named.filename().string()); dir_step && *dir_step != step)
+    if (const std::optional<int> dir_step = step_of_dir(dir); dir_step && *dir_step != step)
       refuse(dir, ": named for step ", *dir_step, ", but the state is of step ", step,
              ": save into a directory of its own step's name (", step_dir_name(step), "), or of no step's");
     std::error_code ec;
