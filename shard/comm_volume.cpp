@@ -19,7 +19,9 @@ CommVolume comm_volume(const CommShape& s) {
                     : s.grad_bytes);
   };
   CommVolume v;
-  switch (s.kind) {
+  // Hybrid with groups of one runs as ddp (ShardPlan::runs_as_ddp).
+  const bool as_ddp = s.kind == StrategyKind::hybrid && s.replicas == s.world;
+  switch (as_ddp ? StrategyKind::ddp : s.kind) {
     case StrategyKind::ddp: v.reduce = 2 * pass(s.world, s.grad_bytes); break;
     case StrategyKind::zero1:
       v.reduce = reduction(s.world);

@@ -59,8 +59,13 @@ struct ShardPlan {
   double comm_timeout_s = kDefaultCommTimeout;
 
   int world_size() const { return groups.world_size(); }
-  bool params_sharded() const { return zshard::params_sharded(kind); }
-  bool grads_sharded() const { return zshard::grads_sharded(kind); }
+  // Hybrid whose every shard group is one rank (its default on 2, 3 or a prime number of ranks on one host)
+  // shards nothing, and runs as ddp: parameters and gradients resident, one all-reduce a step. Sharded
+  // groups of one would only copy each unit whole at every gather, and reduce at every micro-step of an
+  // accumulation where ddp reduces once (FSDP likewise runs a shard group of one as NO_SHARD).
+  bool runs_as_ddp() const { return kind == StrategyKind::hybrid && groups.count() == world_size(); }
+  bool params_sharded() const { return zshard::params_sharded(kind) && !runs_as_ddp(); }
+  bool grads_sharded() const { return zshard::grads_sharded(kind) && !runs_as_ddp(); }
 };
 
 // The plan of `options` on `world`. Collective over `world`, and its first collective: it sets the

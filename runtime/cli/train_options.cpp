@@ -78,6 +78,17 @@ std::vector<FlagPath> named_outputs(const TrainOptions& o) {
 
 // The stop file is removed once seen, so it may be no file the run reads or writes; a directory there would
 // be taken for a request and removed.
+// A path among the step-* checkpoint directories a run writes under --save-dir (or one of them, as a file):
+// the run's saves and prunes would remove it, or fail on it.
+void check_not_in_a_checkpoint(const FlagPath& file, const std::string& save_dir) {
+  if (save_dir.empty() || file.second.empty()) return;
+  const std::filesystem::path in_save = normal_path(file.second).lexically_relative(normal_path(save_dir));
+  const std::string first = in_save.empty() ? "" : in_save.begin()->string();
+  if (first == "step-spare" || (first.starts_with("step-") && first.size() > 5 && std::isdigit(first[5])))
+    refuse(file.first, " ", file.second, ": inside what the run writes under --save-dir (its step-* checkpoints), ",
+           "which its saves would remove or fail on; give a file beside them");
+}
+
 void check_stop_file(const TrainOptions& o) {
   const FlagPath stop{"--stop-file", o.saves.stop_file};
   if (stop.second.empty()) return;
@@ -94,12 +105,7 @@ void check_stop_file(const TrainOptions& o) {
   const std::filesystem::path from_stop = normal_path(o.saves.save_dir).lexically_relative(normal_path(stop.second));
   if (!o.saves.save_dir.empty() && !from_stop.empty() && *from_stop.begin() != "..")
     refuse("--stop-file ", stop.second, " names the --save-dir or a directory above it, which set-up makes");
-  const std::filesystem::path in_save = normal_path(stop.second).lexically_relative(normal_path(o.saves.save_dir));
-  const std::string first = in_save.empty() ? "" : in_save.begin()->string();
-  const bool in_a_step = first == "step-spare" || (first.starts_with("step-") && first.size() > 5 && std::isdigit(first[5]));
-  if (!o.saves.save_dir.empty() && in_a_step)
-    refuse("--stop-file ", stop.second, ": inside what the run writes under --save-dir (its step-* checkpoints), ",
-           "which it would remove; give a file beside them");
+  check_not_in_a_checkpoint(stop, o.saves.save_dir);
   check_not_trace_dir(stop, o.output.trace_dir);
 }
 
@@ -133,6 +139,7 @@ void check_outputs(const TrainOptions& o) {
     // directory that cannot be made is refused (SavePolicy), needs no directory yet.
     if (!inside_dir_not_made_yet(out.second, s.save_dir)) check_output_path(out.first, out.second);
     check_not_input(out, taken);
+    check_not_in_a_checkpoint(out, s.save_dir);
     check_not_trace_dir(out, o.output.trace_dir);
     if (!save_dir_exists) check_not_input(out, {{"--save-dir", s.save_dir}});
     taken.push_back(out);

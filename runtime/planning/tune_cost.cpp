@@ -64,14 +64,14 @@ CommLoad comm_load(const TuneProblem& p, const Candidate& c) {
                                          .secondary_group = secondary_group});
   CommLoad v;
   v.bytes = volume.total();
-  switch (c.kind) {
+  switch (plan.runs_as_ddp() ? StrategyKind::ddp : c.kind) {
     case StrategyKind::ddp: v.calls = U; break;                // all-reduce, once per step (no_sync)
     case StrategyKind::zero1: v.calls = 2 * U; break;          // reduce-scatter once, all-gather after the step
     case StrategyKind::zero2: v.calls = (K + 1) * U; break;    // reduce-scatter every micro-step
     case StrategyKind::zero3: v.calls = K * (gathers + 1) * U; break;
     case StrategyKind::hybrid: v.calls = K * (gathers + 2) * U; break;  // and an all-reduce across groups
   }
-  if (params_sharded(c.kind) && c.max_inflight == 1) {
+  if (plan.params_sharded() && c.max_inflight == 1) {
     v.unprefetched_bytes = volume.gather + volume.secondary;
     v.unprefetched_calls = double(K) * gathers * U;
   }

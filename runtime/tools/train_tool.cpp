@@ -44,7 +44,7 @@ int train_tool(int argc, char** argv, const std::string& default_model) {
     if (plan.kind == StrategyKind::hybrid) {
       const bool ones = plan.groups.count() == world.size(), defaulted = plan.shard_group.automatic() && world.size() > 1;
       strategy += " (shard groups " + std::string(plan.groups.equal() ? "of " : "") + plan.groups.describe() +
-                  (ones ? ": every rank holds the whole model" : "") +
+                  (ones ? ": every rank holds the whole model, run as ddp" : "") +
                   (ones && defaulted ? ", the default where no larger size makes two groups or more; --shard-group sets them" : "") + ")";
     }
     if (rank == 0)

@@ -8,7 +8,11 @@
 #include <sstream>
 #include <utility>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include "comm/agreed_failure.h"
 #include "comm/abort.h"
@@ -99,7 +103,28 @@ SavePolicy::SavePolicy(Trainer& trainer, std::ostream* out)
   std::string dir;
   Manifest manifest;
   std::vector<std::string> report;
-  run_agreed(world_, [&] {
+  // --save-dir is made and locked before anything is read from it: a second run started beside this one
+  // is refused rather than let both pass the checks below and then save into one directory.
+  run_agreed(world_, [&] { create_save_dir(); });
+  try {
+    run_agreed(world_, [&] { check_resume(dir, manifest, report); });
+  } catch (const AgreedFailure&) {
+    remove_save_dir_made();
+    throw;
+  }
+  if (!dir.empty()) {
+    trainer.engine().load(dir);
+    if (trainer.options().data.rank_batches_auto) continue_split(manifest.run);
+    resumed_step_ = manifest.step;
+    std::error_code ec;
+    if (!o.save_dir.empty() && fs::equivalent(dir, fs::path(o.save_dir) / step_dir_name(manifest.step), ec))
+      saved_step_ = manifest.step;
+  }
+  if (out_) for (const std::string& line : report) *out_ << "zshard-train: " << line << "\n";
+}
+
+void SavePolicy::check_resume(std::string& dir, Manifest& manifest, std::vector<std::string>& report) const {
+  const SaveOptions& o = trainer_.options().saves;
     if (!o.resume.empty()) {
       dir = o.resume;
       if (dir == "latest") {
@@ -113,17 +138,6 @@ SavePolicy::SavePolicy(Trainer& trainer, std::ostream* out)
       report = compare_with_flags(dir, manifest);
     }
     check_save_dir(dir, manifest.step);
-  });
-  if (!dir.empty()) {
-    trainer.engine().load(dir);
-    if (trainer.options().data.rank_batches_auto) continue_split(manifest.run);
-    resumed_step_ = manifest.step;
-    std::error_code ec;
-    if (!o.save_dir.empty() && fs::equivalent(dir, fs::path(o.save_dir) / step_dir_name(manifest.step), ec))
-      saved_step_ = manifest.step;
-  }
-  run_agreed(world_, [&] { create_save_dir(); });
-  if (out_) for (const std::string& line : report) *out_ << "zshard-train: " << line << "\n";
 }
 
 json SavePolicy::run_state(int step) const {
@@ -220,6 +234,34 @@ void SavePolicy::create_save_dir() {
     refuse("--save-dir ", save_dir, ": cannot write into it (", ec.message(), ")");
   }
   fs::remove(probe, ec);
+  lock_save_dir();
+}
+
+// One run a --save-dir: an flock on the directory itself (no file left behind), held by rank 0 until the
+// run ends. zshard-run's relaunch finds it free, its previous job gone.
+void SavePolicy::lock_save_dir() {
+  const std::string& save_dir = trainer_.options().saves.save_dir;
+  save_dir_lock_.fd = ::open(save_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (save_dir_lock_.fd >= 0 && flock(save_dir_lock_.fd, LOCK_EX | LOCK_NB) == 0) return;
+  const int error = errno;
+  if (error == EWOULDBLOCK) {
+    remove_save_dir_made();
+    refuse("--save-dir ", save_dir, ": another run is saving there; wait for it to end, or choose another directory");
+  }
+  // A file system without locks (NFS without lockd, Lustre mounted without flock): the run goes on.
+  if (out_)
+    *out_ << "zshard-train: note: cannot lock --save-dir " << save_dir << " (" << std::strerror(error)
+          << "): nothing stops a second run from saving there\n";
+}
+
+void SavePolicy::remove_save_dir_made() const {
+  const std::string& save_dir = trainer_.options().saves.save_dir;
+  std::error_code ignored;
+  if (world_.rank() == 0 && created_save_dir_ && fs::is_empty(save_dir, ignored)) fs::remove(save_dir, ignored);
+}
+
+SavePolicy::DirLock::~DirLock() {
+  if (fd >= 0) ::close(fd);
 }
 
 void SavePolicy::continue_split(const json& run) {
@@ -332,9 +374,7 @@ void SavePolicy::cleaning_up_failure(const std::function<void()>& save) const {
   } catch (const AgreedFailure&) {
     // A save that failed took its step's directory with it, so the newest checkpoint stays the last good
     // one; a --save-dir this run made for it goes too.
-    const std::string& save_dir = trainer_.options().saves.save_dir;
-    std::error_code ignored;
-    if (world_.rank() == 0 && created_save_dir_ && fs::is_empty(save_dir, ignored)) fs::remove(save_dir, ignored);
+    remove_save_dir_made();
     throw;
   }
 }

@@ -65,7 +65,12 @@ class SavePolicy {
   void continue_split(const nlohmann::json& run);
   // Saving never overwrites a checkpoint: --save-dir may hold only what led to this run.
   void check_save_dir(const std::string& resume_dir, int resumed_step) const;
+  // --resume's checkpoint (`dir`, found for `latest`), its manifest and the lines the resume reports.
+  void check_resume(std::string& dir, Manifest& manifest, std::vector<std::string>& report) const;
+  // Rank 0: makes --save-dir, checks that it can write there, and locks it (lock_save_dir).
   void create_save_dir();
+  void lock_save_dir();
+  void remove_save_dir_made() const;  // rank 0: --save-dir, when this run made it and it is still empty
   // Rank 0: uncommits the checkpoints --keep no longer keeps (and removes interrupted saves). The newest
   // of them becomes the spare directory, whose rank files the next save writes over; the others' files
   // are deleted on a thread of its own (remover_): freeing gigabytes takes the kernel a good part of a
@@ -90,6 +95,10 @@ class SavePolicy {
   int resumed_step_ = -1;
   int saved_step_ = -1;  // the step whose checkpoint is already in --save-dir
   bool created_save_dir_ = false;  // this run made --save-dir: a failed first save removes it again
+  struct DirLock {
+    int fd = -1;
+    ~DirLock();
+  } save_dir_lock_;  // rank 0: --save-dir, flocked for the run's life
   // --save-mode async: the save in flight, and when it started.
   std::optional<AsyncSave> in_flight_;
   std::chrono::steady_clock::time_point in_flight_started_;

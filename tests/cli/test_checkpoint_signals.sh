@@ -2,7 +2,7 @@
 # previous checkpoint loadable (--keep 1 deletes it only once the next one is committed) and the partial
 # one ignored; SIGTERM to one rank (schedulers signal the ranks) or SIGINT to a single process ends the
 # job after the current step with a checkpoint of that step and exit 0; so does --stop-file, whose file the
-# job removes.
+# job removes. A second run on a --save-dir in use is refused.
 # zshard-test-timing
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/checkpoint_lib.sh"
@@ -71,6 +71,23 @@ expect_true "SIGINT: exit 0 (got $code)" test $code = 0
 last=$(ls "$D" | tail -1)
 expect_true "a checkpoint ($last) was committed" test -f "$D/$last/manifest.json"
 expect_ok "it resumes from --resume latest" "$TRAIN" "${ARGS[@]}" --steps $((10#${last#step-} + 1)) \
+  --save-dir "$D" --resume latest
+
+# ---- one run a --save-dir: a second, resuming the first's checkpoints beside it, is refused ----
+D="$WORK/locked"
+"$TRAIN" "${STREAM_ARGS[@]}" --steps 100000 --save-dir "$D" --save-every 2 >"$WORK/locked.out" 2>&1 &
+job=$!
+wait_for 60 test -f "$D/step-00000002/manifest.json"
+expect_failure "a second run resuming in the same --save-dir" 2 \
+  "^zshard-train: error: --save-dir .*locked: another run is saving there; wait for it to end, or choose another directory$" \
+  -- "${MPIRUN[@]}" -np 2 "$TRAIN" "${STREAM_ARGS[@]}" --steps 100000 --save-dir "$D" --resume latest
+expect_one_line "... in one line" "another run is saving there"
+kill -INT $job
+wait $job
+code=$?
+expect_true "the first run stops as asked (exit $code)" test $code = 0
+last=$(ls "$D" | tail -1)
+expect_ok "and its newest checkpoint ($last) resumes" "$TRAIN" "${STREAM_ARGS[@]}" --steps $((10#${last#step-} + 1)) \
   --save-dir "$D" --resume latest
 
 # ---- --stop-file: the job stops after the step at whose end the file exists, and takes the request ----

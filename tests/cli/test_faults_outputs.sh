@@ -154,6 +154,14 @@ expect_failure "--stop-file inside a checkpoint the run writes" 2 \
   "$TRAIN" "${ARGS[@]}" --steps 2 --save-dir "$WORK/new-ck" --stop-file "$WORK/new-ck/step-00000001/manifest.json"
 expect_failure "--stop-file named as a checkpoint" 2 "inside what the run writes under --save-dir" -- \
   "$TRAIN" "${ARGS[@]}" --steps 2 --save-dir "$WORK/new-ck" --stop-file "$WORK/new-ck/step-00000002"
+# An output named as a checkpoint the run writes: the save failed after training (--log-json), or the
+# weights did after the save (--save).
+for flag in --log-json --save; do
+  expect_failure "$flag named as a checkpoint" 2 \
+    "^zshard-train: error: $flag .*new-ck/step-00000001: inside what the run writes under --save-dir" -- \
+    "$TRAIN" "${ARGS[@]}" --steps 1 --save-dir "$WORK/new-ck" "$flag" "$WORK/new-ck/step-00000001"
+done
+expect_true "... and made nothing" test ! -e "$WORK/new-ck"
 mkdir -p "$WORK/stop-dir"
 expect_failure "--stop-file naming a directory" 2 \
   "^zshard-train: error: --stop-file .*stop-dir: is a directory \(the stop file is one the run removes once it appears\)$" -- \

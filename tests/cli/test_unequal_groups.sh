@@ -29,9 +29,17 @@ done
 expect_true "the banner names hybrid 4,2's groups" grep -q "^zshard-train: hybrid (shard groups 4,2) on 6 rank(s)" \
   "$WORK/out"
 # On 3 ranks of one host the default groups are of one: the banner says they shard nothing.
-expect_ok "tiny: hybrid by default on 3 ranks" "${MPIRUN[@]}" -np 3 "$TRAIN" --steps 1 --batch 6 --seq 32 --strategy hybrid
-expect_true "... the banner says every rank holds the whole model" grep -q \
-  "^zshard-train: hybrid (shard groups of 1: every rank holds the whole model, the default where" "$WORK/out"
+# They run as ddp: with accumulation one reduction a step, not one a micro-step, and no gathered copies.
+for s in hybrid ddp; do
+  expect_ok "tiny: $s on 3 ranks, --grad-accum 3" "${MPIRUN[@]}" -np 3 "$TRAIN" --steps 2 --batch 6 --seq 32 \
+    --grad-accum 3 --strategy "$s"
+  grep -E "^([0-9]|step|model states|communication)" "$WORK/out" | sed 's/ *[0-9]* tok\/s.*//' >"$WORK/ones-$s.txt"
+  [ "$s" = hybrid ] && cp "$WORK/out" "$WORK/ones-banner.txt"
+done
+expect_true "... the banner says every rank holds the whole model, run as ddp" grep -q \
+  "^zshard-train: hybrid (shard groups of 1: every rank holds the whole model, run as ddp, the default where" \
+  "$WORK/ones-banner.txt"
+expect_true "... losses, memory and communication per step are ddp's" cmp -s "$WORK/ones-hybrid.txt" "$WORK/ones-ddp.txt"
 # The optimizer offloaded: each group's host share measured against its own prediction.
 expect_ok "tiny: hybrid 2,1 np 3, optimizer offloaded" "${MPIRUN[@]}" -np 3 "$TRAIN" --steps 2 --batch 6 --seq 32 \
   --strategy hybrid --shard-group 2,1 --offload optimizer
