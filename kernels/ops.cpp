@@ -70,20 +70,20 @@ void rmsnorm_backward(Device d, T* dinp, T* dweight, const T* dout, const T* inp
 }
 
 template <class T>
-void rope_forward(Device d, T* x, int B, int Tn, int NH, int HS, float theta) {
+void rope_forward(Device d, T* x, int B, int Tn, int NH, int HS, const RopeFrequencies& rope) {
   if (on_cpu<T>(d, "rope_forward")) {
-    ZS_ON_CPU(T, cpu::rope_forward(x, B, Tn, NH, HS, theta))
+    ZS_ON_CPU(T, cpu::rope_forward(x, B, Tn, NH, HS, rope))
   } else {
-    ZS_ON_CUDA(T, cuda::rope_forward(dev(x), B, Tn, NH, HS, theta))
+    ZS_ON_CUDA(T, cuda::rope_forward(dev(x), B, Tn, NH, HS, rope))
   }
 }
 
 template <class T>
-void rope_backward(Device d, T* dx, int B, int Tn, int NH, int HS, float theta) {
+void rope_backward(Device d, T* dx, int B, int Tn, int NH, int HS, const RopeFrequencies& rope) {
   if (on_cpu<T>(d, "rope_backward")) {
-    ZS_ON_CPU(T, cpu::rope_backward(dx, B, Tn, NH, HS, theta))
+    ZS_ON_CPU(T, cpu::rope_backward(dx, B, Tn, NH, HS, rope))
   } else {
-    ZS_ON_CUDA(T, cuda::rope_backward(dev(dx), B, Tn, NH, HS, theta))
+    ZS_ON_CUDA(T, cuda::rope_backward(dev(dx), B, Tn, NH, HS, rope))
   }
 }
 
@@ -307,8 +307,8 @@ double cross_entropy_forward_backward(Device d, T* dlogits, T* losses, const T* 
                                       const NormStat<T>*, int, int);                                                           \
   template void rmsnorm_forward<T>(Device, T*, NormStat<T>*, const T*, const T*, int, int, float);         \
   template void rmsnorm_backward<T>(Device, T*, T*, const T*, const T*, const T*, const NormStat<T>*, int, int); \
-  template void rope_forward<T>(Device, T*, int, int, int, int, float);                                     \
-  template void rope_backward<T>(Device, T*, int, int, int, int, float);                                    \
+  template void rope_forward<T>(Device, T*, int, int, int, int, const RopeFrequencies&);                   \
+  template void rope_backward<T>(Device, T*, int, int, int, int, const RopeFrequencies&);                  \
   template void gqa_pack<T>(Device, T*, const T*, const T*, const T*, int, int, int, int, int);             \
   template void gqa_pack_backward<T>(Device, T*, T*, T*, const T*, int, int, int, int, int);                \
   template void swiglu_forward<T>(Device, T*, const T*, const T*, size_t);                                   \

@@ -89,7 +89,7 @@ void Layers<T>::block_forward(int l, const UnitTensors& p) const {
   const int KV = c.kv_dim(), F = c.ffn_dim;
   const size_t NC = size_t(N) * C;
   const Device d = a.device;
-  const float theta = float(c.rope_theta);
+  const ops::RopeFrequencies rope = c.rope();
   const auto w = [&](LayerParam i) { return p[i].data<T>(); };
   const T* residual = a.block_input<T>(l);
   T* ln1 = slice<T>(a.ln1, s);
@@ -104,8 +104,8 @@ void Layers<T>::block_forward(int l, const UnitTensors& p) const {
   linear_forward(kQProj, s, p, q, ln1, C, C);
   linear_forward(kKProj, s, p, k, ln1, C, KV);
   linear_forward(kVProj, s, p, v, ln1, C, KV);
-  ops::rope_forward(d, q, B, Tn, NH, HS, theta);
-  ops::rope_forward(d, k, B, Tn, NKV, HS, theta);
+  ops::rope_forward(d, q, B, Tn, NH, HS, rope);
+  ops::rope_forward(d, k, B, Tn, NKV, HS, rope);
   ops::gqa_pack(d, qkv, q, k, v, B, Tn, NH, NKV, HS);
   a.attention_forward<T>(s, C, NH);
   linear_forward(kOProj, s, p, proj, atty, C, C);
@@ -131,7 +131,7 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   const int s = a.slot(l);  // where this block's intermediates live
   const int KV = c.kv_dim(), F = c.ffn_dim;
   const Device d = a.device;
-  const float theta = float(c.rope_theta);
+  const ops::RopeFrequencies rope = c.rope();
   const auto w = [&](LayerParam i) { return p[i].data<T>(); };
   const auto dw = [&](LayerParam i) { return g[i].data<T>(); };
   // dresidual is the gradient of both residual-add inputs; the RMSNorm backwards add the branches into it.
@@ -158,8 +158,8 @@ void Layers<T>::block_backward(int l, const UnitTensors& p, const UnitTensors& g
   a.dk.zero_();
   a.dv.zero_();
   ops::gqa_pack_backward(d, a.dq.data<T>(), a.dk.data<T>(), a.dv.data<T>(), a.dqkv.data<T>(), B, Tn, NH, NKV, HS);
-  ops::rope_backward(d, a.dq.data<T>(), B, Tn, NH, HS, theta);
-  ops::rope_backward(d, a.dk.data<T>(), B, Tn, NKV, HS, theta);
+  ops::rope_backward(d, a.dq.data<T>(), B, Tn, NH, HS, rope);
+  ops::rope_backward(d, a.dk.data<T>(), B, Tn, NKV, HS, rope);
   const T* ln1 = slice<T>(a.ln1, s);
   linear_backward(kQProj, s, p, g, a.dln, a.dq.data<T>(), ln1, C, C, true);
   linear_backward(kKProj, s, p, g, a.dln, a.dk.data<T>(), ln1, C, KV, false);

@@ -16,10 +16,11 @@ namespace {
 struct Entry {
   ModelConfig defaults;
   ModelBuilder build;
-  // Keys a configuration holds only once an override names one of them, and then all of them, at these
-  // values before the overrides: the LoRA settings (models/lora.h), so that a model without adapters keeps
-  // the configuration, and the checkpoints, it had before they existed.
-  ModelConfig optional = {};
+  // Groups of keys a configuration holds only once an override names one of a group, and then all of
+  // that group, at these values before the overrides: the LoRA settings (models/lora.h), and Llama's rope
+  // scaling, so that a model without them keeps the configuration, and the checkpoints, it had before
+  // they existed.
+  std::vector<ModelConfig> optional = {};
 };
 
 // The built-in families are registered on first use, so that no static initialisation order matters.
@@ -28,10 +29,10 @@ std::map<std::string, Entry>& registry() {
     std::map<std::string, Entry> builtin;
     for (const auto& [name, config] : gpt2_named_configs())
       builtin[name] = {config, [](const ModelConfig& c) -> std::unique_ptr<Model> { return make_gpt2(c); },
-                       lora_config_defaults(kGPT2LoraDefaultTargets)};
+                       {lora_config_defaults(kGPT2LoraDefaultTargets)}};
     for (const auto& [name, config] : llama_named_configs())
       builtin[name] = {config, [](const ModelConfig& c) -> std::unique_ptr<Model> { return make_llama(c); },
-                       lora_config_defaults(kLlamaLoraDefaultTargets)};
+                       {lora_config_defaults(kLlamaLoraDefaultTargets), rope_scaling_config_defaults()}};
     return builtin;
   }();
   return models;
@@ -62,13 +63,14 @@ ModelConfig model_config(const std::string& name, const ModelConfig& overrides) 
   const Entry& entry = find(name);
   ModelConfig config = entry.defaults;
   for (const auto& [key, value] : overrides)
-    if (entry.optional.count(key)) config.insert(entry.optional.begin(), entry.optional.end());
+    for (const ModelConfig& group : entry.optional)
+      if (group.count(key)) config.insert(group.begin(), group.end());
   // Every key is checked before any is applied, so that the listing shows the model's own values rather
   // than some of the overrides.
   for (const auto& [key, value] : overrides)
     if (!config.count(key)) {
       ModelConfig known = config;
-      known.insert(entry.optional.begin(), entry.optional.end());
+      for (const ModelConfig& group : entry.optional) known.insert(group.begin(), group.end());
       throw UsageError(detail::concat(option_name(Option::config), ": model '", name, "' has no '", key,
                                       "' (it has, by default: ", config_text(known), ")"));
     }

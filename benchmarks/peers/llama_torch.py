@@ -12,9 +12,8 @@ its parameter names and nn.Linear (out, in) layouts, so its state dict is a file
   h // (heads / kv_heads)), SwiGLU MLP down(silu(gate(x)) * up(x)), no biases anywhere, LM head
   lm_head.weight or, with tie_embeddings=1, model.embed_tokens.weight.
 
-The configs' keys are zshard's --config keys. llama-3.2-1b's "llama3" rope scaling (the long-context
-rescaling of the low frequencies) is not modelled, here or in zshard: its rotary frequencies are the
-plain rope_theta^(-2i/head_dim) ones, so it matches Meta's model only as an architecture and cost.
+The configs' keys are zshard's --config keys. llama-3.2-1b rescales its rotary frequencies as Hugging
+Face's rope_scaling of rope_type "llama3" does (the SCALING_KEYS; --rope-scaling in parity mode).
 
 Modes:
   parity     initialises a small Llama (N(0, 0.02) matrices and embedding, RMSNorm gains 1), writes it
@@ -59,6 +58,9 @@ from peer_common import (add_bench_flags, add_loss_flags, add_parity_flags, batc
                          write_safetensors)
 
 KEYS = ("layers", "dim", "heads", "kv_heads", "ffn_dim", "vocab", "ctx", "rope_theta", "tie_embeddings")
+# Hugging Face's rope_scaling (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings),
+# in a config only where it rescales.
+SCALING_KEYS = ("rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_ctx")
 
 # Named configs, as zshard registers them; the keys are zshard's --config keys.
 CONFIGS = {
@@ -67,7 +69,8 @@ CONFIGS = {
     "tinyllama-1.1b": dict(layers=22, dim=2048, heads=32, kv_heads=4, ffn_dim=5632, vocab=32000, ctx=2048,
                            rope_theta=10000, tie_embeddings=0),
     "llama-3.2-1b": dict(layers=16, dim=2048, heads=32, kv_heads=8, ffn_dim=8192, vocab=128256, ctx=131072,
-                         rope_theta=500000, tie_embeddings=1),
+                         rope_theta=500000, tie_embeddings=1, rope_scaling_factor=32.0, rope_low_freq_factor=1.0,
+                         rope_high_freq_factor=4.0, rope_original_ctx=8192),
 }
 
 RMS_EPS = 1e-5
@@ -86,6 +89,16 @@ def check_config(cfg):
         raise SystemExit(f"config: heads {cfg['heads']} is not a multiple of kv_heads {cfg['kv_heads']}")
     if cfg["tie_embeddings"] not in (0, 1):
         raise SystemExit(f"config: tie_embeddings must be 0 or 1, got {cfg['tie_embeddings']}")
+    if "rope_scaling_factor" in cfg:
+        factor, low, high, original = (cfg[key] for key in SCALING_KEYS)
+        if not (factor >= 1 and 0 < low < high and original >= 1):
+            raise SystemExit(f"config: rope scaling needs factor >= 1, 0 < low < high and a context >= 1, got "
+                             f"{factor}, {low}, {high}, {original}")
+
+
+def rope_scaling(cfg):
+    """cfg's rope scaling as llama3_inv_freq's arguments, or None."""
+    return tuple(cfg[key] for key in SCALING_KEYS) if "rope_scaling_factor" in cfg else None
 
 
 class RMSNorm(nn.Module):
@@ -99,11 +112,25 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + RMS_EPS) * self.weight
 
 
-def rope_cos_sin(T, hd, theta, dtype):
-    """cos and sin of the rotary angles t * theta^(-2i/hd), shape (T, hd) as cat(freqs, freqs).
+def llama3_inv_freq(inv_freq, factor, low_freq_factor, high_freq_factor, original_ctx):
+    """Hugging Face's _compute_llama3_parameters: long wavelengths stretched by the factor, short ones
+    kept, those between interpolated."""
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > original_ctx / low_freq_factor, inv_freq / factor, inv_freq)
+    smooth = (original_ctx / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < original_ctx / high_freq_factor) & ~(wavelen > original_ctx / low_freq_factor)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope_cos_sin(T, hd, theta, dtype, scaling=None):
+    """cos and sin of the rotary angles t * theta^(-2i/hd), shape (T, hd) as cat(freqs, freqs), the
+    frequencies rescaled by llama3_inv_freq(*scaling) when scaling is given.
     The angles and their cos/sin are computed in float64 and rounded once: the correctly rounded values,
     which zshard's rope kernel computes too (Hugging Face's float32 angles differ at rounding level)."""
     inv_freq = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    if scaling:
+        inv_freq = llama3_inv_freq(inv_freq, *scaling)
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -204,7 +231,8 @@ class LlamaForCausalLM(nn.Module):
         if T > self.cfg["ctx"]:
             raise ValueError(f"sequence length {T} exceeds the context {self.cfg['ctx']}")
         x = self.model.embed_tokens(idx)
-        cos, sin = rope_cos_sin(T, self.cfg["dim"] // self.cfg["heads"], self.cfg["rope_theta"], x.dtype)
+        cos, sin = rope_cos_sin(T, self.cfg["dim"] // self.cfg["heads"], self.cfg["rope_theta"], x.dtype,
+                                rope_scaling(self.cfg))
         for layer in self.model.layers:
             x = layer(x, cos, sin)
         head = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
@@ -272,7 +300,7 @@ def zshard_model_flags(cfg):
     flags = ["--model", "llama-tiny"]
     for key in ("layers", "dim", "heads", "vocab", "ctx"):
         flags += ["--" + key, cfg[key]]
-    rest = ("kv_heads", "ffn_dim", "rope_theta", "tie_embeddings")
+    rest = ("kv_heads", "ffn_dim", "rope_theta", "tie_embeddings") + (SCALING_KEYS if rope_scaling(cfg) else ())
     return flags + ["--config", ",".join(f"{key}={cfg[key]}" for key in rest)]
 
 
@@ -283,8 +311,10 @@ def cmd_parity(args):
         cfg = dict(layers=args.layers, dim=args.dim, heads=args.heads, kv_heads=args.kv_heads,
                    ffn_dim=args.ffn_dim, vocab=vocab, ctx=args.ctx, rope_theta=args.rope_theta,
                    tie_embeddings=args.tie_embeddings)
+        if args.rope_scaling:
+            cfg.update(zip(SCALING_KEYS, args.rope_scaling))
         model = new_model(cfg, args.seed)
-        title = " ".join(f"{key} {cfg[key]}" for key in KEYS)
+        title = " ".join(f"{key} {cfg[key]}" for key in KEYS + (SCALING_KEYS if args.rope_scaling else ()))
         cases.append(parity_case(model, zshard_model_flags(cfg), title, vocab, args))
     return parity_verdict(cases, args.rtol, args.precision)
 
@@ -499,6 +529,15 @@ def add_config_flags(parser, keys):
                             help="override (default: the config's)")
 
 
+def scaling_values(text):
+    """--rope-scaling's four numbers."""
+    values = text.split(",")
+    if len(values) != 4:
+        raise argparse.ArgumentTypeError(f"expected FACTOR,LOW,HIGH,ORIGINAL_CTX, got '{text}'")
+    factor, low, high, original = (float(v) for v in values)
+    return factor, low, high, int(original)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="mode", required=True)
@@ -508,6 +547,8 @@ def main():
     par.add_argument("--kv-heads", type=int, default=2, help="key/value heads (fewer than --heads: GQA)")
     par.add_argument("--ffn-dim", type=int, default=192)
     par.add_argument("--rope-theta", type=int, default=10000)
+    par.add_argument("--rope-scaling", type=scaling_values, metavar="FACTOR,LOW,HIGH,ORIGINAL_CTX",
+                     help="Llama 3's rope scaling (rope_type llama3); default none")
     par.add_argument("--tie-embeddings", type=int, choices=(0, 1), default=0,
                      help="1: the LM head is model.embed_tokens.weight")
     par.set_defaults(func=cmd_parity, lora_targets="q_proj,v_proj")  # zshard's and PEFT's default targets

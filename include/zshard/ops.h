@@ -64,11 +64,25 @@ void rmsnorm_backward(Device d, T* dinp, T* dweight, const T* dout, const T* inp
 template <class T>
 void rmsnorm_residual_forward(Device d, T* residual, T* out, NormStat<T>* rstd, const T* a, const T* b,
                               const T* weight, int N, int C, float eps);
+// Rotary embedding's frequencies: pair i of a head of HS elements turns by t * f(i) at position t, with
+// f(i) = theta^(-2i/HS), rescaled as Llama 3.1 and 3.2 do when scaling.factor > 0 (Hugging Face's
+// rope_scaling of rope_type "llama3"; kernels/rope_frequencies.h): the long wavelengths stretched by the
+// factor, the short ones kept, those between interpolated.
+struct RopeScaling {
+  double factor = 0;  // 0: no rescaling
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  double original_ctx = 8192;  // original_max_position_embeddings
+};
+struct RopeFrequencies {
+  double theta = 10000;
+  RopeScaling scaling;
+};
 // Rotary embedding in place (Hugging Face's rotate_half layout); the backward turns a gradient back in place.
 template <class T>
-void rope_forward(Device d, T* x, int B, int Tn, int NH, int HS, float theta);
+void rope_forward(Device d, T* x, int B, int Tn, int NH, int HS, const RopeFrequencies& rope);
 template <class T>
-void rope_backward(Device d, T* dx, int B, int Tn, int NH, int HS, float theta);
+void rope_backward(Device d, T* dx, int B, int Tn, int NH, int HS, const RopeFrequencies& rope);
 // Grouped-query attention's packed input for attention_forward, and its backward (accumulating).
 template <class T>
 void gqa_pack(Device d, T* qkv, const T* q, const T* k, const T* v, int B, int Tn, int NH, int NKV, int HS);

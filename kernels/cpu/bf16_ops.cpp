@@ -166,21 +166,21 @@ void rmsnorm_residual_forward<bf16>(bf16* residual, bf16* out, float* rstd, cons
 }
 
 template <>
-void rope_forward<bf16>(bf16* x, int B, int Tn, int NH, int HS, float theta) {
+void rope_forward<bf16>(bf16* x, int B, int Tn, int NH, int HS, const ops::RopeFrequencies& freq) {
   const size_t sequence = size_t(Tn) * NH * HS;
   in_blocks(size_t(B), sequence * sizeof(float), [&](size_t first, size_t count) {
     const Fp32 v(x + first * sequence, count * sequence);
-    rope_forward<float>(v.get(), int(count), Tn, NH, HS, theta);
+    rope_forward<float>(v.get(), int(count), Tn, NH, HS, freq);
     v.round_into(x + first * sequence);
   });
 }
 
 template <>
-void rope_backward<bf16>(bf16* dx, int B, int Tn, int NH, int HS, float theta) {
+void rope_backward<bf16>(bf16* dx, int B, int Tn, int NH, int HS, const ops::RopeFrequencies& freq) {
   const size_t sequence = size_t(Tn) * NH * HS;
   in_blocks(size_t(B), sequence * sizeof(float), [&](size_t first, size_t count) {
     const Fp32 v(dx + first * sequence, count * sequence);
-    rope_backward<float>(v.get(), int(count), Tn, NH, HS, theta);
+    rope_backward<float>(v.get(), int(count), Tn, NH, HS, freq);
     v.round_into(dx + first * sequence);
   });
 }

@@ -65,9 +65,9 @@ void rmsnorm_residual_forward(T* residual, T* out, Compute<T>* rstd, const T* a,
 // head pairs with i + HS/2 and turns by t * theta^(-2i/HS) at position t. The backward turns a gradient
 // back, in place: the one op besides cross-entropy that does not accumulate.
 template <class T>
-void rope_forward(T* x, int B, int Tn, int NH, int HS, float theta);
+void rope_forward(T* x, int B, int Tn, int NH, int HS, const ops::RopeFrequencies& rope);
 template <class T>
-void rope_backward(T* dx, int B, int Tn, int NH, int HS, float theta);
+void rope_backward(T* dx, int B, int Tn, int NH, int HS, const ops::RopeFrequencies& rope);
 
 // Grouped-query attention's input for attention_forward: qkv (B,T,3*NH*HS) = [q | k | v] with each of the
 // NKV kv heads of k (B,T,NKV*HS) and v repeated for the NH/NKV query heads that share it.
@@ -258,8 +258,8 @@ template <> void rmsnorm_backward<bf16>(bf16*, bf16*, const bf16*, const bf16*, 
                                         int, int);
 template <> void rmsnorm_residual_forward<bf16>(bf16*, bf16*, float*, const bf16*, const bf16*, const bf16*, int,
                                                 int, float);
-template <> void rope_forward<bf16>(bf16*, int, int, int, int, float);
-template <> void rope_backward<bf16>(bf16*, int, int, int, int, float);
+template <> void rope_forward<bf16>(bf16*, int, int, int, int, const ops::RopeFrequencies&);
+template <> void rope_backward<bf16>(bf16*, int, int, int, int, const ops::RopeFrequencies&);
 template <> void gqa_pack_backward<bf16>(bf16*, bf16*, bf16*, const bf16*, int, int, int, int, int);
 template <> void swiglu_forward<bf16>(bf16*, const bf16*, const bf16*, size_t);
 template <> void swiglu_backward<bf16>(bf16*, bf16*, const bf16*, const bf16*, const bf16*, size_t, InputGrad);

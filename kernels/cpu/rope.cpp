@@ -1,6 +1,7 @@
 // Rotary position embedding, Hugging Face's rotate_half layout: in each head, element i pairs with
-// element i + HS/2 and the pair turns by angle t * theta^(-2i/HS) at position t. A rotation's transpose is
-// the rotation by minus the angle, so the backward is the same op turning the other way.
+// element i + HS/2 and the pair turns by angle t * f(i) at position t (f: kernels/rope_frequencies.h). A
+// rotation's transpose is the rotation by minus the angle, so the backward is the same op turning the
+// other way.
 #include <cmath>
 #include <cstddef>
 #include <vector>
@@ -8,6 +9,7 @@
 #include <zshard/error.h>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/rope_frequencies.h"
 
 namespace zshard::cpu {
 
@@ -15,13 +17,13 @@ namespace {
 
 // direction +1: forward, -1: backward (in place on the gradient).
 template <class T>
-void rotate(T* x, int B, int Tn, int NH, int HS, float theta, int direction) {
+void rotate(T* x, int B, int Tn, int NH, int HS, const ops::RopeFrequencies& freq, int direction) {
   ZS_CHECK(HS % 2 == 0, "rope: the head size must be even, got ", HS);
   const int half = HS / 2;
   // Angles in double whatever T is, then rounded once: Hugging Face's float32 angles differ from these
   // only by rounding, and the CUDA twin computes the same double angles.
   std::vector<double> inv_freq(half);
-  for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(double(theta), -2.0 * i / HS);
+  for (int i = 0; i < half; ++i) inv_freq[i] = rope::inv_freq(freq, i, HS);
   std::vector<T> cos_t(half), sin_t(half);
   for (int t = 0; t < Tn; ++t) {
     for (int i = 0; i < half; ++i) {
@@ -44,18 +46,18 @@ void rotate(T* x, int B, int Tn, int NH, int HS, float theta, int direction) {
 }  // namespace
 
 template <class T>
-void rope_forward(T* x, int B, int Tn, int NH, int HS, float theta) {
-  rotate(x, B, Tn, NH, HS, theta, +1);
+void rope_forward(T* x, int B, int Tn, int NH, int HS, const ops::RopeFrequencies& freq) {
+  rotate(x, B, Tn, NH, HS, freq, +1);
 }
 
 template <class T>
-void rope_backward(T* dx, int B, int Tn, int NH, int HS, float theta) {
-  rotate(dx, B, Tn, NH, HS, theta, -1);
+void rope_backward(T* dx, int B, int Tn, int NH, int HS, const ops::RopeFrequencies& freq) {
+  rotate(dx, B, Tn, NH, HS, freq, -1);
 }
 
 #define ZS_INSTANTIATE(T)                                                \
-  template void rope_forward<T>(T*, int, int, int, int, float);          \
-  template void rope_backward<T>(T*, int, int, int, int, float);
+  template void rope_forward<T>(T*, int, int, int, int, const ops::RopeFrequencies&);  \
+  template void rope_backward<T>(T*, int, int, int, int, const ops::RopeFrequencies&);
 ZS_INSTANTIATE(float)
 ZS_INSTANTIATE(double)
 #undef ZS_INSTANTIATE

@@ -1,6 +1,7 @@
 // The ops Llama adds besides RMSNorm (rmsnorm.cu): rotary position embedding, grouped-query attention's
 // packing of q, k, v for attention_forward, and SwiGLU.
 #include "kernels/cuda/common.cuh"
+#include "kernels/rope_frequencies.h"
 
 namespace zshard::cuda {
 
@@ -11,19 +12,19 @@ namespace {
 constexpr int kRopeHeadsPerThread = 32;
 
 // One thread per (position t, pair i) of a grid row, over the heads of blockIdx.y's slice of (b, h).
-// The angle t * theta^(-2i/HS) is computed in fp64 from the exact integer t, as the CPU op does, and its
+// The angle t * f(i) (kernels/rope_frequencies.h) is computed in fp64 from the exact integer t, as the CPU op does, and its
 // cos and sin rounded to fp32 once. An fp32 angle (exp2f of -2i/HS * log2(theta), times t) would carry a
 // few ulp of relative error: 2e-4 rad and more at t = 4096, far beyond fp32 agreement with the CPU. The
 // fp64 pow and sincos are paid once per (t, i) and shared by kRopeHeadsPerThread heads. direction is +1
 // (forward) or -1 (backward: the transpose of a rotation is the rotation by minus the angle).
 template <class T>
-__global__ void rope_kernel(T* x, int Tn, int heads, int NH, int HS, float theta, float direction) {
+__global__ void rope_kernel(T* x, int Tn, int heads, int NH, int HS, ops::RopeFrequencies freq, float direction) {
   const int half = HS / 2;
   const size_t p = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (p >= size_t(Tn) * half) return;
   const int t = int(p / half), i = int(p % half);
   double sin_d, cos_d;
-  sincos(t * pow(double(theta), -2.0 * i / HS), &sin_d, &cos_d);
+  sincos(t * rope::inv_freq(freq, i, HS), &sin_d, &cos_d);
   const float cs = float(cos_d), sn = direction * float(sin_d);
   const int bh_end = min(heads, int(blockIdx.y + 1) * kRopeHeadsPerThread);
   for (int bh = blockIdx.y * kRopeHeadsPerThread; bh < bh_end; ++bh) {
@@ -36,7 +37,7 @@ __global__ void rope_kernel(T* x, int Tn, int heads, int NH, int HS, float theta
 }
 
 template <class T>
-void rope(T* x, int B, int Tn, int NH, int HS, float theta, float direction, cudaStream_t stream) {
+void rope(T* x, int B, int Tn, int NH, int HS, const ops::RopeFrequencies& freq, float direction, cudaStream_t stream) {
   ZS_CHECK(HS % 2 == 0, "rope: the head size must be even, got ", HS);
   const size_t pairs = size_t(Tn) * (HS / 2);
   const int heads = B * NH;
@@ -46,7 +47,7 @@ void rope(T* x, int B, int Tn, int NH, int HS, float theta, float direction, cud
   ZS_CHECK(blocks_x <= 0x7fffffffu && blocks_y <= 65535, "rope: (T, heads) = (", Tn, ", ", heads,
            ") exceeds the grid");
   const dim3 grid{unsigned(blocks_x), unsigned(blocks_y)};
-  rope_kernel<<<grid, kBlockSize, 0, stream>>>(x, Tn, heads, NH, HS, theta, direction);
+  rope_kernel<<<grid, kBlockSize, 0, stream>>>(x, Tn, heads, NH, HS, freq, direction);
   ZS_CUDA_CHECK_LAUNCH();
 }
 
@@ -121,13 +122,13 @@ __global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dout, const T*
 }  // namespace
 
 template <class T>
-void rope_forward(T* x, int B, int Tn, int NH, int HS, float theta, cudaStream_t stream) {
-  rope(x, B, Tn, NH, HS, theta, 1.f, stream);
+void rope_forward(T* x, int B, int Tn, int NH, int HS, const ops::RopeFrequencies& freq, cudaStream_t stream) {
+  rope(x, B, Tn, NH, HS, freq, 1.f, stream);
 }
 
 template <class T>
-void rope_backward(T* dx, int B, int Tn, int NH, int HS, float theta, cudaStream_t stream) {
-  rope(dx, B, Tn, NH, HS, theta, -1.f, stream);
+void rope_backward(T* dx, int B, int Tn, int NH, int HS, const ops::RopeFrequencies& freq, cudaStream_t stream) {
+  rope(dx, B, Tn, NH, HS, freq, -1.f, stream);
 }
 
 template <class T>
@@ -168,8 +169,8 @@ void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up
 }
 
 #define ZS_INSTANTIATE(T)                                                                                  \
-  template void rope_forward<T>(T*, int, int, int, int, float, cudaStream_t);                              \
-  template void rope_backward<T>(T*, int, int, int, int, float, cudaStream_t);                             \
+  template void rope_forward<T>(T*, int, int, int, int, const ops::RopeFrequencies&, cudaStream_t);       \
+  template void rope_backward<T>(T*, int, int, int, int, const ops::RopeFrequencies&, cudaStream_t);      \
   template void gqa_pack<T>(T*, const T*, const T*, const T*, int, int, int, int, int, cudaStream_t);      \
   template void gqa_pack_backward<T>(T*, T*, T*, const T*, int, int, int, int, int, cudaStream_t);         \
   template void swiglu_forward<T>(T*, const T*, const T*, size_t, cudaStream_t);                           \

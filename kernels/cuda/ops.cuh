@@ -66,9 +66,11 @@ void rmsnorm_residual_forward(T* residual, T* out, float* rstd, const T* a, cons
                               float eps, cudaStream_t stream = compute_stream());
 // Rotary embedding in place (forward), and its transpose in place on a gradient (backward).
 template <class T>
-void rope_forward(T* x, int B, int Tn, int NH, int HS, float theta, cudaStream_t stream = compute_stream());
+void rope_forward(T* x, int B, int Tn, int NH, int HS, const ops::RopeFrequencies& rope,
+                  cudaStream_t stream = compute_stream());
 template <class T>
-void rope_backward(T* dx, int B, int Tn, int NH, int HS, float theta, cudaStream_t stream = compute_stream());
+void rope_backward(T* dx, int B, int Tn, int NH, int HS, const ops::RopeFrequencies& rope,
+                   cudaStream_t stream = compute_stream());
 template <class T>
 void gqa_pack(T* qkv, const T* q, const T* k, const T* v, int B, int Tn, int NH, int NKV, int HS,
               cudaStream_t stream = compute_stream());

@@ -46,6 +46,9 @@ parity "Llama LoRA on attention and MLP" llama_torch.py "${LORA[@]}" \
   --lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj --runs "${EVERY_RUN[@]}"
 parity "GPT-2 with frozen embeddings" gpt2_torch.py --freeze wte.weight,wpe.weight --runs "${FROZEN_RUNS[@]}"
 parity "Llama with a frozen embedding" llama_torch.py --freeze model.embed_tokens.weight --runs "${FROZEN_RUNS[@]}"
+# Llama 3's rescaled rotary frequencies (llama-3.2-1b's rule) with a small original context, so that at head
+# size 16 one wavelength is kept, two interpolated and five stretched.
+parity "Llama with rope scaling, LoRA" llama_torch.py --rope-scaling 4,1,4,64 "${LORA[@]}" --runs 1:ddp 2:zero3
 
 # ---- merged adapters in the model without LoRA ----
 SHAPE=(--batch 8 --seq 32)

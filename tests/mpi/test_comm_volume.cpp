@@ -83,7 +83,7 @@ TEST(CommVolume, MeasuredBytesEqualTheTheoryForEveryModelAndStrategy) {
       Trainer trainer(o, test::world());
       trainer.run(nullptr);
       const ShardedParams& params = EngineInternals::params(trainer.engine());
-      if (params_sharded(s.kind)) {
+      if (trainer.plan().params_sharded()) {
         int64_t psi = 0, want = 0;
         const int units = params.num_units();
         for (int u = 0; u < units; ++u) psi += params.layout(u).numel();
@@ -112,7 +112,7 @@ TEST(CommVolume, MeasuredBytesEqualTheTheoryForEveryModelAndStrategy) {
       std::sort(sizes.rbegin(), sizes.rend());
       const size_t held = s.reshard_after_forward ? size_t(s.max_inflight) : sizes.size();
       const int64_t in_flight =
-          params_sharded(s.kind) ? std::accumulate(sizes.begin(), sizes.begin() + held, int64_t(0)) : 0;
+          trainer.plan().params_sharded() ? std::accumulate(sizes.begin(), sizes.begin() + held, int64_t(0)) : 0;
       EstimateInput in;
       in.model = &trainer.model();
       in.plan = trainer.plan();

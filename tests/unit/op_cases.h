@@ -231,18 +231,18 @@ struct RmsNormCase {
 // In place: the case copies its input, rotates the copy, and for the backward turns dout back and adds it.
 struct RopeCase {
   int B = 2, Tn = 5, NH = 3, HS = 6;
-  float theta = 10000;
+  ops::RopeFrequencies freq;
   std::vector<size_t> input_sizes() const { return {size_t(B) * Tn * NH * HS}; }
   template <class T>
   std::vector<T> forward(const Arrays<T>& in) const {
     std::vector<T> x = in[0];
-    rope_forward(x.data(), B, Tn, NH, HS, theta);
+    rope_forward(x.data(), B, Tn, NH, HS, freq);
     return x;
   }
   template <class T>
   void backward(const Arrays<T>&, const std::vector<T>& dout, Arrays<T>& g) const {
     std::vector<T> d = dout;
-    rope_backward(d.data(), B, Tn, NH, HS, theta);
+    rope_backward(d.data(), B, Tn, NH, HS, freq);
     for (size_t i = 0; i < d.size(); ++i) add_into(g[0][i], d[i]);
   }
 };

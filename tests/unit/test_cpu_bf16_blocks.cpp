@@ -210,12 +210,12 @@ TEST(CpuBf16Blocks, SequenceOpsInBlocks) {
     const size_t n = size_t(B) * Tn * NH * HS;
     std::vector<bf16> x = random_bf16(n, 18);
     std::vector<float> x32 = test::widen(x);
-    rope_forward<float>(x32.data(), B, Tn, NH, HS, 10000.f);
-    EXPECT_LE(workspace_peak_of([&] { rope_forward<bf16>(x.data(), B, Tn, NH, HS, 10000.f); }), kBound);
+    rope_forward<float>(x32.data(), B, Tn, NH, HS, {10000});
+    EXPECT_LE(workspace_peak_of([&] { rope_forward<bf16>(x.data(), B, Tn, NH, HS, {10000}); }), kBound);
     expect_same_bits(x, test::convert<bf16>(x32), "rope");
     x32 = test::widen(x);
-    rope_backward<float>(x32.data(), B, Tn, NH, HS, 10000.f);
-    rope_backward<bf16>(x.data(), B, Tn, NH, HS, 10000.f);
+    rope_backward<float>(x32.data(), B, Tn, NH, HS, {10000});
+    rope_backward<bf16>(x.data(), B, Tn, NH, HS, {10000});
     expect_same_bits(x, test::convert<bf16>(x32), "rope backward");
   }
   {

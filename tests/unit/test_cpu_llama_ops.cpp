@@ -22,7 +22,7 @@ TEST(CpuLlamaOpsForward, RopeIsAComplexRotation) {
   std::vector<double> x(size_t(Tn) * HS);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7 * double(i)) + 0.1;
   std::vector<double> got = x;
-  rope_forward(got.data(), 1, Tn, 1, HS, 10000.0f);
+  rope_forward(got.data(), 1, Tn, 1, HS, {10000});
   for (int t = 0; t < Tn; ++t)
     for (int i = 0; i < HS / 2; ++i) {
       const std::complex<double> z(x[t * HS + i], x[t * HS + i + HS / 2]);
@@ -30,6 +30,21 @@ TEST(CpuLlamaOpsForward, RopeIsAComplexRotation) {
       EXPECT_NEAR(got[t * HS + i], r.real(), 1e-12);
       EXPECT_NEAR(got[t * HS + i + HS / 2], r.imag(), 1e-12);
     }
+}
+
+// Llama 3.2-1B's rescaled frequencies (theta 500000, factor 32, low 1, high 4, original context 8192) at
+// head size 64: the angle of position 1, against Hugging Face's llama3 rule evaluated on its own in float64.
+// Pair 14 is kept (its wavelength 1956 is under 8192 / 4), 16 interpolated (4443), 18 and 31 stretched.
+TEST(CpuLlamaOpsForward, RopeScaledAsLlama3) {
+  const int HS = 64, half = HS / 2;
+  const std::vector<std::pair<int, double>> expected = {
+      {0, 1.0}, {14, 0.003211445994752591}, {16, 0.00042955679655936815}, {18, 1.9461638184831125e-05},
+      {31, 9.41830672543491e-08}};
+  std::vector<double> x(2 * HS, 0.0);
+  for (int i = 0; i < half; ++i) x[HS + i] = 1;  // position 1: each pair (1, 0), turned to (cos, sin)
+  rope_forward(x.data(), 1, 2, 1, HS, {500000, {32, 1, 4, 8192}});
+  for (const auto& [i, f] : expected)
+    EXPECT_NEAR(std::atan2(x[HS + i + half], x[HS + i]), f, 1e-12 * f) << "pair " << i;
 }
 
 TEST(CpuLlamaOpsForward, RmsNormAndSwigluFormulas) {

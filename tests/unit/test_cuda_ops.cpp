@@ -112,15 +112,14 @@ void check_rmsnorm(int N, int C, FrozenGrads frozen = 0) {
 // Forward on one array and backward on another, each in place. The GPU takes its angles in fp64 as the
 // CPU does, so a long sequence (angles of hundreds of radians) is held to fp32 agreement too.
 template <class T>
-void check_rope(int B, int Tn, int NH, int HS) {
-  const float theta = 10000.f;
+void check_rope(int B, int Tn, int NH, int HS, const ops::RopeFrequencies& freq = {}) {
   std::mt19937 rng(11);
   Vec x = random_vec<T>(size_t(B) * Tn * NH * HS, rng), dx = random_vec<T>(x.size(), rng);
   DeviceArray<T> d_x(x), d_dx(dx);
-  rope_forward(d_x.get(), B, Tn, NH, HS, theta);
-  rope_backward(d_dx.get(), B, Tn, NH, HS, theta);
-  cpu::rope_forward(x.data(), B, Tn, NH, HS, theta);
-  cpu::rope_backward(dx.data(), B, Tn, NH, HS, theta);
+  rope_forward(d_x.get(), B, Tn, NH, HS, freq);
+  rope_backward(d_dx.get(), B, Tn, NH, HS, freq);
+  cpu::rope_forward(x.data(), B, Tn, NH, HS, freq);
+  cpu::rope_backward(dx.data(), B, Tn, NH, HS, freq);
   expect_close(d_x.host(), x, tolerance<T>(), "x");
   expect_close(d_dx.host(), dx, tolerance<T>(), "dx");
 }
@@ -432,6 +431,8 @@ TEST(CudaOps, RopeBf16) { ZS_REQUIRE_GPU(); check_rope<bf16>(2, 5, 4, 6); }
 // 40 heads: two slices of the heads a rope thread turns (kernels/cuda/llama_ops.cu), the second partial.
 TEST(CudaOps, RopeLongSequence) { ZS_REQUIRE_GPU(); check_rope<float>(5, 700, 8, 64); }
 TEST(CudaOps, RopeLongSequenceBf16) { ZS_REQUIRE_GPU(); check_rope<bf16>(5, 700, 8, 64); }
+// Llama 3.2's rescaled frequencies (all three regimes at head size 64): the device's fp64 angles are the CPU's.
+TEST(CudaOps, RopeScaled) { ZS_REQUIRE_GPU(); check_rope<float>(2, 300, 4, 64, {500000, {32, 1, 4, 8192}}); }
 TEST(CudaOps, GqaPack) { ZS_REQUIRE_GPU(); check_gqa_pack<float>(2, 5, 4, 2, 6); }
 TEST(CudaOps, GqaPackBf16) { ZS_REQUIRE_GPU(); check_gqa_pack<bf16>(2, 5, 4, 2, 6); }
 TEST(CudaOps, GqaPackOneKvHead) { ZS_REQUIRE_GPU(); check_gqa_pack<float>(2, 5, 6, 1, 7); }

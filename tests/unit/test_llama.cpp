@@ -24,7 +24,23 @@ using test::max_rel_diff;
 using Vec = std::vector<double>;
 
 // Small enough to finite-difference every parameter element: 4 query heads sharing 2 KV heads.
-LlamaConfig micro(bool tied) { return {2, 8, 4, 2, 12, 11, 8, 10000, tied}; }
+LlamaConfig micro(bool tied) { return {2, 8, 4, 2, 12, 11, 8, 10000, tied, {}, {}}; }
+
+// Hugging Face's inverse frequencies (_compute_default_rope_parameters, and _compute_llama3_parameters
+// where the config rescales), transcribed.
+double hf_inv_freq(const LlamaConfig& c, int j, int hs) {
+  const double inv_freq = 1.0 / std::pow(c.rope_theta, 2.0 * j / hs);
+  const ops::RopeScaling& s = c.rope_scaling;
+  if (s.factor == 0) return inv_freq;
+  const double low_freq_wavelen = s.original_ctx / s.low_freq_factor;
+  const double high_freq_wavelen = s.original_ctx / s.high_freq_factor;
+  const double wavelen = 2 * M_PI / inv_freq;
+  const double llama = wavelen > low_freq_wavelen ? inv_freq / s.factor : inv_freq;
+  const double smooth_factor = (s.original_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  const double smoothed = (1 - smooth_factor) * llama / s.factor + smooth_factor * llama;
+  const bool is_medium_freq = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+  return is_medium_freq ? smoothed : llama;
+}
 
 // Hugging Face's LlamaForCausalLM forward transcribed into plain loops in double, sharing no code with the
 // model: the sum of the token losses.
@@ -54,7 +70,7 @@ double reference_loss(const LlamaConfig& c, const LocalParams& ctx, const test::
         Vec out(hs);
         for (int i = 0; i < hs; ++i) {
           const int j = i % (hs / 2);
-          const double angle = t * std::pow(c.rope_theta, -2.0 * j / hs);
+          const double angle = t * hf_inv_freq(c, j, hs);
           const double rotated = i < hs / 2 ? -v[i + hs / 2] : v[i - hs / 2];
           out[i] = v[i] * std::cos(angle) + rotated * std::sin(angle);
         }
@@ -157,6 +173,41 @@ TEST(Llama, ForwardEqualsHuggingFaceTranscription) {
     const test::RandomTokens data(2, 7, micro(tied).vocab, 23);
     EXPECT_NEAR(model.forward(ctx, data.batch()), reference_loss(micro(tied), ctx, data), 1e-10) << tied;
   }
+}
+
+// Rescaled rotary frequencies (Llama 3's rule) at head size 8, theta 10000: wavelengths 6.3 and 63 kept
+// (under 1000 / 4), 628 interpolated, 6283 stretched by the factor.
+TEST(Llama, ScaledRopeForwardEqualsHuggingFaceTranscription) {
+  LlamaConfig scaled = micro(false);
+  scaled.heads = scaled.kv_heads = 1;
+  scaled.rope_scaling = {8, 1, 4, 1000};
+  Llama model(scaled);
+  LocalParams ctx(model, DType::f64);
+  test::randomize_params(ctx, 0.4, 26);
+  const test::RandomTokens data(2, 7, scaled.vocab, 27);
+  EXPECT_NEAR(model.forward(ctx, data.batch()), reference_loss(scaled, ctx, data), 1e-10);
+  scaled.rope_scaling = {};
+  EXPECT_GT(std::abs(model.forward(ctx, data.batch()) - reference_loss(scaled, ctx, data)), 1e-6)
+      << "the rescaling moves the loss";
+}
+
+// Llama 3.2-1B's config carries its rope_scaling; the other sizes carry no such key (their checkpoints'
+// configurations are what they were), and naming one adds the four, checked.
+TEST(LlamaConfig, RopeScalingKeys) {
+  const ops::RopeScaling s = llama_config("llama-3.2-1b").rope_scaling;
+  EXPECT_EQ(s.factor, 32);
+  EXPECT_EQ(s.original_ctx, 8192);
+  EXPECT_EQ(llama_config_from(model_config("llama-3.2-1b")).rope_scaling.high_freq_factor, 4);
+  EXPECT_FALSE(model_config("llama-tiny").count("rope_scaling_factor"));
+  const ModelConfig rescaled = model_config("llama-tiny", {{"rope_scaling_factor", 8}});
+  EXPECT_EQ(rescaled.at("rope_original_ctx").integer(), 8192);
+  EXPECT_EQ(llama_config_from(rescaled).rope_scaling.factor, 8);
+  EXPECT_THAT(test::error_of([] {
+                build_model("llama-tiny", model_config("llama-tiny", {{"rope_scaling_factor", 8}, {"rope_high_freq_factor", 1}}));
+              }),
+              ::testing::HasSubstr("rope_high_freq_factor must exceed rope_low_freq_factor"));
+  EXPECT_THAT(test::error_of([] { build_model("llama-tiny", model_config("llama-tiny", {{"rope_low_freq_factor", 2}})); }),
+              ::testing::HasSubstr("rescale nothing without rope_scaling_factor"));
 }
 
 // Tied, both timings of the head's weight gradient: 10 tokens are not fewer than the 8 channels (at the
