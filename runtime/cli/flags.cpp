@@ -94,8 +94,10 @@ void refuse_empty_values(CLI::App& app) {
     return CLI::Validator(
         [remedy](const std::string& v) { return v.empty() ? std::string("empty value (") + remedy + ")" : ""; }, "");
   };
+  // A positional of many words (zshard-run's training command) is another program's arguments, whose own
+  // flags are checked where they are read, naming them.
   for (CLI::Option* opt : app.get_options())
-    if (opt->get_type_size_max() > 0)
+    if (opt->get_type_size_max() > 0 && !(opt->get_lnames().empty() && opt->get_items_expected_max() > 1))
       opt->check(opt->get_required() && opt->get_lnames().empty() ? non_empty("the argument is required")
                                                                    : non_empty("leave the flag out for its default"));
 }

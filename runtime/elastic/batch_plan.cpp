@@ -17,6 +17,7 @@ TrainingRun read_training_flags(const std::vector<std::string>& command) {
   CLI::App app;
   app.allow_extras();
   add_train_flags(app, run.options);
+  refuse_empty_values(app);
   std::vector<std::string> args(command.rbegin(), command.rend() - 1);  // CLI11 takes them reversed
   try {
     app.parse(args);

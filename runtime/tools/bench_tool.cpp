@@ -330,13 +330,20 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
       const bool hybrid_listed = listed("hybrid");
       if (app.count("--shard-group") && !hybrid_listed)
         throw UsageError("--shard-group is only for hybrid: add it to --strategies");
-      const bool hybrid_ok = hybrid_listed && hybrid_runs(resolve_plan(hybrid, world).groups);
+      const std::optional<ShardGroups> groups =
+          hybrid_listed ? std::optional(resolve_plan(hybrid, world).groups) : std::nullopt;
+      const bool hybrid_ok = groups && hybrid_runs(*groups);
       for (const std::string& s : bench.strategies) {
-        if (s != "hybrid" || hybrid_ok) to_run.push_back(s);
-        else if (app.count("--strategies") || app.count("--shard-group"))
-          throw UsageError(std::string(app.count("--shard-group") ? "--shard-group: hybrid" : "--strategies hybrid") +
-                           " needs a shard group between 1 and the world: no such group in a world of " +
-                           std::to_string(world.size()));
+        if (s != "hybrid" || hybrid_ok) {
+          to_run.push_back(s);
+        } else if (app.count("--strategies") || app.count("--shard-group")) {
+          const int n = world.size();
+          throw UsageError(detail::concat(
+              app.count("--shard-group") ? "--shard-group " + groups->describe() + ": " : "--strategies hybrid: by default, ",
+              groups->count() == 1 ? "one group of the whole world is zero3" : "groups of one rank are ddp",
+              n >= 3 ? detail::concat("; give groups between 1 and the world, e.g. --shard-group ", n - 1, ",1")
+                     : detail::concat("; a world of ", n, " has no hybrid")));
+        }
       }
       // Flags of some strategies only: refused when none of those runs, instead of doing nothing.
       const auto runs = [&](const char* s) { return std::find(to_run.begin(), to_run.end(), s) != to_run.end(); };

@@ -159,6 +159,13 @@ check "bench zero3 alone" "$BIN/zshard-bench" --model tiny --strategies zero3 --
 expect_failure "project --bench without a ddp result" 2 \
   "^zshard-project: error: --bench .*zero3-only.json: no ddp result with a positive step time" -- \
   "$BIN/zshard-project" --bench "$WORK/zero3-only.json"
+# Hybrid asked for where its groups would be ddp's or zero3's: the refusal names which, and what runs.
+expect_failure "bench np 3 hybrid over default groups of one" 2 \
+  "^zshard-bench: error: --strategies hybrid: by default, groups of one rank are ddp; give groups between 1 and the world, e.g. --shard-group 2,1$" \
+  -- "${MPIRUN[@]}" -np 3 "$BIN/zshard-bench" --model tiny --strategies hybrid --steps 1
+expect_failure "bench np 2 hybrid --shard-group 2" 2 \
+  "^zshard-bench: error: --shard-group 2: one group of the whole world is zero3; a world of 2 has no hybrid$" \
+  -- "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --model tiny --strategies hybrid --shard-group 2 --steps 1
 # Unequal groups: the ranks of the small one issue other collectives than the large one's, and the replay
 # of them without compute must still issue the same ones on every rank (it aborted with MPI_ERR_TRUNCATE).
 check "bench np 3 hybrid --shard-group 2,1" timeout 120 "${MPIRUN[@]}" -np 3 "$BIN/zshard-bench" --model tiny \
