@@ -338,10 +338,13 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
           to_run.push_back(s);
         } else if (app.count("--strategies") || app.count("--shard-group")) {
           const int n = world.size();
+          int divisor = n - 1;  // the largest proper one makes equal groups; a prime world takes n-1 and 1
+          while (divisor > 1 && n % divisor != 0) --divisor;
+          const std::string example = divisor > 1 ? std::to_string(divisor) : detail::concat(n - 1, ",1");
           throw UsageError(detail::concat(
               app.count("--shard-group") ? "--shard-group " + groups->describe() + ": " : "--strategies hybrid: by default, ",
               groups->count() == 1 ? "one group of the whole world is zero3" : "groups of one rank are ddp",
-              n >= 3 ? detail::concat("; give groups between 1 and the world, e.g. --shard-group ", n - 1, ",1")
+              n >= 3 ? "; give groups between 1 and the world, e.g. --shard-group " + example
                      : detail::concat("; a world of ", n, " has no hybrid")));
         }
       }

@@ -264,7 +264,7 @@ expect_failure "train --data /dev/zero (was std::bad_alloc)" 2 "--data /dev/zero
 expect_one_line "train --data /dev/zero (was std::bad_alloc)" "/dev/zero"
 expect_failure "bench train-only flag" 2 "--save-dir" -- "$BIN/zshard-bench" --save-dir "$WORK/x"
 expect_failure "bench train-only --stop-file" 2 "--stop-file" -- "$BIN/zshard-bench" --stop-file "$WORK/x"
-expect_failure "bench hybrid on 2 ranks" 2 "--strategies hybrid needs a shard group between 1 and the world" -- \
+expect_failure "bench hybrid on 2 ranks" 2 "--strategies hybrid: by default, groups of one rank are ddp; a world of 2 has no hybrid" -- \
   "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --strategies hybrid
 expect_one_line "bench hybrid on 2 ranks" "--strategies"
 expect_failure "commbench --min-size 0.5 (was a hang)" 2 "--min-size must be at least 1 byte" -- \
@@ -300,7 +300,7 @@ expect_failure "project --inter-link bogus" 2 "--inter-link: bogus not in" -- \
 expect_failure "bench --log-every" 2 "--log-every" -- "$BIN/zshard-bench" --log-every 5
 expect_failure "bench --shard-group without hybrid" 2 "--shard-group is only for hybrid" -- \
   "$BIN/zshard-bench" --strategies ddp --shard-group 2
-expect_failure "bench --shard-group where hybrid cannot run" 2 "--shard-group: hybrid needs a shard group between 1 and the world" -- \
+expect_failure "bench --shard-group where hybrid cannot run" 2 "--shard-group 2: one group of the whole world is zero3" -- \
   "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --shard-group 2
 expect_failure "bench --max-inflight without zero3 or hybrid" 2 "--max-inflight is only for zero3 and hybrid" -- \
   "$BIN/zshard-bench" --strategies ddp,zero1 --max-inflight 4
@@ -311,7 +311,7 @@ for flags in "--max-inflight 0" "--secondary-shard 4" "--reshard-after-forward f
     "${MPIRUN[@]}" -np 2 "$BIN/zshard-bench" --model tiny --steps 1 --warmup-steps 0 --strategies ddp,zero3 $flags
   expect_true "... nothing ran" eval '! grep -q "ddp even" "$WORK/out"'
 done
-expect_failure "bench --shard-group 4 at np 4 names --shard-group" 2 "^zshard-bench: error: --shard-group: hybrid needs" -- \
+expect_failure "bench --shard-group 4 at np 4 names --shard-group" 2 "^zshard-bench: error: --shard-group 4: one group of the whole world is zero3; give groups between 1 and the world, e.g. --shard-group 2$" -- \
   "${MPIRUN[@]}" -np 4 "$BIN/zshard-bench" --model tiny --strategies ddp,hybrid --shard-group 4
 expect_failure "bench --strategies zero9 names --strategies" 2 \
   "^zshard-bench: error: --strategies: 'zero9' is not one of ddp,zero1,zero2,zero3,hybrid$" -- "$BIN/zshard-bench" --strategies zero9
