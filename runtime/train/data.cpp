@@ -95,6 +95,11 @@ TokenDataset TokenDataset::from_llmc_file(const std::string& path, std::string_v
   if (count < 0) refuse_data(flag, source, "negative token count ", count, " in the header");
   if (count > held)
     refuse_data(flag, source, "truncated: the header says ", count, " tokens but the file holds ", held);
+  // Bytes past the counted tokens (as llm.c's own loader refuses them): a header from another file, or two
+  // files joined, would otherwise train on a part of the data without a word.
+  if (const size_t expected = kHeaderBytes + size_t(count) * sizeof(uint16_t); bytes.size() != expected)
+    refuse_data(flag, source, "the header says ", count, " tokens (", expected, " bytes with the header) but the file has ",
+                bytes.size(), " bytes");
   std::vector<int32_t> tokens(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     uint16_t t;

@@ -322,11 +322,13 @@ StepResult Trainer::run_step(std::ostream* out) {
 }
 
 void Trainer::run(std::ostream* out, const std::function<bool()>& after_step) {
+  // A resume with nothing left to train leaves the log it would replace (the earlier run's) as it is.
+  const bool trains = steps_done() < options_.optimizer.steps;
   while (steps_done() < options_.optimizer.steps) {
     run_step(out);
     if (after_step && !after_step()) break;
   }
-  write_log_json();
+  if (trains) write_log_json();
   if (out && world_.rank() == 0 && !history_.empty()) {
     // The steps' tokens over the steps' time (a mean of the steps' rates would weigh a short step as a
     // long one); the time in all adds evaluations and re-splits.

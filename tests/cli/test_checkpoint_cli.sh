@@ -59,9 +59,12 @@ for f in rank-00000.safetensors rank-00001.safetensors manifest.json; do
 done
 expect_ok "export verifies the recycled files" "$EXPORT" "$RC/step-00000006" "$WORK/recycled.safetensors"
 # A resume at or past --steps trains nothing, and says so rather than ending without a word.
-expect_ok "resume at step 6 with --steps 4" "$TRAIN" "${ARGS[@]}" --steps 4 --save-dir "$WORK/fresh" --resume latest
+echo '{"step": 1}' >"$WORK/earlier-log.json"
+expect_ok "resume at step 6 with --steps 4" "$TRAIN" "${ARGS[@]}" --steps 4 --save-dir "$WORK/fresh" --resume latest \
+  --log-json "$WORK/earlier-log.json"
 expect_true "... says nothing is left to train" \
   grep -q "^zshard-train: note: the checkpoint is at step 6 and --steps is 4: nothing is left to train" "$WORK/out" "$WORK/err"
+expect_true "... and leaves the --log-json it would replace as it was" grep -q '^{"step": 1}$' "$WORK/earlier-log.json"
 # Hybrid on 4 ranks: only the first shard group writes. Saves from step 4 on write over the files of the
 # save --keep dropped two steps before; resuming one repeats the uninterrupted run bit for bit.
 HY="$WORK/hybrid"

@@ -101,9 +101,9 @@ TEST(Data, LlmcRoundTrip) {
     EXPECT_EQ(d.tokens(), (std::vector<int32_t>{50256, 0, 17, 65535, 300, 2}));
     EXPECT_EQ(d.source(), "file " + path);
   }
-  // Detected by its magic whatever the name; extra bytes after the counted tokens are ignored.
+  // Detected by its magic whatever the name.
   const std::string other = dir.file("tokens.dat");
-  write_llmc(other, {1, 2, 3, 4}, kLlmcMagic, kLlmcVersion, 3);
+  write_llmc(other, {1, 2, 3});
   EXPECT_EQ(TokenDataset::load(other).tokens(), (std::vector<int32_t>{1, 2, 3}));
 
   const std::string msg = error_of([&] { TokenDataset::load(path).check_vocab(50257); });
@@ -127,6 +127,9 @@ TEST(Data, MalformedLlmcFiles) {
   expect_error("unsupported llm.c token file version 2 (expected 1)");
   write_llmc(p, {1, 2, 3}, kLlmcMagic, kLlmcVersion, 10);
   expect_error("truncated: the header says 10 tokens but the file holds 3");
+  // Tokens past the count, as llm.c's loader refuses them: another file's header, or two files joined.
+  write_llmc(p, {1, 2, 3, 4}, kLlmcMagic, kLlmcVersion, 3);
+  expect_error("the header says 3 tokens (1030 bytes with the header) but the file has 1032 bytes");
   std::ofstream(p, std::ios::binary) << "short";
   expect_error("shorter than its 1024-byte header");
   write_llmc(p, {});
