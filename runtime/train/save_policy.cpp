@@ -190,8 +190,11 @@ std::vector<std::string> SavePolicy::compare_with_flags(const std::string& dir, 
     const json& flags = saved.at("flags");
     const DataOptions& d = trainer_.options().data;
     const bool same_step = flags.value("batch", 0) * flags.value("grad-accum", 1) == d.batch * d.grad_accum;
+    // A constant schedule never reads --steps: another value changes no step's rate.
+    const bool constant = flags.value("lr-schedule", "") == "constant" && now.at("flags").at("lr-schedule") == "constant";
     for (const auto& [flag, value] : flags.items())
-      if (now.at("flags").value(flag, json()) != value && !(same_step && (flag == "batch" || flag == "grad-accum")))
+      if (now.at("flags").value(flag, json()) != value && !(same_step && (flag == "batch" || flag == "grad-accum")) &&
+          !(constant && flag == "steps"))
         lines.push_back(detail::concat("note: --", flag, " was ", flag_text(value),
                                        " when saved; the run will not repeat the uninterrupted one"));
     if (const int steps = trainer_.options().optimizer.steps; m.step >= steps)

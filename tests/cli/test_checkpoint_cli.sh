@@ -164,4 +164,16 @@ expect_failure "export of a manifest without one of the model's units" 2 \
 expect_true "no export written" test ! -e "$WORK/never.safetensors"
 snapshot >"$WORK/after"
 expect_true "bad input modified no checkpoint" cmp -s "$WORK/before" "$WORK/after"
+# A constant schedule does not read --steps: a resume that raises it repeats the uninterrupted run, and
+# says nothing of it; under cosine, whose decay it sets, it notes the change.
+for schedule in constant cosine; do
+  D="$WORK/schedule-$schedule"
+  expect_ok "$schedule schedule: 2 steps saved" "$TRAIN" "${ARGS[@]}" --lr-schedule "$schedule" --steps 2 --save-dir "$D"
+  expect_ok "... resumed to 3 steps" "$TRAIN" "${ARGS[@]}" --lr-schedule "$schedule" --steps 3 --save-dir "$D" --resume latest
+  if [ "$schedule" = constant ]; then
+    expect_true "... without a note" eval '! grep -q "when saved" "$WORK/out" "$WORK/err"'
+  else
+    expect_true "... noting --steps" grep -q "note: --steps was 2 when saved" "$WORK/out"
+  fi
+done
 finish

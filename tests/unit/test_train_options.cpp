@@ -476,6 +476,13 @@ TEST(LrSchedule, WarmupThenCosineToMin) {
   const LrSchedule constant{0.5f, 0.0f, 0, 10, false};
   EXPECT_FLOAT_EQ(constant.at(7), 0.5f);
   EXPECT_THROW(s.at(-3), UsageError);  // warmup's ramp gave it a negative rate
+  // A loop of one's own that leaves total_steps out gets a refusal, not a rate of 0 after warmup.
+  EXPECT_THAT(test::error_of([] { LrSchedule{.lr = 3e-4f, .warmup = 10}.at(11); }),
+              HasSubstr("cosine decay needs total_steps >= 1"));
+  EXPECT_THAT(test::error_of([] { LrSchedule{.lr = -1, .min_lr = 5, .total_steps = 9}.at(0); }),
+              HasSubstr("lr must be a finite number >= 0, got -1"));
+  EXPECT_THAT(test::error_of([] { LrSchedule{.lr = 1, .min_lr = 5, .total_steps = 9}.at(0); }),
+              HasSubstr("min_lr must be in [0, lr 1], got 5"));
 }
 
 }  // namespace
