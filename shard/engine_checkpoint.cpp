@@ -58,8 +58,12 @@ class HostShard {
 nlohmann::json parse_run_json(comm::Communicator& world, const std::string& run_json) {
   nlohmann::json run;
   run_agreed(world, [&] {
-    run = nlohmann::json::parse(run_json);
-    ZS_CHECK(run.is_object(), "Engine::save: the run state must be a JSON object");
+    try {
+      run = nlohmann::json::parse(run_json);
+    } catch (const nlohmann::json::exception& e) {
+      refuse("Engine::save: run_json is not JSON (", e.what(), ")");
+    }
+    if (!run.is_object()) refuse("Engine::save: run_json must be a JSON object, got ", run.dump());
   });
   return run;
 }

@@ -55,6 +55,7 @@ struct EngineOptions {
 };
 
 // AdamW's hyper-parameters for one step (PyTorch's AdamW, with torch.nn.utils.clip_grad_norm_ before it).
+// The defaults are nanoGPT's rather than torch's (beta2 0.999, weight decay 0.01, no clipping).
 struct AdamW {
   float lr = 1e-3f;
   float beta1 = 0.9f;

@@ -31,7 +31,7 @@ namespace zshard {
 struct ParamSpec {
   std::string name;   // the name in saved weights (Hugging Face GPT-2 names for GPT-2)
   Shape shape;        // the saved layout
-  bool weight_decay;  // AdamW decays matrices and embeddings, not biases or LayerNorm gains
+  bool weight_decay = true;  // AdamW decays matrices and embeddings, not biases or LayerNorm gains (torch decays all)
   // Trained by no step: no gradient, master weight or Adam state is kept for it, and its entry in
   // ParamContext::grads() is an undefined Tensor, so that backward skips its weight gradient while
   // still computing the input gradients that flow through it. EngineOptions::freeze freezes more.
