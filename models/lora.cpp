@@ -82,8 +82,11 @@ LoraSettings lora_settings_from(const ModelConfig& config) {
   if (rank == config.end() || !rank->second.is_integer() || rank->second.integer() < 1)
     usage(Option::lora_rank, " must be at least 1 (the adapters' rank), got ",
           rank == config.end() ? "none" : rank->second.text());
+  constexpr int64_t kMaxRank = int64_t(1) << 30;  // far beyond any layer, and an int
+  if (rank->second.integer() > kMaxRank)
+    usage(Option::lora_rank, " must be at most ", kMaxRank, ", got ", rank->second.text());
   LoraSettings lora;
-  lora.rank = int(std::min<int64_t>(rank->second.integer(), int64_t(1) << 30));
+  lora.rank = int(rank->second.integer());
   if (alpha != config.end()) {
     if (alpha->second.is_text() || !(std::isfinite(alpha->second.number()) && alpha->second.number() > 0))
       usage(Option::lora_alpha, " must be a positive finite number, got ", alpha->second.text());

@@ -95,6 +95,14 @@ void check_stop_file(const TrainOptions& o) {
   std::error_code ec;
   if (std::filesystem::is_directory(stop.second, ec))
     refuse("--stop-file ", stop.second, ": is a directory (the stop file is one the run removes once it appears)");
+  // Under a file, it could never appear: the run would never stop on it.
+  for (std::filesystem::path up = normal_path(stop.second).parent_path(); !up.empty() && up != up.root_path();
+       up = up.parent_path())
+    if (std::filesystem::exists(up, ec)) {
+      if (!std::filesystem::is_directory(up, ec))
+        refuse("--stop-file ", stop.second, ": ", up.string(), " is a file, so the stop file could never appear");
+      break;
+    }
   std::vector<FlagPath> files = named_inputs(o);
   for (FlagPath& out : named_outputs(o)) files.push_back(std::move(out));
   check_not_input(stop, files, "remove");

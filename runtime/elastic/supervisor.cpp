@@ -134,6 +134,7 @@ Supervisor::Supervisor(const LauncherOptions& o) : o_(o) {
   // mpirun would fail to start it on every attempt, which zshard-run would take for a lost job.
   if (!is_executable(o_.command.front()))
     refuse("the training command ", o_.command.front(), ": no such executable here");
+  if (!is_executable(o_.mpirun)) refuse("--mpirun ", o_.mpirun, ": no such executable here");
   if (o_.min_ranks < 1) refuse("--min-ranks must be >= 1, got ", o_.min_ranks);
   if (o_.max_restarts < 0) refuse("--max-restarts must be >= 0, got ", o_.max_restarts);
   if (!(o_.probe_timeout_s > 0 && o_.probe_timeout_s <= 3600))

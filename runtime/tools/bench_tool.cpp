@@ -320,7 +320,7 @@ int bench_tool(int argc, char** argv, const std::string& default_model) {
         throw UsageError("--steps must be >= 1, got " + std::to_string(options.optimizer.steps));
       if (bench.warmup_steps < 0) throw UsageError("--warmup-steps must be >= 0");
       if (!(bench.peak_tflops >= 0 && std::isfinite(bench.peak_tflops)))
-        throw UsageError("--peak-tflops must be a finite number >= 0, got " + std::to_string(bench.peak_tflops));
+        throw UsageError(detail::concat("--peak-tflops must be a finite number >= 0, got ", bench.peak_tflops));
       const auto listed = [&](const char* s) {
         return std::find(bench.strategies.begin(), bench.strategies.end(), s) != bench.strategies.end();
       };

@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
   bench->excludes(app.add_option_function<double>(
       "--params",
       [&in](double n) {
-        if (!(n >= 1 && n <= 1e15)) throw CLI::ValidationError("--params", "must be in [1, 1e15], got " + std::to_string(n));
+        if (!(n >= 1 && n <= 1e15)) throw CLI::ValidationError("--params", detail::concat("must be in [1, 1e15], got ", n));
         in.params = int64_t(n);
       },
       "parameter count, e.g. 1.5e9 (instead of --bench)"));

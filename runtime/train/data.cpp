@@ -1,9 +1,14 @@
 #include "runtime/train/data.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <iterator>
+#include <span>
 
 #include <zshard/error.h>
 
@@ -27,21 +32,39 @@ template <class... Args>
 
 std::string file_source(const std::string& path) { return "file " + path; }
 
-// Data is read whole: a regular file, or a bad flag value.
+// Data is mapped whole: a regular file, or a bad flag value.
 constexpr std::string_view kDataFile = "a token or text file";
 
-std::vector<char> read_file(const std::string& path, std::string_view flag) {
-  check_input_file(flag, path, kDataFile);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_read(flag, file_source(path), "cannot open (", std::strerror(errno), ")");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail_read(flag, file_source(path), "read error");
-  return bytes;
-}
+struct MappedFile {
+  std::shared_ptr<const void> mapping;  // unmapped when the last dataset holding it goes
+  const uint8_t* bytes = nullptr;
+  size_t size = 0;
+};
 
-TokenDataset from_bytes(const uint8_t* bytes, size_t n, std::string source, std::string_view flag) {
-  if (n == 0) refuse_data(flag, source, "is empty");
-  return TokenDataset::from_tokens(std::vector<int32_t>(bytes, bytes + n), std::move(source), flag);
+MappedFile map_file(const std::string& path, std::string_view flag) {
+  check_input_file(flag, path, kDataFile);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_read(flag, file_source(path), "cannot open (", std::strerror(errno), ")");
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) {
+    const int error = errno;
+    ::close(fd);
+    fail_read(flag, file_source(path), "cannot stat (", std::strerror(error), ")");
+  }
+  MappedFile f;
+  f.size = size_t(st.st_size);
+  if (f.size == 0) {
+    ::close(fd);
+    return f;
+  }
+  void* p = ::mmap(nullptr, f.size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int error = errno;
+  ::close(fd);  // the mapping keeps the file
+  if (p == MAP_FAILED) fail_read(flag, file_source(path), "cannot map (", std::strerror(error), ")");
+  const size_t size = f.size;
+  f.mapping = std::shared_ptr<const void>(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
+  f.bytes = static_cast<const uint8_t*>(p);
+  return f;
 }
 
 bool ends_with_bin(const std::string& path) {
@@ -69,17 +92,32 @@ TokenDataset TokenDataset::load(const std::string& spec, std::string_view flag) 
 }
 
 TokenDataset TokenDataset::from_default_corpus(std::string_view flag) {
-  return from_bytes(kDefaultCorpus, kDefaultCorpusSize, "default (embedded corpus)", flag);
+  TokenDataset d;
+  d.data_ = kDefaultCorpus;
+  d.width_ = 1;
+  d.size_ = int64_t(kDefaultCorpusSize);
+  d.source_ = "default (embedded corpus)";
+  d.flag_ = flag;
+  return d;
 }
 
 TokenDataset TokenDataset::from_text_file(const std::string& path, std::string_view flag) {
-  const std::vector<char> bytes = read_file(path, flag);
-  return from_bytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), file_source(path), flag);
+  MappedFile file = map_file(path, flag);
+  if (file.size == 0) refuse_data(flag, file_source(path), "is empty");
+  TokenDataset d;
+  d.storage_ = std::move(file.mapping);
+  d.data_ = file.bytes;
+  d.width_ = 1;
+  d.size_ = int64_t(file.size);
+  d.source_ = file_source(path);
+  d.flag_ = flag;
+  return d;
 }
 
 TokenDataset TokenDataset::from_llmc_file(const std::string& path, std::string_view flag) {
   const std::string source = file_source(path);
-  const std::vector<char> bytes = read_file(path, flag);
+  MappedFile file = map_file(path, flag);
+  const std::span<const uint8_t> bytes(file.bytes, file.size);
   constexpr size_t kHeaderBytes = kLlmcHeaderInts * sizeof(int32_t);
   if (bytes.size() < kHeaderBytes)
     refuse_data(flag, source, "llm.c token file of ", bytes.size(), " bytes is shorter than its ", kHeaderBytes,
@@ -100,28 +138,50 @@ TokenDataset TokenDataset::from_llmc_file(const std::string& path, std::string_v
   if (const size_t expected = kHeaderBytes + size_t(count) * sizeof(uint16_t); bytes.size() != expected)
     refuse_data(flag, source, "the header says ", count, " tokens (", expected, " bytes with the header) but the file has ",
                 bytes.size(), " bytes");
-  std::vector<int32_t> tokens(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) {
-    uint16_t t;
-    std::memcpy(&t, bytes.data() + kHeaderBytes + size_t(i) * sizeof(t), sizeof(t));
-    tokens[size_t(i)] = t;
-  }
-  return from_tokens(std::move(tokens), source, flag);
+  TokenDataset d;
+  d.storage_ = std::move(file.mapping);
+  d.data_ = bytes.data() + kHeaderBytes;
+  d.width_ = 2;
+  d.size_ = count;
+  d.source_ = source;
+  d.flag_ = flag;
+  return d;
 }
 
 TokenDataset TokenDataset::from_tokens(std::vector<int32_t> tokens, std::string source, std::string_view flag) {
+  const auto owned = std::make_shared<const std::vector<int32_t>>(std::move(tokens));
   TokenDataset d;
-  d.tokens_ = std::move(tokens);
+  d.data_ = reinterpret_cast<const uint8_t*>(owned->data());
+  d.width_ = 4;
+  d.size_ = int64_t(owned->size());
+  d.storage_ = owned;
   d.source_ = std::move(source);
   d.flag_ = flag;
   return d;
 }
 
+int32_t TokenDataset::token(int64_t i) const {
+  switch (width_) {
+    case 1: return data_[i];
+    case 2: {
+      uint16_t t;  // little-endian on disk, as on every host zshard builds for
+      std::memcpy(&t, data_ + size_t(i) * 2, sizeof t);
+      return t;
+    }
+    default: {
+      int32_t t;
+      std::memcpy(&t, data_ + size_t(i) * 4, sizeof t);
+      return t;
+    }
+  }
+}
+
 void TokenDataset::check_vocab(int vocab) const {
-  for (size_t i = 0; i < tokens_.size(); ++i)
-    if (tokens_[i] < 0 || tokens_[i] >= vocab)
-      refuse_data(flag_, source_, "token ", tokens_[i], " at position ", i,
-                " is outside the model's vocabulary of ", vocab, " (ids 0..", vocab - 1, ")");
+  if (width_ == 1 && vocab >= kByteVocab) return;  // bytes
+  for (int64_t i = 0; i < size_; ++i)
+    if (const int32_t t = token(i); t < 0 || t >= vocab)
+      refuse_data(flag_, source_, "token ", t, " at position ", i, " is outside the model's vocabulary of ", vocab,
+                  " (ids 0..", vocab - 1, ")");
 }
 
 void TokenDataset::check_seq_len(int T) const {
@@ -149,8 +209,8 @@ void TokenDataset::fill_batch(int64_t micro_step, int B, int T, int k0, int b, i
     const uint64_t seq = (uint64_t(micro_step) % n * (uint64_t(B) % n) + uint64_t(k0 + k)) % n;
     const uint64_t start = seq * (uint64_t(T) % n) % n;
     for (int j = 0; j < T; ++j) {
-      inputs[size_t(k) * T + j] = tokens_[(start + j) % n];
-      targets[size_t(k) * T + j] = tokens_[(start + j + 1) % n];
+      inputs[size_t(k) * T + j] = token(int64_t((start + j) % n));
+      targets[size_t(k) * T + j] = token(int64_t((start + j + 1) % n));
     }
   }
 }

@@ -1,6 +1,8 @@
-// Token datasets: the whole token stream in memory as int32, from the embedded default corpus (bytes),
-// a text file (bytes) or an llm.c token file (256 int32 header: magic 20240520, version 1, token count;
-// then uint16 tokens).
+// Token datasets: the token stream from the embedded default corpus (bytes), a text file (bytes) or an
+// llm.c token file (256 int32 header: magic 20240520, version 1, token count; then uint16 tokens). A file
+// is mapped read-only, not read into memory: its pages are the page cache's, shared by the ranks of a host
+// and read where a batch reads them (an eval set's first batches alone), rather than a copy of the whole
+// stream, 4 bytes a token, in every rank's memory, which the memory report would not see.
 //
 // The batch of a step is global and fixed whatever the world size: sequence k of global micro-step s
 // starts at token (s*B + k)*T, wrapping around the end of the stream, and a rank fills a contiguous
@@ -8,6 +10,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,8 +38,8 @@ class TokenDataset {
   static TokenDataset from_llmc_file(const std::string& path, std::string_view flag = "--data");
   static TokenDataset from_tokens(std::vector<int32_t> tokens, std::string source, std::string_view flag = "--data");
 
-  int64_t size() const { return int64_t(tokens_.size()); }
-  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int64_t size() const { return size_; }
+  int32_t token(int64_t i) const;  // 0 <= i < size()
   const std::string& source() const { return source_; }
 
   // Errors naming the data source when a token id is >= `vocab` (the model's vocabulary) ...
@@ -53,7 +56,12 @@ class TokenDataset {
                   int32_t* targets) const;
 
  private:
-  std::vector<int32_t> tokens_;
+  // The tokens where they lie, width_ bytes each (1: text, 2: llm.c, 4: from_tokens' int32), from data_:
+  // in a file mapping that storage_ keeps alive, in the embedded corpus, or in storage_'s own vector.
+  std::shared_ptr<const void> storage_;
+  const uint8_t* data_ = nullptr;
+  int width_ = 4;
+  int64_t size_ = 0;
   std::string source_;
   std::string flag_ = "--data";
 };

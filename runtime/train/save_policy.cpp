@@ -80,11 +80,13 @@ void check_resume_dir(const std::string& dir) {
   if (ec) refuse("--resume ", dir, ": cannot read (", ec.message(), ")");
   if (type != fs::file_type::directory)
     refuse("--resume ", dir, ": not a directory (a checkpoint is the directory that holds its manifest.json)");
-  if (!fs::exists(manifest_path(dir), ec))
-    for (const CheckpointEntry& e : list_checkpoints(dir))
-      if (e.committed)
-        refuse("--resume ", dir, ": not a checkpoint but a directory of them (", e.path,
-               "); resume its newest with --save-dir ", dir, " --resume latest");
+  if (fs::exists(manifest_path(dir), ec)) return;
+  for (const CheckpointEntry& e : list_checkpoints(dir))
+    if (e.committed)
+      refuse("--resume ", dir, ": not a checkpoint but a directory of them (", e.path,
+             "); resume its newest with --save-dir ", dir, " --resume latest");
+  refuse("--resume ", dir, ": not a checkpoint (no ", kManifestFile,
+         ": another directory, or a save that did not finish); --resume latest takes the newest committed one");
 }
 
 void install_stop_handlers() {

@@ -127,7 +127,7 @@ snapshot() {
 snapshot >"$WORK/before"
 
 RESUME=(--strategy zero3 "${ARGS[@]}" --steps 8 --keep 1)
-expect_every_rank_fails "not a checkpoint" 1 "empty: not a checkpoint \(no manifest.json" -- \
+expect_every_rank_fails "not a checkpoint" 2 "^zshard-train: error: --resume .*empty: not a checkpoint \(no manifest.json" -- \
   "${RESUME[@]}" --save-dir "$CK" --resume "$WORK/empty"
 expect_every_rank_fails "no such directory" 2 "^zshard-train: error: --resume $WORK/nowhere: no such directory$" -- \
   "${RESUME[@]}" --save-dir "$CK" --resume "$WORK/nowhere"

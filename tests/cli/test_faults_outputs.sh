@@ -163,6 +163,9 @@ for flag in --log-json --save; do
 done
 expect_true "... and made nothing" test ! -e "$WORK/new-ck"
 mkdir -p "$WORK/stop-dir"
+expect_failure "--stop-file under a file" 2 \
+  "^zshard-train: error: --stop-file .*text.txt/stop: .*text.txt is a file, so the stop file could never appear$" -- \
+  "$TRAIN" "${ARGS[@]}" --steps 2 --stop-file "$WORK/text.txt/stop"
 expect_failure "--stop-file naming a directory" 2 \
   "^zshard-train: error: --stop-file .*stop-dir: is a directory \(the stop file is one the run removes once it appears\)$" -- \
   "$TRAIN" "${ARGS[@]}" --steps 2 --stop-file "$WORK/stop-dir"

@@ -36,6 +36,8 @@ expect_failure "a training command without --save-dir" 2 "^zshard-run: error: th
   "$RUN" "${LOCAL[@]}" -- "$TRAIN" --steps 4
 expect_failure "a --resume that is not there" 2 "^zshard-run: error: --resume $WORK/nowhere: no such directory$" -- \
   "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 4 --resume "$WORK/nowhere" --save-dir "$WORK/bad"
+expect_failure "an --mpirun that is not there" 2 "^zshard-run: error: --mpirun $WORK/no/mpirun: no such executable here$" \
+  -- "$RUN" "${LOCAL[@]}" --mpirun "$WORK/no/mpirun" -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad"
 expect_failure "an empty value in the training command" 2 "^zshard-run: error: the training command: --log-json: empty value" \
   -- "$RUN" "${LOCAL[@]}" -- "${JOB[@]}" --steps 4 --save-dir "$WORK/bad" --log-json ""
 expect_failure "--batch auto" 2 "^zshard-run: error: the training command has --batch auto" -- \

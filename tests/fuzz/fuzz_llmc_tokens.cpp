@@ -13,12 +13,10 @@ namespace {
 
 constexpr size_t kHeaderBytes = kLlmcHeaderInts * sizeof(int32_t);
 
-Bytes token_file(int32_t magic, int32_t version, int32_t count, const std::vector<uint16_t>& tokens,
-                 size_t trailing_bytes = 0) {
+Bytes token_file(int32_t magic, int32_t version, int32_t count, const std::vector<uint16_t>& tokens) {
   int32_t header[kLlmcHeaderInts] = {magic, version, count};
   Bytes file(reinterpret_cast<const char*>(header), kHeaderBytes);
   file.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(uint16_t));
-  file.append(trailing_bytes, '\x5a');
   return file;
 }
 
@@ -28,7 +26,7 @@ std::vector<Bytes> prepare_llmc_tokens(const std::string&) {
   for (size_t i = 0; i < full_range.size(); ++i) full_range[i] = uint16_t(65535 - i * 1024);
   return {token_file(kLlmcMagic, kLlmcVersion, 300, gpt2_tokens),
           token_file(kLlmcMagic, kLlmcVersion, 0, {}),
-          token_file(kLlmcMagic, kLlmcVersion, 2, {7, 8}, /*trailing_bytes=*/3),  // fewer than held, odd tail
+          token_file(kLlmcMagic, kLlmcVersion, 2, {7, 8}),
           token_file(kLlmcMagic, kLlmcVersion, 64, full_range)};
 }
 

@@ -9,8 +9,10 @@
 #include <sys/stat.h>
 
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 
 #include "tests/support/test_support.h"
 
@@ -20,6 +22,12 @@ namespace {
 using ::testing::HasSubstr;
 using test::error_of;
 using test::TempDir;
+
+std::vector<int32_t> all_tokens(const TokenDataset& d) {
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < d.size(); ++i) out.push_back(d.token(i));
+  return out;
+}
 
 // An llm.c token file with the given header fields and tokens.
 void write_llmc(const std::string& path, const std::vector<uint16_t>& tokens, int32_t magic = kLlmcMagic,
@@ -98,18 +106,27 @@ TEST(Data, LlmcRoundTrip) {
   const std::vector<uint16_t> tokens = {50256, 0, 17, 65535, 300, 2};
   write_llmc(path, tokens);
   for (const TokenDataset& d : {TokenDataset::from_llmc_file(path), TokenDataset::load(path)}) {
-    EXPECT_EQ(d.tokens(), (std::vector<int32_t>{50256, 0, 17, 65535, 300, 2}));
+    EXPECT_EQ(all_tokens(d), (std::vector<int32_t>{50256, 0, 17, 65535, 300, 2}));
     EXPECT_EQ(d.source(), "file " + path);
   }
   // Detected by its magic whatever the name.
   const std::string other = dir.file("tokens.dat");
   write_llmc(other, {1, 2, 3});
-  EXPECT_EQ(TokenDataset::load(other).tokens(), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(all_tokens(TokenDataset::load(other)), (std::vector<int32_t>{1, 2, 3}));
 
   const std::string msg = error_of([&] { TokenDataset::load(path).check_vocab(50257); });
   EXPECT_THAT(msg, HasSubstr("data file " + path + ": token 65535 at position 3 is outside the model's "
                              "vocabulary of 50257"));
   TokenDataset::load(path).check_vocab(65536);
+  // A copy keeps the file's mapping: it reads the tokens after the dataset it was made from is gone, and
+  // after the file itself is.
+  std::optional<TokenDataset> copy;
+  {
+    const TokenDataset d = TokenDataset::load(path);
+    copy = d;
+  }
+  std::filesystem::remove(path);
+  EXPECT_EQ(all_tokens(*copy), (std::vector<int32_t>{50256, 0, 17, 65535, 300, 2}));
 }
 
 TEST(Data, MalformedLlmcFiles) {
@@ -142,7 +159,7 @@ TEST(Data, TextFileIsBytes) {
   const std::string p = dir.file("notes.txt");
   std::ofstream(p, std::ios::binary) << "Hi\n\xff\x01";
   const TokenDataset d = TokenDataset::load(p);
-  EXPECT_EQ(d.tokens(), (std::vector<int32_t>{'H', 'i', '\n', 255, 1}));
+  EXPECT_EQ(all_tokens(d), (std::vector<int32_t>{'H', 'i', '\n', 255, 1}));
   d.check_vocab(256);
   EXPECT_THAT(error_of([&] { d.check_vocab(128); }),
               HasSubstr("data file " + p + ": token 255 at position 3 is outside the model's vocabulary of 128"));
@@ -170,7 +187,7 @@ TEST(Data, EmbeddedCorpusIsSubstantialAscii) {
   EXPECT_EQ(d.size(), int64_t(kDefaultCorpusSize));
   d.check_vocab(128);  // plain ASCII
   int letters = 0, spaces = 0;
-  for (int32_t t : d.tokens()) {
+  for (int32_t t : all_tokens(d)) {
     EXPECT_TRUE(t == '\n' || (t >= 32 && t < 127)) << "byte " << t;
     letters += std::isalpha(t) != 0;
     spaces += t == ' ';
