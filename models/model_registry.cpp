@@ -13,14 +13,20 @@ namespace zshard {
 
 namespace {
 
+// Keys a configuration holds only once an override names one of them, and then all of them, at these
+// values before the overrides: the LoRA settings (models/lora.h) and Llama's rope scaling, so that a model
+// without them keeps the configuration, and the checkpoints, it had before they existed. A group whose
+// values are "off" goes again where the overrides leave it so (rope_scaling_factor=0); LoRA's stays, for
+// its rank 0 to be refused rather than train nothing.
+struct OptionalKeys {
+  ModelConfig values;
+  bool dropped_when_unchanged = false;
+};
+
 struct Entry {
   ModelConfig defaults;
   ModelBuilder build;
-  // Groups of keys a configuration holds only once an override names one of a group, and then all of
-  // that group, at these values before the overrides: the LoRA settings (models/lora.h), and Llama's rope
-  // scaling, so that a model without them keeps the configuration, and the checkpoints, it had before
-  // they existed.
-  std::vector<ModelConfig> optional = {};
+  std::vector<OptionalKeys> optional = {};
 };
 
 // The built-in families are registered on first use, so that no static initialisation order matters.
@@ -29,10 +35,10 @@ std::map<std::string, Entry>& registry() {
     std::map<std::string, Entry> builtin;
     for (const auto& [name, config] : gpt2_named_configs())
       builtin[name] = {config, [](const ModelConfig& c) -> std::unique_ptr<Model> { return make_gpt2(c); },
-                       {lora_config_defaults(kGPT2LoraDefaultTargets)}};
+                       {{lora_config_defaults(kGPT2LoraDefaultTargets)}}};
     for (const auto& [name, config] : llama_named_configs())
       builtin[name] = {config, [](const ModelConfig& c) -> std::unique_ptr<Model> { return make_llama(c); },
-                       {lora_config_defaults(kLlamaLoraDefaultTargets), rope_scaling_config_defaults()}};
+                       {{lora_config_defaults(kLlamaLoraDefaultTargets)}, {rope_scaling_config_defaults(), true}}};
     return builtin;
   }();
   return models;
@@ -63,14 +69,14 @@ ModelConfig model_config(const std::string& name, const ModelConfig& overrides) 
   const Entry& entry = find(name);
   ModelConfig config = entry.defaults;
   for (const auto& [key, value] : overrides)
-    for (const ModelConfig& group : entry.optional)
-      if (group.count(key)) config.insert(group.begin(), group.end());
+    for (const OptionalKeys& group : entry.optional)
+      if (group.values.count(key)) config.insert(group.values.begin(), group.values.end());
   // Every key is checked before any is applied, so that the listing shows the model's own values rather
   // than some of the overrides.
   for (const auto& [key, value] : overrides)
     if (!config.count(key)) {
       ModelConfig known = config;
-      for (const ModelConfig& group : entry.optional) known.insert(group.begin(), group.end());
+      for (const OptionalKeys& group : entry.optional) known.insert(group.values.begin(), group.values.end());
       throw UsageError(detail::concat(option_name(Option::config), ": model '", name, "' has no '", key,
                                       "' (it has, by default: ", config_text(known), ")"));
     }
@@ -86,6 +92,14 @@ ModelConfig model_config(const std::string& name, const ModelConfig& overrides) 
     if (it->second.is_integer() && !value.is_integer())
       throw UsageError(detail::concat(option_name(Option::config), ": ", key, " of model '", name, "' is an integer, got ", value.text()));
     it->second = it->second.is_integer() ? value : ConfigValue(value.number());
+  }
+  for (const OptionalKeys& group : entry.optional) {
+    const auto unchanged = [&](const auto& kv) {
+      const auto it = config.find(kv.first);
+      return it != config.end() && it->second == kv.second;
+    };
+    if (group.dropped_when_unchanged && std::all_of(group.values.begin(), group.values.end(), unchanged))
+      for (const auto& [key, value] : group.values) config.erase(key);
   }
   return config;
 }

@@ -62,7 +62,7 @@ void rmsnorm_residual_forward(T* residual, T* out, Compute<T>* rstd, const T* a,
                               int C, float eps);
 
 // Rotary position embedding in place on x (B,T,NH,HS), Hugging Face's rotate_half layout: element i of a
-// head pairs with i + HS/2 and turns by t * theta^(-2i/HS) at position t. The backward turns a gradient
+// head pairs with i + HS/2 and turns by t * f(i) at position t (kernels/rope_frequencies.h). The backward turns a gradient
 // back, in place: the one op besides cross-entropy that does not accumulate.
 template <class T>
 void rope_forward(T* x, int B, int Tn, int NH, int HS, const ops::RopeFrequencies& rope);

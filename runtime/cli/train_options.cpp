@@ -1,6 +1,5 @@
 #include "runtime/cli/train_options.h"
 
-#include <cctype>
 #include <filesystem>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +10,7 @@
 #include "models/lora.h"
 #include "runtime/cli/path_checks.h"
 #include "runtime/cli/plan_flags.h"
+#include "shard/checkpoint_format.h"
 
 namespace zshard {
 
@@ -84,7 +84,7 @@ void check_not_in_a_checkpoint(const FlagPath& file, const std::string& save_dir
   if (save_dir.empty() || file.second.empty()) return;
   const std::filesystem::path in_save = normal_path(file.second).lexically_relative(normal_path(save_dir));
   const std::string first = in_save.empty() ? "" : in_save.begin()->string();
-  if (first == "step-spare" || (first.starts_with("step-") && first.size() > 5 && std::isdigit(first[5])))
+  if (first == "step-spare" || step_of_dir(first))
     refuse(file.first, " ", file.second, ": inside what the run writes under --save-dir (its step-* checkpoints), ",
            "which its saves would remove or fail on; give a file beside them");
 }

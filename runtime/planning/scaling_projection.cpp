@@ -175,8 +175,9 @@ ProjectedStep project_step(StrategyKind kind, int world, const ProjectionInput& 
     return world_step(kind, world, across_nodes, secondary_group(kind, across_nodes, in.node_size, in), in);
   // The zero3 volume inside a shard group (the tools' default group, within a node), then an all-reduce
   // of each shard across the N/G replicas, between nodes once the world spans several.
-  ProjectedStep s = compute_only(world, in);
   const int G = default_shard_group(world, in.node_size);
+  if (G == 1) return project_step(StrategyKind::ddp, world, in);  // groups of one run as ddp (ShardPlan::runs_as_ddp)
+  ProjectedStep s = compute_only(world, in);
   s.volume = step_volume(kind, world, G, world / G, 1, in);
   s.comm_ms = sharded_ms(group_links(false, in), G, s.volume, 1, in) +
               across_groups_ms(across_link(across_nodes, in.node_size, in), world / G, s.volume.across,
@@ -191,6 +192,7 @@ ProjectedStep project_step(StrategyKind kind, const ShardGroups& nodes, const Pr
   // The largest node's ranks gather the most inside it.
   if (kind != StrategyKind::hybrid)
     return world_step(kind, world, across_nodes, secondary_group(kind, across_nodes, largest, in), in);
+  if (largest == 1) return project_step(StrategyKind::ddp, nodes, in);  // groups of one run as ddp
   ProjectedStep s = compute_only(world, in);
   // Every rank waits for the slowest: the largest node's gathers and reduce-scatters (most hops, most
   // bytes), the smallest node's all-reduce (the largest shard, cut into the most pieces).

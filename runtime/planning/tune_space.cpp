@@ -138,7 +138,11 @@ ShardPlan candidate_plan(const TuneProblem& p, const Candidate& c) {
 }
 
 std::vector<std::vector<int>> hybrid_groupings(const TuneProblem& p) {
-  if (p.hosts.size() > 1) return {p.hosts};
+  // Hosts of one rank each make groups of one, which run as ddp: ddp's candidates already.
+  if (p.hosts.size() > 1) {
+    if (std::all_of(p.hosts.begin(), p.hosts.end(), [](int h) { return h == 1; })) return {};
+    return {p.hosts};
+  }
   std::vector<std::vector<int>> out;
   for (int g : divisors(p.world))
     if (g > 1 && g < p.world) out.push_back(std::vector<int>(size_t(p.world / g), g));

@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -41,6 +42,8 @@ void on_stop_signal(int sig) {
 }
 
 std::string manifest_path(const std::string& dir) { return (fs::path(dir) / kManifestFile).string(); }
+
+constexpr const char* kSaveDirLockFile = ".zshard-lock";  // lock_save_dir's
 
 // A pruned checkpoint's directory, uncommitted, kept between a prune and the next save. Writing over its
 // rank files spares the file system allocating a checkpoint's worth of pages or blocks and freeing as many:
@@ -110,13 +113,15 @@ SavePolicy::SavePolicy(Trainer& trainer, std::ostream* out)
   run_agreed(world_, [&] { create_save_dir(); });
   try {
     run_agreed(world_, [&] { check_resume(dir, manifest, report); });
-  } catch (const AgreedFailure&) {
+    if (!dir.empty()) {
+      trainer.engine().load(dir);
+      if (trainer.options().data.rank_batches_auto) continue_split(manifest.run);
+    }
+  } catch (...) {
     remove_save_dir_made();
     throw;
   }
   if (!dir.empty()) {
-    trainer.engine().load(dir);
-    if (trainer.options().data.rank_batches_auto) continue_split(manifest.run);
     resumed_step_ = manifest.step;
     std::error_code ec;
     if (!o.save_dir.empty() && fs::equivalent(dir, fs::path(o.save_dir) / step_dir_name(manifest.step), ec))
@@ -127,19 +132,19 @@ SavePolicy::SavePolicy(Trainer& trainer, std::ostream* out)
 
 void SavePolicy::check_resume(std::string& dir, Manifest& manifest, std::vector<std::string>& report) const {
   const SaveOptions& o = trainer_.options().saves;
-    if (!o.resume.empty()) {
-      dir = o.resume;
-      if (dir == "latest") {
-        const std::optional<CheckpointEntry> newest = newest_committed(o.save_dir);
-        if (!newest) refuse("--resume latest: no committed checkpoint in --save-dir ", o.save_dir);
-        dir = newest->path;
-      } else {
-        check_resume_dir(dir);
-      }
-      manifest = read_manifest(dir);
-      report = compare_with_flags(dir, manifest);
+  if (!o.resume.empty()) {
+    dir = o.resume;
+    if (dir == "latest") {
+      const std::optional<CheckpointEntry> newest = newest_committed(o.save_dir);
+      if (!newest) refuse("--resume latest: no committed checkpoint in --save-dir ", o.save_dir);
+      dir = newest->path;
+    } else {
+      check_resume_dir(dir);
     }
-    check_save_dir(dir, manifest.step);
+    manifest = read_manifest(dir);
+    report = compare_with_flags(dir, manifest);
+  }
+  check_save_dir(dir, manifest.step);
 }
 
 json SavePolicy::run_state(int step) const {
@@ -242,15 +247,32 @@ void SavePolicy::create_save_dir() {
   lock_save_dir();
 }
 
-// One run a --save-dir: an flock on the directory itself (no file left behind), held by rank 0 until the
-// run ends. zshard-run's relaunch finds it free, its previous job gone.
+// One run a --save-dir: an flock on its lock file, held by rank 0 until the run ends, when the file goes;
+// zshard-run's relaunch finds it free, its previous job gone. A file rather than the directory: NFS locks a
+// file across hosts (Linux emulates flock there with lockd's locks) but a directory on the local host only.
+// A lock taken on a file its holder removed meanwhile is no lock: the path must still name the file locked.
 void SavePolicy::lock_save_dir() {
   const std::string& save_dir = trainer_.options().saves.save_dir;
-  save_dir_lock_.fd = ::open(save_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (save_dir_lock_.fd >= 0 && flock(save_dir_lock_.fd, LOCK_EX | LOCK_NB) == 0) return;
-  const int error = errno;
+  const std::string lock = (fs::path(save_dir) / kSaveDirLockFile).string();
+  int error = 0;
+  for (;;) {
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      error = errno;
+      if (fd >= 0) ::close(fd);
+      break;
+    }
+    struct stat held{}, named{};
+    if (::fstat(fd, &held) == 0 && ::stat(lock.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+        held.st_dev == named.st_dev) {
+      save_dir_lock_.fd = fd;
+      save_dir_lock_.path = lock;
+      return;
+    }
+    ::close(fd);  // removed by the run that held it: take the one there now
+  }
   if (error == EWOULDBLOCK) {
-    remove_save_dir_made();
+    created_save_dir_ = false;  // the directory is the other run's now, made by either
     refuse("--save-dir ", save_dir, ": another run is saving there; wait for it to end, or choose another directory");
   }
   // A file system without locks (NFS without lockd, Lustre mounted without flock): the run goes on.
@@ -261,12 +283,19 @@ void SavePolicy::lock_save_dir() {
 
 void SavePolicy::remove_save_dir_made() const {
   const std::string& save_dir = trainer_.options().saves.save_dir;
-  std::error_code ignored;
-  if (world_.rank() == 0 && created_save_dir_ && fs::is_empty(save_dir, ignored)) fs::remove(save_dir, ignored);
+  if (world_.rank() != 0 || !created_save_dir_) return;
+  // Holding the lock, this run alone is in it: what it made goes, the lock file with it.
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(save_dir, ec))
+    if (e.path().filename() != kSaveDirLockFile) return;
+  fs::remove(fs::path(save_dir) / kSaveDirLockFile, ec);
+  fs::remove(save_dir, ec);
 }
 
 SavePolicy::DirLock::~DirLock() {
-  if (fd >= 0) ::close(fd);
+  if (fd < 0) return;
+  ::unlink(path.c_str());  // still holding it: a run that opened it meanwhile finds it gone, and looks again
+  ::close(fd);
 }
 
 void SavePolicy::continue_split(const json& run) {

@@ -78,7 +78,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
   const DataOptions& data = options_.data;
   run_agreed(world, [&] {
     plan = resolve_plan(options_.plan, world);  // sets the timeout, then its collectives: the first of the run
-    check_groups_carry_quantization(plan);
+    check_groups_carry_options(plan);
     validate_options(options_, world.size());
     if (options_.model.cuda_graphs) check_cuda_graphs(plan.placement, world.size());
     config_ = resolve_model_config(options_.model);
@@ -322,13 +322,13 @@ StepResult Trainer::run_step(std::ostream* out) {
 }
 
 void Trainer::run(std::ostream* out, const std::function<bool()>& after_step) {
-  // A resume with nothing left to train leaves the log it would replace (the earlier run's) as it is.
-  const bool trains = steps_done() < options_.optimizer.steps;
   while (steps_done() < options_.optimizer.steps) {
     run_step(out);
     if (after_step && !after_step()) break;
   }
-  if (trains) write_log_json();
+  // A resume with nothing left to train leaves the log it would replace (the earlier run's) as it is.
+  // (--batch auto's measured steps are this run's too, and may be all of them.)
+  if (!history_.empty()) write_log_json();
   if (out && world_.rank() == 0 && !history_.empty()) {
     // The steps' tokens over the steps' time (a mean of the steps' rates would weigh a short step as a
     // long one); the time in all adds evaluations and re-splits.

@@ -16,6 +16,11 @@ auto_batch() {
     grep -q "batch $chosen ($((chosen / 2)) per rank); the first $3 measured peak .* fits --mem-budget" "$WORK/out"
 }
 
+# A run whose every step was one of the measured ones still writes them to --log-json.
+echo '{"step": 9}' >"$WORK/auto-log.json"
+expect_ok "auto batch: one step, all of it measured" timeout 120 "$TRAIN" "${RUN[@]}" --batch auto --mem-budget 8MiB \
+  --steps 1 --log-json "$WORK/auto-log.json"
+expect_true "... its --log-json holds that step" grep -q '"step":1[,}]' "$WORK/auto-log.json"
 # The estimate's largest batch is taken, and one more sequence per rank would not fit by the estimate.
 auto_batch zero2 8MiB "step's"
 # zero2's peak is the same every step (zero3's depends on when the prefetches complete).

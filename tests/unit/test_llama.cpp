@@ -199,6 +199,11 @@ TEST(LlamaConfig, RopeScalingKeys) {
   EXPECT_EQ(s.original_ctx, 8192);
   EXPECT_EQ(llama_config_from(model_config("llama-3.2-1b")).rope_scaling.high_freq_factor, 4);
   EXPECT_FALSE(model_config("llama-tiny").count("rope_scaling_factor"));
+  // Turned off, the keys go: the configuration (and a checkpoint's) is the plain one again.
+  ModelConfig plain = model_config("llama-3.2-1b");
+  for (const char* key : kRopeScalingKeys) plain.erase(key);
+  EXPECT_EQ(model_config("llama-3.2-1b", {{"rope_scaling_factor", 0}}), plain);
+  EXPECT_EQ(model_config("llama-tiny", {{"rope_scaling_factor", 0}}), model_config("llama-tiny"));
   const ModelConfig rescaled = model_config("llama-tiny", {{"rope_scaling_factor", 8}});
   EXPECT_EQ(rescaled.at("rope_original_ctx").integer(), 8192);
   EXPECT_EQ(llama_config_from(rescaled).rope_scaling.factor, 8);

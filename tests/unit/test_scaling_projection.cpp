@@ -51,6 +51,18 @@ TEST(ScalingProjection, NodesOfUnequalSizes) {
               project_step(StrategyKind::zero3, 4, input()).comm_ms, 1e-9);
 }
 
+// Hybrid whose groups are all one rank runs as ddp (ShardPlan::runs_as_ddp): its default on 2 or 3 ranks,
+// and nodes of one rank each. It cost almost nothing, its all-reduce charged to groups of one.
+TEST(ScalingProjection, HybridOverGroupsOfOneIsDdp) {
+  for (int world : {2, 3}) {
+    EXPECT_NEAR(project_step(StrategyKind::hybrid, world, input()).step_ms,
+                project_step(StrategyKind::ddp, world, input()).step_ms, 1e-9);
+    EXPECT_GT(project_step(StrategyKind::hybrid, world, input()).comm_ms, 0);
+  }
+  EXPECT_NEAR(project_step(StrategyKind::hybrid, ShardGroups({1, 1, 1}), input()).step_ms,
+              project_step(StrategyKind::ddp, ShardGroups({1, 1, 1}), input()).step_ms, 1e-9);
+}
+
 TEST(ScalingProjection, OverlapHidesAllButOneUnit) {
   const ProjectedStep s = project_step(StrategyKind::ddp, 4, input());
   EXPECT_NEAR(s.step_ms, 130, 1e-9);
