@@ -49,7 +49,7 @@ Engine::Engine(Model& model, comm::Communicator& world, const ShardPlan& plan, c
     refuse("Engine: the plan is for ", plan.world_size(), " rank(s) (resolve_plan's world), the world has ", world.size());
   if (options.grad_accum < 1) refuse("EngineOptions::grad_accum must be >= 1, got ", options.grad_accum);
   if (options.tokens_per_step < 1) refuse("EngineOptions::tokens_per_step must be >= 1, got ", options.tokens_per_step);
-  check_groups_carry_options(plan);
+  check_groups_carry_quantization(plan);
   comm::maybe_stall_in_set_up(world.rank(), "engine");
   check_same_units_on_every_rank(model.units(), world);
   // First: its stream becomes the compute stream for all of the engine's work.

@@ -284,7 +284,7 @@ ShardPlan plan_for_world(const PlanOptions& options, int world_size) {
                           secondary_groups(options.strategy, world_size, nullptr));
 }
 
-void check_groups_carry_options(const ShardPlan& plan) {
+void check_groups_carry_quantization(const ShardPlan& plan) {
   const ShardGroups& groups = plan.groups;
   const std::vector<int>& sizes = groups.sizes();
   if (std::any_of(sizes.begin(), sizes.end(), [](int size) { return size > 1; })) return;
@@ -297,13 +297,6 @@ void check_groups_carry_options(const ShardPlan& plan) {
   if (plan.quantize_reductions != ReductionQuantization::none)
     refuse(option_name(Option::quantize_reductions), " ", reduction_quantization_name(plan.quantize_reductions), alone,
            "reduce-scattered inside a group: the flag would do nothing");
-  if (!plan.runs_as_ddp()) return;
-  const StrategyOptions defaults;
-  const auto gathers_nothing = [&](Option option) {
-    refuse(option_name(option), alone, "gathered: hybrid runs as ddp here, and the flag would do nothing");
-  };
-  if (plan.max_inflight != defaults.max_inflight) gathers_nothing(Option::max_inflight);
-  if (plan.reshard_after_forward != defaults.reshard_after_forward) gathers_nothing(Option::reshard_after_forward);
 }
 
 

@@ -37,13 +37,14 @@ StrategyOptions strategy_options_for(StrategyKind kind, StrategyOptions asked);
 // or estimate several strategies from one set of flags give each mode to those that take it.
 void check_modes_taken(const std::vector<StrategyKind>& kinds, const StrategyOptions& asked);
 
-// Refuses options that the plan's shard groups cannot carry: where every group is one rank nothing
+// Refuses quantization that the plan's shard groups cannot carry: where every group is one rank nothing
 // travels inside a group, so quantized gathers would round the weights for no traffic saved and quantized
-// reductions would do nothing, and hybrid, run as ddp there, gathers nothing that --max-inflight or
-// --reshard-after-forward would change. (In unequal groups a group of one still rounds its weights, as
-// the groups that gather do.) Where a run starts (the Engine, the trainer's set-up), not where tools plan:
-// zshard-mem and zshard-bench size and probe plans that never run.
-void check_groups_carry_options(const ShardPlan& plan);
+// reductions would do nothing. (In unequal groups a group of one still rounds its weights, as the groups
+// that gather do.) Where a run starts (the Engine, the trainer's set-up), not where tools plan: zshard-mem
+// and zshard-bench size and probe plans that never run. --max-inflight and --reshard-after-forward, which
+// hybrid run as ddp ignores, are not refused: a zshard-run relaunch on fewer hosts may make its groups
+// one rank each, and must go on.
+void check_groups_carry_quantization(const ShardPlan& plan);
 
 // The plan that resolve_plan would make on hosts of `host_sizes` ranks each, in rank order, for a run that
 // is not launched yet (zshard-run sizing a relaunch): the hosts' groups for hybrid, no device.

@@ -192,7 +192,8 @@ ProjectedStep project_step(StrategyKind kind, const ShardGroups& nodes, const Pr
   // The largest node's ranks gather the most inside it.
   if (kind != StrategyKind::hybrid)
     return world_step(kind, world, across_nodes, secondary_group(kind, across_nodes, largest, in), in);
-  if (largest == 1) return project_step(StrategyKind::ddp, nodes, in);  // groups of one run as ddp
+  // Hosts of one rank each take the default groups by size, which are of one (ddp) on 2 or 3 ranks.
+  if (largest == 1 && default_shard_group(world) == 1) return project_step(StrategyKind::ddp, nodes, in);
   ProjectedStep s = compute_only(world, in);
   // Every rank waits for the slowest: the largest node's gathers and reduce-scatters (most hops, most
   // bytes), the smallest node's all-reduce (the largest shard, cut into the most pieces).

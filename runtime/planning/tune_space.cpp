@@ -138,7 +138,7 @@ ShardPlan candidate_plan(const TuneProblem& p, const Candidate& c) {
 }
 
 std::vector<std::vector<int>> hybrid_groupings(const TuneProblem& p) {
-  // Hosts of one rank each make groups of one, which run as ddp: ddp's candidates already.
+  // Hosts of one rank each as the groups: groups of one, which run as ddp, ddp's candidates already.
   if (p.hosts.size() > 1) {
     if (std::all_of(p.hosts.begin(), p.hosts.end(), [](int h) { return h == 1; })) return {};
     return {p.hosts};

@@ -10,7 +10,6 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -43,7 +42,6 @@ void on_stop_signal(int sig) {
 
 std::string manifest_path(const std::string& dir) { return (fs::path(dir) / kManifestFile).string(); }
 
-constexpr const char* kSaveDirLockFile = ".zshard-lock";  // lock_save_dir's
 
 // A pruned checkpoint's directory, uncommitted, kept between a prune and the next save. Writing over its
 // rank files spares the file system allocating a checkpoint's worth of pages or blocks and freeing as many:
@@ -247,35 +245,20 @@ void SavePolicy::create_save_dir() {
   lock_save_dir();
 }
 
-// One run a --save-dir: an flock on its lock file, held by rank 0 until the run ends, when the file goes;
-// zshard-run's relaunch finds it free, its previous job gone. A file rather than the directory: NFS locks a
-// file across hosts (Linux emulates flock there with lockd's locks) but a directory on the local host only.
-// A lock taken on a file its holder removed meanwhile is no lock: the path must still name the file locked.
+// One run a --save-dir: an flock on the directory itself (no file left behind), held by rank 0 until the
+// run ends; zshard-run's relaunch finds it free, its previous job gone. On a network file system the lock
+// holds on its own host only (NFS takes flock on a directory as local): a lock NFS kept for a lost host
+// would stop every relaunch on the others, which a zshard-run's own lock guards already.
 void SavePolicy::lock_save_dir() {
   const std::string& save_dir = trainer_.options().saves.save_dir;
-  const std::string lock = (fs::path(save_dir) / kSaveDirLockFile).string();
-  int error = 0;
-  for (;;) {
-    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      error = errno;
-      if (fd >= 0) ::close(fd);
-      break;
-    }
-    struct stat held{}, named{};
-    if (::fstat(fd, &held) == 0 && ::stat(lock.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
-        held.st_dev == named.st_dev) {
-      save_dir_lock_.fd = fd;
-      save_dir_lock_.path = lock;
-      return;
-    }
-    ::close(fd);  // removed by the run that held it: take the one there now
-  }
+  save_dir_lock_.fd = ::open(save_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (save_dir_lock_.fd >= 0 && flock(save_dir_lock_.fd, LOCK_EX | LOCK_NB) == 0) return;
+  const int error = errno;
   if (error == EWOULDBLOCK) {
     created_save_dir_ = false;  // the directory is the other run's now, made by either
     refuse("--save-dir ", save_dir, ": another run is saving there; wait for it to end, or choose another directory");
   }
-  // A file system without locks (NFS without lockd, Lustre mounted without flock): the run goes on.
+  // A file system without locks (Lustre mounted without flock): the run goes on.
   if (out_)
     *out_ << "zshard-train: note: cannot lock --save-dir " << save_dir << " (" << std::strerror(error)
           << "): nothing stops a second run from saving there\n";
@@ -283,19 +266,12 @@ void SavePolicy::lock_save_dir() {
 
 void SavePolicy::remove_save_dir_made() const {
   const std::string& save_dir = trainer_.options().saves.save_dir;
-  if (world_.rank() != 0 || !created_save_dir_) return;
-  // Holding the lock, this run alone is in it: what it made goes, the lock file with it.
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(save_dir, ec))
-    if (e.path().filename() != kSaveDirLockFile) return;
-  fs::remove(fs::path(save_dir) / kSaveDirLockFile, ec);
-  fs::remove(save_dir, ec);
+  std::error_code ignored;
+  if (world_.rank() == 0 && created_save_dir_ && fs::is_empty(save_dir, ignored)) fs::remove(save_dir, ignored);
 }
 
 SavePolicy::DirLock::~DirLock() {
-  if (fd < 0) return;
-  ::unlink(path.c_str());  // still holding it: a run that opened it meanwhile finds it gone, and looks again
-  ::close(fd);
+  if (fd >= 0) ::close(fd);
 }
 
 void SavePolicy::continue_split(const json& run) {

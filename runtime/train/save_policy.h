@@ -70,7 +70,7 @@ class SavePolicy {
   // Rank 0: makes --save-dir, checks that it can write there, and locks it (lock_save_dir).
   void create_save_dir();
   void lock_save_dir();
-  void remove_save_dir_made() const;  // rank 0: --save-dir, when this run made it and it holds nothing else
+  void remove_save_dir_made() const;  // rank 0: --save-dir, when this run made it and it is still empty
   // Rank 0: uncommits the checkpoints --keep no longer keeps (and removes interrupted saves). The newest
   // of them becomes the spare directory, whose rank files the next save writes over; the others' files
   // are deleted on a thread of its own (remover_): freeing gigabytes takes the kernel a good part of a
@@ -97,12 +97,11 @@ class SavePolicy {
   bool created_save_dir_ = false;  // this run made --save-dir: a failed first save removes it again
   struct DirLock {
     int fd = -1;
-    std::string path;
     DirLock() = default;
     DirLock(const DirLock&) = delete;
     DirLock& operator=(const DirLock&) = delete;
     ~DirLock();
-  } save_dir_lock_;  // rank 0: --save-dir's lock file, flocked for the run's life (lock_save_dir)
+  } save_dir_lock_;  // rank 0: --save-dir, flocked for the run's life (lock_save_dir)
   // --save-mode async: the save in flight, and when it started.
   std::optional<AsyncSave> in_flight_;
   std::chrono::steady_clock::time_point in_flight_started_;

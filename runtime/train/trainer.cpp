@@ -78,7 +78,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world) : optio
   const DataOptions& data = options_.data;
   run_agreed(world, [&] {
     plan = resolve_plan(options_.plan, world);  // sets the timeout, then its collectives: the first of the run
-    check_groups_carry_options(plan);
+    check_groups_carry_quantization(plan);
     validate_options(options_, world.size());
     if (options_.model.cuda_graphs) check_cuda_graphs(plan.placement, world.size());
     config_ = resolve_model_config(options_.model);
