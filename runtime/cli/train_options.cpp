@@ -76,8 +76,6 @@ std::vector<FlagPath> named_outputs(const TrainOptions& o) {
           {"--mem-report", o.output.mem_report}};
 }
 
-// The stop file is removed once seen, so it may be no file the run reads or writes; a directory there would
-// be taken for a request and removed.
 // A path among the step-* checkpoint directories a run writes under --save-dir (or one of them, as a file):
 // the run's saves and prunes would remove it, or fail on it.
 void check_not_in_a_checkpoint(const FlagPath& file, const std::string& save_dir) {
@@ -89,6 +87,8 @@ void check_not_in_a_checkpoint(const FlagPath& file, const std::string& save_dir
            "which its saves would remove or fail on; give a file beside them");
 }
 
+// The stop file is removed once seen, so it may be no file the run reads or writes; a directory there would
+// be taken for a request and removed.
 void check_stop_file(const TrainOptions& o) {
   const FlagPath stop{"--stop-file", o.saves.stop_file};
   if (stop.second.empty()) return;

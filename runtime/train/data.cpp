@@ -92,26 +92,13 @@ TokenDataset TokenDataset::load(const std::string& spec, std::string_view flag) 
 }
 
 TokenDataset TokenDataset::from_default_corpus(std::string_view flag) {
-  TokenDataset d;
-  d.data_ = kDefaultCorpus;
-  d.width_ = 1;
-  d.size_ = int64_t(kDefaultCorpusSize);
-  d.source_ = "default (embedded corpus)";
-  d.flag_ = flag;
-  return d;
+  return {nullptr, kDefaultCorpus, 1, int64_t(kDefaultCorpusSize), "default (embedded corpus)", flag};
 }
 
 TokenDataset TokenDataset::from_text_file(const std::string& path, std::string_view flag) {
   MappedFile file = map_file(path, flag);
   if (file.size == 0) refuse_data(flag, file_source(path), "is empty");
-  TokenDataset d;
-  d.storage_ = std::move(file.mapping);
-  d.data_ = file.bytes;
-  d.width_ = 1;
-  d.size_ = int64_t(file.size);
-  d.source_ = file_source(path);
-  d.flag_ = flag;
-  return d;
+  return {std::move(file.mapping), file.bytes, 1, int64_t(file.size), file_source(path), flag};
 }
 
 TokenDataset TokenDataset::from_llmc_file(const std::string& path, std::string_view flag) {
@@ -138,26 +125,12 @@ TokenDataset TokenDataset::from_llmc_file(const std::string& path, std::string_v
   if (const size_t expected = kHeaderBytes + size_t(count) * sizeof(uint16_t); bytes.size() != expected)
     refuse_data(flag, source, "the header says ", count, " tokens (", expected, " bytes with the header) but the file has ",
                 bytes.size(), " bytes");
-  TokenDataset d;
-  d.storage_ = std::move(file.mapping);
-  d.data_ = bytes.data() + kHeaderBytes;
-  d.width_ = 2;
-  d.size_ = count;
-  d.source_ = source;
-  d.flag_ = flag;
-  return d;
+  return {std::move(file.mapping), bytes.data() + kHeaderBytes, 2, count, source, flag};
 }
 
 TokenDataset TokenDataset::from_tokens(std::vector<int32_t> tokens, std::string source, std::string_view flag) {
   const auto owned = std::make_shared<const std::vector<int32_t>>(std::move(tokens));
-  TokenDataset d;
-  d.data_ = reinterpret_cast<const uint8_t*>(owned->data());
-  d.width_ = 4;
-  d.size_ = int64_t(owned->size());
-  d.storage_ = owned;
-  d.source_ = std::move(source);
-  d.flag_ = flag;
-  return d;
+  return {owned, reinterpret_cast<const uint8_t*>(owned->data()), 4, int64_t(owned->size()), std::move(source), flag};
 }
 
 int32_t TokenDataset::token(int64_t i) const {

@@ -55,7 +55,13 @@ class TokenDataset {
   void fill_batch(int64_t micro_step, int B, int T, int k0, int b, int32_t* inputs,
                   int32_t* targets) const;
 
+  TokenDataset() = default;  // empty: no tokens (a trainer's --eval-data when it has none)
+
  private:
+  TokenDataset(std::shared_ptr<const void> storage, const uint8_t* data, int width, int64_t size, std::string source,
+               std::string_view flag)
+      : storage_(std::move(storage)), data_(data), width_(width), size_(size), source_(std::move(source)), flag_(flag) {}
+
   // The tokens where they lie, width_ bytes each (1: text, 2: llm.c, 4: from_tokens' int32), from data_:
   // in a file mapping that storage_ keeps alive, in the embedded corpus, or in storage_'s own vector.
   std::shared_ptr<const void> storage_;

@@ -42,7 +42,6 @@ void on_stop_signal(int sig) {
 
 std::string manifest_path(const std::string& dir) { return (fs::path(dir) / kManifestFile).string(); }
 
-
 // A pruned checkpoint's directory, uncommitted, kept between a prune and the next save. Writing over its
 // rank files spares the file system allocating a checkpoint's worth of pages or blocks and freeing as many:
 // on tmpfs a save of gpt2 124M at np 2 took a third of the time (benchmarks/RESULTS.md).
@@ -237,8 +236,7 @@ void SavePolicy::create_save_dir() {
   const fs::path probe = fs::path(save_dir) / (".zshard-probe." + std::to_string(::getpid()));
   fs::create_directory(probe, ec);
   if (ec) {
-    std::error_code ignored;
-    if (created_save_dir_) fs::remove(save_dir, ignored);
+    remove_save_dir_made();
     refuse("--save-dir ", save_dir, ": cannot write into it (", ec.message(), ")");
   }
   fs::remove(probe, ec);
