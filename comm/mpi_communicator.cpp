@@ -11,6 +11,7 @@
 #include "comm/flight_recorder/recorder.h"
 #include "comm/abort.h"
 #include "comm/polling_work.h"
+#include "comm/ring_reduce_scatter.h"
 #include "kernels/allocator.h"
 #include "kernels/device_memory.h"
 #include "kernels/engine_ops.h"
@@ -61,12 +62,20 @@ class MpiWork final : public PollingWork {
       : PollingWork(stats), average_(average), staging_(std::move(staging)) {}
   ~MpiWork() override;
   MPI_Request* request() { return &request_; }
+  // The operation is this ring instead of an MPI request.
+  void set_ring(std::unique_ptr<RingReduceScatter> ring) { ring_ = std::move(ring); }
+  // The buffers MPI was given are host copies of the caller's, private to this operation.
+  bool staged() const { return staging_ != nullptr; }
 
  private:
   bool poll() override {
-    int flag = 0;
-    ZS_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
-    if (!flag) return false;
+    if (ring_) {
+      if (!ring_->advance()) return false;
+    } else {
+      int flag = 0;
+      ZS_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+      if (!flag) return false;
+    }
     if (average_) apply(*average_);
     if (staging_)
       copy_bytes(staging_->device_recv, Device::cuda, staging_->recv->data(), Device::cpu,
@@ -75,6 +84,7 @@ class MpiWork final : public PollingWork {
   }
 
   MPI_Request request_ = MPI_REQUEST_NULL;
+  std::unique_ptr<RingReduceScatter> ring_;
   std::optional<Average> average_;
   std::unique_ptr<Staging> staging_;
 };
@@ -145,12 +155,25 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned
   ZS_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   ZS_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   ZS_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  int* tag_ub = nullptr;
+  int has_tag_ub = 0;
+  ZS_MPI_CHECK(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &has_tag_ub));
+  ring_tags_ = has_tag_ub ? *tag_ub + 1 : 32768;  // MPI guarantees tags up to 32767
+  // Waited with a deadline, as every collective here: a rank that never comes must not hang the others.
+  MpiWork dup(nullptr, std::nullopt, nullptr);
+  ZS_MPI_CHECK(MPI_Comm_idup(comm_, &ring_comm_, dup.request()));
+  dup.set_default_deadline(timeout_, detail::concat("the duplicate of a communicator of ", size_,
+                                                    " ranks for its reduce-scatters, on rank ", rank_, " (mpi)"));
+  dup.wait();
+  ZS_MPI_CHECK(MPI_Comm_set_errhandler(ring_comm_, MPI_ERRORS_RETURN));
 }
 
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (owned_ && !finalized) MPI_Comm_free(&comm_);  // after MPI_Finalize the handle is gone anyway
+  if (finalized) return;  // after MPI_Finalize the handles are gone anyway
+  if (ring_comm_ != MPI_COMM_NULL) MPI_Comm_free(&ring_comm_);
+  if (owned_) MPI_Comm_free(&comm_);
 }
 
 std::string MpiCommunicator::describe(const Op& op) const {
@@ -162,7 +185,7 @@ std::string MpiCommunicator::describe(const Op& op) const {
 
 // What the collectives share: checks, staging of device buffers, the Work, the byte count and the
 // deadline. `issue` starts the MPI operation on the (possibly staged) buffers, `send` being MPI_IN_PLACE
-// for the in-place forms, and returns its error code.
+// for the in-place forms, as the Work's request or its ring, and returns MPI's error code.
 template <class Issue>
 WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue&& issue) {
   const std::string what = describe(op);
@@ -186,9 +209,10 @@ WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue
   std::unique_ptr<Staging> staging;
   const bool device_buffers =
       pointer_device(recv) == Device::cuda || (send && pointer_device(send) == Device::cuda);
-  // avg divides on the host once the operation completes, and bf16_sum runs on the host: their device
-  // buffers are always staged.
-  const bool host_arithmetic = op.reduce == ReduceOp::avg || (op.reduce && op.dtype == DType::bf16);
+  // avg divides on the host once the operation completes, and bf16_sum and the ring reduce-scatter sum on
+  // the host: their device buffers are always staged.
+  const bool host_arithmetic = op.collective == Collective::reduce_scatter || op.reduce == ReduceOp::avg ||
+                               (op.reduce && op.dtype == DType::bf16);
   if (device_buffers && mpi_reads_device_memory() && !host_arithmetic) {
     // A CUDA-aware MPI reads and writes device memory from this thread, outside stream order: the
     // kernels that produce the input (queued on the compute stream) must have finished first.
@@ -219,7 +243,7 @@ WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue
   const uint64_t trace = record_issue(trace_group_, op.collective, op.count, op.dtype,
                                       op.reduce ? int(*op.reduce) : -1, op.root);
   work->set_trace(trace);
-  if (int rc = issue(in_place ? MPI_IN_PLACE : send, recv, int(op.count), type, work->request());
+  if (int rc = issue(in_place ? MPI_IN_PLACE : send, recv, int(op.count), type, *work);
       rc != MPI_SUCCESS) {
     record_end(trace, trace::State::failed);
     mpi_fail(rc, what, __FILE__, __LINE__);
@@ -232,39 +256,54 @@ WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue
 
 WorkPtr MpiCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
   const Op spec{Collective::all_gather, count, dtype, {}};
-  return start(spec, send, recv, [&](const void* in, void* out, int n, MPI_Datatype type, MPI_Request* req) {
-    return MPI_Iallgather(in, n, type, out, n, type, comm_, req);
+  return start(spec, send, recv, [&](const void* in, void* out, int n, MPI_Datatype type, MpiWork& work) {
+    return MPI_Iallgather(in, n, type, out, n, type, comm_, work.request());
   });
 }
 
 WorkPtr MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
                                         ReduceOp op) {
+  return start_ring(send, recv, count, dtype, op, false);
+}
+
+WorkPtr MpiCommunicator::reduce_scatter_consuming(void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+  ZS_CHECK(send != recv, describe({Collective::reduce_scatter, count, dtype, op}),
+           ": a consumed send must be distinct from recv");
+  return start_ring(send, recv, count, dtype, op, true);
+}
+
+// The ring may sum in the input when the caller gave it up, or when it is a staged copy of device memory.
+WorkPtr MpiCommunicator::start_ring(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                                    bool consume) {
   const Op spec{Collective::reduce_scatter, count, dtype, op};
-  return start(spec, send, recv, [&](const void* in, void* out, int n, MPI_Datatype type, MPI_Request* req) {
-    return MPI_Ireduce_scatter_block(in, out, n, type, mpi_sum(dtype), comm_, req);
+  return start(spec, send, recv, [&](const void* in, void* out, int, MPI_Datatype type, MpiWork& work) {
+    const int tag = int(next_ring_tag_++ % unsigned(ring_tags_));
+    work.set_ring(std::make_unique<RingReduceScatter>(ring_comm_, tag, in == MPI_IN_PLACE ? out : in, out, count,
+                                                      dtype, type, consume || work.staged()));
+    return MPI_SUCCESS;
   });
 }
 
 WorkPtr MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   const Op spec{Collective::all_reduce, count, dtype, op};
-  return start(spec, nullptr, buf, [&](const void* in, void* out, int n, MPI_Datatype type, MPI_Request* req) {
-    return MPI_Iallreduce(in, out, n, type, mpi_sum(dtype), comm_, req);
+  return start(spec, nullptr, buf, [&](const void* in, void* out, int n, MPI_Datatype type, MpiWork& work) {
+    return MPI_Iallreduce(in, out, n, type, mpi_sum(dtype), comm_, work.request());
   });
 }
 
 WorkPtr MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) {
   ZS_CHECK(root >= 0 && root < size_, "broadcast from root ", root, " in a group of ", size_, " ranks");
   const Op spec{Collective::broadcast, count, dtype, {}, root};
-  return start(spec, nullptr, buf, [&](const void*, void* out, int n, MPI_Datatype type, MPI_Request* req) {
-    return MPI_Ibcast(out, n, type, root, comm_, req);
+  return start(spec, nullptr, buf, [&](const void*, void* out, int n, MPI_Datatype type, MpiWork& work) {
+    return MPI_Ibcast(out, n, type, root, comm_, work.request());
   });
 }
 
 WorkPtr MpiCommunicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
   const Op spec{Collective::all_to_all, count, dtype, {}};
   ZS_CHECK(send != recv, describe(spec), ": send and recv must be distinct buffers");
-  return start(spec, send, recv, [&](const void* in, void* out, int n, MPI_Datatype type, MPI_Request* req) {
-    return MPI_Ialltoall(in, n, type, out, n, type, comm_, req);
+  return start(spec, send, recv, [&](const void* in, void* out, int n, MPI_Datatype type, MpiWork& work) {
+    return MPI_Ialltoall(in, n, type, out, n, type, comm_, work.request());
   });
 }
 

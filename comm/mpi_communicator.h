@@ -1,5 +1,6 @@
 // The MPI backend: non-blocking MPI collectives, completed by polling MPI_Test so that wait() honours its
-// deadline. Reductions take f32, f64, i32 and bf16 (each step of a bf16 sum in fp32, rounded once, as
+// deadline; reduce-scatter is zshard's own ring over point-to-point messages (comm/ring_reduce_scatter.h).
+// Reductions take f32, f64, i32 and bf16 (each step of a bf16 sum in fp32, rounded once, as
 // NCCL's). Element counts above INT_MAX per rank are rejected (MPI counts are int). Buffers may be host or
 // device memory: device buffers go to a CUDA-aware MPI as they are, otherwise through host copies, so that
 // several ranks can share one GPU (which NCCL refuses).
@@ -42,6 +43,7 @@ class MpiCommunicator final : public Backend {
   WorkPtr all_gather(const void* send, void* recv, size_t count, DType dtype) override;
   // send == recv is allowed too: the input is read from recv and block rank() lands at its start.
   WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
+  WorkPtr reduce_scatter_consuming(void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
   WorkPtr all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
   WorkPtr broadcast(void* buf, size_t count, DType dtype, int root) override;
   WorkPtr all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
@@ -60,11 +62,17 @@ class MpiCommunicator final : public Backend {
   // `send` is null for the in-place-only collectives (all_reduce, broadcast) and may point into `recv`.
   template <class Issue>
   WorkPtr start(const Op& op, const void* send, void* recv, Issue&& issue);
+  WorkPtr start_ring(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, bool consume);
   std::string describe(const Op& op) const;
   // A non-blocking barrier waited with the communicator's timeout; `what` names it in the deadline's message.
   void barrier_for(std::string_view what);
 
   MPI_Comm comm_;
+  // The rings' point-to-point messages travel on a duplicate of comm_, so that they never match a
+  // receive of the user's own on it; each ring in flight has a tag of its own, in issue order.
+  MPI_Comm ring_comm_ = MPI_COMM_NULL;
+  int ring_tags_ = 1;  // MPI_TAG_UB + 1
+  unsigned next_ring_tag_ = 0;
   bool owned_;
   int rank_ = 0;
   int size_ = 1;

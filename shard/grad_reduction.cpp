@@ -74,9 +74,11 @@ void ShardedParams::grads_ready(int unit) {
     r.lands_in_place = grads_sharded_ && first_micro_step_ && owned.dtype() == reduce;
     r.scratch = r.lands_in_place ? owned : Tensor::empty({shard}, reduce, device, Category::comm);
     const comm::CollectiveLabel label(comm::trace::Purpose::grads, unit);
+    // The full gradient is not read again once reduced (zero1's resident one is zeroed at the step's
+    // end): the mpi backend's ring sums in it rather than in buffers of its own.
     r.work = quantized ? exchange_quantized_chunks(u, r)
-                       : comms_.shard().reduce_scatter(r.send.raw(), r.scratch.raw(), shard, reduce,
-                                                       comm::ReduceOp::sum);
+                       : comms_.shard().reduce_scatter_consuming(r.send.raw(), r.scratch.raw(), shard, reduce,
+                                                                 comm::ReduceOp::sum);
   } else {
     r.scratch = r.send;  // a group of one: the full buffer is the shard
   }

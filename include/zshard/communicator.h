@@ -79,6 +79,11 @@ class Communicator {
   virtual WorkPtr all_gather(const void* send, void* recv, size_t count, DType dtype) = 0;
   // send holds size()*count elements; rank r receives the reduction of block r in recv (count).
   virtual WorkPtr reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
+  // reduce_scatter for a caller done with `send`, which may be overwritten with partial sums (the mpi
+  // backend sums in it and so allocates nothing); send and recv are distinct. Others ignore the licence.
+  virtual WorkPtr reduce_scatter_consuming(void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+    return reduce_scatter(send, recv, count, dtype, op);
+  }
   // In place.
   virtual WorkPtr all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) = 0;
   virtual WorkPtr broadcast(void* buf, size_t count, DType dtype, int root) = 0;

@@ -1,0 +1,169 @@
+// zshard-test-np: 1 2 3 4
+// The mpi backend's ring reduce-scatter (comm/ring_reduce_scatter.h): the closed-form results of every
+// mode, the order in which it sums bf16, rings in flight together, what it allocates (through the tracker
+// and past it), and its messages kept apart from a user's own on the same communicator.
+#include <gtest/gtest.h>
+#include <malloc.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <zshard/communicator.h>
+#include <zshard/memory.h>
+
+#include "kernels/allocator.h"
+#include "tests/mpi/collective_checks.h"
+#include "tests/support/test_support.h"
+
+namespace zshard::comm {
+namespace {
+
+using test::world;
+using namespace test_checks;
+
+template <class T>
+double reduced(const std::vector<int>& members, size_t k, ReduceOp op) {
+  double sum = 0;
+  for (int m : members) sum += double(T(value(m, k)));  // integers truncate each contribution
+  return op == ReduceOp::avg ? sum / double(members.size()) : sum;
+}
+
+// The consumed input is the ring's to write; the one given as const must come back as it was.
+template <class T>
+void check_consuming(size_t count, ReduceOp op) {
+  auto& comm = world();
+  const int n = comm.size(), me = comm.rank();
+  const std::vector<int> members = all_ranks(n);
+  const auto input = contribution<T>(me, n * count);
+  auto consumed = input;
+  std::vector<T> from_const(count, T(-1)), from_consumed(count, T(-1));
+  comm.reduce_scatter(input.data(), from_const.data(), count, dtype_of<T>(), op)->wait();
+  comm.reduce_scatter_consuming(consumed.data(), from_consumed.data(), count, dtype_of<T>(), op)->wait();
+  const std::string what = std::string(op_name(op)) + " of " + std::to_string(count);
+  expect_all(from_consumed, [&](size_t i) { return reduced<T>(members, me * count + i, op); }, tolerance<T>(op),
+             "consuming " + what);
+  EXPECT_EQ(from_consumed, from_const) << what << ": the two modes sum in one order";
+  EXPECT_EQ(input, contribution<T>(me, n * count)) << what << ": a const input was written";
+}
+
+TEST(RingReduceScatter, ConsumingGivesTheClosedFormAndConstLeavesTheInput) {
+  for (size_t count : kCounts)
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+      check_consuming<float>(count, op);
+      check_consuming<double>(count, op);
+    }
+  check_consuming<int32_t>(1000, ReduceOp::sum);
+}
+
+// Block b is summed from rank b+1 round the ring to rank b, each step in fp32 rounded to bf16 once (as
+// NCCL's ring). Rank r adds 2^-8 * (r+1) to 1: the order of the roundings decides the result's bits.
+TEST(RingReduceScatter, Bf16RoundsOnceAtEveryStepInRingOrder) {
+  auto& comm = world();
+  const int n = comm.size(), me = comm.rank();
+  const size_t count = 3;
+  auto contribution_of = [&](int rank, int block, size_t i) {
+    return bf16(rank == block ? 1.0f : float(rank + 1) * 0x1p-8f * float(i + 1));
+  };
+  std::vector<bf16> input(n * count), consumed, from_const(count), from_consumed(count);
+  for (int b = 0; b < n; ++b)
+    for (size_t i = 0; i < count; ++i) input[b * count + i] = contribution_of(me, b, i);
+  consumed = input;
+  comm.reduce_scatter(input.data(), from_const.data(), count, DType::bf16, ReduceOp::sum)->wait();
+  comm.reduce_scatter_consuming(consumed.data(), from_consumed.data(), count, DType::bf16, ReduceOp::sum)->wait();
+  for (size_t i = 0; i < count; ++i) {
+    bf16 want = contribution_of((me + 1) % n, me, i);
+    for (int step = 2; step <= n; ++step) want = bf16(float(want) + float(contribution_of((me + step) % n, me, i)));
+    EXPECT_EQ(float(from_const[i]), float(want)) << i;
+    EXPECT_EQ(float(from_consumed[i]), float(want)) << i;
+  }
+}
+
+// Each ring in flight has a tag of its own: issued together, of different sizes and modes, and waited in
+// reverse order, every one lands its own block.
+TEST(RingReduceScatter, RingsInFlightTogetherKeepTheirMessagesApart) {
+  auto& comm = world();
+  const int n = comm.size(), me = comm.rank();
+  const std::vector<int> members = all_ranks(n);
+  const std::vector<size_t> counts{1000, 7, (1 << 16) + 3, 1, 1000};
+  std::vector<std::vector<double>> inputs, outputs;
+  std::vector<WorkPtr> works;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    inputs.push_back(contribution<double>(me, n * counts[k]));
+    outputs.emplace_back(counts[k], -1.0);
+    works.push_back(k % 2 ? comm.reduce_scatter(inputs[k].data(), outputs[k].data(), counts[k], DType::f64,
+                                                ReduceOp::sum)
+                          : comm.reduce_scatter_consuming(inputs[k].data(), outputs[k].data(), counts[k],
+                                                          DType::f64, ReduceOp::sum));
+  }
+  for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+  for (size_t k = 0; k < counts.size(); ++k)
+    expect_all(outputs[k], [&](size_t i) { return reduced<double>(members, me * counts[k] + i, ReduceOp::sum); }, 0,
+               "ring " + std::to_string(k) + " of " + std::to_string(counts[k]));
+}
+
+// Consuming, the ring allocates nothing: not through the tracker, and not past it (the heap's bytes in
+// use, sampled at every poll, stay put; MPI_Ireduce_scatter_block held the size of the whole input
+// there). Given a const input it tracks one block of scratch from three ranks on, in place a copy of the
+// input.
+TEST(RingReduceScatter, AllocatesNothingConsumingAndTracksWhatItNeedsOtherwise) {
+  auto& comm = world();
+  const int n = comm.size();
+  if (n == 1) GTEST_SKIP() << "a group of one copies its block";
+  const size_t count = size_t(1) << 20, block = count * sizeof(float);
+  auto input = contribution<float>(comm.rank(), n * count);
+  std::vector<float> out(count);
+  Allocator& host = Allocator::of(Device::cpu);
+  const auto tracked_peak_of = [&](auto issue) {
+    comm.barrier();
+    host.reset_peaks();
+    const int64_t live = host.stats().live[int(Category::comm)];
+    // The heap's bytes in use, tracked or not, minus what the tracker holds beyond `live`.
+    const auto untracked = [&] {
+      const struct mallinfo2 heap = mallinfo2();
+      return int64_t(heap.uordblks + heap.hblkhd) - (host.stats().live[int(Category::comm)] - live);
+    };
+    const int64_t before = untracked();
+    int64_t most = before;
+    WorkPtr work = issue();
+    do most = std::max(most, untracked());
+    while (!work->test());
+    EXPECT_LT(most - before, int64_t(block / 16)) << "untracked heap growth while the ring ran";
+    return host.stats().peak[int(Category::comm)] - live;
+  };
+  EXPECT_EQ(tracked_peak_of([&] {
+              return comm.reduce_scatter_consuming(input.data(), out.data(), count, DType::f32, ReduceOp::sum);
+            }), 0);
+  EXPECT_EQ(tracked_peak_of([&] {
+              return comm.reduce_scatter(input.data(), out.data(), count, DType::f32, ReduceOp::sum);
+            }), n > 2 ? int64_t(block) : 0);
+  EXPECT_EQ(tracked_peak_of([&] {
+              return comm.reduce_scatter(input.data(), input.data(), count, DType::f32, ReduceOp::sum);
+            }), int64_t(n * block));
+}
+
+// The rings travel on a duplicate of the communicator: a receive of the user's own, posted on
+// MPI_COMM_WORLD for any source and tag before a ring runs, still gets the user's message after it.
+TEST(RingReduceScatter, AUsersOwnReceiveOnTheWorldNeverMatchesTheRing) {
+  auto& comm = world();
+  const int n = comm.size(), me = comm.rank();
+  if (n == 1) GTEST_SKIP() << "a group of one sends nothing";
+  int got = -1;
+  MPI_Request mine = MPI_REQUEST_NULL;
+  ASSERT_EQ(MPI_Irecv(&got, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &mine), MPI_SUCCESS);
+  auto input = contribution<float>(me, n * 7);
+  std::vector<float> out(7);
+  comm.reduce_scatter(input.data(), out.data(), 7, DType::f32, ReduceOp::sum)->wait();
+  int flag = 0;
+  ASSERT_EQ(MPI_Test(&mine, &flag, MPI_STATUS_IGNORE), MPI_SUCCESS);
+  EXPECT_FALSE(flag) << "the user's receive matched a message of the ring: it holds " << got;
+  comm.barrier();  // every rank has looked before any sends its own message
+  const int sent = 1000 + me;
+  ASSERT_EQ(MPI_Send(&sent, 1, MPI_INT, (me + 1) % n, 5, MPI_COMM_WORLD), MPI_SUCCESS);
+  ASSERT_EQ(MPI_Wait(&mine, MPI_STATUS_IGNORE), MPI_SUCCESS);
+  EXPECT_EQ(got, 1000 + (me + n - 1) % n);
+}
+
+}  // namespace
+}  // namespace zshard::comm
