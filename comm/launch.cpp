@@ -76,13 +76,6 @@ std::unique_ptr<Communicator> init_world(int* argc, char*** argv) {
   int initialised = 0;
   ZS_MPI_CHECK(MPI_Initialized(&initialised));
   if (!initialised) {
-#ifdef OPEN_MPI
-    // zshard issues every collective non-blocking (MPI_Iallreduce...), and Open MPI's libnbc picks a slow
-    // all-reduce algorithm by default: 0.4-0.5x the busbw of blocking MPI_Allreduce at 1-64 MiB here,
-    // 0.95-1.0x with the ring (benchmarks/RESULTS.md, zshard-commbench). MCA parameters are read from
-    // the environment during MPI_Init, so setting it here works; overwrite=0 keeps the user's own choice.
-    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
-#endif
     // Only the main thread calls MPI.
     int provided = 0;
     ZS_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));

@@ -11,7 +11,7 @@
 #include "comm/flight_recorder/recorder.h"
 #include "comm/abort.h"
 #include "comm/polling_work.h"
-#include "comm/ring_reduce_scatter.h"
+#include "comm/ring_reduction.h"
 #include "kernels/allocator.h"
 #include "kernels/device_memory.h"
 #include "kernels/engine_ops.h"
@@ -63,14 +63,15 @@ class MpiWork final : public PollingWork {
   ~MpiWork() override;
   MPI_Request* request() { return &request_; }
   // The operation is this ring instead of an MPI request.
-  void set_ring(std::unique_ptr<RingReduceScatter> ring) { ring_ = std::move(ring); }
+  void set_ring(std::unique_ptr<RingReduction> ring) { ring_ = std::move(ring); }
   // The buffers MPI was given are host copies of the caller's, private to this operation.
   bool staged() const { return staging_ != nullptr; }
 
  private:
   bool poll() override {
+    progress_rings();  // every ring of the process, as MPI_Test moves every operation of MPI's own
     if (ring_) {
-      if (!ring_->advance()) return false;
+      if (!ring_->finished()) return false;
     } else {
       int flag = 0;
       ZS_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
@@ -84,7 +85,7 @@ class MpiWork final : public PollingWork {
   }
 
   MPI_Request request_ = MPI_REQUEST_NULL;
-  std::unique_ptr<RingReduceScatter> ring_;
+  std::unique_ptr<RingReduction> ring_;
   std::optional<Average> average_;
   std::unique_ptr<Staging> staging_;
 };
@@ -105,8 +106,8 @@ MpiWork::~MpiWork() {
   }
 }
 
-// Two-byte types (bf16, f16, u16) travel as opaque 16-bit words: fine for moving; bf16 is reduced by an
-// operation of its own (bf16_sum), the others not at all.
+// Two-byte types (bf16, f16, u16) travel as opaque 16-bit words: fine for moving; the rings sum bf16, the
+// others not at all.
 MPI_Datatype mpi_type(DType dtype, bool reduction, const std::string& what) {
   switch (dtype) {
     case DType::f32: return MPI_FLOAT;
@@ -119,25 +120,6 @@ MPI_Datatype mpi_type(DType dtype, bool reduction, const std::string& what) {
       break;
   }
   fail(what, ": the mpi backend reduces only f32, f64, i32 and bf16");
-}
-
-// bf16 summed as NCCL sums it: each combination of two partial sums is computed in fp32 and rounded to bf16
-// once, so the traffic stays bf16 and the result within a rounding per step of the exact sum.
-void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  const bf16* a = static_cast<const bf16*>(in);
-  bf16* b = static_cast<bf16*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = bf16(float(a[i]) + float(b[i]));
-}
-
-// The sum of `dtype` elements: MPI's own, or bf16_sum (created once, after MPI_Init; commutative).
-MPI_Op mpi_sum(DType dtype) {
-  if (dtype != DType::bf16) return MPI_SUM;
-  static const MPI_Op op = [] {
-    MPI_Op created = MPI_OP_NULL;
-    ZS_MPI_CHECK(MPI_Op_create(&bf16_sum, 1, &created));
-    return created;
-  }();
-  return op;
 }
 
 }  // namespace
@@ -209,10 +191,9 @@ WorkPtr MpiCommunicator::start(const Op& op, const void* send, void* recv, Issue
   std::unique_ptr<Staging> staging;
   const bool device_buffers =
       pointer_device(recv) == Device::cuda || (send && pointer_device(send) == Device::cuda);
-  // avg divides on the host once the operation completes, and bf16_sum and the ring reduce-scatter sum on
-  // the host: their device buffers are always staged.
-  const bool host_arithmetic = op.collective == Collective::reduce_scatter || op.reduce == ReduceOp::avg ||
-                               (op.reduce && op.dtype == DType::bf16);
+  // The rings sum on the host, and avg divides there once they complete: the device buffers of a
+  // reduction are always staged.
+  const bool host_arithmetic = op.reduce.has_value();
   if (device_buffers && mpi_reads_device_memory() && !host_arithmetic) {
     // A CUDA-aware MPI reads and writes device memory from this thread, outside stream order: the
     // kernels that produce the input (queued on the compute stream) must have finished first.
@@ -277,17 +258,17 @@ WorkPtr MpiCommunicator::start_ring(const void* send, void* recv, size_t count, 
                                     bool consume) {
   const Op spec{Collective::reduce_scatter, count, dtype, op};
   return start(spec, send, recv, [&](const void* in, void* out, int, MPI_Datatype type, MpiWork& work) {
-    const int tag = int(next_ring_tag_++ % unsigned(ring_tags_));
-    work.set_ring(std::make_unique<RingReduceScatter>(ring_comm_, tag, in == MPI_IN_PLACE ? out : in, out, count,
-                                                      dtype, type, consume || work.staged()));
+    work.set_ring(RingReduction::reduce_scatter(ring_comm_, next_ring_tag(), in == MPI_IN_PLACE ? out : in, out, count, dtype,
+                                                type, consume || work.staged()));
     return MPI_SUCCESS;
   });
 }
 
 WorkPtr MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   const Op spec{Collective::all_reduce, count, dtype, op};
-  return start(spec, nullptr, buf, [&](const void* in, void* out, int n, MPI_Datatype type, MpiWork& work) {
-    return MPI_Iallreduce(in, out, n, type, mpi_sum(dtype), comm_, work.request());
+  return start(spec, nullptr, buf, [&](const void*, void* out, int, MPI_Datatype type, MpiWork& work) {
+    work.set_ring(RingReduction::all_reduce(ring_comm_, next_ring_tag(), out, count, dtype, type));
+    return MPI_SUCCESS;
   });
 }
 

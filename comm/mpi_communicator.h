@@ -1,9 +1,10 @@
 // The MPI backend: non-blocking MPI collectives, completed by polling MPI_Test so that wait() honours its
-// deadline; reduce-scatter is zshard's own ring over point-to-point messages (comm/ring_reduce_scatter.h).
-// Reductions take f32, f64, i32 and bf16 (each step of a bf16 sum in fp32, rounded once, as
-// NCCL's). Element counts above INT_MAX per rank are rejected (MPI counts are int). Buffers may be host or
-// device memory: device buffers go to a CUDA-aware MPI as they are, otherwise through host copies, so that
-// several ranks can share one GPU (which NCCL refuses).
+// deadline. Reductions are zshard's own rings of point-to-point messages (comm/ring_reduction.h), not
+// MPI's: they take f32, f64, i32 and bf16 (each step of a bf16 sum in fp32, rounded once, as NCCL's).
+// Element counts above INT_MAX per rank are rejected (MPI counts are int). Buffers may be host or device
+// memory: device buffers go to a CUDA-aware MPI as they are where MPI only moves them, and through host
+// copies otherwise (a reduction, whose sums run on the host, or an MPI that cannot read device memory), so
+// that several ranks can share one GPU (which NCCL refuses).
 #pragma once
 #include <mpi.h>
 
@@ -73,6 +74,7 @@ class MpiCommunicator final : public Backend {
   MPI_Comm ring_comm_ = MPI_COMM_NULL;
   int ring_tags_ = 1;  // MPI_TAG_UB + 1
   unsigned next_ring_tag_ = 0;
+  int next_ring_tag() { return int(next_ring_tag_++ % unsigned(ring_tags_)); }
   bool owned_;
   int rank_ = 0;
   int size_ = 1;

@@ -91,9 +91,11 @@ void ShardedParams::grads_ready(int unit) {
   // whole backward to progress, and the full gradients alive stay two whatever the depth of the model,
   // this unit's in flight and the next one's being accumulated (FSDP2 keeps the same two), or the
   // largest unit's alone where it does not fit the budget beside another (fit_reductions_beside). zero1 is
-  // held to the same bound for its shard-sized scratch; ddp reduces in place, at no memory cost, and is
-  // left to overlap freely.
-  if (shard_group_size() > 1 || grads_sharded_)
+  // held to the same bound for its shard-sized scratch. ddp reduces in place and on a GPU is left to
+  // overlap freely; on the cpu, where a reduction moves only when polled anyway, it is held to the bound
+  // too: each of its all-reduces takes a chunk of scratch (comm/ring_reduction.h), and in bf16 a unit's
+  // fp32 copy, which it would otherwise hold for every unit until the micro-step's end.
+  if (shard_group_size() > 1 || grads_sharded_ || plan_.placement.device == Device::cpu)
     while (reductions_.size() > 1) finish_oldest_reduction();
 }
 
@@ -161,6 +163,9 @@ void ShardedParams::finish_oldest_reduction() {
 void ShardedParams::start_all_reduce(Reduction& r) {
   if (r.work) r.work->wait();
   sum_received_chunks(r);
+  // Sharded gradients: the full gradient is spent once reduced in the group, and goes before the all-reduce
+  // across groups takes its scratch.
+  if (grads_sharded_ && shard_group_size() > 1) release_full_gradient(r);
   const comm::CollectiveLabel label(comm::trace::Purpose::grads_across, r.unit);
   r.work = comms_.all_reduce_across_groups(r.scratch.raw(), r.scratch.numel(), r.scratch.dtype());
   r.all_reduce_started = true;
@@ -193,12 +198,16 @@ bool ShardedParams::advance(Reduction& r, bool blocking) {
                    size_t(dest.numel()));
     }
   }
-  if (grads_sharded_) {
-    u.full_grads = Tensor();
-    u.grad_views.clear();
-  }
+  if (grads_sharded_) release_full_gradient(r);
   if (offload_ && sync_grads_) offload_->grads_landed(r.unit);  // final for this step: off to the host
   return true;
+}
+
+void ShardedParams::release_full_gradient(Reduction& r) {
+  Unit& u = *units_[r.unit];
+  u.full_grads = Tensor();
+  u.grad_views.clear();
+  r.send = Tensor();
 }
 
 void ShardedParams::poll_reductions() {

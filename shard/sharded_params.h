@@ -229,6 +229,8 @@ class ShardedParams : public ParamContext {
   void sum_received_chunks(Reduction& r);
   void start_all_reduce(Reduction& r);  // waits for r's reduce-scatter, then starts its all-reduce
   bool advance(Reduction& r, bool blocking);
+  // Sharded gradients: drops r's unit's full gradient (and r's copy of it), reduced in the group.
+  void release_full_gradient(Reduction& r);
   void finish_oldest_reduction();
   void fit_reductions_beside(const Unit& opening);  // see full_grads_budget_
   void poll_reductions();

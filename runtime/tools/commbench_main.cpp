@@ -1,9 +1,11 @@
 // zshard-commbench: all_gather, reduce_scatter, all_reduce and all_to_all through zshard's communicator over
 // a size sweep, in the conventions of nccl-tests: size is the full buffer (all ranks' blocks), time the mean
 // over ranks of one call, algbw = size / time, busbw = algbw * 2(n-1)/n for all_reduce and (n-1)/n for
-// all_gather, reduce_scatter and all_to_all (what quantized reductions exchange). Every size is checked element by element. On the MPI backend a raw
-// MPI column (the blocking collective) and a raw non-blocking one (the MPI_I* call zshard issues, then
-// MPI_Wait) run interleaved with zshard's, so a gap splits into MPI's algorithms and zshard's overhead.
+// all_gather, reduce_scatter and all_to_all (what quantized reductions exchange). Every size is checked
+// element by element. On the MPI backend a raw MPI column (the blocking collective) and a raw non-blocking
+// one (the MPI_I* call, then MPI_Wait) run interleaved with zshard's: zshard issues MPI_I* for its gathers
+// and all-to-alls, so there a gap is zshard's overhead; its reductions are its own rings
+// (comm/ring_reduction.h), measured against MPI's algorithms.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -163,9 +165,9 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-// The Iallreduce algorithm Open MPI's libnbc will use (the MCA variable coll_libnbc_iallreduce_algorithm,
-// read through the MPI tool interface), e.g. "ring" as zshard's launch selects it; "" where the MPI has no
-// such variable (not Open MPI) or does not expose it.
+// The Iallreduce algorithm Open MPI's libnbc will use in the raw non-blocking column (the MCA variable
+// coll_libnbc_iallreduce_algorithm, read through the MPI tool interface): "default" (libnbc's choice by
+// size) unless the user set it; "" where the MPI has no such variable (not Open MPI) or does not expose it.
 std::string libnbc_iallreduce_algorithm() {
   int provided = 0;
   if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return "";

@@ -132,7 +132,7 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   // Gradients reduced in a dtype other than their own (bf16 kept, fp32 reduced, the default beside bf16
   // parameters) are first converted, whole, into a buffer of the reduce dtype, and reduced into a scratch
   // of it, never in place: two such buffers and scratches while reductions are in flight, every unit's
-  // under ddp, which finishes its reductions at the micro-step's end only.
+  // under ddp on a GPU, which finishes its reductions at the micro-step's end only.
   // Quantized, the chunks are cut from the gradient as it is, but the reduced shard is still of the reduce
   // dtype: a scratch apart from an owned shard of another dtype, quantized or not.
   const int64_t reduce_bytes = int64_t(dtype_size(plan.placement.reduce_dtype));
@@ -185,13 +185,24 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
   } else if (G > 1) {
     e.comm_buffers = sum_of_largest(units, 2) / G * scratch_bytes;
   }
-  if (converts) e.comm_buffers += (G == 1 && !g_sharded ? padded_total : sum_of_largest(units, 2)) * reduce_bytes;
+  const bool every_unit_in_flight = G == 1 && !g_sharded && device != Device::cpu;
+  if (converts) e.comm_buffers += (every_unit_in_flight ? padded_total : sum_of_largest(units, 2)) * reduce_bytes;
   // A reduced shard of another dtype than the sharded gradients it is added to is converted first, beside
   // the buffers of its reduction (shard/sharded_params.h's accumulate): one at a time.
   if (g_sharded && reduce_bytes != d.grad_bytes) e.comm_buffers += L1 / G * d.grad_bytes;
   // Quantized reductions: a reduction in flight also holds its chunk records, those it sends and those it
   // receives, and two are in flight at most (a unit's, issued before the previous one's is finished).
   e.comm_buffers += sum_of_largest(reduction_records, 2);
+  // ddp's all-reduces are the mpi backend's rings on the cpu: each receives into a chunk of scratch, 1/R
+  // of its unit, while it runs, and a communicator runs one at a time (comm/ring_reduction.h): the largest
+  // unit's at most. Its reduce-scatters allocate nothing. Hybrid's all-reduce of a shard across groups
+  // takes its chunk once the unit's full gradient, G*R times its size, is gone (shard/grad_reduction.cpp):
+  // inside the bounds above. On a GPU NCCL's buffers are its own.
+  const int R = groups.count();
+  const auto ring_chunk = [&](const std::vector<int64_t>& of) {
+    return device == Device::cpu && R > 1 && !g_sharded ? (sum_of_largest(of, 1) + R - 1) / R * reduce_bytes : 0;
+  };
+  e.comm_buffers += ring_chunk(units);
   // Before the step's first reduction only gradients are open, none of a reduction's buffers: under sharded
   // gradients a kept one and the first unit of backward's (the last), beside forward's shares.
   e.comm_before_reductions = std::min(e.comm_before_reductions, e.comm_buffers);
@@ -207,9 +218,10 @@ MemoryEstimate estimate_memory(const EstimateInput& in) {
     last = sum_of_largest(others, 2) / G * scratch_bytes;
   }
   if (converts)
-    last += (G == 1 && !g_sharded ? padded_total - (units.empty() ? 0 : units[0]) : sum_of_largest(others, 2)) *
+    last += (every_unit_in_flight ? padded_total - (units.empty() ? 0 : units[0]) : sum_of_largest(others, 2)) *
             reduce_bytes;
   if (g_sharded && reduce_bytes != d.grad_bytes) last += sum_of_largest(others, 1) / G * d.grad_bytes;
+  last += ring_chunk(others);
   e.comm_at_last_unit = std::min(last + sum_of_largest(reduction_records, 2), e.comm_buffers);
 
   const DType act = d.param_bytes == 2 ? DType::bf16 : DType::f32;

@@ -155,7 +155,8 @@ TEST(MemoryEstimator, Gpt2ConfigCountsEveryTerm) {
   in.plan = plan(StrategyKind::ddp, 4);
   const MemoryEstimate ddp = estimate_memory(in);
   EXPECT_EQ(ddp.gathered_in_flight, 0);
-  EXPECT_EQ(ddp.comm_buffers, 0);
+  // The all-reduce ring's scratch on the cpu: a quarter of the largest unit, the embedding, in fp32.
+  EXPECT_EQ(ddp.comm_buffers, (int64_t(config.vocab + config.ctx) * C + 3) / 4 * 4);
   EXPECT_EQ(ddp.model_states.total(), 16 * ddp.params);
 }
 
@@ -258,12 +259,13 @@ TEST(MemoryEstimator, EstimateCountsTheModelsWorkspace) {
 
 // bf16 gradients reduced in fp32 (zshard-train's default beside bf16 parameters) are first converted whole
 // into an fp32 buffer of their unit, then reduced into an fp32 scratch shard. zshard-train measured these
-// comm peaks for gpt2 at 2 layers, np 2, 2x16 per rank: every unit's copy under ddp (4 bytes a parameter),
-// two units' copies and scratch shards under zero1. Reduced in bf16 there is no conversion.
+// comm peaks for gpt2 at 2 layers, np 2, 2x16 per rank: two units' copies under ddp on the cpu beside the
+// largest one's all-reduce chunk (its ring's scratch, half of it), two units' copies and scratch shards
+// under zero1. Reduced in bf16 there is no conversion.
 TEST(MemoryEstimator, Bf16GradientsReducedInFp32AreConvertedIntoBuffersOfTheirUnits) {
   GPT2 model(two_layer_gpt2());
   EstimateInput in = zero3_on_4(model, 2, 16);
-  for (const auto& [kind, measured] : {std::pair{StrategyKind::ddp, 214'244'352}, {StrategyKind::zero1, 278'830'080}}) {
+  for (const auto& [kind, measured] : {std::pair{StrategyKind::ddp, 264'654'336}, {StrategyKind::zero1, 278'830'080}}) {
     SCOPED_TRACE(strategy_name(kind));
     in.plan = plan(kind, 2);
     in.plan.placement.param_dtype = DType::bf16;
@@ -275,7 +277,7 @@ TEST(MemoryEstimator, Bf16GradientsReducedInFp32AreConvertedIntoBuffersOfTheirUn
 
 // A unit is initialised whole in fp32: in its own buffers where they hold it so (ddp in fp32 on the cpu),
 // else in a staging beside the states made so far, which can be the run's peak. gpt2 at 1 layer with LoRA
-// rank 4, np 2, 1x16 per rank: zshard-train measured 190,934,680 bytes under ddp in fp32 (a step's peak),
+// rank 4, np 2, 1x16 per rank: zshard-train measured 190,959,000 bytes under ddp in fp32 (a step's peak),
 // and 236,302,874 under zero2 in bf16 (the frozen embedding's fp32 staging beside its bf16 copy), whose
 // step zshard-bench measured at 137,307,100 (the head's GEMM copying its weight in tiles).
 TEST(MemoryEstimator, SetUpStagesAUnitInFp32WhereItsBuffersDoNotHoldIt) {
@@ -284,7 +286,7 @@ TEST(MemoryEstimator, SetUpStagesAUnitInFp32WhereItsBuffersDoNotHoldIt) {
   in.plan = plan(StrategyKind::ddp, 2);
   MemoryEstimate e = estimate_memory(in);
   EXPECT_LT(e.set_up, e.step_total()) << "written in place";
-  EXPECT_NEAR(double(e.total()) / 190'934'680, 1.0, 1e-4);  // the attention kernel aside
+  EXPECT_NEAR(double(e.total()) / 190'959'000, 1.0, 1e-4);  // the attention kernel aside
   in.plan = plan(StrategyKind::zero2, 2);
   in.plan.placement.param_dtype = DType::bf16;
   e = estimate_memory(in);

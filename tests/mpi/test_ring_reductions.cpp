@@ -1,12 +1,14 @@
 // zshard-test-np: 1 2 3 4
-// The mpi backend's ring reduce-scatter (comm/ring_reduce_scatter.h): the closed-form results of every
-// mode, the order in which it sums bf16, rings in flight together, what it allocates (through the tracker
-// and past it), and its messages kept apart from a user's own on the same communicator.
+// The mpi backend's rings (comm/ring_reduction.h): the closed-form results of every reduce-scatter mode,
+// the order in which they sum, rings in flight together, what they allocate (through the tracker and past
+// it), and their messages kept apart from a user's own on the same communicator. The closed forms of
+// every collective are test_collectives.cpp's.
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -48,7 +50,7 @@ void check_consuming(size_t count, ReduceOp op) {
   EXPECT_EQ(input, contribution<T>(me, n * count)) << what << ": a const input was written";
 }
 
-TEST(RingReduceScatter, ConsumingGivesTheClosedFormAndConstLeavesTheInput) {
+TEST(RingReduction, ConsumingGivesTheClosedFormAndConstLeavesTheInput) {
   for (size_t count : kCounts)
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
       check_consuming<float>(count, op);
@@ -59,7 +61,7 @@ TEST(RingReduceScatter, ConsumingGivesTheClosedFormAndConstLeavesTheInput) {
 
 // Block b is summed from rank b+1 round the ring to rank b, each step in fp32 rounded to bf16 once (as
 // NCCL's ring). Rank r adds 2^-8 * (r+1) to 1: the order of the roundings decides the result's bits.
-TEST(RingReduceScatter, Bf16RoundsOnceAtEveryStepInRingOrder) {
+TEST(RingReduction, Bf16RoundsOnceAtEveryStepInRingOrder) {
   auto& comm = world();
   const int n = comm.size(), me = comm.rank();
   const size_t count = 3;
@@ -80,9 +82,39 @@ TEST(RingReduceScatter, Bf16RoundsOnceAtEveryStepInRingOrder) {
   }
 }
 
+// An all-reduce is the reduce-scatter of its chunks, then passed round: where the ranks divide the buffer,
+// rank r's chunk of the all-reduce is bit for bit the reduce-scatter's block r (so ddp and the sharded
+// strategies sum alike), and every rank ends with the same bits. Values that no order sums exactly.
+TEST(RingReduction, AllReduceIsTheReduceScattersBlocksBitForBit) {
+  auto& comm = world();
+  const int n = comm.size(), me = comm.rank();
+  const size_t count = 1000;
+  std::vector<float> input(n * count);
+  std::vector<bf16> input16(n * count);
+  for (size_t k = 0; k < input.size(); ++k) {
+    input[k] = 1.0f / float(3 + (k * 7 + size_t(me) * 13) % 101);
+    input16[k] = bf16(input[k]);
+  }
+  auto reduced = input;
+  auto reduced16 = input16;
+  std::vector<float> block(count);
+  std::vector<bf16> block16(count);
+  comm.all_reduce(reduced.data(), reduced.size(), DType::f32, ReduceOp::sum)->wait();
+  comm.all_reduce(reduced16.data(), reduced16.size(), DType::bf16, ReduceOp::sum)->wait();
+  comm.reduce_scatter(input.data(), block.data(), count, DType::f32, ReduceOp::sum)->wait();
+  comm.reduce_scatter(input16.data(), block16.data(), count, DType::bf16, ReduceOp::sum)->wait();
+  EXPECT_EQ(std::vector<float>(reduced.begin() + me * count, reduced.begin() + (me + 1) * count), block);
+  for (size_t i = 0; i < count; ++i)
+    ASSERT_EQ(float(reduced16[me * count + i]), float(block16[i])) << "bf16 element " << i;
+  std::vector<float> everyones(n * reduced.size());
+  comm.all_gather(reduced.data(), everyones.data(), reduced.size(), DType::f32)->wait();
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(std::equal(reduced.begin(), reduced.end(), everyones.begin() + r * reduced.size())) << "rank " << r;
+}
+
 // Each ring in flight has a tag of its own: issued together, of different sizes and modes, and waited in
 // reverse order, every one lands its own block.
-TEST(RingReduceScatter, RingsInFlightTogetherKeepTheirMessagesApart) {
+TEST(RingReduction, RingsInFlightTogetherKeepTheirMessagesApart) {
   auto& comm = world();
   const int n = comm.size(), me = comm.rank();
   const std::vector<int> members = all_ranks(n);
@@ -103,11 +135,53 @@ TEST(RingReduceScatter, RingsInFlightTogetherKeepTheirMessagesApart) {
                "ring " + std::to_string(k) + " of " + std::to_string(counts[k]));
 }
 
-// Consuming, the ring allocates nothing: not through the tracker, and not past it (the heap's bytes in
-// use, sampled at every poll, stay put; MPI_Ireduce_scatter_block held the size of the whole input
-// there). Given a const input it tracks one block of scratch from three ranks on, in place a copy of the
-// input.
-TEST(RingReduceScatter, AllocatesNothingConsumingAndTracksWhatItNeedsOtherwise) {
+// A communicator's rings run one at a time, each with its own scratch while it runs: three all-reduces in
+// flight together hold the largest one's chunk at most, not the three.
+TEST(RingReduction, ACommunicatorHoldsOneRingsScratchAtATime) {
+  auto& comm = world();
+  const int n = comm.size();
+  if (n == 1) GTEST_SKIP() << "a group of one reduces nothing";
+  const std::vector<size_t> counts{size_t(n) << 16, size_t(n) << 18, size_t(n) << 17};
+  std::vector<std::vector<float>> buffers;
+  for (size_t count : counts) buffers.push_back(contribution<float>(comm.rank(), count));
+  Allocator& host = Allocator::of(Device::cpu);
+  comm.barrier();
+  host.reset_peaks();
+  const int64_t live = host.stats().live[int(Category::comm)];
+  std::vector<WorkPtr> works;
+  for (auto& b : buffers) works.push_back(comm.all_reduce(b.data(), b.size(), DType::f32, ReduceOp::sum));
+  for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+  EXPECT_EQ(host.stats().peak[int(Category::comm)] - live, int64_t((size_t(1) << 18) * sizeof(float)));
+  EXPECT_EQ(host.stats().live[int(Category::comm)], live);
+  for (size_t k = 0; k < counts.size(); ++k)
+    expect_all(buffers[k], [&](size_t i) { return reduced<float>(all_ranks(n), i, ReduceOp::sum); }, 0,
+               "all_reduce " + std::to_string(k));
+}
+
+// Waiting on one communicator moves the rings of every other: rank 0 waits on b's all-reduce while the
+// others wait on a's, issued first. Were a ring moved only by waits on its own Work, rank 0 would never
+// do its part of a's, and both waits would time out.
+TEST(RingReduction, AWaitOnOneCommunicatorMovesTheRingsOfAnother) {
+  auto& comm = world();
+  const int n = comm.size(), me = comm.rank();
+  auto a = comm.split(0, me), b = comm.split(0, me);
+  a->set_timeout(std::chrono::seconds(20));
+  b->set_timeout(std::chrono::seconds(20));
+  auto x = contribution<double>(me, size_t(n) << 16), y = contribution<double>(me, size_t(n) << 16);
+  WorkPtr on_a = a->all_reduce(x.data(), x.size(), DType::f64, ReduceOp::sum);
+  WorkPtr on_b = b->all_reduce(y.data(), y.size(), DType::f64, ReduceOp::sum);
+  if (me == 0) on_b->wait();
+  on_a->wait();
+  on_b->wait();
+  const auto want = [&](size_t i) { return reduced<double>(all_ranks(n), i, ReduceOp::sum); };
+  expect_all(x, want, 0, "a");
+  expect_all(y, want, 0, "b");
+}
+
+// Consuming, the reduce-scatter allocates nothing: not through the tracker, and not past it (the heap's
+// bytes in use, sampled at every poll, stay put; MPI_Ireduce_scatter_block held twice the input there).
+// Given a const input it tracks one block of scratch from three ranks on, in place a copy of the input.
+TEST(RingReduction, AllocatesNothingConsumingAndTracksWhatItNeedsOtherwise) {
   auto& comm = world();
   const int n = comm.size();
   if (n == 1) GTEST_SKIP() << "a group of one copies its block";
@@ -141,11 +215,14 @@ TEST(RingReduceScatter, AllocatesNothingConsumingAndTracksWhatItNeedsOtherwise) 
   EXPECT_EQ(tracked_peak_of([&] {
               return comm.reduce_scatter(input.data(), input.data(), count, DType::f32, ReduceOp::sum);
             }), int64_t(n * block));
+  // An all-reduce of n blocks receives into one chunk of scratch (MPI_Iallreduce copied the buffer).
+  EXPECT_EQ(tracked_peak_of([&] { return comm.all_reduce(input.data(), n * count, DType::f32, ReduceOp::sum); }),
+            int64_t(block));
 }
 
 // The rings travel on a duplicate of the communicator: a receive of the user's own, posted on
 // MPI_COMM_WORLD for any source and tag before a ring runs, still gets the user's message after it.
-TEST(RingReduceScatter, AUsersOwnReceiveOnTheWorldNeverMatchesTheRing) {
+TEST(RingReduction, AUsersOwnReceiveOnTheWorldNeverMatchesTheRing) {
   auto& comm = world();
   const int n = comm.size(), me = comm.rank();
   if (n == 1) GTEST_SKIP() << "a group of one sends nothing";
