@@ -140,7 +140,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned
   int* tag_ub = nullptr;
   int has_tag_ub = 0;
   ZS_MPI_CHECK(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &has_tag_ub));
-  ring_tags_ = has_tag_ub ? *tag_ub + 1 : 32768;  // MPI guarantees tags up to 32767
+  ring_tags_ = has_tag_ub ? unsigned(*tag_ub) + 1 : 32768;  // MPI guarantees tags up to 32767
   // Waited with a deadline, as every collective here: a rank that never comes must not hang the others.
   MpiWork dup(nullptr, std::nullopt, nullptr);
   ZS_MPI_CHECK(MPI_Comm_idup(comm_, &ring_comm_, dup.request()));
