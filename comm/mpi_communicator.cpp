@@ -133,7 +133,8 @@ void mpi_fail(int code, std::string_view call, const char* file, int line) {
        " (code ", code, ")");
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned, Clock::duration timeout) : comm_(comm), owned_(owned) {
+  timeout_ = timeout;
   ZS_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   ZS_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   ZS_MPI_CHECK(MPI_Comm_size(comm_, &size_));
@@ -145,7 +146,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned
   MpiWork dup(nullptr, std::nullopt, nullptr);
   ZS_MPI_CHECK(MPI_Comm_idup(comm_, &ring_comm_, dup.request()));
   dup.set_default_deadline(timeout_, detail::concat("the duplicate of a communicator of ", size_,
-                                                    " ranks for its reduce-scatters, on rank ", rank_, " (mpi)"));
+                                                    " ranks for its reductions, on rank ", rank_, " (mpi)"));
   dup.wait();
   ZS_MPI_CHECK(MPI_Comm_set_errhandler(ring_comm_, MPI_ERRORS_RETURN));
 }
@@ -248,8 +249,12 @@ WorkPtr MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t cou
 }
 
 WorkPtr MpiCommunicator::reduce_scatter_consuming(void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
-  ZS_CHECK(send != recv, describe({Collective::reduce_scatter, count, dtype, op}),
-           ": a consumed send must be distinct from recv");
+  // The ring receives into recv at every step, while send's blocks still hold what it sums.
+  const auto* in = static_cast<const char*>(send);
+  const auto* out = static_cast<const char*>(recv);
+  const size_t block = count * dtype_size(dtype);
+  ZS_CHECK(out + block <= in || in + block * size_t(size_) <= out || block == 0,
+           describe({Collective::reduce_scatter, count, dtype, op}), ": a consumed send must not overlap recv");
   return start_ring(send, recv, count, dtype, op, true);
 }
 
@@ -305,8 +310,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   barrier_for("the split into process groups");
   MPI_Comm group = MPI_COMM_NULL;
   ZS_MPI_CHECK(MPI_Comm_split(comm_, color, key, &group));
-  auto result = std::make_unique<MpiCommunicator>(group, true);
-  result->set_timeout(timeout_);
+  auto result = std::make_unique<MpiCommunicator>(group, true, timeout_);
   result->set_trace_group(derive_group(*this, detail::concat(":", color), result->size(), result->rank()));
   return result;
 }

@@ -30,7 +30,8 @@ class MpiCommunicator final : public Backend {
  public:
   // Wraps `comm` and makes its MPI errors return (and so throw) instead of aborting. With `owned`, the
   // communicator is freed at destruction (split results); MPI_COMM_WORLD is passed unowned.
-  explicit MpiCommunicator(MPI_Comm comm, bool owned = false);
+  // `timeout` is the first Work's deadline, the set-up's own wait included (set_timeout changes it).
+  explicit MpiCommunicator(MPI_Comm comm, bool owned = false, Clock::duration timeout = std::chrono::minutes(5));
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;

@@ -80,14 +80,15 @@ std::map<MPI_Comm, std::deque<RingReduction*>>& queues() {
 
 void RingReduction::enqueue() { queues()[comm_].push_back(this); }
 
+// started_ is set once nothing can throw: a ring whose scratch could not be had is tried again at the next
+// poll (and fails there again), never taken as begun.
 void RingReduction::start() {
-  started_ = true;
   const size_t block_bytes = size_t(length(0)) * element_bytes_;
-  if (size_ == 1) {
-    if (!all_reduce_ && recv_ != input_) std::memcpy(recv_, input_, block_bytes);
+  if (size_ == 1 || begin_.back() == 0) {
+    if (size_ == 1 && !all_reduce_ && recv_ != input_) std::memcpy(recv_, input_, block_bytes);
+    started_ = true;
     return;
   }
-  if (begin_.back() == 0) return;
   if (all_reduce_) {
     scratch_ = std::make_unique<Buffer>(block_bytes, Device::cpu, Category::comm);  // block 0 is the largest
     recv_ = static_cast<char*>(scratch_->data());
@@ -105,6 +106,7 @@ void RingReduction::start() {
   }
   reduce_steps_ = size_ - 1;
   steps_ = all_reduce_ ? 2 * reduce_steps_ : reduce_steps_;
+  started_ = true;
   post_step();
 }
 
@@ -118,8 +120,15 @@ RingReduction::~RingReduction() {
   MPI_Finalized(&finalized);
   if (finalized) return;
   if (requests_[0] != MPI_REQUEST_NULL) MPI_Cancel(&requests_[0]);
+  int over = 1;
+  MPI_Testall(2, requests_, &over, MPI_STATUSES_IGNORE);
+  if (over) return;
+  // A receive already matched cannot be cancelled, and a send may still be read: MPI may yet touch the
+  // ring's own buffers, which are left allocated (the job is ending: a collective failed or timed out).
   for (MPI_Request& request : requests_)
     if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
+  (void)scratch_.release();
+  (void)input_copy_.release();
 }
 
 // Reduction step s sends what rank r has summed of block r-1-s (its own block r-1 alone at step 0) to rank

@@ -42,7 +42,7 @@ class RingReduction {
                                                    MPI_Datatype type);
 
   // A ring given up before its end (its collective timed out) leaves its communicator's queue and cancels
-  // the receive it posted, so that no late message lands in freed memory.
+  // the receive it posted; what MPI may still touch of its own buffers stays allocated.
   ~RingReduction();
   RingReduction(const RingReduction&) = delete;
   RingReduction& operator=(const RingReduction&) = delete;

@@ -1,6 +1,7 @@
 // Communicator: collectives over a group of ranks, in the spirit of PyTorch c10d. Every collective is
 // asynchronous and returns a Work handle; the blocking forms are `->wait()` on it. Backends: self (one
-// rank, no MPI), mpi (host buffers, non-blocking MPI collectives), and on GPUs nccl.
+// rank, no MPI), mpi (host buffers; non-blocking MPI collectives, and rings of its own for reductions), and
+// on GPUs nccl.
 #pragma once
 #include <array>
 #include <chrono>

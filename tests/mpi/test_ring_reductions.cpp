@@ -112,6 +112,20 @@ TEST(RingReduction, AllReduceIsTheReduceScattersBlocksBitForBit) {
     EXPECT_TRUE(std::equal(reduced.begin(), reduced.end(), everyones.begin() + r * reduced.size())) << "rank " << r;
 }
 
+// A consumed input is summed in while the ring receives into recv: the two may not overlap (NCCL's in-place
+// layout, recv inside send, is the plain reduce_scatter's), refused before anything is issued.
+TEST(RingReduction, AConsumedInputMayNotOverlapTheResult) {
+  auto& comm = world();
+  const int n = comm.size(), me = comm.rank();
+  if (n == 1) GTEST_SKIP() << "a group of one copies its block";
+  auto input = contribution<float>(me, n * 7);
+  const std::string error = test::error_of(
+      [&] { comm.reduce_scatter_consuming(input.data(), input.data() + me * 7, 7, DType::f32, ReduceOp::sum); });
+  EXPECT_TRUE(error.ends_with(": a consumed send must not overlap recv")) << error;
+  std::vector<float> apart(7);
+  comm.reduce_scatter_consuming(input.data(), apart.data(), 7, DType::f32, ReduceOp::sum)->wait();  // still in step
+}
+
 // Each ring in flight has a tag of its own: issued together, of different sizes and modes, and waited in
 // reverse order, every one lands its own block.
 TEST(RingReduction, RingsInFlightTogetherKeepTheirMessagesApart) {
