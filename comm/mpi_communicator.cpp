@@ -138,10 +138,6 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool owned, Clock::duration time
   ZS_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   ZS_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   ZS_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-  int* tag_ub = nullptr;
-  int has_tag_ub = 0;
-  ZS_MPI_CHECK(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &has_tag_ub));
-  ring_tags_ = has_tag_ub ? unsigned(*tag_ub) + 1 : 32768;  // MPI guarantees tags up to 32767
   // Waited with a deadline, as every collective here: a rank that never comes must not hang the others.
   MpiWork dup(nullptr, std::nullopt, nullptr);
   ZS_MPI_CHECK(MPI_Comm_idup(comm_, &ring_comm_, dup.request()));
@@ -263,8 +259,8 @@ WorkPtr MpiCommunicator::start_ring(const void* send, void* recv, size_t count, 
                                     bool consume) {
   const Op spec{Collective::reduce_scatter, count, dtype, op};
   return start(spec, send, recv, [&](const void* in, void* out, int, MPI_Datatype type, MpiWork& work) {
-    work.set_ring(RingReduction::reduce_scatter(ring_comm_, next_ring_tag(), in == MPI_IN_PLACE ? out : in, out, count, dtype,
-                                                type, consume || work.staged()));
+    work.set_ring(RingReduction::reduce_scatter(ring_comm_, in == MPI_IN_PLACE ? out : in, out, count, dtype, type,
+                                                consume || work.staged()));
     return MPI_SUCCESS;
   });
 }
@@ -272,7 +268,7 @@ WorkPtr MpiCommunicator::start_ring(const void* send, void* recv, size_t count, 
 WorkPtr MpiCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   const Op spec{Collective::all_reduce, count, dtype, op};
   return start(spec, nullptr, buf, [&](const void*, void* out, int, MPI_Datatype type, MpiWork& work) {
-    work.set_ring(RingReduction::all_reduce(ring_comm_, next_ring_tag(), out, count, dtype, type));
+    work.set_ring(RingReduction::all_reduce(ring_comm_, out, count, dtype, type));
     return MPI_SUCCESS;
   });
 }

@@ -71,11 +71,8 @@ class MpiCommunicator final : public Backend {
 
   MPI_Comm comm_;
   // The rings' point-to-point messages travel on a duplicate of comm_, so that they never match a
-  // receive of the user's own on it; each ring in flight has a tag of its own, in issue order.
+  // receive of the user's own on it.
   MPI_Comm ring_comm_ = MPI_COMM_NULL;
-  unsigned ring_tags_ = 1;  // MPI_TAG_UB + 1 (Open MPI's is INT_MAX)
-  unsigned next_ring_tag_ = 0;
-  int next_ring_tag() { return int(next_ring_tag_++ % ring_tags_); }
   bool owned_;
   int rank_ = 0;
   int size_ = 1;

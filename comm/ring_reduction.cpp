@@ -34,10 +34,19 @@ void add_into(void* into, const void* from, size_t count, DType dtype) {
   }
 }
 
+// Each communicator's rings, head first. Only the thread that calls MPI touches them.
+std::map<MPI_Comm, std::deque<RingReduction*>>& queues() {
+  static std::map<MPI_Comm, std::deque<RingReduction*>> q;
+  return q;
+}
+
+// One tag for every ring: see the header.
+constexpr int kRingTag = 0;
+
 }  // namespace
 
-RingReduction::RingReduction(MPI_Comm comm, int tag, DType dtype, MPI_Datatype type)
-    : comm_(comm), tag_(tag), dtype_(dtype), type_(type), element_bytes_(dtype_size(dtype)) {
+RingReduction::RingReduction(MPI_Comm comm, DType dtype, MPI_Datatype type)
+    : comm_(comm), dtype_(dtype), type_(type), element_bytes_(dtype_size(dtype)) {
   ZS_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   ZS_MPI_CHECK(MPI_Comm_size(comm_, &size_));
 }
@@ -48,10 +57,10 @@ void RingReduction::set_blocks(size_t count) {
   for (size_t b = 0; b <= size_t(size_); ++b) begin_[b] = b * (count / size_t(size_)) + std::min(b, count % size_t(size_));
 }
 
-std::unique_ptr<RingReduction> RingReduction::reduce_scatter(MPI_Comm comm, int tag, const void* send, void* recv,
+std::unique_ptr<RingReduction> RingReduction::reduce_scatter(MPI_Comm comm, const void* send, void* recv,
                                                              size_t count, DType dtype, MPI_Datatype type,
                                                              bool consume) {
-  std::unique_ptr<RingReduction> ring(new RingReduction(comm, tag, dtype, type));
+  std::unique_ptr<RingReduction> ring(new RingReduction(comm, dtype, type));
   ring->input_ = static_cast<char*>(const_cast<void*>(send));
   ring->recv_ = static_cast<char*>(recv);
   ring->consume_ = consume;
@@ -60,23 +69,15 @@ std::unique_ptr<RingReduction> RingReduction::reduce_scatter(MPI_Comm comm, int 
   return ring;
 }
 
-std::unique_ptr<RingReduction> RingReduction::all_reduce(MPI_Comm comm, int tag, void* buf, size_t count,
+std::unique_ptr<RingReduction> RingReduction::all_reduce(MPI_Comm comm, void* buf, size_t count,
                                                          DType dtype, MPI_Datatype type) {
-  std::unique_ptr<RingReduction> ring(new RingReduction(comm, tag, dtype, type));
+  std::unique_ptr<RingReduction> ring(new RingReduction(comm, dtype, type));
   ring->input_ = static_cast<char*>(buf);
   ring->consume_ = ring->all_reduce_ = true;
   ring->set_blocks(count);
   ring->enqueue();
   return ring;
 }
-
-namespace {
-// Each communicator's rings, head first. Only the thread that calls MPI touches them.
-std::map<MPI_Comm, std::deque<RingReduction*>>& queues() {
-  static std::map<MPI_Comm, std::deque<RingReduction*>> q;
-  return q;
-}
-}  // namespace
 
 void RingReduction::enqueue() { queues()[comm_].push_back(this); }
 
@@ -150,8 +151,8 @@ void RingReduction::post_step() {
     outgoing = block(outgoing_block);
     receiving_ = block(incoming_block);
   }
-  ZS_MPI_CHECK(MPI_Irecv(receiving_, length(incoming_block), type_, previous, tag_, comm_, &requests_[0]));
-  ZS_MPI_CHECK(MPI_Isend(outgoing, length(outgoing_block), type_, next, tag_, comm_, &requests_[1]));
+  ZS_MPI_CHECK(MPI_Irecv(receiving_, length(incoming_block), type_, previous, kRingTag, comm_, &requests_[0]));
+  ZS_MPI_CHECK(MPI_Isend(outgoing, length(outgoing_block), type_, next, kRingTag, comm_, &requests_[1]));
 }
 
 void RingReduction::finish_step() {

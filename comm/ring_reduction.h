@@ -14,7 +14,9 @@
 //
 // A communicator's rings run one at a time, in the order they were issued (the order every member issues
 // them in, as on a NCCL stream), each taking its scratch when it starts and giving it back when it ends:
-// a communicator holds one ring's scratch at most, however many are in flight. Like MPI's own
+// a communicator holds one ring's scratch at most, however many are in flight. Nor do their messages need
+// tags apart: MPI delivers two ranks' messages in the order they were sent, and each ring receives from
+// its neighbour exactly the messages it sends, so a ring's receives match its own. Like MPI's own
 // non-blocking collectives they move only inside MPI calls: every poll of the mpi backend runs
 // progress_rings(), which moves every ring of the process on, as Open MPI's progress engine moves all of
 // its operations, so that a rank waiting on one communicator still does its part of another's ring.
@@ -34,11 +36,11 @@ class RingReduction {
  public:
   // `send` holds size(comm) blocks of `count` elements; rank r's block of the sum lands in `recv`. `send`
   // may equal `recv` (in place: the input is read from recv, the block lands at its start). With
-  // `consume`, `send` is overwritten. `tag` must differ from every other ring's in flight on `comm`.
-  static std::unique_ptr<RingReduction> reduce_scatter(MPI_Comm comm, int tag, const void* send, void* recv,
+  // `consume`, `send` is overwritten.
+  static std::unique_ptr<RingReduction> reduce_scatter(MPI_Comm comm, const void* send, void* recv,
                                                        size_t count, DType dtype, MPI_Datatype type, bool consume);
   // The sum of every rank's `buf` (count elements) lands in `buf` on every rank.
-  static std::unique_ptr<RingReduction> all_reduce(MPI_Comm comm, int tag, void* buf, size_t count, DType dtype,
+  static std::unique_ptr<RingReduction> all_reduce(MPI_Comm comm, void* buf, size_t count, DType dtype,
                                                    MPI_Datatype type);
 
   // A ring given up before its end (its collective timed out) leaves its communicator's queue and cancels
@@ -51,7 +53,7 @@ class RingReduction {
   bool finished() const { return finished_; }
 
  private:
-  RingReduction(MPI_Comm comm, int tag, DType dtype, MPI_Datatype type);
+  RingReduction(MPI_Comm comm, DType dtype, MPI_Datatype type);
   friend void progress_rings();
   // Queued behind the rings issued before it on its communicator.
   void enqueue();
@@ -68,7 +70,6 @@ class RingReduction {
   void finish_step();
 
   MPI_Comm comm_;
-  int tag_;
   int rank_ = 0, size_ = 1;
   DType dtype_;
   MPI_Datatype type_;

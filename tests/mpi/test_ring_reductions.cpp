@@ -126,8 +126,8 @@ TEST(RingReduction, AConsumedInputMayNotOverlapTheResult) {
   comm.reduce_scatter_consuming(input.data(), apart.data(), 7, DType::f32, ReduceOp::sum)->wait();  // still in step
 }
 
-// Each ring in flight has a tag of its own: issued together, of different sizes and modes, and waited in
-// reverse order, every one lands its own block.
+// Rings in flight together, of different sizes and modes, waited in reverse order: every one lands its
+// own block (one tag for all of them: each ring's receives match its own messages, by MPI's order).
 TEST(RingReduction, RingsInFlightTogetherKeepTheirMessagesApart) {
   auto& comm = world();
   const int n = comm.size(), me = comm.rank();
